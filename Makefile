@@ -1,0 +1,70 @@
+# hyserve: one non-recursive Makefile. `make help` lists the targets.
+#
+# SANITIZE=1 builds everything with AddressSanitizer + UndefinedBehaviorSanitizer
+# into build-san/, so a sanitized and a plain build can live side by side.
+
+CC      ?= cc
+PYTHON  ?= /usr/bin/python3
+SANITIZE ?= 0
+
+ifeq ($(SANITIZE),1)
+BUILD   := build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT     := -O1 -g
+else
+BUILD   := build
+SANFLAGS :=
+OPT     := -O2 -g
+endif
+
+BLAS_INC := $(shell test -d /usr/include/x86_64-linux-gnu/openblas-openmp && echo -I/usr/include/x86_64-linux-gnu/openblas-openmp)
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
+           -Wformat=2 -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
+CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP -Iengine -Iserver $(BLAS_INC) $(SANFLAGS)
+LDFLAGS += -fopenmp -pthread $(SANFLAGS)
+LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lm
+
+ENGINE_SRC := $(sort $(wildcard engine/*.c))
+SERVER_SRC := $(sort $(filter-out server/main.c,$(wildcard server/*.c)))
+TEST_SRC   := $(sort $(wildcard tests/test_*.c)) tests/runner.c
+
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+HYSERVE := $(BUILD)/hyserve
+TESTBIN := $(BUILD)/hyserve-tests
+
+.PHONY: all run test test-unit test-ref test-http bench clean help deps
+
+all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(HYSERVE): $(ENGINE_OBJ) $(SERVER_OBJ) $(BUILD)/server/main.o
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(TESTBIN): $(ENGINE_OBJ) $(SERVER_OBJ) $(TEST_OBJ)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+deps: ## install missing Debian packages (needs root; no-op when present)
+	@sh tools/install-deps.sh
+
+run: all ## serve the default model on http://127.0.0.1:8080
+	@sh tools/run.sh $(HYSERVE)
+
+test: all ## run every test: unit, numpy reference, HTTP black-box
+	@HYSERVE=$(HYSERVE) TESTBIN=$(TESTBIN) PYTHON=$(PYTHON) sh tests/run.sh
+
+bench: all ## run the benchmarks, results under bench/results/
+	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh
+
+clean: ## remove build outputs
+	rm -rf build build-san tests/tmp
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
+
+-include $(ENGINE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/server/main.d

@@ -1,0 +1,91 @@
+/* attention.c - gated softmax attention (GQA) over the paged KV cache.
+ *
+ * Owns: q/k RMSNorm, partial NeoX RoPE, writing K/V into the cache, the
+ * causal softmax over cached keys, and the sigmoid output gate.
+ * Does not own: the projections (forward.c) or page allocation (cache.c).
+ * ref: ../shared/docs/architectures.md section 1.5; seed 000 (the causal
+ * mask as minus infinity: a query at position p sees keys 0..p only).
+ */
+#include <math.h>
+#include <omp.h>
+
+#include "layers.h"
+#include "ops.h"
+
+/* One query row against the first n_keys cached keys of one KV head.
+ * scores[j] = (q . k_j) * scale; p = softmax(scores); out = sum_j p_j v_j.
+ * Keys past the query's position are never visited, which is the causal
+ * mask's -inf: they get exactly zero weight. */
+void attn_row(const cache *c, const cache_seq *s, int la, int kvh, const float *q, int n_keys,
+              float scale, float *scores, float *out)
+{
+    const int HD = c->head_dim;
+    for (int j = 0; j < n_keys; j++) {
+        const float *k = cache_k(c, s, la, kvh, j);
+        float dot = 0.0f;
+        for (int d = 0; d < HD; d++)
+            dot += q[d] * k[d];
+        scores[j] = dot * scale;
+    }
+    softmax(scores, n_keys);
+    for (int d = 0; d < HD; d++)
+        out[d] = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        const float *v = cache_v(c, s, la, kvh, j);
+        float p = scores[j];
+        for (int d = 0; d < HD; d++)
+            out[d] += p * v[d];
+    }
+}
+
+void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item *items,
+                  int n_items, float *Q, float *K, const float *V, float *out, float *scores)
+{
+    const int HD = m->head_dim, NH = m->n_head, NKV = m->n_head_kv;
+    const int group = NH / NKV, la = L->kind_idx;
+    const int q_stride = NH * 2 * HD, kv_stride = NKV * HD;
+
+    /* 1. per-head norms and RoPE; K/V rows into the cache */
+    for (int ii = 0; ii < n_items; ii++) {
+        const fwd_item *it = &items[ii];
+        #pragma omp parallel for schedule(static)
+        for (int t = 0; t < it->n; t++) {
+            int row = it->row0 + t, pos = it->pos0 + t;
+            for (int h = 0; h < NH; h++) {
+                float *q = Q + (size_t)row * q_stride + (size_t)h * 2 * HD;
+                rmsnorm(q, q, L->q_norm, HD, m->eps);
+                rope_neox(q, m->n_rot, m->rope_inv_freq, pos);
+            }
+            for (int h = 0; h < NKV; h++) {
+                float *k = K + (size_t)row * kv_stride + (size_t)h * HD;
+                rmsnorm(k, k, L->k_norm, HD, m->eps);
+                rope_neox(k, m->n_rot, m->rope_inv_freq, pos);
+                float *kc = cache_k(c, it->s, la, h, pos), *vc = cache_v(c, it->s, la, h, pos);
+                const float *v = V + (size_t)row * kv_stride + (size_t)h * HD;
+                for (int d = 0; d < HD; d++) {
+                    kc[d] = k[d];
+                    vc[d] = v[d];
+                }
+            }
+        }
+    }
+
+    /* 2. a[t,h] = softmax_j(q.k_j * scale), j <= pos  (the causal mask),
+     *    out = sum_j a_j v_j * sigmoid(gate) */
+    for (int ii = 0; ii < n_items; ii++) {
+        const fwd_item *it = &items[ii];
+        #pragma omp parallel for collapse(2) schedule(dynamic, 1)
+        for (int t = 0; t < it->n; t++) {
+            for (int h = 0; h < NH; h++) {
+                int row = it->row0 + t, pos = it->pos0 + t, kvh = h / group;
+                const float *q = Q + (size_t)row * q_stride + (size_t)h * 2 * HD;
+                const float *gate = q + HD;
+                float *sc = scores + (size_t)omp_get_thread_num() * c->n_ctx;
+                float *o = out + (size_t)row * NH * HD + (size_t)h * HD;
+                attn_row(c, it->s, la, kvh, q, pos + 1, m->attn_scale, sc, o);
+                for (int d = 0; d < HD; d++)
+                    o[d] *= sigmoid(gate[d]);
+            }
+        }
+    }
+}

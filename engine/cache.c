@@ -1,0 +1,157 @@
+/* cache.c - KV page pool and per-sequence DeltaNet state slots.
+ * Invariant: reserved_bytes == sum over live seqs of
+ *            conv_bytes + state_bytes + n_pages * page_bytes <= budget_bytes. */
+#include "cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_BUDGET_CAP (4ull << 30)
+
+int cache_init(cache *c, const cache_layout *l)
+{
+    memset(c, 0, sizeof *c);
+    c->n_attn = l->n_attn;
+    c->n_kv = l->n_kv;
+    c->head_dim = l->head_dim;
+    c->n_dnet = l->n_dnet;
+    c->conv_rows = l->conv_kernel - 1;
+    c->conv_dim = l->conv_dim;
+    c->n_v = l->n_v;
+    c->d_v = l->d_v;
+    c->d_k = l->d_k;
+    c->page_tokens = l->page_tokens > 0 ? l->page_tokens : 16;
+    c->n_ctx = l->n_ctx;
+    c->max_seqs = l->max_seqs;
+    c->max_pages = (c->n_ctx + c->page_tokens - 1) / c->page_tokens;
+    c->kv_bytes_per_token = (uint64_t)c->n_attn * 2 * c->n_kv * c->head_dim * sizeof(float);
+    c->page_bytes = c->kv_bytes_per_token * (uint64_t)c->page_tokens;
+    c->conv_bytes = (uint64_t)c->n_dnet * c->conv_rows * c->conv_dim * sizeof(float);
+    c->state_bytes = (uint64_t)c->n_dnet * c->n_v * c->d_v * c->d_k * sizeof(float);
+    c->budget_bytes = l->budget_bytes;
+    if (c->budget_bytes == 0) {
+        c->budget_bytes = cache_bytes_for(c, c->n_ctx) * (uint64_t)c->max_seqs;
+        if (c->budget_bytes > DEFAULT_BUDGET_CAP)
+            c->budget_bytes = DEFAULT_BUDGET_CAP;
+    }
+    c->seqs = calloc((size_t)c->max_seqs, sizeof *c->seqs);
+    return c->seqs ? 0 : -1;
+}
+
+void cache_deinit(cache *c)
+{
+    if (c->seqs)
+        for (int i = 0; i < c->max_seqs; i++)
+            cache_seq_free(c, i);
+    for (int i = 0; i < c->n_free_pages; i++)
+        free(c->free_pages[i]);
+    free(c->free_pages);
+    free(c->seqs);
+    memset(c, 0, sizeof *c);
+}
+
+uint64_t cache_bytes_for(const cache *c, int n_tokens)
+{
+    uint64_t pages = ((uint64_t)n_tokens + (uint64_t)c->page_tokens - 1) / (uint64_t)c->page_tokens;
+    if (c->n_attn == 0)
+        pages = 0;
+    return c->conv_bytes + c->state_bytes + pages * c->page_bytes;
+}
+
+int cache_seq_new(cache *c)
+{
+    int id = -1;
+    for (int i = 0; i < c->max_seqs; i++)
+        if (!c->seqs[i].live) {
+            id = i;
+            break;
+        }
+    if (id < 0 || c->reserved_bytes + c->conv_bytes + c->state_bytes > c->budget_bytes)
+        return -1;
+    cache_seq *s = &c->seqs[id];
+    memset(s, 0, sizeof *s);
+    s->pages = calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(float *));
+    s->conv = calloc(1, c->conv_bytes ? c->conv_bytes : 1);
+    s->state = calloc(1, c->state_bytes ? c->state_bytes : 1);
+    if (!s->pages || !s->conv || !s->state) {
+        free(s->pages);
+        free(s->conv);
+        free(s->state);
+        memset(s, 0, sizeof *s);
+        return -1;
+    }
+    s->live = true;
+    c->reserved_bytes += c->conv_bytes + c->state_bytes;
+    c->n_live++;
+    return id;
+}
+
+void cache_seq_free(cache *c, int id)
+{
+    if (id < 0 || id >= c->max_seqs || !c->seqs[id].live)
+        return;
+    cache_seq *s = &c->seqs[id];
+    for (int i = 0; i < s->n_pages; i++) {
+        /* recycle; the free list was sized at reservation, so this fits */
+        if (c->n_free_pages < c->cap_free_pages)
+            c->free_pages[c->n_free_pages++] = s->pages[i];
+        else
+            free(s->pages[i]);
+    }
+    c->n_pages_used -= s->n_pages;
+    c->reserved_bytes -= c->conv_bytes + c->state_bytes + (uint64_t)s->n_pages * c->page_bytes;
+    free(s->pages);
+    free(s->conv);
+    free(s->state);
+    memset(s, 0, sizeof *s);
+    c->n_live--;
+}
+
+cache_seq *cache_get(cache *c, int id)
+{
+    if (id < 0 || id >= c->max_seqs || !c->seqs[id].live)
+        return NULL;
+    return &c->seqs[id];
+}
+
+const cache_seq *cache_get_const(const cache *c, int id)
+{
+    if (id < 0 || id >= c->max_seqs || !c->seqs[id].live)
+        return NULL;
+    return &c->seqs[id];
+}
+
+int cache_reserve(cache *c, int id, int n_tokens)
+{
+    cache_seq *s = cache_get(c, id);
+    if (!s || n_tokens > c->n_ctx)
+        return -1;
+    if (c->n_attn == 0)
+        return 0;
+    int need = (n_tokens + c->page_tokens - 1) / c->page_tokens;
+    if (need <= s->n_pages)
+        return 0;
+    uint64_t extra = (uint64_t)(need - s->n_pages) * c->page_bytes;
+    if (c->reserved_bytes + extra > c->budget_bytes)
+        return -1;
+    /* grow the free list's capacity first so freeing never allocates */
+    int total = c->n_pages_used + (need - s->n_pages);
+    if (total > c->cap_free_pages) {
+        float **fp = realloc(c->free_pages, (size_t)total * sizeof *fp);
+        if (!fp)
+            return -1;
+        c->free_pages = fp;
+        c->cap_free_pages = total;
+    }
+    int got = s->n_pages;
+    while (got < need) {
+        float *p = c->n_free_pages ? c->free_pages[--c->n_free_pages] : malloc(c->page_bytes);
+        if (!p)
+            break;
+        s->pages[got++] = p;
+    }
+    c->n_pages_used += got - s->n_pages;
+    c->reserved_bytes += (uint64_t)(got - s->n_pages) * c->page_bytes;
+    s->n_pages = got;
+    return got == need ? 0 : -1;
+}

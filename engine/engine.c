@@ -1,0 +1,253 @@
+/* engine.c - engine lifecycle, model facts, tokenizer and sequence API.
+ *
+ * Owns: opening a model with its tokenizer and cache, the immutable
+ * engine_info, scratch sizing, and the thin sequence wrappers over cache.c.
+ * The forward pass lives in forward.c.
+ */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_impl.h"
+#include "ops.h"
+
+void engine_params_default(engine_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->n_threads = 0;
+    p->n_ctx = 0;
+    p->max_seqs = 0;
+    p->cache_bytes = 0;
+    p->page_tokens = 16;
+    p->dnet_mode = ENGINE_DNET_AUTO;
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+static float *alloc_f(long n)
+{
+    return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+static int scratch_init(engine *e)
+{
+    const model *m = e->m;
+    fwd_scratch *s = &e->sc;
+    const long UB = ENGINE_UBATCH;
+    const int qd = m->n_head * 2 * m->head_dim, kvd = m->n_head_kv * m->head_dim;
+    const int vd = m->ssm_n_v * m->ssm_d_v;
+    const int nt = omp_get_max_threads();
+    int max_in = imax(imax(m->n_embd, m->n_ff), imax(m->n_head * m->head_dim, vd));
+    s->x = alloc_f(UB * m->n_embd);
+    s->xn = alloc_f(UB * m->n_embd);
+    s->y = alloc_f(UB * m->n_embd);
+    s->a = alloc_f(UB * imax(imax(qd, m->conv_dim), m->n_ff));
+    s->b = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), m->n_ff));
+    s->c = alloc_f(UB * imax(kvd, vd));
+    s->d = alloc_f(UB * imax(m->n_head * m->head_dim, vd));
+    s->e = alloc_f(UB * m->ssm_n_v);
+    s->mm = alloc_f((long)nt * 64 * max_in);
+    s->scores = alloc_f((long)nt * e->kv.n_ctx);
+    s->dnet = alloc_f((long)nt * dnet_scratch_floats(m));
+    s->logits = alloc_f((long)LOGIT_GROUP * m->n_vocab);
+    s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);
+    return s->x && s->xn && s->y && s->a && s->b && s->c && s->d && s->e && s->mm &&
+           s->scores && s->dnet && s->logits && s->lx ? 0 : -1;
+}
+
+static void scratch_deinit(fwd_scratch *s)
+{
+    free(s->x); free(s->xn); free(s->y); free(s->a); free(s->b); free(s->c); free(s->d);
+    free(s->e); free(s->mm); free(s->scores); free(s->dnet); free(s->logits); free(s->lx);
+    memset(s, 0, sizeof *s);
+}
+
+static void fill_info(engine *e)
+{
+    const model *m = e->m;
+    engine_info *in = &e->info;
+    snprintf(in->arch, sizeof in->arch, "%s", m->arch);
+    snprintf(in->name, sizeof in->name, "%s", m->name);
+    in->chat_template = m->chat_template;
+    in->n_vocab = m->n_vocab;
+    in->n_embd = m->n_embd;
+    in->n_layer = m->n_layer;
+    in->n_ctx_train = m->n_ctx_train;
+    in->n_ctx = e->kv.n_ctx;
+    in->max_seqs = e->kv.max_seqs;
+    in->n_head = m->n_head;
+    in->n_head_kv = m->n_head_kv;
+    in->head_dim = m->head_dim;
+    in->n_rot = m->n_rot;
+    in->ssm_n_k = m->ssm_n_k;
+    in->ssm_n_v = m->ssm_n_v;
+    in->ssm_d_k = m->ssm_d_k;
+    in->ssm_d_v = m->ssm_d_v;
+    in->ssm_conv_kernel = m->ssm_k;
+    in->n_ff = m->n_ff;
+    in->n_attn_layers = m->n_attn;
+    in->n_dnet_layers = m->n_dnet;
+    in->n_mla_layers = 0;
+    in->layer_kind = m->kinds;
+    in->n_params = m->n_params;
+    in->weight_bytes = m->weight_bytes;
+    in->kv_bytes_per_token = e->kv.kv_bytes_per_token;
+    in->mla_bytes_per_token = 0;
+    in->dnet_state_bytes_per_seq = e->kv.state_bytes;
+    in->dnet_conv_bytes_per_seq = e->kv.conv_bytes;
+    /* counterfactual: every layer as MHA (n_kv = n_head) with the same head size */
+    in->mha_bytes_per_token = (uint64_t)m->n_layer * 2 * m->n_head * m->head_dim * sizeof(float);
+    in->page_tokens = e->kv.page_tokens;
+    in->cache_budget_bytes = e->kv.budget_bytes;
+    in->bos_id = tok_bos(e->tok);
+    in->eos_id = tok_eos(e->tok);
+    in->add_bos = tok_add_bos(e->tok);
+    in->kv_dtype = "f32";
+}
+
+engine *engine_open(const engine_params *p, char *err, size_t errlen)
+{
+    engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    e->params = *p;
+    ops_set_threads(p->n_threads);
+    e->n_threads = ops_get_threads();
+    e->m = model_load(p->model_path, err, errlen);
+    if (!e->m)
+        goto out_fail;
+    char terr[256];
+    e->tok = tok_new_from_gguf(e->m->gguf, terr, sizeof terr);
+    if (!e->tok) {
+        snprintf(err, errlen, "%s: %s", p->model_path, terr);
+        goto out_fail;
+    }
+    if (tok_n_vocab(e->tok) > e->m->n_vocab) {
+        snprintf(err, errlen, "%s: tokenizer has %d tokens but the embedding only %d rows",
+                 p->model_path, tok_n_vocab(e->tok), e->m->n_vocab);
+        goto out_fail;
+    }
+    const model *m = e->m;
+    int n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
+    cache_layout cl = {
+        .n_attn = m->n_attn, .n_kv = m->n_head_kv, .head_dim = m->head_dim,
+        .n_dnet = m->n_dnet, .conv_kernel = m->ssm_k, .conv_dim = m->conv_dim,
+        .n_v = m->ssm_n_v, .d_v = m->ssm_d_v, .d_k = m->ssm_d_k,
+        .page_tokens = p->page_tokens, .n_ctx = n_ctx,
+        .max_seqs = p->max_seqs > 0 ? p->max_seqs : 64, .budget_bytes = p->cache_bytes,
+    };
+    if (cache_init(&e->kv, &cl) != 0 || scratch_init(e) != 0) {
+        snprintf(err, errlen, "%s: out of memory allocating the cache and scratch", p->model_path);
+        goto out_fail;
+    }
+    fill_info(e);
+    return e;
+
+out_fail:
+    engine_close(e);
+    return NULL;
+}
+
+void engine_close(engine *e)
+{
+    if (!e)
+        return;
+    scratch_deinit(&e->sc);
+    if (e->kv.seqs)
+        cache_deinit(&e->kv);
+    tok_free(e->tok);
+    model_free(e->m);
+    free(e);
+}
+
+const engine_info *engine_get_info(const engine *e)
+{
+    return &e->info;
+}
+
+int engine_tokenize(const engine *e, const char *text, size_t len, bool add_bos,
+                    bool parse_special, int32_t *out, int max_out)
+{
+    int n0 = 0;
+    int32_t bos = tok_bos(e->tok);
+    if (add_bos && e->info.add_bos && bos >= 0) {
+        if (max_out > 0)
+            out[0] = bos;
+        n0 = 1;
+    }
+    int n = tok_encode(e->tok, text, len, parse_special, out + (max_out > 0 ? n0 : 0),
+                       max_out - n0 > 0 ? max_out - n0 : 0);
+    return n < 0 ? n : n + n0;
+}
+
+int engine_token_piece(const engine *e, int32_t tok, char *buf, size_t cap)
+{
+    return tok_piece(e->tok, tok, buf, cap);
+}
+
+bool engine_token_is_eog(const engine *e, int32_t tok)
+{
+    return tok_is_eog(e->tok, tok);
+}
+
+int32_t engine_token_lookup(const engine *e, const char *text)
+{
+    return tok_lookup(e->tok, text, strlen(text));
+}
+
+int engine_seq_new(engine *e)
+{
+    return cache_seq_new(&e->kv);
+}
+
+void engine_seq_free(engine *e, int seq)
+{
+    cache_seq_free(&e->kv, seq);
+}
+
+int engine_seq_reserve(engine *e, int seq, int n_tokens)
+{
+    return cache_reserve(&e->kv, seq, n_tokens);
+}
+
+uint64_t engine_bytes_for_tokens(const engine *e, int n_tokens)
+{
+    return cache_bytes_for(&e->kv, n_tokens);
+}
+
+int engine_seq_len(const engine *e, int seq)
+{
+    const cache_seq *s = cache_get_const(&e->kv, seq);
+    return s ? s->n_past : -1;
+}
+
+int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u)
+{
+    const cache *c = &e->kv;
+    const cache_seq *s = cache_get_const(c, seq);
+    memset(u, 0, sizeof *u);
+    if (!s)
+        return -1;
+    u->n_tokens = s->n_past;
+    u->n_reserved_tokens = c->n_attn ? s->n_pages * c->page_tokens : c->n_ctx;
+    u->kv_reserved_bytes = (uint64_t)s->n_pages * c->page_bytes;
+    u->kv_used_bytes = (uint64_t)s->n_past * c->kv_bytes_per_token;
+    u->dnet_state_bytes = c->state_bytes;
+    u->dnet_conv_bytes = c->conv_bytes;
+    u->total_reserved_bytes = u->kv_reserved_bytes + u->dnet_state_bytes + u->dnet_conv_bytes;
+    return 0;
+}
+
+void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
+{
+    const cache *c = &e->kv;
+    u->budget_bytes = c->budget_bytes;
+    u->reserved_bytes = c->reserved_bytes;
+    u->free_bytes = c->budget_bytes - c->reserved_bytes;
+    u->n_seqs = c->n_live;
+    u->n_pages_total = c->page_bytes ? (int)(c->budget_bytes / c->page_bytes) : 0;
+    u->n_pages_used = c->n_pages_used;
+}

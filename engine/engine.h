@@ -1,0 +1,160 @@
+/* engine.h - the public API of the hyserve inference engine.
+ *
+ * This is the only engine header the server includes (besides the small
+ * leaf modules sampler.h and tokenizer.h, which have no engine state).
+ *
+ * Threading: an engine is NOT thread-safe. One thread (the scheduler)
+ * owns it and makes every call that takes a non-const engine pointer.
+ * engine_info() returns data that is immutable after engine_open(), so any
+ * thread may read it.
+ *
+ * Memory: all cache memory (attention KV pages and DeltaNet state slots)
+ * comes from one budget in bytes fixed at open. Sequences reserve their
+ * cache up front (engine_seq_reserve) so that a forward step never runs out
+ * of memory halfway.
+ */
+#ifndef HYSERVE_ENGINE_H
+#define HYSERVE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct engine engine;
+
+enum engine_layer_kind {
+    ENGINE_LAYER_ATTN = 0,      /* gated softmax attention, GQA KV cache */
+    ENGINE_LAYER_DELTANET = 1,  /* Gated DeltaNet, conv + recurrent state */
+    ENGINE_LAYER_MLA = 2,       /* multi-head latent attention (later) */
+};
+
+/* How DeltaNet layers process multi-token inputs. */
+enum engine_dnet_mode {
+    ENGINE_DNET_AUTO = 0,       /* chunked for prefill, recurrent for decode */
+    ENGINE_DNET_RECURRENT = 1,  /* always token by token (reference path) */
+    ENGINE_DNET_CHUNKED = 2,    /* chunked even for a single token */
+};
+
+typedef struct engine_params {
+    const char *model_path;
+    int n_threads;              /* <= 0: all cores */
+    int n_ctx;                  /* max tokens per sequence; <= 0: min(train ctx, 4096) */
+    int max_seqs;               /* max live sequences; <= 0: 64 */
+    uint64_t cache_bytes;       /* cache budget; 0: enough for max_seqs full contexts, capped at 4 GiB */
+    int page_tokens;            /* tokens per KV page; <= 0: 16 */
+    int dnet_mode;              /* enum engine_dnet_mode */
+} engine_params;
+
+void engine_params_default(engine_params *p);
+
+/* Immutable facts about the loaded model and its cache layout. */
+typedef struct engine_info {
+    char arch[32];              /* general.architecture, e.g. "qwen35" */
+    char name[128];             /* general.name or the file name */
+    const char *chat_template;  /* tokenizer.chat_template or NULL */
+    int n_vocab;
+    int n_embd;
+    int n_layer;
+    int n_ctx_train;
+    int n_ctx;                  /* effective max tokens per sequence */
+    int max_seqs;
+    int n_head, n_head_kv, head_dim;
+    int n_rot;
+    int ssm_n_k, ssm_n_v, ssm_d_k, ssm_d_v, ssm_conv_kernel;
+    int n_ff;
+    int n_attn_layers, n_dnet_layers, n_mla_layers;
+    const uint8_t *layer_kind;  /* [n_layer] enum engine_layer_kind */
+    uint64_t n_params;
+    uint64_t weight_bytes;
+    /* Cache layout, in bytes. */
+    uint64_t kv_bytes_per_token;        /* all attention layers, K and V */
+    uint64_t mla_bytes_per_token;       /* all MLA layers */
+    uint64_t dnet_state_bytes_per_seq;  /* recurrent state, all DeltaNet layers */
+    uint64_t dnet_conv_bytes_per_seq;   /* conv state, all DeltaNet layers */
+    uint64_t mha_bytes_per_token;       /* counterfactual: MHA on every layer */
+    int page_tokens;
+    uint64_t cache_budget_bytes;
+    int32_t bos_id, eos_id;             /* -1 when absent */
+    bool add_bos;
+    const char *kv_dtype;               /* "f32" */
+} engine_info;
+
+/* Cache held by one sequence, in bytes. reserved counts whole pages,
+ * used counts filled token slots. */
+typedef struct engine_seq_usage {
+    int n_tokens;                       /* tokens in the cache */
+    int n_reserved_tokens;              /* capacity of the reserved pages */
+    uint64_t kv_reserved_bytes, kv_used_bytes;
+    uint64_t mla_reserved_bytes, mla_used_bytes;
+    uint64_t dnet_state_bytes, dnet_conv_bytes;
+    uint64_t total_reserved_bytes;      /* everything this sequence holds */
+} engine_seq_usage;
+
+typedef struct engine_pool_usage {
+    uint64_t budget_bytes;
+    uint64_t reserved_bytes;            /* sum over live sequences */
+    uint64_t free_bytes;
+    int n_seqs;
+    int n_pages_total, n_pages_used;
+} engine_pool_usage;
+
+engine *engine_open(const engine_params *p, char *err, size_t errlen);
+void engine_close(engine *e);
+const engine_info *engine_get_info(const engine *e);
+
+/* ---- tokenizer (pure functions of the model; any thread) ---- */
+
+/* Encode text. parse_special: match control tokens like <|im_start|> in
+ * the text. add_bos: prepend BOS when the model wants it. Returns the
+ * number of tokens (may exceed max_out: then only max_out were written),
+ * or a negative value on error. */
+int engine_tokenize(const engine *e, const char *text, size_t len,
+                    bool add_bos, bool parse_special, int32_t *out, int max_out);
+/* Bytes of one token's text (raw bytes, possibly a partial UTF-8
+ * sequence). Returns the byte count (may exceed cap), negative if the id
+ * is invalid. */
+int engine_token_piece(const engine *e, int32_t tok, char *buf, size_t cap);
+bool engine_token_is_eog(const engine *e, int32_t tok);
+/* Token id of an exact token string (e.g. "<|im_end|>"), or -1. */
+int32_t engine_token_lookup(const engine *e, const char *text);
+
+/* ---- sequences (owner thread only) ---- */
+
+/* Create an empty sequence. Returns its id (>= 0), or -1 when max_seqs
+ * are live or the budget cannot hold its recurrent state. */
+int engine_seq_new(engine *e);
+/* Free a sequence and all its cache at once. Accepts invalid ids. */
+void engine_seq_free(engine *e, int seq);
+/* Make sure the sequence can hold n_tokens in total. Returns 0, or -1 if
+ * the budget or n_ctx does not allow it (nothing changes then). */
+int engine_seq_reserve(engine *e, int seq, int n_tokens);
+/* Cache bytes a fresh sequence of n_tokens would reserve (admission). */
+uint64_t engine_bytes_for_tokens(const engine *e, int n_tokens);
+int engine_seq_len(const engine *e, int seq);
+int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u);
+void engine_get_pool_usage(const engine *e, engine_pool_usage *u);
+
+/* ---- forward ---- */
+
+enum engine_logits_mode {
+    ENGINE_LOGITS_NONE = 0,
+    ENGINE_LOGITS_LAST = 1,     /* out: n_vocab floats */
+    ENGINE_LOGITS_ALL = 2,      /* out: n_tokens * n_vocab floats */
+};
+
+typedef struct engine_batch_item {
+    int seq;
+    const int32_t *tokens;
+    int n_tokens;               /* >= 1; appended after the cached tokens */
+    int logits;                 /* enum engine_logits_mode */
+    float *out;                 /* caller-owned, sized per the mode */
+} engine_batch_item;
+
+/* One forward step over several sequences at once (each at most once per
+ * call). Their cached contexts grow by n_tokens. Returns 0, or a negative
+ * value with a message in err (bad token id, context full, missing
+ * reservation); on error no sequence is modified. */
+int engine_forward(engine *e, const engine_batch_item *items, int n_items,
+                   char *err, size_t errlen);
+
+#endif

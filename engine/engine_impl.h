@@ -1,0 +1,42 @@
+/* engine_impl.h - the engine struct, shared by engine.c and forward.c only. */
+#ifndef HYSERVE_ENGINE_IMPL_H
+#define HYSERVE_ENGINE_IMPL_H
+
+#include "cache.h"
+#include "engine.h"
+#include "layers.h"
+#include "model.h"
+#include "tokenizer.h"
+
+/* Scratch for one internal pass of up to ENGINE_UBATCH rows; allocated at
+ * open so that prefill and decode allocate nothing. */
+typedef struct fwd_scratch {
+    float *x;           /* [UB][n_embd] residual stream */
+    float *xn;          /* [UB][n_embd] normed input */
+    float *a;           /* [UB][max(q_dim, conv_dim, n_ff)] first projection */
+    float *b;           /* [UB][max(kv_dim, 2*n_v, n_ff)] second projection */
+    float *c;           /* [UB][max(kv_dim, v_dim)] third projection */
+    float *d;           /* [UB][max(n_head*head_dim, v_dim)] mixer output */
+    float *e;           /* [UB][n_v] DeltaNet alpha logits -> g */
+    float *y;           /* [UB][n_embd] block output */
+    float *mm;          /* matmul tile scratch */
+    float *scores;      /* [n_threads][n_ctx] attention scores */
+    float *dnet;        /* [n_threads][dnet_scratch_floats] */
+    float *logits;      /* [LOGIT_GROUP][n_vocab] */
+    float *lx;          /* [LOGIT_GROUP][n_embd] */
+} fwd_scratch;
+
+#define LOGIT_GROUP 16
+
+/* Owned by the thread that opened it (see engine.h). */
+struct engine {
+    engine_params params;
+    model *m;
+    tokenizer *tok;
+    cache kv;
+    engine_info info;
+    fwd_scratch sc;
+    int n_threads;
+};
+
+#endif

@@ -1,0 +1,124 @@
+/* gguf.h - bounds-checked GGUF reader (mmap, zero-copy views) and writer.
+ *
+ * Owns: parsing the GGUF container (header, metadata, tensor infos) and
+ * writing one. Does not own: what the keys or tensors mean (model.c) or
+ * how block types are decoded (quant.c).
+ * ref: ../shared/docs/architectures.md section 5; ggml's gguf.cpp for the
+ * field order (read for facts only).
+ */
+#ifndef HYSERVE_GGUF_H
+#define HYSERVE_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum gguf_vtype {
+    GGUF_T_U8 = 0, GGUF_T_I8 = 1, GGUF_T_U16 = 2, GGUF_T_I16 = 3,
+    GGUF_T_U32 = 4, GGUF_T_I32 = 5, GGUF_T_F32 = 6, GGUF_T_BOOL = 7,
+    GGUF_T_STRING = 8, GGUF_T_ARRAY = 9, GGUF_T_U64 = 10, GGUF_T_I64 = 11,
+    GGUF_T_F64 = 12,
+};
+
+/* ggml tensor types (the ones we name; others are reported by number). */
+enum ggml_type {
+    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6,
+    GGML_Q5_1 = 7, GGML_Q8_0 = 8, GGML_Q8_1 = 9, GGML_Q2_K = 10, GGML_Q3_K = 11,
+    GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_Q8_K = 15,
+    GGML_BF16 = 30,
+};
+
+/* One string: points into the mapped file (not NUL-terminated). */
+typedef struct gguf_str {
+    const char *p;
+    uint64_t n;
+} gguf_str;
+
+/* One metadata value. Arrays of numbers point into the mapping; arrays of
+ * strings get a side table of gguf_str built at open. */
+typedef struct gguf_kv {
+    gguf_str key;
+    uint32_t type;          /* enum gguf_vtype */
+    uint32_t arr_type;      /* element type when type == ARRAY */
+    uint64_t arr_n;         /* element count when type == ARRAY */
+    const void *data;       /* scalar value or first array element */
+    gguf_str *strs;         /* [arr_n] when arr_type == STRING, else NULL */
+} gguf_kv;
+
+typedef struct gguf_tensor {
+    char name[96];          /* NUL-terminated copy */
+    uint32_t n_dims;
+    uint64_t ne[4];         /* ggml order, ne[0] contiguous; unused dims = 1 */
+    uint32_t type;          /* enum ggml_type */
+    uint64_t offset;        /* relative to the data section */
+    uint64_t n_bytes;
+    const void *data;       /* into the mapping, bounds checked at open */
+} gguf_tensor;
+
+/* An open GGUF file. Owned by whoever opened it; read-only after open, so
+ * any thread may read it. */
+typedef struct gguf_ctx {
+    char *path;
+    int fd;
+    const uint8_t *base;    /* mmap of the whole file */
+    size_t size;
+    uint32_t version;
+    uint32_t alignment;
+    uint64_t n_kv;
+    gguf_kv *kv;            /* [n_kv] */
+    uint64_t n_tensors;
+    gguf_tensor *tensors;   /* [n_tensors] */
+    uint64_t data_offset;   /* start of the data section in the file */
+} gguf_ctx;
+
+/* Open and validate a file. On failure returns NULL and writes one line
+ * naming the file and the problem into err. */
+gguf_ctx *gguf_open(const char *path, char *err, size_t errlen);
+void gguf_close(gguf_ctx *g);
+
+const gguf_kv *gguf_find_kv(const gguf_ctx *g, const char *key);
+const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name);
+
+/* Typed getters: return false when the key is absent or of an
+ * incompatible type. Integer getters accept any integer or bool type
+ * whose value fits. */
+bool gguf_get_u32(const gguf_ctx *g, const char *key, uint32_t *out);
+bool gguf_get_i64(const gguf_ctx *g, const char *key, int64_t *out);
+bool gguf_get_f32(const gguf_ctx *g, const char *key, float *out);
+bool gguf_get_bool(const gguf_ctx *g, const char *key, bool *out);
+/* Returns a NUL-terminated heap copy (caller frees) or NULL. */
+char *gguf_get_str_dup(const gguf_ctx *g, const char *key);
+/* Element i of an integer/bool array as int64; false if out of range. */
+bool gguf_arr_get_i64(const gguf_kv *kv, uint64_t i, int64_t *out);
+
+/* Bytes per block and elements per block of a tensor type; 0 if unknown. */
+size_t ggml_type_size(uint32_t type);
+size_t ggml_block_size(uint32_t type);
+const char *ggml_type_name(uint32_t type);
+
+/* ------------------------------------------------------------------ */
+/* Writer: collects metadata and tensors in memory, then writes a file. */
+
+typedef struct gguf_writer gguf_writer;
+
+gguf_writer *gguf_writer_new(void);
+void gguf_writer_free(gguf_writer *w);
+void gguf_w_u32(gguf_writer *w, const char *key, uint32_t v);
+void gguf_w_i32(gguf_writer *w, const char *key, int32_t v);
+void gguf_w_f32(gguf_writer *w, const char *key, float v);
+void gguf_w_bool(gguf_writer *w, const char *key, bool v);
+void gguf_w_str(gguf_writer *w, const char *key, const char *v);
+/* Arrays: elem_type is a gguf_vtype of fixed size (not STRING). */
+void gguf_w_arr(gguf_writer *w, const char *key, uint32_t elem_type,
+                const void *data, uint64_t n);
+void gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v,
+                    uint64_t n);
+/* Copies one metadata entry read by gguf_open (any type). */
+void gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv);
+/* Adds a tensor; data is copied. ne has n_dims entries (ggml order). */
+void gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type,
+                   uint32_t n_dims, const uint64_t *ne, const void *data);
+/* Writes the file; returns 0 or -1 with a message in err. */
+int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,61 @@
+/* layers.h - the per-kind mixer kernels called by the layer loop.
+ *
+ * Internal to the engine. A batch is a set of fwd_items: consecutive rows
+ * [row0, row0 + n) of the batch matrices belong to one sequence whose
+ * cached context holds pos0 tokens before them.
+ */
+#ifndef HYSERVE_LAYERS_H
+#define HYSERVE_LAYERS_H
+
+#include "cache.h"
+#include "model.h"
+
+/* Most rows (tokens) one internal forward pass processes; longer inputs
+ * are split into passes of this size. Scratch is sized for it at open. */
+#define ENGINE_UBATCH 512
+
+typedef struct fwd_item {
+    cache_seq *s;
+    int row0;                   /* first row in the batch matrices */
+    int n;                      /* rows (new tokens) */
+    int pos0;                   /* tokens already cached */
+} fwd_item;
+
+/* Gated attention, after the q/k/v projections.
+ * Q:   [T][n_head * 2 * head_dim] per head [q | gate]; q normed/roped in place
+ * K,V: [T][n_kv * head_dim]; written to the cache of each item
+ * out: [T][n_head * head_dim] = softmax(q k^T * scale + mask) v * sigmoid(gate)
+ * scores: per-thread scratch, n_threads * n_ctx floats. */
+void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item *items,
+                  int n_items, float *Q, float *K, const float *V, float *out, float *scores);
+
+/* One query row over n_keys cached keys: softmax(q k^T * scale) v. The
+ * normalised weights are left in scores[0..n_keys). */
+void attn_row(const cache *c, const cache_seq *s, int la, int kvh, const float *q, int n_keys,
+              float scale, float *scores, float *out);
+
+/* Gated DeltaNet, after the projections.
+ * QKV: [T][conv_dim] conv input; replaced by the conv + SiLU output
+ * B, A: [T][n_v] beta and alpha logits; replaced by beta and g
+ * Z:   [T][n_v * d_v] output gate
+ * O:   [T][n_v * d_v] gated-normed output
+ * chunked: use the chunked (WY) form for this call.
+ * scratch: n_threads * dnet_scratch_floats(m) floats. */
+void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item *items,
+                  int n_items, float *QKV, float *B, float *A, const float *Z, float *O,
+                  int mode, float *scratch);
+long dnet_scratch_floats(const model *m);
+
+/* The two recurrence kernels on one value head, exposed for tests.
+ * q,k: [n][d_k] (q already normed and scaled), v: [n][d_v], beta, g: [n],
+ * S: [d_v][d_k] in/out, o: [n][d_v]. Row strides in floats. */
+void dnet_recurrent_head(int n, int d_k, int d_v, const float *q, int q_stride,
+                         const float *k, int k_stride, const float *v, int v_stride,
+                         const float *beta, const float *g, float *S, float *o, int o_stride);
+void dnet_chunked_head(int n, int d_k, int d_v, const float *q, int q_stride,
+                       const float *k, int k_stride, const float *v, int v_stride,
+                       const float *beta, const float *g, float *S, float *o, int o_stride,
+                       float *scratch);
+long dnet_chunk_scratch_floats(int d_k, int d_v);
+
+#endif

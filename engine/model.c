@@ -1,0 +1,395 @@
+/* model.c - read qwen35 hyperparameters and bind tensors, shape-checked.
+ *
+ * Every tensor is checked for presence, shape and type before use, so a
+ * broken file fails here with a message naming the file and the tensor,
+ * never later inside a kernel.
+ * ref: ../shared/docs/architectures.md sections 1.2, 2.2-2.4.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+
+typedef struct loader {
+    model *m;
+    const gguf_ctx *g;
+    const char *path;
+    char *err;
+    size_t errlen;
+    bool failed;
+} loader;
+
+__attribute__((format(printf, 2, 3)))
+static void ld_fail(loader *ld, const char *fmt, ...)
+{
+    if (ld->failed)
+        return;
+    ld->failed = true;
+    int n = snprintf(ld->err, ld->errlen, "%s: ", ld->path);
+    if (n < 0 || (size_t)n >= ld->errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->err + n, ld->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static void key_name(const loader *ld, const char *suffix, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s.%s", ld->m->arch, suffix);
+}
+
+/* Required u32 hyperparameter "<arch>.<suffix>". */
+static int hp_u32(loader *ld, const char *suffix, int *out, int def, bool required)
+{
+    char key[128];
+    uint32_t v;
+    key_name(ld, suffix, key, sizeof key);
+    if (gguf_get_u32(ld->g, key, &v)) {
+        if (v > (1u << 30)) {
+            ld_fail(ld, "metadata %s = %u is out of range", key, v);
+            return -1;
+        }
+        *out = (int)v;
+        return 0;
+    }
+    if (gguf_find_kv(ld->g, key)) {
+        ld_fail(ld, "metadata %s has the wrong type (expected an unsigned integer)", key);
+        return -1;
+    }
+    if (required) {
+        ld_fail(ld, "missing metadata key %s", key);
+        return -1;
+    }
+    *out = def;
+    return 0;
+}
+
+static void hp_f32(loader *ld, const char *suffix, float *out, float def)
+{
+    char key[128];
+    key_name(ld, suffix, key, sizeof key);
+    if (!gguf_get_f32(ld->g, key, out))
+        *out = def;
+}
+
+static const gguf_tensor *find_t(loader *ld, const char *name, bool required)
+{
+    const gguf_tensor *t = gguf_find_tensor(ld->g, name);
+    if (!t && required)
+        ld_fail(ld, "missing tensor '%s'", name);
+    return t;
+}
+
+/* Bind a 2-D weight with ne = {n_in, n_out}. */
+static void bind_w(loader *ld, weight *w, const char *name, int n_in, int n_out)
+{
+    if (ld->failed)
+        return;
+    const gguf_tensor *t = find_t(ld, name, true);
+    if (!t)
+        return;
+    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1) {
+        ld_fail(ld, "tensor '%s' has shape {%llu, %llu, %llu, %llu}, expected {%d, %d}", name,
+                (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n_in, n_out);
+        return;
+    }
+    if (!quant_supported(t->type)) {
+        ld_fail(ld, "tensor '%s' has weight type %s (%u), which hyserve does not support yet "
+                "(supported: %s)", name, ggml_type_name(t->type), t->type, quant_supported_list());
+        return;
+    }
+    w->data = t->data;
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->row_bytes = (size_t)n_in / ggml_block_size(t->type) * ggml_type_size(t->type);
+    ld->m->n_params += (uint64_t)n_in * (uint64_t)n_out;
+    ld->m->weight_bytes += t->n_bytes;
+}
+
+/* Bind a small tensor of n_rows x n elements (ne = {n, n_rows}), copied to f32. */
+static float *bind_vec2(loader *ld, const char *name, int n, int n_rows)
+{
+    if (ld->failed)
+        return NULL;
+    const gguf_tensor *t = find_t(ld, name, true);
+    if (!t)
+        return NULL;
+    uint64_t want1 = n_rows == 1 ? 1 : (uint64_t)n_rows;
+    if (t->ne[0] != (uint64_t)n || t->ne[1] != want1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        ld_fail(ld, "tensor '%s' has shape {%llu, %llu}, expected {%d, %d}", name,
+                (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], n, n_rows);
+        return NULL;
+    }
+    if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16) {
+        ld_fail(ld, "tensor '%s' has type %s; small tensors must be F32, F16 or BF16", name,
+                ggml_type_name(t->type));
+        return NULL;
+    }
+    float *v = malloc((size_t)n * (size_t)n_rows * sizeof(float));
+    if (!v) {
+        ld_fail(ld, "out of memory");
+        return NULL;
+    }
+    dequant_row(t->type, t->data, v, n * n_rows);
+    ld->m->n_params += (uint64_t)n * (uint64_t)n_rows;
+    ld->m->weight_bytes += t->n_bytes;
+    return v;
+}
+
+static float *bind_vec(loader *ld, const char *name, int n)
+{
+    return bind_vec2(ld, name, n, 1);
+}
+
+/* Layer kinds: explicit per-layer array, else the interval rule. */
+static void read_layout(loader *ld)
+{
+    model *m = ld->m;
+    char key[128];
+    key_name(ld, "attention.recurrent_layers", key, sizeof key);
+    const gguf_kv *kv = gguf_find_kv(ld->g, key);
+    int interval = 4;
+    if (kv) {
+        if (kv->type != GGUF_T_ARRAY || kv->arr_n < (uint64_t)m->n_layer) {
+            ld_fail(ld, "metadata %s must be an array of at least %d booleans", key, m->n_layer);
+            return;
+        }
+        for (int il = 0; il < m->n_layer; il++) {
+            int64_t v;
+            if (!gguf_arr_get_i64(kv, (uint64_t)il, &v)) {
+                ld_fail(ld, "metadata %s must hold booleans or integers", key);
+                return;
+            }
+            m->kinds[il] = v ? ENGINE_LAYER_DELTANET : ENGINE_LAYER_ATTN;
+        }
+        return;
+    }
+    if (hp_u32(ld, "full_attention_interval", &interval, 4, false) != 0)
+        return;
+    if (interval <= 0) {
+        ld_fail(ld, "metadata %s.full_attention_interval must be at least 1", m->arch);
+        return;
+    }
+    for (int il = 0; il < m->n_layer; il++)
+        m->kinds[il] = (il + 1) % interval == 0 ? ENGINE_LAYER_ATTN : ENGINE_LAYER_DELTANET;
+}
+
+static void load_qwen35(loader *ld)
+{
+    model *m = ld->m;
+    int n_block = 0, n_nextn = 0;
+    if (hp_u32(ld, "block_count", &n_block, 0, true) ||
+        hp_u32(ld, "nextn_predict_layers", &n_nextn, 0, false) ||
+        hp_u32(ld, "embedding_length", &m->n_embd, 0, true) ||
+        hp_u32(ld, "feed_forward_length", &m->n_ff, 0, true) ||
+        hp_u32(ld, "context_length", &m->n_ctx_train, 4096, false) ||
+        hp_u32(ld, "attention.head_count", &m->n_head, 0, true) ||
+        hp_u32(ld, "attention.head_count_kv", &m->n_head_kv, 0, true) ||
+        hp_u32(ld, "attention.key_length", &m->head_dim, 0, true) ||
+        hp_u32(ld, "rope.dimension_count", &m->n_rot, 0, false) ||
+        hp_u32(ld, "ssm.conv_kernel", &m->ssm_k, 0, true) ||
+        hp_u32(ld, "ssm.state_size", &m->ssm_d_k, 0, true) ||
+        hp_u32(ld, "ssm.group_count", &m->ssm_n_k, 0, true) ||
+        hp_u32(ld, "ssm.time_step_rank", &m->ssm_n_v, 0, true))
+        return;
+    int inner = 0, v_len = 0;
+    if (hp_u32(ld, "ssm.inner_size", &inner, 0, true) ||
+        hp_u32(ld, "attention.value_length", &v_len, m->head_dim, false))
+        return;
+    hp_f32(ld, "attention.layer_norm_rms_epsilon", &m->eps, 1e-6f);
+    hp_f32(ld, "rope.freq_base", &m->rope_theta, 10000.0f);
+    hp_f32(ld, "attention.scale", &m->attn_scale, 0.0f);
+
+    m->n_layer = n_block - n_nextn;
+    if (m->n_layer <= 0 || m->n_embd <= 0 || m->n_ff <= 0 || m->n_head <= 0 ||
+        m->n_head_kv <= 0 || m->head_dim <= 0 || m->ssm_k <= 0 || m->ssm_d_k <= 0 ||
+        m->ssm_n_k <= 0 || m->ssm_n_v <= 0) {
+        ld_fail(ld, "hyperparameters out of range (layers %d, embd %d, ff %d, heads %d/%d, "
+                "head_dim %d, ssm k %d d_k %d n_k %d n_v %d)", m->n_layer, m->n_embd, m->n_ff,
+                m->n_head, m->n_head_kv, m->head_dim, m->ssm_k, m->ssm_d_k, m->ssm_n_k, m->ssm_n_v);
+        return;
+    }
+    if (m->ssm_k > 16) {
+        ld_fail(ld, "ssm.conv_kernel %d is larger than the supported 16", m->ssm_k);
+        return;
+    }
+    if (m->n_head % m->n_head_kv != 0) {
+        ld_fail(ld, "attention.head_count %d is not a multiple of head_count_kv %d", m->n_head,
+                m->n_head_kv);
+        return;
+    }
+    if (v_len != m->head_dim) {
+        ld_fail(ld, "attention.value_length %d differs from key_length %d (unsupported)", v_len,
+                m->head_dim);
+        return;
+    }
+    if (m->n_rot == 0)
+        m->n_rot = m->head_dim;
+    if (m->n_rot > m->head_dim || m->n_rot % 2) {
+        ld_fail(ld, "rope.dimension_count %d must be even and at most head_dim %d", m->n_rot,
+                m->head_dim);
+        return;
+    }
+    if (inner % m->ssm_n_v != 0 || m->ssm_n_v % m->ssm_n_k != 0) {
+        ld_fail(ld, "ssm.inner_size %d must split into %d value heads, and value heads (%d) must "
+                "be a multiple of key heads (%d)", inner, m->ssm_n_v, m->ssm_n_v, m->ssm_n_k);
+        return;
+    }
+    m->ssm_d_v = inner / m->ssm_n_v;
+    m->conv_dim = 2 * m->ssm_n_k * m->ssm_d_k + m->ssm_n_v * m->ssm_d_v;
+    if (m->attn_scale == 0.0f)
+        m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
+
+    m->kinds = calloc((size_t)m->n_layer, 1);
+    m->layers = calloc((size_t)m->n_layer, sizeof(layer));
+    if (!m->kinds || !m->layers) {
+        ld_fail(ld, "out of memory");
+        return;
+    }
+    read_layout(ld);
+    if (ld->failed)
+        return;
+
+    /* token embedding: ne = {n_embd, n_vocab}; n_vocab comes from the tensor */
+    const gguf_tensor *te = find_t(ld, "token_embd.weight", true);
+    if (!te)
+        return;
+    if (te->ne[0] != (uint64_t)m->n_embd || te->ne[1] < 1 || te->ne[1] > (1u << 24)) {
+        ld_fail(ld, "tensor 'token_embd.weight' has shape {%llu, %llu}, expected {%d, n_vocab}",
+                (unsigned long long)te->ne[0], (unsigned long long)te->ne[1], m->n_embd);
+        return;
+    }
+    m->n_vocab = (int)te->ne[1];
+    bind_w(ld, &m->tok_embd, "token_embd.weight", m->n_embd, m->n_vocab);
+    m->output_norm = bind_vec(ld, "output_norm.weight", m->n_embd);
+    if (gguf_find_tensor(ld->g, "output.weight"))
+        bind_w(ld, &m->output, "output.weight", m->n_embd, m->n_vocab);
+    else
+        m->output = m->tok_embd;   /* tied */
+
+    const int E = m->n_embd, HD = m->head_dim, NV = m->ssm_n_v, DV = m->ssm_d_v;
+    char nm[96];
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    for (int il = 0; il < m->n_layer && !ld->failed; il++) {
+        layer *L = &m->layers[il];
+        L->kind = m->kinds[il];
+        L->attn_norm = bind_vec(ld, TN("attn_norm.weight"), E);
+        L->post_norm = bind_vec(ld, TN("post_attention_norm.weight"), E);
+        if (L->kind == ENGINE_LAYER_ATTN) {
+            L->kind_idx = m->n_attn++;
+            bind_w(ld, &L->wq, TN("attn_q.weight"), E, m->n_head * 2 * HD);
+            bind_w(ld, &L->wk, TN("attn_k.weight"), E, m->n_head_kv * HD);
+            bind_w(ld, &L->wv, TN("attn_v.weight"), E, m->n_head_kv * HD);
+            bind_w(ld, &L->wo, TN("attn_output.weight"), m->n_head * HD, E);
+            L->q_norm = bind_vec(ld, TN("attn_q_norm.weight"), HD);
+            L->k_norm = bind_vec(ld, TN("attn_k_norm.weight"), HD);
+        } else {
+            L->kind_idx = m->n_dnet++;
+            bind_w(ld, &L->wqkv, TN("attn_qkv.weight"), E, m->conv_dim);
+            bind_w(ld, &L->wz, TN("attn_gate.weight"), E, NV * DV);
+            bind_w(ld, &L->wb, TN("ssm_beta.weight"), E, NV);
+            bind_w(ld, &L->wa, TN("ssm_alpha.weight"), E, NV);
+            L->conv1d = bind_vec2(ld, TN("ssm_conv1d.weight"), m->ssm_k, m->conv_dim);
+            L->dt_bias = bind_vec(ld, TN("ssm_dt.bias"), NV);
+            L->ssm_a = bind_vec(ld, TN("ssm_a"), NV);
+            L->ssm_norm = bind_vec(ld, TN("ssm_norm.weight"), DV);
+            bind_w(ld, &L->wout, TN("ssm_out.weight"), NV * DV, E);
+        }
+        bind_w(ld, &L->ffn_gate, TN("ffn_gate.weight"), E, m->n_ff);
+        bind_w(ld, &L->ffn_up, TN("ffn_up.weight"), E, m->n_ff);
+        bind_w(ld, &L->ffn_down, TN("ffn_down.weight"), m->n_ff, E);
+    }
+#undef TN
+    if (ld->failed)
+        return;
+
+    m->rope_inv_freq = malloc((size_t)(m->n_rot / 2 + 1) * sizeof(float));
+    if (!m->rope_inv_freq) {
+        ld_fail(ld, "out of memory");
+        return;
+    }
+    /* inv_freq[i] = theta^(-2i/n_rot) */
+    for (int i = 0; i < m->n_rot / 2; i++)
+        m->rope_inv_freq[i] = (float)pow((double)m->rope_theta, -2.0 * i / m->n_rot);
+}
+
+static const char *supported_archs = "qwen35";
+
+model *model_load(const char *path, char *err, size_t errlen)
+{
+    model *m = calloc(1, sizeof *m);
+    loader ld = { .m = m, .path = path, .err = err, .errlen = errlen };
+    if (!m) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    m->gguf = gguf_open(path, err, errlen);
+    if (!m->gguf)
+        goto out_fail;
+    ld.g = m->gguf;
+    char *arch = gguf_get_str_dup(m->gguf, "general.architecture");
+    if (!arch) {
+        ld_fail(&ld, "missing metadata general.architecture (is this a model file?)");
+        goto out_fail;
+    }
+    snprintf(m->arch, sizeof m->arch, "%s", arch);
+    bool known = strcmp(arch, "qwen35") == 0;
+    if (!known)
+        ld_fail(&ld, "unknown architecture '%s' (supported: %s)", arch, supported_archs);
+    free(arch);
+    if (!known)
+        goto out_fail;
+
+    char *name = gguf_get_str_dup(m->gguf, "general.name");
+    if (name) {
+        snprintf(m->name, sizeof m->name, "%s", name);
+        free(name);
+    } else {
+        const char *base = strrchr(path, '/');
+        snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
+    }
+    m->chat_template = gguf_get_str_dup(m->gguf, "tokenizer.chat_template");
+
+    load_qwen35(&ld);
+    if (ld.failed)
+        goto out_fail;
+    return m;
+
+out_fail:
+    model_free(m);
+    return NULL;
+}
+
+void model_free(model *m)
+{
+    if (!m)
+        return;
+    if (m->layers) {
+        for (int il = 0; il < m->n_layer; il++) {
+            layer *L = &m->layers[il];
+            free(L->attn_norm);
+            free(L->post_norm);
+            free(L->q_norm);
+            free(L->k_norm);
+            free(L->conv1d);
+            free(L->dt_bias);
+            free(L->ssm_a);
+            free(L->ssm_norm);
+        }
+    }
+    free(m->layers);
+    free(m->kinds);
+    free(m->output_norm);
+    free(m->rope_inv_freq);
+    free(m->chat_template);
+    gguf_close(m->gguf);
+    free(m);
+}

@@ -1,0 +1,80 @@
+/* model.h - hyperparameters, per-layer kind and weight binding.
+ *
+ * Owns: reading an architecture's metadata keys and binding its tensors
+ * (shape-checked) to struct fields. Does not own: the math (forward.c,
+ * attention.c, deltanet.c) or caches (cache.c).
+ * ref: ../shared/docs/architectures.md sections 1.2-2.4.
+ */
+#ifndef HYSERVE_MODEL_H
+#define HYSERVE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "gguf.h"
+
+/* A 2-D weight used as y = W x: n_out rows of n_in contiguous elements
+ * stored as `type` blocks. GGUF ne = {n_in, n_out}. Points into the mmap. */
+typedef struct weight {
+    const void *data;
+    uint32_t type;              /* enum ggml_type */
+    int n_in, n_out;
+    size_t row_bytes;
+} weight;
+
+typedef struct layer {
+    uint8_t kind;               /* enum engine_layer_kind */
+    int kind_idx;               /* index among layers of the same kind */
+    float *attn_norm;           /* [n_embd] input RMSNorm (GGUF: final multiplier) */
+    float *post_norm;           /* [n_embd] post_attention_norm */
+
+    /* gated attention */
+    weight wq;                  /* n_embd -> n_head * 2 * head_dim, per head [q | gate] */
+    weight wk, wv;              /* n_embd -> n_head_kv * head_dim */
+    weight wo;                  /* n_head * head_dim -> n_embd */
+    float *q_norm, *k_norm;     /* [head_dim] */
+
+    /* Gated DeltaNet */
+    weight wqkv;                /* n_embd -> conv_dim = 2*n_k*d_k + n_v*d_v */
+    weight wz;                  /* n_embd -> n_v*d_v (attn_gate) */
+    weight wb, wa;              /* n_embd -> n_v (ssm_beta, ssm_alpha) */
+    float *conv1d;              /* [conv_dim][K] */
+    float *dt_bias;             /* [n_v] */
+    float *ssm_a;               /* [n_v] = -exp(A_log) */
+    float *ssm_norm;            /* [d_v] gated RMSNorm weight, shared by heads */
+    weight wout;                /* n_v*d_v -> n_embd (ssm_out) */
+
+    /* SwiGLU MLP */
+    weight ffn_gate, ffn_up;    /* n_embd -> n_ff */
+    weight ffn_down;            /* n_ff -> n_embd */
+} layer;
+
+typedef struct model {
+    gguf_ctx *gguf;
+    char arch[32];
+    char name[128];
+    int n_vocab, n_embd, n_layer, n_ctx_train, n_ff;
+    int n_head, n_head_kv, head_dim, n_rot;
+    float rope_theta, attn_scale, eps;
+    int ssm_n_k, ssm_n_v, ssm_d_k, ssm_d_v, ssm_k;  /* DeltaNet shape; ssm_k = conv kernel */
+    int conv_dim;               /* 2*n_k*d_k + n_v*d_v */
+    int n_attn, n_dnet;
+    uint8_t *kinds;             /* [n_layer] */
+    layer *layers;              /* [n_layer] */
+    weight tok_embd;            /* n_vocab rows of n_embd */
+    weight output;              /* LM head (== tok_embd when tied) */
+    float *output_norm;         /* [n_embd] */
+    float *rope_inv_freq;       /* [n_rot/2] */
+    uint64_t n_params;
+    uint64_t weight_bytes;
+    char *chat_template;
+} model;
+
+/* Load and validate. On failure: NULL and one line naming the file and
+ * the problem in err. */
+model *model_load(const char *path, char *err, size_t errlen);
+void model_free(model *m);
+
+#endif

@@ -1,0 +1,42 @@
+/* ops.h - the math kernels shared by the layers, and the one BLAS wrapper.
+ *
+ * Kernels are leaf functions on restrict pointers; they never allocate.
+ * ref: ../shared/docs/architectures.md sections 1.3-1.6.
+ */
+#ifndef HYSERVE_OPS_H
+#define HYSERVE_OPS_H
+
+#include <stdbool.h>
+
+#include "model.h"
+
+/* Set the thread count for OpenMP and OpenBLAS once. */
+void ops_set_threads(int n);
+int ops_get_threads(void);
+
+/* y = x * rsqrt(mean(x^2) + eps) * w   (w may be NULL: plain normalisation) */
+void rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* x <- x / max(||x||_2, eps)   (llama.cpp ggml_l2_norm semantics) */
+void l2norm(float *x, int n, float eps);
+/* In-place softmax over n entries; -INFINITY entries get exactly 0. */
+void softmax(float *x, int n);
+/* NeoX partial RoPE on one head: pairs (i, i + n_rot/2), i < n_rot/2. */
+void rope_neox(float *x, int n_rot, const float *inv_freq, int pos);
+
+static inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+/* PyTorch softplus (beta 1, threshold 20) */
+static inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
+
+/* Y[t][o] = sum_i W[o][i] X[t][i] for t < n_tok. X: [n_tok][W->n_in],
+ * Y: [n_tok][W->n_out], both row-major and dense. scratch must hold
+ * matmul_scratch_floats() floats. Uses all threads. */
+void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch);
+long matmul_scratch_floats(const weight *W, int n_tok);
+
+/* C = alpha * op(A) op(B) + beta * C, row-major, op = transpose if ta/tb.
+ * A is M x K after op, B is K x N after op. The one place BLAS is called. */
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+          const float *B, int ldb, float beta, float *C, int ldc);
+
+#endif

@@ -1,0 +1,328 @@
+/* synth.c - write a seeded random qwen35 model.
+ *
+ * Weights are drawn per tensor from a PRNG seeded by (seed, tensor name),
+ * so a tensor does not change when another one is added. Projections have
+ * variance 1/fan_in, norms sit near 1, ssm_a = -exp(A_log) with A_log in
+ * [0, ln 16], like the models it imitates.
+ * ref: ../shared/docs/architectures.md sections 2.2-2.4 and 6.
+ */
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "quant.h"
+#include "tokenizer.h"
+
+void synth_config_default(synth_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->seed = 1;
+    c->n_layer = 4;
+    c->attn_every = 4;
+    c->n_embd = 64;
+    c->n_head = 4;
+    c->n_head_kv = 2;
+    c->head_dim = 16;
+    c->n_rot = 8;
+    c->dnet_n_k = 2;
+    c->dnet_n_v = 2;
+    c->dnet_d_k = 16;
+    c->dnet_d_v = 16;
+    c->conv_kernel = 4;
+    c->n_ff = 128;
+    c->n_vocab = 256;
+    c->n_ctx = 4096;
+    c->tied = 1;
+    c->dtype = GGML_F32;
+    c->rope_theta = 10000.0f;
+    snprintf(c->name, sizeof c->name, "hyserve-synth");
+}
+
+/* splitmix64 */
+typedef struct { uint64_t s; } rng;
+static uint64_t rng_next(rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rng_uniform(rng *r)    /* [-1, 1) */
+{
+    return (float)((double)(rng_next(r) >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+static rng rng_for(uint64_t seed, const char *name)
+{
+    uint64_t h = 1469598103934665603ull ^ seed;     /* FNV-1a over the name */
+    for (const char *p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    rng r = { h };
+    rng_next(&r);
+    return r;
+}
+
+typedef struct sw {
+    gguf_writer *w;
+    const synth_config *c;
+    float *buf;
+    void *qbuf;
+    int failed;
+} sw;
+
+enum fill { FILL_PROJ, FILL_NORM, FILL_EMBD, FILL_CONV, FILL_A, FILL_DT };
+
+/* Write a tensor of ne = {n0, n1} with values drawn per `how`. */
+static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t type)
+{
+    if (s->failed)
+        return;
+    size_t n = (size_t)n0 * (size_t)n1;
+    float *v = malloc(n * sizeof(float));
+    void *q = malloc(n * 4 + 64);
+    if (!v || !q) {
+        free(v);
+        free(q);
+        s->failed = 1;
+        return;
+    }
+    rng r = rng_for(s->c->seed, name);
+    float scale = sqrtf(3.0f / (float)n0);  /* uniform with variance 1/fan_in */
+    for (size_t i = 0; i < n; i++) {
+        float u = rng_uniform(&r);
+        switch (how) {
+        case FILL_PROJ: v[i] = u * scale; break;
+        case FILL_NORM: v[i] = 1.0f + 0.1f * u; break;
+        case FILL_EMBD: v[i] = u * 1.7320508f; break;                   /* variance 1 */
+        case FILL_CONV: v[i] = u * sqrtf(3.0f / (float)n0); break;
+        case FILL_A: v[i] = -expf((u + 1.0f) * 0.5f * logf(16.0f)); break; /* -exp(A_log) */
+        case FILL_DT: v[i] = -2.0f + u; break;
+        }
+    }
+    size_t row_bytes = (size_t)n0 / ggml_block_size(type) * ggml_type_size(type);
+    for (int i = 0; i < n1; i++)
+        quantize_row(type, v + (size_t)i * n0, (char *)q + (size_t)i * row_bytes, n0);
+    uint64_t ne[2] = { (uint64_t)n0, (uint64_t)n1 };
+    gguf_w_tensor(s->w, name, type, n1 == 1 ? 1 : 2, ne, q);
+    free(v);
+    free(q);
+}
+
+static bool is_attn(const synth_config *c, int il)
+{
+    size_t np = strlen(c->pattern);
+    if (np)
+        return c->pattern[(size_t)il % np] == 'A';
+    return (il + 1) % c->attn_every == 0;
+}
+
+/* A ChatML template in the Jinja form Qwen models ship (only its shape
+ * matters to the server's template detection). */
+static const char chatml_template[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/* A few English merges so synthesized vocabularies exercise BPE. */
+static const char *const merge_pairs[][2] = {
+    { "t", "h" }, { "h", "e" }, { "i", "n" }, { "e", "r" }, { "a", "n" }, { "\xc4\xa0", "t" },
+    { "r", "e" }, { "o", "n" }, { "\xc4\xa0", "a" }, { "e", "n" }, { "a", "t" }, { "o", "r" },
+    { "\xc4\xa0t", "he" }, { "e", "s" }, { "\xc4\xa0", "s" }, { "i", "s" }, { "o", "u" },
+    { "\xc4\xa0", "w" }, { "i", "t" }, { "a", "l" }, { "\xc4\xa0", "o" }, { "in", "g" },
+};
+
+static int write_vocab(sw *s)
+{
+    const synth_config *c = s->c;
+    int n = c->n_vocab;
+    char **tok = calloc((size_t)n, sizeof *tok);
+    int32_t *type = calloc((size_t)n, sizeof *type);
+    const char *merges[sizeof merge_pairs / sizeof merge_pairs[0]];
+    char merge_buf[sizeof merge_pairs / sizeof merge_pairs[0]][32];
+    int n_merges = 0, rc = -1;
+    if (!tok || !type)
+        goto out;
+    for (int b = 0; b < 256 && b < n; b++) {
+        uint32_t cp = tok_byte_to_cp((uint8_t)b);
+        char u[5] = { 0 };
+        if (cp < 0x80) {
+            u[0] = (char)cp;
+        } else {
+            u[0] = (char)(0xc0 | (cp >> 6));
+            u[1] = (char)(0x80 | (cp & 0x3f));
+        }
+        tok[b] = strdup(u);
+        type[b] = 1;
+    }
+    int id = 256;
+    static const char *const specials[] = { "<|endoftext|>", "<|im_start|>", "<|im_end|>" };
+    if (n >= 259) {
+        for (int i = 0; i < 3; i++, id++) {
+            tok[id] = strdup(specials[i]);
+            type[id] = 3;   /* CONTROL */
+        }
+    }
+    for (size_t i = 0; i < sizeof merge_pairs / sizeof merge_pairs[0] && id < n; i++, id++) {
+        snprintf(merge_buf[n_merges], sizeof merge_buf[0], "%s %s", merge_pairs[i][0], merge_pairs[i][1]);
+        merges[n_merges] = merge_buf[n_merges];
+        n_merges++;
+        char joined[32];
+        snprintf(joined, sizeof joined, "%s%s", merge_pairs[i][0], merge_pairs[i][1]);
+        tok[id] = strdup(joined);
+        type[id] = 1;
+    }
+    for (; id < n; id++) {
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%d]", id);
+        tok[id] = strdup(pad);
+        type[id] = 5;   /* UNUSED */
+    }
+    for (int i = 0; i < n; i++)
+        if (!tok[i])
+            goto out;
+    gguf_w_str(s->w, "tokenizer.ggml.model", "gpt2");
+    gguf_w_str(s->w, "tokenizer.ggml.pre", "qwen2");
+    gguf_w_arr_str(s->w, "tokenizer.ggml.tokens", (const char *const *)tok, (uint64_t)n);
+    gguf_w_arr(s->w, "tokenizer.ggml.token_type", GGUF_T_I32, type, (uint64_t)n);
+    gguf_w_arr_str(s->w, "tokenizer.ggml.merges", merges, (uint64_t)n_merges);
+    if (n >= 259) {
+        gguf_w_u32(s->w, "tokenizer.ggml.bos_token_id", 256);
+        gguf_w_u32(s->w, "tokenizer.ggml.eos_token_id", c->chat_template ? 258 : 256);
+        gguf_w_u32(s->w, "tokenizer.ggml.padding_token_id", 256);
+    }
+    gguf_w_bool(s->w, "tokenizer.ggml.add_bos_token", false);
+    if (c->chat_template)
+        gguf_w_str(s->w, "tokenizer.chat_template", chatml_template);
+    rc = 0;
+out:
+    if (tok)
+        for (int i = 0; i < n; i++)
+            free(tok[i]);
+    free(tok);
+    free(type);
+    return rc;
+}
+
+static int check_config(const synth_config *c, char *err, size_t errlen)
+{
+    const char *bad = NULL;
+    size_t bs = ggml_block_size(c->dtype);
+    if (c->n_layer < 1 || c->n_layer > 256) bad = "layers must be 1..256";
+    else if (c->n_embd < 1 || c->n_head < 1 || c->n_head_kv < 1 || c->head_dim < 2) bad = "sizes must be positive";
+    else if (c->n_head % c->n_head_kv) bad = "heads must be a multiple of kv-heads";
+    else if (c->n_rot < 0 || c->n_rot > c->head_dim || c->n_rot % 2) bad = "rope-dim must be even and at most head-dim";
+    else if (c->dnet_n_k < 1 || c->dnet_n_v < 1 || c->dnet_n_v % c->dnet_n_k) bad = "dnet-v-heads must be a multiple of dnet-k-heads";
+    else if (c->dnet_d_k < 1 || c->dnet_d_v < 1 || c->conv_kernel < 2 || c->conv_kernel > 16) bad = "DeltaNet dims must be positive and conv kernel 2..16";
+    else if (c->n_ff < 1 || c->n_vocab < 256 || c->n_ctx < 1) bad = "ff must be positive and vocab at least 256";
+    else if (c->attn_every < 1 && !c->pattern[0]) bad = "attn-every must be at least 1";
+    else if (c->chat_template && c->n_vocab < 259) bad = "a chat template needs vocab >= 259 for its special tokens";
+    else if (!quant_supported(c->dtype)) bad = "dtype must be f32, f16, bf16 or q8_0";
+    else if (bs > 1 && (c->n_embd % (int)bs || c->n_ff % (int)bs || (c->n_head * c->head_dim) % (int)bs ||
+                        (c->dnet_n_v * c->dnet_d_v) % (int)bs))
+        bad = "q8_0 needs embd, ff and head widths that are multiples of 32";
+    for (const char *p = c->pattern; !bad && *p; p++)
+        if (*p != 'A' && *p != 'L')
+            bad = "pattern may only hold 'A' (attention) and 'L' (DeltaNet)";
+    if (bad) {
+        snprintf(err, errlen, "synth: %s", bad);
+        return -1;
+    }
+    return 0;
+}
+
+int synth_write(const synth_config *c, const char *path, char *err, size_t errlen)
+{
+    if (check_config(c, err, errlen) != 0)
+        return -1;
+    sw s = { .w = gguf_writer_new(), .c = c };
+    if (!s.w) {
+        snprintf(err, errlen, "synth: out of memory");
+        return -1;
+    }
+    gguf_writer *w = s.w;
+    const int E = c->n_embd, HD = c->head_dim, NV = c->dnet_n_v, DV = c->dnet_d_v;
+    const int conv_dim = 2 * c->dnet_n_k * c->dnet_d_k + NV * DV;
+    const uint32_t t = c->dtype;
+    int rc = -1;
+
+    gguf_w_str(w, "general.architecture", "qwen35");
+    gguf_w_str(w, "general.name", c->name);
+    gguf_w_u32(w, "general.file_type", t == GGML_F32 ? 0 : t == GGML_F16 ? 1 : t == GGML_BF16 ? 32 : 7);
+    gguf_w_u32(w, "qwen35.block_count", (uint32_t)c->n_layer);
+    gguf_w_u32(w, "qwen35.context_length", (uint32_t)c->n_ctx);
+    gguf_w_u32(w, "qwen35.embedding_length", (uint32_t)E);
+    gguf_w_u32(w, "qwen35.feed_forward_length", (uint32_t)c->n_ff);
+    gguf_w_u32(w, "qwen35.attention.head_count", (uint32_t)c->n_head);
+    gguf_w_u32(w, "qwen35.attention.head_count_kv", (uint32_t)c->n_head_kv);
+    gguf_w_u32(w, "qwen35.attention.key_length", (uint32_t)HD);
+    gguf_w_u32(w, "qwen35.attention.value_length", (uint32_t)HD);
+    gguf_w_f32(w, "qwen35.attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_w_f32(w, "qwen35.rope.freq_base", c->rope_theta);
+    gguf_w_u32(w, "qwen35.rope.dimension_count", (uint32_t)c->n_rot);
+    int32_t sections[4] = { 11, 11, 10, 0 };
+    gguf_w_arr(w, "qwen35.rope.dimension_sections", GGUF_T_I32, sections, 4);
+    gguf_w_u32(w, "qwen35.ssm.conv_kernel", (uint32_t)c->conv_kernel);
+    gguf_w_u32(w, "qwen35.ssm.state_size", (uint32_t)c->dnet_d_k);
+    gguf_w_u32(w, "qwen35.ssm.group_count", (uint32_t)c->dnet_n_k);
+    gguf_w_u32(w, "qwen35.ssm.time_step_rank", (uint32_t)NV);
+    gguf_w_u32(w, "qwen35.ssm.inner_size", (uint32_t)(NV * DV));
+    if (c->pattern[0]) {
+        uint8_t *rec = malloc((size_t)c->n_layer);
+        if (!rec)
+            goto out;
+        for (int il = 0; il < c->n_layer; il++)
+            rec[il] = !is_attn(c, il);
+        gguf_w_arr(w, "qwen35.attention.recurrent_layers", GGUF_T_BOOL, rec, (uint64_t)c->n_layer);
+        free(rec);
+    } else {
+        gguf_w_u32(w, "qwen35.full_attention_interval", (uint32_t)c->attn_every);
+    }
+    if (write_vocab(&s) != 0) {
+        snprintf(err, errlen, "synth: out of memory building the vocabulary");
+        goto out;
+    }
+
+    put(&s, "token_embd.weight", E, c->n_vocab, FILL_EMBD, t);
+    put(&s, "output_norm.weight", E, 1, FILL_NORM, GGML_F32);
+    if (!c->tied)
+        put(&s, "output.weight", E, c->n_vocab, FILL_PROJ, t);
+    char nm[96];
+    for (int il = 0; il < c->n_layer; il++) {
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+        put(&s, TN("attn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
+        put(&s, TN("post_attention_norm.weight"), E, 1, FILL_NORM, GGML_F32);
+        if (is_attn(c, il)) {
+            put(&s, TN("attn_q.weight"), E, c->n_head * 2 * HD, FILL_PROJ, t);
+            put(&s, TN("attn_k.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
+            put(&s, TN("attn_v.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
+            put(&s, TN("attn_output.weight"), c->n_head * HD, E, FILL_PROJ, t);
+            put(&s, TN("attn_q_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
+            put(&s, TN("attn_k_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
+        } else {
+            put(&s, TN("attn_qkv.weight"), E, conv_dim, FILL_PROJ, t);
+            put(&s, TN("attn_gate.weight"), E, NV * DV, FILL_PROJ, t);
+            put(&s, TN("ssm_beta.weight"), E, NV, FILL_PROJ, t);
+            put(&s, TN("ssm_alpha.weight"), E, NV, FILL_PROJ, t);
+            put(&s, TN("ssm_conv1d.weight"), c->conv_kernel, conv_dim, FILL_CONV, GGML_F32);
+            put(&s, TN("ssm_dt.bias"), NV, 1, FILL_DT, GGML_F32);
+            put(&s, TN("ssm_a"), NV, 1, FILL_A, GGML_F32);
+            put(&s, TN("ssm_norm.weight"), DV, 1, FILL_NORM, GGML_F32);
+            put(&s, TN("ssm_out.weight"), NV * DV, E, FILL_PROJ, t);
+        }
+        put(&s, TN("ffn_gate.weight"), E, c->n_ff, FILL_PROJ, t);
+        put(&s, TN("ffn_up.weight"), E, c->n_ff, FILL_PROJ, t);
+        put(&s, TN("ffn_down.weight"), c->n_ff, E, FILL_PROJ, t);
+#undef TN
+    }
+    if (s.failed) {
+        snprintf(err, errlen, "synth: out of memory drawing weights");
+        goto out;
+    }
+    rc = gguf_writer_write(w, path, err, errlen);
+out:
+    gguf_writer_free(w);
+    return rc;
+}

@@ -1,0 +1,576 @@
+/* cli_engine.c - the engine subcommands: generate, logits, info, synth.
+ *
+ * Each prints one line naming the problem and exits non-zero on bad input.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "gguf.h"
+#include "sampler.h"
+#include "synth.h"
+#include "tokenizer.h"
+
+/* ------------------------------------------------------------------ */
+/* option helpers                                                      */
+
+bool cli_int(const char *opt, const char *val, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(val, &end, 10);
+    if (errno || end == val || *end || v < lo || v > hi) {
+        fprintf(stderr, "hyserve: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, val);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_float(const char *opt, const char *val, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    if (errno || end == val || *end || !isfinite(v)) {
+        fprintf(stderr, "hyserve: %s expects a number, got '%s'\n", opt, val);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_bytes(const char *opt, const char *val, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'i' || *end == 'B')
+        end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+    if (errno || end == val || *end || !(v >= 0) || v * mul > 1e15) {
+        fprintf(stderr, "hyserve: %s expects a size like 512M or 2G, got '%s'\n", opt, val);
+        return false;
+    }
+    *out = (uint64_t)(v * mul);
+    return true;
+}
+
+/* argv walker: NEXT() yields the value of the current option or fails */
+#define NEXT()                                                                        \
+    (i + 1 < argc ? argv[++i]                                                          \
+                  : (fprintf(stderr, "hyserve: option %s needs a value\n", argv[i]), (char *)NULL))
+#define IS(a, b) is_opt(argv[i], a, b)
+
+static bool is_opt(const char *arg, const char *a, const char *b)
+{
+    return !strcmp(arg, a) || (b && !strcmp(arg, b));
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static engine *open_engine(const char *model, int threads, int ctx, int dnet_mode)
+{
+    if (!model) {
+        fprintf(stderr, "hyserve: no model given (use -m MODEL.gguf)\n");
+        return NULL;
+    }
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = model;
+    p.n_threads = threads;
+    p.n_ctx = ctx;
+    p.max_seqs = 1;
+    p.dnet_mode = dnet_mode;
+    char err[512];
+    engine *e = engine_open(&p, err, sizeof err);
+    if (!e)
+        fprintf(stderr, "hyserve: %s\n", err);
+    return e;
+}
+
+static bool parse_dnet_mode(const char *v, int *mode)
+{
+    if (!strcmp(v, "auto")) *mode = ENGINE_DNET_AUTO;
+    else if (!strcmp(v, "recurrent")) *mode = ENGINE_DNET_RECURRENT;
+    else if (!strcmp(v, "chunked")) *mode = ENGINE_DNET_CHUNKED;
+    else {
+        fprintf(stderr, "hyserve: --dnet-mode must be auto, recurrent or chunked, got '%s'\n", v);
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* generate                                                            */
+
+static const char generate_help[] =
+    "usage: hyserve generate -m MODEL -p PROMPT [options]\n"
+    "  -m, --model FILE       GGUF model\n"
+    "  -p, --prompt TEXT      prompt text (special tokens like <|im_start|> are parsed)\n"
+    "  -n, --n-predict N      tokens to generate (default 64)\n"
+    "      --temp T           temperature; 0 = greedy (default 0.8)\n"
+    "      --top-k K          keep the K most likely tokens (default 40, 0 = off)\n"
+    "      --top-p P          nucleus sampling (default 0.95, 1 = off)\n"
+    "      --min-p P          drop tokens below P * max prob (default 0.05, 0 = off)\n"
+    "      --repeat-penalty R repetition penalty (default 1.0 = off)\n"
+    "      --seed S           sampling seed (default 42)\n"
+    "      --ignore-eos       keep going past end-of-generation tokens\n"
+    "  -c, --ctx N            context size (default min(train, 4096))\n"
+    "  -t, --threads N        threads (default: all cores)\n"
+    "Text goes to stdout as it is generated; speeds go to stderr.\n";
+
+int cli_generate(int argc, char **argv)
+{
+    const char *model = NULL, *prompt = NULL;
+    long n_predict = 64, threads = 0, ctx = 0, top_k = 40, seed = 42;
+    double temp = 0.8, top_p = 0.95, min_p = 0.05, rep = 1.0;
+    bool ignore_eos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (IS("-h", "--help")) { fputs(generate_help, stdout); return 0; }
+        else if (IS("-m", "--model")) { if (!(model = NEXT())) return 2; }
+        else if (IS("-p", "--prompt")) { if (!(prompt = NEXT())) return 2; }
+        else if (IS("-n", "--n-predict")) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1 << 20, &n_predict)) return 2; }
+        else if (IS("-t", "--threads")) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1024, &threads)) return 2; }
+        else if (IS("-c", "--ctx")) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1 << 24, &ctx)) return 2; }
+        else if (IS("--temp", NULL)) { if (!(v = NEXT()) || !cli_float(argv[i - 1], v, &temp)) return 2; }
+        else if (IS("--top-k", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1 << 30, &top_k)) return 2; }
+        else if (IS("--top-p", NULL)) { if (!(v = NEXT()) || !cli_float(argv[i - 1], v, &top_p)) return 2; }
+        else if (IS("--min-p", NULL)) { if (!(v = NEXT()) || !cli_float(argv[i - 1], v, &min_p)) return 2; }
+        else if (IS("--repeat-penalty", NULL)) { if (!(v = NEXT()) || !cli_float(argv[i - 1], v, &rep)) return 2; }
+        else if (IS("--seed", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 0x7fffffffffffffffL, &seed)) return 2; }
+        else if (IS("--ignore-eos", NULL)) ignore_eos = true;
+        else { fprintf(stderr, "hyserve: generate: unknown option '%s' (see --help)\n", argv[i]); return 2; }
+    }
+    if (!prompt) {
+        fprintf(stderr, "hyserve: generate: no prompt given (use -p TEXT)\n");
+        return 2;
+    }
+    engine *e = open_engine(model, (int)threads, (int)ctx, ENGINE_DNET_AUTO);
+    if (!e)
+        return 1;
+    const engine_info *info = engine_get_info(e);
+    int rc = 1, seq = -1;
+    int cap = info->n_ctx;
+    int32_t *toks = malloc((size_t)cap * sizeof *toks);
+    float *logits = malloc((size_t)info->n_vocab * sizeof *logits);
+    sampler *smp = NULL;
+    char *hold = malloc(256);
+    size_t n_hold = 0;
+    if (!toks || !logits || !hold)
+        goto out;
+    int n_prompt = engine_tokenize(e, prompt, strlen(prompt), true, true, toks, cap);
+    if (n_prompt < 0) {
+        fprintf(stderr, "hyserve: generate: could not tokenize the prompt\n");
+        goto out;
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "hyserve: generate: the prompt is empty\n");
+        goto out;
+    }
+    if (n_prompt + n_predict > cap) {
+        fprintf(stderr, "hyserve: generate: prompt (%d tokens) + %ld new tokens exceeds the context of %d (use -c)\n",
+                n_prompt, n_predict, cap);
+        goto out;
+    }
+    sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = (float)temp;
+    sp.greedy = temp <= 0;
+    sp.top_k = (int)top_k;
+    sp.top_p = (float)top_p;
+    sp.min_p = (float)min_p;
+    sp.repetition_penalty = (float)rep;
+    sp.seed = (uint64_t)seed;
+    smp = sampler_new(&sp, info->n_vocab);
+    seq = engine_seq_new(e);
+    if (!smp || seq < 0 || engine_seq_reserve(e, seq, n_prompt + (int)n_predict) != 0) {
+        fprintf(stderr, "hyserve: generate: out of memory for the cache\n");
+        goto out;
+    }
+    char err[256];
+    double t0 = now_s();
+    engine_batch_item it = { .seq = seq, .tokens = toks, .n_tokens = n_prompt,
+                             .logits = ENGINE_LOGITS_LAST, .out = logits };
+    if (engine_forward(e, &it, 1, err, sizeof err) != 0) {
+        fprintf(stderr, "hyserve: generate: %s\n", err);
+        goto out;
+    }
+    double t1 = now_s();
+    int n_gen = 0;
+    for (; n_gen < n_predict; n_gen++) {
+        int32_t tok = sampler_sample(smp, logits, toks, n_prompt + n_gen, NULL);
+        toks[n_prompt + n_gen] = tok;
+        if (!ignore_eos && engine_token_is_eog(e, tok))
+            break;
+        char piece[256];
+        int np = engine_token_piece(e, tok, piece, sizeof piece);
+        if (np > 0) {
+            if (np > (int)sizeof piece)
+                np = (int)sizeof piece;
+            if (n_hold + (size_t)np > 256)
+                n_hold = 0;     /* cannot happen for valid UTF-8: 3 held bytes at most */
+            memcpy(hold + n_hold, piece, (size_t)np);
+            n_hold += (size_t)np;
+            size_t ok = utf8_complete_prefix(hold, n_hold);
+            fwrite(hold, 1, ok, stdout);
+            fflush(stdout);
+            memmove(hold, hold + ok, n_hold - ok);
+            n_hold -= ok;
+        }
+        if (n_gen + 1 == n_predict)
+            break;
+        it = (engine_batch_item){ .seq = seq, .tokens = &toks[n_prompt + n_gen], .n_tokens = 1,
+                                  .logits = ENGINE_LOGITS_LAST, .out = logits };
+        if (engine_forward(e, &it, 1, err, sizeof err) != 0) {
+            fprintf(stderr, "hyserve: generate: %s\n", err);
+            goto out;
+        }
+    }
+    if (n_gen < n_predict && n_gen >= 0 && n_hold)
+        fwrite(hold, 1, n_hold, stdout);
+    else if (n_hold)
+        fwrite(hold, 1, n_hold, stdout);
+    fflush(stdout);
+    double t2 = now_s();
+    int n_out = n_gen + (n_gen < n_predict ? 1 : 0);
+    fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
+            n_prompt, t1 - t0, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_out, t2 - t1,
+            n_out > 1 ? (n_out - 1) / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0);
+    rc = 0;
+out:
+    sampler_free(smp);
+    engine_seq_free(e, seq);
+    engine_close(e);
+    free(toks);
+    free(logits);
+    free(hold);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* logits                                                              */
+
+static const char logits_help[] =
+    "usage: hyserve logits -m MODEL --tokens 1,2,3 [--all]\n"
+    "  -m, --model FILE     GGUF model\n"
+    "      --tokens LIST    comma-separated token ids\n"
+    "  -p, --prompt TEXT    or: tokenize this text\n"
+    "      --all            print logits after every token, not only the last\n"
+    "      --dnet-mode M    auto | recurrent | chunked (DeltaNet prefill path)\n"
+    "      --split N        feed the tokens in pieces of N (exercises decode steps)\n"
+    "  -t, --threads N      threads\n"
+    "Prints {\"tokens\": [...], \"logits\": [[...], ...]} with one row per position.\n";
+
+int cli_logits(int argc, char **argv)
+{
+    const char *model = NULL, *list = NULL, *prompt = NULL;
+    long threads = 0, split = 0;
+    bool all = false;
+    int mode = ENGINE_DNET_AUTO;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (IS("-h", "--help")) { fputs(logits_help, stdout); return 0; }
+        else if (IS("-m", "--model")) { if (!(model = NEXT())) return 2; }
+        else if (IS("--tokens", NULL)) { if (!(list = NEXT())) return 2; }
+        else if (IS("-p", "--prompt")) { if (!(prompt = NEXT())) return 2; }
+        else if (IS("--all", NULL)) all = true;
+        else if (IS("--dnet-mode", NULL)) { if (!(v = NEXT()) || !parse_dnet_mode(v, &mode)) return 2; }
+        else if (IS("--split", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1 << 24, &split)) return 2; }
+        else if (IS("-t", "--threads")) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1024, &threads)) return 2; }
+        else { fprintf(stderr, "hyserve: logits: unknown option '%s' (see --help)\n", argv[i]); return 2; }
+    }
+    if (!list == !prompt) {
+        fprintf(stderr, "hyserve: logits: give exactly one of --tokens LIST or -p TEXT\n");
+        return 2;
+    }
+    engine *e = open_engine(model, (int)threads, 0, mode);
+    if (!e)
+        return 1;
+    const engine_info *info = engine_get_info(e);
+    int rc = 1, n = 0, seq = -1;
+    int32_t *toks = malloc((size_t)info->n_ctx * sizeof *toks);
+    float *out = NULL;
+    if (!toks)
+        goto out;
+    if (list) {
+        const char *p = list;
+        while (*p) {
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v >= info->n_vocab) {
+                fprintf(stderr, "hyserve: logits: bad token id near '%.20s' (vocabulary has %d tokens)\n",
+                        p, info->n_vocab);
+                goto out;
+            }
+            if (n >= info->n_ctx) {
+                fprintf(stderr, "hyserve: logits: more tokens than the context of %d\n", info->n_ctx);
+                goto out;
+            }
+            toks[n++] = (int32_t)v;
+            p = end;
+            if (*p == ',')
+                p++;
+            else if (*p) {
+                fprintf(stderr, "hyserve: logits: --tokens must be comma-separated integers\n");
+                goto out;
+            }
+        }
+    } else {
+        n = engine_tokenize(e, prompt, strlen(prompt), true, true, toks, info->n_ctx);
+        if (n > info->n_ctx) {
+            fprintf(stderr, "hyserve: logits: prompt is longer than the context of %d\n", info->n_ctx);
+            goto out;
+        }
+    }
+    if (n <= 0) {
+        fprintf(stderr, "hyserve: logits: no tokens\n");
+        goto out;
+    }
+    out = malloc((size_t)(all ? n : 1) * (size_t)info->n_vocab * sizeof(float));
+    seq = engine_seq_new(e);
+    if (!out || seq < 0) {
+        fprintf(stderr, "hyserve: logits: out of memory\n");
+        goto out;
+    }
+    char err[256];
+    int step = split > 0 ? (int)split : n;
+    for (int s0 = 0; s0 < n; s0 += step) {
+        int cnt = n - s0 < step ? n - s0 : step;
+        bool last = s0 + cnt == n;
+        engine_batch_item it = { .seq = seq, .tokens = toks + s0, .n_tokens = cnt,
+                                 .logits = all ? ENGINE_LOGITS_ALL : last ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE,
+                                 .out = all ? out + (size_t)s0 * info->n_vocab : out };
+        if (engine_forward(e, &it, 1, err, sizeof err) != 0) {
+            fprintf(stderr, "hyserve: logits: %s\n", err);
+            goto out;
+        }
+    }
+    printf("{\"tokens\": [");
+    for (int i = 0; i < n; i++)
+        printf("%s%d", i ? ", " : "", toks[i]);
+    printf("], \"logits\": [");
+    int rows = all ? n : 1;
+    for (int r = 0; r < rows; r++) {
+        printf("%s[", r ? ", " : "");
+        const float *row = out + (size_t)r * info->n_vocab;
+        for (int v = 0; v < info->n_vocab; v++)
+            printf("%s%.9g", v ? ", " : "", (double)row[v]);
+        printf("]");
+    }
+    printf("]}\n");
+    rc = 0;
+out:
+    engine_seq_free(e, seq);
+    engine_close(e);
+    free(toks);
+    free(out);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* info                                                                */
+
+static const char info_help[] =
+    "usage: hyserve info -m MODEL\n"
+    "Prints the architecture, the layer layout (A = attention, L = DeltaNet),\n"
+    "hyperparameters, weight dtypes with their bytes, parameter count and\n"
+    "cache cost per token and per sequence.\n";
+
+int cli_info(int argc, char **argv)
+{
+    const char *model = NULL;
+    long threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (IS("-h", "--help")) { fputs(info_help, stdout); return 0; }
+        else if (IS("-m", "--model")) { if (!(model = NEXT())) return 2; }
+        else if (IS("-t", "--threads")) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1024, &threads)) return 2; }
+        else { fprintf(stderr, "hyserve: info: unknown option '%s' (see --help)\n", argv[i]); return 2; }
+    }
+    engine *e = open_engine(model, (int)threads, 0, ENGINE_DNET_AUTO);
+    if (!e)
+        return 1;
+    const engine_info *in = engine_get_info(e);
+    printf("model:         %s\n", in->name);
+    printf("architecture:  %s\n", in->arch);
+    printf("layers:        %d (%d attention, %d DeltaNet)\n", in->n_layer, in->n_attn_layers,
+           in->n_dnet_layers);
+    printf("layout:        ");
+    for (int il = 0; il < in->n_layer; il++)
+        putchar(in->layer_kind[il] == ENGINE_LAYER_ATTN ? 'A' : 'L');
+    printf("\n");
+    printf("embedding:     %d, vocabulary %d, context (train) %d\n", in->n_embd, in->n_vocab,
+           in->n_ctx_train);
+    printf("attention:     %d query heads, %d KV heads, head dim %d, rotary dims %d\n",
+           in->n_head, in->n_head_kv, in->head_dim, in->n_rot);
+    printf("deltanet:      %d key heads x %d, %d value heads x %d, conv kernel %d\n", in->ssm_n_k,
+           in->ssm_d_k, in->ssm_n_v, in->ssm_d_v, in->ssm_conv_kernel);
+    printf("mlp:           %d\n", in->n_ff);
+    printf("parameters:    %llu (%.2f M)\n", (unsigned long long)in->n_params, in->n_params / 1e6);
+    printf("weights:       %llu bytes (%.2f MiB)\n", (unsigned long long)in->weight_bytes,
+           in->weight_bytes / 1048576.0);
+    /* bytes by tensor type, straight from the file */
+    char err[256];
+    gguf_ctx *g = gguf_open(model, err, sizeof err);
+    if (g) {
+        uint64_t by_type[64] = { 0 }, n_by_type[64] = { 0 };
+        for (uint64_t i = 0; i < g->n_tensors; i++)
+            if (g->tensors[i].type < 64) {
+                by_type[g->tensors[i].type] += g->tensors[i].n_bytes;
+                n_by_type[g->tensors[i].type]++;
+            }
+        printf("dtypes:       ");
+        for (int t = 0; t < 64; t++)
+            if (n_by_type[t])
+                printf(" %s: %llu tensors, %llu bytes;", ggml_type_name((uint32_t)t),
+                       (unsigned long long)n_by_type[t], (unsigned long long)by_type[t]);
+        printf("\n");
+        gguf_close(g);
+    }
+    printf("kv cache:      %llu bytes per token (%s), MHA on every layer would be %llu\n",
+           (unsigned long long)in->kv_bytes_per_token, in->kv_dtype,
+           (unsigned long long)in->mha_bytes_per_token);
+    printf("deltanet state: %llu bytes recurrent + %llu bytes conv per sequence\n",
+           (unsigned long long)in->dnet_state_bytes_per_seq,
+           (unsigned long long)in->dnet_conv_bytes_per_seq);
+    printf("chat template: %s\n", in->chat_template ? "present" : "none");
+    engine_close(e);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* synth                                                               */
+
+static const char synth_help[] =
+    "usage: hyserve synth -o OUT.gguf [options]\n"
+    "  -o, --output FILE      where to write the model\n"
+    "      --seed S           weight seed (default 1)\n"
+    "      --layers N         decoder layers (default 4)\n"
+    "      --attn-every K     attention every Kth layer, the rest DeltaNet (default 4)\n"
+    "      --pattern P        explicit layout, e.g. LLLA (A attention, L DeltaNet), repeated\n"
+    "      --embd D           hidden size (default 64)\n"
+    "      --heads H          attention query heads (default 4)\n"
+    "      --kv-heads H       attention KV heads (default 2)\n"
+    "      --head-dim D       attention head dim (default 16)\n"
+    "      --rope-dim R       rotary dims (default head-dim / 2)\n"
+    "      --dnet-k-heads N   DeltaNet key heads (default 2)\n"
+    "      --dnet-v-heads N   DeltaNet value heads (default = key heads)\n"
+    "      --dnet-k-dim D     DeltaNet key head dim (default 16)\n"
+    "      --dnet-v-dim D     DeltaNet value head dim (default = key dim)\n"
+    "      --conv-kernel K    DeltaNet conv kernel (default 4)\n"
+    "      --ff N             MLP size (default 128)\n"
+    "      --vocab N          vocabulary; 256 = bytes only; >= 259 adds special tokens\n"
+    "      --ctx N            training context written to the file (default 4096)\n"
+    "      --tied | --untied  LM head tied to the embedding (default tied)\n"
+    "      --dtype T          f32 | f16 | bf16 | q8_0 for the 2-D weights (default f32)\n"
+    "      --chat-template chatml  add a ChatML template (needs vocab >= 259)\n"
+    "      --name NAME        general.name\n";
+
+int cli_synth(int argc, char **argv)
+{
+    synth_config c;
+    synth_config_default(&c);
+    const char *out = NULL;
+    long v_l;
+    bool rope_set = false, nv_set = false, dv_set = false;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+#define INTOPT(name, field, lo, hi)                                                          \
+        else if (IS(name, NULL)) {                                                           \
+            if (!(v = NEXT()) || !cli_int(name, v, lo, hi, &v_l)) return 2;                  \
+            c.field = (int)v_l;                                                              \
+        }
+        if (IS("-h", "--help")) { fputs(synth_help, stdout); return 0; }
+        else if (IS("-o", "--output")) { if (!(out = NEXT())) return 2; }
+        else if (IS("--seed", NULL)) {
+            if (!(v = NEXT()) || !cli_int("--seed", v, 0, 0x7fffffffffffffffL, &v_l)) return 2;
+            c.seed = (uint64_t)v_l;
+        }
+        INTOPT("--layers", n_layer, 1, 256)
+        INTOPT("--attn-every", attn_every, 1, 256)
+        INTOPT("--embd", n_embd, 1, 65536)
+        INTOPT("--heads", n_head, 1, 1024)
+        INTOPT("--kv-heads", n_head_kv, 1, 1024)
+        INTOPT("--head-dim", head_dim, 2, 4096)
+        INTOPT("--dnet-k-heads", dnet_n_k, 1, 1024)
+        INTOPT("--dnet-k-dim", dnet_d_k, 1, 4096)
+        INTOPT("--conv-kernel", conv_kernel, 2, 16)
+        INTOPT("--ff", n_ff, 1, 1 << 20)
+        INTOPT("--vocab", n_vocab, 256, 1 << 22)
+        INTOPT("--ctx", n_ctx, 1, 1 << 24)
+        else if (IS("--rope-dim", NULL)) {
+            if (!(v = NEXT()) || !cli_int("--rope-dim", v, 0, 4096, &v_l)) return 2;
+            c.n_rot = (int)v_l;
+            rope_set = true;
+        } else if (IS("--dnet-v-heads", NULL)) {
+            if (!(v = NEXT()) || !cli_int("--dnet-v-heads", v, 1, 1024, &v_l)) return 2;
+            c.dnet_n_v = (int)v_l;
+            nv_set = true;
+        } else if (IS("--dnet-v-dim", NULL)) {
+            if (!(v = NEXT()) || !cli_int("--dnet-v-dim", v, 1, 4096, &v_l)) return 2;
+            c.dnet_d_v = (int)v_l;
+            dv_set = true;
+        } else if (IS("--pattern", NULL)) {
+            if (!(v = NEXT())) return 2;
+            if (strlen(v) >= sizeof c.pattern || !*v) {
+                fprintf(stderr, "hyserve: synth: --pattern must have 1 to %zu letters\n", sizeof c.pattern - 1);
+                return 2;
+            }
+            snprintf(c.pattern, sizeof c.pattern, "%s", v);
+        } else if (IS("--tied", NULL)) c.tied = 1;
+        else if (IS("--untied", NULL)) c.tied = 0;
+        else if (IS("--dtype", NULL)) {
+            if (!(v = NEXT())) return 2;
+            if (!strcmp(v, "f32")) c.dtype = GGML_F32;
+            else if (!strcmp(v, "f16")) c.dtype = GGML_F16;
+            else if (!strcmp(v, "bf16")) c.dtype = GGML_BF16;
+            else if (!strcmp(v, "q8_0")) c.dtype = GGML_Q8_0;
+            else { fprintf(stderr, "hyserve: synth: --dtype must be f32, f16, bf16 or q8_0, got '%s'\n", v); return 2; }
+        } else if (IS("--chat-template", NULL)) {
+            if (!(v = NEXT())) return 2;
+            if (strcmp(v, "chatml")) { fprintf(stderr, "hyserve: synth: only --chat-template chatml is known\n"); return 2; }
+            c.chat_template = 1;
+        } else if (IS("--name", NULL)) {
+            if (!(v = NEXT())) return 2;
+            snprintf(c.name, sizeof c.name, "%s", v);
+        } else {
+            fprintf(stderr, "hyserve: synth: unknown option '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+#undef INTOPT
+    }
+    if (!out) {
+        fprintf(stderr, "hyserve: synth: no output file (use -o OUT.gguf)\n");
+        return 2;
+    }
+    if (!rope_set)
+        c.n_rot = c.head_dim / 2 - (c.head_dim / 2) % 2;
+    if (!nv_set)
+        c.dnet_n_v = c.dnet_n_k;
+    if (!dv_set)
+        c.dnet_d_v = c.dnet_d_k;
+    if (c.chat_template && c.n_vocab < 259)
+        c.n_vocab = 259;
+    char err[256];
+    if (synth_write(&c, out, err, sizeof err) != 0) {
+        fprintf(stderr, "hyserve: %s\n", err);
+        return 1;
+    }
+    return 0;
+}

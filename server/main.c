@@ -1,0 +1,51 @@
+/* main.c - the hyserve binary: one executable, several subcommands.
+ *
+ *   hyserve serve     HTTP server (serve.c)
+ *   hyserve generate  stream a completion to stdout
+ *   hyserve logits    print logits as JSON, for comparison with references
+ *   hyserve info      architecture, layout, shapes, dtypes
+ *   hyserve synth     write a seeded random model
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "serve.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    { "serve", serve_main, "run the HTTP server (TGI and OpenAI compatible)" },
+    { "generate", cli_generate, "generate text from a prompt, streamed to stdout" },
+    { "logits", cli_logits, "print next-token logits as JSON" },
+    { "info", cli_info, "describe a model file: architecture, layout, shapes, dtypes" },
+    { "synth", cli_synth, "write a seeded random model of any size and layout" },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: hyserve COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`hyserve COMMAND --help` explains each command's options.\n"
+               "`-t N` sets the thread count everywhere.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "hyserve: unknown command '%s' (try hyserve --help)\n", argv[1]);
+    return 2;
+}

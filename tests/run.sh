@@ -1,0 +1,39 @@
+#!/bin/sh
+# tests/run.sh - the whole test suite (`make test`).
+#
+# Runs the C unit tests, then every tests/suite_*.sh in name order. Each
+# suite prints, as its last line, "<suite>: N passed, N failed". This script
+# adds them up and prints the total last. Exit status is non-zero if any
+# test failed or a suite did not report.
+set -u
+: "${HYSERVE:=build/hyserve}" "${TESTBIN:=build/hyserve-tests}" "${PYTHON:=/usr/bin/python3}"
+export HYSERVE TESTBIN PYTHON
+TMPROOT=${TEST_TMPDIR:-tests/tmp}
+mkdir -p "$TMPROOT"
+export TEST_TMPDIR="$TMPROOT"
+
+total_p=0; total_f=0; bad=0
+run_suite() {
+    name=$1; shift
+    log="$TMPROOT/$name.log"
+    echo "== $name"
+    "$@" 2>&1 | tee "$log"
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "$name: did not report a result" >&2
+        bad=1; total_f=$((total_f + 1)); return
+    fi
+    p=$(echo "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed.*/\2/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    total_p=$((total_p + p)); total_f=$((total_f + f))
+}
+
+run_suite unit "$TESTBIN"
+for s in tests/suite_*.sh; do
+    [ -f "$s" ] || continue
+    n=$(basename "$s" .sh); n=${n#suite_}
+    run_suite "$n" sh "$s"
+done
+echo
+echo "$total_p passed, $total_f failed"
+[ "$total_f" -eq 0 ] && [ "$bad" -eq 0 ]

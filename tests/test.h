@@ -1,0 +1,36 @@
+/* test.h - a tiny test registry. Each TEST() registers itself at load
+ * time (constructor), so test files need no central list. The runner
+ * (tests/runner.c) runs them all, or those whose name contains argv[1],
+ * and prints "N passed, N failed" last. */
+#ifndef HYSERVE_TEST_H
+#define HYSERVE_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+
+typedef void (*test_fn)(void);
+void test_register(const char *name, test_fn fn);
+void test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+extern int test_current_failed;
+
+#define TEST(name)                                                        \
+    static void name(void);                                               \
+    __attribute__((constructor)) static void name##_reg(void)             \
+    { test_register(#name, name); }                                       \
+    static void name(void)
+
+#define CHECK(cond)                                                       \
+    do { if (!(cond)) { test_fail(__FILE__, __LINE__, "CHECK(%s)", #cond); return; } } while (0)
+#define CHECK_MSG(cond, ...)                                              \
+    do { if (!(cond)) { test_fail(__FILE__, __LINE__, __VA_ARGS__); return; } } while (0)
+#define CHECK_NEAR(a, b, tol)                                             \
+    do { double a_ = (a), b_ = (b);                                       \
+         if (!(fabs(a_ - b_) <= (tol))) {                                 \
+             test_fail(__FILE__, __LINE__, "%s = %.9g, expected %s = %.9g (tol %g)", \
+                       #a, a_, #b, b_, (double)(tol)); return; } } while (0)
+
+/* Directory for scratch files ("tests/tmp" unless $TEST_TMPDIR). */
+const char *test_tmpdir(void);
+
+#endif

@@ -1,0 +1,399 @@
+/* test_engine.c - engine invariants on synthesized models: the two
+ * DeltaNet paths agree, prefill + decode equals a longer prefill, a batch
+ * equals each sequence alone, the cache accounting adds up, and every kind
+ * of broken model file fails with one clear line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "gguf.h"
+#include "layers.h"
+#include "synth.h"
+#include "test.h"
+
+static const char *model_path(const char *tag, synth_config *c)
+{
+    static char path[4][512];
+    static int slot;
+    char *p = path[slot++ % 4];
+    snprintf(p, sizeof path[0], "%s/engine_%s.gguf", test_tmpdir(), tag);
+    char err[256];
+    if (synth_write(c, p, err, sizeof err) != 0) {
+        fprintf(stderr, "    synth failed: %s\n", err);
+        return NULL;
+    }
+    return p;
+}
+
+static engine *open_model(const char *path, int mode, int max_seqs)
+{
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 2;
+    p.n_ctx = 512;
+    p.max_seqs = max_seqs;
+    p.dnet_mode = mode;
+    char err[512];
+    engine *e = engine_open(&p, err, sizeof err);
+    if (!e)
+        fprintf(stderr, "    engine_open: %s\n", err);
+    return e;
+}
+
+static void prompt_tokens(int32_t *t, int n, int vocab, uint32_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (int32_t)((seed >> 8) % (uint32_t)vocab);
+    }
+}
+
+static double max_rel_diff(const float *a, const float *b, long n)
+{
+    double md = 0, mx = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        md = d > md ? d : md;
+        mx = fabs(b[i]) > mx ? fabs(b[i]) : mx;
+    }
+    return md / (mx > 0 ? mx : 1);
+}
+
+/* logits for all n positions of one sequence fed in pieces of `step` */
+static int run_logits(engine *e, const int32_t *toks, int n, int step, float *out)
+{
+    int seq = engine_seq_new(e);
+    char err[256];
+    if (seq < 0)
+        return -1;
+    const int V = engine_get_info(e)->n_vocab;
+    for (int s0 = 0; s0 < n; s0 += step) {
+        int cnt = n - s0 < step ? n - s0 : step;
+        engine_batch_item it = { seq, toks + s0, cnt, ENGINE_LOGITS_ALL, out + (size_t)s0 * V };
+        if (engine_forward(e, &it, 1, err, sizeof err) != 0) {
+            fprintf(stderr, "    forward: %s\n", err);
+            engine_seq_free(e, seq);
+            return -1;
+        }
+    }
+    engine_seq_free(e, seq);
+    return 0;
+}
+
+static void hybrid_config(synth_config *c)
+{
+    synth_config_default(c);
+    c->n_layer = 4;
+    c->attn_every = 2;
+    c->dnet_n_k = 2;
+    c->dnet_n_v = 4;        /* n_v = 2 n_k: exercises the tiled head order */
+    c->seed = 7;
+}
+
+TEST(test_deltanet_chunked_prefill_matches_recurrent_path)
+{
+    synth_config c;
+    hybrid_config(&c);
+    const char *p = model_path("chunk", &c);
+    CHECK(p);
+    engine *rec = open_model(p, ENGINE_DNET_RECURRENT, 1), *chk = open_model(p, ENGINE_DNET_CHUNKED, 1);
+    CHECK(rec && chk);
+    enum { N = 150 };       /* spans three chunks of 64, the last one partial */
+    const int V = engine_get_info(rec)->n_vocab;
+    int32_t toks[N];
+    prompt_tokens(toks, N, V, 1);
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    CHECK(a && b);
+    CHECK(run_logits(rec, toks, N, N, a) == 0);
+    CHECK(run_logits(chk, toks, N, N, b) == 0);
+    double d = max_rel_diff(b, a, (long)N * V);
+    CHECK_MSG(d < 1e-4, "chunked vs recurrent: max relative difference %g", d);
+    free(a); free(b);
+    engine_close(rec);
+    engine_close(chk);
+}
+
+TEST(test_deltanet_chunked_head_matches_recurrent_head_on_strong_decay)
+{
+    /* direct kernel check with decays as strong as trained models reach */
+    enum { N = 130, DK = 8, DV = 6 };
+    float q[N][DK], k[N][DK], v[N][DV], beta[N], g[N];
+    float S1[DV * DK] = { 0 }, S2[DV * DK] = { 0 }, o1[N][DV], o2[N][DV];
+    uint32_t s = 99;
+    for (int t = 0; t < N; t++) {
+        double nq = 0, nk = 0;
+        for (int i = 0; i < DK; i++) {
+            s = s * 1664525u + 1013904223u; q[t][i] = (float)((s >> 9) % 2001) / 1000.0f - 1.0f;
+            s = s * 1664525u + 1013904223u; k[t][i] = (float)((s >> 9) % 2001) / 1000.0f - 1.0f;
+            nq += q[t][i] * q[t][i];
+            nk += k[t][i] * k[t][i];
+        }
+        for (int i = 0; i < DK; i++) {
+            q[t][i] /= (float)sqrt(nq);
+            k[t][i] /= (float)sqrt(nk);
+        }
+        for (int j = 0; j < DV; j++) {
+            s = s * 1664525u + 1013904223u; v[t][j] = (float)((s >> 9) % 2001) / 1000.0f - 1.0f;
+        }
+        s = s * 1664525u + 1013904223u; beta[t] = (float)((s >> 9) % 1000) / 1000.0f;
+        s = s * 1664525u + 1013904223u; g[t] = -(float)((s >> 9) % 3000) / 1000.0f;
+    }
+    for (int i = 0; i < DV * DK; i++)
+        S1[i] = S2[i] = 0.01f * (float)(i % 7);
+    float *scr = malloc(sizeof(float) * (size_t)dnet_chunk_scratch_floats(DK, DV));
+    CHECK(scr);
+    dnet_recurrent_head(N, DK, DV, &q[0][0], DK, &k[0][0], DK, &v[0][0], DV, beta, g, S1, &o1[0][0], DV);
+    dnet_chunked_head(N, DK, DV, &q[0][0], DK, &k[0][0], DK, &v[0][0], DV, beta, g, S2, &o2[0][0], DV, scr);
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < DV; j++)
+            CHECK_NEAR(o2[t][j], o1[t][j], 1e-5);
+    for (int i = 0; i < DV * DK; i++)
+        CHECK_NEAR(S2[i], S1[i], 1e-5);
+    free(scr);
+}
+
+TEST(test_prefill_then_decode_equals_longer_prefill)
+{
+    synth_config c;
+    hybrid_config(&c);
+    const char *p = model_path("decode", &c);
+    CHECK(p);
+    engine *e = open_model(p, ENGINE_DNET_AUTO, 2);
+    CHECK(e);
+    enum { N = 40 };
+    const int V = engine_get_info(e)->n_vocab;
+    int32_t toks[N + 1];
+    prompt_tokens(toks, N + 1, V, 3);
+    float *a = malloc(sizeof(float) * (N + 1) * V), *b = malloc(sizeof(float) * (N + 1) * V);
+    CHECK(a && b);
+    CHECK(run_logits(e, toks, N + 1, N + 1, a) == 0);      /* one prefill of N+1 */
+    CHECK(run_logits(e, toks, N + 1, N, b) == 0);          /* prefill N, decode 1 */
+    double d = max_rel_diff(b + (size_t)N * V, a + (size_t)N * V, V);
+    CHECK_MSG(d < 1e-4, "last-position logits differ by %g", d);
+    /* and token by token all the way */
+    CHECK(run_logits(e, toks, N + 1, 1, b) == 0);
+    d = max_rel_diff(b, a, (long)(N + 1) * V);
+    CHECK_MSG(d < 1e-4, "token-by-token logits differ by %g", d);
+    free(a); free(b);
+    engine_close(e);
+}
+
+TEST(test_batch_of_sequences_matches_each_sequence_alone)
+{
+    synth_config c;
+    hybrid_config(&c);
+    const char *p = model_path("batch", &c);
+    CHECK(p);
+    engine *e = open_model(p, ENGINE_DNET_AUTO, 8);
+    CHECK(e);
+    const int V = engine_get_info(e)->n_vocab;
+    enum { NS = 4 };
+    const int len[NS] = { 9, 33, 1, 70 };
+    int32_t toks[NS][80];
+    float *alone[NS], *batched[NS];
+    for (int i = 0; i < NS; i++) {
+        prompt_tokens(toks[i], len[i] + 1, V, 10u + (uint32_t)i);
+        alone[i] = malloc(sizeof(float) * (size_t)(len[i] + 1) * V);
+        batched[i] = malloc(sizeof(float) * (size_t)(len[i] + 1) * V);
+        CHECK(alone[i] && batched[i]);
+        CHECK(run_logits(e, toks[i], len[i] + 1, len[i], alone[i]) == 0);
+    }
+    /* step 1: all prompts in one batch; step 2: one decode token each */
+    int seq[NS];
+    char err[256];
+    engine_batch_item items[NS];
+    for (int i = 0; i < NS; i++) {
+        seq[i] = engine_seq_new(e);
+        CHECK(seq[i] >= 0);
+        items[i] = (engine_batch_item){ seq[i], toks[i], len[i], ENGINE_LOGITS_ALL, batched[i] };
+    }
+    CHECK(engine_forward(e, items, NS, err, sizeof err) == 0);
+    for (int i = 0; i < NS; i++)
+        items[i] = (engine_batch_item){ seq[i], &toks[i][len[i]], 1, ENGINE_LOGITS_LAST,
+                                        batched[i] + (size_t)len[i] * V };
+    CHECK(engine_forward(e, items, NS, err, sizeof err) == 0);
+    for (int i = 0; i < NS; i++) {
+        double d = max_rel_diff(batched[i], alone[i], (long)(len[i] + 1) * V);
+        CHECK_MSG(d < 1e-4, "sequence %d: batched logits differ from alone by %g", i, d);
+        engine_seq_free(e, seq[i]);
+        free(alone[i]);
+        free(batched[i]);
+    }
+    engine_close(e);
+}
+
+TEST(test_cache_accounting_reconciles_with_the_layout)
+{
+    synth_config c;
+    hybrid_config(&c);
+    const char *p = model_path("acct", &c);
+    CHECK(p);
+    engine *e = open_model(p, ENGINE_DNET_AUTO, 4);
+    CHECK(e);
+    const engine_info *in = engine_get_info(e);
+    /* 2 attention layers x K and V x 2 kv heads x 16 dims x 4 bytes */
+    CHECK(in->kv_bytes_per_token == 2ull * 2 * 2 * 16 * 4);
+    /* 2 DeltaNet layers x 4 value heads x 16 x 16 x 4 bytes */
+    CHECK(in->dnet_state_bytes_per_seq == 2ull * 4 * 16 * 16 * 4);
+    /* conv: 2 layers x 3 rows x conv_dim (2*2*16 + 4*16 = 128) x 4 bytes */
+    CHECK(in->dnet_conv_bytes_per_seq == 2ull * 3 * 128 * 4);
+    int a = engine_seq_new(e), b = engine_seq_new(e);
+    CHECK(a >= 0 && b >= 0);
+    CHECK(engine_seq_reserve(e, a, 20) == 0);   /* 2 pages of 16 */
+    CHECK(engine_seq_reserve(e, b, 16) == 0);   /* 1 page */
+    engine_seq_usage ua, ub;
+    engine_pool_usage pu;
+    CHECK(engine_seq_get_usage(e, a, &ua) == 0 && engine_seq_get_usage(e, b, &ub) == 0);
+    engine_get_pool_usage(e, &pu);
+    CHECK(ua.kv_reserved_bytes == 2 * 16 * in->kv_bytes_per_token);
+    CHECK(pu.reserved_bytes == ua.total_reserved_bytes + ub.total_reserved_bytes);
+    CHECK(pu.n_seqs == 2);
+    engine_seq_free(e, a);
+    engine_seq_free(e, b);
+    engine_get_pool_usage(e, &pu);
+    CHECK(pu.reserved_bytes == 0 && pu.n_seqs == 0);
+    engine_close(e);
+}
+
+/* ---- broken files ---------------------------------------------------- */
+
+/* Rewrite src into dst, changing one tensor: drop it, reshape it, or
+ * retype it (with a correctly sized zero payload). */
+enum edit { EDIT_DROP, EDIT_RESHAPE, EDIT_RETYPE, EDIT_ARCH };
+
+static int rewrite(const char *src, const char *dst, const char *tensor, enum edit how)
+{
+    char err[256];
+    gguf_ctx *g = gguf_open(src, err, sizeof err);
+    if (!g)
+        return -1;
+    gguf_writer *w = gguf_writer_new();
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const gguf_kv *kv = &g->kv[i];
+        if (how == EDIT_ARCH && kv->key.n == 20 && !memcmp(kv->key.p, "general.architecture", 20))
+            gguf_w_str(w, "general.architecture", "mamba9");
+        else
+            gguf_w_copy_kv(w, kv);
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (!strcmp(t->name, tensor ? tensor : "")) {
+            if (how == EDIT_DROP)
+                continue;
+            if (how == EDIT_RESHAPE) {
+                uint64_t ne[2] = { t->ne[0], t->ne[1] - 1 };
+                gguf_w_tensor(w, t->name, t->type, 2, ne, t->data);
+                continue;
+            }
+            if (how == EDIT_RETYPE) {   /* Q2_K: 256-element blocks of 84 bytes */
+                void *z = calloc(1, t->ne[0] / 256 * 84 * t->ne[1]);
+                gguf_w_tensor(w, t->name, GGML_Q2_K, t->n_dims, t->ne, z);
+                free(z);
+                continue;
+            }
+        }
+        gguf_w_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+    }
+    int rc = gguf_writer_write(w, dst, err, sizeof err);
+    gguf_writer_free(w);
+    gguf_close(g);
+    return rc;
+}
+
+static int copy_prefix(const char *src, const char *dst, long n)
+{
+    FILE *f = fopen(src, "rb"), *o = fopen(dst, "wb");
+    int rc = -1;
+    if (f && o) {
+        char *buf = malloc((size_t)n);
+        if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n && fwrite(buf, 1, (size_t)n, o) == (size_t)n)
+            rc = 0;
+        free(buf);
+    }
+    if (f) fclose(f);
+    if (o) fclose(o);
+    return rc;
+}
+
+static long file_size(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+/* engine_open must fail with one line naming the file and containing `what`. */
+static bool fails_with(const char *path, const char *what)
+{
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 1;
+    char err[512] = "";
+    engine *e = engine_open(&p, err, sizeof err);
+    if (e) {
+        engine_close(e);
+        fprintf(stderr, "    %s opened, expected failure '%s'\n", path, what);
+        return false;
+    }
+    bool ok = strstr(err, path) && strstr(err, what) && !strchr(err, '\n');
+    if (!ok)
+        fprintf(stderr, "    %s: got '%s', expected a line with the path and '%s'\n", path, err, what);
+    return ok;
+}
+
+/* Writes tests/tmp/bad_*.gguf (the CLI suite reuses them) and checks each. */
+TEST(test_bad_model_files_fail_with_one_clear_line)
+{
+    synth_config c;
+    hybrid_config(&c);
+    c.n_ff = 256;
+    const char *good = model_path("good", &c);
+    CHECK(good);
+    char p[512];
+    const char *d = test_tmpdir();
+    long size = file_size(good);
+    CHECK(size > 1000);
+
+    snprintf(p, sizeof p, "%s/bad_truncated.gguf", d);
+    CHECK(copy_prefix(good, p, 100) == 0);
+    CHECK(fails_with(p, "truncated"));
+
+    snprintf(p, sizeof p, "%s/bad_past_end.gguf", d);
+    CHECK(copy_prefix(good, p, size - 64) == 0);
+    CHECK(fails_with(p, "points past the end"));
+
+    snprintf(p, sizeof p, "%s/bad_magic.gguf", d);
+    CHECK(copy_prefix(good, p, size) == 0);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f);
+    fwrite("GGML", 1, 4, f);
+    fclose(f);
+    CHECK(fails_with(p, "bad magic"));
+
+    snprintf(p, sizeof p, "%s/bad_arch.gguf", d);
+    CHECK(rewrite(good, p, NULL, EDIT_ARCH) == 0);
+    CHECK(fails_with(p, "unknown architecture 'mamba9'"));
+
+    snprintf(p, sizeof p, "%s/bad_missing.gguf", d);
+    CHECK(rewrite(good, p, "blk.1.attn_k.weight", EDIT_DROP) == 0);
+    CHECK(fails_with(p, "missing tensor 'blk.1.attn_k.weight'"));
+
+    snprintf(p, sizeof p, "%s/bad_shape.gguf", d);
+    CHECK(rewrite(good, p, "blk.0.attn_qkv.weight", EDIT_RESHAPE) == 0);
+    CHECK(fails_with(p, "tensor 'blk.0.attn_qkv.weight' has shape"));
+
+    snprintf(p, sizeof p, "%s/bad_type.gguf", d);
+    CHECK(rewrite(good, p, "blk.0.ffn_down.weight", EDIT_RETYPE) == 0);
+    CHECK(fails_with(p, "weight type Q2_K"));
+
+    snprintf(p, sizeof p, "%s/bad_missing_file.gguf", d);
+    remove(p);
+    CHECK(fails_with(p, "cannot open"));
+}

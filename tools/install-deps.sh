@@ -1,0 +1,23 @@
+#!/bin/sh
+# Install the Debian packages hyserve needs to build and test, if any are missing.
+# Safe to run repeatedly: does nothing when everything is present.
+set -e
+PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libopenblas-openmp-dev python3-numpy curl nodejs npm unicode-data"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+# nodejs/npm may come from outside Debian's packages on some images; accept any working node.
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    missing=$(echo "$missing" | sed 's/ nodejs//; s/ npm//')
+fi
+missing=$(echo "$missing" | sed 's/^ *//')
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+    echo "install-deps: missing Debian packages: $missing (run as root, or install them)" >&2
+    exit 1
+fi
+echo "install-deps: installing $missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq $missing >/dev/null
