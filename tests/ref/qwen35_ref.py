@@ -1,0 +1,476 @@
+#!/usr/bin/python3
+"""qwen35_ref.py - float64 numpy reference forward pass of a `qwen35` GGUF model.
+
+Owns: the Qwen3.5 (dense) math of architectures.md sections 1.2-1.6 as read from
+a GGUF file laid out per section 2 (hyperparameter keys 2.2, converter
+transforms 2.3, tensor names 2.4): gated softmax attention, Gated DeltaNet in
+two forms (token-by-token recurrence of 1.4(f) and the chunked WY/UT form of
+1.4(g)), SwiGLU MLP, RMSNorm, LM head.
+Does not: tokenize, sample, cache across calls, handle quantized blocks beyond
+Q8_0, qwen3next (MoE / fused ssm_ba) or vision / MRoPE sections (for text the
+interleaved MRoPE collapses to plain NeoX RoPE, section 1.5).
+Written from the math in architectures.md only; it is the golden reference the
+C engine is tested against, so it favours obviousness over speed.
+
+CLI:
+  /usr/bin/python3 tests/ref/qwen35_ref.py MODEL.gguf --tokens 1,2,3 [--all] [--chunked]
+  /usr/bin/python3 tests/ref/qwen35_ref.py --self-test
+prints one JSON object {"tokens": [...], "logits": [[...], ...]} (one row of
+n_vocab floats per position with --all, else only the last position's row).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_io import GGUFReader  # noqa: E402
+
+ARCH = "qwen35"
+
+
+# --------------------------------------------------------------------------
+# elementary ops (all float64)
+
+def sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # overflow-free form of 1/(1+exp(-x))
+
+
+def silu(x):
+    return x * sigmoid(x)
+
+
+def softplus(x):
+    """PyTorch softplus (beta 1, threshold 20): x when x > 20, else log(1 + exp(x))."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+
+
+def rmsnorm(x, w, eps):
+    """y = x / sqrt(mean(x^2) + eps) * w over the last axis; w is the final multiplier (GGUF)."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def l2norm(x, eps):
+    """llama.cpp ggml_l2_norm: x / max(||x||, eps) over the last axis."""
+    n = np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
+    return x / np.maximum(n, eps)
+
+
+def linear(x, w):
+    """x [..., in] times GGUF weight ne={in, out} (numpy W[out, in]) -> [..., out]."""
+    return x @ w.T
+
+
+def rope_neox(x, pos, n_rot, theta):
+    """Partial NeoX RoPE on x [T, H, D]: pairs (i, i + n_rot/2) for i < n_rot/2 rotated by
+    pos * theta^(-2i/n_rot); dims >= n_rot pass through."""
+    half = n_rot // 2
+    inv_freq = theta ** (-2.0 * np.arange(half) / n_rot)  # [half]
+    ang = pos[:, None].astype(np.float64) * inv_freq[None, :]  # [T, half]
+    cos = np.cos(ang)[:, None, :]
+    sin = np.sin(ang)[:, None, :]
+    y = x.copy()
+    x1 = x[..., :half]
+    x2 = x[..., half:n_rot]
+    y[..., :half] = x1 * cos - x2 * sin
+    y[..., half:n_rot] = x2 * cos + x1 * sin
+    return y
+
+
+# --------------------------------------------------------------------------
+# gated delta rule, two independent formulations
+
+def delta_rule_recurrent(q, k, v, g, beta, state=None):
+    """Token-by-token gated delta rule (architectures.md 1.4(f)), all heads at once.
+
+    q, k:  [T, H, dk]  (already l2-normed, q already scaled; expanded to value heads)
+    v:     [T, H, dv]
+    g:     [T, H]      log-decay (<= 0)
+    beta:  [T, H]
+    state: [H, dk, dv] or None (zeros); HF layout S[h][i=key][j=value]
+    returns o [T, H, dv], final state [H, dk, dv]
+    """
+    T, H, dk = k.shape
+    dv = v.shape[2]
+    S = np.zeros((H, dk, dv)) if state is None else state.copy()
+    o = np.empty((T, H, dv))
+    for t in range(T):
+        S = S * np.exp(g[t])[:, None, None]                 # S = S * exp(g)
+        kv = np.einsum("hij,hi->hj", S, k[t])               # kv = S^T k
+        d = beta[t][:, None] * (v[t] - kv)                  # d = beta (v - kv)
+        S = S + k[t][:, :, None] * d[:, None, :]            # S += k d^T
+        o[t] = np.einsum("hij,hi->hj", S, q[t])             # o = S^T q (updated state)
+    return o, S
+
+
+def _unit_lower_inverse(L):
+    """(I + L)^-1 for strictly lower-triangular L [C, C], by forward substitution:
+    row i of T solves T[i] = e_i - sum_{j<i} L[i, j] T[j]."""
+    C = L.shape[0]
+    T = np.zeros((C, C))
+    for i in range(C):
+        T[i, i] = 1.0
+        if i:
+            T[i, :i] -= L[i, :i] @ T[:i, :i]
+    return T
+
+
+def delta_rule_chunked_head(q, k, v, g, beta, state=None, chunk=64):
+    """Chunked (WY / UT transform) gated delta rule for ONE head (architectures.md 1.4(g)).
+
+    q, k [T, dk]; v [T, dv]; g, beta [T]; state [dk, dv] or None.
+    returns o [T, dv], final state [dk, dv]
+    """
+    T, dk = k.shape
+    dv = v.shape[1]
+    C = chunk
+    Tp = (T + C - 1) // C * C
+    pad = Tp - T
+
+    def padrows(a):
+        return np.concatenate([a, np.zeros((pad,) + a.shape[1:])]) if pad else a
+
+    q, k, v, g, beta = (padrows(a) for a in (q, k, v, g, beta))
+    S = np.zeros((dk, dv)) if state is None else state.copy()
+    o = np.empty((Tp, dv))
+    ii, jj = np.meshgrid(np.arange(C), np.arange(C), indexing="ij")
+    lower_incl = ii >= jj
+    strictly_lower = ii > jj
+    for c0 in range(0, Tp, C):
+        sl = slice(c0, c0 + C)
+        qc, kc, vc, gc, bc = q[sl], k[sl], v[sl], g[sl], beta[sl]
+        kb = kc * bc[:, None]                               # k * beta
+        vb = vc * bc[:, None]                               # v * beta
+        G = np.cumsum(gc)                                   # G[i] = g[0] + ... + g[i]
+        diff = G[:, None] - G[None, :]
+        D = np.where(lower_incl, np.exp(np.where(lower_incl, diff, 0.0)), 0.0)  # decay mask
+        L = np.where(strictly_lower, (kb @ kc.T) * D, 0.0)  # strictly_lower((kb k^T) .* D)
+        Tm = _unit_lower_inverse(L)                         # T = (I + L)^-1
+        U = Tm @ vb                                         # pseudo-values [C, dv]
+        W = Tm @ (kb * np.exp(G)[:, None])                  # k_cumdecay [C, dk]
+        Aqk = np.where(lower_incl, (qc @ kc.T) * D, 0.0)    # diagonal kept
+        Vnew = U - W @ S
+        o[sl] = (qc * np.exp(G)[:, None]) @ S + Aqk @ Vnew
+        S = S * np.exp(G[C - 1]) + (kc * np.exp(G[C - 1] - G)[:, None]).T @ Vnew
+    return o[:T], S
+
+
+def delta_rule_chunked(q, k, v, g, beta, state=None, chunk=64):
+    """Chunked form for all heads; same signature / result as delta_rule_recurrent."""
+    T, H, dk = k.shape
+    dv = v.shape[2]
+    o = np.empty((T, H, dv))
+    S_out = np.empty((H, dk, dv))
+    for h in range(H):
+        o[:, h], S_out[h] = delta_rule_chunked_head(
+            q[:, h], k[:, h], v[:, h], g[:, h], beta[:, h],
+            None if state is None else state[h], chunk)
+    return o, S_out
+
+
+# --------------------------------------------------------------------------
+# model
+
+class Hparams:
+    def __init__(self, r):
+        def key(name, default=None, required=True):
+            full = "%s.%s" % (ARCH, name)
+            if full in r.kv:
+                return r.kv[full]
+            if required and default is None:
+                raise KeyError("missing metadata key %s" % full)
+            return default
+
+        arch = r.get("general.architecture")
+        if arch != ARCH:
+            raise ValueError("general.architecture is %r, expected %r" % (arch, ARCH))
+        self.n_block = int(key("block_count"))
+        self.n_nextn = int(key("nextn_predict_layers", 0, False))
+        self.n_layer = self.n_block - self.n_nextn  # trunk depth
+        self.n_embd = int(key("embedding_length"))
+        self.n_ff = int(key("feed_forward_length"))
+        self.n_head = int(key("attention.head_count"))
+        self.n_head_kv = int(key("attention.head_count_kv"))
+        self.head_dim = int(key("attention.key_length"))
+        self.head_dim_v = int(key("attention.value_length", self.head_dim, False))
+        self.eps = float(key("attention.layer_norm_rms_epsilon"))
+        self.rope_theta = float(key("rope.freq_base", 10000.0, False))
+        self.n_rot = int(key("rope.dimension_count", self.head_dim, False))
+        scale = key("attention.scale", None, False)
+        self.attn_scale = float(scale) if scale else 1.0 / math.sqrt(self.head_dim)
+        self.conv_k = int(key("ssm.conv_kernel"))
+        self.d_k = int(key("ssm.state_size"))
+        self.n_k = int(key("ssm.group_count"))
+        self.n_v = int(key("ssm.time_step_rank"))
+        self.d_inner = int(key("ssm.inner_size"))
+        self.d_v = self.d_inner // self.n_v  # head_v_dim
+        rec = key("attention.recurrent_layers", None, False)
+        if rec is not None:
+            if len(rec) < self.n_layer:
+                raise ValueError("attention.recurrent_layers has %d entries < %d layers" % (len(rec), self.n_layer))
+            self.recurrent = [bool(x) for x in rec[:self.n_layer]]
+        else:
+            interval = int(key("full_attention_interval", 4, False))
+            self.recurrent = [(i + 1) % interval != 0 for i in range(self.n_layer)]
+        if self.head_dim_v != self.head_dim:
+            raise ValueError("attention key_length %d != value_length %d not supported" % (self.head_dim, self.head_dim_v))
+        if self.n_head % self.n_head_kv:
+            raise ValueError("n_head %d not a multiple of n_head_kv %d" % (self.n_head, self.n_head_kv))
+        if self.n_v % self.n_k:
+            raise ValueError("n_v %d not a multiple of n_k %d" % (self.n_v, self.n_k))
+        if self.d_v * self.n_v != self.d_inner:
+            raise ValueError("ssm.inner_size %d not a multiple of time_step_rank %d" % (self.d_inner, self.n_v))
+        if self.n_rot % 2 or self.n_rot > self.head_dim:
+            raise ValueError("bad rope.dimension_count %d" % self.n_rot)
+
+
+class Qwen35Ref:
+    """Loads a qwen35 GGUF into float64 arrays and runs the full-sequence forward."""
+
+    def __init__(self, path):
+        r = GGUFReader(path)
+        self.hp = hp = Hparams(r)
+        self.reader = r
+
+        def t(name, shape):
+            if name not in r.tensors:
+                raise KeyError("missing tensor %s" % name)
+            a = r.tensor(name)
+            if a.shape != tuple(shape):
+                raise ValueError("tensor %s: numpy shape %s, expected %s (ne reversed)" % (name, a.shape, tuple(shape)))
+            return a
+
+        D, V = hp.n_embd, None
+        self.tok_embd = r.tensor("token_embd.weight")  # [n_vocab, n_embd]
+        V = self.tok_embd.shape[0]
+        if self.tok_embd.shape[1] != D:
+            raise ValueError("token_embd.weight ne[0] %d != n_embd %d" % (self.tok_embd.shape[1], D))
+        self.n_vocab = V
+        self.output_norm = t("output_norm.weight", (D,))
+        self.output = t("output.weight", (V, D)) if "output.weight" in r.tensors else self.tok_embd
+
+        key_dim = hp.n_k * hp.d_k
+        value_dim = hp.n_v * hp.d_v
+        conv_dim = 2 * key_dim + value_dim
+        hd = hp.head_dim
+        self.layers = []
+        for il in range(hp.n_layer):
+            p = "blk.%d." % il
+            L = {"recurrent": hp.recurrent[il],
+                 "attn_norm": t(p + "attn_norm.weight", (D,)),
+                 "post_norm": t(p + "post_attention_norm.weight", (D,)),
+                 "ffn_gate": t(p + "ffn_gate.weight", (hp.n_ff, D)),
+                 "ffn_up": t(p + "ffn_up.weight", (hp.n_ff, D)),
+                 "ffn_down": t(p + "ffn_down.weight", (D, hp.n_ff))}
+            if hp.recurrent[il]:
+                L.update({
+                    "qkv": t(p + "attn_qkv.weight", (conv_dim, D)),
+                    "gate": t(p + "attn_gate.weight", (value_dim, D)),
+                    "beta": t(p + "ssm_beta.weight", (hp.n_v, D)),
+                    "alpha": t(p + "ssm_alpha.weight", (hp.n_v, D)),
+                    "conv": t(p + "ssm_conv1d.weight", (conv_dim, hp.conv_k)),
+                    "dt_bias": t(p + "ssm_dt.bias", (hp.n_v,)),
+                    "a": t(p + "ssm_a", (hp.n_v,)),
+                    "norm": t(p + "ssm_norm.weight", (hp.d_v,)),
+                    "out": t(p + "ssm_out.weight", (D, value_dim)),
+                })
+            else:
+                L.update({
+                    "wq": t(p + "attn_q.weight", (2 * hp.n_head * hd, D)),
+                    "wk": t(p + "attn_k.weight", (hp.n_head_kv * hd, D)),
+                    "wv": t(p + "attn_v.weight", (hp.n_head_kv * hd, D)),
+                    "wo": t(p + "attn_output.weight", (D, hp.n_head * hd)),
+                    "q_norm": t(p + "attn_q_norm.weight", (hd,)),
+                    "k_norm": t(p + "attn_k_norm.weight", (hd,)),
+                })
+            self.layers.append(L)
+
+    # ---- mixers -------------------------------------------------------------
+
+    def attention(self, L, x, pos, cache=None):
+        """Gated softmax attention (1.5). x [T, D] (already attn-normed), pos [T].
+        cache: None, or a dict {"k": [P, Hkv, hd], "v": [P, Hkv, hd]} of earlier positions
+        (k after norm + RoPE), extended in place."""
+        hp = self.hp
+        T = x.shape[0]
+        hd, H, Hkv = hp.head_dim, hp.n_head, hp.n_head_kv
+        qg = linear(x, L["wq"]).reshape(T, H, 2, hd)         # per head [q | gate]
+        q = qg[:, :, 0, :]
+        gate = qg[:, :, 1, :]
+        k = linear(x, L["wk"]).reshape(T, Hkv, hd)
+        v = linear(x, L["wv"]).reshape(T, Hkv, hd)
+        q = rmsnorm(q, L["q_norm"], hp.eps)                  # per-head norm BEFORE RoPE
+        k = rmsnorm(k, L["k_norm"], hp.eps)
+        q = rope_neox(q, pos, hp.n_rot, hp.rope_theta)
+        k = rope_neox(k, pos, hp.n_rot, hp.rope_theta)
+        P = 0
+        if cache is not None:
+            if "k" in cache:
+                P = cache["k"].shape[0]
+                k = np.concatenate([cache["k"], k])
+                v = np.concatenate([cache["v"], v])
+            cache["k"], cache["v"] = k, v
+        group = H // Hkv
+        # causal: query t (absolute position P + t) sees keys 0 .. P + t
+        causal = np.arange(P + T)[None, :] <= (P + np.arange(T))[:, None]
+        out = np.empty((T, H, hd))
+        for h in range(H):
+            kvh = h // group                                 # GQA
+            s = (q[:, h, :] @ k[:, kvh, :].T) * hp.attn_scale  # [T, P + T]
+            s = np.where(causal, s, -np.inf)
+            s = s - s.max(axis=1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(axis=1, keepdims=True)
+            out[:, h, :] = p @ v[:, kvh, :]
+        out = out * sigmoid(gate)                            # gate BEFORE o_proj
+        return linear(out.reshape(T, H * hd), L["wo"])
+
+    def deltanet(self, L, x, chunked=False, chunk=64, cache=None):
+        """Gated DeltaNet (1.4, qwen35 layout). x [T, D] (already attn-normed).
+        cache: None, or a dict {"conv": [K-1, conv_dim] last inputs oldest first,
+        "S": [n_v, dk, dv]} (missing = zeros), updated in place."""
+        hp = self.hp
+        T = x.shape[0]
+        nk, nv, dk, dv, K = hp.n_k, hp.n_v, hp.d_k, hp.d_v, hp.conv_k
+        key_dim = nk * dk
+        mixed = linear(x, L["qkv"])                          # [T, conv_dim] rows [q | k | v]
+        z = linear(x, L["gate"]).reshape(T, nv, dv)
+        b = linear(x, L["beta"])                             # [T, nv]
+        a = linear(x, L["alpha"])                            # [T, nv]
+        # causal depthwise conv1d: u_t[c] = silu(sum_j w[c][j] x_{t-K+1+j}[c])
+        past = np.zeros((K - 1, mixed.shape[1]))
+        if cache is not None and "conv" in cache:
+            past = cache["conv"]
+        xp = np.concatenate([past, mixed])
+        if cache is not None:
+            cache["conv"] = xp[xp.shape[0] - (K - 1):].copy()
+        w = L["conv"]                                        # [conv_dim, K]
+        u = np.zeros_like(mixed)
+        for j in range(K):
+            u += w[:, j][None, :] * xp[j:j + T]
+        u = silu(u)
+        q = u[:, :key_dim].reshape(T, nk, dk)
+        k = u[:, key_dim:2 * key_dim].reshape(T, nk, dk)
+        v = u[:, 2 * key_dim:].reshape(T, nv, dv)
+        beta = sigmoid(b)
+        g = L["a"][None, :] * softplus(a + L["dt_bias"][None, :])  # ssm_a = -exp(A_log)
+        q = l2norm(q, hp.eps) * (1.0 / math.sqrt(dk))
+        k = l2norm(k, hp.eps)
+        kh = np.arange(nv) % nk                              # qwen35 tiled order: key head h % n_k
+        q = q[:, kh, :]
+        k = k[:, kh, :]
+        S0 = cache.get("S") if cache is not None else None
+        if chunked:
+            o, S = delta_rule_chunked(q, k, v, g, beta, S0, chunk=chunk)
+        else:
+            o, S = delta_rule_recurrent(q, k, v, g, beta, S0)
+        if cache is not None:
+            cache["S"] = S
+        o = rmsnorm(o, L["norm"], hp.eps) * silu(z)          # gated RMSNorm: norm, then gate
+        return linear(o.reshape(T, nv * dv), L["out"])
+
+    # ---- full forward -------------------------------------------------------
+
+    def new_caches(self):
+        """Per-layer caches for forward(..., caches=...): empty dicts, filled on first use."""
+        return [dict() for _ in self.layers]
+
+    def forward(self, tokens, chunked=False, chunk=64, caches=None, pos0=0):
+        """tokens: list of ids at positions pos0 .. pos0+T-1. Returns logits [T, n_vocab] (float64).
+        caches: None (a fresh sequence) or the list from new_caches(), carried across calls
+        (then pos0 must be the number of tokens already processed)."""
+        hp = self.hp
+        toks = np.asarray(tokens, dtype=np.int64)
+        if toks.ndim != 1 or len(toks) == 0:
+            raise ValueError("need a non-empty token list")
+        if toks.min() < 0 or toks.max() >= self.n_vocab:
+            raise ValueError("token id out of range [0, %d)" % self.n_vocab)
+        pos = pos0 + np.arange(len(toks))
+        x = self.tok_embd[toks]                              # [T, D]
+        for il, L in enumerate(self.layers):
+            cache = None if caches is None else caches[il]
+            xn = rmsnorm(x, L["attn_norm"], hp.eps)
+            if L["recurrent"]:
+                x = x + self.deltanet(L, xn, chunked, chunk, cache)
+            else:
+                x = x + self.attention(L, xn, pos, cache)
+            xn = rmsnorm(x, L["post_norm"], hp.eps)
+            ff = linear(silu(linear(xn, L["ffn_gate"])) * linear(xn, L["ffn_up"]), L["ffn_down"])
+            x = x + ff
+        x = rmsnorm(x, self.output_norm, hp.eps)
+        return linear(x, self.output)
+
+    def forward_segments(self, tokens, sizes, chunked=False, chunk=64):
+        """Same logits as forward(tokens), computed in segments of the given sizes with the
+        caches carried between them (size 1 = a decode step)."""
+        caches = self.new_caches()
+        rows = []
+        i = 0
+        for n in sizes:
+            if i >= len(tokens):
+                break
+            rows.append(self.forward(tokens[i:i + n], chunked, chunk, caches, pos0=i))
+            i += n
+        if i < len(tokens):
+            rows.append(self.forward(tokens[i:], chunked, chunk, caches, pos0=i))
+        return np.concatenate(rows)
+
+
+# --------------------------------------------------------------------------
+# self-test: the two delta-rule forms agree
+
+def self_test_delta_rule(verbose=False):
+    """Returns the max relative disagreement between recurrent and chunked forms over
+    several shapes, chunk sizes, lengths (incl. padding) and a non-zero initial state."""
+    rng = np.random.default_rng(1234)
+    worst = 0.0
+    for (T, H, dk, dv, C, with_state) in [(1, 1, 4, 4, 4, False), (7, 2, 8, 8, 4, False),
+                                          (64, 3, 16, 16, 64, False), (100, 2, 16, 8, 16, True),
+                                          (130, 2, 8, 12, 64, True), (33, 1, 32, 32, 8, False)]:
+        q = l2norm(rng.standard_normal((T, H, dk)), 1e-6) / math.sqrt(dk)
+        k = l2norm(rng.standard_normal((T, H, dk)), 1e-6)
+        v = rng.standard_normal((T, H, dv))
+        g = -np.exp(rng.uniform(-1, 0.5, (T, H))) * softplus(rng.standard_normal((T, H)))
+        beta = sigmoid(rng.standard_normal((T, H)))
+        S0 = rng.standard_normal((H, dk, dv)) if with_state else None
+        o1, S1 = delta_rule_recurrent(q, k, v, g, beta, S0)
+        o2, S2 = delta_rule_chunked(q, k, v, g, beta, S0, chunk=C)
+        e = max(np.abs(o1 - o2).max() / np.abs(o1).max(), np.abs(S1 - S2).max() / np.abs(S1).max())
+        if verbose:
+            print("  T=%d H=%d dk=%d dv=%d C=%d state=%s: rel err %.3e" % (T, H, dk, dv, C, with_state, e))
+        worst = max(worst, e)
+    return worst
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="qwen35 float64 reference forward")
+    ap.add_argument("model", nargs="?")
+    ap.add_argument("--tokens", help="comma-separated token ids")
+    ap.add_argument("--all", action="store_true", help="logits for every position")
+    ap.add_argument("--chunked", action="store_true", help="use the chunked DeltaNet form")
+    ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--self-test", action="store_true", help="check chunked vs recurrent delta rule")
+    args = ap.parse_args(argv)
+    if args.self_test:
+        e = self_test_delta_rule(verbose=True)
+        ok = e < 1e-10
+        print("delta rule chunked vs recurrent: max rel err %.3e %s" % (e, "ok" if ok else "FAIL"))
+        return 0 if ok else 1
+    if not args.model or args.tokens is None:
+        ap.error("MODEL and --tokens are required")
+    tokens = [int(s) for s in args.tokens.split(",") if s.strip()]
+    m = Qwen35Ref(args.model)
+    logits = m.forward(tokens, chunked=args.chunked, chunk=args.chunk)
+    rows = logits if args.all else logits[-1:]
+    json.dump({"tokens": tokens, "logits": [[float(v) for v in row] for row in rows]}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
