@@ -43,7 +43,8 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
 {
     const int HD = m->head_dim, NH = m->n_head, NKV = m->n_head_kv;
     const int group = NH / NKV, la = L->kind_idx;
-    const int q_stride = NH * 2 * HD, kv_stride = NKV * HD;
+    const int q_head = m->attn_gated ? 2 * HD : HD;     /* per head [q | gate] or [q] */
+    const int q_stride = NH * q_head, kv_stride = NKV * HD;
 
     /* 1. per-head norms and RoPE; K/V rows into the cache */
     for (int ii = 0; ii < n_items; ii++) {
@@ -52,14 +53,16 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
         for (int t = 0; t < it->n; t++) {
             int row = it->row0 + t, pos = it->pos0 + t;
             for (int h = 0; h < NH; h++) {
-                float *q = Q + (size_t)row * q_stride + (size_t)h * 2 * HD;
-                rmsnorm(q, q, L->q_norm, HD, m->eps);
-                rope_neox(q, m->n_rot, m->rope_inv_freq, pos);
+                float *q = Q + (size_t)row * q_stride + (size_t)h * q_head;
+                if (L->q_norm)
+                    rmsnorm(q, q, L->q_norm, HD, m->eps);
+                rope(q, m->rope_type, m->n_rot, m->rope_inv_freq, pos);
             }
             for (int h = 0; h < NKV; h++) {
                 float *k = K + (size_t)row * kv_stride + (size_t)h * HD;
-                rmsnorm(k, k, L->k_norm, HD, m->eps);
-                rope_neox(k, m->n_rot, m->rope_inv_freq, pos);
+                if (L->k_norm)
+                    rmsnorm(k, k, L->k_norm, HD, m->eps);
+                rope(k, m->rope_type, m->n_rot, m->rope_inv_freq, pos);
                 float *kc = cache_k(c, it->s, la, h, pos), *vc = cache_v(c, it->s, la, h, pos);
                 const float *v = V + (size_t)row * kv_stride + (size_t)h * HD;
                 for (int d = 0; d < HD; d++) {
@@ -78,13 +81,15 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
         for (int t = 0; t < it->n; t++) {
             for (int h = 0; h < NH; h++) {
                 int row = it->row0 + t, pos = it->pos0 + t, kvh = h / group;
-                const float *q = Q + (size_t)row * q_stride + (size_t)h * 2 * HD;
-                const float *gate = q + HD;
+                const float *q = Q + (size_t)row * q_stride + (size_t)h * q_head;
                 float *sc = scores + (size_t)omp_get_thread_num() * c->n_ctx;
                 float *o = out + (size_t)row * NH * HD + (size_t)h * HD;
                 attn_row(c, it->s, la, kvh, q, pos + 1, m->attn_scale, sc, o);
-                for (int d = 0; d < HD; d++)
-                    o[d] *= sigmoid(gate[d]);
+                if (m->attn_gated) {
+                    const float *gate = q + HD;
+                    for (int d = 0; d < HD; d++)
+                        o[d] *= sigmoid(gate[d]);
+                }
             }
         }
     }

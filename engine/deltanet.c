@@ -207,11 +207,12 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
             }
         }
 
-        /* (e)-(g): per value head h, key head h % n_k (qwen35 tiled order) */
+        /* (e)-(g): per value head h; key head h % n_k in qwen35's tiled order,
+         * h / r in the grouped order of qwen3next and Hugging Face */
         const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1);
         #pragma omp parallel for schedule(dynamic, 1)
         for (int h = 0; h < NV; h++) {
-            const int kh = h % NK;
+            const int kh = m->dnet_grouped ? h / (NV / NK) : h % NK;
             float *sc = scratch + (size_t)omp_get_thread_num() * dnet_scratch_floats(m);
             const float *base = QKV + (size_t)it->row0 * CD;
             const float *q = base + (size_t)kh * DK, *k = base + (size_t)(NK + kh) * DK;

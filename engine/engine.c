@@ -38,12 +38,21 @@ static int scratch_init(engine *e)
     const int qd = m->n_head * 2 * m->head_dim, kvd = m->n_head_kv * m->head_dim;
     const int vd = m->ssm_n_v * m->ssm_d_v;
     const int nt = omp_get_max_threads();
-    int max_in = imax(imax(m->n_embd, m->n_ff), imax(m->n_head * m->head_dim, vd));
+    const int ff = imax(m->n_ff, imax(m->n_ff_exp, m->n_ff_shexp));
+    const int ssm_in = 2 * m->ssm_n_k * m->ssm_d_k + 2 * vd;
+    int max_in = imax(imax(m->n_embd, ff), imax(m->n_head * m->head_dim, vd));
     s->x = alloc_f(UB * m->n_embd);
     s->xn = alloc_f(UB * m->n_embd);
     s->y = alloc_f(UB * m->n_embd);
-    s->a = alloc_f(UB * imax(imax(qd, m->conv_dim), m->n_ff));
-    s->b = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), m->n_ff));
+    s->a = alloc_f(UB * imax(imax(qd, m->conv_dim), ff));
+    s->b = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), ff));
+    s->t = alloc_f(UB * imax(imax(ssm_in, 2 * m->ssm_n_v), m->n_expert));
+    s->g = alloc_f(UB * m->n_embd);
+    s->g2 = alloc_f(UB * m->n_embd);
+    s->sel = malloc(sizeof(int) * (size_t)UB * (size_t)imax(m->n_expert_used, 1));
+    s->selw = alloc_f(UB * imax(m->n_expert_used, 1));
+    s->rows = malloc(sizeof(int) * (size_t)UB);
+    s->roww = alloc_f(UB);
     s->c = alloc_f(UB * imax(kvd, vd));
     s->d = alloc_f(UB * imax(m->n_head * m->head_dim, vd));
     s->e = alloc_f(UB * m->ssm_n_v);
@@ -53,13 +62,15 @@ static int scratch_init(engine *e)
     s->logits = alloc_f((long)LOGIT_GROUP * m->n_vocab);
     s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);
     return s->x && s->xn && s->y && s->a && s->b && s->c && s->d && s->e && s->mm &&
-           s->scores && s->dnet && s->logits && s->lx ? 0 : -1;
+           s->scores && s->dnet && s->logits && s->lx && s->t && s->g && s->g2 && s->sel &&
+           s->selw && s->rows && s->roww ? 0 : -1;
 }
 
 static void scratch_deinit(fwd_scratch *s)
 {
     free(s->x); free(s->xn); free(s->y); free(s->a); free(s->b); free(s->c); free(s->d);
     free(s->e); free(s->mm); free(s->scores); free(s->dnet); free(s->logits); free(s->lx);
+    free(s->t); free(s->g); free(s->g2); free(s->sel); free(s->selw); free(s->rows); free(s->roww);
     memset(s, 0, sizeof *s);
 }
 

@@ -19,6 +19,12 @@ typedef struct fwd_scratch {
     float *d;           /* [UB][max(n_head*head_dim, v_dim)] mixer output */
     float *e;           /* [UB][n_v] DeltaNet alpha logits -> g */
     float *y;           /* [UB][n_embd] block output */
+    float *t;           /* [UB][max(ssm_in width, 2*n_v, n_expert)] temporary projections */
+    float *g, *g2;      /* [UB][n_embd] MoE: gathered rows and expert output */
+    int *sel;           /* [UB][n_expert_used] MoE: chosen experts per row */
+    float *selw;        /* [UB][n_expert_used] MoE: their renormalised weights */
+    int *rows;          /* [UB] MoE: rows routed to one expert */
+    float *roww;        /* [UB] MoE: and their weights */
     float *mm;          /* matmul tile scratch */
     float *scores;      /* [n_threads][n_ctx] attention scores */
     float *dnet;        /* [n_threads][dnet_scratch_floats] */

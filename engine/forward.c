@@ -6,6 +6,7 @@
  * so a weight is read once per pass whatever the batch size.
  * ref: ../shared/docs/architectures.md section 1.2 (block structure).
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +18,127 @@ static void add_rows(float *restrict x, const float *restrict y, long n)
 {
     for (long i = 0; i < n; i++)
         x[i] += y[i];
+}
+
+/* qwen3next DeltaNet inputs: split ssm_ba (per key head g: [b (r) | a (r)])
+ * into beta/alpha logits by value head g*r + j; for legacy files also
+ * de-interleave the fused ssm_in (per key head g: [q | k | v (r*d_v) |
+ * z (r*d_v)]) into [q all | k all | v all] and z.
+ * ref: architectures.md 1.4(a) and 2.3 item 5. */
+static void dnet_inputs_qwen3next(const model *m, const layer *L, fwd_scratch *s, int T)
+{
+    const int NK = m->ssm_n_k, NV = m->ssm_n_v, DK = m->ssm_d_k, DV = m->ssm_d_v, r = NV / NK;
+    if (L->legacy_ssm_in) {
+        const int W = 2 * NK * DK + 2 * NV * DV, G = 2 * DK + 2 * r * DV;
+        matmul(s->t, &L->ssm_in, s->xn, T, s->mm);
+        for (int row = 0; row < T; row++) {
+            const float *src = s->t + (size_t)row * W;
+            float *qkv = s->a + (size_t)row * m->conv_dim, *z = s->c + (size_t)row * NV * DV;
+            for (int g = 0; g < NK; g++) {
+                const float *grp = src + (size_t)g * G;
+                memcpy(qkv + (size_t)g * DK, grp, sizeof(float) * DK);
+                memcpy(qkv + (size_t)(NK + g) * DK, grp + DK, sizeof(float) * DK);
+                memcpy(qkv + (size_t)2 * NK * DK + (size_t)g * r * DV, grp + 2 * DK, sizeof(float) * r * DV);
+                memcpy(z + (size_t)g * r * DV, grp + 2 * DK + r * DV, sizeof(float) * r * DV);
+            }
+        }
+    } else {
+        matmul(s->a, &L->wqkv, s->xn, T, s->mm);
+        matmul(s->c, &L->wz, s->xn, T, s->mm);
+    }
+    matmul(s->t, &L->ssm_ba, s->xn, T, s->mm);
+    for (int row = 0; row < T; row++) {
+        const float *ba = s->t + (size_t)row * 2 * NV;
+        for (int g = 0; g < NK; g++)
+            for (int j = 0; j < r; j++) {
+                s->b[(size_t)row * NV + g * r + j] = ba[g * 2 * r + j];
+                s->e[(size_t)row * NV + g * r + j] = ba[g * 2 * r + r + j];
+            }
+    }
+}
+
+static weight expert_view(const weight *w, size_t stride, int ex)
+{
+    weight v = *w;
+    v.data = (const char *)w->data + stride * (size_t)ex;
+    return v;
+}
+
+/* Mixture of experts with a gated shared expert (qwen3next), into s->y:
+ *   p = softmax(W_r x); top-k; w = p_topk / sum(p_topk)
+ *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
+ * Rows routed to one expert are gathered so each expert's weights are
+ * read once per pass. ref: architectures.md 1.6. */
+static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
+{
+    const int E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FF = m->n_ff_exp;
+    matmul(s->t, &L->router, s->xn, T, s->mm);
+    for (int row = 0; row < T; row++) {
+        float *p = s->t + (size_t)row * NE;
+        softmax(p, NE);
+        int *sel = s->sel + (size_t)row * K;
+        float *w = s->selw + (size_t)row * K, sum = 0.0f;
+        for (int k = 0; k < K; k++) {              /* top-k, ties to the lower index */
+            int best = -1;
+            for (int ex = 0; ex < NE; ex++) {
+                bool taken = false;
+                for (int j = 0; j < k; j++)
+                    taken |= sel[j] == ex;
+                if (!taken && (best < 0 || p[ex] > p[best]))
+                    best = ex;
+            }
+            sel[k] = best;
+            w[k] = p[best];
+            sum += p[best];
+        }
+        for (int k = 0; k < K; k++)
+            w[k] /= sum;
+    }
+    memset(s->y, 0, sizeof(float) * (size_t)T * E);
+    for (int ex = 0; ex < NE; ex++) {
+        int cnt = 0;
+        for (int row = 0; row < T; row++)
+            for (int k = 0; k < K; k++)
+                if (s->sel[(size_t)row * K + k] == ex) {
+                    s->rows[cnt] = row;
+                    s->roww[cnt++] = s->selw[(size_t)row * K + k];
+                }
+        if (cnt == 0)
+            continue;
+        for (int i = 0; i < cnt; i++)
+            memcpy(s->g + (size_t)i * E, s->xn + (size_t)s->rows[i] * E, sizeof(float) * E);
+        weight wg = expert_view(&L->gate_exps, L->up_gate_stride, ex);
+        weight wu = expert_view(&L->up_exps, L->up_gate_stride, ex);
+        weight wd = expert_view(&L->down_exps, L->down_stride, ex);
+        matmul(s->a, &wg, s->g, cnt, s->mm);
+        matmul(s->b, &wu, s->g, cnt, s->mm);
+        for (long i = 0; i < (long)cnt * FF; i++)
+            s->a[i] = silu(s->a[i]) * s->b[i];
+        matmul(s->g2, &wd, s->a, cnt, s->mm);
+        for (int i = 0; i < cnt; i++) {
+            float *y = s->y + (size_t)s->rows[i] * E;
+            const float *o = s->g2 + (size_t)i * E;
+            for (int d = 0; d < E; d++)
+                y[d] += s->roww[i] * o[d];
+        }
+    }
+    /* shared expert, scaled by a scalar sigmoid gate per row */
+    matmul(s->a, &L->gate_shexp, s->xn, T, s->mm);
+    matmul(s->b, &L->up_shexp, s->xn, T, s->mm);
+    for (long i = 0; i < (long)T * m->n_ff_shexp; i++)
+        s->a[i] = silu(s->a[i]) * s->b[i];
+    matmul(s->g2, &L->down_shexp, s->a, T, s->mm);
+    for (int row = 0; row < T; row++) {
+        const float *x = s->xn + (size_t)row * E;
+        float gs = 0.0f;
+        for (int d = 0; d < E; d++)
+            gs += L->shexp_gate[d] * x[d];
+        gs = sigmoid(gs);
+        float *y = s->y + (size_t)row * E;
+        const float *o = s->g2 + (size_t)row * E;
+        for (int d = 0; d < E; d++)
+            y[d] += gs * o[d];
+    }
 }
 
 /* x = x + Mixer(RMSNorm_in(x)); x = x + FFN(RMSNorm_post(x)) for one layer */
@@ -36,19 +158,28 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
         attn_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->c, s->d, s->scores);
         matmul(s->y, &L->wo, s->d, T, s->mm);
     } else {
-        matmul(s->a, &L->wqkv, s->xn, T, s->mm);                    /* [T][conv_dim] */
-        matmul(s->b, &L->wb, s->xn, T, s->mm);                      /* [T][n_v] */
-        matmul(s->e, &L->wa, s->xn, T, s->mm);                      /* [T][n_v] */
-        matmul(s->c, &L->wz, s->xn, T, s->mm);                      /* [T][n_v*d_v] */
+        if (m->dnet_grouped) {
+            dnet_inputs_qwen3next(m, L, s, T);
+        } else {
+            matmul(s->a, &L->wqkv, s->xn, T, s->mm);                /* [T][conv_dim] */
+            matmul(s->b, &L->wb, s->xn, T, s->mm);                  /* [T][n_v] */
+            matmul(s->e, &L->wa, s->xn, T, s->mm);                  /* [T][n_v] */
+            matmul(s->c, &L->wz, s->xn, T, s->mm);                  /* [T][n_v*d_v] */
+        }
         dnet_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->e, s->c, s->d,
                      e->params.dnet_mode, s->dnet);
         matmul(s->y, &L->wout, s->d, T, s->mm);
     }
     add_rows(s->x, s->y, (long)T * E);
 
-    /* SwiGLU: down(silu(gate(x)) * up(x)) */
+    /* SwiGLU: down(silu(gate(x)) * up(x)), or the mixture of experts */
     for (int r = 0; r < T; r++)
         rmsnorm(s->xn + (size_t)r * E, s->x + (size_t)r * E, L->post_norm, E, m->eps);
+    if (L->moe) {
+        moe_forward(m, L, s, T);
+        add_rows(s->x, s->y, (long)T * E);
+        return;
+    }
     matmul(s->a, &L->ffn_gate, s->xn, T, s->mm);
     matmul(s->b, &L->ffn_up, s->xn, T, s->mm);
     const long nf = (long)T * m->n_ff;

@@ -182,43 +182,102 @@ static void read_layout(loader *ld)
         m->kinds[il] = (il + 1) % interval == 0 ? ENGINE_LAYER_ATTN : ENGINE_LAYER_DELTANET;
 }
 
-static void load_qwen35(loader *ld)
+/* Bind a 3-D expert tensor ne = {n_in, n_out, n_expert}; *stride gets the
+ * bytes between experts. */
+static void bind_w3(loader *ld, weight *w, size_t *stride, const char *name, int n_in, int n_out,
+                    int n_expert)
+{
+    if (ld->failed)
+        return;
+    const gguf_tensor *t = find_t(ld, name, true);
+    if (!t)
+        return;
+    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != (uint64_t)n_expert ||
+        t->ne[3] != 1) {
+        ld_fail(ld, "tensor '%s' has shape {%llu, %llu, %llu}, expected {%d, %d, %d}", name,
+                (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                (unsigned long long)t->ne[2], n_in, n_out, n_expert);
+        return;
+    }
+    if (!quant_supported(t->type)) {
+        ld_fail(ld, "tensor '%s' has weight type %s (%u), which hyserve does not support yet "
+                "(supported: %s)", name, ggml_type_name(t->type), t->type, quant_supported_list());
+        return;
+    }
+    w->data = t->data;
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->row_bytes = (size_t)n_in / ggml_block_size(t->type) * ggml_type_size(t->type);
+    *stride = w->row_bytes * (size_t)n_out;
+    ld->m->n_params += (uint64_t)n_in * (uint64_t)n_out * (uint64_t)n_expert;
+    ld->m->weight_bytes += t->n_bytes;
+}
+
+enum arch { ARCH_QWEN35, ARCH_QWEN3NEXT, ARCH_QWEN3, ARCH_LLAMA };
+
+static void load_hparams(loader *ld, enum arch a)
 {
     model *m = ld->m;
+    const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN3NEXT;
     int n_block = 0, n_nextn = 0;
     if (hp_u32(ld, "block_count", &n_block, 0, true) ||
         hp_u32(ld, "nextn_predict_layers", &n_nextn, 0, false) ||
         hp_u32(ld, "embedding_length", &m->n_embd, 0, true) ||
-        hp_u32(ld, "feed_forward_length", &m->n_ff, 0, true) ||
+        hp_u32(ld, "feed_forward_length", &m->n_ff, 0, a != ARCH_QWEN3NEXT) ||
         hp_u32(ld, "context_length", &m->n_ctx_train, 4096, false) ||
         hp_u32(ld, "attention.head_count", &m->n_head, 0, true) ||
-        hp_u32(ld, "attention.head_count_kv", &m->n_head_kv, 0, true) ||
-        hp_u32(ld, "attention.key_length", &m->head_dim, 0, true) ||
-        hp_u32(ld, "rope.dimension_count", &m->n_rot, 0, false) ||
-        hp_u32(ld, "ssm.conv_kernel", &m->ssm_k, 0, true) ||
-        hp_u32(ld, "ssm.state_size", &m->ssm_d_k, 0, true) ||
-        hp_u32(ld, "ssm.group_count", &m->ssm_n_k, 0, true) ||
-        hp_u32(ld, "ssm.time_step_rank", &m->ssm_n_v, 0, true))
+        hp_u32(ld, "attention.head_count_kv", &m->n_head_kv, m->n_head, false))
         return;
-    int inner = 0, v_len = 0;
-    if (hp_u32(ld, "ssm.inner_size", &inner, 0, true) ||
-        hp_u32(ld, "attention.value_length", &v_len, m->head_dim, false))
+    if (m->n_head <= 0 || m->n_embd <= 0) {
+        ld_fail(ld, "embedding_length and attention.head_count must be positive");
         return;
-    hp_f32(ld, "attention.layer_norm_rms_epsilon", &m->eps, 1e-6f);
-    hp_f32(ld, "rope.freq_base", &m->rope_theta, 10000.0f);
+    }
+    int v_len = 0;
+    if (hp_u32(ld, "attention.key_length", &m->head_dim, m->n_embd / m->n_head, hybrid) ||
+        hp_u32(ld, "attention.value_length", &v_len, m->head_dim, false) ||
+        hp_u32(ld, "rope.dimension_count", &m->n_rot, m->head_dim, false))
+        return;
+    if (hybrid) {
+        int inner = 0;
+        if (hp_u32(ld, "ssm.conv_kernel", &m->ssm_k, 0, true) ||
+            hp_u32(ld, "ssm.state_size", &m->ssm_d_k, 0, true) ||
+            hp_u32(ld, "ssm.group_count", &m->ssm_n_k, 0, true) ||
+            hp_u32(ld, "ssm.time_step_rank", &m->ssm_n_v, 0, true) ||
+            hp_u32(ld, "ssm.inner_size", &inner, 0, true))
+            return;
+        if (m->ssm_k <= 0 || m->ssm_k > 16 || m->ssm_d_k <= 0 || m->ssm_n_k <= 0 ||
+            m->ssm_n_v <= 0 || inner <= 0 || inner % m->ssm_n_v != 0 ||
+            m->ssm_n_v % m->ssm_n_k != 0) {
+            ld_fail(ld, "DeltaNet hyperparameters out of range: conv kernel %d (1..16), state %d, "
+                    "%d key heads, %d value heads (a multiple of key heads), inner size %d",
+                    m->ssm_k, m->ssm_d_k, m->ssm_n_k, m->ssm_n_v, inner);
+            return;
+        }
+        m->ssm_d_v = inner / m->ssm_n_v;
+        m->conv_dim = 2 * m->ssm_n_k * m->ssm_d_k + m->ssm_n_v * m->ssm_d_v;
+    }
+    if (a == ARCH_QWEN3NEXT) {
+        if (hp_u32(ld, "expert_count", &m->n_expert, 0, true) ||
+            hp_u32(ld, "expert_used_count", &m->n_expert_used, 0, true) ||
+            hp_u32(ld, "expert_feed_forward_length", &m->n_ff_exp, 0, true) ||
+            hp_u32(ld, "expert_shared_feed_forward_length", &m->n_ff_shexp, m->n_ff_exp, false))
+            return;
+        if (m->n_expert < 1 || m->n_expert_used < 1 || m->n_expert_used > m->n_expert ||
+            m->n_expert_used > 64 || m->n_ff_exp < 1) {
+            ld_fail(ld, "expert_count %d / expert_used_count %d / expert_feed_forward_length %d out "
+                    "of range", m->n_expert, m->n_expert_used, m->n_ff_exp);
+            return;
+        }
+    }
+    hp_f32(ld, "attention.layer_norm_rms_epsilon", &m->eps, a == ARCH_LLAMA ? 1e-5f : 1e-6f);
+    hp_f32(ld, "rope.freq_base", &m->rope_theta, a == ARCH_LLAMA ? 10000.0f : 1000000.0f);
     hp_f32(ld, "attention.scale", &m->attn_scale, 0.0f);
 
     m->n_layer = n_block - n_nextn;
-    if (m->n_layer <= 0 || m->n_embd <= 0 || m->n_ff <= 0 || m->n_head <= 0 ||
-        m->n_head_kv <= 0 || m->head_dim <= 0 || m->ssm_k <= 0 || m->ssm_d_k <= 0 ||
-        m->ssm_n_k <= 0 || m->ssm_n_v <= 0) {
-        ld_fail(ld, "hyperparameters out of range (layers %d, embd %d, ff %d, heads %d/%d, "
-                "head_dim %d, ssm k %d d_k %d n_k %d n_v %d)", m->n_layer, m->n_embd, m->n_ff,
-                m->n_head, m->n_head_kv, m->head_dim, m->ssm_k, m->ssm_d_k, m->ssm_n_k, m->ssm_n_v);
-        return;
-    }
-    if (m->ssm_k > 16) {
-        ld_fail(ld, "ssm.conv_kernel %d is larger than the supported 16", m->ssm_k);
+    if (m->n_layer <= 0 || m->n_head_kv <= 0 || m->head_dim <= 0 || m->n_ff < 0) {
+        ld_fail(ld, "hyperparameters out of range (layers %d, heads %d/%d, head_dim %d, ff %d)",
+                m->n_layer, m->n_head, m->n_head_kv, m->head_dim, m->n_ff);
         return;
     }
     if (m->n_head % m->n_head_kv != 0) {
@@ -238,23 +297,27 @@ static void load_qwen35(loader *ld)
                 m->head_dim);
         return;
     }
-    if (inner % m->ssm_n_v != 0 || m->ssm_n_v % m->ssm_n_k != 0) {
-        ld_fail(ld, "ssm.inner_size %d must split into %d value heads, and value heads (%d) must "
-                "be a multiple of key heads (%d)", inner, m->ssm_n_v, m->ssm_n_v, m->ssm_n_k);
-        return;
-    }
-    m->ssm_d_v = inner / m->ssm_n_v;
-    m->conv_dim = 2 * m->ssm_n_k * m->ssm_d_k + m->ssm_n_v * m->ssm_d_v;
     if (m->attn_scale == 0.0f)
         m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
+    m->rope_type = a == ARCH_LLAMA ? ROPE_NORM : ROPE_NEOX;
+    m->attn_gated = hybrid;
+    m->qk_norm = a != ARCH_LLAMA;
+    m->dnet_grouped = a == ARCH_QWEN3NEXT;
+}
 
+static void bind_tensors(loader *ld, enum arch a)
+{
+    model *m = ld->m;
+    const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN3NEXT;
     m->kinds = calloc((size_t)m->n_layer, 1);
     m->layers = calloc((size_t)m->n_layer, sizeof(layer));
     if (!m->kinds || !m->layers) {
         ld_fail(ld, "out of memory");
         return;
     }
-    read_layout(ld);
+    if (hybrid)
+        read_layout(ld);
+    /* plain-attention archs: every layer is ENGINE_LAYER_ATTN (0, from calloc) */
     if (ld->failed)
         return;
 
@@ -276,36 +339,69 @@ static void load_qwen35(loader *ld)
         m->output = m->tok_embd;   /* tied */
 
     const int E = m->n_embd, HD = m->head_dim, NV = m->ssm_n_v, DV = m->ssm_d_v;
+    const int NK = m->ssm_n_k, DK = m->ssm_d_k;
+    const char *post_norm_name = hybrid ? "post_attention_norm.weight" : "ffn_norm.weight";
     char nm[96];
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
     for (int il = 0; il < m->n_layer && !ld->failed; il++) {
         layer *L = &m->layers[il];
         L->kind = m->kinds[il];
         L->attn_norm = bind_vec(ld, TN("attn_norm.weight"), E);
-        L->post_norm = bind_vec(ld, TN("post_attention_norm.weight"), E);
+        snprintf(nm, sizeof nm, "blk.%d.%s", il, post_norm_name);
+        L->post_norm = bind_vec(ld, nm, E);
         if (L->kind == ENGINE_LAYER_ATTN) {
             L->kind_idx = m->n_attn++;
-            bind_w(ld, &L->wq, TN("attn_q.weight"), E, m->n_head * 2 * HD);
+            bind_w(ld, &L->wq, TN("attn_q.weight"), E, m->n_head * (m->attn_gated ? 2 : 1) * HD);
             bind_w(ld, &L->wk, TN("attn_k.weight"), E, m->n_head_kv * HD);
             bind_w(ld, &L->wv, TN("attn_v.weight"), E, m->n_head_kv * HD);
             bind_w(ld, &L->wo, TN("attn_output.weight"), m->n_head * HD, E);
-            L->q_norm = bind_vec(ld, TN("attn_q_norm.weight"), HD);
-            L->k_norm = bind_vec(ld, TN("attn_k_norm.weight"), HD);
+            if (m->qk_norm) {
+                L->q_norm = bind_vec(ld, TN("attn_q_norm.weight"), HD);
+                L->k_norm = bind_vec(ld, TN("attn_k_norm.weight"), HD);
+            }
         } else {
             L->kind_idx = m->n_dnet++;
-            bind_w(ld, &L->wqkv, TN("attn_qkv.weight"), E, m->conv_dim);
-            bind_w(ld, &L->wz, TN("attn_gate.weight"), E, NV * DV);
-            bind_w(ld, &L->wb, TN("ssm_beta.weight"), E, NV);
-            bind_w(ld, &L->wa, TN("ssm_alpha.weight"), E, NV);
+            if (a == ARCH_QWEN3NEXT) {
+                if (gguf_find_tensor(ld->g, TN("attn_qkv.weight")) || !gguf_find_tensor(ld->g, TN("ssm_in.weight"))) {
+                    bind_w(ld, &L->wqkv, TN("attn_qkv.weight"), E, m->conv_dim);
+                    bind_w(ld, &L->wz, TN("attn_gate.weight"), E, NV * DV);
+                } else {
+                    L->legacy_ssm_in = true;
+                    bind_w(ld, &L->ssm_in, TN("ssm_in.weight"), E, 2 * NK * DK + 2 * NV * DV);
+                }
+                bind_w(ld, &L->ssm_ba, TN("ssm_ba.weight"), E, 2 * NV);
+            } else {
+                bind_w(ld, &L->wqkv, TN("attn_qkv.weight"), E, m->conv_dim);
+                bind_w(ld, &L->wz, TN("attn_gate.weight"), E, NV * DV);
+                bind_w(ld, &L->wb, TN("ssm_beta.weight"), E, NV);
+                bind_w(ld, &L->wa, TN("ssm_alpha.weight"), E, NV);
+            }
             L->conv1d = bind_vec2(ld, TN("ssm_conv1d.weight"), m->ssm_k, m->conv_dim);
             L->dt_bias = bind_vec(ld, TN("ssm_dt.bias"), NV);
             L->ssm_a = bind_vec(ld, TN("ssm_a"), NV);
             L->ssm_norm = bind_vec(ld, TN("ssm_norm.weight"), DV);
             bind_w(ld, &L->wout, TN("ssm_out.weight"), NV * DV, E);
         }
-        bind_w(ld, &L->ffn_gate, TN("ffn_gate.weight"), E, m->n_ff);
-        bind_w(ld, &L->ffn_up, TN("ffn_up.weight"), E, m->n_ff);
-        bind_w(ld, &L->ffn_down, TN("ffn_down.weight"), m->n_ff, E);
+        if (a == ARCH_QWEN3NEXT) {
+            L->moe = true;
+            bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
+            bind_w3(ld, &L->gate_exps, &L->up_gate_stride, TN("ffn_gate_exps.weight"), E, m->n_ff_exp, m->n_expert);
+            size_t up_stride = 0;
+            bind_w3(ld, &L->up_exps, &up_stride, TN("ffn_up_exps.weight"), E, m->n_ff_exp, m->n_expert);
+            bind_w3(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, E, m->n_expert);
+            if (!ld->failed && up_stride != L->up_gate_stride) {
+                ld_fail(ld, "layer %d: ffn_gate_exps and ffn_up_exps have different types", il);
+                break;
+            }
+            L->shexp_gate = bind_vec(ld, TN("ffn_gate_inp_shexp.weight"), E);
+            bind_w(ld, &L->gate_shexp, TN("ffn_gate_shexp.weight"), E, m->n_ff_shexp);
+            bind_w(ld, &L->up_shexp, TN("ffn_up_shexp.weight"), E, m->n_ff_shexp);
+            bind_w(ld, &L->down_shexp, TN("ffn_down_shexp.weight"), m->n_ff_shexp, E);
+        } else {
+            bind_w(ld, &L->ffn_gate, TN("ffn_gate.weight"), E, m->n_ff);
+            bind_w(ld, &L->ffn_up, TN("ffn_up.weight"), E, m->n_ff);
+            bind_w(ld, &L->ffn_down, TN("ffn_down.weight"), m->n_ff, E);
+        }
     }
 #undef TN
     if (ld->failed)
@@ -316,12 +412,27 @@ static void load_qwen35(loader *ld)
         ld_fail(ld, "out of memory");
         return;
     }
-    /* inv_freq[i] = theta^(-2i/n_rot) */
+    /* inv_freq[i] = theta^(-2i/n_rot); Llama 3.1 files carry per-frequency
+     * divisors in rope_freqs.weight (llama.cpp's freq_factors) */
+    float *ff = NULL;
+    if (gguf_find_tensor(ld->g, "rope_freqs.weight"))
+        ff = bind_vec(ld, "rope_freqs.weight", m->n_rot / 2);
+    if (ld->failed)
+        return;
     for (int i = 0; i < m->n_rot / 2; i++)
-        m->rope_inv_freq[i] = (float)pow((double)m->rope_theta, -2.0 * i / m->n_rot);
+        m->rope_inv_freq[i] = (float)(pow((double)m->rope_theta, -2.0 * i / m->n_rot) /
+                                      (ff ? (double)ff[i] : 1.0));
+    free(ff);
 }
 
-static const char *supported_archs = "qwen35";
+static const struct { const char *name; enum arch a; } archs[] = {
+    { "qwen35", ARCH_QWEN35 },
+    { "qwen3next", ARCH_QWEN3NEXT },
+    { "qwen3", ARCH_QWEN3 },
+    { "llama", ARCH_LLAMA },
+};
+
+static const char *supported_archs = "qwen35, qwen3next, qwen3, llama";
 
 model *model_load(const char *path, char *err, size_t errlen)
 {
@@ -341,7 +452,13 @@ model *model_load(const char *path, char *err, size_t errlen)
         goto out_fail;
     }
     snprintf(m->arch, sizeof m->arch, "%s", arch);
-    bool known = strcmp(arch, "qwen35") == 0;
+    bool known = false;
+    enum arch a = ARCH_QWEN35;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (!strcmp(arch, archs[i].name)) {
+            known = true;
+            a = archs[i].a;
+        }
     if (!known)
         ld_fail(&ld, "unknown architecture '%s' (supported: %s)", arch, supported_archs);
     free(arch);
@@ -358,7 +475,9 @@ model *model_load(const char *path, char *err, size_t errlen)
     }
     m->chat_template = gguf_get_str_dup(m->gguf, "tokenizer.chat_template");
 
-    load_qwen35(&ld);
+    load_hparams(&ld, a);
+    if (!ld.failed)
+        bind_tensors(&ld, a);
     if (ld.failed)
         goto out_fail;
     return m;
@@ -383,6 +502,7 @@ void model_free(model *m)
             free(L->dt_bias);
             free(L->ssm_a);
             free(L->ssm_norm);
+            free(L->shexp_gate);
         }
     }
     free(m->layers);

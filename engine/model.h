@@ -46,10 +46,31 @@ typedef struct layer {
     float *ssm_norm;            /* [d_v] gated RMSNorm weight, shared by heads */
     weight wout;                /* n_v*d_v -> n_embd (ssm_out) */
 
-    /* SwiGLU MLP */
+    /* qwen3next DeltaNet inputs */
+    weight ssm_ba;              /* n_embd -> 2*n_v, per key head g: [b (r) | a (r)] */
+    weight ssm_in;              /* legacy fused: per key head g: [q | k | v (r*d_v) | z (r*d_v)] */
+    bool legacy_ssm_in;
+
+    /* SwiGLU MLP (dense layers) */
     weight ffn_gate, ffn_up;    /* n_embd -> n_ff */
     weight ffn_down;            /* n_ff -> n_embd */
+
+    /* mixture of experts (qwen3next): weights below view expert 0; expert e
+     * starts e * *_stride bytes further */
+    bool moe;
+    weight router;              /* ffn_gate_inp: n_embd -> n_expert */
+    weight gate_exps, up_exps;  /* per expert n_embd -> n_ff_exp */
+    weight down_exps;           /* per expert n_ff_exp -> n_embd */
+    size_t up_gate_stride, down_stride;
+    float *shexp_gate;          /* [n_embd] ffn_gate_inp_shexp: scalar gate of the shared expert */
+    weight gate_shexp, up_shexp;/* n_embd -> n_ff_shexp */
+    weight down_shexp;          /* n_ff_shexp -> n_embd */
 } layer;
+
+enum rope_type {
+    ROPE_NEOX = 0,              /* pairs (i, i + n_rot/2): qwen35, qwen3next, qwen3 */
+    ROPE_NORM = 1,              /* adjacent pairs (2i, 2i+1): llama */
+};
 
 typedef struct model {
     gguf_ctx *gguf;
@@ -60,6 +81,11 @@ typedef struct model {
     float rope_theta, attn_scale, eps;
     int ssm_n_k, ssm_n_v, ssm_d_k, ssm_d_v, ssm_k;  /* DeltaNet shape; ssm_k = conv kernel */
     int conv_dim;               /* 2*n_k*d_k + n_v*d_v */
+    int rope_type;              /* enum rope_type */
+    bool attn_gated;            /* attn_q carries a sigmoid gate half per head */
+    bool qk_norm;               /* per-head RMSNorm on q and k */
+    bool dnet_grouped;          /* value head h uses key head h / r (else h % n_k) */
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     int n_attn, n_dnet;
     uint8_t *kinds;             /* [n_layer] */
     layer *layers;              /* [n_layer] */

@@ -85,6 +85,25 @@ void rope_neox(float *x, int n_rot, const float *inv_freq, int pos)
     }
 }
 
+void rope_norm(float *x, int n_rot, const float *inv_freq, int pos)
+{
+    for (int i = 0; i < n_rot / 2; i++) {
+        double ang = (double)pos * inv_freq[i];
+        float c = (float)cos(ang), s = (float)sin(ang);
+        float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c - b * s;
+        x[2 * i + 1] = b * c + a * s;
+    }
+}
+
+void rope(float *x, int type, int n_rot, const float *inv_freq, int pos)
+{
+    if (type == ROPE_NORM)
+        rope_norm(x, n_rot, inv_freq, pos);
+    else
+        rope_neox(x, n_rot, inv_freq, pos);
+}
+
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
           const float *B, int ldb, float beta, float *C, int ldc)
 {

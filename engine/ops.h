@@ -22,6 +22,10 @@ void l2norm(float *x, int n, float eps);
 void softmax(float *x, int n);
 /* NeoX partial RoPE on one head: pairs (i, i + n_rot/2), i < n_rot/2. */
 void rope_neox(float *x, int n_rot, const float *inv_freq, int pos);
+/* Adjacent-pair RoPE (llama.cpp NORM): pairs (2i, 2i + 1). */
+void rope_norm(float *x, int n_rot, const float *inv_freq, int pos);
+/* Either, by enum rope_type. */
+void rope(float *x, int type, int n_rot, const float *inv_freq, int pos);
 
 static inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }

@@ -9,12 +9,18 @@
 
 bool quant_supported(uint32_t type)
 {
-    return type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 || type == GGML_Q8_0;
+    switch (type) {
+    case GGML_F32: case GGML_F16: case GGML_BF16: case GGML_Q8_0: case GGML_Q4_0:
+    case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+        return true;
+    default:
+        return false;
+    }
 }
 
 const char *quant_supported_list(void)
 {
-    return "F32, F16, BF16, Q8_0";
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K";
 }
 
 float fp16_to_f32(uint16_t h)
@@ -83,6 +89,104 @@ uint16_t f32_to_bf16(float f)
 
 /* Q8_0 block: half d; int8 qs[32]; x[i] = d * qs[i]. */
 typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;
+/* Q4_0 block: half d; u8 qs[16]; x[j] = d*((qs[j]&15)-8), x[j+16] = d*((qs[j]>>4)-8). */
+typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;
+/* Q4_K super-block of 256: half d, dmin; 6-bit scales/mins packed in 12 bytes; 4-bit qs. */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } block_q4_k;
+/* Q5_K: as Q4_K plus one high bit per element in qh. */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } block_q5_k;
+/* Q6_K: low 4 bits in ql, high 2 bits in qh, int8 scale per 16, half d last. */
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } block_q6_k;
+
+_Static_assert(sizeof(block_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(block_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(block_q4_k) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(block_q5_k) == 176, "Q5_K block is 176 bytes");
+_Static_assert(sizeof(block_q6_k) == 210, "Q6_K block is 210 bytes");
+
+/* 6-bit scale and min of sub-block s (0..7) of a Q4_K/Q5_K super-block. */
+static void kq_scale_min(const uint8_t *sc, int s, int *scale, int *min)
+{
+    if (s < 4) {
+        *scale = sc[s] & 63;
+        *min = sc[s + 4] & 63;
+    } else {
+        *scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+    }
+}
+
+static void kq_pack_scales(uint8_t *out, const int *sc, const int *mn)
+{
+    for (int s = 0; s < 4; s++) {
+        out[s] = (uint8_t)((sc[s] & 63) | ((sc[s + 4] >> 4) << 6));
+        out[s + 4] = (uint8_t)((mn[s] & 63) | ((mn[s + 4] >> 4) << 6));
+        out[s + 8] = (uint8_t)((sc[s + 4] & 15) | ((mn[s + 4] & 15) << 4));
+    }
+}
+
+static void deq_q4_0(const block_q4_0 *b, float *y)
+{
+    float d = fp16_to_f32(b->d);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)((b->qs[j] & 15) - 8);
+        y[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
+    }
+}
+
+static void deq_q4_k(const block_q4_k *b, float *y)
+{
+    float d = fp16_to_f32(b->d), dmin = fp16_to_f32(b->dmin);
+    for (int j = 0; j < 4; j++) {
+        const uint8_t *q = b->qs + 32 * j;
+        int sc1, m1, sc2, m2;
+        kq_scale_min(b->scales, 2 * j, &sc1, &m1);
+        kq_scale_min(b->scales, 2 * j + 1, &sc2, &m2);
+        float d1 = d * (float)sc1, mm1 = dmin * (float)m1, d2 = d * (float)sc2, mm2 = dmin * (float)m2;
+        for (int l = 0; l < 32; l++) {
+            y[64 * j + l] = d1 * (float)(q[l] & 15) - mm1;
+            y[64 * j + 32 + l] = d2 * (float)(q[l] >> 4) - mm2;
+        }
+    }
+}
+
+static void deq_q5_k(const block_q5_k *b, float *y)
+{
+    float d = fp16_to_f32(b->d), dmin = fp16_to_f32(b->dmin);
+    for (int j = 0; j < 4; j++) {
+        const uint8_t *q = b->qs + 32 * j;
+        const uint8_t u1 = (uint8_t)(1u << (2 * j)), u2 = (uint8_t)(2u << (2 * j));
+        int sc1, m1, sc2, m2;
+        kq_scale_min(b->scales, 2 * j, &sc1, &m1);
+        kq_scale_min(b->scales, 2 * j + 1, &sc2, &m2);
+        float d1 = d * (float)sc1, mm1 = dmin * (float)m1, d2 = d * (float)sc2, mm2 = dmin * (float)m2;
+        for (int l = 0; l < 32; l++) {
+            y[64 * j + l] = d1 * (float)((q[l] & 15) + (b->qh[l] & u1 ? 16 : 0)) - mm1;
+            y[64 * j + 32 + l] = d2 * (float)((q[l] >> 4) + (b->qh[l] & u2 ? 16 : 0)) - mm2;
+        }
+    }
+}
+
+static void deq_q6_k(const block_q6_k *b, float *y)
+{
+    float d = fp16_to_f32(b->d);
+    for (int n = 0; n < 2; n++) {
+        const uint8_t *ql = b->ql + 64 * n, *qh = b->qh + 32 * n;
+        const int8_t *sc = b->scales + 8 * n;
+        float *yy = y + 128 * n;
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = ((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            yy[l] = d * (float)sc[is + 0] * (float)q1;
+            yy[l + 32] = d * (float)sc[is + 2] * (float)q2;
+            yy[l + 64] = d * (float)sc[is + 4] * (float)q3;
+            yy[l + 96] = d * (float)sc[is + 6] * (float)q4;
+        }
+    }
+}
 
 void dequant_row(uint32_t type, const void *src, float *restrict dst, int n)
 {
@@ -111,6 +215,22 @@ void dequant_row(uint32_t type, const void *src, float *restrict dst, int n)
         }
         break;
     }
+    case GGML_Q4_0:
+        for (int i = 0; i < n / 32; i++)
+            deq_q4_0((const block_q4_0 *)src + i, dst + 32 * i);
+        break;
+    case GGML_Q4_K:
+        for (int i = 0; i < n / 256; i++)
+            deq_q4_k((const block_q4_k *)src + i, dst + 256 * i);
+        break;
+    case GGML_Q5_K:
+        for (int i = 0; i < n / 256; i++)
+            deq_q5_k((const block_q5_k *)src + i, dst + 256 * i);
+        break;
+    case GGML_Q6_K:
+        for (int i = 0; i < n / 256; i++)
+            deq_q6_k((const block_q6_k *)src + i, dst + 256 * i);
+        break;
     default:
         memset(dst, 0, (size_t)n * 4);
     }
@@ -148,10 +268,132 @@ float dot_row(uint32_t type, const void *row, const float *restrict x, int n)
         }
         break;
     }
+    case GGML_Q4_0: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: {
+        /* dequantize one block at a time on the stack: no f32 copy of the row */
+        const size_t bs = ggml_block_size(type), tsz = ggml_type_size(type);
+        float tmp[256];
+        for (int i = 0; i < n / (int)bs; i++) {
+            dequant_row(type, (const char *)row + (size_t)i * tsz, tmp, (int)bs);
+            float s = 0.0f;
+            for (int j = 0; j < (int)bs; j++)
+                s += tmp[j] * x[(size_t)i * bs + (size_t)j];
+            acc += s;
+        }
+        break;
+    }
     default:
         break;
     }
     return acc;
+}
+
+/* Encoders: simple min/max fits, valid blocks (not llama.cpp's search). */
+static void quant_q4_0(const float *x, block_q4_0 *b)
+{
+    float amax = 0.0f, mx = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            mx = x[j];
+        }
+    float d = mx / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    b->d = f32_to_fp16(d);
+    for (int j = 0; j < 16; j++) {
+        int q0 = (int)lrintf(x[j] * id) + 8, q1 = (int)lrintf(x[j + 16] * id) + 8;
+        q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+        q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+        b->qs[j] = (uint8_t)(q0 | (q1 << 4));
+    }
+}
+
+static void quant_q45_k(const float *x, void *dst, bool five)
+{
+    const int qmax = five ? 31 : 15;
+    float scale[8], mn[8], smax = 0.0f, mmax = 0.0f;
+    for (int s = 0; s < 8; s++) {
+        float lo = 0.0f, hi = 0.0f;
+        for (int l = 0; l < 32; l++) {
+            lo = fminf(lo, x[32 * s + l]);
+            hi = fmaxf(hi, x[32 * s + l]);
+        }
+        scale[s] = (hi - lo) / (float)qmax;
+        mn[s] = -lo;
+        smax = fmaxf(smax, scale[s]);
+        mmax = fmaxf(mmax, mn[s]);
+    }
+    float d = smax / 63.0f, dmin = mmax / 63.0f;
+    uint16_t dh = f32_to_fp16(d), dmh = f32_to_fp16(dmin);
+    d = fp16_to_f32(dh);
+    dmin = fp16_to_f32(dmh);
+    int sc[8], mi[8];
+    for (int s = 0; s < 8; s++) {
+        sc[s] = d > 0 ? (int)lrintf(scale[s] / d) : 0;
+        mi[s] = dmin > 0 ? (int)lrintf(mn[s] / dmin) : 0;
+        sc[s] = sc[s] > 63 ? 63 : sc[s];
+        mi[s] = mi[s] > 63 ? 63 : mi[s];
+    }
+    uint8_t q[256];
+    for (int s = 0; s < 8; s++) {
+        float ds = d * (float)sc[s], ms = dmin * (float)mi[s];
+        for (int l = 0; l < 32; l++) {
+            int v = ds > 0 ? (int)lrintf((x[32 * s + l] + ms) / ds) : 0;
+            q[32 * s + l] = (uint8_t)(v < 0 ? 0 : v > qmax ? qmax : v);
+        }
+    }
+    uint8_t *scales, *qs, *qh = NULL;
+    if (five) {
+        block_q5_k *b = dst;
+        b->d = dh; b->dmin = dmh; scales = b->scales; qs = b->qs; qh = b->qh;
+        memset(qh, 0, 32);
+    } else {
+        block_q4_k *b = dst;
+        b->d = dh; b->dmin = dmh; scales = b->scales; qs = b->qs;
+    }
+    kq_pack_scales(scales, sc, mi);
+    for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 32; l++) {
+            uint8_t lo = q[64 * j + l], hi = q[64 * j + 32 + l];
+            qs[32 * j + l] = (uint8_t)((lo & 15) | ((hi & 15) << 4));
+            if (qh) {
+                if (lo & 16) qh[l] |= (uint8_t)(1u << (2 * j));
+                if (hi & 16) qh[l] |= (uint8_t)(2u << (2 * j));
+            }
+        }
+}
+
+static void quant_q6_k(const float *x, block_q6_k *b)
+{
+    float scale[16], amax = 0.0f;
+    for (int s = 0; s < 16; s++) {
+        float m = 0.0f;
+        for (int l = 0; l < 16; l++)
+            m = fmaxf(m, fabsf(x[16 * s + l]));
+        scale[s] = m / 31.0f;
+        amax = fmaxf(amax, scale[s]);
+    }
+    float d = amax / 127.0f;
+    b->d = f32_to_fp16(d);
+    d = fp16_to_f32(b->d);
+    int q[256];
+    for (int s = 0; s < 16; s++) {
+        int sc = d > 0 ? (int)lrintf(scale[s] / d) : 0;
+        sc = sc > 127 ? 127 : sc;
+        b->scales[s] = (int8_t)sc;
+        float ds = d * (float)sc;
+        for (int l = 0; l < 16; l++) {
+            int v = ds > 0 ? (int)lrintf(x[16 * s + l] / ds) : 0;
+            q[16 * s + l] = (v < -32 ? -32 : v > 31 ? 31 : v) + 32;
+        }
+    }
+    memset(b->qh, 0, 64);
+    for (int n = 0; n < 2; n++)
+        for (int l = 0; l < 32; l++) {
+            const int *qq = q + 128 * n;
+            b->ql[64 * n + l] = (uint8_t)((qq[l] & 15) | ((qq[l + 64] & 15) << 4));
+            b->ql[64 * n + l + 32] = (uint8_t)((qq[l + 32] & 15) | ((qq[l + 96] & 15) << 4));
+            b->qh[32 * n + l] = (uint8_t)((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) |
+                                          ((qq[l + 64] >> 4) << 4) | ((qq[l + 96] >> 4) << 6));
+        }
 }
 
 void quantize_row(uint32_t type, const float *src, void *dst, int n)
@@ -185,6 +427,19 @@ void quantize_row(uint32_t type, const float *src, void *dst, int n)
         }
         break;
     }
+    case GGML_Q4_0:
+        for (int i = 0; i < n / 32; i++)
+            quant_q4_0(src + 32 * i, (block_q4_0 *)dst + i);
+        break;
+    case GGML_Q4_K:
+    case GGML_Q5_K:
+        for (int i = 0; i < n / 256; i++)
+            quant_q45_k(src + 256 * i, (char *)dst + (size_t)i * ggml_type_size(type), type == GGML_Q5_K);
+        break;
+    case GGML_Q6_K:
+        for (int i = 0; i < n / 256; i++)
+            quant_q6_k(src + 256 * i, (block_q6_k *)dst + i);
+        break;
     default:
         break;
     }

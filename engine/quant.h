@@ -23,7 +23,7 @@ uint16_t f32_to_bf16(float f);          /* round to nearest even */
 void dequant_row(uint32_t type, const void *src, float *dst, int n);
 /* sum_i row[i] * x[i] over n elements. */
 float dot_row(uint32_t type, const void *row, const float *x, int n);
-/* Encode n floats as type (F32, F16, BF16, Q8_0) into dst. */
+/* Encode n floats as type (any supported type) into dst. */
 void quantize_row(uint32_t type, const float *src, void *dst, int n);
 
 #endif

@@ -20,7 +20,12 @@
 void synth_config_default(synth_config *c)
 {
     memset(c, 0, sizeof *c);
+    snprintf(c->arch, sizeof c->arch, "qwen35");
     c->seed = 1;
+    c->n_expert = 8;
+    c->n_expert_used = 2;
+    c->n_ff_exp = 32;
+    c->n_ff_shexp = 32;
     c->n_layer = 4;
     c->attn_every = 4;
     c->n_embd = 64;
@@ -111,9 +116,45 @@ static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t
     free(q);
 }
 
+/* A 3-D expert tensor ne = {n0, n1, n2}: n2 slabs drawn like projections. */
+static void put3(sw *s, const char *name, int n0, int n1, int n2, uint32_t type)
+{
+    if (s->failed)
+        return;
+    size_t row_bytes = (size_t)n0 / ggml_block_size(type) * ggml_type_size(type);
+    size_t slab = row_bytes * (size_t)n1;
+    uint8_t *all = malloc(slab * (size_t)n2);
+    float *v = malloc((size_t)n0 * sizeof(float));
+    if (!all || !v) {
+        free(all);
+        free(v);
+        s->failed = 1;
+        return;
+    }
+    rng r = rng_for(s->c->seed, name);
+    float scale = sqrtf(3.0f / (float)n0);
+    for (int e = 0; e < n2; e++)
+        for (int i = 0; i < n1; i++) {
+            for (int j = 0; j < n0; j++)
+                v[j] = rng_uniform(&r) * scale;
+            quantize_row(type, v, all + slab * (size_t)e + row_bytes * (size_t)i, n0);
+        }
+    uint64_t ne[3] = { (uint64_t)n0, (uint64_t)n1, (uint64_t)n2 };
+    gguf_w_tensor(s->w, name, type, 3, ne, all);
+    free(all);
+    free(v);
+}
+
+static bool hybrid(const synth_config *c)
+{
+    return !strcmp(c->arch, "qwen35") || !strcmp(c->arch, "qwen3next");
+}
+
 static bool is_attn(const synth_config *c, int il)
 {
     size_t np = strlen(c->pattern);
+    if (!hybrid(c))
+        return true;
     if (np)
         return c->pattern[(size_t)il % np] == 'A';
     return (il + 1) % c->attn_every == 0;
@@ -219,10 +260,18 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     else if (c->n_ff < 1 || c->n_vocab < 256 || c->n_ctx < 1) bad = "ff must be positive and vocab at least 256";
     else if (c->attn_every < 1 && !c->pattern[0]) bad = "attn-every must be at least 1";
     else if (c->chat_template && c->n_vocab < 259) bad = "a chat template needs vocab >= 259 for its special tokens";
-    else if (!quant_supported(c->dtype)) bad = "dtype must be f32, f16, bf16 or q8_0";
+    else if (!quant_supported(c->dtype)) bad = "unsupported dtype";
     else if (bs > 1 && (c->n_embd % (int)bs || c->n_ff % (int)bs || (c->n_head * c->head_dim) % (int)bs ||
-                        (c->dnet_n_v * c->dnet_d_v) % (int)bs))
-        bad = "q8_0 needs embd, ff and head widths that are multiples of 32";
+                        (c->dnet_n_v * c->dnet_d_v) % (int)bs || c->n_ff_exp % (int)bs ||
+                        c->n_ff_shexp % (int)bs))
+        bad = "quantized dtypes need embd, ff, expert ff and head widths that are multiples of the block size (32, or 256 for K-quants)";
+    else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen3next") && strcmp(c->arch, "qwen3") &&
+             strcmp(c->arch, "llama"))
+        bad = "arch must be qwen35, qwen3next, qwen3 or llama";
+    else if (!strcmp(c->arch, "qwen3next") &&
+             (c->n_expert < 1 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
+              c->n_ff_exp < 1 || c->n_ff_shexp < 1))
+        bad = "experts, experts-used (<= experts), expert-ff and shared-ff must be positive";
     for (const char *p = c->pattern; !bad && *p; p++)
         if (*p != 'A' && *p != 'L')
             bad = "pattern may only hold 'A' (attention) and 'L' (DeltaNet)";
@@ -248,38 +297,55 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     const uint32_t t = c->dtype;
     int rc = -1;
 
-    gguf_w_str(w, "general.architecture", "qwen35");
+    char key[96];
+#define K(suffix) (snprintf(key, sizeof key, "%s." suffix, c->arch), key)
+    const bool hyb = hybrid(c), next = !strcmp(c->arch, "qwen3next");
+    const bool gated = hyb, qk_norm = strcmp(c->arch, "llama") != 0;
+    gguf_w_str(w, "general.architecture", c->arch);
     gguf_w_str(w, "general.name", c->name);
-    gguf_w_u32(w, "general.file_type", t == GGML_F32 ? 0 : t == GGML_F16 ? 1 : t == GGML_BF16 ? 32 : 7);
-    gguf_w_u32(w, "qwen35.block_count", (uint32_t)c->n_layer);
-    gguf_w_u32(w, "qwen35.context_length", (uint32_t)c->n_ctx);
-    gguf_w_u32(w, "qwen35.embedding_length", (uint32_t)E);
-    gguf_w_u32(w, "qwen35.feed_forward_length", (uint32_t)c->n_ff);
-    gguf_w_u32(w, "qwen35.attention.head_count", (uint32_t)c->n_head);
-    gguf_w_u32(w, "qwen35.attention.head_count_kv", (uint32_t)c->n_head_kv);
-    gguf_w_u32(w, "qwen35.attention.key_length", (uint32_t)HD);
-    gguf_w_u32(w, "qwen35.attention.value_length", (uint32_t)HD);
-    gguf_w_f32(w, "qwen35.attention.layer_norm_rms_epsilon", 1e-6f);
-    gguf_w_f32(w, "qwen35.rope.freq_base", c->rope_theta);
-    gguf_w_u32(w, "qwen35.rope.dimension_count", (uint32_t)c->n_rot);
-    int32_t sections[4] = { 11, 11, 10, 0 };
-    gguf_w_arr(w, "qwen35.rope.dimension_sections", GGUF_T_I32, sections, 4);
-    gguf_w_u32(w, "qwen35.ssm.conv_kernel", (uint32_t)c->conv_kernel);
-    gguf_w_u32(w, "qwen35.ssm.state_size", (uint32_t)c->dnet_d_k);
-    gguf_w_u32(w, "qwen35.ssm.group_count", (uint32_t)c->dnet_n_k);
-    gguf_w_u32(w, "qwen35.ssm.time_step_rank", (uint32_t)NV);
-    gguf_w_u32(w, "qwen35.ssm.inner_size", (uint32_t)(NV * DV));
-    if (c->pattern[0]) {
-        uint8_t *rec = malloc((size_t)c->n_layer);
-        if (!rec)
-            goto out;
-        for (int il = 0; il < c->n_layer; il++)
-            rec[il] = !is_attn(c, il);
-        gguf_w_arr(w, "qwen35.attention.recurrent_layers", GGUF_T_BOOL, rec, (uint64_t)c->n_layer);
-        free(rec);
-    } else {
-        gguf_w_u32(w, "qwen35.full_attention_interval", (uint32_t)c->attn_every);
+    gguf_w_u32(w, "general.file_type", t == GGML_F32 ? 0 : t == GGML_F16 ? 1 : t == GGML_BF16 ? 32 :
+                                       t == GGML_Q8_0 ? 7 : t == GGML_Q4_0 ? 2 : t == GGML_Q4_K ? 15 :
+                                       t == GGML_Q5_K ? 17 : 18);
+    gguf_w_u32(w, K("block_count"), (uint32_t)c->n_layer);
+    gguf_w_u32(w, K("context_length"), (uint32_t)c->n_ctx);
+    gguf_w_u32(w, K("embedding_length"), (uint32_t)E);
+    gguf_w_u32(w, K("feed_forward_length"), (uint32_t)c->n_ff);
+    gguf_w_u32(w, K("attention.head_count"), (uint32_t)c->n_head);
+    gguf_w_u32(w, K("attention.head_count_kv"), (uint32_t)c->n_head_kv);
+    gguf_w_u32(w, K("attention.key_length"), (uint32_t)HD);
+    gguf_w_u32(w, K("attention.value_length"), (uint32_t)HD);
+    gguf_w_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f);
+    gguf_w_f32(w, K("rope.freq_base"), c->rope_theta);
+    gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)c->n_rot);
+    if (!strcmp(c->arch, "qwen35")) {
+        int32_t sections[4] = { 11, 11, 10, 0 };
+        gguf_w_arr(w, K("rope.dimension_sections"), GGUF_T_I32, sections, 4);
     }
+    if (hyb) {
+        gguf_w_u32(w, K("ssm.conv_kernel"), (uint32_t)c->conv_kernel);
+        gguf_w_u32(w, K("ssm.state_size"), (uint32_t)c->dnet_d_k);
+        gguf_w_u32(w, K("ssm.group_count"), (uint32_t)c->dnet_n_k);
+        gguf_w_u32(w, K("ssm.time_step_rank"), (uint32_t)NV);
+        gguf_w_u32(w, K("ssm.inner_size"), (uint32_t)(NV * DV));
+        if (c->pattern[0]) {
+            uint8_t *rec = malloc((size_t)c->n_layer);
+            if (!rec)
+                goto out;
+            for (int il = 0; il < c->n_layer; il++)
+                rec[il] = !is_attn(c, il);
+            gguf_w_arr(w, K("attention.recurrent_layers"), GGUF_T_BOOL, rec, (uint64_t)c->n_layer);
+            free(rec);
+        } else {
+            gguf_w_u32(w, K("full_attention_interval"), (uint32_t)c->attn_every);
+        }
+    }
+    if (next) {
+        gguf_w_u32(w, K("expert_count"), (uint32_t)c->n_expert);
+        gguf_w_u32(w, K("expert_used_count"), (uint32_t)c->n_expert_used);
+        gguf_w_u32(w, K("expert_feed_forward_length"), (uint32_t)c->n_ff_exp);
+        gguf_w_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)c->n_ff_shexp);
+    }
+#undef K
     if (write_vocab(&s) != 0) {
         snprintf(err, errlen, "synth: out of memory building the vocabulary");
         goto out;
@@ -293,28 +359,45 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     for (int il = 0; il < c->n_layer; il++) {
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
         put(&s, TN("attn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
-        put(&s, TN("post_attention_norm.weight"), E, 1, FILL_NORM, GGML_F32);
+        put(&s, hyb ? TN("post_attention_norm.weight") : TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
         if (is_attn(c, il)) {
-            put(&s, TN("attn_q.weight"), E, c->n_head * 2 * HD, FILL_PROJ, t);
+            put(&s, TN("attn_q.weight"), E, c->n_head * (gated ? 2 : 1) * HD, FILL_PROJ, t);
             put(&s, TN("attn_k.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
             put(&s, TN("attn_v.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
             put(&s, TN("attn_output.weight"), c->n_head * HD, E, FILL_PROJ, t);
-            put(&s, TN("attn_q_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
-            put(&s, TN("attn_k_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
+            if (qk_norm) {
+                put(&s, TN("attn_q_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
+                put(&s, TN("attn_k_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
+            }
         } else {
             put(&s, TN("attn_qkv.weight"), E, conv_dim, FILL_PROJ, t);
             put(&s, TN("attn_gate.weight"), E, NV * DV, FILL_PROJ, t);
-            put(&s, TN("ssm_beta.weight"), E, NV, FILL_PROJ, t);
-            put(&s, TN("ssm_alpha.weight"), E, NV, FILL_PROJ, t);
+            if (next) {
+                put(&s, TN("ssm_ba.weight"), E, 2 * NV, FILL_PROJ, t);
+            } else {
+                put(&s, TN("ssm_beta.weight"), E, NV, FILL_PROJ, t);
+                put(&s, TN("ssm_alpha.weight"), E, NV, FILL_PROJ, t);
+            }
             put(&s, TN("ssm_conv1d.weight"), c->conv_kernel, conv_dim, FILL_CONV, GGML_F32);
             put(&s, TN("ssm_dt.bias"), NV, 1, FILL_DT, GGML_F32);
             put(&s, TN("ssm_a"), NV, 1, FILL_A, GGML_F32);
             put(&s, TN("ssm_norm.weight"), DV, 1, FILL_NORM, GGML_F32);
             put(&s, TN("ssm_out.weight"), NV * DV, E, FILL_PROJ, t);
         }
-        put(&s, TN("ffn_gate.weight"), E, c->n_ff, FILL_PROJ, t);
-        put(&s, TN("ffn_up.weight"), E, c->n_ff, FILL_PROJ, t);
-        put(&s, TN("ffn_down.weight"), c->n_ff, E, FILL_PROJ, t);
+        if (next) {
+            put(&s, TN("ffn_gate_inp.weight"), E, c->n_expert, FILL_PROJ, GGML_F32);
+            put3(&s, TN("ffn_gate_exps.weight"), E, c->n_ff_exp, c->n_expert, t);
+            put3(&s, TN("ffn_up_exps.weight"), E, c->n_ff_exp, c->n_expert, t);
+            put3(&s, TN("ffn_down_exps.weight"), c->n_ff_exp, E, c->n_expert, t);
+            put(&s, TN("ffn_gate_inp_shexp.weight"), E, 1, FILL_PROJ, GGML_F32);
+            put(&s, TN("ffn_gate_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);
+            put(&s, TN("ffn_up_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);
+            put(&s, TN("ffn_down_shexp.weight"), c->n_ff_shexp, E, FILL_PROJ, t);
+        } else {
+            put(&s, TN("ffn_gate.weight"), E, c->n_ff, FILL_PROJ, t);
+            put(&s, TN("ffn_up.weight"), E, c->n_ff, FILL_PROJ, t);
+            put(&s, TN("ffn_down.weight"), c->n_ff, E, FILL_PROJ, t);
+        }
 #undef TN
     }
     if (s.failed) {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 typedef struct synth_config {
+    char arch[16];              /* qwen35 (default), qwen3next, qwen3, llama */
     uint64_t seed;
     int n_layer;
     int attn_every;             /* attention every Nth layer (used when pattern is empty) */
@@ -18,6 +19,7 @@ typedef struct synth_config {
     int n_embd, n_head, n_head_kv, head_dim, n_rot;
     int dnet_n_k, dnet_n_v, dnet_d_k, dnet_d_v, conv_kernel;
     int n_ff, n_vocab, n_ctx;
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;   /* qwen3next MoE */
     int tied;
     uint32_t dtype;             /* ggml type of the 2-D weights */
     float rope_theta;

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "gguf.h"
+#include "quant.h"
 #include "sampler.h"
 #include "synth.h"
 #include "tokenizer.h"
@@ -455,11 +456,83 @@ int cli_info(int argc, char **argv)
 }
 
 /* ------------------------------------------------------------------ */
+/* tensor                                                              */
+
+static const char tensor_help[] =
+    "usage: hyserve tensor -m MODEL --name TENSOR\n"
+    "Prints {\"name\", \"type\", \"ne\", \"values\"}: the tensor dequantized to float32\n"
+    "in memory order (%.9g, an exact float32 round trip). Without --name, lists tensors.\n";
+
+int cli_tensor(int argc, char **argv)
+{
+    const char *model = NULL, *name = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (IS("-h", "--help")) { fputs(tensor_help, stdout); return 0; }
+        else if (IS("-m", "--model")) { if (!(model = NEXT())) return 2; }
+        else if (IS("--name", NULL)) { if (!(name = NEXT())) return 2; }
+        else { fprintf(stderr, "hyserve: tensor: unknown option '%s' (see --help)\n", argv[i]); return 2; }
+    }
+    if (!model) {
+        fprintf(stderr, "hyserve: tensor: no model given (use -m MODEL.gguf)\n");
+        return 2;
+    }
+    char err[512];
+    gguf_ctx *g = gguf_open(model, err, sizeof err);
+    if (!g) {
+        fprintf(stderr, "hyserve: %s\n", err);
+        return 1;
+    }
+    int rc = 1;
+    if (!name) {
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const gguf_tensor *t = &g->tensors[i];
+            printf("%-40s %-5s {%llu, %llu, %llu, %llu}\n", t->name, ggml_type_name(t->type),
+                   (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                   (unsigned long long)t->ne[2], (unsigned long long)t->ne[3]);
+        }
+        rc = 0;
+        goto out;
+    }
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) {
+        fprintf(stderr, "hyserve: %s: no tensor named '%s'\n", model, name);
+        goto out;
+    }
+    if (!quant_supported(t->type)) {
+        fprintf(stderr, "hyserve: %s: tensor '%s' has type %s, which hyserve cannot decode\n", model,
+                name, ggml_type_name(t->type));
+        goto out;
+    }
+    const int n0 = (int)t->ne[0];
+    const uint64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+    const size_t row_bytes = (size_t)n0 / ggml_block_size(t->type) * ggml_type_size(t->type);
+    float *row = malloc((size_t)n0 * sizeof *row);
+    if (!row)
+        goto out;
+    printf("{\"name\": \"%s\", \"type\": \"%s\", \"ne\": [", t->name, ggml_type_name(t->type));
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        printf("%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
+    printf("], \"values\": [");
+    for (uint64_t r = 0; r < rows; r++) {
+        dequant_row(t->type, (const char *)t->data + r * row_bytes, row, n0);
+        for (int i = 0; i < n0; i++)
+            printf("%s%.9g", r || i ? ", " : "", (double)row[i]);
+    }
+    printf("]}\n");
+    free(row);
+    rc = 0;
+out:
+    gguf_close(g);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
 /* synth                                                               */
 
 static const char synth_help[] =
     "usage: hyserve synth -o OUT.gguf [options]\n"
     "  -o, --output FILE      where to write the model\n"
+    "      --arch A           qwen35 (default, hybrid), qwen3next (hybrid + MoE), qwen3, llama\n"
     "      --seed S           weight seed (default 1)\n"
     "      --layers N         decoder layers (default 4)\n"
     "      --attn-every K     attention every Kth layer, the rest DeltaNet (default 4)\n"
@@ -478,7 +551,12 @@ static const char synth_help[] =
     "      --vocab N          vocabulary; 256 = bytes only; >= 259 adds special tokens\n"
     "      --ctx N            training context written to the file (default 4096)\n"
     "      --tied | --untied  LM head tied to the embedding (default tied)\n"
-    "      --dtype T          f32 | f16 | bf16 | q8_0 for the 2-D weights (default f32)\n"
+    "      --dtype T          f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k for the 2-D\n"
+    "                         weights (default f32); quantized widths must be block multiples\n"
+    "      --experts N        qwen3next: routed experts (default 8)\n"
+    "      --experts-used K   qwen3next: experts per token (default 2)\n"
+    "      --expert-ff N      qwen3next: expert MLP size (default 32)\n"
+    "      --shared-ff N      qwen3next: shared expert MLP size (default 32)\n"
     "      --chat-template chatml  add a ChatML template (needs vocab >= 259)\n"
     "      --name NAME        general.name\n";
 
@@ -514,6 +592,14 @@ int cli_synth(int argc, char **argv)
         INTOPT("--ff", n_ff, 1, 1 << 20)
         INTOPT("--vocab", n_vocab, 256, 1 << 22)
         INTOPT("--ctx", n_ctx, 1, 1 << 24)
+        INTOPT("--experts", n_expert, 1, 4096)
+        INTOPT("--experts-used", n_expert_used, 1, 64)
+        INTOPT("--expert-ff", n_ff_exp, 1, 1 << 20)
+        INTOPT("--shared-ff", n_ff_shexp, 1, 1 << 20)
+        else if (IS("--arch", NULL)) {
+            if (!(v = NEXT())) return 2;
+            snprintf(c.arch, sizeof c.arch, "%s", v);
+        }
         else if (IS("--rope-dim", NULL)) {
             if (!(v = NEXT()) || !cli_int("--rope-dim", v, 0, 4096, &v_l)) return 2;
             c.n_rot = (int)v_l;
@@ -541,7 +627,11 @@ int cli_synth(int argc, char **argv)
             else if (!strcmp(v, "f16")) c.dtype = GGML_F16;
             else if (!strcmp(v, "bf16")) c.dtype = GGML_BF16;
             else if (!strcmp(v, "q8_0")) c.dtype = GGML_Q8_0;
-            else { fprintf(stderr, "hyserve: synth: --dtype must be f32, f16, bf16 or q8_0, got '%s'\n", v); return 2; }
+            else if (!strcmp(v, "q4_0")) c.dtype = GGML_Q4_0;
+            else if (!strcmp(v, "q4_k")) c.dtype = GGML_Q4_K;
+            else if (!strcmp(v, "q5_k")) c.dtype = GGML_Q5_K;
+            else if (!strcmp(v, "q6_k")) c.dtype = GGML_Q6_K;
+            else { fprintf(stderr, "hyserve: synth: --dtype must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k, got '%s'\n", v); return 2; }
         } else if (IS("--chat-template", NULL)) {
             if (!(v = NEXT())) return 2;
             if (strcmp(v, "chatml")) { fprintf(stderr, "hyserve: synth: only --chat-template chatml is known\n"); return 2; }

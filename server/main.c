@@ -5,6 +5,7 @@
  *   hyserve logits    print logits as JSON, for comparison with references
  *   hyserve info      architecture, layout, shapes, dtypes
  *   hyserve synth     write a seeded random model
+ *   hyserve tensor    list tensors or print one dequantized
  */
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,7 @@ static const struct {
     { "logits", cli_logits, "print next-token logits as JSON" },
     { "info", cli_info, "describe a model file: architecture, layout, shapes, dtypes" },
     { "synth", cli_synth, "write a seeded random model of any size and layout" },
+    { "tensor", cli_tensor, "list a file's tensors, or print one dequantized as JSON" },
 };
 
 static void usage(FILE *f)

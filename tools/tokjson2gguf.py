@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""tokjson2gguf.py - write a GGUF holding only the tokenizer of a Hugging Face tokenizer.json.
+
+Owns: turning a byte-level BPE tokenizer.json (+ optional tokenizer_config.json)
+into the tokenizer.ggml.* metadata that engine/tokenizer.c loads, so the C
+tokenizer can be checked against a real vocabulary without model weights.
+Does not own: tensors (none are written), non-BPE tokenizers.
+ref: ../shared/docs/architectures.md sections 5 (container) and 6 (keys). The
+key choices follow what llama.cpp's converter writes for gpt2-style vocabularies:
+  tokens      id order; ids missing from the JSON become "[PAD<id>]" (UNUSED)
+  token_type  1 NORMAL, 3 CONTROL (added + special, or shaped "<|...|>"),
+              4 USER_DEFINED (other added tokens), 5 UNUSED
+  merges      "A B" strings, rank = index
+  bos/eos/pad ids of the tokens named in tokenizer_config.json; add_bos_token
+
+Usage: /usr/bin/python3 tools/tokjson2gguf.py tokenizer.json -o out.gguf
+           [--config tokenizer_config.json] [--pre qwen2] [--vocab-size N]
+"""
+import argparse
+import json
+import struct
+import sys
+
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSION = 3
+ALIGNMENT = 32
+
+T_U32, T_I32, T_BOOL, T_STRING, T_ARRAY = 4, 5, 7, 8, 9
+
+TT_NORMAL, TT_CONTROL, TT_USER_DEFINED, TT_UNUSED = 1, 3, 4, 5
+
+
+class GgufWriter:
+    """Metadata-only GGUF v3 writer (little-endian, no tensors)."""
+
+    def __init__(self):
+        self.kvs = []
+
+    @staticmethod
+    def _str(s):
+        b = s.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    def add_str(self, key, v):
+        self.kvs.append(self._str(key) + struct.pack("<I", T_STRING) + self._str(v))
+
+    def add_u32(self, key, v):
+        self.kvs.append(self._str(key) + struct.pack("<II", T_U32, v))
+
+    def add_bool(self, key, v):
+        self.kvs.append(self._str(key) + struct.pack("<IB", T_BOOL, 1 if v else 0))
+
+    def add_str_array(self, key, items):
+        parts = [self._str(key), struct.pack("<IIQ", T_ARRAY, T_STRING, len(items))]
+        parts.extend(self._str(s) for s in items)
+        self.kvs.append(b"".join(parts))
+
+    def add_i32_array(self, key, items):
+        self.kvs.append(self._str(key) + struct.pack("<IIQ", T_ARRAY, T_I32, len(items)) +
+                        struct.pack("<%di" % len(items), *items))
+
+    def write(self, path):
+        body = GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, 0, len(self.kvs)) + b"".join(self.kvs)
+        body += b"\0" * (-len(body) % ALIGNMENT)
+        with open(path, "wb") as f:
+            f.write(body)
+
+
+def token_name(v):
+    """A tokenizer_config special-token entry: string, AddedToken dict, or null."""
+    if isinstance(v, dict):
+        return v.get("content")
+    return v
+
+
+def looks_special(text):
+    return (text.startswith("<|") and text.endswith("|>")) or \
+        (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("tokenizer_json")
+    ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("--config", help="tokenizer_config.json (bos/eos/pad, add_bos_token, chat_template)")
+    ap.add_argument("--pre", default="qwen2", help="tokenizer.ggml.pre value (default qwen2)")
+    ap.add_argument("--vocab-size", type=int, default=0,
+                    help="pad the vocabulary to this many ids (the model's embedding rows)")
+    args = ap.parse_args()
+
+    with open(args.tokenizer_json, encoding="utf-8") as f:
+        tj = json.load(f)
+    model = tj.get("model", {})
+    if model.get("type") != "BPE":
+        sys.exit("tokjson2gguf: model.type is %r, only BPE is supported" % model.get("type"))
+    vocab = model["vocab"]
+    added = tj.get("added_tokens", [])
+
+    by_id = {}
+    for text, i in vocab.items():
+        by_id[i] = (text, TT_NORMAL)
+    for a in added:
+        text = a["content"]
+        tt = TT_CONTROL if a.get("special") or looks_special(text) else TT_USER_DEFINED
+        by_id[a["id"]] = (text, tt)
+    n = max(by_id) + 1
+    if args.vocab_size:
+        if args.vocab_size < n:
+            sys.exit("tokjson2gguf: --vocab-size %d is below the highest id + 1 (%d)" % (args.vocab_size, n))
+        n = args.vocab_size
+    tokens, types = [], []
+    for i in range(n):
+        text, tt = by_id.get(i, ("[PAD%d]" % i, TT_UNUSED))
+        tokens.append(text)
+        types.append(tt)
+    ids = {t: i for i, t in reversed(list(enumerate(tokens)))}
+
+    merges = []
+    for m in model.get("merges", []):
+        merges.append(" ".join(m) if isinstance(m, list) else m)
+
+    w = GgufWriter()
+    w.add_str("general.architecture", "tokenizer-only")
+    w.add_str("general.name", "tokenizer from %s" % args.tokenizer_json.split("/")[-1])
+    w.add_str("tokenizer.ggml.model", "gpt2")
+    w.add_str("tokenizer.ggml.pre", args.pre)
+    w.add_str_array("tokenizer.ggml.tokens", tokens)
+    w.add_i32_array("tokenizer.ggml.token_type", types)
+    w.add_str_array("tokenizer.ggml.merges", merges)
+
+    if args.config:
+        with open(args.config, encoding="utf-8") as f:
+            cfg = json.load(f)
+        for key, name in (("bos_token", "bos"), ("eos_token", "eos"), ("pad_token", "padding")):
+            t = token_name(cfg.get(key))
+            if t is not None and t in ids:
+                w.add_u32("tokenizer.ggml.%s_token_id" % name, ids[t])
+        if "add_bos_token" in cfg and cfg["add_bos_token"] is not None:
+            w.add_bool("tokenizer.ggml.add_bos_token", bool(cfg["add_bos_token"]))
+        if isinstance(cfg.get("chat_template"), str):
+            w.add_str("tokenizer.chat_template", cfg["chat_template"])
+
+    w.write(args.out)
+    print("tokjson2gguf: wrote %s: %d tokens (%d added), %d merges, pre=%s"
+          % (args.out, n, len(added), len(merges), args.pre))
+
+
+if __name__ == "__main__":
+    main()
