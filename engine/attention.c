@@ -20,22 +20,13 @@ void attn_row(const cache *c, const cache_seq *s, int la, int kvh, const float *
               float scale, float *scores, float *out)
 {
     const int HD = c->head_dim;
-    for (int j = 0; j < n_keys; j++) {
-        const float *k = cache_k(c, s, la, kvh, j);
-        float dot = 0.0f;
-        for (int d = 0; d < HD; d++)
-            dot += q[d] * k[d];
-        scores[j] = dot * scale;
-    }
+    for (int j = 0; j < n_keys; j++)
+        scores[j] = cache_dot(c, cache_k(c, s, la, kvh, j), q, HD) * scale;
     softmax(scores, n_keys);
     for (int d = 0; d < HD; d++)
         out[d] = 0.0f;
-    for (int j = 0; j < n_keys; j++) {
-        const float *v = cache_v(c, s, la, kvh, j);
-        float p = scores[j];
-        for (int d = 0; d < HD; d++)
-            out[d] += p * v[d];
-    }
+    for (int j = 0; j < n_keys; j++)
+        cache_axpy(c, out, scores[j], cache_v(c, s, la, kvh, j), HD);
 }
 
 void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item *items,
@@ -63,12 +54,8 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
                 if (L->k_norm)
                     rmsnorm(k, k, L->k_norm, HD, m->eps);
                 rope(k, m->rope_type, m->n_rot, m->rope_inv_freq, pos);
-                float *kc = cache_k(c, it->s, la, h, pos), *vc = cache_v(c, it->s, la, h, pos);
-                const float *v = V + (size_t)row * kv_stride + (size_t)h * HD;
-                for (int d = 0; d < HD; d++) {
-                    kc[d] = k[d];
-                    vc[d] = v[d];
-                }
+                cache_store(c, cache_k(c, it->s, la, h, pos), k, HD);
+                cache_store(c, cache_v(c, it->s, la, h, pos), V + (size_t)row * kv_stride + (size_t)h * HD, HD);
             }
         }
     }

@@ -6,12 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
+#include "quant.h"
+
 #define DEFAULT_BUDGET_CAP (4ull << 30)
 
 int cache_init(cache *c, const cache_layout *l)
 {
     memset(c, 0, sizeof *c);
     c->n_attn = l->n_attn;
+    c->n_mla = l->n_mla;
+    c->mla_dim = l->mla_dim;
+    c->kv_type = l->kv_type;
+    c->kv_es = c->kv_type == GGML_F32 ? 4 : 2;
     c->n_kv = l->n_kv;
     c->head_dim = l->head_dim;
     c->n_dnet = l->n_dnet;
@@ -24,8 +31,10 @@ int cache_init(cache *c, const cache_layout *l)
     c->n_ctx = l->n_ctx;
     c->max_seqs = l->max_seqs;
     c->max_pages = (c->n_ctx + c->page_tokens - 1) / c->page_tokens;
-    c->kv_bytes_per_token = (uint64_t)c->n_attn * 2 * c->n_kv * c->head_dim * sizeof(float);
-    c->page_bytes = c->kv_bytes_per_token * (uint64_t)c->page_tokens;
+    c->kv_bytes_per_token = (uint64_t)c->n_attn * 2 * c->n_kv * c->head_dim * c->kv_es;
+    c->mla_bytes_per_token = (uint64_t)c->n_mla * c->mla_dim * c->kv_es;
+    c->page_bytes = (c->kv_bytes_per_token + c->mla_bytes_per_token) * (uint64_t)c->page_tokens;
+    c->page_mla_offset = (size_t)(c->kv_bytes_per_token * (uint64_t)c->page_tokens);
     c->conv_bytes = (uint64_t)c->n_dnet * c->conv_rows * c->conv_dim * sizeof(float);
     c->state_bytes = (uint64_t)c->n_dnet * c->n_v * c->d_v * c->d_k * sizeof(float);
     c->budget_bytes = l->budget_bytes;
@@ -53,7 +62,7 @@ void cache_deinit(cache *c)
 uint64_t cache_bytes_for(const cache *c, int n_tokens)
 {
     uint64_t pages = ((uint64_t)n_tokens + (uint64_t)c->page_tokens - 1) / (uint64_t)c->page_tokens;
-    if (c->n_attn == 0)
+    if (c->page_bytes == 0)
         pages = 0;
     return c->conv_bytes + c->state_bytes + pages * c->page_bytes;
 }
@@ -70,7 +79,7 @@ int cache_seq_new(cache *c)
         return -1;
     cache_seq *s = &c->seqs[id];
     memset(s, 0, sizeof *s);
-    s->pages = calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(float *));
+    s->pages = calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(uint8_t *));
     s->conv = calloc(1, c->conv_bytes ? c->conv_bytes : 1);
     s->state = calloc(1, c->state_bytes ? c->state_bytes : 1);
     if (!s->pages || !s->conv || !s->state) {
@@ -126,7 +135,7 @@ int cache_reserve(cache *c, int id, int n_tokens)
     cache_seq *s = cache_get(c, id);
     if (!s || n_tokens > c->n_ctx)
         return -1;
-    if (c->n_attn == 0)
+    if (c->page_bytes == 0)
         return 0;
     int need = (n_tokens + c->page_tokens - 1) / c->page_tokens;
     if (need <= s->n_pages)
@@ -137,7 +146,7 @@ int cache_reserve(cache *c, int id, int n_tokens)
     /* grow the free list's capacity first so freeing never allocates */
     int total = c->n_pages_used + (need - s->n_pages);
     if (total > c->cap_free_pages) {
-        float **fp = realloc(c->free_pages, (size_t)total * sizeof *fp);
+        uint8_t **fp = realloc(c->free_pages, (size_t)total * sizeof *fp);
         if (!fp)
             return -1;
         c->free_pages = fp;
@@ -145,7 +154,7 @@ int cache_reserve(cache *c, int id, int n_tokens)
     }
     int got = s->n_pages;
     while (got < need) {
-        float *p = c->n_free_pages ? c->free_pages[--c->n_free_pages] : malloc(c->page_bytes);
+        uint8_t *p = c->n_free_pages ? c->free_pages[--c->n_free_pages] : malloc(c->page_bytes);
         if (!p)
             break;
         s->pages[got++] = p;
@@ -154,4 +163,36 @@ int cache_reserve(cache *c, int id, int n_tokens)
     c->reserved_bytes += (uint64_t)(got - s->n_pages) * c->page_bytes;
     s->n_pages = got;
     return got == need ? 0 : -1;
+}
+
+void cache_store(const cache *c, void *dst, const float *src, int n)
+{
+    quantize_row(c->kv_type, src, dst, n);
+}
+
+void cache_load(const cache *c, const void *src, float *dst, int n)
+{
+    dequant_row(c->kv_type, src, dst, n);
+}
+
+float cache_dot(const cache *c, const void *row, const float *x, int n)
+{
+    return dot_row(c->kv_type, row, x, n);
+}
+
+void cache_axpy(const cache *c, float *restrict out, float a, const void *row, int n)
+{
+    if (c->kv_type == GGML_F32) {
+        const float *r = row;
+        for (int i = 0; i < n; i++)
+            out[i] += a * r[i];
+    } else if (c->kv_type == GGML_F16) {
+        const uint16_t *r = row;
+        for (int i = 0; i < n; i++)
+            out[i] += a * fp16_to_f32(r[i]);
+    } else {
+        const uint16_t *r = row;
+        for (int i = 0; i < n; i++)
+            out[i] += a * bf16_to_f32(r[i]);
+    }
 }

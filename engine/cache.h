@@ -19,7 +19,7 @@ typedef struct cache_seq {
     bool live;
     int n_past;                 /* tokens whose K/V and state are in the cache */
     int n_pages;                /* pages reserved */
-    float **pages;              /* [max_pages] page pointers, first n_pages valid */
+    uint8_t **pages;            /* [max_pages] page pointers, first n_pages valid */
     float *conv;                /* [n_dnet][K-1][conv_dim], oldest input first */
     float *state;               /* [n_dnet][n_v][d_v][d_k] (llama.cpp order: S^T of HF) */
 } cache_seq;
@@ -27,18 +27,23 @@ typedef struct cache_seq {
 typedef struct cache {
     /* layout */
     int n_attn, n_kv, head_dim;         /* attention KV shape */
+    int n_mla, mla_dim;                 /* MLA latent rows: kv_lora + rope per token and layer */
+    uint32_t kv_type;                   /* ggml type of cached numbers: F32, F16 or BF16 */
+    size_t kv_es;                       /* bytes per cached number */
     int n_dnet, conv_rows, conv_dim;    /* conv_rows = K-1 */
     int n_v, d_v, d_k;                  /* recurrent state shape */
     int page_tokens, max_pages;         /* max_pages = ceil(n_ctx / page_tokens) */
     int n_ctx, max_seqs;
-    uint64_t page_bytes;                /* page_tokens * kv bytes per token */
-    uint64_t kv_bytes_per_token;
+    uint64_t page_bytes;                /* page_tokens * (kv + mla) bytes per token */
+    uint64_t kv_bytes_per_token;        /* GQA K and V, all attention layers */
+    uint64_t mla_bytes_per_token;       /* MLA latents, all MLA layers */
+    size_t page_mla_offset;             /* byte offset of the MLA part in a page */
     uint64_t conv_bytes, state_bytes;   /* per sequence, all DeltaNet layers */
     /* pool */
     uint64_t budget_bytes;
     uint64_t reserved_bytes;            /* held by live sequences */
     int n_pages_used;
-    float **free_pages;                 /* recycled pages */
+    uint8_t **free_pages;               /* recycled pages */
     int n_free_pages, cap_free_pages;
     cache_seq *seqs;                    /* [max_seqs] */
     int n_live;
@@ -46,6 +51,8 @@ typedef struct cache {
 
 typedef struct cache_layout {
     int n_attn, n_kv, head_dim;
+    int n_mla, mla_dim;
+    uint32_t kv_type;                   /* GGML_F32 (0, default), GGML_F16, GGML_BF16 */
     int n_dnet, conv_kernel, conv_dim, n_v, d_v, d_k;
     int page_tokens, n_ctx, max_seqs;
     uint64_t budget_bytes;              /* 0: room for max_seqs full contexts, capped */
@@ -63,16 +70,40 @@ int cache_reserve(cache *c, int id, int n_tokens);
 /* Bytes a sequence holding n_tokens reserves (state + whole pages). */
 uint64_t cache_bytes_for(const cache *c, int n_tokens);
 
-/* K or V row of attention layer la, kv head h, token t: [head_dim] floats. */
-static inline float *cache_k(const cache *c, const cache_seq *s, int la, int h, int t)
+/* Page layout (one page = page_tokens consecutive tokens of a sequence):
+ *   [attention layer la][K=0 | V=1][kv head h][token in page][head_dim]
+ *   then, at page_mla_offset: [MLA layer lm][token in page][mla_dim]
+ * Elements are kv_type (f32, f16 or bf16). */
+
+/* K (kv = 0) or V (kv = 1) row of attention layer la, kv head h, token t. */
+static inline void *cache_kv(const cache *c, const cache_seq *s, int la, int kv, int h, int t)
 {
-    float *p = s->pages[t / c->page_tokens];
-    return p + ((((size_t)la * 2 + 0) * c->n_kv + h) * c->page_tokens + t % c->page_tokens) * c->head_dim;
+    uint8_t *p = s->pages[t / c->page_tokens];
+    size_t el = ((((size_t)la * 2 + (size_t)kv) * (size_t)c->n_kv + (size_t)h) * (size_t)c->page_tokens +
+                 (size_t)(t % c->page_tokens)) * (size_t)c->head_dim;
+    return p + el * c->kv_es;
 }
-static inline float *cache_v(const cache *c, const cache_seq *s, int la, int h, int t)
+static inline void *cache_k(const cache *c, const cache_seq *s, int la, int h, int t)
 {
-    float *p = s->pages[t / c->page_tokens];
-    return p + ((((size_t)la * 2 + 1) * c->n_kv + h) * c->page_tokens + t % c->page_tokens) * c->head_dim;
+    return cache_kv(c, s, la, 0, h, t);
 }
+static inline void *cache_v(const cache *c, const cache_seq *s, int la, int h, int t)
+{
+    return cache_kv(c, s, la, 1, h, t);
+}
+/* MLA latent row [c (kv_lora) | k_pe (rope)] of MLA layer lm, token t. */
+static inline void *cache_mla(const cache *c, const cache_seq *s, int lm, int t)
+{
+    uint8_t *p = s->pages[t / c->page_tokens] + c->page_mla_offset;
+    size_t el = ((size_t)lm * (size_t)c->page_tokens + (size_t)(t % c->page_tokens)) * (size_t)c->mla_dim;
+    return p + el * c->kv_es;
+}
+
+/* Conversions between f32 and the cache's element type. */
+void cache_store(const cache *c, void *dst, const float *src, int n);
+void cache_load(const cache *c, const void *src, float *dst, int n);
+float cache_dot(const cache *c, const void *row, const float *x, int n);
+/* out[0..n) += a * row */
+void cache_axpy(const cache *c, float *out, float a, const void *row, int n);
 
 #endif

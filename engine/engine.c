@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "gguf.h"
 #include "ops.h"
 
 void engine_params_default(engine_params *p)
@@ -21,6 +22,8 @@ void engine_params_default(engine_params *p)
     p->cache_bytes = 0;
     p->page_tokens = 16;
     p->dnet_mode = ENGINE_DNET_AUTO;
+    p->mla_mode = ENGINE_MLA_AUTO;
+    p->kv_dtype = ENGINE_KV_F32;
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -40,13 +43,17 @@ static int scratch_init(engine *e)
     const int nt = omp_get_max_threads();
     const int ff = imax(m->n_ff, imax(m->n_ff_exp, m->n_ff_shexp));
     const int ssm_in = 2 * m->ssm_n_k * m->ssm_d_k + 2 * vd;
-    int max_in = imax(imax(m->n_embd, ff), imax(m->n_head * m->head_dim, vd));
+    const int mla_q = m->n_head * (m->mla_nope + m->mla_rope), mla_kv = m->mla_kv_lora + m->mla_rope;
+    const int mla_o = m->n_head * m->mla_v;
+    int max_in = imax(imax(imax(m->n_embd, ff), imax(m->n_head * m->head_dim, vd)),
+                      imax(imax(m->mla_q_lora, m->mla_kv_lora), mla_o));
     s->x = alloc_f(UB * m->n_embd);
     s->xn = alloc_f(UB * m->n_embd);
     s->y = alloc_f(UB * m->n_embd);
-    s->a = alloc_f(UB * imax(imax(qd, m->conv_dim), ff));
-    s->b = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), ff));
-    s->t = alloc_f(UB * imax(imax(ssm_in, 2 * m->ssm_n_v), m->n_expert));
+    s->a = alloc_f(UB * imax(imax(qd, m->conv_dim), imax(ff, mla_q)));
+    s->b = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), imax(ff, mla_kv)));
+    s->t = alloc_f(UB * imax(imax(ssm_in, 2 * m->ssm_n_v), imax(m->n_expert, m->mla_q_lora)));
+    s->mla = alloc_f(mla_scratch_floats(m, e->kv.n_ctx));
     s->g = alloc_f(UB * m->n_embd);
     s->g2 = alloc_f(UB * m->n_embd);
     s->sel = malloc(sizeof(int) * (size_t)UB * (size_t)imax(m->n_expert_used, 1));
@@ -54,7 +61,7 @@ static int scratch_init(engine *e)
     s->rows = malloc(sizeof(int) * (size_t)UB);
     s->roww = alloc_f(UB);
     s->c = alloc_f(UB * imax(kvd, vd));
-    s->d = alloc_f(UB * imax(m->n_head * m->head_dim, vd));
+    s->d = alloc_f(UB * imax(imax(m->n_head * m->head_dim, vd), mla_o));
     s->e = alloc_f(UB * m->ssm_n_v);
     s->mm = alloc_f((long)nt * 64 * max_in);
     s->scores = alloc_f((long)nt * e->kv.n_ctx);
@@ -63,7 +70,7 @@ static int scratch_init(engine *e)
     s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);
     return s->x && s->xn && s->y && s->a && s->b && s->c && s->d && s->e && s->mm &&
            s->scores && s->dnet && s->logits && s->lx && s->t && s->g && s->g2 && s->sel &&
-           s->selw && s->rows && s->roww ? 0 : -1;
+           s->selw && s->rows && s->roww && s->mla ? 0 : -1;
 }
 
 static void scratch_deinit(fwd_scratch *s)
@@ -71,6 +78,7 @@ static void scratch_deinit(fwd_scratch *s)
     free(s->x); free(s->xn); free(s->y); free(s->a); free(s->b); free(s->c); free(s->d);
     free(s->e); free(s->mm); free(s->scores); free(s->dnet); free(s->logits); free(s->lx);
     free(s->t); free(s->g); free(s->g2); free(s->sel); free(s->selw); free(s->rows); free(s->roww);
+    free(s->mla);
     memset(s, 0, sizeof *s);
 }
 
@@ -99,22 +107,36 @@ static void fill_info(engine *e)
     in->n_ff = m->n_ff;
     in->n_attn_layers = m->n_attn;
     in->n_dnet_layers = m->n_dnet;
-    in->n_mla_layers = 0;
+    in->n_mla_layers = m->n_mla;
+    in->mla_kv_lora_rank = m->mla_kv_lora;
+    in->mla_rope_dim = m->mla_rope;
+    in->mla_nope_dim = m->mla_nope;
+    in->mla_v_dim = m->mla_v;
+    in->mla_q_lora_rank = m->mla_q_lora;
+    in->n_expert = m->n_expert;
+    in->n_expert_used = m->n_expert_used;
     in->layer_kind = m->kinds;
     in->n_params = m->n_params;
     in->weight_bytes = m->weight_bytes;
     in->kv_bytes_per_token = e->kv.kv_bytes_per_token;
-    in->mla_bytes_per_token = 0;
+    in->mla_bytes_per_token = e->kv.mla_bytes_per_token;
     in->dnet_state_bytes_per_seq = e->kv.state_bytes;
     in->dnet_conv_bytes_per_seq = e->kv.conv_bytes;
-    /* counterfactual: every layer as MHA (n_kv = n_head) with the same head size */
-    in->mha_bytes_per_token = (uint64_t)m->n_layer * 2 * m->n_head * m->head_dim * sizeof(float);
+    /* counterfactual: every layer as MHA with the model's heads (MLA layers:
+     * n_head keys of nope dims and values of v dims, as the seeds count) */
+    uint64_t mha = 0;
+    for (int il = 0; il < m->n_layer; il++)
+        mha += m->kinds[il] == ENGINE_LAYER_MLA
+                   ? (uint64_t)m->n_head * (uint64_t)(m->mla_nope + m->mla_v)
+                   : 2ull * (uint64_t)m->n_head * (uint64_t)(m->head_dim ? m->head_dim : m->mla_v);
+    in->mha_bytes_per_token = mha * e->kv.kv_es;
     in->page_tokens = e->kv.page_tokens;
     in->cache_budget_bytes = e->kv.budget_bytes;
     in->bos_id = tok_bos(e->tok);
     in->eos_id = tok_eos(e->tok);
     in->add_bos = tok_add_bos(e->tok);
-    in->kv_dtype = "f32";
+    in->kv_dtype = e->kv.kv_type == GGML_F16 ? "f16" : e->kv.kv_type == GGML_BF16 ? "bf16" : "f32";
+    in->kv_dtype_bytes = (int)e->kv.kv_es;
 }
 
 engine *engine_open(const engine_params *p, char *err, size_t errlen)
@@ -145,6 +167,8 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
     cache_layout cl = {
         .n_attn = m->n_attn, .n_kv = m->n_head_kv, .head_dim = m->head_dim,
+        .n_mla = m->n_mla, .mla_dim = m->mla_kv_lora + m->mla_rope,
+        .kv_type = p->kv_dtype == ENGINE_KV_F16 ? GGML_F16 : p->kv_dtype == ENGINE_KV_BF16 ? GGML_BF16 : GGML_F32,
         .n_dnet = m->n_dnet, .conv_kernel = m->ssm_k, .conv_dim = m->conv_dim,
         .n_v = m->ssm_n_v, .d_v = m->ssm_d_v, .d_k = m->ssm_d_k,
         .page_tokens = p->page_tokens, .n_ctx = n_ctx,
@@ -243,12 +267,15 @@ int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u)
     if (!s)
         return -1;
     u->n_tokens = s->n_past;
-    u->n_reserved_tokens = c->n_attn ? s->n_pages * c->page_tokens : c->n_ctx;
-    u->kv_reserved_bytes = (uint64_t)s->n_pages * c->page_bytes;
+    u->n_reserved_tokens = c->page_bytes ? s->n_pages * c->page_tokens : c->n_ctx;
+    u->kv_reserved_bytes = (uint64_t)s->n_pages * c->page_tokens * c->kv_bytes_per_token;
     u->kv_used_bytes = (uint64_t)s->n_past * c->kv_bytes_per_token;
+    u->mla_reserved_bytes = (uint64_t)s->n_pages * c->page_tokens * c->mla_bytes_per_token;
+    u->mla_used_bytes = (uint64_t)s->n_past * c->mla_bytes_per_token;
     u->dnet_state_bytes = c->state_bytes;
     u->dnet_conv_bytes = c->conv_bytes;
-    u->total_reserved_bytes = u->kv_reserved_bytes + u->dnet_state_bytes + u->dnet_conv_bytes;
+    u->total_reserved_bytes = u->kv_reserved_bytes + u->mla_reserved_bytes + u->dnet_state_bytes +
+                              u->dnet_conv_bytes;
     return 0;
 }
 

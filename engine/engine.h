@@ -35,6 +35,20 @@ enum engine_dnet_mode {
     ENGINE_DNET_CHUNKED = 2,    /* chunked even for a single token */
 };
 
+/* How MLA layers attend. */
+enum engine_mla_mode {
+    ENGINE_MLA_AUTO = 0,        /* expanded for prefill, absorbed for decode */
+    ENGINE_MLA_ABSORBED = 1,    /* always attend over the latent (never rebuild K/V) */
+    ENGINE_MLA_EXPANDED = 2,    /* always rebuild per-head K and V from the latent */
+};
+
+/* Element type of the attention KV cache (GQA K/V and MLA latents). */
+enum engine_kv_dtype {
+    ENGINE_KV_F32 = 0,
+    ENGINE_KV_F16 = 1,
+    ENGINE_KV_BF16 = 2,
+};
+
 typedef struct engine_params {
     const char *model_path;
     int n_threads;              /* <= 0: all cores */
@@ -43,6 +57,8 @@ typedef struct engine_params {
     uint64_t cache_bytes;       /* cache budget; 0: enough for max_seqs full contexts, capped at 4 GiB */
     int page_tokens;            /* tokens per KV page; <= 0: 16 */
     int dnet_mode;              /* enum engine_dnet_mode */
+    int mla_mode;               /* enum engine_mla_mode */
+    int kv_dtype;               /* enum engine_kv_dtype */
 } engine_params;
 
 void engine_params_default(engine_params *p);
@@ -63,6 +79,8 @@ typedef struct engine_info {
     int ssm_n_k, ssm_n_v, ssm_d_k, ssm_d_v, ssm_conv_kernel;
     int n_ff;
     int n_attn_layers, n_dnet_layers, n_mla_layers;
+    int mla_kv_lora_rank, mla_rope_dim, mla_nope_dim, mla_v_dim, mla_q_lora_rank;
+    int n_expert, n_expert_used;
     const uint8_t *layer_kind;  /* [n_layer] enum engine_layer_kind */
     uint64_t n_params;
     uint64_t weight_bytes;
@@ -76,7 +94,8 @@ typedef struct engine_info {
     uint64_t cache_budget_bytes;
     int32_t bos_id, eos_id;             /* -1 when absent */
     bool add_bos;
-    const char *kv_dtype;               /* "f32" */
+    const char *kv_dtype;               /* "f32", "f16" or "bf16" */
+    int kv_dtype_bytes;                 /* bytes per cached number */
 } engine_info;
 
 /* Cache held by one sequence, in bytes. reserved counts whole pages,

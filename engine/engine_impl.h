@@ -25,6 +25,7 @@ typedef struct fwd_scratch {
     float *selw;        /* [UB][n_expert_used] MoE: their renormalised weights */
     int *rows;          /* [UB] MoE: rows routed to one expert */
     float *roww;        /* [UB] MoE: and their weights */
+    float *mla;         /* mla_scratch_floats(): expanded keys/values or absorbed queries */
     float *mm;          /* matmul tile scratch */
     float *scores;      /* [n_threads][n_ctx] attention scores */
     float *dnet;        /* [n_threads][dnet_scratch_floats] */

@@ -157,6 +157,20 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
         matmul(s->c, &L->wv, s->xn, T, s->mm);                      /* [T][n_kv*hd] */
         attn_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->c, s->d, s->scores);
         matmul(s->y, &L->wo, s->d, T, s->mm);
+    } else if (L->kind == ENGINE_LAYER_MLA) {
+        if (m->mla_q_lora > 0) {                                    /* q = W_qb RMSNorm(W_qa x) */
+            matmul(s->t, &L->wq_a, s->xn, T, s->mm);
+            for (int r = 0; r < T; r++)
+                rmsnorm(s->t + (size_t)r * m->mla_q_lora, s->t + (size_t)r * m->mla_q_lora,
+                        L->q_a_norm, m->mla_q_lora, m->eps);
+            matmul(s->a, &L->wq_b, s->t, T, s->mm);
+        } else {
+            matmul(s->a, &L->wq, s->xn, T, s->mm);                  /* [T][n_head*(nope+rope)] */
+        }
+        matmul(s->b, &L->wkv_a, s->xn, T, s->mm);                   /* [T][kv_lora+rope] */
+        mla_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->d, e->params.mla_mode,
+                    s->scores, s->mla, s->mm);
+        matmul(s->y, &L->wo, s->d, T, s->mm);
     } else {
         if (m->dnet_grouped) {
             dnet_inputs_qwen3next(m, L, s, T);

@@ -154,6 +154,23 @@ static void read_layout(loader *ld)
 {
     model *m = ld->m;
     char key[128];
+    /* our extension: an explicit kind per layer (0 attention, 1 DeltaNet, 2 MLA) */
+    const gguf_kv *lk = gguf_find_kv(ld->g, "hyserve.layer_kinds");
+    if (lk) {
+        if (lk->type != GGUF_T_ARRAY || lk->arr_n < (uint64_t)m->n_layer) {
+            ld_fail(ld, "metadata hyserve.layer_kinds must be an array of at least %d kinds", m->n_layer);
+            return;
+        }
+        for (int il = 0; il < m->n_layer; il++) {
+            int64_t v;
+            if (!gguf_arr_get_i64(lk, (uint64_t)il, &v) || v < 0 || v > ENGINE_LAYER_MLA) {
+                ld_fail(ld, "metadata hyserve.layer_kinds[%d] must be 0 (attention), 1 (DeltaNet) or 2 (MLA)", il);
+                return;
+            }
+            m->kinds[il] = (uint8_t)v;
+        }
+        return;
+    }
     key_name(ld, "attention.recurrent_layers", key, sizeof key);
     const gguf_kv *kv = gguf_find_kv(ld->g, key);
     int interval = 4;
@@ -214,12 +231,68 @@ static void bind_w3(loader *ld, weight *w, size_t *stride, const char *name, int
     ld->m->weight_bytes += t->n_bytes;
 }
 
-enum arch { ARCH_QWEN35, ARCH_QWEN3NEXT, ARCH_QWEN3, ARCH_LLAMA };
+enum arch { ARCH_QWEN35, ARCH_QWEN3NEXT, ARCH_QWEN3, ARCH_LLAMA, ARCH_DEEPSEEK2 };
+
+/* MLA shape: deepseek2 keys, also used by hybrid files with MLA layers. */
+static void load_mla_hparams(loader *ld, enum arch a)
+{
+    model *m = ld->m;
+    int klen = 0;
+    if (hp_u32(ld, "attention.kv_lora_rank", &m->mla_kv_lora, 0, true) ||
+        hp_u32(ld, "attention.q_lora_rank", &m->mla_q_lora, 0, false) ||
+        hp_u32(ld, "attention.key_length_mla", &klen, 0, true) ||
+        hp_u32(ld, "attention.value_length_mla", &m->mla_v, 0, true) ||
+        hp_u32(ld, a == ARCH_DEEPSEEK2 ? "rope.dimension_count" : "rope.dimension_count_mla",
+               &m->mla_rope, 0, true))
+        return;
+    m->mla_nope = klen - m->mla_rope;
+    if (m->mla_kv_lora <= 0 || m->mla_rope <= 0 || m->mla_rope % 2 || m->mla_nope <= 0 ||
+        m->mla_v <= 0 || m->mla_q_lora < 0) {
+        ld_fail(ld, "MLA hyperparameters out of range (kv_lora_rank %d, key_length_mla %d, rope dims %d "
+                "(even), value_length_mla %d)", m->mla_kv_lora, klen, m->mla_rope, m->mla_v);
+        return;
+    }
+    char *scaling = NULL, key[128];
+    key_name(ld, "rope.scaling.type", key, sizeof key);
+    scaling = gguf_get_str_dup(ld->g, key);
+    if (scaling && strcmp(scaling, "none")) {
+        ld_fail(ld, "RoPE scaling '%s' is not supported for MLA layers yet", scaling);
+        free(scaling);
+        return;
+    }
+    free(scaling);
+    m->mla_scale = 1.0f / sqrtf((float)klen);
+}
 
 static void load_hparams(loader *ld, enum arch a)
 {
     model *m = ld->m;
     const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN3NEXT;
+    if (a == ARCH_DEEPSEEK2) {
+        int n_block = 0, n_dense = 0;
+        if (hp_u32(ld, "block_count", &n_block, 0, true) ||
+            hp_u32(ld, "embedding_length", &m->n_embd, 0, true) ||
+            hp_u32(ld, "feed_forward_length", &m->n_ff, 0, true) ||
+            hp_u32(ld, "context_length", &m->n_ctx_train, 4096, false) ||
+            hp_u32(ld, "attention.head_count", &m->n_head, 0, true) ||
+            hp_u32(ld, "leading_dense_block_count", &n_dense, 0, false))
+            return;
+        m->n_layer = n_block;
+        if (m->n_layer <= 0 || m->n_embd <= 0 || m->n_head <= 0 || m->n_ff <= 0) {
+            ld_fail(ld, "hyperparameters out of range (layers %d, embd %d, heads %d, ff %d)",
+                    m->n_layer, m->n_embd, m->n_head, m->n_ff);
+            return;
+        }
+        if (n_dense < n_block) {
+            ld_fail(ld, "deepseek2 mixture-of-experts layers are not supported (%d of %d layers are "
+                    "dense); dense MLA models load", n_dense, n_block);
+            return;
+        }
+        hp_f32(ld, "attention.layer_norm_rms_epsilon", &m->eps, 1e-6f);
+        hp_f32(ld, "rope.freq_base", &m->rope_theta, 10000.0f);
+        load_mla_hparams(ld, a);
+        return;
+    }
     int n_block = 0, n_nextn = 0;
     if (hp_u32(ld, "block_count", &n_block, 0, true) ||
         hp_u32(ld, "nextn_predict_layers", &n_nextn, 0, false) ||
@@ -270,6 +343,18 @@ static void load_hparams(loader *ld, enum arch a)
             return;
         }
     }
+    if (hybrid) {
+        const gguf_kv *lk = gguf_find_kv(ld->g, "hyserve.layer_kinds");
+        bool any_mla = false;
+        for (uint64_t i = 0; lk && i < lk->arr_n; i++) {
+            int64_t v;
+            any_mla |= gguf_arr_get_i64(lk, i, &v) && v == ENGINE_LAYER_MLA;
+        }
+        if (any_mla)
+            load_mla_hparams(ld, a);
+        if (ld->failed)
+            return;
+    }
     hp_f32(ld, "attention.layer_norm_rms_epsilon", &m->eps, a == ARCH_LLAMA ? 1e-5f : 1e-6f);
     hp_f32(ld, "rope.freq_base", &m->rope_theta, a == ARCH_LLAMA ? 10000.0f : 1000000.0f);
     hp_f32(ld, "attention.scale", &m->attn_scale, 0.0f);
@@ -317,6 +402,8 @@ static void bind_tensors(loader *ld, enum arch a)
     }
     if (hybrid)
         read_layout(ld);
+    else if (a == ARCH_DEEPSEEK2)
+        memset(m->kinds, ENGINE_LAYER_MLA, (size_t)m->n_layer);
     /* plain-attention archs: every layer is ENGINE_LAYER_ATTN (0, from calloc) */
     if (ld->failed)
         return;
@@ -341,6 +428,7 @@ static void bind_tensors(loader *ld, enum arch a)
     const int E = m->n_embd, HD = m->head_dim, NV = m->ssm_n_v, DV = m->ssm_d_v;
     const int NK = m->ssm_n_k, DK = m->ssm_d_k;
     const char *post_norm_name = hybrid ? "post_attention_norm.weight" : "ffn_norm.weight";
+    const int NH = m->n_head, QK = m->mla_nope + m->mla_rope, R = m->mla_kv_lora;
     char nm[96];
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
     for (int il = 0; il < m->n_layer && !ld->failed; il++) {
@@ -359,6 +447,26 @@ static void bind_tensors(loader *ld, enum arch a)
                 L->q_norm = bind_vec(ld, TN("attn_q_norm.weight"), HD);
                 L->k_norm = bind_vec(ld, TN("attn_k_norm.weight"), HD);
             }
+        } else if (L->kind == ENGINE_LAYER_MLA) {
+            L->kind_idx = m->n_mla++;
+            if (m->mla_q_lora > 0) {
+                bind_w(ld, &L->wq_a, TN("attn_q_a.weight"), E, m->mla_q_lora);
+                L->q_a_norm = bind_vec(ld, TN("attn_q_a_norm.weight"), m->mla_q_lora);
+                bind_w(ld, &L->wq_b, TN("attn_q_b.weight"), m->mla_q_lora, NH * QK);
+            } else {
+                bind_w(ld, &L->wq, TN("attn_q.weight"), E, NH * QK);
+            }
+            bind_w(ld, &L->wkv_a, TN("attn_kv_a_mqa.weight"), E, R + m->mla_rope);
+            L->kv_a_norm = bind_vec(ld, TN("attn_kv_a_norm.weight"), R);
+            if (!ld->failed && !gguf_find_tensor(ld->g, TN("attn_k_b.weight")) &&
+                gguf_find_tensor(ld->g, TN("attn_kv_b.weight"))) {
+                ld_fail(ld, "layer %d has the legacy fused attn_kv_b; hyserve needs attn_k_b/attn_v_b "
+                        "(re-convert with a current llama.cpp converter)", il);
+                break;
+            }
+            bind_w3(ld, &L->wk_b, &L->k_b_stride, TN("attn_k_b.weight"), m->mla_nope, R, NH);
+            bind_w3(ld, &L->wv_b, &L->v_b_stride, TN("attn_v_b.weight"), R, m->mla_v, NH);
+            bind_w(ld, &L->wo, TN("attn_output.weight"), NH * m->mla_v, E);
         } else {
             L->kind_idx = m->n_dnet++;
             if (a == ARCH_QWEN3NEXT) {
@@ -414,6 +522,15 @@ static void bind_tensors(loader *ld, enum arch a)
     }
     /* inv_freq[i] = theta^(-2i/n_rot); Llama 3.1 files carry per-frequency
      * divisors in rope_freqs.weight (llama.cpp's freq_factors) */
+    if (m->n_mla) {
+        m->mla_inv_freq = malloc((size_t)(m->mla_rope / 2 + 1) * sizeof(float));
+        if (!m->mla_inv_freq) {
+            ld_fail(ld, "out of memory");
+            return;
+        }
+        for (int i = 0; i < m->mla_rope / 2; i++)
+            m->mla_inv_freq[i] = (float)pow((double)m->rope_theta, -2.0 * i / m->mla_rope);
+    }
     float *ff = NULL;
     if (gguf_find_tensor(ld->g, "rope_freqs.weight"))
         ff = bind_vec(ld, "rope_freqs.weight", m->n_rot / 2);
@@ -430,9 +547,10 @@ static const struct { const char *name; enum arch a; } archs[] = {
     { "qwen3next", ARCH_QWEN3NEXT },
     { "qwen3", ARCH_QWEN3 },
     { "llama", ARCH_LLAMA },
+    { "deepseek2", ARCH_DEEPSEEK2 },
 };
 
-static const char *supported_archs = "qwen35, qwen3next, qwen3, llama";
+static const char *supported_archs = "qwen35, qwen3next, qwen3, llama, deepseek2 (dense)";
 
 model *model_load(const char *path, char *err, size_t errlen)
 {
@@ -503,12 +621,15 @@ void model_free(model *m)
             free(L->ssm_a);
             free(L->ssm_norm);
             free(L->shexp_gate);
+            free(L->q_a_norm);
+            free(L->kv_a_norm);
         }
     }
     free(m->layers);
     free(m->kinds);
     free(m->output_norm);
     free(m->rope_inv_freq);
+    free(m->mla_inv_freq);
     free(m->chat_template);
     gguf_close(m->gguf);
     free(m);

@@ -46,6 +46,16 @@ typedef struct layer {
     float *ssm_norm;            /* [d_v] gated RMSNorm weight, shared by heads */
     weight wout;                /* n_v*d_v -> n_embd (ssm_out) */
 
+    /* multi-head latent attention (DeepSeek-V2) */
+    weight wq_a;                /* n_embd -> q_lora (when q_lora > 0; else wq is n_embd -> n_head*(nope+rope)) */
+    float *q_a_norm;            /* [q_lora] */
+    weight wq_b;                /* q_lora -> n_head*(nope+rope) */
+    weight wkv_a;               /* n_embd -> kv_lora + rope (attn_kv_a_mqa) */
+    float *kv_a_norm;           /* [kv_lora] */
+    weight wk_b;                /* per head: kv_lora rows of nope (W_kb,h transposed); head h at h * k_b_stride */
+    weight wv_b;                /* per head: v_dim rows of kv_lora (W_vb,h) */
+    size_t k_b_stride, v_b_stride;
+
     /* qwen3next DeltaNet inputs */
     weight ssm_ba;              /* n_embd -> 2*n_v, per key head g: [b (r) | a (r)] */
     weight ssm_in;              /* legacy fused: per key head g: [q | k | v (r*d_v) | z (r*d_v)] */
@@ -86,6 +96,10 @@ typedef struct model {
     bool qk_norm;               /* per-head RMSNorm on q and k */
     bool dnet_grouped;          /* value head h uses key head h / r (else h % n_k) */
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    int n_mla;
+    int mla_kv_lora, mla_q_lora, mla_nope, mla_rope, mla_v;  /* MLA shape */
+    float mla_scale;            /* 1/sqrt(nope + rope) */
+    float *mla_inv_freq;        /* [mla_rope/2] adjacent-pair RoPE */
     int n_attn, n_dnet;
     uint8_t *kinds;             /* [n_layer] */
     layer *layers;              /* [n_layer] */

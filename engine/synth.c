@@ -26,6 +26,11 @@ void synth_config_default(synth_config *c)
     c->n_expert_used = 2;
     c->n_ff_exp = 32;
     c->n_ff_shexp = 32;
+    c->mla_kv_lora = 32;
+    c->mla_q_lora = 0;
+    c->mla_nope = 16;
+    c->mla_rope = 8;
+    c->mla_v = 16;
     c->n_layer = 4;
     c->attn_every = 4;
     c->n_embd = 64;
@@ -116,8 +121,8 @@ static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t
     free(q);
 }
 
-/* A 3-D expert tensor ne = {n0, n1, n2}: n2 slabs drawn like projections. */
-static void put3(sw *s, const char *name, int n0, int n1, int n2, uint32_t type)
+/* A 3-D tensor ne = {n0, n1, n2}: n2 slabs, uniform values of the given scale. */
+static void put3s(sw *s, const char *name, int n0, int n1, int n2, uint32_t type, float scale)
 {
     if (s->failed)
         return;
@@ -132,7 +137,6 @@ static void put3(sw *s, const char *name, int n0, int n1, int n2, uint32_t type)
         return;
     }
     rng r = rng_for(s->c->seed, name);
-    float scale = sqrtf(3.0f / (float)n0);
     for (int e = 0; e < n2; e++)
         for (int i = 0; i < n1; i++) {
             for (int j = 0; j < n0; j++)
@@ -145,19 +149,36 @@ static void put3(sw *s, const char *name, int n0, int n1, int n2, uint32_t type)
     free(v);
 }
 
+/* Expert / per-head matrices drawn like projections (variance 1/fan_in = 1/n0). */
+static void put3(sw *s, const char *name, int n0, int n1, int n2, uint32_t type)
+{
+    put3s(s, name, n0, n1, n2, type, sqrtf(3.0f / (float)n0));
+}
+
 static bool hybrid(const synth_config *c)
 {
     return !strcmp(c->arch, "qwen35") || !strcmp(c->arch, "qwen3next");
 }
 
-static bool is_attn(const synth_config *c, int il)
+/* Layer kind letter: 'A' attention, 'L' DeltaNet, 'M' MLA. */
+static char kind_of(const synth_config *c, int il)
 {
     size_t np = strlen(c->pattern);
+    if (!strcmp(c->arch, "deepseek2"))
+        return 'M';
     if (!hybrid(c))
-        return true;
+        return 'A';
     if (np)
-        return c->pattern[(size_t)il % np] == 'A';
-    return (il + 1) % c->attn_every == 0;
+        return c->pattern[(size_t)il % np];
+    return (il + 1) % c->attn_every == 0 ? 'A' : 'L';
+}
+
+static bool has_mla(const synth_config *c)
+{
+    for (int il = 0; il < c->n_layer; il++)
+        if (kind_of(c, il) == 'M')
+            return true;
+    return false;
 }
 
 /* A ChatML template in the Jinja form Qwen models ship (only its shape
@@ -266,15 +287,24 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
                         c->n_ff_shexp % (int)bs))
         bad = "quantized dtypes need embd, ff, expert ff and head widths that are multiples of the block size (32, or 256 for K-quants)";
     else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen3next") && strcmp(c->arch, "qwen3") &&
-             strcmp(c->arch, "llama"))
-        bad = "arch must be qwen35, qwen3next, qwen3 or llama";
+             strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2"))
+        bad = "arch must be qwen35, qwen3next, qwen3, llama or deepseek2";
     else if (!strcmp(c->arch, "qwen3next") &&
              (c->n_expert < 1 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
               c->n_ff_exp < 1 || c->n_ff_shexp < 1))
         bad = "experts, experts-used (<= experts), expert-ff and shared-ff must be positive";
     for (const char *p = c->pattern; !bad && *p; p++)
-        if (*p != 'A' && *p != 'L')
-            bad = "pattern may only hold 'A' (attention) and 'L' (DeltaNet)";
+        if (*p != 'A' && *p != 'L' && *p != 'M')
+            bad = "pattern may only hold 'A' (attention), 'L' (DeltaNet) and 'M' (MLA)";
+    if (!bad && strchr(c->pattern, 'M') && strcmp(c->arch, "qwen35"))
+        bad = "MLA layers in a pattern need --arch qwen35 (or use --arch deepseek2)";
+    if (!bad && (c->mla_kv_lora < 1 || c->mla_nope < 1 || c->mla_rope < 2 || c->mla_rope % 2 ||
+                 c->mla_v < 1 || c->mla_q_lora < 0))
+        bad = "MLA dims must be positive and the MLA rope dim even";
+    if (!bad && bs > 1 && has_mla(c) &&
+        (c->mla_nope % (int)bs || c->mla_kv_lora % (int)bs || (c->mla_q_lora && c->mla_q_lora % (int)bs) ||
+         (c->n_head * c->mla_v) % (int)bs))
+        bad = "quantized MLA layers need nope, kv-lora, q-lora and heads*vdim to be block multiples";
     if (bad) {
         snprintf(err, errlen, "synth: %s", bad);
         return -1;
@@ -300,6 +330,8 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     char key[96];
 #define K(suffix) (snprintf(key, sizeof key, "%s." suffix, c->arch), key)
     const bool hyb = hybrid(c), next = !strcmp(c->arch, "qwen3next");
+    const bool ds2 = !strcmp(c->arch, "deepseek2"), mla = has_mla(c);
+    const int QK = c->mla_nope + c->mla_rope, R = c->mla_kv_lora;
     const bool gated = hyb, qk_norm = strcmp(c->arch, "llama") != 0;
     gguf_w_str(w, "general.architecture", c->arch);
     gguf_w_str(w, "general.name", c->name);
@@ -311,12 +343,23 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     gguf_w_u32(w, K("embedding_length"), (uint32_t)E);
     gguf_w_u32(w, K("feed_forward_length"), (uint32_t)c->n_ff);
     gguf_w_u32(w, K("attention.head_count"), (uint32_t)c->n_head);
-    gguf_w_u32(w, K("attention.head_count_kv"), (uint32_t)c->n_head_kv);
-    gguf_w_u32(w, K("attention.key_length"), (uint32_t)HD);
-    gguf_w_u32(w, K("attention.value_length"), (uint32_t)HD);
+    gguf_w_u32(w, K("attention.head_count_kv"), ds2 ? 1u : (uint32_t)c->n_head_kv);
+    gguf_w_u32(w, K("attention.key_length"), ds2 ? (uint32_t)(R + c->mla_rope) : (uint32_t)HD);
+    gguf_w_u32(w, K("attention.value_length"), ds2 ? (uint32_t)R : (uint32_t)HD);
     gguf_w_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f);
     gguf_w_f32(w, K("rope.freq_base"), c->rope_theta);
-    gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)c->n_rot);
+    gguf_w_u32(w, K("rope.dimension_count"), ds2 ? (uint32_t)c->mla_rope : (uint32_t)c->n_rot);
+    if (mla) {
+        gguf_w_u32(w, K("attention.kv_lora_rank"), (uint32_t)R);
+        if (c->mla_q_lora)
+            gguf_w_u32(w, K("attention.q_lora_rank"), (uint32_t)c->mla_q_lora);
+        gguf_w_u32(w, K("attention.key_length_mla"), (uint32_t)QK);
+        gguf_w_u32(w, K("attention.value_length_mla"), (uint32_t)c->mla_v);
+        if (!ds2)
+            gguf_w_u32(w, K("rope.dimension_count_mla"), (uint32_t)c->mla_rope);
+    }
+    if (ds2)
+        gguf_w_u32(w, K("leading_dense_block_count"), (uint32_t)c->n_layer);
     if (!strcmp(c->arch, "qwen35")) {
         int32_t sections[4] = { 11, 11, 10, 0 };
         gguf_w_arr(w, K("rope.dimension_sections"), GGUF_T_I32, sections, 4);
@@ -331,9 +374,14 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
             uint8_t *rec = malloc((size_t)c->n_layer);
             if (!rec)
                 goto out;
-            for (int il = 0; il < c->n_layer; il++)
-                rec[il] = !is_attn(c, il);
-            gguf_w_arr(w, K("attention.recurrent_layers"), GGUF_T_BOOL, rec, (uint64_t)c->n_layer);
+            for (int il = 0; il < c->n_layer; il++) {
+                char k = kind_of(c, il);
+                rec[il] = mla ? (uint8_t)(k == 'A' ? 0 : k == 'L' ? 1 : 2) : (uint8_t)(k == 'L');
+            }
+            if (mla)    /* our extension key: llama.cpp has no hybrid with MLA and DeltaNet */
+                gguf_w_arr(w, "hyserve.layer_kinds", GGUF_T_U8, rec, (uint64_t)c->n_layer);
+            else
+                gguf_w_arr(w, K("attention.recurrent_layers"), GGUF_T_BOOL, rec, (uint64_t)c->n_layer);
             free(rec);
         } else {
             gguf_w_u32(w, K("full_attention_interval"), (uint32_t)c->attn_every);
@@ -360,7 +408,21 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
         put(&s, TN("attn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
         put(&s, hyb ? TN("post_attention_norm.weight") : TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
-        if (is_attn(c, il)) {
+        if (kind_of(c, il) == 'M') {
+            if (c->mla_q_lora) {
+                put(&s, TN("attn_q_a.weight"), E, c->mla_q_lora, FILL_PROJ, t);
+                put(&s, TN("attn_q_a_norm.weight"), c->mla_q_lora, 1, FILL_NORM, GGML_F32);
+                put(&s, TN("attn_q_b.weight"), c->mla_q_lora, c->n_head * QK, FILL_PROJ, t);
+            } else {
+                put(&s, TN("attn_q.weight"), E, c->n_head * QK, FILL_PROJ, t);
+            }
+            put(&s, TN("attn_kv_a_mqa.weight"), E, R + c->mla_rope, FILL_PROJ, t);
+            put(&s, TN("attn_kv_a_norm.weight"), R, 1, FILL_NORM, GGML_F32);
+            /* k_nope = W_kb c has fan-in R; the file holds W_kb^T: {nope, R, heads} */
+            put3s(&s, TN("attn_k_b.weight"), c->mla_nope, R, c->n_head, t, sqrtf(3.0f / (float)R));
+            put3(&s, TN("attn_v_b.weight"), R, c->mla_v, c->n_head, t);
+            put(&s, TN("attn_output.weight"), c->n_head * c->mla_v, E, FILL_PROJ, t);
+        } else if (kind_of(c, il) == 'A') {
             put(&s, TN("attn_q.weight"), E, c->n_head * (gated ? 2 : 1) * HD, FILL_PROJ, t);
             put(&s, TN("attn_k.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
             put(&s, TN("attn_v.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);

@@ -15,11 +15,12 @@ typedef struct synth_config {
     uint64_t seed;
     int n_layer;
     int attn_every;             /* attention every Nth layer (used when pattern is empty) */
-    char pattern[256];          /* per layer: 'A' attention, 'L' DeltaNet; repeated if shorter */
+    char pattern[256];          /* per layer: 'A' attention, 'L' DeltaNet, 'M' MLA; repeated */
     int n_embd, n_head, n_head_kv, head_dim, n_rot;
     int dnet_n_k, dnet_n_v, dnet_d_k, dnet_d_v, conv_kernel;
     int n_ff, n_vocab, n_ctx;
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;   /* qwen3next MoE */
+    int mla_kv_lora, mla_q_lora, mla_nope, mla_rope, mla_v; /* MLA layers (n_head heads) */
     int tied;
     uint32_t dtype;             /* ggml type of the 2-D weights */
     float rope_theta;

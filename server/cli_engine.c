@@ -83,6 +83,32 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int opt_mla_mode = ENGINE_MLA_AUTO, opt_kv_dtype = ENGINE_KV_F32;
+
+static bool parse_kv_dtype(const char *v, int *out)
+{
+    if (!strcmp(v, "f32")) *out = ENGINE_KV_F32;
+    else if (!strcmp(v, "f16")) *out = ENGINE_KV_F16;
+    else if (!strcmp(v, "bf16")) *out = ENGINE_KV_BF16;
+    else {
+        fprintf(stderr, "hyserve: --kv-dtype must be f32, f16 or bf16, got '%s'\n", v);
+        return false;
+    }
+    return true;
+}
+
+static bool parse_mla_mode(const char *v, int *out)
+{
+    if (!strcmp(v, "auto")) *out = ENGINE_MLA_AUTO;
+    else if (!strcmp(v, "absorbed")) *out = ENGINE_MLA_ABSORBED;
+    else if (!strcmp(v, "expanded")) *out = ENGINE_MLA_EXPANDED;
+    else {
+        fprintf(stderr, "hyserve: --mla-mode must be auto, absorbed or expanded, got '%s'\n", v);
+        return false;
+    }
+    return true;
+}
+
 static engine *open_engine(const char *model, int threads, int ctx, int dnet_mode)
 {
     if (!model) {
@@ -96,6 +122,8 @@ static engine *open_engine(const char *model, int threads, int ctx, int dnet_mod
     p.n_ctx = ctx;
     p.max_seqs = 1;
     p.dnet_mode = dnet_mode;
+    p.mla_mode = opt_mla_mode;
+    p.kv_dtype = opt_kv_dtype;
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
     if (!e)
@@ -130,6 +158,7 @@ static const char generate_help[] =
     "      --repeat-penalty R repetition penalty (default 1.0 = off)\n"
     "      --seed S           sampling seed (default 42)\n"
     "      --ignore-eos       keep going past end-of-generation tokens\n"
+    "      --kv-dtype T       f32 | f16 | bf16 attention cache (default f32)\n"
     "  -c, --ctx N            context size (default min(train, 4096))\n"
     "  -t, --threads N        threads (default: all cores)\n"
     "Text goes to stdout as it is generated; speeds go to stderr.\n";
@@ -155,6 +184,7 @@ int cli_generate(int argc, char **argv)
         else if (IS("--repeat-penalty", NULL)) { if (!(v = NEXT()) || !cli_float(argv[i - 1], v, &rep)) return 2; }
         else if (IS("--seed", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 0x7fffffffffffffffL, &seed)) return 2; }
         else if (IS("--ignore-eos", NULL)) ignore_eos = true;
+        else if (IS("--kv-dtype", NULL)) { if (!(v = NEXT()) || !parse_kv_dtype(v, &opt_kv_dtype)) return 2; }
         else { fprintf(stderr, "hyserve: generate: unknown option '%s' (see --help)\n", argv[i]); return 2; }
     }
     if (!prompt) {
@@ -273,6 +303,8 @@ static const char logits_help[] =
     "  -p, --prompt TEXT    or: tokenize this text\n"
     "      --all            print logits after every token, not only the last\n"
     "      --dnet-mode M    auto | recurrent | chunked (DeltaNet prefill path)\n"
+    "      --mla-mode M     auto | absorbed | expanded (MLA attention path)\n"
+    "      --kv-dtype T     f32 | f16 | bf16 attention cache (default f32)\n"
     "      --split N        feed the tokens in pieces of N (exercises decode steps)\n"
     "  -t, --threads N      threads\n"
     "Prints {\"tokens\": [...], \"logits\": [[...], ...]} with one row per position.\n";
@@ -291,6 +323,8 @@ int cli_logits(int argc, char **argv)
         else if (IS("-p", "--prompt")) { if (!(prompt = NEXT())) return 2; }
         else if (IS("--all", NULL)) all = true;
         else if (IS("--dnet-mode", NULL)) { if (!(v = NEXT()) || !parse_dnet_mode(v, &mode)) return 2; }
+        else if (IS("--mla-mode", NULL)) { if (!(v = NEXT()) || !parse_mla_mode(v, &opt_mla_mode)) return 2; }
+        else if (IS("--kv-dtype", NULL)) { if (!(v = NEXT()) || !parse_kv_dtype(v, &opt_kv_dtype)) return 2; }
         else if (IS("--split", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1 << 24, &split)) return 2; }
         else if (IS("-t", "--threads")) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1024, &threads)) return 2; }
         else { fprintf(stderr, "hyserve: logits: unknown option '%s' (see --help)\n", argv[i]); return 2; }
@@ -410,18 +444,24 @@ int cli_info(int argc, char **argv)
     const engine_info *in = engine_get_info(e);
     printf("model:         %s\n", in->name);
     printf("architecture:  %s\n", in->arch);
-    printf("layers:        %d (%d attention, %d DeltaNet)\n", in->n_layer, in->n_attn_layers,
-           in->n_dnet_layers);
+    printf("layers:        %d (%d attention, %d DeltaNet, %d MLA)\n", in->n_layer, in->n_attn_layers,
+           in->n_dnet_layers, in->n_mla_layers);
     printf("layout:        ");
     for (int il = 0; il < in->n_layer; il++)
-        putchar(in->layer_kind[il] == ENGINE_LAYER_ATTN ? 'A' : 'L');
-    printf("\n");
+        putchar("ALM"[in->layer_kind[il] <= ENGINE_LAYER_MLA ? in->layer_kind[il] : 0]);
+    printf("  (A attention, L DeltaNet, M MLA)\n");
     printf("embedding:     %d, vocabulary %d, context (train) %d\n", in->n_embd, in->n_vocab,
            in->n_ctx_train);
     printf("attention:     %d query heads, %d KV heads, head dim %d, rotary dims %d\n",
            in->n_head, in->n_head_kv, in->head_dim, in->n_rot);
     printf("deltanet:      %d key heads x %d, %d value heads x %d, conv kernel %d\n", in->ssm_n_k,
            in->ssm_d_k, in->ssm_n_v, in->ssm_d_v, in->ssm_conv_kernel);
+    if (in->n_mla_layers)
+        printf("mla:           %d heads, kv_lora %d, rope %d, nope %d, v %d, q_lora %d\n", in->n_head,
+               in->mla_kv_lora_rank, in->mla_rope_dim, in->mla_nope_dim, in->mla_v_dim,
+               in->mla_q_lora_rank);
+    if (in->n_expert)
+        printf("experts:       %d routed, %d per token\n", in->n_expert, in->n_expert_used);
     printf("mlp:           %d\n", in->n_ff);
     printf("parameters:    %llu (%.2f M)\n", (unsigned long long)in->n_params, in->n_params / 1e6);
     printf("weights:       %llu bytes (%.2f MiB)\n", (unsigned long long)in->weight_bytes,
@@ -444,9 +484,9 @@ int cli_info(int argc, char **argv)
         printf("\n");
         gguf_close(g);
     }
-    printf("kv cache:      %llu bytes per token (%s), MHA on every layer would be %llu\n",
-           (unsigned long long)in->kv_bytes_per_token, in->kv_dtype,
-           (unsigned long long)in->mha_bytes_per_token);
+    printf("kv cache:      %llu bytes per token GQA + %llu MLA (%s); MHA on every layer would be %llu\n",
+           (unsigned long long)in->kv_bytes_per_token, (unsigned long long)in->mla_bytes_per_token,
+           in->kv_dtype, (unsigned long long)in->mha_bytes_per_token);
     printf("deltanet state: %llu bytes recurrent + %llu bytes conv per sequence\n",
            (unsigned long long)in->dnet_state_bytes_per_seq,
            (unsigned long long)in->dnet_conv_bytes_per_seq);
@@ -532,11 +572,13 @@ out:
 static const char synth_help[] =
     "usage: hyserve synth -o OUT.gguf [options]\n"
     "  -o, --output FILE      where to write the model\n"
-    "      --arch A           qwen35 (default, hybrid), qwen3next (hybrid + MoE), qwen3, llama\n"
+    "      --arch A           qwen35 (default, hybrid), qwen3next (hybrid + MoE), qwen3, llama,\n"
+    "                         deepseek2 (dense, every layer MLA)\n"
     "      --seed S           weight seed (default 1)\n"
     "      --layers N         decoder layers (default 4)\n"
     "      --attn-every K     attention every Kth layer, the rest DeltaNet (default 4)\n"
-    "      --pattern P        explicit layout, e.g. LLLA (A attention, L DeltaNet), repeated\n"
+    "      --pattern P        explicit layout, e.g. LLLA or LLLM (A attention, L DeltaNet,\n"
+    "                         M multi-head latent attention), repeated to --layers\n"
     "      --embd D           hidden size (default 64)\n"
     "      --heads H          attention query heads (default 4)\n"
     "      --kv-heads H       attention KV heads (default 2)\n"
@@ -557,6 +599,11 @@ static const char synth_help[] =
     "      --experts-used K   qwen3next: experts per token (default 2)\n"
     "      --expert-ff N      qwen3next: expert MLP size (default 32)\n"
     "      --shared-ff N      qwen3next: shared expert MLP size (default 32)\n"
+    "      --mla-kv-lora R    MLA latent rank (default 32); heads = --heads\n"
+    "      --mla-q-lora N     MLA query compression rank, 0 = none (default 0)\n"
+    "      --mla-nope D       MLA no-RoPE key dims per head (default 16)\n"
+    "      --mla-rope D       MLA decoupled RoPE dims (default 8)\n"
+    "      --mla-vdim D       MLA value dims per head (default 16)\n"
     "      --chat-template chatml  add a ChatML template (needs vocab >= 259)\n"
     "      --name NAME        general.name\n";
 
@@ -596,6 +643,11 @@ int cli_synth(int argc, char **argv)
         INTOPT("--experts-used", n_expert_used, 1, 64)
         INTOPT("--expert-ff", n_ff_exp, 1, 1 << 20)
         INTOPT("--shared-ff", n_ff_shexp, 1, 1 << 20)
+        INTOPT("--mla-kv-lora", mla_kv_lora, 1, 1 << 16)
+        INTOPT("--mla-q-lora", mla_q_lora, 0, 1 << 16)
+        INTOPT("--mla-nope", mla_nope, 1, 4096)
+        INTOPT("--mla-rope", mla_rope, 2, 4096)
+        INTOPT("--mla-vdim", mla_v, 1, 4096)
         else if (IS("--arch", NULL)) {
             if (!(v = NEXT())) return 2;
             snprintf(c.arch, sizeof c.arch, "%s", v);

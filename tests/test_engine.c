@@ -397,3 +397,86 @@ TEST(test_bad_model_files_fail_with_one_clear_line)
     remove(p);
     CHECK(fails_with(p, "cannot open"));
 }
+
+/* ---- MLA and cache dtypes --------------------------------------------- */
+
+static engine *open_mode(const char *path, int mla_mode, int kv_dtype)
+{
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 2;
+    p.n_ctx = 256;
+    p.max_seqs = 2;
+    p.mla_mode = mla_mode;
+    p.kv_dtype = kv_dtype;
+    char err[512];
+    engine *e = engine_open(&p, err, sizeof err);
+    if (!e)
+        fprintf(stderr, "    engine_open: %s\n", err);
+    return e;
+}
+
+static double compare_modes(const char *path, int ma, int ka, int mb, int kb, int n, int step)
+{
+    engine *a = open_mode(path, ma, ka), *b = open_mode(path, mb, kb);
+    double d = 1e9;
+    if (a && b) {
+        const int V = engine_get_info(a)->n_vocab;
+        int32_t *toks = malloc(sizeof(int32_t) * (size_t)n);
+        float *la = malloc(sizeof(float) * (size_t)n * V), *lb = malloc(sizeof(float) * (size_t)n * V);
+        prompt_tokens(toks, n, V, 5);
+        if (toks && la && lb && run_logits(a, toks, n, step, la) == 0 && run_logits(b, toks, n, step, lb) == 0)
+            d = max_rel_diff(la, lb, (long)n * V);
+        free(toks); free(la); free(lb);
+    }
+    engine_close(a);
+    engine_close(b);
+    return d;
+}
+
+TEST(test_mla_absorbed_decode_equals_expanded_computation)
+{
+    synth_config c;
+    synth_config_default(&c);
+    c.n_layer = 4;
+    snprintf(c.pattern, sizeof c.pattern, "LAML");  /* MLA mixed with GQA and DeltaNet */
+    c.mla_q_lora = 24;
+    const char *p = model_path("mla_mix", &c);
+    CHECK(p);
+    /* whole prompt at once, and token by token (decode) */
+    double d1 = compare_modes(p, ENGINE_MLA_ABSORBED, 0, ENGINE_MLA_EXPANDED, 0, 40, 40);
+    double d2 = compare_modes(p, ENGINE_MLA_ABSORBED, 0, ENGINE_MLA_EXPANDED, 0, 40, 1);
+    double d3 = compare_modes(p, ENGINE_MLA_AUTO, 0, ENGINE_MLA_EXPANDED, 0, 40, 7);
+    CHECK_MSG(d1 < 1e-4 && d2 < 1e-4 && d3 < 1e-4, "absorbed vs expanded: %g, %g, auto: %g", d1, d2, d3);
+
+    synth_config_default(&c);
+    snprintf(c.arch, sizeof c.arch, "deepseek2");
+    c.n_layer = 3;
+    const char *p2 = model_path("mla_ds2", &c);
+    CHECK(p2);
+    double d4 = compare_modes(p2, ENGINE_MLA_ABSORBED, 0, ENGINE_MLA_EXPANDED, 0, 33, 33);
+    CHECK_MSG(d4 < 1e-4, "deepseek2 absorbed vs expanded: %g", d4);
+}
+
+TEST(test_f16_and_bf16_kv_cache_stay_close_to_f32)
+{
+    synth_config c;
+    synth_config_default(&c);
+    c.n_layer = 4;
+    snprintf(c.pattern, sizeof c.pattern, "ALMA");
+    const char *p = model_path("kvdtype", &c);
+    CHECK(p);
+    /* rounding K/V to 11 (f16) or 8 (bf16) significant bits moves logits a little */
+    double d16 = compare_modes(p, 0, ENGINE_KV_F16, 0, ENGINE_KV_F32, 48, 48);
+    double db16 = compare_modes(p, 0, ENGINE_KV_BF16, 0, ENGINE_KV_F32, 48, 48);
+    CHECK_MSG(d16 > 0 && d16 < 5e-3, "f16 cache: %g", d16);
+    CHECK_MSG(db16 > 0 && db16 < 3e-2, "bf16 cache: %g", db16);
+    /* and the cache really is smaller: 2 bytes per number */
+    engine *e16 = open_mode(p, 0, ENGINE_KV_F16), *e32 = open_mode(p, 0, ENGINE_KV_F32);
+    CHECK(e16 && e32);
+    CHECK(engine_get_info(e16)->kv_bytes_per_token * 2 == engine_get_info(e32)->kv_bytes_per_token);
+    CHECK(engine_get_info(e16)->mla_bytes_per_token * 2 == engine_get_info(e32)->mla_bytes_per_token);
+    engine_close(e16);
+    engine_close(e32);
+}
