@@ -31,12 +31,39 @@ int cache_init(cache *c, const cache_layout *l)
     c->n_ctx = l->n_ctx;
     c->max_seqs = l->max_seqs;
     c->max_pages = (c->n_ctx + c->page_tokens - 1) / c->page_tokens;
-    c->kv_bytes_per_token = (uint64_t)c->n_attn * 2 * c->n_kv * c->head_dim * c->kv_es;
-    c->mla_bytes_per_token = (uint64_t)c->n_mla * c->mla_dim * c->kv_es;
-    c->page_bytes = (c->kv_bytes_per_token + c->mla_bytes_per_token) * (uint64_t)c->page_tokens;
+    /* every byte count comes from the planner's arithmetic */
+    memplan_layout *pl = &c->plan;
+    memset(pl, 0, sizeof *pl);
+    pl->n_layers = l->n_layers;
+    pl->attn_layers = l->n_attn;
+    pl->attn_heads = l->n_head;
+    pl->attn_kv_heads = l->n_kv;
+    pl->attn_head_dim = l->head_dim;
+    pl->mla_layers = l->n_mla;
+    pl->mla_heads = l->n_head;
+    pl->mla_kv_lora = l->mla_dim - l->mla_rope;
+    pl->mla_rope = l->mla_rope;
+    pl->mla_nope = l->mla_nope;
+    pl->mla_v = l->mla_v;
+    pl->dnet_layers = l->n_dnet;
+    pl->dnet_v_heads = l->n_v;
+    pl->dnet_d_k = l->d_k;
+    pl->dnet_d_v = l->d_v;
+    pl->dnet_conv = l->conv_kernel;
+    /* conv_dim = 2 n_k d_k + n_v d_v: recover n_k for the planner */
+    pl->dnet_k_heads = l->d_k ? (l->conv_dim - l->n_v * l->d_v) / (2 * l->d_k) : 0;
+    pl->kv_bytes = (int)c->kv_es;
+    pl->state_bytes = 4;
+    pl->page_tokens = c->page_tokens;
+    pl->max_context = l->n_ctx;
+    memplan_costs mc;
+    memplan_costs_of(pl, &mc);
+    c->kv_bytes_per_token = mc.attn_kv_bytes_per_token;
+    c->mla_bytes_per_token = mc.mla_bytes_per_token;
+    c->page_bytes = mc.page_bytes;
     c->page_mla_offset = (size_t)(c->kv_bytes_per_token * (uint64_t)c->page_tokens);
-    c->conv_bytes = (uint64_t)c->n_dnet * c->conv_rows * c->conv_dim * sizeof(float);
-    c->state_bytes = (uint64_t)c->n_dnet * c->n_v * c->d_v * c->d_k * sizeof(float);
+    c->conv_bytes = mc.dnet_conv_bytes_per_seq;
+    c->state_bytes = mc.dnet_state_bytes_per_seq;
     c->budget_bytes = l->budget_bytes;
     if (c->budget_bytes == 0) {
         c->budget_bytes = cache_bytes_for(c, c->n_ctx) * (uint64_t)c->max_seqs;
@@ -61,10 +88,7 @@ void cache_deinit(cache *c)
 
 uint64_t cache_bytes_for(const cache *c, int n_tokens)
 {
-    uint64_t pages = ((uint64_t)n_tokens + (uint64_t)c->page_tokens - 1) / (uint64_t)c->page_tokens;
-    if (c->page_bytes == 0)
-        pages = 0;
-    return c->conv_bytes + c->state_bytes + pages * c->page_bytes;
+    return memplan_seq_reserved_bytes(&c->plan, n_tokens);
 }
 
 int cache_seq_new(cache *c)

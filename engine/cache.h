@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memplan.h"
+
 typedef struct cache_seq {
     bool live;
     int n_past;                 /* tokens whose K/V and state are in the cache */
@@ -47,11 +49,13 @@ typedef struct cache {
     int n_free_pages, cap_free_pages;
     cache_seq *seqs;                    /* [max_seqs] */
     int n_live;
+    memplan_layout plan;                /* the layout every byte count above comes from */
 } cache;
 
 typedef struct cache_layout {
-    int n_attn, n_kv, head_dim;
-    int n_mla, mla_dim;
+    int n_layers;                       /* for the planner's counterfactuals */
+    int n_attn, n_kv, head_dim, n_head;
+    int n_mla, mla_dim, mla_rope, mla_nope, mla_v;
     uint32_t kv_type;                   /* GGML_F32 (0, default), GGML_F16, GGML_BF16 */
     int n_dnet, conv_kernel, conv_dim, n_v, d_v, d_k;
     int page_tokens, n_ctx, max_seqs;

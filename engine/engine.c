@@ -122,14 +122,11 @@ static void fill_info(engine *e)
     in->mla_bytes_per_token = e->kv.mla_bytes_per_token;
     in->dnet_state_bytes_per_seq = e->kv.state_bytes;
     in->dnet_conv_bytes_per_seq = e->kv.conv_bytes;
-    /* counterfactual: every layer as MHA with the model's heads (MLA layers:
-     * n_head keys of nope dims and values of v dims, as the seeds count) */
-    uint64_t mha = 0;
-    for (int il = 0; il < m->n_layer; il++)
-        mha += m->kinds[il] == ENGINE_LAYER_MLA
-                   ? (uint64_t)m->n_head * (uint64_t)(m->mla_nope + m->mla_v)
-                   : 2ull * (uint64_t)m->n_head * (uint64_t)(m->head_dim ? m->head_dim : m->mla_v);
-    in->mha_bytes_per_token = mha * e->kv.kv_es;
+    /* counterfactuals from the planner's arithmetic (memplan.c) */
+    memplan_costs mc;
+    memplan_costs_of(&e->kv.plan, &mc);
+    in->mha_bytes_per_token = mc.mha_bytes_per_token;
+    in->all_attention_bytes_per_token = mc.all_attention_bytes_per_token;
     in->page_tokens = e->kv.page_tokens;
     in->cache_budget_bytes = e->kv.budget_bytes;
     in->bos_id = tok_bos(e->tok);
@@ -166,8 +163,10 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
     const model *m = e->m;
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
     cache_layout cl = {
+        .n_layers = m->n_layer, .n_head = m->n_head,
         .n_attn = m->n_attn, .n_kv = m->n_head_kv, .head_dim = m->head_dim,
-        .n_mla = m->n_mla, .mla_dim = m->mla_kv_lora + m->mla_rope,
+        .n_mla = m->n_mla, .mla_dim = m->mla_kv_lora + m->mla_rope, .mla_rope = m->mla_rope,
+        .mla_nope = m->mla_nope, .mla_v = m->mla_v,
         .kv_type = p->kv_dtype == ENGINE_KV_F16 ? GGML_F16 : p->kv_dtype == ENGINE_KV_BF16 ? GGML_BF16 : GGML_F32,
         .n_dnet = m->n_dnet, .conv_kernel = m->ssm_k, .conv_dim = m->conv_dim,
         .n_v = m->ssm_n_v, .d_v = m->ssm_d_v, .d_k = m->ssm_d_k,
@@ -288,4 +287,9 @@ void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
     u->n_seqs = c->n_live;
     u->n_pages_total = c->page_bytes ? (int)(c->budget_bytes / c->page_bytes) : 0;
     u->n_pages_used = c->n_pages_used;
+}
+
+void engine_get_memplan(const engine *e, memplan_layout *out)
+{
+    *out = e->kv.plan;
 }

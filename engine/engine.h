@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memplan.h"
+
 typedef struct engine engine;
 
 enum engine_layer_kind {
@@ -90,6 +92,7 @@ typedef struct engine_info {
     uint64_t dnet_state_bytes_per_seq;  /* recurrent state, all DeltaNet layers */
     uint64_t dnet_conv_bytes_per_seq;   /* conv state, all DeltaNet layers */
     uint64_t mha_bytes_per_token;       /* counterfactual: MHA on every layer */
+    uint64_t all_attention_bytes_per_token; /* counterfactual: every layer one of its attention layers */
     int page_tokens;
     uint64_t cache_budget_bytes;
     int32_t bos_id, eos_id;             /* -1 when absent */
@@ -152,6 +155,9 @@ uint64_t engine_bytes_for_tokens(const engine *e, int n_tokens);
 int engine_seq_len(const engine *e, int seq);
 int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u);
 void engine_get_pool_usage(const engine *e, engine_pool_usage *u);
+/* The loaded model's cache layout in the planner's terms (memplan.h): the
+ * same numbers /v1/memory/estimate and `hyserve mem` compute. */
+void engine_get_memplan(const engine *e, memplan_layout *out);
 
 /* ---- forward ---- */
 

@@ -11,6 +11,7 @@ int cli_logits(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_tensor(int argc, char **argv);
+int cli_mem(int argc, char **argv);
 
 /* Parse helpers: print one line naming the option and return false. */
 bool cli_int(const char *opt, const char *val, long lo, long hi, long *out);

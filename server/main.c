@@ -6,6 +6,7 @@
  *   hyserve info      architecture, layout, shapes, dtypes
  *   hyserve synth     write a seeded random model
  *   hyserve tensor    list tensors or print one dequantized
+ *   hyserve mem       cache memory planner
  */
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,7 @@ static const struct {
     { "info", cli_info, "describe a model file: architecture, layout, shapes, dtypes" },
     { "synth", cli_synth, "write a seeded random model of any size and layout" },
     { "tensor", cli_tensor, "list a file's tensors, or print one dequantized as JSON" },
+    { "mem", cli_mem, "plan cache memory for any layout or preset, no weights needed" },
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,171 @@
+/* cli_mem.c - `hyserve mem`: the cache planner, no weights needed.
+ *
+ *   hyserve mem --preset qwen3-next-80b-a3b --context 32768 --batch 8 --budget 64G
+ *
+ * Prints the layout, bytes per token and per sequence by layer kind, the
+ * MHA and all-attention counterfactuals, the totals, and the largest batch
+ * and context that fit the budget. --json prints what POST
+ * /v1/memory/estimate returns. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "presets.h"
+
+static const char mem_help[] =
+    "usage: hyserve mem (--preset NAME | --config FILE.json | -m MODEL.gguf) [options]\n"
+    "  --preset NAME      a layout from config/presets/ (see the list below)\n"
+    "  --config FILE      a layout in the preset JSON format\n"
+    "  -m, --model FILE   a GGUF model's own layout (weights are mapped, not read)\n"
+    "  --context N        tokens per sequence (default: 4096)\n"
+    "  --batch B          sequences (default 1)\n"
+    "  --kv-dtype T       f32 | f16 | bf16 for attention caches (default: the preset's, f32 for -m)\n"
+    "  --page-tokens P    KV page size (default 16)\n"
+    "  --budget SIZE      cache budget, e.g. 24G: also print the largest batch and context\n"
+    "  --json             print JSON (the /v1/memory/estimate response)\n";
+
+static void fmt_bytes(char *buf, size_t n, uint64_t b)
+{
+    const char *unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%llu B", (unsigned long long)b);
+    else
+        snprintf(buf, n, "%llu B (%.2f %s)", (unsigned long long)b, v, unit[u]);
+}
+
+int cli_mem(int argc, char **argv)
+{
+    const char *preset = NULL, *config = NULL, *model = NULL, *kvd = NULL;
+    long context = 4096, batch = 1, page = 0;
+    uint64_t budget = 0;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = strcmp(a, "--json") && strcmp(a, "-h") && strcmp(a, "--help");
+        if (takes && !v) {
+            fprintf(stderr, "hyserve: option %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(mem_help, stdout);
+            printf("presets: %s\n", preset_names());
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        } else if (!strcmp(a, "--preset")) preset = v;
+        else if (!strcmp(a, "--config")) config = v;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--kv-dtype")) kvd = v;
+        else if (!strcmp(a, "--context")) { if (!cli_int(a, v, 1, 1L << 30, &context)) return 2; }
+        else if (!strcmp(a, "--batch")) { if (!cli_int(a, v, 1, 1L << 20, &batch)) return 2; }
+        else if (!strcmp(a, "--page-tokens")) { if (!cli_int(a, v, 1, 1 << 16, &page)) return 2; }
+        else if (!strcmp(a, "--budget")) { if (!cli_bytes(a, v, &budget)) return 2; }
+        else {
+            fprintf(stderr, "hyserve: mem: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (!!preset + !!config + !!model != 1) {
+        fprintf(stderr, "hyserve: mem: give exactly one of --preset NAME, --config FILE or -m MODEL\n");
+        return 2;
+    }
+    memplan_layout l;
+    char err[512];
+    if (model) {
+        engine_params p;
+        engine_params_default(&p);
+        p.model_path = model;
+        p.n_threads = 1;
+        p.max_seqs = 1;
+        p.n_ctx = 16;
+        if (kvd && kv_dtype_bytes(kvd))
+            p.kv_dtype = !strcmp(kvd, "f16") ? ENGINE_KV_F16 : !strcmp(kvd, "bf16") ? ENGINE_KV_BF16 : ENGINE_KV_F32;
+        engine *e = engine_open(&p, err, sizeof err);
+        if (!e) {
+            fprintf(stderr, "hyserve: %s\n", err);
+            return 1;
+        }
+        engine_get_memplan(e, &l);
+        const engine_info *in = engine_get_info(e);
+        snprintf(l.name, sizeof l.name, "%s", in->name);
+        l.max_context = in->n_ctx_train;
+        engine_close(e);
+    } else if (preset_load(preset ? preset : config, &l, err, sizeof err) != 0) {
+        fprintf(stderr, "hyserve: mem: %s\n", err);
+        return 1;
+    }
+    if (kvd) {
+        if (!kv_dtype_bytes(kvd)) {
+            fprintf(stderr, "hyserve: --kv-dtype must be f32, f16 or bf16, got '%s'\n", kvd);
+            return 2;
+        }
+        l.kv_bytes = kv_dtype_bytes(kvd);
+    }
+    if (page)
+        l.page_tokens = (int)page;
+    cJSON *r = memplan_estimate_json(&l, context, batch, budget);
+    if (json) {
+        char *s = cJSON_PrintUnformatted(r);
+        printf("%s\n", s);
+        free(s);
+        cJSON_Delete(r);
+        return 0;
+    }
+    cJSON_Delete(r);
+    memplan_costs c;
+    memplan_costs_of(&l, &c);
+    char b1[64], b2[64], b3[64];
+    printf("layout:            %s, %d layers:", l.name, l.n_layers);
+    if (l.attn_layers)
+        printf(" %d attention (%d KV heads x %d)", l.attn_layers, l.attn_kv_heads, l.attn_head_dim);
+    if (l.mla_layers)
+        printf(" %d MLA (latent %d + rope %d)", l.mla_layers, l.mla_kv_lora, l.mla_rope);
+    if (l.dnet_layers)
+        printf(" %d Gated DeltaNet", l.dnet_layers);
+    if (l.mamba_layers)
+        printf(" %d Mamba", l.mamba_layers);
+    if (l.kda_layers)
+        printf(" %d KDA", l.kda_layers);
+    printf("\ncache numbers:     %d bytes each (KV), %d bytes (state)\n", l.kv_bytes, l.state_bytes);
+    if (l.attn_layers)
+        printf("attention KV:      %llu numbers per token per layer, %llu B per token\n",
+               (unsigned long long)c.gqa_numbers_per_token_layer, (unsigned long long)c.attn_kv_bytes_per_token);
+    if (l.mla_layers)
+        printf("MLA latent:        %llu numbers per token per layer, %llu B per token\n",
+               (unsigned long long)c.mla_numbers_per_token_layer, (unsigned long long)c.mla_bytes_per_token);
+    fmt_bytes(b1, sizeof b1, c.state_bytes_per_seq);
+    printf("recurrent state:   %s per sequence", b1);
+    if (l.dnet_layers)
+        printf(" (DeltaNet %llu + conv %llu)", (unsigned long long)c.dnet_state_bytes_per_seq,
+               (unsigned long long)c.dnet_conv_bytes_per_seq);
+    printf("\n");
+    printf("plain MHA instead: %llu B per token (%.2fx this layout)\n",
+           (unsigned long long)c.mha_bytes_per_token,
+           c.cache_bytes_per_token ? (double)c.mha_bytes_per_token / (double)c.cache_bytes_per_token : 0.0);
+    printf("all attention:     %llu B per token (this layout is %.3f of it)\n",
+           (unsigned long long)c.all_attention_bytes_per_token,
+           c.all_attention_bytes_per_token ? (double)c.cache_bytes_per_token / (double)c.all_attention_bytes_per_token : 0.0);
+    uint64_t res = memplan_seq_reserved_bytes(&l, context);
+    fmt_bytes(b1, sizeof b1, res);
+    fmt_bytes(b2, sizeof b2, res * (uint64_t)batch);
+    fmt_bytes(b3, sizeof b3, c.mha_bytes_per_token * (uint64_t)context * (uint64_t)batch);
+    printf("%ld tokens x %ld:  %s per sequence, %s in all (plain MHA: %s)\n", context, batch, b1, b2, b3);
+    if (budget) {
+        fmt_bytes(b1, sizeof b1, budget);
+        printf("budget %s: at most %lld sequences of %ld tokens; at most %lld tokens each for %ld sequences\n",
+               b1, (long long)memplan_max_batch(&l, budget, context), context,
+               (long long)memplan_max_context(&l, budget, batch), batch);
+    }
+    return 0;
+}

@@ -1,0 +1,274 @@
+/* presets.c - JSON cache layouts and the memory estimate.
+ * The arithmetic lives in engine/memplan.c; this file only translates. */
+#include "presets.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *preset_dir(void)
+{
+    const char *d = getenv("HYSERVE_PRESETS");
+    return d && *d ? d : "config/presets";
+}
+
+int kv_dtype_bytes(const char *name)
+{
+    if (!strcmp(name, "f32"))
+        return 4;
+    if (!strcmp(name, "f16") || !strcmp(name, "bf16"))
+        return 2;
+    return 0;
+}
+
+/* Read integer field `key` of object o into *out (0 when absent). */
+static int get_int(const cJSON *o, const char *section, const char *key, int *out, char *err, size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = 0;
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e9 ||
+        v->valuedouble != (double)(int)v->valuedouble) {
+        snprintf(err, errlen, "%s%s%s must be a non-negative integer", section, *section ? "." : "", key);
+        return -1;
+    }
+    *out = v->valueint;
+    return 0;
+}
+
+int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen)
+{
+    memset(l, 0, sizeof *l);
+    if (!cJSON_IsObject(j)) {
+        snprintf(err, errlen, "a layout must be a JSON object");
+        return -1;
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    snprintf(l->name, sizeof l->name, "%s", cJSON_IsString(name) ? name->valuestring : "custom");
+    if (get_int(j, "", "layers", &l->n_layers, err, errlen) ||
+        get_int(j, "", "max_context", &l->max_context, err, errlen) ||
+        get_int(j, "", "page_tokens", &l->page_tokens, err, errlen))
+        return -1;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attention");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "mla");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "deltanet");
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "mamba");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kda");
+    if ((a && (get_int(a, "attention", "layers", &l->attn_layers, err, errlen) ||
+               get_int(a, "attention", "heads", &l->attn_heads, err, errlen) ||
+               get_int(a, "attention", "kv_heads", &l->attn_kv_heads, err, errlen) ||
+               get_int(a, "attention", "head_dim", &l->attn_head_dim, err, errlen))) ||
+        (m && (get_int(m, "mla", "layers", &l->mla_layers, err, errlen) ||
+               get_int(m, "mla", "heads", &l->mla_heads, err, errlen) ||
+               get_int(m, "mla", "kv_lora_rank", &l->mla_kv_lora, err, errlen) ||
+               get_int(m, "mla", "rope_dim", &l->mla_rope, err, errlen) ||
+               get_int(m, "mla", "nope_dim", &l->mla_nope, err, errlen) ||
+               get_int(m, "mla", "v_dim", &l->mla_v, err, errlen))) ||
+        (d && (get_int(d, "deltanet", "layers", &l->dnet_layers, err, errlen) ||
+               get_int(d, "deltanet", "k_heads", &l->dnet_k_heads, err, errlen) ||
+               get_int(d, "deltanet", "v_heads", &l->dnet_v_heads, err, errlen) ||
+               get_int(d, "deltanet", "d_k", &l->dnet_d_k, err, errlen) ||
+               get_int(d, "deltanet", "d_v", &l->dnet_d_v, err, errlen) ||
+               get_int(d, "deltanet", "conv_kernel", &l->dnet_conv, err, errlen))) ||
+        (mb && (get_int(mb, "mamba", "layers", &l->mamba_layers, err, errlen) ||
+                get_int(mb, "mamba", "d_inner", &l->mamba_d_inner, err, errlen) ||
+                get_int(mb, "mamba", "d_state", &l->mamba_d_state, err, errlen) ||
+                get_int(mb, "mamba", "conv_kernel", &l->mamba_conv, err, errlen))) ||
+        (k && (get_int(k, "kda", "layers", &l->kda_layers, err, errlen) ||
+               get_int(k, "kda", "heads", &l->kda_heads, err, errlen) ||
+               get_int(k, "kda", "head_dim", &l->kda_head_dim, err, errlen) ||
+               get_int(k, "kda", "conv_kernel", &l->kda_conv, err, errlen))))
+        return -1;
+    if (a && l->attn_kv_heads == 0)
+        l->attn_kv_heads = l->attn_heads;               /* MHA */
+    int sum = l->attn_layers + l->mla_layers + l->dnet_layers + l->mamba_layers + l->kda_layers;
+    if (l->n_layers == 0)
+        l->n_layers = sum;
+    if (sum == 0 || sum > l->n_layers) {
+        snprintf(err, errlen, "layer counts by kind (%d) must be at least 1 and at most layers (%d)",
+                 sum, l->n_layers);
+        return -1;
+    }
+    if (l->page_tokens == 0)
+        l->page_tokens = 16;
+    l->kv_bytes = 2;
+    l->state_bytes = 4;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "kv_dtype");
+    if (dt) {
+        if (!cJSON_IsString(dt) || !kv_dtype_bytes(dt->valuestring)) {
+            snprintf(err, errlen, "kv_dtype must be \"f32\", \"f16\" or \"bf16\"");
+            return -1;
+        }
+        l->kv_bytes = kv_dtype_bytes(dt->valuestring);
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long sz = ftell(f);
+        if (sz >= 0 && sz < (1 << 20) && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)sz + 1))) {
+            *n = fread(buf, 1, (size_t)sz, f);
+            buf[*n] = 0;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+const char *preset_names(void)
+{
+    static char names[1024];
+    names[0] = 0;
+    DIR *d = opendir(preset_dir());
+    if (!d)
+        return "(no presets found)";
+    struct dirent *de;
+    char *list[64];
+    int n = 0;
+    while ((de = readdir(d)) && n < 64) {
+        size_t len = strlen(de->d_name);
+        if (len > 5 && !strcmp(de->d_name + len - 5, ".json"))
+            list[n++] = strndup(de->d_name, len - 5);
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++)          /* sort for a stable message */
+        for (int k = i + 1; k < n; k++)
+            if (strcmp(list[k], list[i]) < 0) {
+                char *t = list[i];
+                list[i] = list[k];
+                list[k] = t;
+            }
+    for (int i = 0; i < n; i++) {
+        if (list[i])
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", list[i]);
+        free(list[i]);
+    }
+    return names;
+}
+
+int preset_load(const char *name_or_path, memplan_layout *l, char *err, size_t errlen)
+{
+    char path[1024];
+    if (strchr(name_or_path, '/') || strstr(name_or_path, ".json"))
+        snprintf(path, sizeof path, "%s", name_or_path);
+    else
+        snprintf(path, sizeof path, "%s/%s.json", preset_dir(), name_or_path);
+    size_t n = 0;
+    char *text = read_file(path, &n);
+    if (!text) {
+        snprintf(err, errlen, "no preset '%s' (known: %s)", name_or_path, preset_names());
+        return -1;
+    }
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    free(text);
+    if (!j) {
+        snprintf(err, errlen, "%s: not valid JSON", path);
+        return -1;
+    }
+    char e2[256];
+    int rc = preset_from_json(j, l, e2, sizeof e2);
+    if (rc)
+        snprintf(err, errlen, "%s: %s", path, e2);
+    cJSON_Delete(j);
+    return rc;
+}
+
+static void add_u64(cJSON *o, const char *k, uint64_t v)
+{
+    cJSON_AddNumberToObject(o, k, (double)v);
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+    return b ? (double)a / (double)b : 0.0;
+}
+
+cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t batch, uint64_t budget)
+{
+    memplan_costs c;
+    memplan_costs_of(l, &c);
+    cJSON *r = cJSON_CreateObject();
+    cJSON *lay = cJSON_AddObjectToObject(r, "layout");
+    cJSON_AddStringToObject(lay, "name", l->name);
+    cJSON_AddNumberToObject(lay, "layers", l->n_layers);
+    cJSON_AddStringToObject(lay, "kv_dtype", l->kv_bytes == 4 ? "f32" : "16-bit");
+    cJSON_AddNumberToObject(lay, "kv_bytes_per_number", l->kv_bytes);
+    cJSON_AddNumberToObject(lay, "page_tokens", l->page_tokens);
+    if (l->attn_layers) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "attention");
+        cJSON_AddStringToObject(a, "type", l->attn_kv_heads == l->attn_heads ? "mha" : l->attn_kv_heads == 1 ? "mqa" : "gqa");
+        cJSON_AddNumberToObject(a, "layers", l->attn_layers);
+        cJSON_AddNumberToObject(a, "heads", l->attn_heads);
+        cJSON_AddNumberToObject(a, "kv_heads", l->attn_kv_heads);
+        cJSON_AddNumberToObject(a, "head_dim", l->attn_head_dim);
+        add_u64(a, "numbers_per_token_per_layer", c.gqa_numbers_per_token_layer);
+        add_u64(a, "bytes_per_token", c.attn_kv_bytes_per_token);
+    }
+    if (l->mla_layers) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "mla");
+        cJSON_AddNumberToObject(a, "layers", l->mla_layers);
+        cJSON_AddNumberToObject(a, "heads", l->mla_heads);
+        cJSON_AddNumberToObject(a, "kv_lora_rank", l->mla_kv_lora);
+        cJSON_AddNumberToObject(a, "rope_dim", l->mla_rope);
+        add_u64(a, "numbers_per_token_per_layer", c.mla_numbers_per_token_layer);
+        add_u64(a, "bytes_per_token", c.mla_bytes_per_token);
+    }
+    if (l->dnet_layers) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "deltanet");
+        cJSON_AddNumberToObject(a, "layers", l->dnet_layers);
+        add_u64(a, "ssm_state_bytes_per_seq", c.dnet_state_bytes_per_seq);
+        add_u64(a, "conv_state_bytes_per_seq", c.dnet_conv_bytes_per_seq);
+    }
+    if (l->mamba_layers) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "mamba");
+        cJSON_AddNumberToObject(a, "layers", l->mamba_layers);
+        add_u64(a, "state_bytes_per_seq", c.mamba_bytes_per_seq);
+    }
+    if (l->kda_layers) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "kda");
+        cJSON_AddNumberToObject(a, "layers", l->kda_layers);
+        add_u64(a, "state_bytes_per_seq", c.kda_bytes_per_seq);
+    }
+    cJSON *per = cJSON_AddObjectToObject(r, "per_token");
+    add_u64(per, "attn_kv_bytes", c.attn_kv_bytes_per_token);
+    add_u64(per, "mla_bytes", c.mla_bytes_per_token);
+    add_u64(per, "total_bytes", c.cache_bytes_per_token);
+    cJSON *ps = cJSON_AddObjectToObject(r, "per_sequence");
+    add_u64(ps, "recurrent_state_bytes", c.state_bytes_per_seq);
+    cJSON *cf = cJSON_AddObjectToObject(r, "counterfactual");
+    add_u64(cf, "mha_bytes_per_token", c.mha_bytes_per_token);
+    cJSON_AddNumberToObject(cf, "mha_over_actual", ratio(c.mha_bytes_per_token, c.cache_bytes_per_token));
+    add_u64(cf, "all_attention_bytes_per_token", c.all_attention_bytes_per_token);
+    cJSON_AddNumberToObject(cf, "actual_over_all_attention", ratio(c.cache_bytes_per_token, c.all_attention_bytes_per_token));
+    if (context > 0 && batch > 0) {
+        cJSON *t = cJSON_AddObjectToObject(r, "total");
+        cJSON_AddNumberToObject(t, "context", (double)context);
+        cJSON_AddNumberToObject(t, "batch", (double)batch);
+        uint64_t res = memplan_seq_reserved_bytes(l, context), used = memplan_seq_used_bytes(l, context);
+        add_u64(t, "bytes_reserved_per_sequence", res);
+        add_u64(t, "bytes_used_per_sequence", used);
+        add_u64(t, "bytes_reserved", res * (uint64_t)batch);
+        add_u64(t, "bytes_used", used * (uint64_t)batch);
+        add_u64(t, "kv_bytes", (res - c.state_bytes_per_seq) * (uint64_t)batch);
+        add_u64(t, "recurrent_state_bytes", c.state_bytes_per_seq * (uint64_t)batch);
+        add_u64(t, "mha_kv_bytes", c.mha_bytes_per_token * (uint64_t)context * (uint64_t)batch);
+    }
+    if (budget > 0) {
+        cJSON *f = cJSON_AddObjectToObject(r, "fits");
+        add_u64(f, "budget_bytes", budget);
+        if (context > 0)
+            cJSON_AddNumberToObject(f, "max_batch_at_context", (double)memplan_max_batch(l, budget, context));
+        if (batch > 0)
+            cJSON_AddNumberToObject(f, "max_context_at_batch", (double)memplan_max_context(l, budget, batch));
+    }
+    return r;
+}

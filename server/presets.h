@@ -1,0 +1,29 @@
+/* presets.h - cache layouts as JSON (files under config/presets/) and the memory
+ * estimate both `hyserve mem` and POST /v1/memory/estimate return. */
+#ifndef HYSERVE_PRESETS_H
+#define HYSERVE_PRESETS_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memplan.h"
+
+/* Directory holding the presets: $HYSERVE_PRESETS, else config/presets. */
+const char *preset_dir(void);
+/* Fill l from a layout object (the preset file format). 0, or -1 with a
+ * message naming the field. kv_dtype (if present) sets l->kv_bytes. */
+int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen);
+/* Load preset NAME (config/presets/NAME.json) or a path to a JSON file. */
+int preset_load(const char *name_or_path, memplan_layout *l, char *err, size_t errlen);
+/* Comma-separated preset names, for error messages (static buffer). */
+const char *preset_names(void);
+/* kv dtype name -> bytes per number (f32 4, f16/bf16 2); 0 if unknown. */
+int kv_dtype_bytes(const char *name);
+
+/* The estimate: layout, per-token and per-sequence costs, counterfactuals,
+ * the totals for batch sequences of context tokens, and (when budget > 0)
+ * the largest batch and context that fit. Caller owns the result. */
+cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t batch, uint64_t budget);
+
+#endif
