@@ -466,7 +466,7 @@ int cli_info(int argc, char **argv)
     printf("parameters:    %llu (%.2f M)\n", (unsigned long long)in->n_params, in->n_params / 1e6);
     printf("weights:       %llu bytes (%.2f MiB)\n", (unsigned long long)in->weight_bytes,
            in->weight_bytes / 1048576.0);
-    /* bytes by tensor type, straight from the file */
+    /* bytes by tensor type and the type of each tensor group, straight from the file */
     char err[256];
     gguf_ctx *g = gguf_open(model, err, sizeof err);
     if (g) {
@@ -476,12 +476,41 @@ int cli_info(int argc, char **argv)
                 by_type[g->tensors[i].type] += g->tensors[i].n_bytes;
                 n_by_type[g->tensors[i].type]++;
             }
-        printf("dtypes:       ");
+        printf("weight bytes by type:\n");
         for (int t = 0; t < 64; t++)
             if (n_by_type[t])
-                printf(" %s: %llu tensors, %llu bytes;", ggml_type_name((uint32_t)t),
-                       (unsigned long long)n_by_type[t], (unsigned long long)by_type[t]);
-        printf("\n");
+                printf("  %-6s %5llu tensors %14llu bytes (%.2f MiB)\n", ggml_type_name((uint32_t)t),
+                       (unsigned long long)n_by_type[t], (unsigned long long)by_type[t],
+                       by_type[t] / 1048576.0);
+        /* group = name without the "blk.N." prefix; count tensors per (group, type) */
+        enum { MAXG = 128 };
+        struct { char name[96]; uint32_t type; int n; uint64_t bytes; } grp[MAXG];
+        int n_grp = 0;
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const char *nm = g->tensors[i].name;
+            if (!strncmp(nm, "blk.", 4)) {
+                const char *dot = strchr(nm + 4, '.');
+                nm = dot ? dot + 1 : nm;
+            }
+            int k = 0;
+            while (k < n_grp && (strcmp(grp[k].name, nm) || grp[k].type != g->tensors[i].type))
+                k++;
+            if (k == n_grp) {
+                if (n_grp == MAXG)
+                    continue;
+                snprintf(grp[k].name, sizeof grp[k].name, "%s", nm);
+                grp[k].type = g->tensors[i].type;
+                grp[k].n = 0;
+                grp[k].bytes = 0;
+                n_grp++;
+            }
+            grp[k].n++;
+            grp[k].bytes += g->tensors[i].n_bytes;
+        }
+        printf("quantization by tensor group:\n");
+        for (int k = 0; k < n_grp; k++)
+            printf("  %-32s %-6s x%-4d %14llu bytes\n", grp[k].name, ggml_type_name(grp[k].type), grp[k].n,
+                   (unsigned long long)grp[k].bytes);
         gguf_close(g);
     }
     printf("kv cache:      %llu bytes per token GQA + %llu MLA (%s); MHA on every layer would be %llu\n",
