@@ -8,6 +8,9 @@
 set -u
 : "${HYSERVE:=build/hyserve}" "${TESTBIN:=build/hyserve-tests}" "${PYTHON:=/usr/bin/python3}"
 export HYSERVE TESTBIN PYTHON
+# idle OpenMP threads sleep instead of spinning: the suites run several
+# processes at once on few cores
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 TMPROOT=${TEST_TMPDIR:-tests/tmp}
 mkdir -p "$TMPROOT"
 export TEST_TMPDIR="$TMPROOT"

@@ -6,7 +6,9 @@ Owns: the reference suite. Each case builds a tiny qwen35 GGUF (with the C
 64-token prompt and compares every position with tests/ref/qwen35_ref.py:
     max_t  max|c_t - ref_t| / max|ref_t|  <=  1e-4
 Also runs the reference's own self-checks (chunked vs recurrent DeltaNet, GGUF
-round trip), which need no C binary.
+round trip), which need no C binary, and then the issue-5 cases of
+tests/test_reference_arch.py (dequantization bit-exactness, qwen3next / qwen3 /
+llama, quantized models).
 Does not: test tokenization, sampling or the HTTP server.
 
 Env: HYSERVE (default build/hyserve), TEST_TMPDIR (default: a fresh temp dir).
@@ -24,7 +26,16 @@ import tempfile
 import time
 import traceback
 
-import numpy as np
+# numpy's BLAS here is Debian's openblas-openmp: on this 2-core machine its OpenMP threads
+# spin against each other and the C engine, and a 64x256 @ 256x256 product takes ~8 ms
+# instead of ~0.2 ms single-threaded. So the reference runs single-threaded (set before
+# numpy loads); the C binary gets the caller's own settings back (c_env()).
+_BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+CALLER_ENV = {k: os.environ.get(k) for k in _BLAS_ENV}
+for _k in _BLAS_ENV:
+    os.environ[_k] = "1"
+
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "ref"))
@@ -108,10 +119,22 @@ class Ctx:
         self.verbose = verbose
 
 
+def c_env():
+    """The environment for the C binary: the caller's, with its own BLAS/OpenMP thread settings."""
+    env = dict(os.environ)
+    for k, v in CALLER_ENV.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
 def run(argv, what):
     t0 = time.time()
+    env = None if argv[0] == sys.executable else c_env()
     try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
         raise CaseFailure("%s timed out after %ds: %s" % (what, TIMEOUT, " ".join(argv)))
     except OSError as e:
@@ -385,10 +408,14 @@ def all_tests():
              ("ref_cli_prints_one_json_object", t_ref_cli_prints_one_json_object)]
     for name, writer, seed, s in GOLDEN:
         tests.append((name, make_golden(name, writer, seed, s)))
+    # issue 5: weight types and the other architectures (shares this module's helpers)
+    sys.modules.setdefault("test_reference", sys.modules[__name__])
+    import test_reference_arch
+    tests += test_reference_arch.all_tests()
     return tests
 
 
-def main(argv=None):
+def main(argv=None, tests=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("-k", dest="filter", default=None, help="run only tests whose name contains this")
@@ -410,7 +437,7 @@ def main(argv=None):
     passed = failed = 0
     failures = []
     t0 = time.time()
-    for name, fn in all_tests():
+    for name, fn in (tests if tests is not None else all_tests()):
         if args.filter and args.filter not in name:
             continue
         try:

@@ -2,9 +2,12 @@
 
 Owns: the GGUF container format of architectures.md section 5 (header, typed
 metadata including arrays and arrays of strings, tensor infos, alignment,
-data section) and decoding / encoding of F32, F16, BF16 tensors (plus F64 and
-Q8_0 decoding as a convenience).
-Does not: know anything about a model architecture (see qwen35_ref.py).
+data section) and reading / writing tensors of every type quants.py handles
+(F32, F16, BF16, F64, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): quantized data is kept as
+raw blocks in the file and dequantized (to float32 values, returned as float64)
+on read.
+Does not: know anything about a model architecture (see qwen35_ref.py,
+models_ref.py) or the block formats themselves (see quants.py).
 
 Shapes: a GGUF tensor with ne = {ne0, ne1, ...} (ne0 contiguous) is returned
 as a numpy array of shape (..., ne1, ne0), i.e. the reversed ne, so a weight
@@ -13,7 +16,13 @@ with ne = {in, out} becomes W[out, in] and y = W @ x.
 
 import struct
 
+import os
+import sys
+
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import quants  # noqa: E402
 
 GGUF_MAGIC = 0x46554747  # b"GGUF" read as a little-endian u32
 GGUF_DEFAULT_ALIGNMENT = 32
@@ -44,14 +53,10 @@ TYPE_NAMES = {
 
 # ggml tensor types this module handles: id -> (name, block elements, block bytes)
 GGML_F32, GGML_F16, GGML_Q8_0, GGML_F64, GGML_BF16 = 0, 1, 8, 28, 30
-GGML_TYPES = {
-    GGML_F32: ("F32", 1, 4),
-    GGML_F16: ("F16", 1, 2),
-    GGML_Q8_0: ("Q8_0", 32, 34),
-    GGML_F64: ("F64", 1, 8),
-    GGML_BF16: ("BF16", 1, 2),
-}
-DTYPE_IDS = {"f32": GGML_F32, "f16": GGML_F16, "bf16": GGML_BF16, "f64": GGML_F64}
+GGML_Q4_0, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 2, 12, 13, 14
+GGML_TYPES = dict(quants.TYPES)
+# dtype name (lower case) -> ggml type id
+DTYPE_IDS = dict(quants.NAME_TO_ID)
 
 
 def align_up(n, a):
@@ -88,6 +93,8 @@ def round_to_dtype(x, dtype):
         return bf16_bits_to_f32(f32_to_bf16_bits(x)).astype(np.float64)
     if dtype == "f64":
         return x.copy()
+    if dtype in DTYPE_IDS:
+        return quants.dequantize(quants.quantize(x, dtype), dtype).astype(np.float64).reshape(x.shape)
     raise ValueError("unknown dtype %r" % dtype)
 
 
@@ -262,22 +269,21 @@ class GGUFReader:
         raw = self.raw(name)
         n = ti.n_elements
         t = ti.ggml_type
-        if t == GGML_F32:
-            a = np.frombuffer(raw, dtype="<f4", count=n).astype(np.float64)
-        elif t == GGML_F16:
-            a = np.frombuffer(raw, dtype="<f2", count=n).astype(np.float64)
-        elif t == GGML_BF16:
-            a = bf16_bits_to_f32(np.frombuffer(raw, dtype="<u2", count=n)).astype(np.float64)
-        elif t == GGML_F64:
+        if t == GGML_F64:
             a = np.frombuffer(raw, dtype="<f8", count=n).astype(np.float64)
-        elif t == GGML_Q8_0:
-            blocks = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 34)
-            d = blocks[:, :2].copy().view("<f2").astype(np.float64)  # [nb, 1]
-            qs = blocks[:, 2:].copy().view(np.int8).astype(np.float64)  # [nb, 32]
-            a = (d * qs).reshape(-1)
+        elif t in GGML_TYPES:
+            a = quants.dequantize(raw, t, n).astype(np.float64)
         else:
             raise GGUFError("tensor %s: unsupported ggml type %s" % (name, ti.type_name))
         return a.reshape(ti.shape)
+
+    def tensor_f32(self, name):
+        """Tensor dequantized to float32 (exactly the values an f32 engine holds), flat in
+        memory order."""
+        ti = self.tensors[name]
+        if ti.ggml_type == GGML_F64 or ti.ggml_type not in GGML_TYPES:
+            raise GGUFError("tensor %s: type %s has no float32 form" % (name, ti.type_name))
+        return quants.dequantize(self.raw(name), ti.ggml_type, ti.n_elements)
 
 
 # --------------------------------------------------------------------------
@@ -352,26 +358,34 @@ class GGUFWriter:
         self._add(key, T_ARRAY, list(values), etype)
 
     def add_tensor(self, name, array, dtype="f32"):
-        """array: numpy-shaped (reversed ne); dtype: f32 | f16 | bf16 | f64."""
+        """array: numpy-shaped (reversed ne); dtype: f32 | f16 | bf16 | f64 | q8_0 | q4_0 |
+        q4_k | q5_k | q6_k (the quantized ones need ne[0] a multiple of the block)."""
         a = np.asarray(array, dtype=np.float64)
         if a.ndim < 1 or a.ndim > 4:
             raise ValueError("tensor %s: %d dims" % (name, a.ndim))
+        if dtype not in DTYPE_IDS:
+            raise ValueError("unknown dtype %r" % dtype)
+        try:
+            data = quants.quantize(a, dtype)
+        except ValueError as e:
+            raise ValueError("tensor %s: %s" % (name, e))
+        self.add_raw_tensor(name, tuple(reversed(a.shape)), DTYPE_IDS[dtype], data)
+
+    def add_raw_tensor(self, name, ne, ggml_type, data):
+        """A tensor given as ggml ne (ne[0] fastest), type id and its raw bytes."""
         if any(n == name for n, _, _, _ in self.tensors):
             raise ValueError("duplicate tensor %r" % name)
-        if dtype == "f32":
-            data = a.astype("<f4").tobytes()
-        elif dtype == "f16":
-            if np.abs(a).max(initial=0.0) > 65504.0:
-                raise ValueError("tensor %s: value out of f16 range" % name)
-            data = a.astype("<f2").tobytes()
-        elif dtype == "bf16":
-            data = f32_to_bf16_bits(a).astype("<u2").tobytes()
-        elif dtype == "f64":
-            data = a.astype("<f8").tobytes()
-        else:
-            raise ValueError("unknown dtype %r" % dtype)
-        ne = tuple(reversed(a.shape))
-        self.tensors.append((name, ne, DTYPE_IDS[dtype], data))
+        ne = tuple(int(v) for v in ne)
+        if not 1 <= len(ne) <= 4:
+            raise ValueError("tensor %s: %d dims" % (name, len(ne)))
+        n = 1
+        for v in ne:
+            n *= v
+        blk, bsz = GGML_TYPES[ggml_type][1:]
+        if ne[0] % blk or len(data) != n // blk * bsz:
+            raise ValueError("tensor %s: %d bytes do not fit ne %r of type %s" % (
+                name, len(data), ne, GGML_TYPES[ggml_type][0]))
+        self.tensors.append((name, ne, ggml_type, bytes(data)))
 
     def to_bytes(self):
         head = [struct.pack("<IIQQ", GGUF_MAGIC, 3, len(self.tensors), len(self.kv))]
@@ -461,6 +475,28 @@ def _selftest():
     # bf16 rounding: nearest even
     b = f32_to_bf16_bits(np.array([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -2.0]))
     assert list(b) == [0x3F80, 0x3F82, 0xC000], [hex(v) for v in b]
+    # quantized tensors: stored as raw blocks, read back as their dequantized values
+    w = GGUFWriter()
+    y = rng.standard_normal((2, 3, 512))
+    raws = {}
+    for dt in ("q8_0", "q4_0", "q4_k", "q5_k", "q6_k"):
+        w.add_tensor("q." + dt, y, dt)
+        raws[dt] = quants.quantize(y, dt)
+    fd, path = tempfile.mkstemp(suffix=".gguf")
+    os.close(fd)
+    try:
+        w.write(path)
+        r = GGUFReader(path)
+    finally:
+        os.unlink(path)
+    for dt in ("q8_0", "q4_0", "q4_k", "q5_k", "q6_k"):
+        ti = r.tensors["q." + dt]
+        assert ti.ne == (512, 3, 2) and ti.type_name == dt.upper(), ti
+        assert r.raw("q." + dt) == raws[dt], dt
+        got = r.tensor("q." + dt)
+        assert got.shape == (2, 3, 512)
+        assert np.array_equal(got, round_to_dtype(y, dt)), dt
+        assert np.array_equal(r.tensor_f32("q." + dt), got.reshape(-1).astype(np.float32)), dt
     return True
 
 

@@ -6,9 +6,11 @@ a GGUF file laid out per section 2 (hyperparameter keys 2.2, converter
 transforms 2.3, tensor names 2.4): gated softmax attention, Gated DeltaNet in
 two forms (token-by-token recurrence of 1.4(f) and the chunked WY/UT form of
 1.4(g)), SwiGLU MLP, RMSNorm, LM head.
-Does not: tokenize, sample, cache across calls, handle quantized blocks beyond
-Q8_0, qwen3next (MoE / fused ssm_ba) or vision / MRoPE sections (for text the
-interleaved MRoPE collapses to plain NeoX RoPE, section 1.5).
+Does not: tokenize, sample, or handle vision / MRoPE sections (for text the
+interleaved MRoPE collapses to plain NeoX RoPE, section 1.5). Weight types are
+whatever gguf_io / quants.py dequantize. The other architectures (qwen3next MoE
+with grouped value heads, qwen3, llama) live in models_ref.py, which subclasses
+Qwen35Ref; the CLI below runs any of them.
 Written from the math in architectures.md only; it is the golden reference the
 C engine is tested against, so it favours obviousness over speed.
 
@@ -177,18 +179,19 @@ def delta_rule_chunked(q, k, v, g, beta, state=None, chunk=64):
 # model
 
 class Hparams:
-    def __init__(self, r):
+    def __init__(self, r, arch=ARCH):
+        """arch: the expected general.architecture (qwen3next shares these keys, models_ref.py)."""
         def key(name, default=None, required=True):
-            full = "%s.%s" % (ARCH, name)
+            full = "%s.%s" % (arch, name)
             if full in r.kv:
                 return r.kv[full]
             if required and default is None:
                 raise KeyError("missing metadata key %s" % full)
             return default
 
-        arch = r.get("general.architecture")
-        if arch != ARCH:
-            raise ValueError("general.architecture is %r, expected %r" % (arch, ARCH))
+        got = r.get("general.architecture")
+        if got != arch:
+            raise ValueError("general.architecture is %r, expected %r" % (got, arch))
         self.n_block = int(key("block_count"))
         self.n_nextn = int(key("nextn_predict_layers", 0, False))
         self.n_layer = self.n_block - self.n_nextn  # trunk depth
@@ -338,10 +341,7 @@ class Qwen35Ref:
         T = x.shape[0]
         nk, nv, dk, dv, K = hp.n_k, hp.n_v, hp.d_k, hp.d_v, hp.conv_k
         key_dim = nk * dk
-        mixed = linear(x, L["qkv"])                          # [T, conv_dim] rows [q | k | v]
-        z = linear(x, L["gate"]).reshape(T, nv, dv)
-        b = linear(x, L["beta"])                             # [T, nv]
-        a = linear(x, L["alpha"])                            # [T, nv]
+        mixed, z, b, a = self.deltanet_inputs(L, x)         # [T, conv_dim], [T, nv, dv], [T, nv] x 2
         # causal depthwise conv1d: u_t[c] = silu(sum_j w[c][j] x_{t-K+1+j}[c])
         past = np.zeros((K - 1, mixed.shape[1]))
         if cache is not None and "conv" in cache:
@@ -361,7 +361,7 @@ class Qwen35Ref:
         g = L["a"][None, :] * softplus(a + L["dt_bias"][None, :])  # ssm_a = -exp(A_log)
         q = l2norm(q, hp.eps) * (1.0 / math.sqrt(dk))
         k = l2norm(k, hp.eps)
-        kh = np.arange(nv) % nk                              # qwen35 tiled order: key head h % n_k
+        kh = self.key_head_of_value_head()
         q = q[:, kh, :]
         k = k[:, kh, :]
         S0 = cache.get("S") if cache is not None else None
@@ -373,6 +373,23 @@ class Qwen35Ref:
             cache["S"] = S
         o = rmsnorm(o, L["norm"], hp.eps) * silu(z)          # gated RMSNorm: norm, then gate
         return linear(o.reshape(T, nv * dv), L["out"])
+
+    def deltanet_inputs(self, L, x):
+        """qwen35 split projections: mixed = [q | k | v] (conv input), z, b (beta), a (alpha)."""
+        T = x.shape[0]
+        mixed = linear(x, L["qkv"])                          # [T, conv_dim] rows [q | k | v]
+        z = linear(x, L["gate"]).reshape(T, self.hp.n_v, self.hp.d_v)
+        b = linear(x, L["beta"])                             # [T, nv]
+        a = linear(x, L["alpha"])                            # [T, nv]
+        return mixed, z, b, a
+
+    def key_head_of_value_head(self):
+        """qwen35 tiled order (section 2.3 item 6): value head h uses key head h % n_k."""
+        return np.arange(self.hp.n_v) % self.hp.n_k
+
+    def ffn(self, L, x):
+        """Dense SwiGLU MLP (1.6): down(silu(gate x) * up x)."""
+        return linear(silu(linear(x, L["ffn_gate"])) * linear(x, L["ffn_up"]), L["ffn_down"])
 
     # ---- full forward -------------------------------------------------------
 
@@ -400,8 +417,7 @@ class Qwen35Ref:
             else:
                 x = x + self.attention(L, xn, pos, cache)
             xn = rmsnorm(x, L["post_norm"], hp.eps)
-            ff = linear(silu(linear(xn, L["ffn_gate"])) * linear(xn, L["ffn_up"]), L["ffn_down"])
-            x = x + ff
+            x = x + self.ffn(L, xn)
         x = rmsnorm(x, self.output_norm, hp.eps)
         return linear(x, self.output)
 
@@ -464,7 +480,8 @@ def main(argv=None):
     if not args.model or args.tokens is None:
         ap.error("MODEL and --tokens are required")
     tokens = [int(s) for s in args.tokens.split(",") if s.strip()]
-    m = Qwen35Ref(args.model)
+    from models_ref import load_model  # other architectures (qwen3next, qwen3, llama)
+    m = load_model(args.model)
     logits = m.forward(tokens, chunked=args.chunked, chunk=args.chunk)
     rows = logits if args.all else logits[-1:]
     json.dump({"tokens": tokens, "logits": [[float(v) for v in row] for row in rows]}, sys.stdout)
