@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "gguf.h"
+#include "presets.h"
 #include "quant.h"
 #include "sampler.h"
 #include "synth.h"
@@ -601,6 +602,9 @@ out:
 static const char synth_help[] =
     "usage: hyserve synth -o OUT.gguf [options]\n"
     "  -o, --output FILE      where to write the model\n"
+    "      --preset NAME      start from a preset's cache layout (config/presets/NAME.json or a\n"
+    "                         JSON file): cache-sizing dims exact, small hidden/MLP/vocab;\n"
+    "                         later options still apply\n"
     "      --arch A           qwen35 (default, hybrid), qwen3next (hybrid + MoE), qwen3, llama,\n"
     "                         deepseek2 (dense, every layer MLA)\n"
     "      --seed S           weight seed (default 1)\n"
@@ -677,6 +681,17 @@ int cli_synth(int argc, char **argv)
         INTOPT("--mla-nope", mla_nope, 1, 4096)
         INTOPT("--mla-rope", mla_rope, 2, 4096)
         INTOPT("--mla-vdim", mla_v, 1, 4096)
+        else if (IS("--preset", NULL)) {
+            /* a preset's (or layout JSON's) cache layout with small weights */
+            memplan_layout l;
+            char err[512];
+            if (!(v = NEXT())) return 2;
+            if (preset_load(v, &l, err, sizeof err) != 0 || synth_from_layout(&l, &c, err, sizeof err) != 0) {
+                fprintf(stderr, "hyserve: synth: %s\n", err);
+                return 2;
+            }
+            rope_set = nv_set = dv_set = true;  /* the preset fixed them */
+        }
         else if (IS("--arch", NULL)) {
             if (!(v = NEXT())) return 2;
             snprintf(c.arch, sizeof c.arch, "%s", v);

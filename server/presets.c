@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
+#include "synth.h"
+
 const char *preset_dir(void)
 {
     const char *d = getenv("HYSERVE_PRESETS");
@@ -271,4 +274,63 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
             cJSON_AddNumberToObject(f, "max_context_at_batch", (double)memplan_max_context(l, budget, batch));
     }
     return r;
+}
+
+int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err, size_t errlen)
+{
+    synth_config_default(c);
+    if (l->mamba_layers || l->kda_layers) {
+        snprintf(err, errlen, "%s has %s layers, which the engine does not run; "
+                 "`hyserve mem` plans its memory without weights", l->name,
+                 l->mamba_layers ? "Mamba" : "KDA");
+        return -1;
+    }
+    int n_attn = l->attn_layers + l->mla_layers;
+    if (n_attn > 0 && l->attn_layers > 0 && l->mla_layers > 0) {
+        snprintf(err, errlen, "a preset with both GQA and MLA layers: write the pattern with hyserve synth --pattern");
+        return -1;
+    }
+    snprintf(c->name, sizeof c->name, "synth of %.50s", l->name);
+    c->n_layer = l->n_layers;
+    c->n_embd = 64;
+    c->n_ff = 64;
+    c->n_vocab = 512;
+    c->chat_template = 1;
+    c->n_ctx = l->max_context > 0 ? l->max_context : 4096;
+    if (l->mla_layers && !l->dnet_layers && l->mla_layers == l->n_layers) {
+        snprintf(c->arch, sizeof c->arch, "deepseek2");
+    } else if (!l->dnet_layers) {
+        snprintf(c->arch, sizeof c->arch, "qwen3");
+    } else {
+        snprintf(c->arch, sizeof c->arch, "qwen35");
+        /* attention layer last in each group of n_layers / n_attn layers */
+        int every = n_attn ? l->n_layers / n_attn : 0;
+        if (n_attn && (every < 1 || l->n_layers % n_attn)) {
+            snprintf(err, errlen, "%d attention layers do not divide %d layers evenly", n_attn, l->n_layers);
+            return -1;
+        }
+        for (int il = 0; il < l->n_layers && il < (int)sizeof c->pattern - 1; il++)
+            c->pattern[il] = every && (il + 1) % every == 0 ? (l->mla_layers ? 'M' : 'A') : 'L';
+        c->pattern[l->n_layers < (int)sizeof c->pattern - 1 ? l->n_layers : (int)sizeof c->pattern - 1] = 0;
+        c->dnet_n_k = l->dnet_k_heads;
+        c->dnet_n_v = l->dnet_v_heads;
+        c->dnet_d_k = l->dnet_d_k;
+        c->dnet_d_v = l->dnet_d_v;
+        c->conv_kernel = l->dnet_conv;
+    }
+    if (l->attn_layers) {
+        c->n_head = l->attn_heads;
+        c->n_head_kv = l->attn_kv_heads;
+        c->head_dim = l->attn_head_dim;
+        c->n_rot = l->attn_head_dim / 4 * 2 > 0 ? l->attn_head_dim / 4 * 2 : 2;
+    }
+    if (l->mla_layers) {
+        c->n_head = l->mla_heads;
+        c->mla_kv_lora = l->mla_kv_lora;
+        c->mla_rope = l->mla_rope;
+        c->mla_nope = l->mla_nope;
+        c->mla_v = l->mla_v;
+    }
+    c->dtype = GGML_F16;
+    return 0;
 }

@@ -21,6 +21,15 @@ const char *preset_names(void);
 /* kv dtype name -> bytes per number (f32 4, f16/bf16 2); 0 if unknown. */
 int kv_dtype_bytes(const char *name);
 
+/* A synthesized model whose cache layout is exactly l: every number that
+ * sets cache bytes (layer kinds and counts, KV heads, head dims, MLA latent
+ * and rope dims, DeltaNet heads and dims, conv kernel) is kept; the rest
+ * (hidden size, MLP, vocabulary) is shrunk so it runs here. Layer kinds the
+ * engine cannot run (Mamba, KDA) are an error. Positions: attention layers
+ * evenly spaced, last layer of each group (as in Qwen3.5/Qwen3-Next). */
+struct synth_config;
+int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err, size_t errlen);
+
 /* The estimate: layout, per-token and per-sequence costs, counterfactuals,
  * the totals for batch sequences of context tokens, and (when budget > 0)
  * the largest batch and context that fit. Caller owns the result. */

@@ -166,3 +166,35 @@ TEST(test_live_cache_matches_the_planner_for_a_synthesized_layout)
     CHECK(pu.reserved_bytes == 0);
     engine_close(e);
 }
+
+TEST(test_synth_from_a_preset_has_exactly_the_preset_cache_layout)
+{
+    memplan_layout want, got;
+    synth_config sc;
+    char err[512], path[512];
+    CHECK(load("qwen3.5-0.8b", &want) == 0);
+    CHECK_MSG(synth_from_layout(&want, &sc, err, sizeof err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/memplan_preset.gguf", test_tmpdir());
+    CHECK_MSG(synth_write(&sc, path, err, sizeof err) == 0, "%s", err);
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 1;
+    p.n_ctx = 64;
+    p.max_seqs = 1;
+    p.kv_dtype = ENGINE_KV_BF16;
+    engine *e = engine_open(&p, err, sizeof err);
+    CHECK_MSG(e, "%s", err);
+    engine_get_memplan(e, &got);
+    engine_close(e);
+    memplan_costs cw, cg;
+    memplan_costs_of(&want, &cw);
+    memplan_costs_of(&got, &cg);
+    CHECK(cg.cache_bytes_per_token == cw.cache_bytes_per_token);
+    CHECK(cg.state_bytes_per_seq == cw.state_bytes_per_seq);
+    CHECK(cg.mha_bytes_per_token == cw.mha_bytes_per_token);
+    CHECK(cg.all_attention_bytes_per_token == cw.all_attention_bytes_per_token);
+    /* Mamba layers have no engine implementation: a clear refusal */
+    CHECK(load("jamba-v0.1", &want) == 0);
+    CHECK(synth_from_layout(&want, &sc, err, sizeof err) == -1 && strstr(err, "Mamba"));
+}
