@@ -6,6 +6,7 @@
  * so a weight is read once per pass whatever the batch size.
  * ref: ../shared/docs/architectures.md section 1.2 (block structure).
  */
+#include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -241,6 +242,9 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
 {
     const model *m = e->m;
     cache *c = &e->kv;
+    /* OpenMP thread counts are per calling thread: the owner thread may not
+     * be the one that opened the engine, and scratch is sized for n_threads */
+    omp_set_num_threads(e->n_threads);
     if (n_items <= 0) {
         snprintf(err, errlen, "empty batch");
         return -1;

@@ -1,12 +1,193 @@
-/* serve.c - placeholder until the HTTP server lands (issue 3). */
+/* serve.c - `hyserve serve`: config -> HTTP up -> engine_open -> scheduler
+ * -> ready -> wait for a signal -> drain -> close.
+ *
+ * Owns: the process lifecycle of the server: the order things start and
+ * stop in, signal handling (SIGTERM/SIGINT drain: /ready turns 503, new
+ * work is refused, in-flight requests finish up to --drain-timeout, then
+ * exit 0; a second signal exits at once).
+ * Does not own: options (config.c), HTTP (http.c), scheduling.
+ * ref: ../shared/docs/serving.md 7 (health vs readiness, drain) and 8.8.
+ */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "chat.h"
+#include "config.h"
+#include "http.h"
+#include "metrics.h"
 #include "serve.h"
+#include "server.h"
+
+double server_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void fmt_bytes(uint64_t b, char *buf, size_t n)
+{
+    if (b >= (1ULL << 30))
+        snprintf(buf, n, "%.2f GiB", (double)b / (double)(1ULL << 30));
+    else if (b >= (1ULL << 20))
+        snprintf(buf, n, "%.2f MiB", (double)b / (double)(1ULL << 20));
+    else
+        snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
+}
+
+/* Wait for the first signal while serving, then drain. Returns when the
+ * server may stop. */
+static const char *sig_name(int sig)
+{
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal";
+}
+
+static void wait_and_drain(server *srv, const sigset_t *set)
+{
+    int sig = 0;
+    while (sigwait(set, &sig) != 0) {
+    }
+    fprintf(stderr, "hyserve: %s received: draining (up to %.0f s); send it again to exit at once\n",
+            sig_name(sig), srv->cfg->drain_timeout);
+    atomic_store(&srv->state, SERVER_DRAINING);
+    if (srv->sched)
+        sched_drain(srv->sched);
+
+    double deadline = server_now() + srv->cfg->drain_timeout;
+    bool cancelled = false;
+    double cancel_deadline = 0;
+    for (;;) {
+        int active = srv->sched ? sched_n_active(srv->sched) : 0;
+        int inflight = atomic_load(&srv->n_inflight);
+        if (active == 0 && inflight == 0)
+            break;
+        double now = server_now();
+        if (!cancelled && now >= deadline) {
+            fprintf(stderr, "hyserve: drain timeout: cancelling %d requests\n", active > inflight ? active : inflight);
+            if (srv->sched)
+                sched_cancel_all(srv->sched, "the server is shutting down (drain timeout reached)");
+            cancelled = true;
+            cancel_deadline = now + 2.0;    /* let the error events reach the clients */
+        }
+        if (cancelled && now >= cancel_deadline)
+            break;
+        struct timespec ts = {0, 20 * 1000000L};
+        int s2 = sigtimedwait(set, NULL, &ts);
+        if (s2 > 0) {
+            /* an operator insisting: no cleanup, exit now */
+            fprintf(stderr, "hyserve: second %s: exiting at once\n", sig_name(s2));
+            _exit(128 + s2);
+        }
+    }
+}
 
 int serve_main(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "hyserve: serve: the HTTP server is not built yet\n");
-    return 2;
+    server_config cfg;
+    server srv;
+    char err[512];
+    int rc = 1;
+
+    int lrc = config_load(&cfg, argc, argv, err, sizeof(err));
+    if (lrc == 1)
+        return 0;
+    if (lrc < 0) {
+        fprintf(stderr, "hyserve: serve: %s\n", err);
+        return 2;
+    }
+
+    /* every thread created from here on inherits the blocked set, so the
+     * signals reach only sigwait below */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    memset(&srv, 0, sizeof(srv));
+    srv.cfg = &cfg;
+    atomic_init(&srv.state, SERVER_LOADING);
+    atomic_init(&srv.n_inflight, 0);
+    atomic_init(&srv.next_id, 1);
+    if (getrandom(&srv.id_salt, sizeof(srv.id_salt), 0) != (ssize_t)sizeof(srv.id_salt))
+        srv.id_salt = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    srv.t_start = server_now();
+    srv.started_at = time(NULL);
+    srv.m = metrics_new();
+    if (!srv.m) {
+        fprintf(stderr, "hyserve: serve: out of memory\n");
+        return 1;
+    }
+
+    /* HTTP first, so /health and /ready answer while the model loads */
+    if (http_start(&srv, err, sizeof(err))) {
+        fprintf(stderr, "hyserve: serve: %s\n", err);
+        goto out_metrics;
+    }
+    if (cfg.config_path[0])
+        fprintf(stderr, "hyserve: listening on http://%s:%d, loading %s (config %s)\n", cfg.host, cfg.port,
+                cfg.model, cfg.config_path);
+    else
+        fprintf(stderr, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, cfg.model);
+
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = cfg.model;
+    ep.n_threads = cfg.threads;
+    ep.n_ctx = cfg.ctx;
+    ep.max_seqs = cfg.max_seqs;
+    ep.cache_bytes = cfg.cache_mem;
+    srv.eng = engine_open(&ep, err, sizeof(err));
+    if (!srv.eng) {
+        atomic_store(&srv.state, SERVER_FAILED);
+        fprintf(stderr, "hyserve: serve: cannot load %s: %s\n", cfg.model, err);
+        goto out_http;
+    }
+    srv.info = engine_get_info(srv.eng);
+    srv.chat_kind = chat_detect(srv.info->chat_template);
+
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.max_queue = cfg.max_queue;
+    sp.queue_timeout_s = cfg.queue_timeout;
+    sp.prefill_chunk = cfg.prefill_chunk;
+    sp.n_threads = cfg.threads;
+    srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
+    if (!srv.sched || sched_start(srv.sched)) {
+        atomic_store(&srv.state, SERVER_FAILED);
+        fprintf(stderr, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
+        goto out_engine;
+    }
+    char budget[32];
+    fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
+    fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
+                    "cache budget %s, chat template %s\n",
+            srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
+            srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind));
+    atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);
+
+    wait_and_drain(&srv, &set);
+    rc = 0;
+    http_stop(&srv);
+    sched_free(srv.sched);
+    srv.sched = NULL;
+    fprintf(stderr, "hyserve: drained, exiting\n");
+out_engine:
+    sched_free(srv.sched);
+    srv.sched = NULL;
+    if (rc != 0)
+        http_stop(&srv);
+    engine_close(srv.eng);
+out_http:
+    http_stop(&srv);
+out_metrics:
+    metrics_free(srv.m);
+    return rc;
 }

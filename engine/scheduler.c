@@ -1,0 +1,1106 @@
+/* scheduler.c - continuous batching: one thread owns the engine.
+ *
+ * Owns: the wait queue (FIFO, bounded), the running set (at most
+ * info->max_seqs sequences), admission (a request is admitted only when
+ * its whole reservation, prompt + max_new_tokens, fits the cache budget),
+ * the step loop (every decoding sequence advances one token and newly
+ * admitted prompts are prefilled in chunks of at most prefill_chunk tokens
+ * per step in total, all in one engine_forward), sampling, stop checks and
+ * text release, and freeing sequences the moment they finish or are
+ * cancelled.
+ * Does not own: tokenizing prompts, request validation, HTTP/JSON.
+ * ref: ../shared/docs/serving.md 1.7 (TGI queue), 8.4 and 8.8.
+ *
+ * Locking: s->mu guards the wait queue, the running array, the published
+ * per-request numbers and the counters; r->mu guards one request's event
+ * queue. Order: s->mu before r->mu. Engine calls happen only on the
+ * scheduler thread (some under s->mu, all of them short except
+ * engine_forward, which runs unlocked).
+ */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "scheduler.h"
+#include "tokenizer.h"
+
+enum req_state {
+    RS_QUEUED = 0,
+    RS_PREFILL = 1,
+    RS_DECODE = 2,
+    RS_DONE = 3,
+};
+
+/* One request. Shared by the submitter and the scheduler (refs). */
+struct sched_req {
+    /* immutable after sched_submit */
+    sched *s;
+    char id[80];
+    int n_prompt;
+    int max_new;
+    int32_t *tokens;            /* [n_prompt + max_new]: prompt, then generated (scheduler writes) */
+    sampler *smp;               /* used by the scheduler thread only */
+    uint64_t seed;
+    char **stop;                /* [n_stop] NUL-terminated copies */
+    int n_stop;
+    bool include_stop;
+    double t_submit;            /* seconds, monotonic */
+
+    /* scheduler thread only */
+    int seq;                    /* engine sequence id, -1 when none */
+    int slot;                   /* logits slot, -1 when none */
+    int n_fed;                  /* tokens already in the engine cache */
+    int n_gen;                  /* tokens sampled */
+    char *pending;              /* [cap_pending] decoded bytes not yet released */
+    size_t n_pending, cap_pending;
+    sched_event final_ev;       /* the last token's event, pushed once the sequence is freed */
+
+    /* under s->mu */
+    sched_req *wait_next;       /* wait queue link */
+    int state;                  /* enum req_state */
+    engine_seq_usage usage;     /* at the last step */
+    uint64_t peak_bytes;
+    double t_admit, t_first, t_end;   /* 0 until reached */
+    int pub_n_gen;              /* n_gen as of the last event */
+    int pub_n_fed;
+    char cancel_msg[128];       /* why, when cancelled by the server */
+
+    /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int efd;                    /* eventfd: readable while events are pending */
+    sched_event *q;             /* [q_cap] ring of pending events */
+    int q_head, q_len, q_cap;
+
+    atomic_bool cancel;
+    atomic_int refs;            /* submitter + scheduler */
+};
+
+/* The scheduler. Owned by the control thread that made it; the engine is
+ * used only by the scheduler thread between sched_start and sched_free. */
+struct sched {
+    engine *e;
+    const engine_info *info;
+    sched_params p;
+    int max_seqs;
+    int n_vocab;
+
+    pthread_t thread;
+    bool started;
+
+    /* scheduler thread only */
+    float *logits;              /* [max_seqs][n_vocab] one slot per running request */
+    int *free_slots;            /* [max_seqs] stack of free slot indices */
+    int n_free_slots;
+    engine_batch_item *items;   /* [max_seqs] */
+    sched_req **item_req;       /* [max_seqs] request of items[i] */
+    sched_req **ended;          /* [max_seqs] requests that ended this step, not yet told */
+    sched_event *ended_ev;      /* [max_seqs] their last event */
+    int n_ended;
+
+    /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* the scheduler sleeps here when idle */
+    bool stop;
+    bool draining;
+    sched_req *wait_head, *wait_tail;
+    int n_waiting;
+    sched_req **running;        /* [max_seqs], admission order */
+    int n_running;
+    sched_stats st;
+    double ema_req_s;           /* smoothed request duration, for Retry-After */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void sched_params_default(sched_params *p)
+{
+    p->max_queue = 64;
+    p->queue_timeout_s = 30.0;
+    p->prefill_chunk = 512;
+    p->n_threads = 0;
+}
+
+void sched_event_clear(sched_event *ev)
+{
+    if (!ev)
+        return;
+    free(ev->text);
+    ev->text = NULL;
+    ev->text_len = 0;
+}
+
+const char *sched_finish_name(int finish)
+{
+    switch (finish) {
+    case SCHED_FINISH_LENGTH: return "length";
+    case SCHED_FINISH_EOS: return "eos_token";
+    case SCHED_FINISH_STOP: return "stop_sequence";
+    default: return "none";
+    }
+}
+
+const char *sched_status_name(int status)
+{
+    switch (status) {
+    case SCHED_OK: return "ok";
+    case SCHED_EFULL: return "overloaded";
+    case SCHED_EDRAINING: return "draining";
+    case SCHED_ETOOBIG: return "too_big";
+    case SCHED_ETIMEOUT: return "queue_timeout";
+    case SCHED_ENOMEM: return "out_of_memory";
+    case SCHED_EENGINE: return "generation";
+    case SCHED_ECANCELLED: return "cancelled";
+    case SCHED_EINVAL: return "validation";
+    default: return "internal";
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Request objects and their event queues                                 */
+/* ---------------------------------------------------------------------- */
+
+static void req_free(sched_req *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->q_len; i++)
+        sched_event_clear(&r->q[(r->q_head + i) % r->q_cap]);
+    free(r->q);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->pending);
+    sched_event_clear(&r->final_ev);
+    free(r->tokens);
+    sampler_free(r->smp);
+    if (r->efd >= 0)
+        close(r->efd);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static void req_unref(sched_req *r)
+{
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1)
+        req_free(r);
+}
+
+/* Append an event (takes ownership of ev->text). Returns 0 or SCHED_ENOMEM
+ * (then the text is freed and the event dropped). */
+static int req_push(sched_req *r, sched_event *ev)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->mu);
+    if (r->q_len == r->q_cap) {
+        int cap = r->q_cap ? r->q_cap * 2 : 16;
+        sched_event *q = malloc((size_t)cap * sizeof(*q));
+        if (!q) {
+            sched_event_clear(ev);
+            rc = SCHED_ENOMEM;
+            goto out_unlock;
+        }
+        for (int i = 0; i < r->q_len; i++)
+            q[i] = r->q[(r->q_head + i) % r->q_cap];
+        free(r->q);
+        r->q = q;
+        r->q_cap = cap;
+        r->q_head = 0;
+    }
+    r->q[(r->q_head + r->q_len) % r->q_cap] = *ev;
+    r->q_len++;
+    pthread_cond_broadcast(&r->cv);
+    uint64_t one = 1;
+    if (write(r->efd, &one, sizeof(one)) < 0) {
+        /* eventfd counter overflow cannot happen at our rates; the
+         * condvar has been signalled anyway */
+    }
+out_unlock:
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+static void req_push_error(sched_req *r, int status, const char *msg)
+{
+    sched_event ev = {0};
+    ev.kind = SCHED_EV_ERROR;
+    ev.error = status;
+    snprintf(ev.message, sizeof(ev.message), "%s", msg);
+    req_push(r, &ev);
+}
+
+int sched_req_next(sched_req *r, sched_event *ev, int timeout_ms)
+{
+    int got = 0;
+    pthread_mutex_lock(&r->mu);
+    if (r->q_len == 0 && timeout_ms != 0) {
+        if (timeout_ms < 0) {
+            while (r->q_len == 0)
+                pthread_cond_wait(&r->cv, &r->mu);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += timeout_ms / 1000;
+            ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            while (r->q_len == 0) {
+                if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT)
+                    break;
+            }
+        }
+    }
+    if (r->q_len > 0) {
+        *ev = r->q[r->q_head];
+        r->q_head = (r->q_head + 1) % r->q_cap;
+        r->q_len--;
+        got = 1;
+    }
+    if (r->q_len == 0) {
+        uint64_t v;
+        /* drain the eventfd so poll() sleeps until the next push */
+        if (read(r->efd, &v, sizeof(v)) < 0) {
+            /* EAGAIN: already zero */
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return got;
+}
+
+int sched_req_event_fd(const sched_req *r)
+{
+    return r->efd;
+}
+
+void sched_req_cancel(sched_req *r)
+{
+    if (!r)
+        return;
+    atomic_store(&r->cancel, true);
+    sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_req_release(sched_req *r)
+{
+    if (!r)
+        return;
+    sched_req_cancel(r);
+    req_unref(r);
+}
+
+void sched_req_result(sched_req *r, sched_result *res)
+{
+    sched *s = r->s;
+    double now = now_s();
+    memset(res, 0, sizeof(*res));
+    pthread_mutex_lock(&s->mu);
+    res->n_prompt = r->n_prompt;
+    res->n_generated = r->pub_n_gen;
+    res->max_new_tokens = r->max_new;
+    double end = r->t_end > 0 ? r->t_end : now;
+    res->queue_ms = ((r->t_admit > 0 ? r->t_admit : end) - r->t_submit) * 1e3;
+    res->ttft_ms = r->t_first > 0 ? (r->t_first - r->t_submit) * 1e3 : -1.0;
+    res->total_ms = (end - r->t_submit) * 1e3;
+    res->peak_cache_bytes = r->peak_bytes;
+    res->kv_bytes = r->usage.kv_reserved_bytes + r->usage.mla_reserved_bytes;
+    res->state_bytes = r->usage.dnet_state_bytes + r->usage.dnet_conv_bytes;
+    res->seed = r->seed;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Submission (any thread)                                                */
+/* ---------------------------------------------------------------------- */
+
+int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
+                 char *err, size_t errlen)
+{
+    sched_req *r = NULL;
+    int rc = SCHED_ENOMEM;
+    *out = NULL;
+
+    if (p->n_prompt < 1 || p->max_new_tokens < 1 || p->n_stop < 0) {
+        snprintf(err, errlen, "a request needs at least one prompt token and max_new_tokens >= 1");
+        return SCHED_EINVAL;
+    }
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        goto out_free;
+    r->s = s;
+    r->efd = -1;
+    r->seq = -1;
+    r->slot = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    atomic_init(&r->cancel, false);
+    atomic_init(&r->refs, 2);
+    snprintf(r->id, sizeof(r->id), "%s", p->id ? p->id : "");
+    r->n_prompt = p->n_prompt;
+    r->max_new = p->max_new_tokens;
+    r->include_stop = p->include_stop;
+    r->seed = p->sampling.seed;
+    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->efd < 0)
+        goto out_free;
+    r->tokens = malloc(((size_t)p->n_prompt + (size_t)p->max_new_tokens) * sizeof(int32_t));
+    if (!r->tokens)
+        goto out_free;
+    memcpy(r->tokens, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+    if (p->n_stop > 0) {
+        r->stop = calloc((size_t)p->n_stop, sizeof(char *));
+        if (!r->stop)
+            goto out_free;
+        for (int i = 0; i < p->n_stop; i++) {
+            r->stop[i] = strdup(p->stop[i]);
+            if (!r->stop[i])
+                goto out_free;
+            r->n_stop++;
+        }
+    }
+    r->cap_pending = 256;
+    r->pending = malloc(r->cap_pending);
+    if (!r->pending)
+        goto out_free;
+    r->smp = sampler_new(&p->sampling, s->n_vocab);
+    if (!r->smp)
+        goto out_free;
+    r->t_submit = now_s();
+
+    pthread_mutex_lock(&s->mu);
+    if (s->draining || s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        snprintf(err, errlen, "the server is shutting down and accepts no new requests");
+        rc = SCHED_EDRAINING;
+        goto out_free;
+    }
+    if (s->n_waiting >= s->p.max_queue) {
+        s->st.rejected_full_total++;
+        int n_wait = s->n_waiting;
+        pthread_mutex_unlock(&s->mu);
+        snprintf(err, errlen, "model is overloaded: %d requests are already waiting (--max-queue %d); retry later",
+                 n_wait, s->p.max_queue);
+        rc = SCHED_EFULL;
+        goto out_free;
+    }
+    r->state = RS_QUEUED;
+    if (s->wait_tail)
+        s->wait_tail->wait_next = r;
+    else
+        s->wait_head = r;
+    s->wait_tail = r;
+    s->n_waiting++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    *out = r;
+    return 0;
+
+out_free:
+    if (rc == SCHED_ENOMEM)
+        snprintf(err, errlen, "out of memory while queueing the request");
+    req_free(r);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Scheduler thread: admission, finishing                                 */
+/* ---------------------------------------------------------------------- */
+
+/* Unlink r from the wait queue. Caller holds s->mu. */
+static void wait_remove(sched *s, sched_req *r)
+{
+    sched_req *prev = NULL;
+    for (sched_req *it = s->wait_head; it; prev = it, it = it->wait_next) {
+        if (it != r)
+            continue;
+        if (prev)
+            prev->wait_next = r->wait_next;
+        else
+            s->wait_head = r->wait_next;
+        if (s->wait_tail == r)
+            s->wait_tail = prev;
+        r->wait_next = NULL;
+        s->n_waiting--;
+        return;
+    }
+}
+
+/* Take r out of the running set, free its sequence and slot, mark it
+ * done. Caller holds s->mu. Does not drop the scheduler's reference. */
+static void run_remove(sched *s, sched_req *r)
+{
+    for (int i = 0; i < s->n_running; i++) {
+        if (s->running[i] != r)
+            continue;
+        memmove(&s->running[i], &s->running[i + 1], (size_t)(s->n_running - i - 1) * sizeof(s->running[0]));
+        s->n_running--;
+        break;
+    }
+    if (r->seq >= 0)
+        engine_seq_free(s->e, r->seq);
+    r->seq = -1;
+    if (r->slot >= 0)
+        s->free_slots[s->n_free_slots++] = r->slot;
+    r->slot = -1;
+    /* r->usage keeps the last step's numbers for sched_req_result */
+    r->state = RS_DONE;
+    r->t_end = now_s();
+}
+
+/* A running request ended (final token, error or cancel): free its
+ * sequence now and queue its last event (ownership of ev->text moves).
+ * The event is pushed by tell_ended, after the pool numbers are
+ * published, so a client that has its last event also sees its cache gone
+ * from /stats. Caller holds s->mu. */
+static void run_finish(sched *s, sched_req *r, int status, sched_event *ev)
+{
+    run_remove(s, r);
+    double dur = r->t_end - r->t_submit;
+    s->ema_req_s = s->ema_req_s > 0 ? 0.8 * s->ema_req_s + 0.2 * dur : dur;
+    if (status == SCHED_OK)
+        s->st.finished_total++;
+    else if (status == SCHED_ECANCELLED)
+        s->st.cancelled_total++;
+    else
+        s->st.failed_total++;
+    s->ended[s->n_ended] = r;
+    s->ended_ev[s->n_ended] = *ev;
+    s->n_ended++;
+    memset(ev, 0, sizeof(*ev));
+}
+
+static void run_fail(sched *s, sched_req *r, int status, const char *msg)
+{
+    sched_event ev = {0};
+    ev.kind = SCHED_EV_ERROR;
+    ev.error = status;
+    snprintf(ev.message, sizeof(ev.message), "%s", msg);
+    run_finish(s, r, status, &ev);
+}
+
+/* Publish the pool numbers, then push the last events of the requests
+ * that ended and drop the scheduler's references. Caller holds s->mu. */
+static void tell_ended(sched *s)
+{
+    engine_get_pool_usage(s->e, &s->st.pool);
+    for (int i = 0; i < s->n_ended; i++) {
+        req_push(s->ended[i], &s->ended_ev[i]);
+        req_unref(s->ended[i]);
+    }
+    s->n_ended = 0;
+}
+
+/* Reject a queued request with an error event. Caller holds s->mu. */
+static void wait_reject(sched *s, sched_req *r, int status, const char *msg)
+{
+    wait_remove(s, r);
+    r->state = RS_DONE;
+    r->t_end = now_s();
+    req_push_error(r, status, msg);
+    if (status == SCHED_ETIMEOUT)
+        s->st.rejected_timeout_total++;
+    else if (status == SCHED_ETOOBIG)
+        s->st.rejected_toobig_total++;
+    else if (status == SCHED_ECANCELLED)
+        s->st.cancelled_total++;
+    req_unref(r);
+}
+
+static void fmt_toobig(const sched *s, const sched_req *r, char *buf, size_t n)
+{
+    int total = r->n_prompt + r->max_new;
+    uint64_t need = engine_bytes_for_tokens(s->e, total);
+    snprintf(buf, n,
+             "request needs %d tokens of cache (prompt %d + max_new_tokens %d) = %llu bytes, "
+             "but the cache budget is %llu bytes (--cache-mem) and the context limit is %d tokens; "
+             "shorten the prompt or lower max_new_tokens",
+             total, r->n_prompt, r->max_new, (unsigned long long)need,
+             (unsigned long long)s->info->cache_budget_bytes, s->info->n_ctx);
+}
+
+/* Admit queued requests in FIFO order while they fit. Caller holds s->mu. */
+static void admit(sched *s)
+{
+    char msg[256];
+    double now = now_s();
+
+    /* drop cancelled and expired requests first */
+    for (sched_req *r = s->wait_head, *next; r; r = next) {
+        next = r->wait_next;
+        if (atomic_load(&r->cancel)) {
+            wait_reject(s, r, SCHED_ECANCELLED, r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
+        } else if (now - r->t_submit > s->p.queue_timeout_s) {
+            snprintf(msg, sizeof(msg),
+                     "request waited %.1f s without the cache budget to admit it (queue timeout %.0f s); retry later",
+                     now - r->t_submit, s->p.queue_timeout_s);
+            wait_reject(s, r, SCHED_ETIMEOUT, msg);
+        }
+    }
+
+    while (s->wait_head) {
+        sched_req *r = s->wait_head;
+        int total = r->n_prompt + r->max_new;
+        uint64_t need = engine_bytes_for_tokens(s->e, total);
+        if (total > s->info->n_ctx || need > s->info->cache_budget_bytes) {
+            fmt_toobig(s, r, msg, sizeof(msg));
+            wait_reject(s, r, SCHED_ETOOBIG, msg);
+            continue;
+        }
+        if (s->n_running >= s->max_seqs || s->n_free_slots == 0)
+            break;
+        int seq = engine_seq_new(s->e);
+        if (seq >= 0 && engine_seq_reserve(s->e, seq, total) < 0) {
+            engine_seq_free(s->e, seq);
+            seq = -1;
+        }
+        if (seq < 0) {
+            if (s->n_running == 0) {
+                /* nothing else holds cache: it will never fit */
+                fmt_toobig(s, r, msg, sizeof(msg));
+                wait_reject(s, r, SCHED_ETOOBIG, msg);
+                continue;
+            }
+            break;      /* head-of-line: wait for running requests to free cache */
+        }
+        wait_remove(s, r);
+        r->seq = seq;
+        r->slot = s->free_slots[--s->n_free_slots];
+        r->state = RS_PREFILL;
+        r->t_admit = now_s();
+        engine_seq_get_usage(s->e, seq, &r->usage);
+        if (r->usage.total_reserved_bytes > r->peak_bytes)
+            r->peak_bytes = r->usage.total_reserved_bytes;
+        s->running[s->n_running++] = r;
+        s->st.admitted_total++;
+        sched_event ev = {0};
+        ev.kind = SCHED_EV_ADMITTED;
+        req_push(r, &ev);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Scheduler thread: text release and stop strings                        */
+/* ---------------------------------------------------------------------- */
+
+/* Earliest full stop-string match in pending: its offset in *at and length
+ * in *len. Returns false when there is none. */
+static bool stop_find(const sched_req *r, size_t *at, size_t *len)
+{
+    bool found = false;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t l = strlen(r->stop[i]);
+        const char *m = memmem(r->pending, r->n_pending, r->stop[i], l);
+        if (m && (!found || (size_t)(m - r->pending) < *at)) {
+            *at = (size_t)(m - r->pending);
+            *len = l;
+            found = true;
+        }
+    }
+    return found;
+}
+
+/* Bytes of pending that can be released now: everything before the
+ * earliest suffix that could still grow into a stop string, cut back to a
+ * complete UTF-8 prefix. */
+static size_t release_len(const sched_req *r)
+{
+    size_t n = r->n_pending, hold = n;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t l = strlen(r->stop[i]);
+        for (size_t k = n >= l ? n - l + 1 : 0; k < n && k < hold; k++) {
+            if (memcmp(r->pending + k, r->stop[i], n - k) == 0) {
+                hold = k;
+                break;
+            }
+        }
+    }
+    return utf8_complete_prefix(r->pending, hold);
+}
+
+static int pending_append(sched_req *r, const char *b, size_t n)
+{
+    if (r->n_pending + n + 1 > r->cap_pending) {
+        size_t cap = r->cap_pending * 2;
+        while (cap < r->n_pending + n + 1)
+            cap *= 2;
+        char *p = realloc(r->pending, cap);
+        if (!p)
+            return SCHED_ENOMEM;
+        r->pending = p;
+        r->cap_pending = cap;
+    }
+    memcpy(r->pending + r->n_pending, b, n);
+    r->n_pending += n;
+    return 0;
+}
+
+/* Move the first n pending bytes into a new heap string. NULL on OOM. */
+static char *pending_take(sched_req *r, size_t n)
+{
+    char *t = malloc(n + 1);
+    if (!t)
+        return NULL;
+    memcpy(t, r->pending, n);
+    t[n] = '\0';
+    memmove(r->pending, r->pending + n, r->n_pending - n);
+    r->n_pending -= n;
+    return t;
+}
+
+/* A token was sampled for r. Emit its event; returns SCHED_OK when the
+ * request continues, 1 when it finished, or a negative error. */
+static int on_token(sched *s, sched_req *r, int32_t tok, float logprob)
+{
+    sched_event ev = {0};
+    char piece[256];
+    ev.kind = SCHED_EV_TOKEN;
+    ev.token = tok;
+    ev.logprob = logprob;
+    r->tokens[r->n_prompt + r->n_gen] = tok;
+    r->n_gen++;
+
+    size_t rel;
+    if (engine_token_is_eog(s->e, tok)) {
+        ev.special = true;
+        ev.final = true;
+        ev.finish = SCHED_FINISH_EOS;
+        rel = r->n_pending;
+    } else {
+        int n = engine_token_piece(s->e, tok, piece, sizeof(piece));
+        if (n < 0)
+            n = 0;
+        if ((size_t)n > sizeof(piece)) {
+            char *big = malloc((size_t)n);
+            if (!big)
+                return SCHED_ENOMEM;
+            engine_token_piece(s->e, tok, big, (size_t)n);
+            int rc = pending_append(r, big, (size_t)n);
+            free(big);
+            if (rc)
+                return rc;
+        } else if (pending_append(r, piece, (size_t)n)) {
+            return SCHED_ENOMEM;
+        }
+        size_t at = 0, len = 0;
+        if (stop_find(r, &at, &len)) {
+            ev.final = true;
+            ev.finish = SCHED_FINISH_STOP;
+            rel = r->include_stop ? at + len : at;
+            r->n_pending = rel;     /* drop what follows the stop string */
+        } else if (r->n_gen >= r->max_new) {
+            ev.final = true;
+            ev.finish = SCHED_FINISH_LENGTH;
+            rel = r->n_pending;
+        } else {
+            rel = release_len(r);
+        }
+    }
+    ev.text = pending_take(r, rel);
+    if (!ev.text)
+        return SCHED_ENOMEM;
+    ev.text_len = rel;
+    if (ev.final)
+        r->n_pending = 0;
+    bool final = ev.final;
+    pthread_mutex_lock(&s->mu);
+    if (r->t_first == 0)
+        r->t_first = now_s();
+    r->pub_n_gen = r->n_gen;
+    s->st.generation_tokens_total++;
+    pthread_mutex_unlock(&s->mu);
+    if (final) {
+        r->final_ev = ev;       /* pushed after the sequence is freed */
+        return 1;
+    }
+    return req_push(r, &ev);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Scheduler thread: one step                                             */
+/* ---------------------------------------------------------------------- */
+
+/* Drop cancelled running requests. Caller holds s->mu. */
+static void reap_cancelled(sched *s)
+{
+    for (int i = s->n_running - 1; i >= 0; i--) {
+        sched_req *r = s->running[i];
+        if (!atomic_load(&r->cancel))
+            continue;
+        run_fail(s, r, SCHED_ECANCELLED, r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
+    }
+    tell_ended(s);
+}
+
+/* Fill s->items for this step. Returns the item count; *n_decode and
+ * *n_prefill_tok count decoding sequences and prompt tokens. */
+static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
+{
+    int n = 0, budget = s->p.prefill_chunk;
+    *n_decode = 0;
+    *n_prefill_tok = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        sched_req *r = s->running[i];
+        engine_batch_item *it = &s->items[n];
+        it->seq = r->seq;
+        it->tokens = r->tokens + r->n_fed;
+        it->out = s->logits + (size_t)r->slot * (size_t)s->n_vocab;
+        if (r->state == RS_DECODE) {
+            it->n_tokens = 1;
+            it->logits = ENGINE_LOGITS_LAST;
+            (*n_decode)++;
+        } else {
+            int left = r->n_prompt - r->n_fed;
+            int k = left < budget ? left : budget;
+            if (k <= 0)
+                continue;
+            budget -= k;
+            *n_prefill_tok += k;
+            it->n_tokens = k;
+            it->logits = k == left ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
+        }
+        s->item_req[n++] = r;
+    }
+    return n;
+}
+
+/* The item ran: advance r and sample when logits came back. Caller does
+ * not hold s->mu. Returns 0, 1 (finished) or a negative error. */
+static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
+{
+    r->n_fed += it->n_tokens;
+    if (it->logits == ENGINE_LOGITS_NONE)
+        return 0;
+    float lp = 0.0f;
+    int32_t tok = sampler_sample(r->smp, it->out, r->tokens, r->n_prompt + r->n_gen, &lp);
+    if (tok < 0 || tok >= s->n_vocab)
+        return SCHED_EENGINE;
+    return on_token(s, r, tok, lp);
+}
+
+static void sched_step(sched *s)
+{
+    char err[256];
+    int n_decode = 0, n_prefill_tok = 0;
+
+    pthread_mutex_lock(&s->mu);
+    reap_cancelled(s);
+    admit(s);
+    int n = build_batch(s, &n_decode, &n_prefill_tok);
+    if (n == 0)
+        engine_get_pool_usage(s->e, &s->st.pool);
+    pthread_mutex_unlock(&s->mu);
+    if (n == 0)
+        return;
+
+    int *rcs = calloc((size_t)n, sizeof(int));
+    if (!rcs) {
+        /* cannot even record results: fail the whole step */
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < n; i++) {
+            run_fail(s, s->item_req[i], SCHED_ENOMEM, "out of memory in the scheduler");
+        }
+        tell_ended(s);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+
+    int frc = engine_forward(s->e, s->items, n, err, sizeof(err));
+    if (frc == 0) {
+        for (int i = 0; i < n; i++)
+            rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
+    } else if (n == 1) {
+        rcs[0] = SCHED_EENGINE;
+    } else {
+        /* find the culprit: run the items one at a time (no sequence was
+         * modified by the failed call) */
+        for (int i = 0; i < n; i++) {
+            if (engine_forward(s->e, &s->items[i], 1, err, sizeof(err)) == 0)
+                rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
+            else
+                rcs[i] = SCHED_EENGINE;
+        }
+    }
+
+    pthread_mutex_lock(&s->mu);
+    s->st.steps_total++;
+    s->st.prompt_tokens_total += (uint64_t)n_prefill_tok;
+    s->st.batch_seqs_total += (uint64_t)n;
+    s->st.batch_seqs_last = n;
+    if (n > s->st.batch_seqs_max)
+        s->st.batch_seqs_max = n;
+    if (n_decode > s->st.batch_decode_max)
+        s->st.batch_decode_max = n_decode;
+    if (n_decode > 0 && n_prefill_tok > 0)
+        s->st.mixed_steps_total++;
+    for (int i = 0; i < n; i++) {
+        sched_req *r = s->item_req[i];
+        r->pub_n_fed = r->n_fed;
+        if (rcs[i] == 0 && s->items[i].logits != ENGINE_LOGITS_NONE)
+            r->state = RS_DECODE;
+        if (rcs[i] == 0) {
+            engine_seq_get_usage(s->e, r->seq, &r->usage);
+            if (r->usage.total_reserved_bytes > r->peak_bytes)
+                r->peak_bytes = r->usage.total_reserved_bytes;
+        } else if (rcs[i] == 1) {
+            run_finish(s, r, SCHED_OK, &r->final_ev);
+        } else {
+            char msg[256];
+            if (rcs[i] == SCHED_EENGINE)
+                snprintf(msg, sizeof(msg), "generation failed: %.200s", frc ? err : "sampler returned no token");
+            else
+                snprintf(msg, sizeof(msg), "generation failed: out of memory");
+            run_fail(s, r, rcs[i], msg);
+        }
+    }
+    tell_ended(s);
+    pthread_mutex_unlock(&s->mu);
+    free(rcs);
+}
+
+static void *sched_main(void *arg)
+{
+    sched *s = arg;
+    /* OpenMP thread counts are per thread: engine_open set the count on
+     * the thread that opened the engine, and the engine sizes per-thread
+     * scratch by it, so this thread must use the same count */
+    if (s->p.n_threads > 0)
+        omp_set_num_threads(s->p.n_threads);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && !s->wait_head && s->n_running == 0)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop)
+            break;
+        pthread_mutex_unlock(&s->mu);
+        sched_step(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Lifecycle and observation                                              */
+/* ---------------------------------------------------------------------- */
+
+sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
+{
+    sched *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->e = e;
+    s->info = engine_get_info(e);
+    sched_params_default(&s->p);
+    if (p) {
+        if (p->max_queue > 0)
+            s->p.max_queue = p->max_queue;
+        if (p->queue_timeout_s > 0)
+            s->p.queue_timeout_s = p->queue_timeout_s;
+        if (p->prefill_chunk > 0)
+            s->p.prefill_chunk = p->prefill_chunk;
+        s->p.n_threads = p->n_threads;
+    }
+    s->max_seqs = s->info->max_seqs > 0 ? s->info->max_seqs : 1;
+    s->n_vocab = s->info->n_vocab;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->logits = malloc((size_t)s->max_seqs * (size_t)s->n_vocab * sizeof(float));
+    s->free_slots = malloc((size_t)s->max_seqs * sizeof(int));
+    s->items = calloc((size_t)s->max_seqs, sizeof(*s->items));
+    s->item_req = calloc((size_t)s->max_seqs, sizeof(*s->item_req));
+    s->ended = calloc((size_t)s->max_seqs, sizeof(*s->ended));
+    s->ended_ev = calloc((size_t)s->max_seqs, sizeof(*s->ended_ev));
+    s->running = calloc((size_t)s->max_seqs, sizeof(*s->running));
+    if (!s->logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
+        !s->ended_ev) {
+        snprintf(err, errlen, "out of memory for %d sequence slots of %d logits", s->max_seqs, s->n_vocab);
+        sched_free(s);
+        return NULL;
+    }
+    for (int i = 0; i < s->max_seqs; i++)
+        s->free_slots[i] = s->max_seqs - 1 - i;
+    s->n_free_slots = s->max_seqs;
+    engine_get_pool_usage(e, &s->st.pool);
+    return s;
+}
+
+int sched_start(sched *s)
+{
+    if (pthread_create(&s->thread, NULL, sched_main, s) != 0)
+        return SCHED_ENOMEM;
+    s->started = true;
+    return 0;
+}
+
+void sched_free(sched *s)
+{
+    if (!s)
+        return;
+    if (s->started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    /* the thread is gone: this thread owns the engine now */
+    pthread_mutex_lock(&s->mu);
+    while (s->n_running > 0) {
+        sched_req *r = s->running[s->n_running - 1];
+        run_fail(s, r, SCHED_ECANCELLED, "the server is shutting down");
+        tell_ended(s);
+    }
+    while (s->wait_head)
+        wait_reject(s, s->wait_head, SCHED_ECANCELLED, "the server is shutting down");
+    engine_get_pool_usage(s->e, &s->st.pool);
+    pthread_mutex_unlock(&s->mu);
+    free(s->logits);
+    free(s->free_slots);
+    free(s->items);
+    free(s->item_req);
+    free(s->ended);
+    free(s->ended_ev);
+    free(s->running);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+void sched_drain(sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_cancel_all(sched *s, const char *why)
+{
+    pthread_mutex_lock(&s->mu);
+    for (sched_req *r = s->wait_head; r; r = r->wait_next) {
+        snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
+        atomic_store(&r->cancel, true);
+    }
+    for (int i = 0; i < s->n_running; i++) {
+        snprintf(s->running[i]->cancel_msg, sizeof(s->running[i]->cancel_msg), "%s", why);
+        atomic_store(&s->running[i]->cancel, true);
+    }
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sched_cancel_id(sched *s, const char *id, const char *why)
+{
+    int rc = -1;
+    pthread_mutex_lock(&s->mu);
+    for (sched_req *r = s->wait_head; r && rc; r = r->wait_next) {
+        if (!strcmp(r->id, id) && !atomic_load(&r->cancel)) {
+            snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
+            atomic_store(&r->cancel, true);
+            rc = 0;
+        }
+    }
+    for (int i = 0; i < s->n_running && rc; i++) {
+        sched_req *r = s->running[i];
+        if (!strcmp(r->id, id) && !atomic_load(&r->cancel)) {
+            snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
+            atomic_store(&r->cancel, true);
+            rc = 0;
+        }
+    }
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int sched_n_active(sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->n_waiting + s->n_running;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int sched_retry_after_s(sched *s)
+{
+    pthread_mutex_lock(&s->mu);
+    double per = s->ema_req_s > 0 ? s->ema_req_s : 1.0;
+    double waves = (double)(s->n_waiting + 1) / (double)s->max_seqs;
+    pthread_mutex_unlock(&s->mu);
+    double t = ceil(per * (waves < 1.0 ? 1.0 : waves));
+    if (t < 1)
+        t = 1;
+    if (t > 60)
+        t = 60;
+    return (int)t;
+}
+
+int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_reqs)
+{
+    int rc = 0;
+    double now = now_s();
+    if (reqs) {
+        *reqs = NULL;
+        *n_reqs = 0;
+    }
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    st->running = s->n_running;
+    st->waiting = s->n_waiting;
+    st->draining = s->draining;
+    /* st->pool is the engine's pool usage as published after the last
+     * step; the engine itself is not touched here */
+    if (reqs) {
+        int total = s->n_running + s->n_waiting;
+        sched_req_stats *a = total ? calloc((size_t)total, sizeof(*a)) : NULL;
+        if (total && !a) {
+            rc = SCHED_ENOMEM;
+            goto out_unlock;
+        }
+        int k = 0;
+        for (int i = 0; i < s->n_running; i++) {
+            const sched_req *r = s->running[i];
+            sched_req_stats *q = &a[k++];
+            snprintf(q->id, sizeof(q->id), "%s", r->id);
+            q->state = r->state == RS_DECODE ? "decoding" : "prefill";
+            q->age_ms = (now - r->t_submit) * 1e3;
+            q->prompt_tokens = r->n_prompt;
+            q->prefilled_tokens = r->pub_n_fed < r->n_prompt ? r->pub_n_fed : r->n_prompt;
+            q->generated_tokens = r->pub_n_gen;
+            q->max_new_tokens = r->max_new;
+            q->usage = r->usage;
+        }
+        for (const sched_req *r = s->wait_head; r; r = r->wait_next) {
+            sched_req_stats *q = &a[k++];
+            snprintf(q->id, sizeof(q->id), "%s", r->id);
+            q->state = "queued";
+            q->age_ms = (now - r->t_submit) * 1e3;
+            q->prompt_tokens = r->n_prompt;
+            q->max_new_tokens = r->max_new;
+        }
+        *reqs = a;
+        *n_reqs = k;
+    }
+out_unlock:
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}

@@ -1,0 +1,186 @@
+/* scheduler.h - continuous batching over one engine.
+ *
+ * Owns: the scheduler thread (the only thread that touches the engine
+ * after start), the bounded wait queue, admission against the cache
+ * budget (prompt + max_new_tokens reserved up front), chunked prefill,
+ * sampling, end-of-generation checks (EOG token, stop strings, max
+ * tokens), UTF-8-safe text release, and the per-request event queues.
+ * Does not own: tokenization of the prompt and validation of request
+ * fields (the HTTP side does both before sched_submit), chat templates,
+ * HTTP or JSON.
+ * ref: ../shared/docs/serving.md sections 1.7 and 8.8 (admission), 8.4
+ * (UTF-8 hold-back, cancel on disconnect).
+ *
+ * Threads: sched_new/sched_start/sched_free from one control thread.
+ * sched_submit, sched_req_* and the sched_stats/sched_drain family from any
+ * thread. A request handle is shared by the submitter and the scheduler
+ * (reference counted); the submitter ends its use with sched_req_release,
+ * which also cancels the request if it is still live.
+ */
+#ifndef HYSERVE_SCHEDULER_H
+#define HYSERVE_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "sampler.h"
+
+typedef struct sched sched;
+typedef struct sched_req sched_req;
+
+/* Status codes: 0 or one of these negative values. */
+enum sched_status {
+    SCHED_OK = 0,
+    SCHED_EFULL = -1,       /* wait queue full (overloaded) */
+    SCHED_EDRAINING = -2,   /* shutting down, no new work */
+    SCHED_ETOOBIG = -3,     /* can never fit: context or cache budget */
+    SCHED_ETIMEOUT = -4,    /* waited longer than the queue timeout */
+    SCHED_ENOMEM = -5,      /* allocation failed */
+    SCHED_EENGINE = -6,     /* engine_forward failed */
+    SCHED_ECANCELLED = -7,  /* cancelled (client gone or shutdown) */
+    SCHED_EINVAL = -8,      /* bad parameters */
+};
+
+enum sched_finish {
+    SCHED_FINISH_NONE = 0,
+    SCHED_FINISH_LENGTH = 1,    /* max_new_tokens reached */
+    SCHED_FINISH_EOS = 2,       /* end-of-generation token */
+    SCHED_FINISH_STOP = 3,      /* a stop string matched */
+};
+
+typedef struct sched_params {
+    int max_queue;              /* waiting requests at most; <= 0: 64 */
+    double queue_timeout_s;     /* longest wait before admission; <= 0: 30 */
+    int prefill_chunk;          /* prompt tokens per step over all sequences; <= 0: 512 */
+    int n_threads;              /* OpenMP threads of the scheduler thread (the engine's -t); <= 0: default */
+} sched_params;
+
+void sched_params_default(sched_params *p);
+
+/* What a submitter asks for. Everything is copied by sched_submit. */
+typedef struct sched_req_params {
+    const char *id;             /* request id for /stats and logs */
+    const int32_t *prompt;      /* [n_prompt] token ids, n_prompt >= 1 */
+    int n_prompt;
+    int max_new_tokens;         /* >= 1 */
+    sampler_params sampling;
+    const char *const *stop;    /* [n_stop] non-empty stop strings */
+    int n_stop;
+    bool include_stop;          /* keep the matched stop string in the text (TGI) or cut it (OpenAI) */
+} sched_req_params;
+
+enum sched_event_kind {
+    SCHED_EV_ADMITTED = 1,      /* holds its cache reservation now */
+    SCHED_EV_TOKEN = 2,         /* one generated token */
+    SCHED_EV_ERROR = 3,         /* rejected or failed; always the last event */
+};
+
+/* One event for the submitter. Owned by the caller of sched_req_next;
+ * sched_event_clear frees text. */
+typedef struct sched_event {
+    int kind;                   /* enum sched_event_kind */
+    int32_t token;              /* TOKEN: id */
+    float logprob;              /* TOKEN: log-probability under the sampling distribution */
+    bool special;               /* TOKEN: an end-of-generation token (its text is not emitted) */
+    char *text;                 /* TOKEN: newly released bytes, NUL-terminated (may be ""); heap */
+    size_t text_len;
+    bool final;                 /* TOKEN: last event of a successful generation */
+    int finish;                 /* TOKEN with final: enum sched_finish */
+    int error;                  /* ERROR: enum sched_status */
+    char message[256];          /* ERROR: one line a person can act on */
+} sched_event;
+
+void sched_event_clear(sched_event *ev);
+
+/* Numbers about one request, readable at any time (sched_req_result). */
+typedef struct sched_result {
+    int n_prompt;
+    int n_generated;
+    int max_new_tokens;
+    double queue_ms;            /* submit -> admission (or until now) */
+    double ttft_ms;             /* submit -> first token; < 0 before */
+    double total_ms;            /* submit -> finish (or until now) */
+    uint64_t peak_cache_bytes;  /* most cache bytes the request held */
+    uint64_t kv_bytes;          /* attention KV reserved at the last step it ran */
+    uint64_t state_bytes;       /* DeltaNet state + conv at the last step it ran */
+    uint64_t seed;
+} sched_result;
+
+sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen);
+/* Start the scheduler thread. After this only the scheduler thread calls
+ * the engine. Returns 0 or a negative error. */
+int sched_start(sched *s);
+/* Stop the thread, fail every live request with SCHED_ECANCELLED, free
+ * their sequences. Does not close the engine. Accepts NULL. */
+void sched_free(sched *s);
+
+/* Queue a request. Returns 0 and a handle in *out, or SCHED_EFULL,
+ * SCHED_EDRAINING, SCHED_EINVAL, SCHED_ENOMEM with a message in err.
+ * The first event is ADMITTED or ERROR (SCHED_ETOOBIG with the numbers,
+ * SCHED_ETIMEOUT). */
+int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
+                 char *err, size_t errlen);
+
+/* Pop the next event, waiting up to timeout_ms (0: do not wait, < 0:
+ * forever). Returns 1 with *ev filled, 0 when none arrived. */
+int sched_req_next(sched_req *r, sched_event *ev, int timeout_ms);
+/* A file descriptor that polls readable while events are pending, so a
+ * caller can wait on it together with a socket. */
+int sched_req_event_fd(const sched_req *r);
+/* Ask the scheduler to drop the request; it frees the sequence before the
+ * next step and emits an ERROR SCHED_ECANCELLED event. Idempotent. */
+void sched_req_cancel(sched_req *r);
+void sched_req_result(sched_req *r, sched_result *res);
+/* The submitter is done with the handle (cancels a live request). Accepts NULL. */
+void sched_req_release(sched_req *r);
+
+/* ---- control and observation (any thread) ---- */
+
+/* Refuse new submissions from now on (SCHED_EDRAINING). */
+void sched_drain(sched *s);
+/* Cancel every queued and running request with the given message. */
+void sched_cancel_all(sched *s, const char *why);
+/* Cancel the live request with this id (as sched_req_cancel, with why as
+ * the message its submitter gets). Returns 0, or -1 when none matches. */
+int sched_cancel_id(sched *s, const char *id, const char *why);
+/* Queued + running requests. */
+int sched_n_active(sched *s);
+/* Seconds a rejected client should wait before retrying (>= 1). */
+int sched_retry_after_s(sched *s);
+
+/* One live request as /stats shows it (no prompt or output text). */
+typedef struct sched_req_stats {
+    char id[80];
+    const char *state;          /* "queued" | "prefill" | "decoding" */
+    double age_ms;
+    int prompt_tokens, prefilled_tokens, generated_tokens, max_new_tokens;
+    engine_seq_usage usage;     /* zero while queued */
+} sched_req_stats;
+
+/* Scheduler-wide numbers, updated after every step. */
+typedef struct sched_stats {
+    int running, waiting;
+    bool draining;
+    engine_pool_usage pool;
+    uint64_t steps_total;           /* engine_forward calls */
+    uint64_t batch_seqs_total;      /* sum over steps of sequences per step */
+    int batch_seqs_last;            /* sequences in the last step */
+    int batch_seqs_max;             /* most sequences in one step so far */
+    int batch_decode_max;           /* most decoding sequences in one step so far */
+    uint64_t mixed_steps_total;     /* steps that decoded some sequences and prefilled others */
+    uint64_t prompt_tokens_total;   /* prefilled */
+    uint64_t generation_tokens_total;
+    uint64_t admitted_total, finished_total, cancelled_total, failed_total;
+    uint64_t rejected_full_total, rejected_timeout_total, rejected_toobig_total;
+} sched_stats;
+
+/* Copy the numbers; with reqs != NULL also a malloc'd array of the live
+ * requests (*n_reqs entries, caller frees). Returns 0 or SCHED_ENOMEM. */
+int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_reqs);
+
+const char *sched_finish_name(int finish);   /* "length" | "eos_token" | "stop_sequence" */
+const char *sched_status_name(int status);
+
+#endif

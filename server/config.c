@@ -1,0 +1,409 @@
+/* config.c - option table and the four option sources.
+ *
+ * Owns: parsing flags, HYSERVE_* environment variables and the config
+ * file into a server_config, with precedence flags > env > file > defaults.
+ * Does not own: acting on the options.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+
+enum opt_type {
+    OPT_STR,
+    OPT_INT,
+    OPT_BYTES,
+    OPT_SECONDS,
+    OPT_BOOL,
+};
+
+/* One option, found by its long name in all four sources. */
+typedef struct opt_def {
+    const char *name;       /* long flag and config-file key */
+    char short_name;        /* 0: none */
+    const char *env;        /* environment variable */
+    int type;               /* enum opt_type */
+    size_t off;             /* offset in server_config */
+    size_t size;            /* OPT_STR: buffer size */
+    const char *arg;        /* metavar for the usage text */
+    const char *help;
+} opt_def;
+
+#define OFF(f) offsetof(server_config, f)
+#define SZ(f) sizeof(((server_config *)0)->f)
+
+static const opt_def OPTS[] = {
+    {"model", 'm', "HYSERVE_MODEL", OPT_STR, OFF(model), SZ(model), "FILE", "GGUF model to serve"},
+    {"host", 0, "HYSERVE_HOST", OPT_STR, OFF(host), SZ(host), "ADDR", "address to bind (default 127.0.0.1)"},
+    {"port", 0, "HYSERVE_PORT", OPT_INT, OFF(port), 0, "N", "TCP port (default 8080)"},
+    {"config", 0, "HYSERVE_CONFIG", OPT_STR, OFF(config_path), SZ(config_path), "FILE",
+     "config file (default " CONFIG_DEFAULT_PATH " when present)"},
+    {"threads", 't', "HYSERVE_THREADS", OPT_INT, OFF(threads), 0, "N", "engine threads (default: all cores)"},
+    {"ctx", 'c', "HYSERVE_CTX", OPT_INT, OFF(ctx), 0, "N", "max tokens per sequence (default: model, capped at 4096)"},
+    {"max-seqs", 0, "HYSERVE_MAX_SEQS", OPT_INT, OFF(max_seqs), 0, "N", "sequences decoded together (default 64)"},
+    {"cache-mem", 0, "HYSERVE_CACHE_MEM", OPT_BYTES, OFF(cache_mem), 0, "BYTES",
+     "cache budget, K/M/G suffixes (default: max-seqs full contexts, at most 4G)"},
+    {"max-queue", 0, "HYSERVE_MAX_QUEUE", OPT_INT, OFF(max_queue), 0, "N", "waiting requests before 429 (default 64)"},
+    {"queue-timeout", 0, "HYSERVE_QUEUE_TIMEOUT", OPT_SECONDS, OFF(queue_timeout), 0, "SEC",
+     "longest wait for admission before 429 (default 30)"},
+    {"max-body", 0, "HYSERVE_MAX_BODY", OPT_BYTES, OFF(max_body), 0, "BYTES", "request body limit (default 2M)"},
+    {"drain-timeout", 0, "HYSERVE_DRAIN_TIMEOUT", OPT_SECONDS, OFF(drain_timeout), 0, "SEC",
+     "time to finish in-flight requests after SIGTERM (default 60)"},
+    {"log-prompts", 0, "HYSERVE_LOG_PROMPTS", OPT_BOOL, OFF(log_prompts), 0, NULL,
+     "include prompt text in the request log (default off)"},
+    {"prefill-chunk", 0, "HYSERVE_PREFILL_CHUNK", OPT_INT, OFF(prefill_chunk), 0, "N",
+     "prompt tokens per step over all sequences (default 512)"},
+    {"keepalive", 0, "HYSERVE_KEEPALIVE", OPT_SECONDS, OFF(keepalive), 0, "SEC",
+     "SSE ': ping' comment after this much silence (default 15)"},
+    {"max-stop", 0, "HYSERVE_MAX_STOP", OPT_INT, OFF(max_stop), 0, "N", "stop sequences per request (default 4)"},
+    {"default-max-tokens", 0, "HYSERVE_DEFAULT_MAX_TOKENS", OPT_INT, OFF(default_max_tokens), 0, "N",
+     "max_new_tokens when a request gives none (default 256; /v1/completions: 16)"},
+    {"max-connections", 0, "HYSERVE_MAX_CONNECTIONS", OPT_INT, OFF(max_connections), 0, "N",
+     "concurrent HTTP connections (default 256)"},
+};
+#define N_OPTS ((int)(sizeof(OPTS) / sizeof(OPTS[0])))
+
+void config_defaults(server_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->host, sizeof(c->host), "127.0.0.1");
+    c->port = 8080;
+    c->max_queue = 64;
+    c->queue_timeout = 30.0;
+    c->max_body = 2000000;
+    c->drain_timeout = 60.0;
+    c->prefill_chunk = 512;
+    c->keepalive = 15.0;
+    c->max_stop = 4;
+    c->default_max_tokens = 256;
+    c->max_connections = 256;
+}
+
+void config_usage(FILE *f)
+{
+    fprintf(f, "usage: hyserve serve -m MODEL [options]\n\n"
+               "Serves TGI (/generate, /generate_stream) and OpenAI (/v1/completions,\n"
+               "/v1/chat/completions) HTTP APIs with continuous batching.\n\n"
+               "Options (precedence: flags, then HYSERVE_* environment, then the config file, then defaults):\n");
+    for (int i = 0; i < N_OPTS; i++) {
+        const opt_def *o = &OPTS[i];
+        char lhs[64];
+        if (o->short_name)
+            snprintf(lhs, sizeof(lhs), "-%c, --%s%s%s", o->short_name, o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        else
+            snprintf(lhs, sizeof(lhs), "    --%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        fprintf(f, "  %-30s %s [%s]\n", lhs, o->help, o->env);
+    }
+    fprintf(f, "  %-30s %s\n", "-h, --help", "show this help");
+}
+
+int config_parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    while (isspace((unsigned char)*s))
+        s++;
+    if (*s == '-' || !*s)
+        return -1;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0 || !isfinite(v))
+        return -1;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (toupper((unsigned char)*end) == 'I')
+        end++;
+    if (toupper((unsigned char)*end) == 'B')
+        end++;
+    while (isspace((unsigned char)*end))
+        end++;
+    if (*end)
+        return -1;
+    double b = v * mul;
+    if (b > 1.8e19)
+        return -1;
+    *out = (uint64_t)b;
+    return 0;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+    if (!strcasecmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) {
+        *out = true;
+        return 0;
+    }
+    if (!strcasecmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off")) {
+        *out = false;
+        return 0;
+    }
+    return -1;
+}
+
+/* Store one textual value. src names the source for the error message. */
+static int opt_set(server_config *c, const opt_def *o, const char *val, const char *src,
+                   char *err, size_t errlen)
+{
+    char *base = (char *)c + o->off;
+    char *end;
+    switch (o->type) {
+    case OPT_STR:
+        if (strlen(val) >= o->size) {
+            snprintf(err, errlen, "%s: value of %s is too long", src, o->name);
+            return -1;
+        }
+        memcpy(base, val, strlen(val) + 1);
+        return 0;
+    case OPT_INT: {
+        errno = 0;
+        long v = strtol(val, &end, 10);
+        while (isspace((unsigned char)*end))
+            end++;
+        if (errno || end == val || *end || v < 0 || v > INT_MAX) {
+            snprintf(err, errlen, "%s: %s wants a non-negative integer, got '%s'", src, o->name, val);
+            return -1;
+        }
+        *(int *)(void *)base = (int)v;
+        return 0;
+    }
+    case OPT_BYTES: {
+        uint64_t v;
+        if (config_parse_bytes(val, &v)) {
+            snprintf(err, errlen, "%s: %s wants a byte count like 512M or 2G, got '%s'", src, o->name, val);
+            return -1;
+        }
+        *(uint64_t *)(void *)base = v;
+        return 0;
+    }
+    case OPT_SECONDS: {
+        errno = 0;
+        double v = strtod(val, &end);
+        if (*end == 's')
+            end++;
+        while (isspace((unsigned char)*end))
+            end++;
+        if (errno || end == val || *end || !(v >= 0) || !isfinite(v)) {
+            snprintf(err, errlen, "%s: %s wants seconds (e.g. 30 or 0.5), got '%s'", src, o->name, val);
+            return -1;
+        }
+        *(double *)(void *)base = v;
+        return 0;
+    }
+    case OPT_BOOL: {
+        bool b;
+        if (parse_bool(val, &b)) {
+            snprintf(err, errlen, "%s: %s wants true or false, got '%s'", src, o->name, val);
+            return -1;
+        }
+        *(bool *)(void *)base = b;
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+static const opt_def *opt_by_name(const char *name, size_t len)
+{
+    for (int i = 0; i < N_OPTS; i++)
+        if (strlen(OPTS[i].name) == len && !strncmp(OPTS[i].name, name, len))
+            return &OPTS[i];
+    return NULL;
+}
+
+static const opt_def *opt_by_short(char ch)
+{
+    for (int i = 0; i < N_OPTS; i++)
+        if (OPTS[i].short_name == ch)
+            return &OPTS[i];
+    return NULL;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int load_file(server_config *c, const char *path, bool must_exist, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (!must_exist && errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[2048], src[1200];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *l = trim(line);
+        if (!*l)
+            continue;
+        snprintf(src, sizeof(src), "%s:%d", path, lineno);
+        char *eq = strchr(l, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s: expected 'key = value'", src);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(l), *val = trim(eq + 1);
+        size_t vl = strlen(val);
+        if (vl >= 2 && ((val[0] == '"' && val[vl - 1] == '"') || (val[0] == '\'' && val[vl - 1] == '\''))) {
+            val[vl - 1] = '\0';
+            val++;
+        }
+        const opt_def *o = opt_by_name(key, strlen(key));
+        if (!o || !strcmp(o->name, "config")) {
+            snprintf(err, errlen, "%s: unknown option '%s'", src, key);
+            rc = -1;
+            break;
+        }
+        if (opt_set(c, o, val, src, err, errlen)) {
+            rc = -1;
+            break;
+        }
+    }
+    fclose(f);
+    if (rc == 0)
+        snprintf(c->config_path, sizeof(c->config_path), "%s", path);
+    return rc;
+}
+
+/* Walk argv. With apply false only --config and --help are looked at
+ * (and the syntax checked); with apply true every value is stored. */
+static int scan_args(server_config *c, int argc, char **argv, bool apply, const char **config_flag,
+                     bool *help, char *err, size_t errlen)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const opt_def *o = NULL;
+        const char *val = NULL;
+        char src[80];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            *help = true;
+            continue;
+        }
+        if (a[0] == '-' && a[1] == '-') {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            o = opt_by_name(name, len);
+            if (!o && len > 3 && !strncmp(name, "no-", 3)) {
+                o = opt_by_name(name + 3, len - 3);
+                if (o && o->type == OPT_BOOL && !eq) {
+                    if (apply)
+                        *(bool *)(void *)((char *)c + o->off) = false;
+                    continue;
+                }
+                o = NULL;
+            }
+            if (!o) {
+                snprintf(err, errlen, "unknown option '%s' (see hyserve serve --help)", a);
+                return -1;
+            }
+            if (eq)
+                val = eq + 1;
+        } else if (a[0] == '-' && a[1] && !a[2]) {
+            o = opt_by_short(a[1]);
+            if (!o) {
+                snprintf(err, errlen, "unknown option '%s' (see hyserve serve --help)", a);
+                return -1;
+            }
+        } else {
+            snprintf(err, errlen, "unexpected argument '%s' (see hyserve serve --help)", a);
+            return -1;
+        }
+        if (!val) {
+            if (o->type == OPT_BOOL) {
+                val = "true";
+            } else {
+                if (i + 1 >= argc) {
+                    snprintf(err, errlen, "option %s needs a value", a);
+                    return -1;
+                }
+                val = argv[++i];
+            }
+        }
+        if (!strcmp(o->name, "config")) {
+            *config_flag = val;
+            continue;
+        }
+        if (apply) {
+            snprintf(src, sizeof(src), "--%s", o->name);
+            if (opt_set(c, o, val, src, err, errlen))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+int config_load(server_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    const char *config_flag = NULL;
+    bool help = false;
+    config_defaults(c);
+    if (scan_args(c, argc, argv, false, &config_flag, &help, err, errlen))
+        return -1;
+    if (help) {
+        config_usage(stdout);
+        return 1;
+    }
+    const char *env_cfg = getenv("HYSERVE_CONFIG");
+    if (config_flag) {
+        if (load_file(c, config_flag, true, err, errlen))
+            return -1;
+    } else if (env_cfg && *env_cfg) {
+        if (load_file(c, env_cfg, true, err, errlen))
+            return -1;
+    } else if (load_file(c, CONFIG_DEFAULT_PATH, false, err, errlen)) {
+        return -1;
+    }
+    for (int i = 0; i < N_OPTS; i++) {
+        const opt_def *o = &OPTS[i];
+        const char *v = getenv(o->env);
+        if (!v || !strcmp(o->name, "config"))
+            continue;
+        if (opt_set(c, o, v, o->env, err, errlen))
+            return -1;
+    }
+    if (scan_args(c, argc, argv, true, &config_flag, &help, err, errlen))
+        return -1;
+    if (!c->model[0]) {
+        snprintf(err, errlen, "no model: pass -m FILE, set HYSERVE_MODEL, or put 'model = FILE' in the config file");
+        return -1;
+    }
+    if (c->port < 1 || c->port > 65535) {
+        snprintf(err, errlen, "port %d is out of range 1..65535", c->port);
+        return -1;
+    }
+    if (c->max_queue < 1)
+        c->max_queue = 1;
+    if (c->prefill_chunk < 1)
+        c->prefill_chunk = 1;
+    if (c->max_connections < 4)
+        c->max_connections = 4;
+    if (c->default_max_tokens < 1)
+        c->default_max_tokens = 1;
+    if (c->max_body < 16)
+        c->max_body = 16;
+    return 0;
+}

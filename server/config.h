@@ -1,0 +1,58 @@
+/* config.h - server options from flags, environment, a config file and
+ * defaults, in that order of precedence.
+ *
+ * Owns: the option table (one row per option: long flag, short flag,
+ * environment variable, config-file key, type, help), parsing of sizes
+ * ("512M") and durations, the usage text.
+ * Does not own: what the options mean (serve.c and friends read them).
+ * Config file format: "key = value" lines, '#' comments, keys are the long
+ * flag names without dashes ("port = 8080", "cache-mem = 2G").
+ */
+#ifndef HYSERVE_CONFIG_H
+#define HYSERVE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONFIG_DEFAULT_PATH "config/server.conf"
+
+/* Every option of `hyserve serve`. Owned by serve_main; read-only once
+ * the server starts. */
+typedef struct server_config {
+    char model[1024];           /* GGUF path (-m) */
+    char host[256];             /* bind address */
+    int port;
+    char config_path[1024];     /* the file that was read, "" if none */
+    int threads;                /* engine threads, 0: all cores */
+    int ctx;                    /* max tokens per sequence, 0: model default */
+    int max_seqs;               /* live sequences, 0: engine default */
+    uint64_t cache_mem;         /* cache budget bytes, 0: engine default */
+    int max_queue;              /* waiting requests before 429 */
+    double queue_timeout;       /* seconds a request may wait for admission */
+    uint64_t max_body;          /* request body limit in bytes (413 beyond) */
+    double drain_timeout;       /* seconds to finish in-flight work after SIGTERM */
+    bool log_prompts;           /* put prompt text in the request log */
+    int prefill_chunk;          /* prompt tokens per step over all sequences */
+    double keepalive;           /* seconds of SSE silence before a ": ping" comment */
+    int max_stop;               /* stop sequences per request */
+    int default_max_tokens;     /* max_new_tokens when a request gives none (TGI and chat) */
+    int max_connections;        /* concurrent HTTP connections */
+} server_config;
+
+void config_defaults(server_config *c);
+
+/* Fill c from defaults, the config file (--config, $HYSERVE_CONFIG, or
+ * CONFIG_DEFAULT_PATH when it exists), the environment, then argv (argv[0]
+ * is the subcommand name). Returns 0, 1 when --help was printed, or a
+ * negative value with one line in err. */
+int config_load(server_config *c, int argc, char **argv, char *err, size_t errlen);
+
+/* Parse "123", "64K", "512M", "2G", "1T" (binary units, optional "B"/"iB").
+ * Returns 0 or -1. */
+int config_parse_bytes(const char *s, uint64_t *out);
+
+void config_usage(FILE *f);
+
+#endif

@@ -1,0 +1,317 @@
+/* http.c - libmicrohttpd daemon, per-request state, request log.
+ *
+ * Owns: starting/stopping the daemon (thread per connection: a handler
+ * blocks while its request is generated, a streaming content reader
+ * blocks waiting for the next event), collecting request bodies up to
+ * --max-body, request ids, response helpers, the one-line-per-request log
+ * and the metrics record when a request is done.
+ * Does not own: what each route does (routes.c).
+ * ref: libmicrohttpd 0.9 manual (MHD_AccessHandlerCallback, content reader
+ * callbacks, MHD_OPTION_NOTIFY_COMPLETED).
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <microhttpd.h>
+
+#include "http.h"
+#include "metrics.h"
+#include "routes.h"
+
+/* ---------------------------------------------------------------------- */
+/* Request ids                                                            */
+/* ---------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Use the client's X-Request-Id when it is 1..64 characters of
+ * [A-Za-z0-9._:-]; otherwise make one. */
+static void set_request_id(http_req *hr)
+{
+    const char *v = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, "X-Request-Id");
+    if (v) {
+        size_t n = strlen(v);
+        bool ok = n >= 1 && n <= 64;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)v[i]) || strchr("._:-", v[i]) != NULL;
+        if (ok) {
+            memcpy(hr->id, v, n + 1);
+            return;
+        }
+    }
+    uint64_t k = atomic_fetch_add(&hr->srv->next_id, 1);
+    snprintf(hr->id, sizeof(hr->id), "req-%016llx", (unsigned long long)splitmix64(k ^ hr->srv->id_salt));
+}
+
+/* ---------------------------------------------------------------------- */
+/* Response helpers                                                       */
+/* ---------------------------------------------------------------------- */
+
+int http_send(http_req *hr, int status, const char *content_type, const char *body, size_t len,
+              const char *const *headers)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return -1;
+    if (content_type)
+        MHD_add_response_header(resp, "Content-Type", content_type);
+    MHD_add_response_header(resp, "X-Request-Id", hr->id);
+    for (int i = 0; headers && headers[i] && headers[i + 1]; i += 2)
+        MHD_add_response_header(resp, headers[i], headers[i + 1]);
+    enum MHD_Result ok = MHD_queue_response(hr->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    hr->status = status;
+    return ok == MHD_YES ? 0 : -1;
+}
+
+int http_send_json(http_req *hr, int status, cJSON *obj, const char *const *headers)
+{
+    char *txt = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!txt) {
+        static const char oom[] = "{\"error\":\"out of memory\",\"error_type\":\"internal\"}";
+        return http_send(hr, 500, "application/json", oom, sizeof(oom) - 1, NULL);
+    }
+    int rc = http_send(hr, status, "application/json", txt, strlen(txt), headers);
+    cJSON_free(txt);
+    return rc;
+}
+
+const char *http_header(http_req *hr, const char *name)
+{
+    return MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, name);
+}
+
+const char *http_query(http_req *hr, const char *name)
+{
+    return MHD_lookup_connection_value(hr->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+int http_socket(http_req *hr)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+bool http_peer_gone(http_req *hr)
+{
+    int fd = http_socket(hr);
+    if (fd < 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+void http_inflight_begin(http_req *hr)
+{
+    if (!hr->inflight) {
+        hr->inflight = true;
+        atomic_fetch_add(&hr->srv->n_inflight, 1);
+    }
+}
+
+void http_inflight_end(http_req *hr)
+{
+    if (hr->inflight) {
+        hr->inflight = false;
+        atomic_fetch_sub(&hr->srv->n_inflight, 1);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Request completion: log line and metrics                               */
+/* ---------------------------------------------------------------------- */
+
+static void log_request(const http_req *hr, double total_s)
+{
+    char extra[256] = "";
+    if (hr->generation) {
+        snprintf(extra, sizeof(extra), " prompt_tokens=%d gen_tokens=%d finish=%s queue_ms=%.1f ttft_ms=%.1f",
+                 hr->n_prompt, hr->n_gen, hr->finish ? hr->finish : (hr->failure ? hr->failure : "-"),
+                 hr->queue_ms >= 0 ? hr->queue_ms : 0.0, hr->ttft_ms >= 0 ? hr->ttft_ms : -1.0);
+    }
+    if (hr->log_prompt)
+        fprintf(stderr, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f prompt=\"%s\"\n", hr->id, hr->method,
+                hr->path, hr->status, extra, total_s * 1e3, hr->log_prompt);
+    else
+        fprintf(stderr, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f\n", hr->id, hr->method, hr->path,
+                hr->status, extra, total_s * 1e3);
+}
+
+void http_req_unref(http_req *hr)
+{
+    if (!hr || --hr->refs > 0)
+        return;
+    double total = server_now() - hr->t_start;
+    log_request(hr, total);
+    if (hr->srv->m) {
+        metrics_req mr = {
+            .generation = hr->generation,
+            .status = hr->status,
+            .finish = hr->finish,
+            .failure = hr->failure,
+            .n_prompt = hr->n_prompt,
+            .n_gen = hr->n_gen,
+            .queue_s = hr->queue_ms >= 0 ? hr->queue_ms / 1e3 : -1,
+            .ttft_s = hr->ttft_ms >= 0 ? hr->ttft_ms / 1e3 : -1,
+            .e2e_s = total,
+            .cache_bytes = hr->cache_bytes,
+        };
+        metrics_record(hr->srv->m, &mr);
+    }
+    http_inflight_end(hr);
+    free(hr->body);
+    free(hr->log_prompt);
+    free(hr);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    http_req *hr = *con_cls;
+    *con_cls = NULL;
+    if (!hr)
+        return;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !hr->failure && hr->generation && !hr->finish)
+        hr->failure = "cancelled";
+    http_req_unref(hr);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The access handler                                                     */
+/* ---------------------------------------------------------------------- */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    server *srv = cls;
+    http_req *hr = *con_cls;
+
+    if (!hr) {
+        hr = calloc(1, sizeof(*hr));
+        if (!hr)
+            return MHD_NO;
+        hr->srv = srv;
+        hr->conn = conn;
+        hr->refs = 1;
+        hr->t_start = server_now();
+        hr->queue_ms = hr->ttft_ms = -1;
+        snprintf(hr->method, sizeof(hr->method), "%s", method);
+        snprintf(hr->path, sizeof(hr->path), "%s", url);
+        set_request_id(hr);
+        *con_cls = hr;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (end != cl && n > srv->cfg->max_body) {
+                /* refuse before reading the body; MHD closes the connection */
+                hr->body_too_large = true;
+                return routes_dispatch(hr) == 0 ? MHD_YES : MHD_NO;
+            }
+        }
+        return MHD_YES;
+    }
+    if (hr->status)         /* answered early (413): discard the rest */
+    {
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (hr->body_too_large)
+            return MHD_YES;
+        if (hr->n_body + n > srv->cfg->max_body) {
+            hr->body_too_large = true;
+            free(hr->body);
+            hr->body = NULL;
+            hr->n_body = hr->cap_body = 0;
+            return MHD_YES;
+        }
+        if (hr->n_body + n + 1 > hr->cap_body) {
+            size_t cap = hr->cap_body ? hr->cap_body : 1024;
+            while (cap < hr->n_body + n + 1)
+                cap *= 2;
+            char *b = realloc(hr->body, cap);
+            if (!b)
+                return MHD_NO;
+            hr->body = b;
+            hr->cap_body = cap;
+        }
+        memcpy(hr->body + hr->n_body, upload_data, n);
+        hr->n_body += n;
+        hr->body[hr->n_body] = '\0';
+        return MHD_YES;
+    }
+    hr->body_done = true;
+    return routes_dispatch(hr) == 0 ? MHD_YES : MHD_NO;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Daemon                                                                 */
+/* ---------------------------------------------------------------------- */
+
+int http_start(server *srv, char *err, size_t errlen)
+{
+    const server_config *c = srv->cfg;
+    struct addrinfo hints = {0}, *ai = NULL;
+    char port[16];
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    snprintf(port, sizeof(port), "%d", c->port);
+    int grc = getaddrinfo(c->host[0] ? c->host : NULL, port, &hints, &ai);
+    if (grc != 0 || !ai) {
+        snprintf(err, errlen, "cannot resolve --host '%s': %s", c->host, gai_strerror(grc));
+        return -1;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    srv->daemon = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, srv,
+                                   MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!srv->daemon) {
+        snprintf(err, errlen, "cannot listen on %s:%d (in use, or not a local address?)", c->host, c->port);
+        return -1;
+    }
+    return 0;
+}
+
+void http_stop(server *srv)
+{
+    if (srv->daemon)
+        MHD_stop_daemon(srv->daemon);
+    srv->daemon = NULL;
+}
+
+unsigned http_n_connections(server *srv)
+{
+    if (!srv->daemon)
+        return 0;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return di ? di->num_connections : 0;
+}

@@ -1,0 +1,77 @@
+/* http.h - libmicrohttpd glue.
+ *
+ * Owns: the daemon (one thread per connection, so a handler may block while
+ * its request generates), body collection with the size limit, request
+ * ids, the per-request state and its completion (one log line and the
+ * metrics record per request), response helpers that always add
+ * X-Request-Id, and detecting that a client went away.
+ * Does not own: routing (routes.c), JSON shapes (json.c), SSE (stream.c).
+ */
+#ifndef HYSERVE_HTTP_H
+#define HYSERVE_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "server.h"
+
+struct MHD_Connection;
+
+/* One HTTP request. Owned by its connection thread; freed when both the
+ * request is complete and any streaming response is done (refs). */
+typedef struct http_req {
+    server *srv;
+    struct MHD_Connection *conn;
+    int refs;                   /* request + streaming response; same thread, no lock */
+    char id[80];                /* X-Request-Id (client's, if sane) */
+    char method[16];
+    char path[256];
+    double t_start;             /* monotonic seconds */
+    char *body;                 /* [n_body] + NUL */
+    size_t n_body, cap_body;
+    bool body_too_large;
+    bool body_done;
+    int status;                 /* status sent, 0 before */
+    bool inflight;              /* counted in srv->n_inflight */
+    /* for the log line and metrics, filled by handlers */
+    bool generation;
+    int n_prompt, n_gen;
+    double queue_ms, ttft_ms;   /* < 0: n/a */
+    uint64_t cache_bytes;
+    const char *finish;         /* static string or NULL */
+    const char *failure;        /* static string or NULL */
+    char *log_prompt;           /* prompt text when --log-prompts; heap */
+} http_req;
+
+int http_start(server *srv, char *err, size_t errlen);
+/* Stop the daemon: closes every connection and joins its threads. */
+void http_stop(server *srv);
+/* Connections currently open. */
+unsigned http_n_connections(server *srv);
+
+/* Queue a response. headers: NULL or a NULL-terminated list of name,
+ * value pairs. Returns 0 or -1 (then close the connection). */
+int http_send(http_req *hr, int status, const char *content_type, const char *body, size_t len,
+              const char *const *headers);
+/* Queue a JSON response; takes ownership of obj (NULL sends a 500). */
+int http_send_json(http_req *hr, int status, cJSON *obj, const char *const *headers);
+
+const char *http_header(http_req *hr, const char *name);
+const char *http_query(http_req *hr, const char *name);
+
+/* The client socket, or -1. */
+int http_socket(http_req *hr);
+/* True when the peer has closed or reset the connection. */
+bool http_peer_gone(http_req *hr);
+
+/* Mark the request as in-flight generation work (drain waits for these). */
+void http_inflight_begin(http_req *hr);
+void http_inflight_end(http_req *hr);
+
+/* Drop one reference (the streaming response holds one). */
+void http_req_unref(http_req *hr);
+
+#endif

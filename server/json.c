@@ -1,0 +1,666 @@
+/* json.c - request parsing/validation and response shapes.
+ *
+ * Owns: TGI and OpenAI field rules (defaults, ranges, the "not supported"
+ * list), error envelopes, SSE framing of a JSON object, UTF-8 repair.
+ * Does not own: chat templates (chat.c), what the numbers mean to the
+ * scheduler.
+ * ref: ../shared/docs/serving.md 8.2 (validation rules and wording, after
+ * TGI's router/src/validation.rs), 3.1 (OpenAI request fields).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+
+/* ---------------------------------------------------------------------- */
+/* Text and buffers                                                       */
+/* ---------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if invalid. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    if (c >= 0x01 && c < 0x80)
+        return 1;
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+        cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;   /* NUL, continuation byte, or never valid */
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+cJSON *json_text(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t bad = 0;
+    for (size_t i = 0; i < len;) {
+        size_t l = utf8_seq_len(u + i, len - i);
+        if (l == 0) {
+            bad++;
+            i++;
+        } else {
+            i += l;
+        }
+    }
+    char *out = malloc(len + bad * 2 + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t l = utf8_seq_len(u + i, len - i);
+        if (l == 0) {
+            out[o++] = (char)0xEF;
+            out[o++] = (char)0xBF;
+            out[o++] = (char)0xBD;
+            i++;
+        } else {
+            memcpy(out + o, s + i, l);
+            o += l;
+            i += l;
+        }
+    }
+    out[o] = '\0';
+    cJSON *item = cJSON_CreateString(out);
+    free(out);
+    return item;
+}
+
+cJSON *json_add_text(cJSON *obj, const char *name, const char *s, size_t len)
+{
+    cJSON *item = json_text(s, len);
+    if (item && !cJSON_AddItemToObject(obj, name, item)) {
+        cJSON_Delete(item);
+        return NULL;
+    }
+    return item;
+}
+
+int json_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 512;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b)
+            return -1;
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
+int json_sse_frame(cJSON *obj, bool space, char **buf, size_t *len, size_t *cap)
+{
+    char *txt = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!txt)
+        return -1;
+    int rc = json_buf_append(buf, len, cap, space ? "data: " : "data:", space ? 6 : 5);
+    if (!rc)
+        rc = json_buf_append(buf, len, cap, txt, strlen(txt));
+    if (!rc)
+        rc = json_buf_append(buf, len, cap, "\n\n", 2);
+    cJSON_free(txt);
+    return rc;
+}
+
+cJSON *json_error_tgi(const char *msg, const char *error_type)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    json_add_text(o, "error", msg, strlen(msg));
+    cJSON_AddStringToObject(o, "error_type", error_type);
+    return o;
+}
+
+cJSON *json_error_oai(const char *msg, const char *type, const char *param, const char *code)
+{
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_CreateObject();
+    if (!o || !e) {
+        cJSON_Delete(o);
+        cJSON_Delete(e);
+        return NULL;
+    }
+    cJSON_AddItemToObject(o, "error", e);
+    json_add_text(e, "message", msg, strlen(msg));
+    cJSON_AddStringToObject(e, "type", type);
+    if (param && *param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (code && *code)
+        cJSON_AddStringToObject(e, "code", code);
+    else
+        cJSON_AddNullToObject(e, "code");
+    return o;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Field readers: 0 absent or null, 1 set, -1 invalid (err filled)        */
+/* ---------------------------------------------------------------------- */
+
+typedef struct perr {
+    char *err;
+    size_t errlen;
+    char *param;
+    size_t paramlen;
+    const char *prefix;         /* "" or "parameters." for messages */
+} perr;
+
+__attribute__((format(printf, 3, 4))) static int fail(perr *pe, const char *field, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    snprintf(pe->err, pe->errlen, "`%s`: %s", field, msg);
+    snprintf(pe->param, pe->paramlen, "%s", field);
+    return -1;
+}
+
+static const cJSON *field(const cJSON *obj, const char *name)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return it && !cJSON_IsNull(it) ? it : NULL;
+}
+
+static int get_bool(const cJSON *obj, const char *name, bool *out, perr *pe)
+{
+    const cJSON *it = field(obj, name);
+    if (!it)
+        return 0;
+    if (!cJSON_IsBool(it))
+        return fail(pe, name, "expected true or false");
+    *out = cJSON_IsTrue(it);
+    return 1;
+}
+
+static int get_num(const cJSON *obj, const char *name, double *out, perr *pe)
+{
+    const cJSON *it = field(obj, name);
+    if (!it)
+        return 0;
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+        return fail(pe, name, "expected a number");
+    *out = it->valuedouble;
+    return 1;
+}
+
+static int get_int(const cJSON *obj, const char *name, double lo, double hi, double *out, perr *pe)
+{
+    double v;
+    int rc = get_num(obj, name, &v, pe);
+    if (rc <= 0)
+        return rc;
+    if (v != floor(v))
+        return fail(pe, name, "expected an integer");
+    if (v < lo || v > hi) {
+        char range[96];
+        snprintf(range, sizeof(range), "%.0f..%.0f", lo, hi);
+        return fail(pe, name, "must be in %s", range);
+    }
+    *out = v;
+    return 1;
+}
+
+static int get_str(const cJSON *obj, const char *name, const char **out, perr *pe)
+{
+    const cJSON *it = field(obj, name);
+    if (!it)
+        return 0;
+    if (!cJSON_IsString(it))
+        return fail(pe, name, "expected a string");
+    *out = it->valuestring;
+    return 1;
+}
+
+/* stop: a string or an array of strings (the string form only when
+ * allow_string). */
+static int get_stop(gen_request *g, const cJSON *obj, bool allow_string, int max_stop, perr *pe)
+{
+    const cJSON *it = field(obj, "stop");
+    if (!it)
+        return 0;
+    int n = 0;
+    if (cJSON_IsString(it) && allow_string) {
+        n = 1;
+    } else if (cJSON_IsArray(it)) {
+        n = cJSON_GetArraySize(it);
+    } else {
+        return fail(pe, "stop", allow_string ? "expected a string or an array of strings"
+                                             : "expected an array of strings");
+    }
+    if (n > max_stop) {
+        char d[64];
+        snprintf(d, sizeof(d), "%d. Given: %d", max_stop, n);
+        return fail(pe, "stop", "supports up to %s", d);
+    }
+    if (n == 0)
+        return 0;
+    g->stop = calloc((size_t)n, sizeof(char *));
+    if (!g->stop)
+        return fail(pe, "stop", "out of memory");
+    for (int i = 0; i < n; i++) {
+        const cJSON *s = cJSON_IsString(it) ? it : cJSON_GetArrayItem(it, i);
+        if (!cJSON_IsString(s))
+            return fail(pe, "stop", "expected an array of strings");
+        if (!s->valuestring[0])
+            return fail(pe, "stop", "stop sequences must not be empty");
+        g->stop[i] = strdup(s->valuestring);
+        if (!g->stop[i])
+            return fail(pe, "stop", "out of memory");
+        g->n_stop++;
+    }
+    return 1;
+}
+
+/* A known field we do not implement: reject it when set to anything but
+ * its neutral value, rather than silently ignoring it. */
+static int unsupported(const cJSON *obj, const char *name, perr *pe)
+{
+    const cJSON *it = field(obj, name);
+    if (!it)
+        return 0;
+    if (cJSON_IsFalse(it))
+        return 0;
+    if (cJSON_IsNumber(it) && (it->valuedouble == 0 ||
+                               ((!strcmp(name, "best_of") || !strcmp(name, "n")) && it->valuedouble == 1)))
+        return 0;
+    if ((cJSON_IsObject(it) || cJSON_IsArray(it)) && !it->child)
+        return 0;
+    return fail(pe, name, "is not supported by this server");
+}
+
+/* ---------------------------------------------------------------------- */
+/* Generation requests                                                    */
+/* ---------------------------------------------------------------------- */
+
+/* Sampling fields shared by the OpenAI routes. */
+static int parse_oai_sampling(gen_request *g, const cJSON *root, int max_stop, perr *pe)
+{
+    double v;
+    g->sp.temperature = 1.0f;
+    g->sp.greedy = false;
+    int rc = get_num(root, "temperature", &v, pe);
+    if (rc < 0)
+        return -1;
+    if (rc) {
+        if (v < 0 || v > 2)
+            return fail(pe, "temperature", "must be between 0 and 2");
+        g->sp.temperature = (float)v;
+        if (v == 0)
+            g->sp.greedy = true;
+    }
+    if ((rc = get_num(root, "top_p", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (!(v > 0 && v <= 1))
+            return fail(pe, "top_p", "must be > 0 and <= 1");
+        g->sp.top_p = (float)v;
+    }
+    if ((rc = get_int(root, "top_k", -1, 1e9, &v, pe)) < 0)
+        return -1;
+    if (rc)
+        g->sp.top_k = (int)v;
+    if ((rc = get_num(root, "min_p", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (v < 0 || v > 1)
+            return fail(pe, "min_p", "must be between 0 and 1");
+        g->sp.min_p = (float)v;
+    }
+    if ((rc = get_num(root, "repetition_penalty", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (!(v > 0))
+            return fail(pe, "repetition_penalty", "must be strictly positive");
+        g->sp.repetition_penalty = (float)v;
+    }
+    if ((rc = get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        g->sp.seed = (uint64_t)(int64_t)v;
+        g->seed_given = true;
+    }
+    if (get_stop(g, root, true, max_stop, pe) < 0)
+        return -1;
+    if (get_bool(root, "stream", &g->stream, pe) < 0)
+        return -1;
+    const cJSON *so = field(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so))
+            return fail(pe, "stream_options", "expected an object");
+        if (get_bool(so, "include_usage", &g->include_usage, pe) < 0)
+            return -1;
+    }
+    const char *model = NULL;
+    if (get_str(root, "model", &model, pe) < 0)
+        return -1;
+    if (model)
+        snprintf(g->model, sizeof(g->model), "%s", model);
+    static const char *const unsup[] = {"n", "best_of", "logprobs", "top_logprobs", "echo", "suffix",
+                                        "presence_penalty", "frequency_penalty", "logit_bias", "tools",
+                                        "functions", "tool_choice", "function_call", NULL};
+    for (int i = 0; unsup[i]; i++)
+        if (unsupported(root, unsup[i], pe))
+            return -1;
+    const cJSON *rf = field(root, "response_format");
+    if (rf) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
+            return fail(pe, "response_format", "only {\"type\": \"text\"} is supported");
+    }
+    return 0;
+}
+
+static int parse_tgi(gen_request *g, const cJSON *root, int max_stop, perr *pe)
+{
+    const char *inputs = NULL;
+    double v;
+    int rc = get_str(root, "inputs", &inputs, pe);
+    if (rc < 0)
+        return -1;
+    if (rc == 0)
+        return fail(pe, "inputs", "missing field (expected a string)");
+    if (!inputs[0])
+        return fail(pe, "inputs", "cannot be empty");
+    g->prompt = strdup(inputs);
+    if (!g->prompt)
+        return fail(pe, "inputs", "out of memory");
+    if (get_bool(root, "stream", &g->stream, pe) < 0)
+        return -1;
+    g->sp.greedy = true;
+    g->sp.temperature = 1.0f;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "parameters");
+    if (!p || cJSON_IsNull(p))
+        return 0;
+    if (!cJSON_IsObject(p))
+        return fail(pe, "parameters", "expected an object");
+    bool sample = false, do_sample = false;
+    if ((rc = get_int(p, "max_new_tokens", -1e18, 1e18, &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (v <= 0)
+            return fail(pe, "max_new_tokens", "must be strictly positive");
+        g->max_new_tokens = v > 1e9 ? 1000000000 : (int)v;
+    }
+    if ((rc = get_num(p, "temperature", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (!(v > 0))
+            return fail(pe, "temperature", "must be strictly positive");
+        g->sp.temperature = (float)v;
+        sample = true;
+    }
+    if ((rc = get_int(p, "top_k", -1e18, 1e18, &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (v <= 0)
+            return fail(pe, "top_k", "must be strictly positive");
+        g->sp.top_k = v > 1e9 ? 1000000000 : (int)v;
+        sample = true;
+    }
+    if ((rc = get_num(p, "top_p", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (!(v > 0 && v < 1))
+            return fail(pe, "top_p", "must be > 0.0 and < 1.0");
+        g->sp.top_p = (float)v;
+        sample = true;
+    }
+    if ((rc = get_num(p, "min_p", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (!(v > 0 && v < 1))
+            return fail(pe, "min_p", "must be > 0.0 and < 1.0");
+        g->sp.min_p = (float)v;
+    }
+    if ((rc = get_num(p, "repetition_penalty", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (!(v > 0))
+            return fail(pe, "repetition_penalty", "must be strictly positive");
+        g->sp.repetition_penalty = (float)v;
+    }
+    if (get_bool(p, "do_sample", &do_sample, pe) < 0)
+        return -1;
+    if ((rc = get_int(p, "truncate", -1e18, 1e18, &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (v <= 0)
+            return fail(pe, "truncate", "must be strictly positive");
+        g->truncate = v > 1e9 ? 1000000000 : (int)v;
+    }
+    if ((rc = get_int(p, "seed", 0, 18446744073709551615.0, &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        g->sp.seed = v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+        g->seed_given = true;
+    }
+    if (get_stop(g, p, false, max_stop, pe) < 0)
+        return -1;
+    if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
+        get_bool(p, "return_usage", &g->return_usage, pe) < 0)
+        return -1;
+    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id", "typical_p",
+                                        "top_n_tokens", "decoder_input_details", "frequency_penalty", NULL};
+    for (int i = 0; unsup[i]; i++)
+        if (unsupported(p, unsup[i], pe))
+            return -1;
+    g->sp.greedy = !(sample || do_sample);
+    return 0;
+}
+
+static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)
+{
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!ms || cJSON_IsNull(ms))
+        return fail(pe, "messages", "missing field (expected an array of messages)");
+    if (!cJSON_IsArray(ms))
+        return fail(pe, "messages", "expected an array of messages");
+    int n = cJSON_GetArraySize(ms);
+    if (n == 0)
+        return fail(pe, "messages", "must contain at least one message");
+    g->msgs = calloc((size_t)n, sizeof(*g->msgs));
+    if (!g->msgs)
+        return fail(pe, "messages", "out of memory");
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(ms, i);
+        char where[48];
+        snprintf(where, sizeof(where), "messages[%d]", i);
+        if (!cJSON_IsObject(m))
+            return fail(pe, where, "expected an object with role and content");
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role))
+            return fail(pe, where, "`role` must be a string");
+        if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "user") &&
+            strcmp(role->valuestring, "assistant") && strcmp(role->valuestring, "developer") &&
+            strcmp(role->valuestring, "tool"))
+            return fail(pe, where, "unknown role '%s' (system, developer, user, assistant or tool)",
+                        role->valuestring);
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        char *text = NULL;
+        if (!content || cJSON_IsNull(content)) {
+            text = strdup("");
+        } else if (cJSON_IsString(content)) {
+            text = strdup(content->valuestring);
+        } else if (cJSON_IsArray(content)) {
+            /* content parts: concatenate the text parts */
+            size_t tl = 0, tc = 0;
+            const cJSON *part;
+            cJSON_ArrayForEach(part, content)
+            {
+                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
+                    free(text);
+                    return fail(pe, where, "only text content parts ({\"type\":\"text\",\"text\":...}) are supported");
+                }
+                if (json_buf_append(&text, &tl, &tc, t->valuestring, strlen(t->valuestring))) {
+                    free(text);
+                    return fail(pe, where, "out of memory");
+                }
+            }
+            if (!text)
+                text = strdup("");
+        } else {
+            return fail(pe, where, "`content` must be a string or an array of text parts");
+        }
+        g->msgs[i].role = strdup(role->valuestring);
+        g->msgs[i].content = text;
+        g->n_msgs++;
+        if (!g->msgs[i].role || !g->msgs[i].content)
+            return fail(pe, where, "out of memory");
+    }
+    return 0;
+}
+
+int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int max_stop,
+                   char *err, size_t errlen, char *param, size_t paramlen)
+{
+    perr pe = {err, errlen, param, paramlen, ""};
+    const char *end = NULL;
+    double v;
+    memset(g, 0, sizeof(*g));
+    g->api = api;
+    g->max_new_tokens = -1;
+    sampler_params_default(&g->sp);
+    param[0] = '\0';
+    if (!body || len == 0) {
+        snprintf(err, errlen, "empty request body: expected a JSON object");
+        return JSON_EPARSE;
+    }
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        size_t off = end && end >= body ? (size_t)(end - body) : 0;
+        snprintf(err, errlen, "malformed JSON in the request body near byte %zu", off);
+        return JSON_EPARSE;
+    }
+    int rc = JSON_EINVALID;
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, errlen, "the request body must be a JSON object");
+        goto out;
+    }
+    if (api == API_TGI) {
+        if (parse_tgi(g, root, max_stop, &pe))
+            goto out;
+    } else {
+        if (parse_oai_sampling(g, root, max_stop, &pe))
+            goto out;
+        int r2 = get_int(root, "max_tokens", -1e18, 1e18, &v, &pe);
+        if (r2 < 0)
+            goto out;
+        if (api == API_OAI_CHAT && r2 == 0) {
+            r2 = get_int(root, "max_completion_tokens", -1e18, 1e18, &v, &pe);
+            if (r2 < 0)
+                goto out;
+        }
+        if (r2) {
+            if (v <= 0) {
+                fail(&pe, "max_tokens", "must be at least 1");
+                goto out;
+            }
+            g->max_new_tokens = v > 1e9 ? 1000000000 : (int)v;
+        }
+        if (api == API_OAI_COMPLETION) {
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+            if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+                p = cJSON_GetArrayItem(p, 0);
+            if (!p || cJSON_IsNull(p)) {
+                fail(&pe, "prompt", "missing field (expected a string)");
+                goto out;
+            }
+            if (!cJSON_IsString(p)) {
+                fail(&pe, "prompt", "expected a string (or an array of exactly one string)");
+                goto out;
+            }
+            if (!p->valuestring[0]) {
+                fail(&pe, "prompt", "cannot be empty");
+                goto out;
+            }
+            g->prompt = strdup(p->valuestring);
+            if (!g->prompt) {
+                rc = JSON_ENOMEM;
+                goto out;
+            }
+        } else if (parse_chat_messages(g, root, &pe)) {
+            goto out;
+        }
+    }
+    rc = JSON_OK;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+void json_gen_free(gen_request *g)
+{
+    if (!g)
+        return;
+    free(g->prompt);
+    for (int i = 0; i < g->n_msgs; i++) {
+        free(g->msgs[i].role);
+        free(g->msgs[i].content);
+    }
+    free(g->msgs);
+    for (int i = 0; i < g->n_stop; i++)
+        free(g->stop[i]);
+    free(g->stop);
+    memset(g, 0, sizeof(*g));
+}
+
+int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen)
+{
+    const char *end = NULL;
+    *inputs = NULL;
+    if (!body || len == 0) {
+        snprintf(err, errlen, "empty request body: expected {\"inputs\": \"...\"}");
+        return JSON_EPARSE;
+    }
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        snprintf(err, errlen, "malformed JSON in the request body near byte %zu",
+                 end && end >= body ? (size_t)(end - body) : (size_t)0);
+        return JSON_EPARSE;
+    }
+    int rc = JSON_EINVALID;
+    const cJSON *in = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "inputs") : NULL;
+    if (!cJSON_IsString(in)) {
+        snprintf(err, errlen, "`inputs`: missing field (expected a string)");
+        goto out;
+    }
+    *inputs = strdup(in->valuestring);
+    rc = *inputs ? JSON_OK : JSON_ENOMEM;
+out:
+    cJSON_Delete(root);
+    return rc;
+}

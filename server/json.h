@@ -1,0 +1,89 @@
+/* json.h - cJSON at the edge: request bodies -> validated structs, and
+ * the response / event shapes of the TGI and OpenAI APIs.
+ *
+ * Owns: field names, types, defaults and validation rules of /generate,
+ * /generate_stream, /v1/completions, /v1/chat/completions and /tokenize;
+ * the JSON of responses, stream events and error envelopes; making text
+ * valid UTF-8 before it goes into JSON.
+ * Does not own: tokenization, admission, HTTP.
+ * ref: ../shared/docs/serving.md 1.2-1.5 (TGI), 3.1 (OpenAI), 8.2-8.4, 8.7.
+ */
+#ifndef HYSERVE_JSON_H
+#define HYSERVE_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "sampler.h"
+
+enum api_kind {
+    API_TGI = 0,                /* /generate, /generate_stream, POST / */
+    API_OAI_COMPLETION = 1,     /* /v1/completions */
+    API_OAI_CHAT = 2,           /* /v1/chat/completions */
+};
+
+enum json_status {
+    JSON_OK = 0,
+    JSON_EPARSE = -1,           /* not JSON: 400 */
+    JSON_EINVALID = -2,         /* wrong types or values: 422 (OpenAI: 400) */
+    JSON_ENOMEM = -3,
+};
+
+/* One chat message, content flattened to text. */
+typedef struct chat_msg {
+    char *role;
+    char *content;
+} chat_msg;
+
+/* A validated generation request. Owned by the route handler (and then by
+ * the stream for streaming requests); json_gen_free releases it. */
+typedef struct gen_request {
+    int api;                    /* enum api_kind */
+    bool stream;
+    char *prompt;               /* TGI inputs / completion prompt; the rendered chat prompt for chat */
+    chat_msg *msgs;             /* [n_msgs] chat only */
+    int n_msgs;
+    int max_new_tokens;         /* -1: not given */
+    int truncate;               /* TGI: keep only the last N prompt tokens; 0: off */
+    sampler_params sp;
+    bool seed_given;
+    char **stop;                /* [n_stop] non-empty strings */
+    int n_stop;
+    bool details;               /* TGI: token details */
+    bool return_full_text;      /* TGI: prepend the prompt */
+    bool return_usage;          /* TGI extension: usage block */
+    bool include_usage;         /* OpenAI stream_options.include_usage */
+    char model[128];            /* OpenAI: echoed back */
+} gen_request;
+
+/* Parse and validate body for the given API. max_stop bounds the stop
+ * list. On error returns JSON_E* with a message in err and the offending
+ * field (or "") in param. */
+int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int max_stop,
+                   char *err, size_t errlen, char *param, size_t paramlen);
+void json_gen_free(gen_request *g);
+
+/* /tokenize: {"inputs": "..."} -> *inputs (heap). */
+int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen);
+
+/* A string item holding text made valid UTF-8 (invalid bytes -> U+FFFD). */
+cJSON *json_text(const char *s, size_t len);
+/* The same, added to an object. Returns the item or NULL. */
+cJSON *json_add_text(cJSON *obj, const char *name, const char *s, size_t len);
+
+/* Error bodies. TGI: {"error": msg, "error_type": type}. OpenAI:
+ * {"error": {"message","type","param","code"}}. */
+cJSON *json_error_tgi(const char *msg, const char *error_type);
+cJSON *json_error_oai(const char *msg, const char *type, const char *param, const char *code);
+
+/* Serialize obj (deleted) as one SSE frame "data:<json>\n\n" (TGI writes no
+ * space after the colon; OpenAI frames use "data: "). Appends to *buf.
+ * Returns 0 or -1. */
+int json_sse_frame(cJSON *obj, bool space, char **buf, size_t *len, size_t *cap);
+/* Append raw bytes to a growable buffer. Returns 0 or -1. */
+int json_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
+
+#endif

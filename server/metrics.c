@@ -1,0 +1,388 @@
+/* metrics.c - counters, histograms, /stats JSON and /metrics text.
+ *
+ * Owns: request counters and latency/size histograms (updated by HTTP
+ * threads when a request ends, under one mutex), and rendering them with
+ * the scheduler's published numbers. Never includes prompt or output text.
+ * Does not own: the cache numbers (engine, published by the scheduler).
+ * ref: ../shared/docs/serving.md 8.5 (/stats shape) and 8.6 (metric names).
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+#include "metrics.h"
+
+#define HIST_MAX 20
+
+static const double SECONDS_BUCKETS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                         1, 2.5, 5, 10, 30, 60, 120};
+static const double TOKEN_BUCKETS[] = {1, 4, 16, 64, 256, 1024, 4096, 16384, 65536};
+static const double BYTE_BUCKETS[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30, 4294967296.0};
+
+/* A Prometheus histogram with fixed upper bounds. */
+typedef struct hist {
+    const double *bounds;       /* [n] upper bounds, +Inf implied */
+    int n;
+    uint64_t counts[HIST_MAX];  /* per bucket, not cumulative */
+    uint64_t count;
+    double sum;
+} hist;
+
+enum { FIN_LENGTH, FIN_EOS, FIN_STOP, N_FIN };
+static const char *const FIN_NAMES[N_FIN] = {"length", "eos_token", "stop_sequence"};
+enum { FAIL_VALIDATION, FAIL_OVERLOADED, FAIL_CANCELLED, FAIL_UNAVAILABLE, FAIL_GENERATION, FAIL_INTERNAL, N_FAIL };
+static const char *const FAIL_NAMES[N_FAIL] = {"validation", "overloaded", "cancelled", "unavailable",
+                                               "generation", "internal"};
+
+/* Owned by the server; every field under mu. */
+struct metrics {
+    pthread_mutex_t mu;
+    uint64_t http_requests_total;
+    uint64_t success[N_FIN];
+    uint64_t failure[N_FAIL];
+    hist ttft, e2e, queue, prompt_tokens, gen_tokens, cache_bytes;
+};
+
+static void hist_init(hist *h, const double *b, int n)
+{
+    memset(h, 0, sizeof(*h));
+    h->bounds = b;
+    h->n = n;
+}
+
+static void hist_add(hist *h, double v)
+{
+    int i = 0;
+    while (i < h->n && v > h->bounds[i])
+        i++;
+    h->counts[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+metrics *metrics_new(void)
+{
+    metrics *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    hist_init(&m->ttft, SECONDS_BUCKETS, (int)(sizeof(SECONDS_BUCKETS) / sizeof(double)));
+    hist_init(&m->e2e, SECONDS_BUCKETS, (int)(sizeof(SECONDS_BUCKETS) / sizeof(double)));
+    hist_init(&m->queue, SECONDS_BUCKETS, (int)(sizeof(SECONDS_BUCKETS) / sizeof(double)));
+    hist_init(&m->prompt_tokens, TOKEN_BUCKETS, (int)(sizeof(TOKEN_BUCKETS) / sizeof(double)));
+    hist_init(&m->gen_tokens, TOKEN_BUCKETS, (int)(sizeof(TOKEN_BUCKETS) / sizeof(double)));
+    hist_init(&m->cache_bytes, BYTE_BUCKETS, (int)(sizeof(BYTE_BUCKETS) / sizeof(double)));
+    return m;
+}
+
+void metrics_free(metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void metrics_record(metrics *m, const metrics_req *r)
+{
+    pthread_mutex_lock(&m->mu);
+    m->http_requests_total++;
+    if (r->generation) {
+        if (r->finish && r->status == 200) {
+            for (int i = 0; i < N_FIN; i++)
+                if (!strcmp(r->finish, FIN_NAMES[i]))
+                    m->success[i]++;
+            hist_add(&m->e2e, r->e2e_s);
+            if (r->ttft_s >= 0)
+                hist_add(&m->ttft, r->ttft_s);
+            if (r->queue_s >= 0)
+                hist_add(&m->queue, r->queue_s);
+            hist_add(&m->prompt_tokens, r->n_prompt);
+            hist_add(&m->gen_tokens, r->n_gen);
+            hist_add(&m->cache_bytes, (double)r->cache_bytes);
+        } else if (r->failure) {
+            int k = FAIL_INTERNAL;
+            for (int i = 0; i < N_FAIL; i++)
+                if (!strcmp(r->failure, FAIL_NAMES[i]))
+                    k = i;
+            m->failure[k]++;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* ---------------------------------------------------------------------- */
+/* /metrics                                                               */
+/* ---------------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *b;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *s, const char *fmt, ...)
+{
+    if (s->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = s->cap - s->len;
+        int n = vsnprintf(s->b ? s->b + s->len : NULL, s->b ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            s->oom = true;
+            return;
+        }
+        if (s->b && (size_t)n < room) {
+            s->len += (size_t)n;
+            return;
+        }
+        size_t cap = s->cap ? s->cap * 2 : 8192;
+        while (cap < s->len + (size_t)n + 1)
+            cap *= 2;
+        char *nb = realloc(s->b, cap);
+        if (!nb) {
+            s->oom = true;
+            return;
+        }
+        s->b = nb;
+        s->cap = cap;
+    }
+}
+
+static void prom_hist(sbuf *s, const char *name, const char *help, const hist *h)
+{
+    sb_printf(s, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n; i++) {
+        cum += h->counts[i];
+        sb_printf(s, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+    }
+    sb_printf(s, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    sb_printf(s, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+}
+
+static void prom_gauge(sbuf *s, const char *name, const char *help, double v)
+{
+    sb_printf(s, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
+}
+
+static void prom_counter(sbuf *s, const char *name, const char *help, double v)
+{
+    sb_printf(s, "# HELP %s %s\n# TYPE %s counter\n%s %.17g\n", name, help, name, name, v);
+}
+
+char *metrics_prometheus(server *srv)
+{
+    sbuf s = {0};
+    sched_stats st = {0};
+    int state = atomic_load(&srv->state);
+    bool have = state == SERVER_READY || state == SERVER_DRAINING;
+    if (have)
+        sched_get_stats(srv->sched, &st, NULL, NULL);
+    const engine_info *in = have ? srv->info : NULL;
+
+    prom_gauge(&s, "hyserve_ready", "1 when the server accepts new work", state == SERVER_READY);
+    prom_gauge(&s, "hyserve_draining", "1 after SIGTERM while in-flight requests finish", state == SERVER_DRAINING);
+    prom_gauge(&s, "hyserve_requests_running", "requests holding a sequence (prefill or decode)", st.running);
+    prom_gauge(&s, "hyserve_requests_waiting", "requests in the wait queue", st.waiting);
+    double budget = (double)st.pool.budget_bytes;
+    prom_gauge(&s, "hyserve_cache_budget_bytes", "cache budget (attention KV + recurrent state)", budget);
+    prom_gauge(&s, "hyserve_cache_reserved_bytes", "cache bytes reserved by live sequences",
+               (double)st.pool.reserved_bytes);
+    prom_gauge(&s, "hyserve_cache_usage_ratio", "reserved / budget",
+               budget > 0 ? (double)st.pool.reserved_bytes / budget : 0.0);
+    prom_gauge(&s, "hyserve_attn_kv_usage_ratio", "attention KV pages used / total",
+               st.pool.n_pages_total > 0 ? (double)st.pool.n_pages_used / st.pool.n_pages_total : 0.0);
+    prom_gauge(&s, "hyserve_recurrent_slots_used", "DeltaNet state slots in use", st.pool.n_seqs);
+    prom_gauge(&s, "hyserve_recurrent_slots_total", "DeltaNet state slots (max sequences)", in ? in->max_seqs : 0);
+    prom_gauge(&s, "hyserve_batch_size_last", "sequences in the last engine step", st.batch_seqs_last);
+    prom_gauge(&s, "hyserve_batch_size_max", "most sequences in one engine step", st.batch_seqs_max);
+    prom_counter(&s, "hyserve_engine_steps_total", "engine forward steps", (double)st.steps_total);
+    prom_counter(&s, "hyserve_prompt_tokens_total", "prompt tokens prefilled", (double)st.prompt_tokens_total);
+    prom_counter(&s, "hyserve_generation_tokens_total", "tokens generated", (double)st.generation_tokens_total);
+    prom_counter(&s, "hyserve_cached_tokens_total", "prompt tokens served from a prefix cache", 0);
+    prom_counter(&s, "hyserve_preemptions_total", "requests preempted", 0);
+    sb_printf(&s, "# HELP hyserve_rejected_total requests refused before admission\n"
+                  "# TYPE hyserve_rejected_total counter\n"
+                  "hyserve_rejected_total{reason=\"queue_full\"} %llu\n"
+                  "hyserve_rejected_total{reason=\"queue_timeout\"} %llu\n"
+                  "hyserve_rejected_total{reason=\"too_big\"} %llu\n",
+              (unsigned long long)st.rejected_full_total, (unsigned long long)st.rejected_timeout_total,
+              (unsigned long long)st.rejected_toobig_total);
+    if (in) {
+        sb_printf(&s, "# HELP hyserve_cache_config_info cache layout\n# TYPE hyserve_cache_config_info gauge\n"
+                      "hyserve_cache_config_info{block_tokens=\"%d\",kv_dtype=\"%s\",state_dtype=\"f32\","
+                      "kv_bytes_per_token=\"%llu\",state_bytes_per_seq=\"%llu\"} 1\n",
+                  in->page_tokens, in->kv_dtype ? in->kv_dtype : "f32", (unsigned long long)in->kv_bytes_per_token,
+                  (unsigned long long)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
+    }
+
+    metrics *m = srv->m;
+    pthread_mutex_lock(&m->mu);
+    prom_counter(&s, "hyserve_http_requests_total", "HTTP requests answered", (double)m->http_requests_total);
+    sb_printf(&s, "# HELP hyserve_request_success_total generations that completed\n"
+                  "# TYPE hyserve_request_success_total counter\n");
+    for (int i = 0; i < N_FIN; i++)
+        sb_printf(&s, "hyserve_request_success_total{finish_reason=\"%s\"} %llu\n", FIN_NAMES[i],
+                  (unsigned long long)m->success[i]);
+    sb_printf(&s, "# HELP hyserve_request_failure_total generation requests that failed\n"
+                  "# TYPE hyserve_request_failure_total counter\n");
+    for (int i = 0; i < N_FAIL; i++)
+        sb_printf(&s, "hyserve_request_failure_total{reason=\"%s\"} %llu\n", FAIL_NAMES[i],
+                  (unsigned long long)m->failure[i]);
+    prom_hist(&s, "hyserve_time_to_first_token_seconds", "request arrival to first token", &m->ttft);
+    prom_hist(&s, "hyserve_e2e_request_latency_seconds", "request arrival to last byte", &m->e2e);
+    prom_hist(&s, "hyserve_request_queue_time_seconds", "time waiting for admission", &m->queue);
+    prom_hist(&s, "hyserve_request_prompt_tokens", "prompt tokens per request", &m->prompt_tokens);
+    prom_hist(&s, "hyserve_request_generation_tokens", "generated tokens per request", &m->gen_tokens);
+    prom_hist(&s, "hyserve_request_cache_bytes", "peak cache bytes per request", &m->cache_bytes);
+    pthread_mutex_unlock(&m->mu);
+    if (s.oom) {
+        free(s.b);
+        return NULL;
+    }
+    return s.b;
+}
+
+/* ---------------------------------------------------------------------- */
+/* /stats                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static cJSON *request_json(const sched_req_stats *q)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "id", q->id);
+    cJSON_AddStringToObject(o, "state", q->state);
+    cJSON_AddNumberToObject(o, "age_ms", (double)(long long)q->age_ms);
+    cJSON_AddNumberToObject(o, "prompt_tokens", q->prompt_tokens);
+    cJSON_AddNumberToObject(o, "prefilled_tokens", q->prefilled_tokens);
+    cJSON_AddNumberToObject(o, "generated_tokens", q->generated_tokens);
+    cJSON_AddNumberToObject(o, "max_new_tokens", q->max_new_tokens);
+    cJSON_AddNumberToObject(o, "cached_tokens", 0);
+    const engine_seq_usage *u = &q->usage;
+    cJSON *kv = cJSON_AddObjectToObject(o, "attn_kv");
+    cJSON_AddNumberToObject(kv, "tokens", u->n_tokens);
+    cJSON_AddNumberToObject(kv, "tokens_reserved", u->n_reserved_tokens);
+    cJSON_AddNumberToObject(kv, "bytes_reserved", (double)(u->kv_reserved_bytes + u->mla_reserved_bytes));
+    cJSON_AddNumberToObject(kv, "bytes_used", (double)(u->kv_used_bytes + u->mla_used_bytes));
+    cJSON_AddNumberToObject(kv, "bytes_shared", 0);
+    cJSON *rec = cJSON_AddObjectToObject(o, "recurrent");
+    bool has_state = u->dnet_state_bytes + u->dnet_conv_bytes > 0;
+    cJSON_AddNumberToObject(rec, "slots", has_state ? 1 : 0);
+    cJSON_AddNumberToObject(rec, "state_bytes", (double)u->dnet_state_bytes);
+    cJSON_AddNumberToObject(rec, "conv_bytes", (double)u->dnet_conv_bytes);
+    cJSON_AddNumberToObject(rec, "bytes", (double)(u->dnet_state_bytes + u->dnet_conv_bytes));
+    cJSON_AddNumberToObject(o, "total_bytes_owned", (double)u->total_reserved_bytes);
+    return o;
+}
+
+cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_requests)
+{
+    sched_stats st;
+    sched_req_stats *reqs = NULL;
+    int n_reqs = 0;
+    if (sched_get_stats(srv->sched, &st, &reqs, &n_reqs))
+        return NULL;
+    const engine_info *in = srv->info;
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        goto out;
+
+    cJSON *model = cJSON_AddObjectToObject(o, "model");
+    cJSON_AddStringToObject(model, "id", in->name);
+    cJSON_AddStringToObject(model, "arch", in->arch);
+    cJSON_AddNumberToObject(model, "weights_bytes", (double)in->weight_bytes);
+    cJSON *lay = cJSON_AddObjectToObject(model, "cache_layout");
+    cJSON_AddStringToObject(lay, "kind", in->n_dnet_layers > 0 && (in->n_attn_layers + in->n_mla_layers) > 0
+                                             ? "hybrid"
+                                             : in->n_dnet_layers > 0 ? "recurrent" : "attention");
+    cJSON_AddNumberToObject(lay, "block_tokens", in->page_tokens);
+    if (in->n_attn_layers > 0) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "attention");
+        cJSON_AddStringToObject(a, "type", in->n_head_kv < in->n_head ? "gqa" : "mha");
+        cJSON_AddNumberToObject(a, "layers", in->n_attn_layers);
+        cJSON_AddNumberToObject(a, "kv_heads", in->n_head_kv);
+        cJSON_AddNumberToObject(a, "head_dim", in->head_dim);
+        cJSON_AddStringToObject(a, "dtype", in->kv_dtype ? in->kv_dtype : "f32");
+        cJSON_AddNumberToObject(a, "bytes_per_token", (double)in->kv_bytes_per_token);
+    }
+    if (in->n_dnet_layers > 0) {
+        cJSON *r = cJSON_AddObjectToObject(lay, "recurrent");
+        cJSON_AddStringToObject(r, "type", "gated_deltanet");
+        cJSON_AddNumberToObject(r, "layers", in->n_dnet_layers);
+        cJSON_AddNumberToObject(r, "ssm_state_bytes_per_seq", (double)in->dnet_state_bytes_per_seq);
+        cJSON_AddNumberToObject(r, "conv_state_bytes_per_seq", (double)in->dnet_conv_bytes_per_seq);
+        cJSON_AddStringToObject(r, "dtype", "f32");
+        cJSON_AddNumberToObject(r, "bytes_per_seq", (double)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
+    }
+    cJSON_AddNumberToObject(lay, "mha_bytes_per_token", (double)in->mha_bytes_per_token);
+
+    cJSON *lim = cJSON_AddObjectToObject(o, "limits");
+    cJSON_AddNumberToObject(lim, "max_input_tokens", in->n_ctx - 1);
+    cJSON_AddNumberToObject(lim, "max_total_tokens", in->n_ctx);
+    cJSON_AddNumberToObject(lim, "max_concurrent_requests", in->max_seqs);
+    cJSON_AddNumberToObject(lim, "max_queue", srv->cfg->max_queue);
+
+    cJSON *pools = cJSON_AddObjectToObject(o, "pools");
+    cJSON_AddNumberToObject(pools, "budget_bytes", (double)st.pool.budget_bytes);
+    cJSON_AddNumberToObject(pools, "reserved_bytes", (double)st.pool.reserved_bytes);
+    cJSON_AddNumberToObject(pools, "free_bytes", (double)st.pool.free_bytes);
+    cJSON_AddNumberToObject(pools, "n_seqs", st.pool.n_seqs);
+    cJSON *kv = cJSON_AddObjectToObject(pools, "attn_kv");
+    cJSON_AddNumberToObject(kv, "blocks_total", st.pool.n_pages_total);
+    cJSON_AddNumberToObject(kv, "blocks_used", st.pool.n_pages_used);
+    cJSON_AddNumberToObject(kv, "usage_ratio",
+                            st.pool.n_pages_total > 0 ? (double)st.pool.n_pages_used / st.pool.n_pages_total : 0.0);
+    cJSON *rec = cJSON_AddObjectToObject(pools, "recurrent");
+    cJSON_AddNumberToObject(rec, "slots_total", in->max_seqs);
+    cJSON_AddNumberToObject(rec, "slots_used", in->n_dnet_layers > 0 ? st.pool.n_seqs : 0);
+
+    cJSON *sc = cJSON_AddObjectToObject(o, "scheduler");
+    cJSON_AddNumberToObject(sc, "running", st.running);
+    cJSON_AddNumberToObject(sc, "waiting", st.waiting);
+    cJSON_AddBoolToObject(sc, "draining", st.draining);
+    cJSON_AddNumberToObject(sc, "steps_total", (double)st.steps_total);
+    cJSON_AddNumberToObject(sc, "batch_size_last", st.batch_seqs_last);
+    cJSON_AddNumberToObject(sc, "batch_size_max", st.batch_seqs_max);
+    cJSON_AddNumberToObject(sc, "batch_decode_max", st.batch_decode_max);
+    cJSON_AddNumberToObject(sc, "mixed_steps_total", (double)st.mixed_steps_total);
+    cJSON_AddNumberToObject(sc, "prefill_chunk", srv->cfg->prefill_chunk);
+    cJSON_AddNumberToObject(sc, "batch_size_mean",
+                            st.steps_total ? (double)st.batch_seqs_total / (double)st.steps_total : 0.0);
+    cJSON_AddNumberToObject(sc, "admitted_total", (double)st.admitted_total);
+    cJSON_AddNumberToObject(sc, "finished_total", (double)st.finished_total);
+    cJSON_AddNumberToObject(sc, "cancelled_total", (double)st.cancelled_total);
+    cJSON_AddNumberToObject(sc, "failed_total", (double)st.failed_total);
+    cJSON_AddNumberToObject(sc, "rejected_total",
+                            (double)(st.rejected_full_total + st.rejected_timeout_total + st.rejected_toobig_total));
+    cJSON_AddNumberToObject(sc, "preemptions_total", 0);
+    cJSON_AddNumberToObject(sc, "prompt_tokens_total", (double)st.prompt_tokens_total);
+    cJSON_AddNumberToObject(sc, "generation_tokens_total", (double)st.generation_tokens_total);
+
+    uint64_t t_kv = 0, t_state = 0, t_all = 0;
+    cJSON *arr = with_requests ? cJSON_AddArrayToObject(o, "requests") : NULL;
+    for (int i = 0; i < n_reqs; i++) {
+        const engine_seq_usage *u = &reqs[i].usage;
+        t_kv += u->kv_reserved_bytes + u->mla_reserved_bytes;
+        t_state += u->dnet_state_bytes + u->dnet_conv_bytes;
+        t_all += u->total_reserved_bytes;
+        if (arr && (!request_id || !strcmp(request_id, reqs[i].id)))
+            cJSON_AddItemToArray(arr, request_json(&reqs[i]));
+    }
+    cJSON *tot = cJSON_AddObjectToObject(o, "totals");
+    cJSON_AddNumberToObject(tot, "attn_kv_bytes", (double)t_kv);
+    cJSON_AddNumberToObject(tot, "recurrent_state_bytes", (double)t_state);
+    cJSON_AddNumberToObject(tot, "checkpoint_bytes", 0);
+    cJSON_AddNumberToObject(tot, "all_requests_bytes", (double)t_all);
+out:
+    free(reqs);
+    return o;
+}

@@ -1,0 +1,49 @@
+/* server.h - state shared by the HTTP threads of `hyserve serve`.
+ *
+ * Owns: the server struct and its lifecycle states.
+ * Does not own: the engine internals (engine.h), scheduling (scheduler.h).
+ */
+#ifndef HYSERVE_SERVER_H
+#define HYSERVE_SERVER_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "config.h"
+#include "engine.h"
+#include "scheduler.h"
+
+enum server_state {
+    SERVER_LOADING = 0,         /* HTTP is up, the model is not */
+    SERVER_READY = 1,
+    SERVER_DRAINING = 2,        /* SIGTERM seen: finishing in-flight work */
+    SERVER_FAILED = 3,          /* the model failed to load */
+};
+
+typedef struct metrics metrics;
+struct MHD_Daemon;
+
+/* Owned by serve_main. eng, info, sched and chat_kind are written once
+ * before state becomes SERVER_READY (release store) and never after, so
+ * HTTP threads read them freely once they have seen READY (acquire load). */
+typedef struct server {
+    const server_config *cfg;
+    engine *eng;
+    const engine_info *info;
+    sched *sched;
+    int chat_kind;              /* enum chat_kind */
+    atomic_int state;           /* enum server_state */
+    atomic_int n_inflight;      /* generation requests not yet answered or streamed out */
+    atomic_uint_least64_t next_id;  /* request id counter */
+    uint64_t id_salt;           /* random per process, mixed into request ids */
+    struct MHD_Daemon *daemon;
+    metrics *m;
+    double t_start;             /* monotonic seconds at start */
+    time_t started_at;          /* wall clock at start */
+} server;
+
+/* Monotonic seconds. */
+double server_now(void);
+
+#endif

@@ -1,0 +1,432 @@
+/* stream.c - scheduler events -> HTTP, with disconnect detection and SSE.
+ *
+ * Owns: stream_next_event (poll on the request's eventfd and the client
+ * socket together, so a closed socket is noticed while waiting), the
+ * non-streaming collector, the SSE content reader (one frame per event,
+ * handed to libmicrohttpd as soon as it exists, ": ping" after
+ * --keepalive seconds of silence, an error event on mid-stream failure),
+ * and the per-API frame shapes.
+ * Does not own: admission or validation (done before the stream starts).
+ * ref: ../shared/docs/serving.md 1.4 (TGI events), 3.1 (OpenAI chunks),
+ * 8.4 (headers, pings, disconnect).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <microhttpd.h>
+
+#include "stream.h"
+
+/* ---------------------------------------------------------------------- */
+/* Waiting for events                                                     */
+/* ---------------------------------------------------------------------- */
+
+int stream_next_event(http_req *hr, sched_req *r, sched_event *ev, int timeout_ms)
+{
+    double deadline = server_now() + timeout_ms / 1e3;
+    int sock = http_socket(hr);
+    for (;;) {
+        int have = sched_req_next(r, ev, 0);
+        double left_ms = have ? 0 : (deadline - server_now()) * 1e3;
+        struct pollfd p[2] = {
+            {.fd = sched_req_event_fd(r), .events = POLLIN},
+            {.fd = sock, .events = POLLRDHUP},
+        };
+        int n = poll(p, sock >= 0 ? 2 : 1, left_ms > 0 ? (int)left_ms + 1 : 0);
+        if (n < 0 && errno != EINTR)
+            n = 0;
+        if (sock >= 0 && n > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            if (have)
+                sched_event_clear(ev);
+            sched_req_cancel(r);
+            return -1;
+        }
+        if (have)
+            return 1;
+        if (n == 0 && server_now() >= deadline)
+            return 0;
+    }
+}
+
+const char *stream_oai_finish(int finish)
+{
+    return finish == SCHED_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* ---------------------------------------------------------------------- */
+/* Non-streaming                                                          */
+/* ---------------------------------------------------------------------- */
+
+void gen_result_free(gen_result *res)
+{
+    if (!res)
+        return;
+    free(res->text);
+    free(res->toks);
+    memset(res, 0, sizeof(*res));
+}
+
+int stream_collect(http_req *hr, sched_req *r, gen_result *res)
+{
+    sched_event ev;
+    for (;;) {
+        int rc = stream_next_event(hr, r, &ev, 1000);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            continue;
+        if (ev.kind == SCHED_EV_ERROR) {
+            res->error = ev.error ? ev.error : SCHED_EENGINE;
+            snprintf(res->message, sizeof(res->message), "%s", ev.message);
+            return 0;
+        }
+        if (ev.kind != SCHED_EV_TOKEN)
+            continue;
+        if (res->n_toks == res->cap_toks) {
+            int cap = res->cap_toks ? res->cap_toks * 2 : 64;
+            gen_token *t = realloc(res->toks, (size_t)cap * sizeof(*t));
+            if (!t)
+                goto out_nomem;
+            res->toks = t;
+            res->cap_toks = cap;
+        }
+        gen_token *t = &res->toks[res->n_toks++];
+        t->id = ev.token;
+        t->logprob = ev.logprob;
+        t->special = ev.special;
+        t->off = res->len;
+        t->len = ev.text_len;
+        if (json_buf_append(&res->text, &res->len, &res->cap, ev.text ? ev.text : "", ev.text_len))
+            goto out_nomem;
+        bool final = ev.final;
+        res->finish = ev.finish;
+        sched_event_clear(&ev);
+        if (final)
+            return 0;
+    }
+out_nomem:
+    sched_event_clear(&ev);
+    sched_req_cancel(r);
+    res->error = SCHED_ENOMEM;
+    snprintf(res->message, sizeof(res->message), "out of memory while collecting the generation");
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* SSE                                                                    */
+/* ---------------------------------------------------------------------- */
+
+/* One streaming response. Owned by libmicrohttpd's response (freed in
+ * stream_free on the connection's thread). */
+typedef struct stream {
+    http_req *hr;               /* holds one reference */
+    sched_req *r;
+    gen_request g;
+    int n_prompt;
+    int index;                  /* TGI: events sent, from 1 */
+    int n_gen;
+    char *out;                  /* [n_out] bytes framed, not yet handed to MHD, from off_out */
+    size_t n_out, off_out, cap_out;
+    char *text;                 /* [n_text] generated text so far (TGI generated_text) */
+    size_t n_text, cap_text;
+    bool done;                  /* the last frame is in out */
+    bool ok;                    /* ended with a final token */
+    bool gone;                  /* the client went away */
+    int finish;
+    int keepalive_ms;
+    char oai_id[128];
+    long long created;
+    const char *model;
+} stream;
+
+static cJSON *oai_base(stream *st, const char *object)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "id", st->oai_id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)st->created);
+    cJSON_AddStringToObject(o, "model", st->model);
+    return o;
+}
+
+static cJSON *usage_obj(int n_prompt, int n_gen)
+{
+    cJSON *u = cJSON_CreateObject();
+    if (!u)
+        return NULL;
+    cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", n_prompt + n_gen);
+    return u;
+}
+
+static int frame(stream *st, cJSON *o, bool space)
+{
+    return json_sse_frame(o, space, &st->out, &st->n_out, &st->cap_out);
+}
+
+static int frame_raw(stream *st, const char *s)
+{
+    return json_buf_append(&st->out, &st->n_out, &st->cap_out, s, strlen(s));
+}
+
+/* An OpenAI chunk with one choice: text (completion) or delta (chat). */
+static int oai_chunk(stream *st, const char *text, size_t len, const char *finish, bool role)
+{
+    bool chat = st->g.api == API_OAI_CHAT;
+    cJSON *o = oai_base(st, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    if (!o || !choices || !c) {
+        cJSON_Delete(o);
+        cJSON_Delete(c);
+        return -1;
+    }
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (role)
+            cJSON_AddStringToObject(d, "role", "assistant");
+        if (text)
+            json_add_text(d, "content", text, len);
+    } else {
+        json_add_text(c, "text", text ? text : "", text ? len : 0);
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
+    if (st->g.include_usage)
+        cJSON_AddNullToObject(o, "usage");
+    return frame(st, o, true);
+}
+
+static int on_event_tgi(stream *st, const sched_event *ev)
+{
+    cJSON *o = cJSON_CreateObject(), *tok = cJSON_CreateObject();
+    if (!o || !tok) {
+        cJSON_Delete(o);
+        cJSON_Delete(tok);
+        return -1;
+    }
+    cJSON_AddNumberToObject(o, "index", ++st->index);
+    cJSON_AddItemToObject(o, "token", tok);
+    cJSON_AddNumberToObject(tok, "id", ev->token);
+    json_add_text(tok, "text", ev->text ? ev->text : "", ev->text_len);
+    cJSON_AddNumberToObject(tok, "logprob", ev->logprob);
+    cJSON_AddBoolToObject(tok, "special", ev->special);
+    if (!ev->final) {
+        cJSON_AddNullToObject(o, "generated_text");
+        cJSON_AddNullToObject(o, "details");
+        return frame(st, o, false);
+    }
+    char *full = NULL;
+    size_t fl = 0, fc = 0;
+    if (st->g.return_full_text && json_buf_append(&full, &fl, &fc, st->g.prompt, strlen(st->g.prompt)))
+        goto out_nomem;
+    if (json_buf_append(&full, &fl, &fc, st->text ? st->text : "", st->n_text))
+        goto out_nomem;
+    json_add_text(o, "generated_text", full, fl);
+    free(full);
+    if (st->g.details) {
+        cJSON *d = cJSON_AddObjectToObject(o, "details");
+        cJSON_AddStringToObject(d, "finish_reason", sched_finish_name(ev->finish));
+        cJSON_AddNumberToObject(d, "generated_tokens", st->n_gen);
+        if (st->g.sp.greedy)
+            cJSON_AddNullToObject(d, "seed");
+        else
+            cJSON_AddNumberToObject(d, "seed", (double)st->g.sp.seed);
+        cJSON_AddNumberToObject(d, "input_length", st->n_prompt);
+    } else {
+        cJSON_AddNullToObject(o, "details");
+    }
+    if (st->g.return_usage) {
+        sched_result res;
+        sched_req_result(st->r, &res);
+        cJSON *u = usage_obj(st->n_prompt, st->n_gen);
+        cJSON_AddItemToObject(o, "usage", u);
+        cJSON *cache = cJSON_AddObjectToObject(u, "cache");
+        cJSON_AddNumberToObject(cache, "attn_kv_bytes", (double)res.kv_bytes);
+        cJSON_AddNumberToObject(cache, "recurrent_state_bytes", (double)res.state_bytes);
+        cJSON_AddNumberToObject(cache, "peak_total_bytes", (double)res.peak_cache_bytes);
+    }
+    return frame(st, o, false);
+out_nomem:
+    free(full);
+    cJSON_Delete(o);
+    return -1;
+}
+
+static int on_event_oai(stream *st, const sched_event *ev)
+{
+    if (ev->text_len > 0 || ev->final) {
+        const char *fin = ev->final ? stream_oai_finish(ev->finish) : NULL;
+        if (st->g.api == API_OAI_CHAT && ev->final && ev->text_len > 0) {
+            /* chat: content, then an empty delta carrying finish_reason */
+            if (oai_chunk(st, ev->text, ev->text_len, NULL, false))
+                return -1;
+            if (oai_chunk(st, NULL, 0, fin, false))
+                return -1;
+        } else if (st->g.api == API_OAI_CHAT && ev->final) {
+            if (oai_chunk(st, NULL, 0, fin, false))
+                return -1;
+        } else if (oai_chunk(st, ev->text ? ev->text : "", ev->text_len, fin, false)) {
+            return -1;
+        }
+    }
+    if (!ev->final)
+        return 0;
+    if (st->g.include_usage) {
+        cJSON *o = oai_base(st, st->g.api == API_OAI_CHAT ? "chat.completion.chunk" : "text_completion");
+        if (!o)
+            return -1;
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", usage_obj(st->n_prompt, st->n_gen));
+        if (frame(st, o, true))
+            return -1;
+    }
+    return frame_raw(st, "data: [DONE]\n\n");
+}
+
+static int on_error(stream *st, const sched_event *ev)
+{
+    const char *type = ev->error == SCHED_ECANCELLED ? "cancelled" : "generation";
+    if (st->g.api == API_TGI)
+        return frame(st, json_error_tgi(ev->message, type), false);
+    if (frame(st, json_error_oai(ev->message, "server_error", NULL, type), true))
+        return -1;
+    return frame_raw(st, "data: [DONE]\n\n");
+}
+
+/* Turn one event into frames. Returns 0 or -1 (out of memory). */
+static int on_event(stream *st, sched_event *ev)
+{
+    if (ev->kind == SCHED_EV_ERROR) {
+        st->done = true;
+        return on_error(st, ev);
+    }
+    if (ev->kind != SCHED_EV_TOKEN)
+        return 0;
+    st->n_gen++;
+    if (ev->text_len && json_buf_append(&st->text, &st->n_text, &st->cap_text, ev->text, ev->text_len))
+        return -1;
+    if (ev->final) {
+        st->done = true;
+        st->ok = true;
+        st->finish = ev->finish;
+    }
+    return st->g.api == API_TGI ? on_event_tgi(st, ev) : on_event_oai(st, ev);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream *st = cls;
+    while (st->off_out == st->n_out) {
+        if (st->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        st->n_out = st->off_out = 0;
+        sched_event ev;
+        int rc = stream_next_event(st->hr, st->r, &ev, st->keepalive_ms);
+        if (rc < 0) {
+            st->gone = true;
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (rc == 0) {
+            if (frame_raw(st, ": ping\n\n"))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        rc = on_event(st, &ev);
+        sched_event_clear(&ev);
+        if (rc) {
+            sched_req_cancel(st->r);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+    size_t n = st->n_out - st->off_out;
+    if (n > max)
+        n = max;
+    memcpy(buf, st->out + st->off_out, n);
+    st->off_out += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    stream *st = cls;
+    http_req *hr = st->hr;
+    sched_result res;
+    sched_req_result(st->r, &res);
+    hr->n_prompt = res.n_prompt;
+    hr->n_gen = res.n_generated;
+    hr->queue_ms = res.queue_ms;
+    hr->ttft_ms = res.ttft_ms;
+    hr->cache_bytes = res.peak_cache_bytes;
+    if (st->ok)
+        hr->finish = sched_finish_name(st->finish);
+    else if (!hr->failure)
+        hr->failure = st->gone || !st->done ? "cancelled" : "generation";
+    sched_req_release(st->r);
+    json_gen_free(&st->g);
+    free(st->out);
+    free(st->text);
+    free(st);
+    http_req_unref(hr);
+}
+
+int stream_start(http_req *hr, sched_req *r, gen_request *g, int n_prompt)
+{
+    stream *st = calloc(1, sizeof(*st));
+    if (!st) {
+        sched_req_release(r);
+        json_gen_free(g);
+        return -1;
+    }
+    st->hr = hr;
+    hr->refs++;
+    st->r = r;
+    st->g = *g;
+    memset(g, 0, sizeof(*g));
+    st->n_prompt = n_prompt;
+    double ka = hr->srv->cfg->keepalive;
+    st->keepalive_ms = ka > 0 ? (int)(ka * 1e3) : 15000;
+    if (st->keepalive_ms < 10)
+        st->keepalive_ms = 10;
+    st->created = (long long)time(NULL);
+    st->model = st->g.model[0] ? st->g.model : hr->srv->info->name;
+    snprintf(st->oai_id, sizeof(st->oai_id), "%s-%s", st->g.api == API_OAI_CHAT ? "chatcmpl" : "cmpl", hr->id);
+
+    /* chat streams open with the assistant role, so the client sees bytes
+     * (and the role) before the first token */
+    if (st->g.api == API_OAI_CHAT && oai_chunk(st, "", 0, NULL, true))
+        goto out_free;
+
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st,
+                                                                  stream_free);
+    if (!resp)
+        goto out_free;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    MHD_add_response_header(resp, "X-Request-Id", hr->id);
+    enum MHD_Result ok = MHD_queue_response(hr->conn, 200, resp);
+    MHD_destroy_response(resp);     /* stream_free runs when MHD is done with it */
+    hr->status = 200;
+    return ok == MHD_YES ? 0 : -1;
+
+out_free:
+    sched_req_release(st->r);
+    json_gen_free(&st->g);
+    free(st->out);
+    free(st);
+    hr->refs--;
+    return -1;
+}

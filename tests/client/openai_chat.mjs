@@ -1,0 +1,59 @@
+// openai_chat.mjs - drive hyserve with the official `openai` npm package.
+//
+// usage: node openai_chat.mjs BASE_URL
+// Prints one JSON object on stdout with what the client saw; the Python
+// suite (tests/http_suite.py) checks it against its own requests.
+import OpenAI from 'openai';
+
+const base = process.argv[2];
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 30000 });
+const messages = [
+  { role: 'system', content: 'You are terse.' },
+  { role: 'user', content: 'Say hello.' },
+];
+const out = {};
+
+// streaming chat completion with usage in the last chunk
+const stream = await client.chat.completions.create({
+  model: 'hyserve',
+  messages,
+  max_tokens: 12,
+  temperature: 0,
+  stream: true,
+  stream_options: { include_usage: true },
+});
+let text = '';
+let finish = null;
+let role = null;
+let chunks = 0;
+let usage = null;
+for await (const chunk of stream) {
+  chunks++;
+  if (chunk.usage) usage = chunk.usage;
+  for (const c of chunk.choices) {
+    if (c.delta?.role) role = c.delta.role;
+    if (c.delta?.content) text += c.delta.content;
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+}
+out.stream = { text, finish, role, chunks, usage };
+
+// the same request without streaming
+const r = await client.chat.completions.create({ model: 'hyserve', messages, max_tokens: 12, temperature: 0 });
+out.nonstream = { text: r.choices[0].message.content, finish: r.choices[0].finish_reason, usage: r.usage };
+
+// legacy completions, streamed
+const cs = await client.completions.create({ model: 'hyserve', prompt: 'Once upon a time', max_tokens: 8, temperature: 0, stream: true });
+let ctext = '';
+for await (const chunk of cs) ctext += chunk.choices[0]?.text ?? '';
+out.completion_stream = { text: ctext };
+
+// an invalid request surfaces as the client's typed error with our status
+try {
+  await client.chat.completions.create({ model: 'hyserve', messages, max_tokens: 4, temperature: 7 });
+  out.error = { status: null };
+} catch (e) {
+  out.error = { status: e.status ?? null, type: e.type ?? e.error?.type ?? null, message: e.message };
+}
+
+console.log(JSON.stringify(out));

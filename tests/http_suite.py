@@ -1,0 +1,870 @@
+#!/usr/bin/env python3
+"""HTTP black-box tests for `hyserve serve` (run by tests/suite_http.sh).
+
+Starts the real server on 127.0.0.1 with small synthesized models and
+talks to it over sockets, using only the standard library. Checks every
+route, every error status, SSE framing, stop sequences, seeded
+reproducibility, equality with `hyserve generate`, batching of concurrent
+streams, cancellation on disconnect, SIGTERM drain, and the `openai` npm
+client. Prints "http: N passed, N failed" last.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HYSERVE = os.path.abspath(os.environ.get("HYSERVE", "build/hyserve"))
+TMP = os.path.abspath(os.path.join(os.environ.get("TEST_TMPDIR", "tests/tmp"), "http"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+VERBOSE = os.environ.get("VERBOSE") == "1"
+
+passed = 0
+failed = 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        if VERBOSE:
+            print(f"  ok   {name}")
+    else:
+        failed += 1
+        print(f"  FAIL {name}" + (f": {detail}" if detail else ""))
+    return cond
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(args, **kw):
+    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, **kw)
+
+
+class Server:
+    def __init__(self, name, model, *args, env=None):
+        self.port = free_port()
+        self.name = name
+        self.log_path = os.path.join(TMP, f"{name}.log")
+        self.log = open(self.log_path, "wb")
+        e = dict(os.environ)
+        for k in list(e):
+            if k.startswith("HYSERVE_"):
+                del e[k]
+        e.update(env or {})
+        if "--config" not in args:
+            args = ("--config", "/dev/null") + tuple(args)   # not the repo's config/server.conf
+        cmd = [HYSERVE, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(self.port)] + list(args)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=e)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server {name} exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                st, _, _ = self.req("GET", "/ready", timeout=2)
+                if st == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server {name} did not become ready; see {self.log_path}")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def req(self, method, path, body=None, headers=None, timeout=60, raw=None):
+        """Returns (status, headers dict with lower-case names, body bytes)."""
+        c = self.conn(timeout)
+        try:
+            h = {"Content-Type": "application/json"}
+            h.update(headers or {})
+            data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+            c.request(method, path, body=data, headers=h)
+            r = c.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            c.close()
+
+    def jreq(self, method, path, body=None, headers=None, timeout=60):
+        st, h, b = self.req(method, path, body, headers, timeout)
+        try:
+            j = json.loads(b.decode("utf-8")) if b else None
+        except (ValueError, UnicodeDecodeError):
+            j = None
+        return st, h, j, b
+
+    def stats(self):
+        return self.jreq("GET", "/stats")[2]
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def sse_events(resp):
+    """Yield (kind, payload) from an http.client response: ('data', str) or ('comment', str)."""
+    buf = b""
+    data = []
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        buf = line.rstrip(b"\r\n")
+        if buf == b"":
+            if data:
+                yield ("data", "\n".join(data))
+                data = []
+            continue
+        s = buf.decode("utf-8")     # strict: every byte must be valid UTF-8
+        if s.startswith(":"):
+            yield ("comment", s[1:].strip())
+        elif s.startswith("data:"):
+            data.append(s[5:][1:] if s[5:].startswith(" ") else s[5:])
+
+
+def stream(srv, path, body, timeout=60):
+    """POST and read a whole SSE stream. Returns (status, headers, events, raw list)."""
+    c = srv.conn(timeout)
+    try:
+        c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        h = {k.lower(): v for k, v in r.getheaders()}
+        if r.status != 200:
+            return r.status, h, [], r.read()
+        evs = list(sse_events(r))
+        return r.status, h, evs, None
+    finally:
+        c.close()
+
+
+def tgi_stream_text(events):
+    datas = [json.loads(p) for k, p in events if k == "data"]
+    return "".join(d["token"]["text"] for d in datas if "token" in d), datas
+
+
+def oai_stream_text(events, chat):
+    text, finish, usage, done = "", None, None, False
+    for k, p in events:
+        if k != "data":
+            continue
+        if p == "[DONE]":
+            done = True
+            continue
+        d = json.loads(p)
+        if d.get("usage"):
+            usage = d["usage"]
+        for c in d.get("choices", []):
+            text += (c.get("delta", {}).get("content") or "") if chat else c.get("text", "")
+            finish = c.get("finish_reason") or finish
+    return text, finish, usage, done
+
+
+def cli_generate(model, prompt, n, extra=()):
+    r = run([HYSERVE, "generate", "-m", model, "-p", prompt, "-n", str(n)] + list(extra))
+    return r.returncode, r.stdout.decode("utf-8", errors="replace")
+
+
+def gen(srv, inputs, **params):
+    st, h, j, _ = srv.jreq("POST", "/generate", {"inputs": inputs, "parameters": params})
+    return st, h, j
+
+
+def wait_idle(srv, idle_reserved, timeout=5.0):
+    deadline = time.time() + timeout
+    s = None
+    while time.time() < deadline:
+        s = srv.stats()
+        if (s["scheduler"]["running"] == 0 and s["scheduler"]["waiting"] == 0
+                and s["pools"]["reserved_bytes"] == idle_reserved and not s["requests"]):
+            return True, s
+        time.sleep(0.02)
+    return False, s
+
+
+# ---------------------------------------------------------------------------
+# tests on the main server
+# ---------------------------------------------------------------------------
+
+def test_basic_routes(srv):
+    st, h, j, _ = srv.jreq("GET", "/health")
+    check("GET /health is 200 ok", st == 200 and j == {"status": "ok"}, f"{st} {j}")
+    check("every response has X-Request-Id", bool(h.get("x-request-id")))
+    st, h, j, _ = srv.jreq("GET", "/live")
+    check("GET /live is 200", st == 200)
+    st, h, j, _ = srv.jreq("GET", "/ready")
+    check("GET /ready is 200 ready", st == 200 and j["status"] == "ready", f"{st} {j}")
+    st, h, j, _ = srv.jreq("GET", "/info")
+    check("GET /info has TGI fields", st == 200 and j["max_total_tokens"] > 0 and "model_id" in j
+          and j["max_stop_sequences"] == 4 and j["model"]["chat_template"] == "chatml", f"{st} {j}")
+    st, h, j, _ = srv.jreq("GET", "/v1/models")
+    check("GET /v1/models lists one model", st == 200 and j["object"] == "list" and len(j["data"]) == 1
+          and j["data"][0]["object"] == "model", f"{st} {j}")
+    st, h, b = srv.req("GET", "/metrics")
+    txt = b.decode()
+    check("GET /metrics is Prometheus text", st == 200 and h["content-type"].startswith("text/plain")
+          and "hyserve_requests_running" in txt and "hyserve_time_to_first_token_seconds_bucket" in txt
+          and "hyserve_cache_reserved_bytes" in txt, txt[:200])
+    s = srv.stats()
+    check("GET /stats has scheduler, pools, requests, layout",
+          all(k in s for k in ("scheduler", "pools", "requests", "model", "totals"))
+          and s["model"]["cache_layout"]["kind"] == "hybrid"
+          and s["model"]["cache_layout"]["recurrent"]["bytes_per_seq"] > 0, json.dumps(s)[:300])
+    st, h, j, _ = srv.jreq("POST", "/tokenize", {"inputs": "Hello world"})
+    ok = st == 200 and isinstance(j, list) and len(j) > 0 and all(set(t) >= {"id", "text", "start", "stop"} for t in j)
+    check("POST /tokenize returns TGI token list", ok, f"{st} {j}")
+    if ok:
+        text = "".join(t["text"] for t in j if t["stop"] > t["start"])
+        check("tokenize offsets cover the input", text == "Hello world" and j[-1]["stop"] == len("Hello world"),
+              f"{text!r}")
+
+
+def test_generate(srv):
+    st, h, j = gen(srv, "Hello world", max_new_tokens=10)
+    check("POST /generate is 200 with generated_text", st == 200 and isinstance(j.get("generated_text"), str)
+          and "details" not in j, f"{st} {j}")
+    check("/generate sends timing headers", h.get("x-prompt-tokens", "").isdigit()
+          and h.get("x-generated-tokens") == "10" and "x-total-time" in h and "x-queue-time" in h, str(h))
+    st, h, j = gen(srv, "Hello world", max_new_tokens=7, details=True)
+    d = j.get("details") if j else None
+    check("details: finish_reason, tokens, seed null when greedy",
+          st == 200 and d and d["finish_reason"] == "length" and d["generated_tokens"] == 7
+          and len(d["tokens"]) == 7 and d["seed"] is None and d["prefill"] == []
+          and "".join(t["text"] for t in d["tokens"]) == j["generated_text"], f"{j}")
+    st, h, j = gen(srv, "Hello world", max_new_tokens=5, return_full_text=True)
+    check("return_full_text prepends the prompt", st == 200 and j["generated_text"].startswith("Hello world"), f"{j}")
+    st, h, j = gen(srv, "Hello world, this is long", max_new_tokens=3, truncate=4)
+    check("truncate keeps the last N prompt tokens", st == 200 and h.get("x-prompt-tokens") == "4", f"{st} {h}")
+    st, h, j = gen(srv, "Hello world", max_new_tokens=5, return_usage=True)
+    u = j.get("usage", {}) if j else {}
+    check("return_usage adds cache bytes", st == 200 and u.get("completion_tokens") == 5
+          and u["cache"]["peak_total_bytes"] > 0 and u["cache"]["recurrent_state_bytes"] > 0, f"{j}")
+    # curl -d without a JSON content type
+    st, h, b = srv.req("POST", "/generate", raw=b'{"inputs":"Hi","parameters":{"max_new_tokens":3}}',
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    check("curl -d form (urlencoded content type) works", st == 200 and b"generated_text" in b, f"{st} {b[:200]}")
+    st, h, b = srv.req("POST", "/generate", raw=b'{"inputs":"Hi","parameters":{"max_new_tokens":3}}', headers={"Content-Type": ""})
+    check("no content type works", st == 200, f"{st}")
+    st, h, j, _ = srv.jreq("POST", "/generate", {"inputs": "Hi"}, headers={"X-Request-Id": "my-req.42"})
+    check("client X-Request-Id is echoed", h.get("x-request-id") == "my-req.42", str(h))
+    st, h, j, _ = srv.jreq("POST", "/", {"inputs": "Hi", "parameters": {"max_new_tokens": 2}})
+    check("POST / answers an array of one (TGI compat)", st == 200 and isinstance(j, list) and len(j) == 1
+          and "generated_text" in j[0], f"{st} {j}")
+
+
+def test_errors(srv):
+    st, h, b = srv.req("POST", "/generate", raw=b'{"inputs": "x",')
+    j = json.loads(b)
+    check("malformed JSON is 400 with error JSON", st == 400 and "error" in j and "error_type" in j, f"{st} {b}")
+    cases = [
+        ("wrong type", {"inputs": "x", "parameters": {"temperature": "hot"}}, "temperature"),
+        ("missing inputs", {"parameters": {}}, "inputs"),
+        ("empty inputs", {"inputs": ""}, "inputs"),
+        ("inputs not a string", {"inputs": 5}, "inputs"),
+        ("max_new_tokens 0", {"inputs": "x", "parameters": {"max_new_tokens": 0}}, "max_new_tokens"),
+        ("top_p 1.5", {"inputs": "x", "parameters": {"top_p": 1.5}}, "top_p"),
+        ("temperature 0", {"inputs": "x", "parameters": {"temperature": 0}}, "temperature"),
+        ("top_k 0", {"inputs": "x", "parameters": {"top_k": 0}}, "top_k"),
+        ("repetition_penalty 0", {"inputs": "x", "parameters": {"repetition_penalty": 0}}, "repetition_penalty"),
+        ("5 stop sequences", {"inputs": "x", "parameters": {"stop": ["a", "b", "c", "d", "e"]}}, "stop"),
+        ("best_of 2 not supported", {"inputs": "x", "parameters": {"best_of": 2}}, "best_of"),
+        ("grammar not supported", {"inputs": "x", "parameters": {"grammar": {"type": "json", "value": {}}}}, "grammar"),
+    ]
+    for name, body, field in cases:
+        st, h, j, b = srv.jreq("POST", "/generate", body)
+        check(f"422 on {name}", st == 422 and j and j.get("error_type") == "validation" and field in j["error"],
+              f"{st} {b[:200]}")
+    st, h, j, b = srv.jreq("POST", "/generate", ["not", "an", "object"])
+    check("non-object body is 422", st == 422, f"{st}")
+    n_ctx = srv.jreq("GET", "/info")[2]["max_total_tokens"]
+    st, h, j, b = srv.jreq("POST", "/generate", {"inputs": "Hello", "parameters": {"max_new_tokens": n_ctx}})
+    check("context overflow is 422 with the numbers", st == 422 and j.get("max_total_tokens") == n_ctx
+          and j.get("n_prompt_tokens", 0) > 0 and str(n_ctx) in j["error"], f"{st} {b[:300]}")
+    st, h, j, b = srv.jreq("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": n_ctx})
+    e = j.get("error", {}) if j else {}
+    check("OpenAI context overflow is 400 context_length_exceeded", st == 400
+          and e.get("code") == "context_length_exceeded" and e.get("max_total_tokens") == n_ctx, f"{st} {b[:300]}")
+    st, h, j, b = srv.jreq("POST", "/v1/chat/completions", {"messages": "hi"})
+    e = j.get("error", {}) if j else {}
+    check("OpenAI validation error is 400 with the envelope", st == 400 and isinstance(e, dict)
+          and e.get("type") == "invalid_request_error" and e.get("param") == "messages" and "message" in e,
+          f"{st} {b[:300]}")
+    st, h, b = srv.req("POST", "/v1/completions", raw=b"{nope")
+    j = json.loads(b)
+    check("OpenAI malformed JSON is 400 with the envelope", st == 400 and "message" in j["error"], f"{st} {b}")
+    st, h, j, b = srv.jreq("GET", "/nope")
+    check("unknown route is 404 JSON", st == 404 and "error" in j and h.get("x-request-id"), f"{st} {b}")
+    st, h, j, b = srv.jreq("GET", "/v1/nope")
+    check("unknown /v1 route is 404 OpenAI envelope", st == 404 and isinstance(j.get("error"), dict), f"{st} {b}")
+    st, h, j, b = srv.jreq("GET", "/generate")
+    check("wrong method is 405 with Allow", st == 405 and h.get("allow") == "POST" and "error" in j, f"{st} {h}")
+    st, h, j, b = srv.jreq("DELETE", "/health")
+    check("DELETE /health is 405", st == 405, f"{st}")
+
+
+def test_body_limit(srv2):
+    big = {"inputs": "x" * 5000}
+    st, h, j, b = srv2.jreq("POST", "/generate", big)
+    check("body over --max-body is 413 JSON", st == 413 and "error" in j and "max-body" in j["error"], f"{st} {b[:200]}")
+    # chunked upload with no Content-Length
+    c = srv2.conn()
+    try:
+        c.putrequest("POST", "/generate")
+        c.putheader("Transfer-Encoding", "chunked")
+        c.endheaders()
+        payload = json.dumps(big).encode()
+        for i in range(0, len(payload), 1000):
+            part = payload[i:i + 1000]
+            c.send(b"%x\r\n%s\r\n" % (len(part), part))
+        c.send(b"0\r\n\r\n")
+        r = c.getresponse()
+        check("chunked body over the limit is 413", r.status == 413, f"{r.status}")
+        r.read()
+    finally:
+        c.close()
+
+
+def test_sse_tgi(srv):
+    st, h, evs, _ = stream(srv, "/generate_stream", {"inputs": "Hello world", "parameters": {"max_new_tokens": 12, "details": True}})
+    check("generate_stream is 200 text/event-stream", st == 200 and h.get("content-type") == "text/event-stream", str(h))
+    check("SSE headers: X-Accel-Buffering no, no-cache, request id",
+          h.get("x-accel-buffering") == "no" and h.get("cache-control") == "no-cache" and h.get("x-request-id"), str(h))
+    text, datas = tgi_stream_text(evs)
+    check("one event per token, index from 1", [d["index"] for d in datas] == list(range(1, 13)), str([d.get("index") for d in datas]))
+    check("only the last event has generated_text and details",
+          all(d["generated_text"] is None and d["details"] is None for d in datas[:-1])
+          and datas[-1]["generated_text"] == text and datas[-1]["details"]["finish_reason"] == "length"
+          and datas[-1]["details"]["generated_tokens"] == 12 and datas[-1]["details"]["input_length"] > 0, str(datas[-1]))
+    check("no [DONE] on the TGI stream", all(p != "[DONE]" for k, p in evs if k == "data"))
+    st2, h2, j2 = gen(srv, "Hello world", max_new_tokens=12)
+    check("stream text equals /generate text", j2["generated_text"] == text, f"{text!r} vs {j2['generated_text']!r}")
+    st, h, evs, _ = stream(srv, "/generate", {"inputs": "Hello world", "stream": True, "parameters": {"max_new_tokens": 4}})
+    text2, datas2 = tgi_stream_text(evs)
+    check('"stream": true on /generate streams', st == 200 and h.get("content-type") == "text/event-stream"
+          and len(datas2) == 4, f"{st} {h}")
+    # validation before the stream: real status, not 200 + error event
+    st, h, evs, b = stream(srv, "/generate_stream", {"inputs": "x", "parameters": {"top_k": -1}})
+    check("stream validation errors are a real 422", st == 422 and b"validation" in b, f"{st}")
+
+
+def test_sse_openai(srv):
+    body = {"model": "m", "prompt": "Hello world", "max_tokens": 9, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    st, h, evs, _ = stream(srv, "/v1/completions", body)
+    text, finish, usage, done = oai_stream_text(evs, chat=False)
+    datas = [json.loads(p) for k, p in evs if k == "data" and p != "[DONE]"]
+    check("completions stream ends with data: [DONE]", st == 200 and done and evs[-1] == ("data", "[DONE]"), str(evs[-2:]))
+    check("completions stream: usage chunk last with empty choices", usage and usage["completion_tokens"] == 9
+          and datas[-1]["choices"] == [] and all("usage" in d for d in datas), str(datas[-1]))
+    check("completions chunks are text_completion objects", all(d["object"] == "text_completion" for d in datas))
+    st, h, j, _ = srv.jreq("POST", "/v1/completions", dict(body, stream=False))
+    check("completions non-stream equals stream", st == 200 and j["choices"][0]["text"] == text
+          and j["choices"][0]["finish_reason"] == finish == "length"
+          and j["usage"]["total_tokens"] == j["usage"]["prompt_tokens"] + 9, f"{j}")
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 6, "temperature": 0,
+            "stream": True}
+    st, h, evs, _ = stream(srv, "/v1/chat/completions", chat)
+    text, finish, usage, done = oai_stream_text(evs, chat=True)
+    datas = [json.loads(p) for k, p in evs if k == "data" and p != "[DONE]"]
+    check("chat stream: role first, chunks, [DONE], no usage unless asked",
+          st == 200 and done and datas[0]["choices"][0]["delta"].get("role") == "assistant"
+          and all(d["object"] == "chat.completion.chunk" for d in datas) and usage is None
+          and all("usage" not in d for d in datas), str(datas[:2]))
+    st, h, j, _ = srv.jreq("POST", "/v1/chat/completions", dict(chat, stream=False))
+    check("chat non-stream equals stream", st == 200 and j["object"] == "chat.completion"
+          and j["choices"][0]["message"] == {"role": "assistant", "content": text}
+          and j["choices"][0]["finish_reason"] == finish, f"{j}")
+    # content parts are accepted
+    st, h, j, _ = srv.jreq("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi there"}]}],
+                                                             "max_tokens": 6, "temperature": 0})
+    check("chat content parts render like a string", st == 200 and j["choices"][0]["message"]["content"] == text, f"{j}")
+
+
+def test_stop_sequences(srv, model):
+    # a sampled, seeded text gives varied bytes; pick a stop string from its middle
+    p = {"max_new_tokens": 60, "temperature": 10.0, "seed": 7}
+    st, h, j = gen(srv, "Once", **p)
+    base = j["generated_text"]
+    cand = None
+    for i in range(10, len(base) - 3):
+        s = base[i:i + 2]
+        if s.isascii() and s.isprintable() and base.find(s) == i:
+            cand = (i, s)
+            break
+    if not check("found an ASCII stop candidate in sampled text", cand is not None, repr(base)):
+        return
+    i, s = cand
+    st, h, j = gen(srv, "Once", stop=[s], details=True, **p)
+    check("TGI stop: text ends with the stop string (kept), finish stop_sequence",
+          st == 200 and j["generated_text"] == base[:i + 2] and j["details"]["finish_reason"] == "stop_sequence",
+          f"{s!r}: {j['generated_text']!r} vs {base[:i + 2]!r}")
+    st, h, evs, _ = stream(srv, "/generate_stream", {"inputs": "Once", "parameters": dict(p, stop=[s], details=True)})
+    text, datas = tgi_stream_text(evs)
+    check("TGI stream stop: same text, no bytes past the stop", text == base[:i + 2]
+          and datas[-1]["details"]["finish_reason"] == "stop_sequence", f"{text!r}")
+    body = {"prompt": "Once", "max_tokens": 60, "temperature": 2.0, "seed": 7}
+    st, h, j, _ = srv.jreq("POST", "/v1/completions", body)
+    obase = j["choices"][0]["text"]
+    # greedy-ish OpenAI text may be repetitive; a stop equal to its first char gives ""
+    if obase:
+        st, h, j, _ = srv.jreq("POST", "/v1/completions", dict(body, stop=obase[1:3] if len(obase) > 3 else obase[0]))
+        stop_s = obase[1:3] if len(obase) > 3 else obase[0]
+        want = obase[:obase.find(stop_s)]
+        check("OpenAI stop: text cut before the stop string, finish stop",
+              j["choices"][0]["text"] == want and j["choices"][0]["finish_reason"] == "stop", f"{stop_s!r} {j}")
+        st, h, evs, _ = stream(srv, "/v1/completions", dict(body, stop=[stop_s], stream=True))
+        t, fin, _, done = oai_stream_text(evs, chat=False)
+        check("OpenAI stream stop: same text", t == want and fin == "stop" and done, f"{t!r} vs {want!r}")
+
+
+def test_seeds_and_cli(srv, model):
+    p = {"max_new_tokens": 40, "temperature": 10.0, "seed": 1234}
+    a = gen(srv, "The quick brown fox", **p)[2]["generated_text"]
+    b = gen(srv, "The quick brown fox", **p)[2]["generated_text"]
+    c = gen(srv, "The quick brown fox", **dict(p, seed=99))[2]["generated_text"]
+    check("same seed, same text", a == b, f"{a!r} vs {b!r}")
+    check("different seed, different text", a != c)
+    st, h, j = gen(srv, "The quick brown fox", max_new_tokens=8, temperature=10.0, details=True)
+    check("sampling without a seed reports the seed it used", st == 200 and isinstance(j["details"]["seed"], (int, float)))
+    for prompt in ("Hello world", "The quick brown fox", "<|im_start|>user\nhi<|im_end|>\n"):
+        rc, out = cli_generate(model, prompt, 24, ["--temp", "0"])
+        st, h, j = gen(srv, prompt, max_new_tokens=24)
+        check(f"greedy /generate == hyserve generate ({prompt[:12]!r})", rc == 0 and st == 200 and j["generated_text"] == out,
+              f"{out!r} vs {j and j.get('generated_text')!r}")
+    rc, out = cli_generate(model, "The quick brown fox", 30,
+                           ["--temp", "10", "--seed", "77", "--top-k", "0", "--top-p", "1", "--min-p", "0"])
+    j = gen(srv, "The quick brown fox", max_new_tokens=30, temperature=10.0, seed=77)[2]
+    check("seeded sampling /generate == hyserve generate", rc == 0 and j["generated_text"] == out,
+          f"{out!r} vs {j['generated_text']!r}")
+    rc, out = cli_generate(model, "Hello world", 20, ["--temp", "0", "--repeat-penalty", "1.3"])
+    j = gen(srv, "Hello world", max_new_tokens=20, repetition_penalty=1.3)[2]
+    check("greedy with repetition_penalty == hyserve generate", rc == 0 and j["generated_text"] == out,
+          f"{out!r} vs {j['generated_text']!r}")
+
+
+def test_concurrency(srv):
+    n = 16
+    bodies = []
+    for i in range(n):
+        params = {"max_new_tokens": 120}
+        if i % 2:
+            params.update(temperature=10.0, seed=1000 + i)
+        bodies.append({"inputs": f"Client {i} says", "parameters": params})
+    alone = []
+    for b in bodies:
+        st, h, evs, _ = stream(srv, "/generate_stream", b)
+        alone.append(tgi_stream_text(evs)[0])
+    before = srv.stats()["scheduler"]
+    results = [None] * n
+    barrier = threading.Barrier(n)
+
+    def worker(i):
+        try:
+            barrier.wait(10)
+            st, h, evs, _ = stream(srv, "/generate_stream", bodies[i])
+            results[i] = (st, tgi_stream_text(evs)[0])
+        except Exception as e:   # noqa: BLE001 - report any failure as a test failure
+            results[i] = (0, repr(e))
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    t0 = time.time()
+    for t in ts:
+        t.start()
+    peak_running = 0
+    while any(t.is_alive() for t in ts):
+        s = srv.stats()
+        peak_running = max(peak_running, s["scheduler"]["running"])
+        time.sleep(0.01)
+    for t in ts:
+        t.join()
+    dt = time.time() - t0
+    same = sum(1 for i in range(n) if results[i] and results[i][0] == 200 and results[i][1] == alone[i])
+    check(f"{n} concurrent streams all complete with the text they get alone", same == n,
+          f"{same}/{n} matched; e.g. {[(i, results[i][1][:40], alone[i][:40]) for i in range(n) if not results[i] or results[i][1] != alone[i]][:2]}")
+    after = srv.stats()["scheduler"]
+    check(f"/stats shows the streams batched (batch_decode_max {after['batch_decode_max']}, peak running {peak_running})",
+          after["batch_decode_max"] >= n // 2 and peak_running >= n // 2, f"{after}")
+    steps = after["steps_total"] - before["steps_total"]
+    check(f"batched: {n}x120 tokens took {steps} engine steps (< 2x one request)", steps < 2 * 130,
+          f"steps {steps}, {dt:.2f}s")
+
+
+def test_chunked_prefill(srv):
+    """A long prompt is prefilled in chunks folded into the decode steps of a running stream."""
+    before = srv.stats()["scheduler"]
+    c = srv.conn(60)
+    c.request("POST", "/generate_stream", body=json.dumps({"inputs": "Runner", "parameters": {"max_new_tokens": 600}}).encode())
+    r = c.getresponse()
+    it = sse_events(r)
+    next(it)
+    long_prompt = "z" * 3000
+    st, h, j = gen(srv, long_prompt, max_new_tokens=2)
+    rest = list(it)
+    c.close()
+    after = srv.stats()["scheduler"]
+    n_prompt = int(h.get("x-prompt-tokens", "0"))
+    chunks = -(-n_prompt // after["prefill_chunk"])
+    mixed = after["mixed_steps_total"] - before["mixed_steps_total"]
+    check(f"long prompt ({n_prompt} tokens) prefilled in {chunks} chunks alongside decoding ({mixed} mixed steps)",
+          st == 200 and chunks >= 3 and mixed >= chunks and len(rest) > 0, f"{st} mixed={mixed} chunks={chunks}")
+
+
+def test_disconnect(srv):
+    idle = srv.stats()["pools"]["reserved_bytes"]
+    before = srv.stats()["scheduler"]["cancelled_total"]
+    socks = []
+    for i in range(4):
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        body = json.dumps({"inputs": f"Disconnect {i}", "parameters": {"max_new_tokens": 3000}}).encode()
+        s.sendall(b"POST /generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        socks.append(s)
+    got = 0
+    for s in socks:
+        s.settimeout(10)
+        data = b""
+        while data.count(b"data:") < 3:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        got += data.count(b"data:") >= 3
+    check("disconnect test: streams started", got == 4)
+    s_mid = srv.stats()
+    check("streams hold cache while running", s_mid["pools"]["reserved_bytes"] > idle and len(s_mid["requests"]) == 4,
+          f"{s_mid['pools']} {len(s_mid['requests'])}")
+    r0 = s_mid["requests"][0]
+    check("per-request cache bytes in /stats", r0["total_bytes_owned"] > 0 and r0["recurrent"]["bytes"] > 0
+          and r0["attn_kv"]["bytes_reserved"] > 0 and "prompt" not in json.dumps(r0).replace("prompt_tokens", ""),
+          f"{r0}")
+    rid = r0["id"]
+    st, h, j, _ = srv.jreq("GET", f"/stats?request_id={rid}")
+    check("/stats?request_id= returns that request", st == 200 and [r["id"] for r in j["requests"]] == [rid])
+    t0 = time.time()
+    for s in socks:
+        s.close()
+    ok, s_after = wait_idle(srv, idle, timeout=5)
+    check(f"clients that disconnect leave no cache (idle after {time.time() - t0:.3f}s)", ok,
+          f"{s_after['pools']} {s_after['scheduler']}")
+    check("the cancellations are counted", s_after["scheduler"]["cancelled_total"] - before == 4,
+          f"{s_after['scheduler']['cancelled_total']} vs {before}")
+    # a non-streaming client that gives up
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    body = json.dumps({"inputs": "Give up", "parameters": {"max_new_tokens": 3000}}).encode()
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    deadline = time.time() + 5
+    while time.time() < deadline and srv.stats()["scheduler"]["running"] == 0:
+        time.sleep(0.005)
+    s.close()
+    ok, s_after = wait_idle(srv, idle, timeout=5)
+    check("non-streaming client that disconnects is cancelled", ok and s_after["scheduler"]["cancelled_total"] - before == 5,
+          f"{s_after['scheduler']}")
+
+
+def test_delete_request(srv):
+    c = srv.conn(30)
+    c.request("POST", "/generate_stream", body=json.dumps({"inputs": "Delete me", "parameters": {"max_new_tokens": 3000}}).encode(),
+              headers={"X-Request-Id": "delete-me-1"})
+    r = c.getresponse()
+    it = sse_events(r)
+    next(it)
+    st, h, b = srv.req("DELETE", "/requests/delete-me-1")
+    rest = list(it)
+    c.close()
+    last = json.loads(rest[-1][1]) if rest else {}
+    check("DELETE /requests/{id} is 204 and ends that stream with a cancelled event",
+          st == 204 and last.get("error_type") == "cancelled", f"{st} {rest[-1:]}")
+    st, h, j, b = srv.jreq("DELETE", "/requests/delete-me-1")
+    check("DELETE of an unknown request id is 404", st == 404 and "delete-me-1" in j["error"], f"{st} {b}")
+
+
+def test_openai_client(srv):
+    cdir = os.path.join(HERE, "client")
+    node = shutil.which("node")
+    npm = shutil.which("npm")
+    if not check("node and npm are installed", node and npm):
+        return
+    if not os.path.isdir(os.path.join(cdir, "node_modules", "openai")):
+        r = run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=cdir)
+        if not check("npm ci in tests/client", r.returncode == 0, r.stderr.decode()[-400:]):
+            return
+    r = run([node, os.path.join(cdir, "openai_chat.mjs"), srv.url])
+    if not check("openai npm client runs", r.returncode == 0, r.stderr.decode()[-600:]):
+        return
+    out = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
+    j = srv.jreq("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0})[2]
+    want = j["choices"][0]["message"]["content"]
+    s = out["stream"]
+    check("openai client: streamed chat text equals ours", s["text"] == want and s["role"] == "assistant"
+          and s["finish"] == "length", f"{s} vs {want!r}")
+    check("openai client: include_usage arrives", s["usage"] and s["usage"]["completion_tokens"] == 12, f"{s}")
+    check("openai client: non-stream chat", out["nonstream"]["text"] == want, f"{out['nonstream']}")
+    j = srv.jreq("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})[2]
+    check("openai client: streamed completion text", out["completion_stream"]["text"] == j["choices"][0]["text"])
+    check("openai client: our 400 becomes its typed error", out["error"]["status"] == 400
+          and out["error"]["type"] == "invalid_request_error", f"{out['error']}")
+
+
+def test_drain(srv):
+    """Last test on the main server: SIGTERM while streams run."""
+    n = 3
+    results = [None] * n
+    started = threading.Barrier(n + 1)
+
+    def worker(i):
+        try:
+            c = srv.conn(60)
+            c.request("POST", "/generate_stream", body=json.dumps({"inputs": f"Drain {i}", "parameters": {"max_new_tokens": 400, "details": True}}).encode())
+            r = c.getresponse()
+            it = sse_events(r)
+            first = next(it)
+            started.wait(10)
+            evs = [first] + list(it)
+            text, datas = tgi_stream_text(evs)
+            results[i] = (r.status, len(datas), datas[-1].get("details") if datas else None,
+                          datas[-1].get("generated_text") if datas else None)
+            c.close()
+        except Exception as e:   # noqa: BLE001
+            results[i] = (0, 0, None, repr(e))
+            try:
+                started.wait(1)
+            except threading.BrokenBarrierError:
+                pass
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    started.wait(20)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    try:
+        st, h, j, _ = srv.jreq("GET", "/ready", timeout=5)
+        check("while draining /ready is 503 draining", st == 503 and j["status"] == "draining", f"{st} {j}")
+        st, h, j, _ = srv.jreq("GET", "/health", timeout=5)
+        check("while draining /health stays 200", st == 200)
+        st, h, j, _ = srv.jreq("POST", "/generate", {"inputs": "late"}, timeout=5)
+        check("while draining new work gets 503 + Retry-After", st == 503 and h.get("retry-after")
+              and j["error_type"] == "draining", f"{st} {h} {j}")
+    except OSError as e:
+        check("server answers while draining", False, repr(e))
+    for t in ts:
+        t.join(60)
+    ok = all(r and r[0] == 200 and r[3] is not None and r[2] and r[2]["generated_tokens"] == r[1]
+             and r[2]["finish_reason"] in ("length", "eos_token") for r in results)
+    check("SIGTERM lets in-flight streams finish", ok, str([(r[0], r[1]) if r else None for r in results]))
+    try:
+        rc = srv.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check("after draining the process exits 0", rc == 0, f"rc={rc}")
+
+
+# ---------------------------------------------------------------------------
+# tests on the second server: limits, config sources, no chat template
+# ---------------------------------------------------------------------------
+
+def test_limits(srv2):
+    s = srv2.stats()
+    check("config precedence: env beats file (max-queue 1), flag beats env (max-seqs 1)",
+          s["limits"]["max_queue"] == 1 and s["limits"]["max_concurrent_requests"] == 1, f"{s['limits']}")
+    st, h, j, b = srv2.jreq("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+    check("chat without a template is 400 saying so", st == 400 and "chat template" in j["error"]["message"], f"{st} {b[:300]}")
+    st, h, j, b = srv2.jreq("POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 3000}})
+    check("a request beyond the cache budget is 422 with the numbers", st == 422 and "bytes" in j["error"]
+          and "cache budget" in j["error"], f"{st} {b[:300]}")
+    # keep-alive comments during a long (chunk-1) prefill
+    c = srv2.conn(30)
+    c.request("POST", "/generate_stream", body=json.dumps({"inputs": "y" * 1500, "parameters": {"max_new_tokens": 2}}).encode())
+    r = c.getresponse()
+    evs = list(sse_events(r))
+    c.close()
+    first_data = next((i for i, e in enumerate(evs) if e[0] == "data"), len(evs))
+    check("': ping' comments during a long prefill", any(e == ("comment", "ping") for e in evs[:first_data]),
+          f"{evs[:3]}")
+    # overload: one running, one waiting, the third is refused at once
+    holders = []
+
+    def hold(i):
+        try:
+            st_, h_, j_, b_ = srv2.jreq("POST", "/generate", {"inputs": f"hold {i}", "parameters": {"max_new_tokens": 1500}}, timeout=30)
+            holders.append(st_)
+        except OSError as e:
+            holders.append(repr(e))
+
+    t1 = threading.Thread(target=hold, args=(1,))
+    t1.start()
+    deadline = time.time() + 5
+    while time.time() < deadline and srv2.stats()["scheduler"]["running"] < 1:
+        time.sleep(0.005)
+    t2 = threading.Thread(target=hold, args=(2,))
+    t2.start()
+    while time.time() < deadline and srv2.stats()["scheduler"]["waiting"] < 1:
+        time.sleep(0.005)
+    st, h, j, b = srv2.jreq("POST", "/generate", {"inputs": "third"})
+    check("queue full is 429 overloaded with Retry-After", st == 429 and h.get("retry-after", "").isdigit()
+          and j["error_type"] == "overloaded", f"{st} {h} {b[:200]}")
+    st, h, j, b = srv2.jreq("POST", "/v1/completions", {"prompt": "third"})
+    check("OpenAI queue full is 429 with the envelope", st == 429 and j["error"]["type"] == "overloaded_error", f"{st} {b[:200]}")
+    t1.join()
+    t2.join()
+    check("queue timeout is 429 with Retry-After (waited past --queue-timeout)", sorted(map(str, holders)) == ["200", "429"],
+          f"{holders}")
+    # a client that gives up while queued is dropped from the queue at once
+    t1 = threading.Thread(target=hold, args=(3,))
+    t1.start()
+    deadline = time.time() + 5
+    while time.time() < deadline and srv2.stats()["scheduler"]["running"] < 1:
+        time.sleep(0.005)
+    q = socket.create_connection(("127.0.0.1", srv2.port))
+    body = json.dumps({"inputs": "queued", "parameters": {"max_new_tokens": 5}}).encode()
+    q.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    while time.time() < deadline and srv2.stats()["scheduler"]["waiting"] < 1:
+        time.sleep(0.005)
+    q.close()
+    t0 = time.time()
+    while time.time() < t0 + 2 and srv2.stats()["scheduler"]["waiting"] > 0:
+        time.sleep(0.005)
+    s = srv2.stats()["scheduler"]
+    check("a queued client that disconnects leaves the queue at once", s["waiting"] == 0 and s["running"] == 1,
+          f"{s}")
+    t1.join()
+    st, h, b = srv2.req("GET", "/metrics")
+    check("/metrics counts the refusals", b'hyserve_rejected_total{reason="queue_full"} 2' in b
+          and b'hyserve_rejected_total{reason="queue_timeout"} 1' in b, b.decode()[:0])
+
+
+def test_drain_timeout(srv2):
+    """SIGTERM with a stream longer than --drain-timeout: error event, then exit 0."""
+    c = srv2.conn(30)
+    c.request("POST", "/generate_stream", body=json.dumps({"inputs": "long", "parameters": {"max_new_tokens": 1900}}).encode())
+    r = c.getresponse()
+    it = sse_events(r)
+    next(it)
+    srv2.proc.send_signal(signal.SIGTERM)
+    evs = list(it)
+    c.close()
+    last = json.loads(evs[-1][1]) if evs else {}
+    check("past --drain-timeout a stream ends with an error event", last.get("error_type") == "cancelled"
+          and "shutting down" in last.get("error", ""), f"{evs[-1:]}")
+    try:
+        rc = srv2.proc.wait(20)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check("after a drain timeout the process still exits 0", rc == 0, f"rc={rc}")
+
+
+def test_log_prompts(model):
+    srv3 = Server("logprompts", model, "--log-prompts", "-t", "1")
+    try:
+        gen(srv3, "Secret prompt \"quoted\"", max_new_tokens=2)
+        # a second signal during the drain exits at once (drain-timeout is 60 s here)
+        c = srv3.conn(30)
+        c.request("POST", "/generate_stream", body=json.dumps({"inputs": "long", "parameters": {"max_new_tokens": 3000}}).encode())
+        r = c.getresponse()
+        next(sse_events(r))
+        srv3.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+        t0 = time.time()
+        srv3.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = srv3.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        c.close()
+        check("a second SIGTERM exits at once (non-zero)", rc == 128 + signal.SIGTERM and time.time() - t0 < 2,
+              f"rc={rc}")
+    finally:
+        srv3.stop()
+    with open(srv3.log_path, "rb") as f:
+        log = f.read().decode()
+    check("--log-prompts puts the (escaped) prompt in the log line", 'prompt="Secret prompt \\"quoted\\""' in log, log[-300:])
+
+
+def main():
+    os.makedirs(TMP, exist_ok=True)
+    model = os.path.join(TMP, "chatml.gguf")
+    model2 = os.path.join(TMP, "plain.gguf")
+    r1 = run([HYSERVE, "synth", "-o", model, "--layers", "4", "--attn-every", "2", "--embd", "64", "--vocab", "300",
+              "--chat-template", "chatml", "--seed", "1"])
+    r2 = run([HYSERVE, "synth", "-o", model2, "--layers", "4", "--attn-every", "2", "--embd", "64", "--vocab", "300",
+              "--seed", "2"])
+    if not check("synthesize test models", r1.returncode == 0 and r2.returncode == 0, (r1.stderr + r2.stderr).decode()[-500:]):
+        return
+    conf = os.path.join(TMP, "limits.conf")
+    with open(conf, "w") as f:
+        f.write("# test config\nmax-queue = 7\nkeepalive = 0.05\nmax-body = 4096\nmax-seqs = 9\n")
+
+    srv = Server("main", model, "--max-seqs", "32", "--drain-timeout", "30", "-t", "2")
+    srv2 = None
+    try:
+        test_basic_routes(srv)
+        test_generate(srv)
+        test_errors(srv)
+        test_sse_tgi(srv)
+        test_sse_openai(srv)
+        test_stop_sequences(srv, model)
+        test_seeds_and_cli(srv, model)
+        test_concurrency(srv)
+        test_chunked_prefill(srv)
+        test_disconnect(srv)
+        test_delete_request(srv)
+        test_openai_client(srv)
+
+        srv2 = Server("limits", model2, "--config", conf, "--max-seqs", "1", "--queue-timeout", "0.2",
+                      "--cache-mem", "1M", "--prefill-chunk", "1", "-t", "1", "--drain-timeout", "0.3",
+                      env={"HYSERVE_MAX_QUEUE": "1", "HYSERVE_MAX_SEQS": "5"})
+        test_body_limit(srv2)
+        test_limits(srv2)
+        test_drain_timeout(srv2)
+        test_log_prompts(model2)
+
+        test_drain(srv)
+    except Exception as e:   # noqa: BLE001 - a crash in a test is a failure, keep going to the report
+        import traceback
+        traceback.print_exc()
+        check("suite ran to the end", False, repr(e))
+    finally:
+        for s in (srv, srv2):
+            if s:
+                rc = s.stop(signal.SIGKILL if s.proc.poll() is None and s is srv else signal.SIGTERM)
+        for s in (srv, srv2):
+            if s:
+                with open(s.log_path, "rb") as f:
+                    log = f.read().decode("utf-8", "replace")
+                bad = [l for l in log.splitlines() if "ERROR: AddressSanitizer" in l or "runtime error:" in l
+                       or "LeakSanitizer" in l]
+                check(f"server '{s.name}' log has no sanitizer reports", not bad, "\n".join(bad[:5]))
+                lines = [l for l in log.splitlines() if l.startswith("hyserve: id=")]
+                check(f"server '{s.name}' logs one line per request", len(lines) > 5
+                      and all(" status=" in l and " total_ms=" in l for l in lines))
+                if s is srv:
+                    check("request log has no prompt text by default", "Hello world" not in log)
+    print(f"http: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+/* test_server.c - unit tests of the server's pure pieces and the scheduler.
+ *
+ * Config precedence and size parsing, request validation, UTF-8 repair,
+ * the ChatML renderer, and the scheduler driven directly on a synthesized
+ * model (stop strings held back across tokens, cancellation frees the
+ * cache, never-fitting requests are refused with the numbers).
+ * The HTTP surface itself is tested black-box by tests/suite_http.sh.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat.h"
+#include "config.h"
+#include "engine.h"
+#include "json.h"
+#include "scheduler.h"
+#include "synth.h"
+#include "test.h"
+
+/* ---------------------------------------------------------------------- */
+/* config                                                                 */
+/* ---------------------------------------------------------------------- */
+
+TEST(test_config_parses_byte_sizes_with_suffixes)
+{
+    uint64_t v;
+    CHECK(config_parse_bytes("4096", &v) == 0 && v == 4096);
+    CHECK(config_parse_bytes("64K", &v) == 0 && v == 65536);
+    CHECK(config_parse_bytes("1.5G", &v) == 0 && v == 1610612736ULL);
+    CHECK(config_parse_bytes("512MiB", &v) == 0 && v == 536870912ULL);
+    CHECK(config_parse_bytes("2m", &v) == 0 && v == 2097152);
+    CHECK(config_parse_bytes("-1", &v) != 0);
+    CHECK(config_parse_bytes("12Q", &v) != 0);
+    CHECK(config_parse_bytes("", &v) != 0);
+}
+
+TEST(test_config_precedence_is_flags_then_env_then_file_then_defaults)
+{
+    char path[512], err[256];
+    snprintf(path, sizeof(path), "%s/test_server.conf", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fprintf(f, "# comment\nmodel = from-file.gguf\nport = 1111\nmax-queue = 7  # trailing\ncache-mem = 1M\n"
+               "log-prompts = yes\n");
+    fclose(f);
+    setenv("HYSERVE_PORT", "2222", 1);
+    setenv("HYSERVE_MAX_QUEUE", "8", 1);
+    char *argv[] = {"serve", "--config", path, "--port=3333", "-t", "3", "--no-log-prompts", NULL};
+    server_config c;
+    int rc = config_load(&c, 7, argv, err, sizeof(err));
+    unsetenv("HYSERVE_PORT");
+    unsetenv("HYSERVE_MAX_QUEUE");
+    CHECK_MSG(rc == 0, "config_load: %s", err);
+    CHECK(!strcmp(c.model, "from-file.gguf"));      /* file only */
+    CHECK(c.port == 3333);                          /* flag > env > file */
+    CHECK(c.max_queue == 8);                        /* env > file */
+    CHECK(c.cache_mem == 1048576);                  /* file */
+    CHECK(c.threads == 3);
+    CHECK(!c.log_prompts);                          /* flag turns off what the file set */
+    CHECK(c.drain_timeout == 60.0);                 /* default */
+    CHECK(!strcmp(c.config_path, path));
+}
+
+TEST(test_config_errors_name_the_option)
+{
+    char err[256];
+    server_config c;
+    char *a1[] = {"serve", "-m", "x.gguf", "--port", "abc", NULL};
+    CHECK(config_load(&c, 5, a1, err, sizeof(err)) < 0 && strstr(err, "port"));
+    char *a2[] = {"serve", "-m", "x.gguf", "--bogus", NULL};
+    CHECK(config_load(&c, 4, a2, err, sizeof(err)) < 0 && strstr(err, "--bogus"));
+    char *a3[] = {"serve", "--config", "/nonexistent/x.conf", NULL};
+    CHECK(config_load(&c, 3, a3, err, sizeof(err)) < 0 && strstr(err, "/nonexistent/x.conf"));
+    char *a4[] = {"serve", "--config", "/dev/null", NULL};
+    CHECK(config_load(&c, 3, a4, err, sizeof(err)) < 0 && strstr(err, "no model"));
+}
+
+/* ---------------------------------------------------------------------- */
+/* json                                                                   */
+/* ---------------------------------------------------------------------- */
+
+static int parse(gen_request *g, int api, const char *body, char *err, size_t errlen)
+{
+    char param[64];
+    return json_parse_gen(g, api, body, strlen(body), 4, err, errlen, param, sizeof(param));
+}
+
+TEST(test_tgi_request_defaults_to_greedy_and_samples_when_asked)
+{
+    gen_request g;
+    char err[256];
+    CHECK(parse(&g, API_TGI, "{\"inputs\":\"hi\"}", err, sizeof(err)) == JSON_OK);
+    CHECK(g.sp.greedy && g.max_new_tokens == -1 && !g.stream);
+    json_gen_free(&g);
+    CHECK(parse(&g, API_TGI, "{\"inputs\":\"hi\",\"parameters\":{\"temperature\":0.5,\"seed\":9,\"stop\":[\"a\",\"bc\"]}}",
+                err, sizeof(err)) == JSON_OK);
+    CHECK(!g.sp.greedy && g.sp.seed == 9 && g.seed_given && g.n_stop == 2 && !strcmp(g.stop[1], "bc"));
+    json_gen_free(&g);
+    CHECK(parse(&g, API_TGI, "{\"inputs\":\"hi\",\"parameters\":{\"do_sample\":true}}", err, sizeof(err)) == JSON_OK);
+    CHECK(!g.sp.greedy);
+    json_gen_free(&g);
+}
+
+TEST(test_request_validation_rejects_with_the_field_named)
+{
+    gen_request g;
+    char err[256];
+    CHECK(parse(&g, API_TGI, "{\"inputs\":", err, sizeof(err)) == JSON_EPARSE);
+    json_gen_free(&g);
+    CHECK(parse(&g, API_TGI, "{\"inputs\":\"x\",\"parameters\":{\"top_p\":1.0}}", err, sizeof(err)) == JSON_EINVALID);
+    CHECK(strstr(err, "top_p") != NULL);
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", err, sizeof(err)) == JSON_EINVALID);
+    CHECK(strstr(err, "`n`") != NULL);
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", err, sizeof(err)) ==
+          JSON_EINVALID);
+    CHECK(strstr(err, "wizard") != NULL);
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"x\",\"temperature\":0,\"stop\":\"\\n\",\"max_tokens\":3}", err,
+                sizeof(err)) == JSON_OK);
+    CHECK(g.sp.greedy && g.n_stop == 1 && g.max_new_tokens == 3);
+    json_gen_free(&g);
+}
+
+TEST(test_json_text_replaces_invalid_utf8)
+{
+    cJSON *s = json_text("a\xff" "b\xe2\x82" "c\xe2\x82\xac", 9);
+    CHECK(s != NULL);
+    CHECK(!strcmp(s->valuestring, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xe2\x82\xac"));
+    cJSON_Delete(s);
+    s = json_text("\xed\xa0\x80", 3);   /* a surrogate is not valid UTF-8 */
+    CHECK(s && !strcmp(s->valuestring, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"));
+    cJSON_Delete(s);
+}
+
+TEST(test_chatml_renders_messages_and_the_generation_prompt)
+{
+    chat_msg m[2] = {{"system", "Be brief."}, {"user", "Hi"}};
+    char *out = NULL, err[256];
+    CHECK(chat_detect(NULL) == CHAT_NONE);
+    CHECK(chat_detect("{% for m in messages %}{{ m.content }}{% endfor %}") == CHAT_UNKNOWN);
+    CHECK(chat_detect("{{'<|im_start|>' + m.role}}...<|im_end|>") == CHAT_CHATML);
+    CHECK(chat_render(CHAT_CHATML, m, 2, &out, err, sizeof(err)) == 0);
+    CHECK(!strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                       "<|im_start|>assistant\n"));
+    free(out);
+    CHECK(chat_render(CHAT_UNKNOWN, m, 2, &out, err, sizeof(err)) < 0 && strstr(err, "ChatML"));
+}
+
+/* ---------------------------------------------------------------------- */
+/* scheduler                                                              */
+/* ---------------------------------------------------------------------- */
+
+static engine *open_model(const char *tag, uint64_t cache_bytes)
+{
+    static char path[512];
+    char err[256];
+    synth_config c;
+    synth_config_default(&c);
+    c.seed = 1;
+    c.n_layer = 4;
+    c.attn_every = 2;
+    c.n_vocab = 300;
+    snprintf(path, sizeof(path), "%s/sched_%s.gguf", test_tmpdir(), tag);
+    if (synth_write(&c, path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "synth: %s\n", err);
+        return NULL;
+    }
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 1;
+    p.max_seqs = 4;
+    p.cache_bytes = cache_bytes;
+    engine *e = engine_open(&p, err, sizeof(err));
+    if (!e)
+        fprintf(stderr, "engine_open: %s\n", err);
+    return e;
+}
+
+/* Run one request to the end; returns the text (heap) and the finish. */
+static char *run_one(sched *s, const int32_t *prompt, int n_prompt, int max_new, const char *stop, bool include,
+                     uint64_t seed, int *finish, int *n_events)
+{
+    sched_req_params rp = {0};
+    sched_req *r = NULL;
+    char err[256];
+    const char *stops[1] = {stop};
+    rp.id = "t";
+    rp.prompt = prompt;
+    rp.n_prompt = n_prompt;
+    rp.max_new_tokens = max_new;
+    sampler_params_default(&rp.sampling);
+    rp.sampling.temperature = 10.0f;
+    rp.sampling.seed = seed;
+    rp.stop = stop ? stops : NULL;
+    rp.n_stop = stop ? 1 : 0;
+    rp.include_stop = include;
+    if (sched_submit(s, &rp, &r, err, sizeof(err)) != 0)
+        return NULL;
+    char *text = calloc(1, 1);
+    size_t len = 0;
+    *finish = SCHED_FINISH_NONE;
+    *n_events = 0;
+    for (;;) {
+        sched_event ev;
+        if (!sched_req_next(r, &ev, 5000))
+            break;
+        if (ev.kind == SCHED_EV_TOKEN) {
+            (*n_events)++;
+            char *t = realloc(text, len + ev.text_len + 1);
+            if (!t) {
+                sched_event_clear(&ev);
+                break;
+            }
+            text = t;
+            memcpy(text + len, ev.text, ev.text_len + 1);
+            len += ev.text_len;
+            if (ev.final)
+                *finish = ev.finish;
+        }
+        int kind = ev.kind;
+        bool final = ev.final;
+        sched_event_clear(&ev);
+        if (kind == SCHED_EV_ERROR || final)
+            break;
+    }
+    sched_req_release(r);
+    return text;
+}
+
+TEST(test_scheduler_stop_strings_hold_back_and_cut_across_tokens)
+{
+    engine *e = open_model("stop", 0);
+    CHECK(e != NULL);
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.n_threads = 1;     /* the engine's -t: OpenMP counts are per thread */
+    sched *s = sched_new(e, &sp, NULL, 0);
+    CHECK(s != NULL && sched_start(s) == 0);
+    int32_t prompt[4];
+    int np = engine_tokenize(e, "Once", 4, true, true, prompt, 4);
+    int fin, nev;
+    char *base = run_one(s, prompt, np, 40, NULL, false, 5, &fin, &nev);
+    CHECK(base != NULL && fin == SCHED_FINISH_LENGTH && nev == 40);
+    /* a two-byte stop from the middle: with a byte-level vocabulary it
+     * always spans two tokens */
+    size_t bl = strlen(base), at = 0;
+    char stop[3] = {0};
+    for (size_t i = 8; i + 2 < bl; i++) {
+        if (base[i] > 32 && base[i] < 127 && base[i + 1] > 32 && base[i + 1] < 127) {
+            memcpy(stop, base + i, 2);
+            at = (size_t)(strstr(base, stop) - base);
+            break;
+        }
+    }
+    if (stop[0]) {
+        char *cut = run_one(s, prompt, np, 40, stop, false, 5, &fin, &nev);
+        CHECK(cut && fin == SCHED_FINISH_STOP && strlen(cut) == at && !strncmp(cut, base, at));
+        free(cut);
+        char *kept = run_one(s, prompt, np, 40, stop, true, 5, &fin, &nev);
+        CHECK(kept && fin == SCHED_FINISH_STOP && strlen(kept) == at + 2 && !strncmp(kept, base, at + 2));
+        free(kept);
+    }
+    free(base);
+    sched_stats st;
+    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
+    CHECK(st.running == 0 && st.pool.reserved_bytes == 0);
+    sched_free(s);
+    engine_close(e);
+}
+
+TEST(test_scheduler_cancel_frees_the_cache_and_refuses_what_never_fits)
+{
+    engine *e = open_model("cancel", 256 * 1024);
+    CHECK(e != NULL);
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.max_queue = 2;
+    sp.n_threads = 1;
+    sched *s = sched_new(e, &sp, NULL, 0);
+    CHECK(s != NULL && sched_start(s) == 0);
+    int32_t prompt[8];
+    int np = engine_tokenize(e, "Hello", 5, true, true, prompt, 8);
+    sched_req_params rp = {0};
+    rp.id = "c";
+    rp.prompt = prompt;
+    rp.n_prompt = np;
+    rp.max_new_tokens = 300;
+    sampler_params_default(&rp.sampling);
+    rp.sampling.greedy = true;
+    sched_req *r = NULL;
+    char err[256];
+    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == 0);
+    sched_event ev;
+    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
+    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_TOKEN);
+    sched_event_clear(&ev);
+    sched_req_cancel(r);
+    bool cancelled = false;
+    while (sched_req_next(r, &ev, 5000) == 1) {
+        int kind = ev.kind, error = ev.error;
+        bool final = ev.final;
+        sched_event_clear(&ev);
+        if (kind == SCHED_EV_ERROR) {
+            cancelled = error == SCHED_ECANCELLED;
+            break;
+        }
+        if (final)
+            break;
+    }
+    CHECK(cancelled);
+    sched_stats st;
+    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
+    CHECK(st.running == 0 && st.pool.reserved_bytes == 0 && st.cancelled_total == 1);
+    sched_req_release(r);
+
+    /* 3000 tokens cannot fit a 256 KiB budget: refused with the numbers */
+    rp.max_new_tokens = 3000;
+    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == 0);
+    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_ERROR && ev.error == SCHED_ETOOBIG);
+    CHECK_MSG(strstr(ev.message, "3000") && strstr(ev.message, "bytes"), "%s", ev.message);
+    sched_req_release(r);
+
+    sched_drain(s);
+    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == SCHED_EDRAINING);
+    sched_free(s);
+    engine_close(e);
+}
