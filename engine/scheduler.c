@@ -674,6 +674,7 @@ static int on_token(sched *s, sched_req *r, int32_t tok, float logprob)
     ev.kind = SCHED_EV_TOKEN;
     ev.token = tok;
     ev.logprob = logprob;
+    ev.t = now_s();
     r->tokens[r->n_prompt + r->n_gen] = tok;
     r->n_gen++;
 

@@ -87,6 +87,7 @@ typedef struct sched_event {
     char *text;                 /* TOKEN: newly released bytes, NUL-terminated (may be ""); heap */
     size_t text_len;
     bool final;                 /* TOKEN: last event of a successful generation */
+    double t;                   /* TOKEN: when it was sampled (CLOCK_MONOTONIC seconds) */
     int finish;                 /* TOKEN with final: enum sched_finish */
     int error;                  /* ERROR: enum sched_status */
     char message[256];          /* ERROR: one line a person can act on */

@@ -66,6 +66,12 @@ static const opt_def OPTS[] = {
      "max_new_tokens when a request gives none (default 256; /v1/completions: 16)"},
     {"max-connections", 0, "HYSERVE_MAX_CONNECTIONS", OPT_INT, OFF(max_connections), 0, "N",
      "concurrent HTTP connections (default 256)"},
+    {"synth", 0, "HYSERVE_SYNTH", OPT_STR, OFF(synth), SZ(synth), "PRESET|FILE.json",
+     "serve a synthesized model with this preset's (or layout file's) cache layout instead of -m"},
+    {"kv-dtype", 0, "HYSERVE_KV_DTYPE", OPT_STR, OFF(kv_dtype), SZ(kv_dtype), "T",
+     "attention cache numbers: f32, f16 or bf16 (default f32)"},
+    {"page-tokens", 0, "HYSERVE_PAGE_TOKENS", OPT_INT, OFF(page_tokens), 0, "N",
+     "tokens per KV cache page (default 16)"},
 };
 #define N_OPTS ((int)(sizeof(OPTS) / sizeof(OPTS[0])))
 
@@ -387,8 +393,20 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     }
     if (scan_args(c, argc, argv, true, &config_flag, &help, err, errlen))
         return -1;
-    if (!c->model[0]) {
-        snprintf(err, errlen, "no model: pass -m FILE, set HYSERVE_MODEL, or put 'model = FILE' in the config file");
+    if (!c->model[0] && !c->synth[0]) {
+        snprintf(err, errlen, "no model: pass -m FILE (or --synth PRESET), set HYSERVE_MODEL, or put 'model = FILE' in the config file");
+        return -1;
+    }
+    if (c->model[0] && c->synth[0]) {
+        snprintf(err, errlen, "give either -m FILE or --synth PRESET, not both");
+        return -1;
+    }
+    if (c->kv_dtype[0] && strcmp(c->kv_dtype, "f32") && strcmp(c->kv_dtype, "f16") && strcmp(c->kv_dtype, "bf16")) {
+        snprintf(err, errlen, "--kv-dtype must be f32, f16 or bf16, got '%s'", c->kv_dtype);
+        return -1;
+    }
+    if (c->page_tokens < 0 || c->page_tokens > 4096) {
+        snprintf(err, errlen, "--page-tokens %d is out of range 1..4096", c->page_tokens);
         return -1;
     }
     if (c->port < 1 || c->port > 65535) {

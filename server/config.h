@@ -39,6 +39,9 @@ typedef struct server_config {
     int max_stop;               /* stop sequences per request */
     int default_max_tokens;     /* max_new_tokens when a request gives none (TGI and chat) */
     int max_connections;        /* concurrent HTTP connections */
+    char synth[1024];           /* preset name or layout JSON to synthesize and serve */
+    char kv_dtype[8];           /* attention cache numbers: f32, f16, bf16 */
+    int page_tokens;            /* KV page size, 0: engine default */
 } server_config;
 
 void config_defaults(server_config *c);

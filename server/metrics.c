@@ -43,7 +43,7 @@ struct metrics {
     uint64_t http_requests_total;
     uint64_t success[N_FIN];
     uint64_t failure[N_FAIL];
-    hist ttft, e2e, queue, prompt_tokens, gen_tokens, cache_bytes;
+    hist ttft, e2e, queue, prompt_tokens, gen_tokens, cache_bytes, itl;
 };
 
 static void hist_init(hist *h, const double *b, int n)
@@ -75,6 +75,7 @@ metrics *metrics_new(void)
     hist_init(&m->prompt_tokens, TOKEN_BUCKETS, (int)(sizeof(TOKEN_BUCKETS) / sizeof(double)));
     hist_init(&m->gen_tokens, TOKEN_BUCKETS, (int)(sizeof(TOKEN_BUCKETS) / sizeof(double)));
     hist_init(&m->cache_bytes, BYTE_BUCKETS, (int)(sizeof(BYTE_BUCKETS) / sizeof(double)));
+    hist_init(&m->itl, SECONDS_BUCKETS, (int)(sizeof(SECONDS_BUCKETS) / sizeof(double)));
     return m;
 }
 
@@ -111,6 +112,15 @@ void metrics_record(metrics *m, const metrics_req *r)
             m->failure[k]++;
         }
     }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_observe_itl(metrics *m, double gap_s)
+{
+    if (gap_s < 0)
+        return;
+    pthread_mutex_lock(&m->mu);
+    hist_add(&m->itl, gap_s);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -181,10 +191,24 @@ char *metrics_prometheus(server *srv)
 {
     sbuf s = {0};
     sched_stats st = {0};
+    sched_req_stats *reqs = NULL;
+    int n_reqs = 0;
     int state = atomic_load(&srv->state);
     bool have = state == SERVER_READY || state == SERVER_DRAINING;
-    if (have)
-        sched_get_stats(srv->sched, &st, NULL, NULL);
+    if (have && sched_get_stats(srv->sched, &st, &reqs, &n_reqs)) {
+        reqs = NULL;
+        n_reqs = 0;
+    }
+    /* cache bytes held by live requests, by layer kind */
+    uint64_t b_kv = 0, b_mla = 0, b_state = 0, b_conv = 0, tok_used = 0;
+    for (int i = 0; i < n_reqs; i++) {
+        b_kv += reqs[i].usage.kv_reserved_bytes;
+        b_mla += reqs[i].usage.mla_reserved_bytes;
+        b_state += reqs[i].usage.dnet_state_bytes;
+        b_conv += reqs[i].usage.dnet_conv_bytes;
+        tok_used += (uint64_t)reqs[i].usage.n_tokens;
+    }
+    free(reqs);
     const engine_info *in = have ? srv->info : NULL;
 
     prom_gauge(&s, "hyserve_ready", "1 when the server accepts new work", state == SERVER_READY);
@@ -199,6 +223,27 @@ char *metrics_prometheus(server *srv)
                budget > 0 ? (double)st.pool.reserved_bytes / budget : 0.0);
     prom_gauge(&s, "hyserve_attn_kv_usage_ratio", "attention KV pages used / total",
                st.pool.n_pages_total > 0 ? (double)st.pool.n_pages_used / st.pool.n_pages_total : 0.0);
+    sb_printf(&s, "# HELP hyserve_cache_bytes cache bytes reserved by live requests, by kind\n"
+                  "# TYPE hyserve_cache_bytes gauge\n"
+                  "hyserve_cache_bytes{kind=\"attn_kv\"} %llu\n"
+                  "hyserve_cache_bytes{kind=\"mla_latent\"} %llu\n"
+                  "hyserve_cache_bytes{kind=\"recurrent_state\"} %llu\n"
+                  "hyserve_cache_bytes{kind=\"conv_state\"} %llu\n"
+                  "hyserve_cache_bytes{kind=\"checkpoint\"} 0\n"
+                  "hyserve_cache_bytes{kind=\"prefix_cache\"} 0\n",
+              (unsigned long long)b_kv, (unsigned long long)b_mla, (unsigned long long)b_state,
+              (unsigned long long)b_conv);
+    double tok_cap = in ? (double)st.pool.n_pages_total * in->page_tokens : 0.0;
+    prom_gauge(&s, "hyserve_attn_kv_token_usage_ratio", "filled token slots / token capacity of the KV pool",
+               tok_cap > 0 ? (double)tok_used / tok_cap : 0.0);
+    if (in) {
+        sb_printf(&s, "# HELP hyserve_device_memory_bytes memory by use\n# TYPE hyserve_device_memory_bytes gauge\n"
+                      "hyserve_device_memory_bytes{device=\"cpu\",kind=\"weights\"} %llu\n"
+                      "hyserve_device_memory_bytes{device=\"cpu\",kind=\"kv_pool\"} %llu\n"
+                      "hyserve_device_memory_bytes{device=\"cpu\",kind=\"state_pool\"} %llu\n",
+                  (unsigned long long)in->weight_bytes, (unsigned long long)(b_kv + b_mla),
+                  (unsigned long long)(b_state + b_conv));
+    }
     prom_gauge(&s, "hyserve_recurrent_slots_used", "DeltaNet state slots in use", st.pool.n_seqs);
     prom_gauge(&s, "hyserve_recurrent_slots_total", "DeltaNet state slots (max sequences)", in ? in->max_seqs : 0);
     prom_gauge(&s, "hyserve_batch_size_last", "sequences in the last engine step", st.batch_seqs_last);
@@ -218,8 +263,9 @@ char *metrics_prometheus(server *srv)
     if (in) {
         sb_printf(&s, "# HELP hyserve_cache_config_info cache layout\n# TYPE hyserve_cache_config_info gauge\n"
                       "hyserve_cache_config_info{block_tokens=\"%d\",kv_dtype=\"%s\",state_dtype=\"f32\","
-                      "kv_bytes_per_token=\"%llu\",state_bytes_per_seq=\"%llu\"} 1\n",
+                      "kv_bytes_per_token=\"%llu\",mla_bytes_per_token=\"%llu\",state_bytes_per_seq=\"%llu\"} 1\n",
                   in->page_tokens, in->kv_dtype ? in->kv_dtype : "f32", (unsigned long long)in->kv_bytes_per_token,
+                  (unsigned long long)in->mla_bytes_per_token,
                   (unsigned long long)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
     }
 
@@ -237,6 +283,7 @@ char *metrics_prometheus(server *srv)
         sb_printf(&s, "hyserve_request_failure_total{reason=\"%s\"} %llu\n", FAIL_NAMES[i],
                   (unsigned long long)m->failure[i]);
     prom_hist(&s, "hyserve_time_to_first_token_seconds", "request arrival to first token", &m->ttft);
+    prom_hist(&s, "hyserve_inter_token_latency_seconds", "time between two sampled tokens of a request", &m->itl);
     prom_hist(&s, "hyserve_e2e_request_latency_seconds", "request arrival to last byte", &m->e2e);
     prom_hist(&s, "hyserve_request_queue_time_seconds", "time waiting for admission", &m->queue);
     prom_hist(&s, "hyserve_request_prompt_tokens", "prompt tokens per request", &m->prompt_tokens);
@@ -254,7 +301,7 @@ char *metrics_prometheus(server *srv)
 /* /stats                                                                 */
 /* ---------------------------------------------------------------------- */
 
-static cJSON *request_json(const sched_req_stats *q)
+static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -268,7 +315,9 @@ static cJSON *request_json(const sched_req_stats *q)
     cJSON_AddNumberToObject(o, "max_new_tokens", q->max_new_tokens);
     cJSON_AddNumberToObject(o, "cached_tokens", 0);
     const engine_seq_usage *u = &q->usage;
+    /* reserved = whole pages held; used = filled token slots */
     cJSON *kv = cJSON_AddObjectToObject(o, "attn_kv");
+    cJSON_AddNumberToObject(kv, "blocks", in->page_tokens ? u->n_reserved_tokens / in->page_tokens : 0);
     cJSON_AddNumberToObject(kv, "tokens", u->n_tokens);
     cJSON_AddNumberToObject(kv, "tokens_reserved", u->n_reserved_tokens);
     cJSON_AddNumberToObject(kv, "bytes_reserved", (double)(u->kv_reserved_bytes + u->mla_reserved_bytes));
@@ -280,8 +329,39 @@ static cJSON *request_json(const sched_req_stats *q)
     cJSON_AddNumberToObject(rec, "state_bytes", (double)u->dnet_state_bytes);
     cJSON_AddNumberToObject(rec, "conv_bytes", (double)u->dnet_conv_bytes);
     cJSON_AddNumberToObject(rec, "bytes", (double)(u->dnet_state_bytes + u->dnet_conv_bytes));
+    cJSON_AddNumberToObject(rec, "checkpoints", 0);
+    cJSON_AddNumberToObject(rec, "checkpoint_bytes", 0);
+    /* the same bytes by layer kind, and what plain MHA would hold */
+    cJSON *by = cJSON_AddObjectToObject(o, "cache_by_kind");
+    cJSON *g = cJSON_AddObjectToObject(by, "gqa_kv");
+    cJSON_AddNumberToObject(g, "bytes_reserved", (double)u->kv_reserved_bytes);
+    cJSON_AddNumberToObject(g, "bytes_used", (double)u->kv_used_bytes);
+    cJSON *ml = cJSON_AddObjectToObject(by, "mla_latent");
+    cJSON_AddNumberToObject(ml, "bytes_reserved", (double)u->mla_reserved_bytes);
+    cJSON_AddNumberToObject(ml, "bytes_used", (double)u->mla_used_bytes);
+    cJSON_AddNumberToObject(by, "deltanet_state_bytes", (double)u->dnet_state_bytes);
+    cJSON_AddNumberToObject(by, "deltanet_conv_bytes", (double)u->dnet_conv_bytes);
+    cJSON_AddNumberToObject(o, "mha_equivalent_bytes", (double)((uint64_t)u->n_tokens * in->mha_bytes_per_token));
     cJSON_AddNumberToObject(o, "total_bytes_owned", (double)u->total_reserved_bytes);
     return o;
+}
+
+/* Total and available memory of this machine, from /proc/meminfo. */
+static void mem_info(uint64_t *total, uint64_t *avail)
+{
+    *total = *avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return;
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+            *total = kb * 1024;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            *avail = kb * 1024;
+    }
+    fclose(f);
 }
 
 cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_requests)
@@ -323,13 +403,53 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         cJSON_AddStringToObject(r, "dtype", "f32");
         cJSON_AddNumberToObject(r, "bytes_per_seq", (double)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
     }
+    if (in->n_mla_layers > 0) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "mla");
+        cJSON_AddStringToObject(a, "type", "mla");
+        cJSON_AddNumberToObject(a, "layers", in->n_mla_layers);
+        cJSON_AddNumberToObject(a, "kv_lora_rank", in->mla_kv_lora_rank);
+        cJSON_AddNumberToObject(a, "rope_dim", in->mla_rope_dim);
+        cJSON_AddStringToObject(a, "dtype", in->kv_dtype ? in->kv_dtype : "f32");
+        cJSON_AddNumberToObject(a, "bytes_per_token", (double)in->mla_bytes_per_token);
+    }
+    cJSON_AddNumberToObject(lay, "bytes_per_token", (double)(in->kv_bytes_per_token + in->mla_bytes_per_token));
+    cJSON_AddNumberToObject(lay, "bytes_per_seq", (double)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
     cJSON_AddNumberToObject(lay, "mha_bytes_per_token", (double)in->mha_bytes_per_token);
+    cJSON_AddNumberToObject(lay, "all_attention_bytes_per_token", (double)in->all_attention_bytes_per_token);
 
     cJSON *lim = cJSON_AddObjectToObject(o, "limits");
     cJSON_AddNumberToObject(lim, "max_input_tokens", in->n_ctx - 1);
     cJSON_AddNumberToObject(lim, "max_total_tokens", in->n_ctx);
     cJSON_AddNumberToObject(lim, "max_concurrent_requests", in->max_seqs);
     cJSON_AddNumberToObject(lim, "max_queue", srv->cfg->max_queue);
+
+    /* totals by kind over the live requests (computed first: the device and
+     * pool sections use them) */
+    uint64_t t_kv = 0, t_mla = 0, t_state = 0, t_conv = 0, t_all = 0, t_tok = 0;
+    for (int i = 0; i < n_reqs; i++) {
+        const engine_seq_usage *u = &reqs[i].usage;
+        t_kv += u->kv_reserved_bytes;
+        t_mla += u->mla_reserved_bytes;
+        t_state += u->dnet_state_bytes;
+        t_conv += u->dnet_conv_bytes;
+        t_all += u->total_reserved_bytes;
+        t_tok += (uint64_t)u->n_tokens;
+    }
+    uint64_t mem_total, mem_avail;
+    mem_info(&mem_total, &mem_avail);
+    cJSON *devs = cJSON_AddArrayToObject(o, "devices");
+    cJSON *dev = cJSON_CreateObject();
+    cJSON_AddItemToArray(devs, dev);
+    cJSON_AddNumberToObject(dev, "id", 0);
+    cJSON_AddStringToObject(dev, "name", "cpu");
+    cJSON_AddNumberToObject(dev, "total_bytes", (double)mem_total);
+    cJSON_AddNumberToObject(dev, "free_bytes", (double)mem_avail);
+    cJSON *self = cJSON_AddObjectToObject(dev, "self");
+    cJSON_AddNumberToObject(self, "weights_bytes", (double)in->weight_bytes);
+    cJSON_AddNumberToObject(self, "attn_kv_pool_bytes", (double)(t_kv + t_mla));
+    cJSON_AddNumberToObject(self, "recurrent_pool_bytes", (double)(t_state + t_conv));
+    cJSON_AddNumberToObject(self, "checkpoint_bytes", 0);
+    cJSON_AddNumberToObject(self, "cache_budget_bytes", (double)st.pool.budget_bytes);
 
     cJSON *pools = cJSON_AddObjectToObject(o, "pools");
     cJSON_AddNumberToObject(pools, "budget_bytes", (double)st.pool.budget_bytes);
@@ -341,9 +461,17 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(kv, "blocks_used", st.pool.n_pages_used);
     cJSON_AddNumberToObject(kv, "usage_ratio",
                             st.pool.n_pages_total > 0 ? (double)st.pool.n_pages_used / st.pool.n_pages_total : 0.0);
+    double tok_cap = (double)st.pool.n_pages_total * in->page_tokens;
+    cJSON_AddNumberToObject(kv, "tokens_capacity", tok_cap);
+    cJSON_AddNumberToObject(kv, "tokens_used", (double)t_tok);
+    cJSON_AddNumberToObject(kv, "token_usage_ratio", tok_cap > 0 ? (double)t_tok / tok_cap : 0.0);
     cJSON *rec = cJSON_AddObjectToObject(pools, "recurrent");
     cJSON_AddNumberToObject(rec, "slots_total", in->max_seqs);
     cJSON_AddNumberToObject(rec, "slots_used", in->n_dnet_layers > 0 ? st.pool.n_seqs : 0);
+    cJSON_AddNumberToObject(rec, "usage_ratio",
+                            in->n_dnet_layers > 0 && in->max_seqs ? (double)st.pool.n_seqs / in->max_seqs : 0.0);
+    cJSON *pc = cJSON_AddObjectToObject(pools, "prefix_cache");
+    cJSON_AddBoolToObject(pc, "enabled", false);
 
     cJSON *sc = cJSON_AddObjectToObject(o, "scheduler");
     cJSON_AddNumberToObject(sc, "running", st.running);
@@ -367,19 +495,18 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(sc, "prompt_tokens_total", (double)st.prompt_tokens_total);
     cJSON_AddNumberToObject(sc, "generation_tokens_total", (double)st.generation_tokens_total);
 
-    uint64_t t_kv = 0, t_state = 0, t_all = 0;
     cJSON *arr = with_requests ? cJSON_AddArrayToObject(o, "requests") : NULL;
     for (int i = 0; i < n_reqs; i++) {
-        const engine_seq_usage *u = &reqs[i].usage;
-        t_kv += u->kv_reserved_bytes + u->mla_reserved_bytes;
-        t_state += u->dnet_state_bytes + u->dnet_conv_bytes;
-        t_all += u->total_reserved_bytes;
         if (arr && (!request_id || !strcmp(request_id, reqs[i].id)))
-            cJSON_AddItemToArray(arr, request_json(&reqs[i]));
+            cJSON_AddItemToArray(arr, request_json(&reqs[i], in));
     }
     cJSON *tot = cJSON_AddObjectToObject(o, "totals");
-    cJSON_AddNumberToObject(tot, "attn_kv_bytes", (double)t_kv);
-    cJSON_AddNumberToObject(tot, "recurrent_state_bytes", (double)t_state);
+    cJSON_AddNumberToObject(tot, "attn_kv_bytes", (double)(t_kv + t_mla));
+    cJSON_AddNumberToObject(tot, "gqa_kv_bytes", (double)t_kv);
+    cJSON_AddNumberToObject(tot, "mla_latent_bytes", (double)t_mla);
+    cJSON_AddNumberToObject(tot, "recurrent_state_bytes", (double)(t_state + t_conv));
+    cJSON_AddNumberToObject(tot, "deltanet_state_bytes", (double)t_state);
+    cJSON_AddNumberToObject(tot, "deltanet_conv_bytes", (double)t_conv);
     cJSON_AddNumberToObject(tot, "checkpoint_bytes", 0);
     cJSON_AddNumberToObject(tot, "all_requests_bytes", (double)t_all);
 out:

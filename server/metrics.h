@@ -30,6 +30,8 @@ typedef struct metrics_req {
 metrics *metrics_new(void);
 void metrics_free(metrics *m);
 void metrics_record(metrics *m, const metrics_req *r);
+/* One inter-token gap of a generation (seconds between two sampled tokens). */
+void metrics_observe_itl(metrics *m, double gap_s);
 
 /* Prometheus exposition text (malloc'd, NUL-terminated), or NULL on OOM. */
 char *metrics_prometheus(server *srv);

@@ -16,7 +16,9 @@
 
 #include "chat.h"
 #include "json.h"
+#include "config.h"
 #include "metrics.h"
+#include "presets.h"
 #include "routes.h"
 #include "stream.h"
 
@@ -595,6 +597,98 @@ static int h_tokenize(http_req *hr)
     return http_send_json(hr, 200, arr, NULL);
 }
 
+/* POST /v1/memory/estimate: the planner (memplan.c) over HTTP, no weights.
+ * Body: {"preset": NAME} or {"layout": {...preset format...}} or neither
+ * (the loaded model's layout), plus optional "context", "batch",
+ * "kv_dtype", "page_tokens", "budget" (bytes, or a string like "24G"). */
+static int h_memory_estimate(http_req *hr)
+{
+    server *srv = hr->srv;
+    char err[512];
+    const char *end = NULL;
+    cJSON *j = hr->n_body ? cJSON_ParseWithLengthOpts(hr->body, hr->n_body, &end, 0) : cJSON_CreateObject();
+    if (!j)
+        return routes_error(hr, ERR_BAD_JSON, "the body is not valid JSON");
+    memplan_layout l;
+    int rc = 0;
+    const cJSON *preset = cJSON_GetObjectItemCaseSensitive(j, "preset");
+    const cJSON *layout = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    if (!cJSON_IsObject(j)) {
+        snprintf(err, sizeof(err), "the body must be a JSON object");
+        rc = -1;
+    } else if (preset && layout) {
+        snprintf(err, sizeof(err), "give either \"preset\" or \"layout\", not both");
+        rc = -1;
+    } else if (preset) {
+        if (!cJSON_IsString(preset) || strchr(preset->valuestring, '/') || strchr(preset->valuestring, '.')) {
+            snprintf(err, sizeof(err), "\"preset\" must be a preset name (known: %s)", preset_names());
+            rc = -1;
+        } else {
+            rc = preset_load(preset->valuestring, &l, err, sizeof(err));
+        }
+    } else if (layout) {
+        char e2[256];
+        rc = preset_from_json(layout, &l, e2, sizeof(e2));
+        if (rc)
+            snprintf(err, sizeof(err), "layout: %s", e2);
+    } else if (atomic_load(&srv->state) == SERVER_READY || atomic_load(&srv->state) == SERVER_DRAINING) {
+        engine_get_memplan(srv->eng, &l);
+        snprintf(l.name, sizeof(l.name), "%s", srv->info->name);
+    } else {
+        snprintf(err, sizeof(err), "the model is not loaded yet: name a \"preset\" or give a \"layout\"");
+        rc = -1;
+    }
+    double context = preset || layout ? (l.max_context > 0 && l.max_context < 4096 ? l.max_context : 4096)
+                                      : (rc == 0 ? srv->info->n_ctx : 0);
+    double batch = 1;
+    uint64_t budget = 0;
+    const cJSON *v;
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "context"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e9 || v->valuedouble != (double)(long long)v->valuedouble) {
+            snprintf(err, sizeof(err), "\"context\" must be an integer from 1 to 1e9");
+            rc = -1;
+        } else {
+            context = v->valuedouble;
+        }
+    }
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "batch"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e6 || v->valuedouble != (double)(long long)v->valuedouble) {
+            snprintf(err, sizeof(err), "\"batch\" must be an integer from 1 to 1e6");
+            rc = -1;
+        } else {
+            batch = v->valuedouble;
+        }
+    }
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "kv_dtype"))) {
+        if (!cJSON_IsString(v) || !kv_dtype_bytes(v->valuestring)) {
+            snprintf(err, sizeof(err), "\"kv_dtype\" must be \"f32\", \"f16\" or \"bf16\"");
+            rc = -1;
+        } else {
+            l.kv_bytes = kv_dtype_bytes(v->valuestring);
+        }
+    }
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "page_tokens"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 4096) {
+            snprintf(err, sizeof(err), "\"page_tokens\" must be an integer from 1 to 4096");
+            rc = -1;
+        } else {
+            l.page_tokens = v->valueint;
+        }
+    }
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "budget"))) {
+        if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1e18)
+            budget = (uint64_t)v->valuedouble;
+        else if (!cJSON_IsString(v) || config_parse_bytes(v->valuestring, &budget)) {
+            snprintf(err, sizeof(err), "\"budget\" must be a byte count or a size like \"24G\"");
+            rc = -1;
+        }
+    }
+    cJSON_Delete(j);
+    if (rc)
+        return routes_error(hr, ERR_VALIDATION, err);
+    return http_send_json(hr, 200, memplan_estimate_json(&l, (int64_t)context, (int64_t)batch, budget), NULL);
+}
+
 static int h_stats(http_req *hr)
 {
     /* still useful while draining: watch the in-flight work finish */
@@ -655,6 +749,7 @@ static const route ROUTES[] = {
     {"GET", "/ready", h_ready},
     {"GET", "/info", h_info},
     {"GET", "/stats", h_stats},
+    {"POST", "/v1/memory/estimate", h_memory_estimate},
     {"GET", "/metrics", h_metrics},
     {"DELETE", "/requests/", h_cancel},
 };

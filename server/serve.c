@@ -21,8 +21,10 @@
 #include "config.h"
 #include "http.h"
 #include "metrics.h"
+#include "presets.h"
 #include "serve.h"
 #include "server.h"
+#include "synth.h"
 
 double server_now(void)
 {
@@ -137,14 +139,36 @@ int serve_main(int argc, char **argv)
     else
         fprintf(stderr, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, cfg.model);
 
+    /* --synth: a model with a preset's cache layout, written to a temporary
+     * file that is unlinked once mapped */
+    char synth_path[512] = "";
+    if (cfg.synth[0]) {
+        memplan_layout lay;
+        synth_config sc;
+        const char *tmp = getenv("TMPDIR");
+        snprintf(synth_path, sizeof(synth_path), "%s/hyserve-synth-%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+        if (preset_load(cfg.synth, &lay, err, sizeof(err)) || synth_from_layout(&lay, &sc, err, sizeof(err)) ||
+            synth_write(&sc, synth_path, err, sizeof(err))) {
+            atomic_store(&srv.state, SERVER_FAILED);
+            fprintf(stderr, "hyserve: serve: --synth %s: %s\n", cfg.synth, err);
+            goto out_http;
+        }
+        snprintf(cfg.model, sizeof(cfg.model), "%s", synth_path);
+        fprintf(stderr, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay.name);
+    }
+
     engine_params ep;
     engine_params_default(&ep);
     ep.model_path = cfg.model;
+    ep.page_tokens = cfg.page_tokens;
+    ep.kv_dtype = !strcmp(cfg.kv_dtype, "f16") ? ENGINE_KV_F16 : !strcmp(cfg.kv_dtype, "bf16") ? ENGINE_KV_BF16 : ENGINE_KV_F32;
     ep.n_threads = cfg.threads;
     ep.n_ctx = cfg.ctx;
     ep.max_seqs = cfg.max_seqs;
     ep.cache_bytes = cfg.cache_mem;
     srv.eng = engine_open(&ep, err, sizeof(err));
+    if (synth_path[0])
+        unlink(synth_path);     /* the mapping keeps the data */
     if (!srv.eng) {
         atomic_store(&srv.state, SERVER_FAILED);
         fprintf(stderr, "hyserve: serve: cannot load %s: %s\n", cfg.model, err);

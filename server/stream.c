@@ -19,6 +19,7 @@
 
 #include <microhttpd.h>
 
+#include "metrics.h"
 #include "stream.h"
 
 /* ---------------------------------------------------------------------- */
@@ -94,6 +95,9 @@ int stream_collect(http_req *hr, sched_req *r, gen_result *res)
             res->toks = t;
             res->cap_toks = cap;
         }
+        if (res->n_toks > 0 && res->t_last > 0)
+            metrics_observe_itl(hr->srv->m, ev.t - res->t_last);
+        res->t_last = ev.t;
         gen_token *t = &res->toks[res->n_toks++];
         t->id = ev.token;
         t->logprob = ev.logprob;
@@ -141,6 +145,7 @@ typedef struct stream {
     char oai_id[128];
     long long created;
     const char *model;
+    double t_last;              /* when the previous token was sampled (ITL metric) */
 } stream;
 
 static cJSON *oai_base(stream *st, const char *object)
@@ -315,6 +320,9 @@ static int on_event(stream *st, sched_event *ev)
     }
     if (ev->kind != SCHED_EV_TOKEN)
         return 0;
+    if (st->n_gen > 0 && st->t_last > 0)
+        metrics_observe_itl(st->hr->srv->m, ev->t - st->t_last);
+    st->t_last = ev->t;
     st->n_gen++;
     if (ev->text_len && json_buf_append(&st->text, &st->n_text, &st->cap_text, ev->text, ev->text_len))
         return -1;

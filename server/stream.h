@@ -42,6 +42,7 @@ typedef struct gen_result {
     int finish;                 /* enum sched_finish; NONE when it failed */
     int error;                  /* enum sched_status; 0 on success */
     char message[256];          /* error message */
+    double t_last;              /* when the previous token was sampled (ITL metric) */
 } gen_result;
 
 /* Read events until the generation ends. Returns 0 (see res->error), or

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Cache memory accounting on a running server (run by tests/suite_memory.sh).
+
+A synthesized hybrid model with all three cache kinds (GQA attention, MLA,
+Gated DeltaNet) is served with an f16 KV cache. The bytes /stats reports for
+a live request are checked three ways: against arithmetic written out here
+from the layout (independent of the C code), against the planner
+(`hyserve mem` and POST /v1/memory/estimate), and against the pool totals
+the cache manager keeps. Then: pools return to zero, a budget sized for
+exactly K requests admits K and makes the next one wait, /metrics carries
+the bytes by kind, and `serve --synth PRESET` shows a preset's numbers.
+Prints "memory: N passed, N failed" last.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import http_suite as hs  # noqa: E402  (Server, stream, check helpers)
+
+HYSERVE = hs.HYSERVE
+TMP = os.path.abspath(os.path.join(os.environ.get("TEST_TMPDIR", "tests/tmp"), "memory"))
+hs.TMP = TMP
+
+# The model: 4 layers L L A M; sizes chosen so every cache kind is small but distinct.
+SYNTH = ["--layers", "4", "--pattern", "LLAM", "--embd", "64", "--heads", "4", "--kv-heads", "2",
+         "--head-dim", "16", "--dnet-k-heads", "2", "--dnet-v-heads", "4", "--dnet-k-dim", "16",
+         "--mla-kv-lora", "32", "--mla-rope", "8", "--mla-nope", "16", "--mla-vdim", "16",
+         "--ff", "128", "--ctx", "4096", "--seed", "3"]
+PAGE = 16
+KV_BYTES = 2                                   # f16
+GQA_PER_TOKEN = 1 * 2 * 2 * 16 * KV_BYTES      # 1 attention layer x (K, V) x 2 KV heads x 16 dims
+MLA_PER_TOKEN = 1 * (32 + 8) * KV_BYTES        # 1 MLA layer x (latent 32 + rope 8)
+DNET_STATE = 2 * 4 * 16 * 16 * 4               # 2 DeltaNet layers x 4 value heads x d_k x d_v, f32
+DNET_CONV = 2 * 3 * (2 * 2 * 16 + 4 * 16) * 4  # 2 layers x (K-1) x (q, k, v channels), f32
+LAYOUT = {"layers": 4, "kv_dtype": "f16", "page_tokens": PAGE,
+          "attention": {"layers": 1, "heads": 4, "kv_heads": 2, "head_dim": 16},
+          "mla": {"layers": 1, "heads": 4, "kv_lora_rank": 32, "rope_dim": 8, "nope_dim": 16, "v_dim": 16},
+          "deltanet": {"layers": 2, "k_heads": 2, "v_heads": 4, "d_k": 16, "d_v": 16, "conv_kernel": 4}}
+
+
+def pages(n):
+    return (n + PAGE - 1) // PAGE
+
+
+def expect_reserved(n_tokens):
+    return pages(n_tokens) * PAGE * (GQA_PER_TOKEN + MLA_PER_TOKEN) + DNET_STATE + DNET_CONV
+
+
+check = hs.check
+
+
+def planner(context, batch=1, budget=None):
+    path = os.path.join(TMP, "layout.json")
+    with open(path, "w") as f:
+        json.dump(LAYOUT, f)
+    args = [HYSERVE, "mem", "--config", path, "--context", str(context), "--batch", str(batch), "--json"]
+    if budget:
+        args += ["--budget", str(budget)]
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def watch_request(srv, stop, seen):
+    """Poll /stats until stop is set, keeping every snapshot that lists requests."""
+    while not stop.is_set():
+        st, _, j, _ = srv.jreq("GET", "/stats")
+        if st == 200 and j:
+            seen.append(j)
+        time.sleep(0.002)
+
+
+def test_live_request_bytes(srv):
+    prompt = "abcdefghijklmnopqrst"       # 20 bytes -> 20 byte tokens (byte vocabulary)
+    max_new = 1500
+    total = len(prompt) + max_new
+    stop, seen = threading.Event(), []
+    t = threading.Thread(target=watch_request, args=(srv, stop, seen))
+    t.start()
+    st, h, evs, _ = hs.stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {"max_new_tokens": max_new}})
+    stop.set()
+    t.join()
+    check("a long stream completes", st == 200 and len([e for e in evs if e[0] == "data"]) == max_new, f"{st}")
+    live = [s for s in seen if s.get("requests")]
+    check("/stats listed the request while it ran", len(live) > 0, f"{len(seen)} snapshots")
+    if not live:
+        return
+    want = expect_reserved(total)
+    plan = planner(total)
+    ok_all, detail = True, ""
+    for s in live:
+        r = s["requests"][0]
+        by = r["cache_by_kind"]
+        n = r["attn_kv"]["tokens"]
+        good = (r["total_bytes_owned"] == want
+                and by["gqa_kv"]["bytes_reserved"] == pages(total) * PAGE * GQA_PER_TOKEN
+                and by["mla_latent"]["bytes_reserved"] == pages(total) * PAGE * MLA_PER_TOKEN
+                and by["deltanet_state_bytes"] == DNET_STATE and by["deltanet_conv_bytes"] == DNET_CONV
+                and by["gqa_kv"]["bytes_used"] == n * GQA_PER_TOKEN
+                and by["mla_latent"]["bytes_used"] == n * MLA_PER_TOKEN
+                and s["pools"]["reserved_bytes"] == s["totals"]["all_requests_bytes"] == want)
+        if not good:
+            ok_all, detail = False, json.dumps(r)[:600]
+            break
+    check("request bytes by kind equal the layout arithmetic, reserved vs used", ok_all, detail)
+    check("request bytes equal the planner's prediction (hyserve mem)",
+          plan is not None and plan["total"]["bytes_reserved_per_sequence"] == want, f"{plan and plan['total']} want {want}")
+    r = live[-1]["requests"][0]
+    st, _, one, _ = srv.jreq("GET", "/stats?request_id=" + r["id"])
+    check("/stats?request_id= returns that request only (or none once it ended)",
+          st == 200 and all(q["id"] == r["id"] for q in one.get("requests", [])), f"{one and one.get('requests')}")
+    st2, _, none, _ = srv.jreq("GET", "/stats?requests=0")
+    check("/stats?requests=0 omits the list", st2 == 200 and "requests" not in none, f"{none and list(none)}")
+    lay = live[0]["model"]["cache_layout"]
+    check("/stats layout shows GQA, MLA and DeltaNet bytes",
+          lay["attention"]["bytes_per_token"] == GQA_PER_TOKEN and lay["mla"]["bytes_per_token"] == MLA_PER_TOKEN
+          and lay["recurrent"]["bytes_per_seq"] == DNET_STATE + DNET_CONV, json.dumps(lay))
+    time.sleep(0.05)
+    s = srv.stats()
+    check("pools return to zero after the request", s["pools"]["reserved_bytes"] == 0 and s["pools"]["n_seqs"] == 0
+          and s["totals"]["all_requests_bytes"] == 0, json.dumps(s["pools"]))
+    # the response's usage block carries the same peak bytes
+    st, h, j, _ = srv.jreq("POST", "/generate", {"inputs": prompt, "parameters": {"max_new_tokens": 12, "return_usage": True}})
+    check("usage.cache.peak_total_bytes equals the reservation",
+          st == 200 and j["usage"]["cache"]["peak_total_bytes"] == expect_reserved(len(prompt) + 12), f"{j}")
+
+
+def test_admission(model):
+    """Budget for exactly K requests of one size: the K+1-th waits, never over-allocates."""
+    K, prompt, max_new = 3, "0123456789", 800
+    per = expect_reserved(len(prompt) + max_new)
+    budget = K * per
+    srv = hs.Server("admit", model, "--kv-dtype", "f16", "--cache-mem", str(budget), "--max-seqs", "8",
+                    "--queue-timeout", "60", "-t", "1")
+    try:
+        stop, seen = threading.Event(), []
+        w = threading.Thread(target=watch_request, args=(srv, stop, seen))
+        w.start()
+        results = [None] * (K + 1)
+
+        def one(i):
+            results[i] = hs.stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {"max_new_tokens": max_new}}, timeout=120)
+
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(K + 1)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        stop.set()
+        w.join()
+        ok = all(r and r[0] == 200 for r in results)
+        check(f"all {K + 1} requests finish (the last one waited)", ok, str([r and r[0] for r in results]))
+        max_running = max((s["scheduler"]["running"] for s in seen), default=0)
+        max_reserved = max((s["pools"]["reserved_bytes"] for s in seen), default=0)
+        waited = any(s["scheduler"]["waiting"] >= 1 and s["scheduler"]["running"] == K for s in seen)
+        check(f"at most {K} run at once under a budget for {K}", max_running == K, f"max running {max_running}")
+        check("the reservation never exceeds the budget", 0 < max_reserved <= budget,
+              f"max reserved {max_reserved}, budget {budget}")
+        check(f"request {K + 1} waited while {K} ran", waited, f"{len(seen)} snapshots")
+        plan = planner(len(prompt) + max_new, budget=budget)
+        check("the planner agrees: exactly K fit this budget",
+              plan is not None and plan["fits"]["max_batch_at_context"] == K, f"{plan and plan.get('fits')}")
+        # one request bigger than the whole budget can never fit: 422 with the numbers
+        st, h, j, b = srv.jreq("POST", "/generate", {"inputs": prompt, "parameters": {"max_new_tokens": 3000}})
+        msg = json.dumps(j) if j else b.decode("utf-8", "replace")
+        check("a request that can never fit gets 422 with the numbers", st == 422 and str(budget) in msg, f"{st} {msg}")
+    finally:
+        srv.stop()
+
+
+def test_estimate_route(srv):
+    st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"preset": "qwen3-next-80b-a3b", "context": 4096, "batch": 2})
+    check("estimate: Qwen3-Next state per sequence is 79,036,416 bytes",
+          st == 200 and j["per_sequence"]["recurrent_state_bytes"] == 79036416, f"{st} {j}")
+    check("estimate: a quarter of all-attention", st == 200 and j["counterfactual"]["actual_over_all_attention"] == 0.25, f"{j}")
+    st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"preset": "deepseek-v2"})
+    check("estimate: DeepSeek-V2 MHA / MLA is about 57",
+          st == 200 and 56.5 < j["counterfactual"]["mha_over_actual"] < 57.5, f"{j and j.get('counterfactual')}")
+    st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"layout": LAYOUT, "context": 100, "budget": "1M"})
+    check("estimate of a layout equals the live arithmetic",
+          st == 200 and j["total"]["bytes_reserved_per_sequence"] == expect_reserved(100)
+          and j["fits"]["max_batch_at_context"] == (1 << 20) // expect_reserved(100), f"{j}")
+    st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"context": 64})
+    check("estimate without a layout describes the served model",
+          st == 200 and j["total"]["bytes_reserved_per_sequence"] == expect_reserved(64), f"{j}")
+    st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"preset": "no-such-model"})
+    check("estimate: unknown preset is a 400 naming the known ones",
+          st == 400 and "qwen3.5-0.8b" in json.dumps(j) and "error" in j, f"{st} {j}")
+    st, h, b = srv.req("POST", "/v1/memory/estimate", raw=b"{not json")
+    check("estimate: malformed JSON is a 400", st == 400, f"{st}")
+    st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"layout": {"layers": 2, "deltanet": {"layers": "x"}}})
+    check("estimate: a bad layout field is named", st == 400 and "deltanet.layers" in json.dumps(j), f"{st} {j}")
+
+
+def test_metrics(srv):
+    st, h, b = srv.req("GET", "/metrics")
+    txt = b.decode()
+    need = ['hyserve_cache_bytes{kind="attn_kv"}', 'hyserve_cache_bytes{kind="mla_latent"}',
+            'hyserve_cache_bytes{kind="recurrent_state"}', "hyserve_inter_token_latency_seconds_count",
+            "hyserve_time_to_first_token_seconds_bucket", "hyserve_e2e_request_latency_seconds_sum",
+            "hyserve_attn_kv_token_usage_ratio", "hyserve_cache_config_info"]
+    missing = [n for n in need if n not in txt]
+    check("/metrics has cache bytes by kind and latency histograms", st == 200 and not missing, f"missing {missing}")
+    itl = [l for l in txt.splitlines() if l.startswith("hyserve_inter_token_latency_seconds_count")]
+    check("inter-token latency was observed", itl and float(itl[0].split()[-1]) > 100, f"{itl}")
+
+
+def test_serve_synth():
+    srv = hs.Server("synth", "", "--synth", "qwen3.5-0.8b", "--kv-dtype", "bf16", "--max-seqs", "2", "--ctx", "256",
+                    "-t", "1")
+    try:
+        s = srv.stats()
+        lay = s["model"]["cache_layout"]
+        check("serve --synth qwen3.5-0.8b: 12,288 KV bytes per token and 20,201,472 state bytes per sequence",
+              lay["attention"]["bytes_per_token"] == 12288 and lay["recurrent"]["bytes_per_seq"] == 20201472,
+              json.dumps(lay))
+        st, h, j, _ = srv.jreq("POST", "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 4, "return_usage": True}})
+        check("the synthesized preset model generates", st == 200 and j["usage"]["cache"]["peak_total_bytes"] == 20201472 + 16 * 12288,
+              f"{st} {j}")
+    finally:
+        srv.stop()
+
+
+def main():
+    os.makedirs(TMP, exist_ok=True)
+    model = os.path.join(TMP, "llam.gguf")
+    r = subprocess.run([HYSERVE, "synth", "-o", model] + SYNTH, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if not check("synthesize the LLAM model", r.returncode == 0, r.stderr.decode()):
+        print(f"memory: {hs.passed} passed, {hs.failed} failed")
+        sys.exit(1)
+    srv = None
+    try:
+        srv = hs.Server("memory", model, "--kv-dtype", "f16", "--max-seqs", "4", "-t", "1")
+        test_live_request_bytes(srv)
+        test_estimate_route(srv)
+        test_metrics(srv)
+        srv.stop()
+        srv = None
+        test_admission(model)
+        test_serve_synth()
+    except Exception as e:  # noqa: BLE001 - a crash in a test is a failure
+        import traceback
+        traceback.print_exc()
+        check("memory suite ran to the end", False, repr(e))
+    finally:
+        if srv:
+            srv.stop()
+    print(f"memory: {hs.passed} passed, {hs.failed} failed")
+    sys.exit(1 if hs.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
