@@ -6,6 +6,11 @@
  * tokenization.
  * ref: ChatML as used by Qwen: "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per
  * message, then "<|im_start|>assistant\n" as the generation prompt.
+ * Llama 3: "<|start_header_id|>ROLE<|end_header_id|>\n\n" + trim(CONTENT) +
+ * "<|eot_id|>" per message, then the assistant header; the BOS token comes
+ * from the tokenizer (add_bos), not from the text. Llama 3.1's template
+ * always opens with a system message whose text starts with
+ * "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n".
  */
 #ifndef HYSERVE_CHAT_H
 #define HYSERVE_CHAT_H
@@ -18,6 +23,8 @@ enum chat_kind {
     CHAT_NONE = 0,              /* the model has no chat template */
     CHAT_UNKNOWN = 1,           /* it has one we cannot render */
     CHAT_CHATML = 2,
+    CHAT_LLAMA3 = 3,            /* Llama 3 / 3.0 headers */
+    CHAT_LLAMA31 = 4,           /* Llama 3.1+: a system header with the knowledge-cutoff lines */
 };
 
 int chat_detect(const char *tmpl);

@@ -146,7 +146,33 @@ TEST(test_chatml_renders_messages_and_the_generation_prompt)
     CHECK(!strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                        "<|im_start|>assistant\n"));
     free(out);
-    CHECK(chat_render(CHAT_UNKNOWN, m, 2, &out, err, sizeof(err)) < 0 && strstr(err, "ChatML"));
+    CHECK(chat_render(CHAT_UNKNOWN, m, 2, &out, err, sizeof(err)) < 0 && strstr(err, "ChatML") && strstr(err, "Llama 3"));
+}
+
+TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_text)
+{
+    /* expected strings written out from the Llama 3 and 3.1 Jinja templates */
+    chat_msg m[3] = {{"system", "  Be brief. "}, {"user", "Hi\n"}, {"assistant", "Hello"}};
+    char *out = NULL, err[256];
+    CHECK(chat_detect("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}...<|eot_id|>") ==
+          CHAT_LLAMA3);
+    CHECK(chat_detect("Cutting Knowledge Date: December 2023 <|start_header_id|> <|end_header_id|> <|eot_id|>") ==
+          CHAT_LLAMA31);
+    CHECK(chat_render(CHAT_LLAMA3, m, 3, &out, err, sizeof(err)) == 0);
+    CHECK(!strcmp(out, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                       "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                       "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
+                       "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    free(out);
+    CHECK(chat_render(CHAT_LLAMA31, m + 1, 1, &out, err, sizeof(err)) == 0);
+    CHECK(!strcmp(out, "<|start_header_id|>system<|end_header_id|>\n\n"
+                       "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+                       "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                       "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    free(out);
+    CHECK(chat_render(CHAT_LLAMA31, m, 2, &out, err, sizeof(err)) == 0);
+    CHECK(strstr(out, "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user") != NULL);
+    free(out);
 }
 
 /* ---------------------------------------------------------------------- */
