@@ -86,18 +86,22 @@ static const gguf_tensor *find_t(loader *ld, const char *name, bool required)
     return t;
 }
 
-/* Bind a 2-D weight with ne = {n_in, n_out}. */
-static void bind_w(loader *ld, weight *w, const char *name, int n_in, int n_out)
+/* Bind a weight with ne = {n_in, n_out, n_slabs}: n_slabs matrices of
+ * n_out rows (experts, or MLA heads; 1 for a plain 2-D weight). *stride
+ * (may be NULL) gets the bytes between slabs. */
+static void bind_slabs(loader *ld, weight *w, size_t *stride, const char *name, int n_in, int n_out,
+                       int n_slabs)
 {
     if (ld->failed)
         return;
     const gguf_tensor *t = find_t(ld, name, true);
     if (!t)
         return;
-    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != 1 || t->ne[3] != 1) {
-        ld_fail(ld, "tensor '%s' has shape {%llu, %llu, %llu, %llu}, expected {%d, %d}", name,
+    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != (uint64_t)n_slabs ||
+        t->ne[3] != 1) {
+        ld_fail(ld, "tensor '%s' has shape {%llu, %llu, %llu, %llu}, expected {%d, %d, %d}", name,
                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n_in, n_out);
+                (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n_in, n_out, n_slabs);
         return;
     }
     if (!quant_supported(t->type)) {
@@ -110,8 +114,16 @@ static void bind_w(loader *ld, weight *w, const char *name, int n_in, int n_out)
     w->n_in = n_in;
     w->n_out = n_out;
     w->row_bytes = (size_t)n_in / ggml_block_size(t->type) * ggml_type_size(t->type);
-    ld->m->n_params += (uint64_t)n_in * (uint64_t)n_out;
+    if (stride)
+        *stride = w->row_bytes * (size_t)n_out;
+    ld->m->n_params += (uint64_t)n_in * (uint64_t)n_out * (uint64_t)n_slabs;
     ld->m->weight_bytes += t->n_bytes;
+}
+
+/* Bind a 2-D weight with ne = {n_in, n_out}. */
+static void bind_w(loader *ld, weight *w, const char *name, int n_in, int n_out)
+{
+    bind_slabs(ld, w, NULL, name, n_in, n_out, 1);
 }
 
 /* Bind a small tensor of n_rows x n elements (ne = {n, n_rows}), copied to f32. */
@@ -197,38 +209,6 @@ static void read_layout(loader *ld)
     }
     for (int il = 0; il < m->n_layer; il++)
         m->kinds[il] = (il + 1) % interval == 0 ? ENGINE_LAYER_ATTN : ENGINE_LAYER_DELTANET;
-}
-
-/* Bind a 3-D expert tensor ne = {n_in, n_out, n_expert}; *stride gets the
- * bytes between experts. */
-static void bind_w3(loader *ld, weight *w, size_t *stride, const char *name, int n_in, int n_out,
-                    int n_expert)
-{
-    if (ld->failed)
-        return;
-    const gguf_tensor *t = find_t(ld, name, true);
-    if (!t)
-        return;
-    if (t->ne[0] != (uint64_t)n_in || t->ne[1] != (uint64_t)n_out || t->ne[2] != (uint64_t)n_expert ||
-        t->ne[3] != 1) {
-        ld_fail(ld, "tensor '%s' has shape {%llu, %llu, %llu}, expected {%d, %d, %d}", name,
-                (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                (unsigned long long)t->ne[2], n_in, n_out, n_expert);
-        return;
-    }
-    if (!quant_supported(t->type)) {
-        ld_fail(ld, "tensor '%s' has weight type %s (%u), which hyserve does not support yet "
-                "(supported: %s)", name, ggml_type_name(t->type), t->type, quant_supported_list());
-        return;
-    }
-    w->data = t->data;
-    w->type = t->type;
-    w->n_in = n_in;
-    w->n_out = n_out;
-    w->row_bytes = (size_t)n_in / ggml_block_size(t->type) * ggml_type_size(t->type);
-    *stride = w->row_bytes * (size_t)n_out;
-    ld->m->n_params += (uint64_t)n_in * (uint64_t)n_out * (uint64_t)n_expert;
-    ld->m->weight_bytes += t->n_bytes;
 }
 
 enum arch { ARCH_QWEN35, ARCH_QWEN3NEXT, ARCH_QWEN3, ARCH_LLAMA, ARCH_DEEPSEEK2 };
@@ -464,8 +444,8 @@ static void bind_tensors(loader *ld, enum arch a)
                         "(re-convert with a current llama.cpp converter)", il);
                 break;
             }
-            bind_w3(ld, &L->wk_b, &L->k_b_stride, TN("attn_k_b.weight"), m->mla_nope, R, NH);
-            bind_w3(ld, &L->wv_b, &L->v_b_stride, TN("attn_v_b.weight"), R, m->mla_v, NH);
+            bind_slabs(ld, &L->wk_b, &L->k_b_stride, TN("attn_k_b.weight"), m->mla_nope, R, NH);
+            bind_slabs(ld, &L->wv_b, &L->v_b_stride, TN("attn_v_b.weight"), R, m->mla_v, NH);
             bind_w(ld, &L->wo, TN("attn_output.weight"), NH * m->mla_v, E);
         } else {
             L->kind_idx = m->n_dnet++;
@@ -493,10 +473,10 @@ static void bind_tensors(loader *ld, enum arch a)
         if (a == ARCH_QWEN3NEXT) {
             L->moe = true;
             bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
-            bind_w3(ld, &L->gate_exps, &L->up_gate_stride, TN("ffn_gate_exps.weight"), E, m->n_ff_exp, m->n_expert);
+            bind_slabs(ld, &L->gate_exps, &L->up_gate_stride, TN("ffn_gate_exps.weight"), E, m->n_ff_exp, m->n_expert);
             size_t up_stride = 0;
-            bind_w3(ld, &L->up_exps, &up_stride, TN("ffn_up_exps.weight"), E, m->n_ff_exp, m->n_expert);
-            bind_w3(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, E, m->n_expert);
+            bind_slabs(ld, &L->up_exps, &up_stride, TN("ffn_up_exps.weight"), E, m->n_ff_exp, m->n_expert);
+            bind_slabs(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, E, m->n_expert);
             if (!ld->failed && up_stride != L->up_gate_stride) {
                 ld_fail(ld, "layer %d: ffn_gate_exps and ffn_up_exps have different types", il);
                 break;
