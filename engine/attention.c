@@ -9,6 +9,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "kernels_attn.h"
 #include "layers.h"
 #include "ops.h"
 
@@ -33,7 +34,7 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
                   int n_items, float *Q, float *K, const float *V, float *out, float *scores)
 {
     const int HD = m->head_dim, NH = m->n_head, NKV = m->n_head_kv;
-    const int group = NH / NKV, la = L->kind_idx;
+    const int la = L->kind_idx;
     const int q_head = m->attn_gated ? 2 * HD : HD;     /* per head [q | gate] or [q] */
     const int q_stride = NH * q_head, kv_stride = NKV * HD;
 
@@ -61,23 +62,28 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
     }
 
     /* 2. a[t,h] = softmax_j(q.k_j * scale), j <= pos  (the causal mask),
-     *    out = sum_j a_j v_j * sigmoid(gate) */
+     *    out = sum_j a_j v_j (kernels_attn.c: GQA decode reads each KV head
+     *    once per query group; prefill is tiled with an online softmax) */
     for (int ii = 0; ii < n_items; ii++) {
         const fwd_item *it = &items[ii];
-        #pragma omp parallel for collapse(2) schedule(dynamic, 1)
-        for (int t = 0; t < it->n; t++) {
+        attn_args aa = { .c = c, .s = it->s, .la = la, .n_head = NH, .n_kv = NKV, .head_dim = HD,
+                         .Q = Q + (size_t)it->row0 * q_stride, .q_stride = q_stride, .q_head = q_head,
+                         .out = out + (size_t)it->row0 * NH * HD, .out_stride = NH * HD,
+                         .n = it->n, .pos0 = it->pos0, .scale = m->attn_scale };
+        attn_gqa(&aa, scores);
+    }
+    /* 3. out *= sigmoid(gate) */
+    if (m->attn_gated) {
+        int T = 0;
+        for (int ii = 0; ii < n_items; ii++)
+            T = items[ii].row0 + items[ii].n > T ? items[ii].row0 + items[ii].n : T;
+        #pragma omp parallel for schedule(static)
+        for (int row = 0; row < T; row++)
             for (int h = 0; h < NH; h++) {
-                int row = it->row0 + t, pos = it->pos0 + t, kvh = h / group;
-                const float *q = Q + (size_t)row * q_stride + (size_t)h * q_head;
-                float *sc = scores + (size_t)omp_get_thread_num() * c->n_ctx;
+                const float *gate = Q + (size_t)row * q_stride + (size_t)h * q_head + HD;
                 float *o = out + (size_t)row * NH * HD + (size_t)h * HD;
-                attn_row(c, it->s, la, kvh, q, pos + 1, m->attn_scale, sc, o);
-                if (m->attn_gated) {
-                    const float *gate = q + HD;
-                    for (int d = 0; d < HD; d++)
-                        o[d] *= sigmoid(gate[d]);
-                }
+                for (int d = 0; d < HD; d++)
+                    o[d] *= sigmoid(gate[d]);
             }
-        }
     }
 }

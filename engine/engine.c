@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "kernels_attn.h"
 #include "gguf.h"
 #include "ops.h"
 
@@ -64,7 +65,11 @@ static int scratch_init(engine *e)
     s->d = alloc_f(UB * imax(imax(m->n_head * m->head_dim, vd), mla_o));
     s->e = alloc_f(UB * m->ssm_n_v);
     s->mm = alloc_f((long)nt * 64 * max_in);
-    s->scores = alloc_f((long)nt * e->kv.n_ctx);
+    /* attention scratch per thread: the scores of one row (reference, MLA)
+     * or the tiles of kernels_attn.c, whichever is larger */
+    const long attn_tile = m->n_head_kv ? attn_scratch_floats(m->head_dim, m->n_head / m->n_head_kv,
+                                                              e->kv.page_tokens) : 0;
+    s->scores = alloc_f((long)nt * (e->kv.n_ctx > attn_tile ? e->kv.n_ctx : attn_tile));
     s->dnet = alloc_f((long)nt * dnet_scratch_floats(m));
     s->logits = alloc_f((long)LOGIT_GROUP * m->n_vocab);
     s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "simd.h"
 
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
  * input: each thread turns a tile to f32 and runs sgemm on it. */
@@ -111,27 +112,103 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, in
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* ---- matmul: one entry point, three regimes ----
+ * n_tok == 1 (decode): one dot product per row, rows split across threads
+ *   in contiguous blocks (each thread streams its share of the weight);
+ *   Q8_0 quantizes the activations to int8 once and runs int8 dot products.
+ * 2 <= n_tok <= small_max (batched decode): groups of 4 rows are decoded to
+ *   f32 once into a per-thread buffer and multiplied with every token by
+ *   the rows x tokens micro-kernel, so each weight byte is read once.
+ * larger n_tok (prefill): f32 goes straight to sgemm; other types are
+ *   decoded in tiles of MM_TILE_ROWS rows per thread and each tile is one
+ *   (single-threaded, inside the parallel region) sgemm. */
+
+/* Below this many weight bytes a matrix-vector product runs on one thread:
+ * the fork/join costs more than the split saves. */
+#define MV_PAR_BYTES (128L * 1024)
+
+static int mm_small_max = 16;
+
+void matmul_set_small_max(int n_tok)
+{
+    mm_small_max = n_tok;
+}
+
+void trsm_lower_unit(int M, int N, const float *A, int lda, float *B, int ldb)
+{
+    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, 1.0f, A, lda, B, ldb);
+}
+
 long matmul_scratch_floats(const weight *W, int n_tok)
 {
-    if (W->type == GGML_F32 || n_tok == 1)
+    if (n_tok == 1)
+        return W->type == GGML_Q8_0 ? W->n_in / 4 + W->n_in / 32 + 8 : 0;
+    if (W->type == GGML_F32 && (n_tok > mm_small_max || !simd_avx2()))
         return 0;
     return (long)omp_get_max_threads() * MM_TILE_ROWS * W->n_in;
+}
+
+/* Y[o] = W[o] . X, o < n_out */
+static void matvec(float *restrict Y, const weight *W, const float *restrict X, float *scratch)
+{
+    const int n_in = W->n_in, n_out = W->n_out;
+    const char *base = W->data;
+    const size_t rb = W->row_bytes;
+    const bool par = (long)n_out * (long)rb >= MV_PAR_BYTES;
+    if (W->type == GGML_Q8_0 && simd_avx2()) {
+        int8_t *xq = (int8_t *)scratch;                     /* [n_in] */
+        float *xd = scratch + n_in / 4 + 4;                 /* [n_in / 32], past xq */
+        quantize_act_q8(X, n_in, xq, xd);
+        #pragma omp parallel for schedule(static) if (par)
+        for (int o = 0; o < n_out; o++)
+            Y[o] = dot_q8_0_act(base + (size_t)o * rb, xq, xd, n_in);
+        return;
+    }
+    #pragma omp parallel for schedule(static) if (par)
+    for (int o = 0; o < n_out; o++)
+        Y[o] = dot_row_fast(W->type, base + (size_t)o * rb, X, n_in);
+}
+
+/* 2 <= n_tok <= mm_small_max, AVX2 only */
+static void matmul_small(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
+                         float *scratch)
+{
+    const int n_in = W->n_in, n_out = W->n_out, n_grp = (n_out + 3) / 4;
+    const char *base = W->data;
+    const size_t rb = W->row_bytes;
+    const bool f32 = W->type == GGML_F32;
+    #pragma omp parallel
+    {
+        float *buf = scratch + (long)omp_get_thread_num() * MM_TILE_ROWS * n_in;   /* [4][n_in] */
+        #pragma omp for schedule(static)
+        for (int g = 0; g < n_grp; g++) {
+            const int r0 = 4 * g, nr = n_out - r0 < 4 ? n_out - r0 : 4;
+            const float *rows = buf;
+            if (f32) {
+                rows = (const float *)(base + (size_t)r0 * rb);
+            } else {
+                for (int r = 0; r < nr; r++)
+                    dequant_row_fast(W->type, base + (size_t)(r0 + r) * rb, buf + (size_t)r * n_in, n_in);
+            }
+            avx2_rows_x_tokens(rows, n_in, nr, X, n_in, n_tok, n_in, Y + r0, n_out);
+        }
+    }
 }
 
 void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
-    if (W->type == GGML_F32 && n_tok > 1) {
-        /* Y = X W^T */
-        gemm(false, true, n_tok, n_out, n_in, 1.0f, X, n_in, W->data, n_in, 0.0f, Y, n_out);
+    if (n_tok == 1) {
+        matvec(Y, W, X, scratch);
         return;
     }
-    if (n_tok == 1) {
-        /* matrix-vector: one dot product per row, rows split across threads */
-        const char *base = W->data;
-        #pragma omp parallel for schedule(static)
-        for (int o = 0; o < n_out; o++)
-            Y[o] = dot_row(W->type, base + (size_t)o * W->row_bytes, X, n_in);
+    if (n_tok <= mm_small_max && simd_avx2()) {
+        matmul_small(Y, W, X, n_tok, scratch);
+        return;
+    }
+    if (W->type == GGML_F32) {
+        /* Y = X W^T */
+        gemm(false, true, n_tok, n_out, n_in, 1.0f, X, n_in, W->data, n_in, 0.0f, Y, n_out);
         return;
     }
     /* multi-token, non-f32: dequantize tiles of rows, sgemm each tile */
@@ -144,8 +221,8 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
             int r0 = it * MM_TILE_ROWS;
             int nr = n_out - r0 < MM_TILE_ROWS ? n_out - r0 : MM_TILE_ROWS;
             for (int r = 0; r < nr; r++)
-                dequant_row(W->type, (const char *)W->data + (size_t)(r0 + r) * W->row_bytes,
-                            tile + (long)r * n_in, n_in);
+                dequant_row_fast(W->type, (const char *)W->data + (size_t)(r0 + r) * W->row_bytes,
+                                 tile + (long)r * n_in, n_in);
             gemm(false, true, n_tok, nr, n_in, 1.0f, X, n_in, tile, n_in, 0.0f, Y + r0, n_out);
         }
     }

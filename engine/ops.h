@@ -37,10 +37,17 @@ static inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(
  * matmul_scratch_floats() floats. Uses all threads. */
 void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch);
 long matmul_scratch_floats(const weight *W, int n_tok);
+/* Tuning and tests: batches of up to n_tok tokens (default 16) take the
+ * small-batch kernel instead of sgemm; 1 turns it off. */
+void matmul_set_small_max(int n_tok);
 
 /* C = alpha * op(A) op(B) + beta * C, row-major, op = transpose if ta/tb.
  * A is M x K after op, B is K x N after op. The one place BLAS is called. */
 void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
           const float *B, int ldb, float beta, float *C, int ldc);
+
+/* B <- A^-1 B with A (M x M) unit lower triangular (diagonal and upper
+ * part never read), B M x N, row-major. BLAS strsm. */
+void trsm_lower_unit(int M, int N, const float *A, int lda, float *B, int ldb);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "simd.h"
 
 bool quant_supported(uint32_t type)
 {
@@ -443,4 +444,72 @@ void quantize_row(uint32_t type, const float *src, void *dst, int n)
     default:
         break;
     }
+}
+
+/* ---- fast paths and the int8-activation references ---- */
+
+void dequant_row_fast(uint32_t type, const void *src, float *dst, int n)
+{
+    if (simd_avx2()) {
+        switch (type) {
+        case GGML_F16: avx2_dequant_f16(src, dst, n); return;
+        case GGML_BF16: avx2_dequant_bf16(src, dst, n); return;
+        case GGML_Q8_0: avx2_dequant_q8_0(src, dst, n); return;
+        default: break;
+        }
+    }
+    dequant_row(type, src, dst, n);
+}
+
+float dot_row_fast(uint32_t type, const void *row, const float *x, int n)
+{
+    if (simd_avx2()) {
+        switch (type) {
+        case GGML_F32: return avx2_dot_f32(row, x, n);
+        case GGML_F16: return avx2_dot_f16(row, x, n);
+        case GGML_BF16: return avx2_dot_bf16(row, x, n);
+        case GGML_Q8_0: return avx2_dot_q8_0(row, x, n);
+        default: break;
+        }
+    }
+    return dot_row(type, row, x, n);
+}
+
+void quantize_act_q8_ref(const float *x, int n, int8_t *q, float *d)
+{
+    for (int b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(x[32 * b + j]));
+        float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;   /* d = max|x| / 127 */
+        d[b] = db;
+        for (int j = 0; j < 32; j++)
+            q[32 * b + j] = (int8_t)lrintf(x[32 * b + j] * id);          /* q = round(x / d) */
+    }
+}
+
+float dot_q8_0_act_ref(const void *row, const int8_t *q, const float *d, int n)
+{
+    const block_q8_0 *b = row;
+    float acc = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int32_t s = 0;                                          /* exact: |s| <= 32 * 128 * 127 */
+        for (int j = 0; j < 32; j++)
+            s += (int32_t)b[i].qs[j] * q[32 * i + j];
+        acc += fp16_to_f32(b[i].d) * d[i] * (float)s;           /* dw dq sum w q */
+    }
+    return acc;
+}
+
+void quantize_act_q8(const float *x, int n, int8_t *q, float *d)
+{
+    if (simd_avx2())
+        avx2_quantize_act_q8(x, n, q, d);
+    else
+        quantize_act_q8_ref(x, n, q, d);
+}
+
+float dot_q8_0_act(const void *row, const int8_t *q, const float *d, int n)
+{
+    return simd_avx2() ? avx2_dot_q8_0_act(row, q, d, n) : dot_q8_0_act_ref(row, q, d, n);
 }

@@ -26,4 +26,25 @@ float dot_row(uint32_t type, const void *row, const float *x, int n);
 /* Encode n floats as type (any supported type) into dst. */
 void quantize_row(uint32_t type, const float *src, void *dst, int n);
 
+/* ---- fast paths ----
+ * Same contracts as dequant_row / dot_row, which stay the references:
+ * AVX2 kernels (simd_avx2.c) for F32, F16, BF16 and Q8_0 when the CPU has
+ * them, the references otherwise and for every other type. Results agree
+ * with the references up to float summation order (tests/test_kernels.c). */
+void dequant_row_fast(uint32_t type, const void *src, float *dst, int n);
+float dot_row_fast(uint32_t type, const void *row, const float *x, int n);
+
+/* ---- Q8_0 weights against int8 activations ----
+ * An activation vector is quantized once per token in blocks of 32:
+ * d[b] = max_j |x[32b + j]| / 127, q[32b + j] = round(x[32b + j] / d[b]),
+ * rounding half to even. n is a multiple of 32. The dot product is then
+ * sum_b dw[b] d[b] sum_j w[32b + j] q[32b + j] with exact int sums per
+ * block; its error against dot_row(Q8_0, w, x) is at most
+ * sum_b |dw[b]| (d[b] / 2) sum_j |w[32b + j]| (plus float rounding). */
+void quantize_act_q8(const float *x, int n, int8_t *q, float *d);
+float dot_q8_0_act(const void *row, const int8_t *q, const float *d, int n);
+/* the scalar references of the two above */
+void quantize_act_q8_ref(const float *x, int n, int8_t *q, float *d);
+float dot_q8_0_act_ref(const void *row, const int8_t *q, const float *d, int n);
+
 #endif

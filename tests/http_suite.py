@@ -809,8 +809,11 @@ def main():
     model2 = os.path.join(TMP, "plain.gguf")
     r1 = run([HYSERVE, "synth", "-o", model, "--layers", "4", "--attn-every", "2", "--embd", "64", "--vocab", "300",
               "--chat-template", "chatml", "--seed", "1"])
-    r2 = run([HYSERVE, "synth", "-o", model2, "--layers", "4", "--attn-every", "2", "--embd", "64", "--vocab", "300",
-              "--seed", "2"])
+    # model2 serves the timing tests (queue timeout, drain timeout): wide enough
+    # that 1500-1900 tokens take seconds, not a fraction of --queue-timeout,
+    # even with fast kernels on an idle machine
+    r2 = run([HYSERVE, "synth", "-o", model2, "--layers", "4", "--attn-every", "2", "--embd", "384", "--ff", "1536",
+              "--vocab", "300", "--seed", "2"])
     if not check("synthesize test models", r1.returncode == 0 and r2.returncode == 0, (r1.stderr + r2.stderr).decode()[-500:]):
         return
     conf = os.path.join(TMP, "limits.conf")

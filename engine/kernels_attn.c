@@ -1,0 +1,381 @@
+/* kernels_attn.c - causal GQA attention kernels (see kernels_attn.h).
+ *
+ * Owns: the reference, the decode path (online softmax over pages, a whole
+ * query group per K/V read) and the tiled prefill (sgemm on query x key
+ * blocks, online softmax). Does not own: anything attention.c does before
+ * or after the softmax(q K^T) V core.
+ * ref: architectures.md 1.5; Milakov & Gimelshein, "Online normalizer
+ * calculation for softmax" (2018); FlashAttention's tiling (Dao 2022).
+ *
+ * Online softmax, per query row: m = running max of the scores seen,
+ * l = running sum of exp(score - m), o = running sum of exp(score - m) v.
+ * A new block with max mx: m' = max(m, mx); o, l *= exp(m - m'); then
+ * p_j = exp(s_j - m'), l += sum p_j, o += sum p_j v_j. At the end o / l.
+ * Masked keys (j > pos) are never visited or get p = 0 exactly.
+ */
+#include "kernels_attn.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "ops.h"
+#include "quant.h"
+#include "simd.h"
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+#define ATTN_BQ 32              /* query rows per tile (times the group) */
+#define ATTN_BK 64              /* keys per tile */
+
+static int tiled_min_rows = 16;
+
+void attn_set_tiled_min_rows(int n)
+{
+    tiled_min_rows = n;
+}
+
+long attn_scratch_floats(int head_dim, int group, int page_tokens)
+{
+    const long R = (long)ATTN_BQ * group;
+    /* tiled: Qb, O [R][hd]; Sb [R][BK]; Kt, Vt [BK][hd]; m, l [R] */
+    long tiled = 2 * R * head_dim + R * ATTN_BK + 2L * ATTN_BK * head_dim + 2 * R;
+    /* decode: acc [G][hd]; scores [G][P]; one page of rows in f32 [P][hd]; m, l [G] */
+    long decode = (long)group * head_dim + (long)group * page_tokens + (long)page_tokens * head_dim + 2L * group;
+    return (tiled > decode ? tiled : decode) + 16;
+}
+
+/* ------------------------------------------------------------------ */
+/* exp                                                                  */
+
+/* e^x = 2^n e^r, n = round(x / ln 2), r = x - n ln 2 (ln 2 split in a
+ * high part exact in few bits and a low correction, so n ln2_hi is exact),
+ * |r| <= ln2 / 2; e^r by its Taylor polynomial to degree 7 (truncation
+ * r^8 / 8! < 5.3e-9 relative), 2^n built in the exponent field. */
+AVX2 static inline __m256 exp256_neg(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);      /* includes -inf */
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440054690583e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+static inline float exp_neg_scalar(float x)
+{
+    return x < -87.0f ? 0.0f : expf(x);
+}
+
+AVX2 static void exp_block_avx2(const float *x, float *y, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, exp256_neg(_mm256_loadu_ps(x + i)));
+    if (i < n) {                        /* tail through a padded vector: same rounding as the body */
+        float t[8] = { 0 };
+        memcpy(t, x + i, sizeof(float) * (size_t)(n - i));
+        _mm256_storeu_ps(t, exp256_neg(_mm256_loadu_ps(t)));
+        memcpy(y + i, t, sizeof(float) * (size_t)(n - i));
+    }
+}
+
+void attn_exp_block(const float *x, float *y, int n)
+{
+    if (simd_avx2()) {
+        exp_block_avx2(x, y, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        y[i] = exp_neg_scalar(x[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* reference                                                            */
+
+void attn_gqa_ref(const attn_args *a, float *scores)
+{
+    const cache *c = a->c;
+    const int HD = a->head_dim, G = a->n_head / a->n_kv;
+    float *vrow = scores + a->pos0 + a->n;          /* [HD], past the scores */
+    for (int t = 0; t < a->n; t++) {
+        const int nk = a->pos0 + t + 1;             /* keys 0..pos: the causal mask */
+        for (int h = 0; h < a->n_head; h++) {
+            const float *q = a->Q + (size_t)t * a->q_stride + (size_t)h * a->q_head;
+            float *o = a->out + (size_t)t * a->out_stride + (size_t)h * HD;
+            for (int j = 0; j < nk; j++)            /* s_j = (q . k_j) * scale */
+                scores[j] = dot_row(c->kv_type, cache_k(c, a->s, a->la, h / G, j), q, HD) * a->scale;
+            softmax(scores, nk);                    /* p = softmax(s) */
+            for (int d = 0; d < HD; d++)
+                o[d] = 0.0f;
+            for (int j = 0; j < nk; j++) {          /* o = sum_j p_j v_j */
+                dequant_row(c->kv_type, cache_v(c, a->s, a->la, h / G, j), vrow, HD);
+                for (int d = 0; d < HD; d++)
+                    o[d] += scores[j] * vrow[d];
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* shared helpers                                                       */
+
+/* np rows (np <= rows left in the page) of K (kv = 0) or V of head h from
+ * token j0, as f32: the page itself when the cache is f32, else decoded
+ * into buf */
+static const float *page_rows(const attn_args *a, int kv, int h, int j0, int np, float *buf)
+{
+    const void *p = cache_kv(a->c, a->s, a->la, kv, h, j0);
+    if (a->c->kv_type == GGML_F32)
+        return p;
+    dequant_row_fast(a->c->kv_type, p, buf, np * a->head_dim);
+    return buf;
+}
+
+/* rows [j0, j0 + n) of K or V of head h, across pages, into dst [n][HD] */
+static void gather_rows(const attn_args *a, int kv, int h, int j0, int n, float *dst)
+{
+    const int P = a->c->page_tokens, HD = a->head_dim;
+    for (int j = j0; j < j0 + n;) {
+        int run = P - j % P;
+        if (run > j0 + n - j)
+            run = j0 + n - j;
+        dequant_row_fast(a->c->kv_type, cache_kv(a->c, a->s, a->la, kv, h, j), dst + (size_t)(j - j0) * HD,
+                         run * HD);
+        j += run;
+    }
+}
+
+/* Online-softmax step for one row of scores s[0..nk), of which the first
+ * nv are visible: updates m, l, rescales o [HD], and leaves p in s
+ * (0 for the masked tail). */
+static void softmax_step(float *s, int nk, int nv, float *m, float *l, float *o, int HD)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < nv; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    if (mx > *m) {                                  /* m' = max(m, mx); o, l *= exp(m - m') */
+        float alpha = *m == -INFINITY ? 0.0f : exp_neg_scalar(*m - mx);
+        if (alpha != 1.0f) {
+            for (int d = 0; d < HD; d++)
+                o[d] *= alpha;
+            *l *= alpha;
+        }
+        *m = mx;
+    }
+    for (int j = 0; j < nv; j++)                    /* p_j = exp(s_j - m') */
+        s[j] -= *m;
+    attn_exp_block(s, s, nv);
+    float sum = 0.0f;
+    for (int j = 0; j < nv; j++)
+        sum += s[j];
+    *l += sum;
+    for (int j = nv; j < nk; j++)
+        s[j] = 0.0f;
+}
+
+/* ------------------------------------------------------------------ */
+/* decode path: one query row, one KV head, the whole group             */
+
+/* sc[g][j] = scale * (q_g . K_j) for g < ng <= 4, j < np */
+AVX2 static void qk_group4(const float *const *q, int ng, const float *K, int np, int HD, float scale,
+                           float *sc, int ld_sc)
+{
+    const float *q0 = q[0], *q1 = q[ng > 1 ? 1 : 0], *q2 = q[ng > 2 ? 2 : 0], *q3 = q[ng > 3 ? 3 : 0];
+    for (int j = 0; j < np; j++) {
+        const float *k = K + (size_t)j * HD;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int i = 0; i < HD; i += 8) {
+            __m256 kk = _mm256_loadu_ps(k + i);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + i), kk, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + i), kk, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + i), kk, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + i), kk, a3);
+        }
+        /* four horizontal sums at once: hadd pairs, then the two halves */
+        __m256 h01 = _mm256_hadd_ps(a0, a1), h23 = _mm256_hadd_ps(a2, a3);
+        __m256 h = _mm256_hadd_ps(h01, h23);        /* lanes: a0 a1 a2 a3 | a0 a1 a2 a3 (halves) */
+        __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        s4 = _mm_mul_ps(s4, _mm_set1_ps(scale));
+        float r[4];
+        _mm_storeu_ps(r, s4);
+        for (int g = 0; g < ng; g++)
+            sc[(size_t)g * ld_sc + j] = r[g];
+    }
+}
+
+/* acc[g][:] += sum_j p[g][j] V_j for g < ng <= 4 */
+AVX2 static void pv_group4(const float *p, int ld_p, int ng, const float *V, int np, int HD, float *acc)
+{
+    const float *p0 = p, *p1 = p + (ng > 1 ? ld_p : 0), *p2 = p + (ng > 2 ? 2 * ld_p : 0);
+    const float *p3 = p + (ng > 3 ? 3 * ld_p : 0);
+    float *o0 = acc, *o1 = acc + (ng > 1 ? HD : 0), *o2 = acc + (ng > 2 ? 2 * HD : 0);
+    float *o3 = acc + (ng > 3 ? 3 * HD : 0);
+    for (int i = 0; i < HD; i += 8) {
+        __m256 a0 = _mm256_loadu_ps(o0 + i), a1 = _mm256_loadu_ps(o1 + i);
+        __m256 a2 = _mm256_loadu_ps(o2 + i), a3 = _mm256_loadu_ps(o3 + i);
+        for (int j = 0; j < np; j++) {
+            __m256 v = _mm256_loadu_ps(V + (size_t)j * HD + i);
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), v, a0);
+            a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + j), v, a1);
+            a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p2 + j), v, a2);
+            a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p3 + j), v, a3);
+        }
+        /* stores in reverse so that for ng < 4 (aliased rows point at row 0) row 0 wins */
+        _mm256_storeu_ps(o3 + i, a3);
+        _mm256_storeu_ps(o2 + i, a2);
+        _mm256_storeu_ps(o1 + i, a1);
+        _mm256_storeu_ps(o0 + i, a0);
+    }
+}
+
+/* plain C versions of the two, for CPUs without AVX2 and head_dim % 8 */
+static void qk_plain(const float *const *q, int ng, const float *K, int np, int HD, float scale, float *sc,
+                     int ld_sc)
+{
+    for (int g = 0; g < ng; g++)
+        for (int j = 0; j < np; j++) {
+            float s = 0.0f;
+            for (int i = 0; i < HD; i++)
+                s += q[g][i] * K[(size_t)j * HD + i];
+            sc[(size_t)g * ld_sc + j] = s * scale;
+        }
+}
+
+static void pv_plain(const float *p, int ld_p, int ng, const float *V, int np, int HD, float *acc)
+{
+    for (int g = 0; g < ng; g++)
+        for (int j = 0; j < np; j++) {
+            const float pj = p[(size_t)g * ld_p + j];
+            for (int i = 0; i < HD; i++)
+                acc[(size_t)g * HD + i] += pj * V[(size_t)j * HD + i];
+        }
+}
+
+/* Query row t against KV head kvh: pages of keys in order, each K and V
+ * row read once for the G query heads of the group. */
+static void decode_row(const attn_args *a, int t, int kvh, float *scr)
+{
+    const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->c->page_tokens;
+    const int nk = a->pos0 + t + 1;
+    const bool avx = simd_avx2() && HD % 8 == 0;
+    float *acc = scr, *sc = acc + (size_t)G * HD, *buf = sc + (size_t)G * P;
+    float *m = buf + (size_t)P * HD, *l = m + G;
+    /* q of group head g: qg(g) */
+    const float *q0 = a->Q + (size_t)t * a->q_stride + (size_t)kvh * G * a->q_head;
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)G * HD);
+    for (int j0 = 0; j0 < nk; j0 += P) {
+        const int np = nk - j0 < P ? nk - j0 : P;
+        const float *K = page_rows(a, 0, kvh, j0, np, buf);
+        for (int g = 0; g < G; g += 4) {
+            const int ng = G - g < 4 ? G - g : 4;
+            const float *q[4];
+            for (int i = 0; i < ng; i++)
+                q[i] = q0 + (size_t)(g + i) * a->q_head;
+            if (avx)
+                qk_group4(q, ng, K, np, HD, a->scale, sc + (size_t)g * P, P);
+            else
+                qk_plain(q, ng, K, np, HD, a->scale, sc + (size_t)g * P, P);
+        }
+        for (int g = 0; g < G; g++)
+            softmax_step(sc + (size_t)g * P, np, np, &m[g], &l[g], acc + (size_t)g * HD, HD);
+        const float *V = page_rows(a, 1, kvh, j0, np, buf);
+        for (int g = 0; g < G; g += 4) {
+            const int ng = G - g < 4 ? G - g : 4;
+            if (avx)
+                pv_group4(sc + (size_t)g * P, P, ng, V, np, HD, acc + (size_t)g * HD);
+            else
+                pv_plain(sc + (size_t)g * P, P, ng, V, np, HD, acc + (size_t)g * HD);
+        }
+    }
+    for (int g = 0; g < G; g++) {                   /* o = acc / l */
+        float *o = a->out + (size_t)t * a->out_stride + (size_t)(kvh * G + g) * HD;
+        const float inv = 1.0f / l[g];
+        for (int i = 0; i < HD; i++)
+            o[i] = acc[(size_t)g * HD + i] * inv;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* tiled path: a block of query rows x the group, key blocks on sgemm   */
+
+static void tiled_block(const attn_args *a, int kvh, int t0, int t1, float *scr)
+{
+    const int G = a->n_head / a->n_kv, HD = a->head_dim, R = (t1 - t0) * G, RM = ATTN_BQ * G;
+    float *Qb = scr, *O = Qb + (size_t)RM * HD, *Sb = O + (size_t)RM * HD;
+    float *Kt = Sb + (size_t)RM * ATTN_BK, *Vt = Kt + (size_t)ATTN_BK * HD;
+    float *m = Vt + (size_t)ATTN_BK * HD, *l = m + RM;
+
+    /* Qb row r = (t - t0) G + g: q of row t, head kvh G + g, times scale */
+    for (int r = 0; r < R; r++) {
+        const int t = t0 + r / G, h = kvh * G + r % G;
+        const float *q = a->Q + (size_t)t * a->q_stride + (size_t)h * a->q_head;
+        for (int d = 0; d < HD; d++)
+            Qb[(size_t)r * HD + d] = q[d] * a->scale;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    memset(O, 0, sizeof(float) * (size_t)R * HD);
+    const int last = a->pos0 + t1 - 1;              /* the block's last row sees keys 0..last */
+    for (int k0 = 0; k0 <= last; k0 += ATTN_BK) {
+        const int nk = last + 1 - k0 < ATTN_BK ? last + 1 - k0 : ATTN_BK;
+        gather_rows(a, 0, kvh, k0, nk, Kt);
+        gather_rows(a, 1, kvh, k0, nk, Vt);
+        /* S = Qb Kt^T */
+        gemm(false, true, R, nk, HD, 1.0f, Qb, HD, Kt, HD, 0.0f, Sb, ATTN_BK);
+        for (int r = 0; r < R; r++) {
+            /* row t sees keys j <= pos0 + t: nv of this block's nk */
+            int nv = a->pos0 + t0 + r / G - k0 + 1;
+            nv = nv < 0 ? 0 : nv > nk ? nk : nv;
+            softmax_step(Sb + (size_t)r * ATTN_BK, nk, nv, &m[r], &l[r], O + (size_t)r * HD, HD);
+        }
+        /* O += P Vt */
+        gemm(false, false, R, HD, nk, 1.0f, Sb, ATTN_BK, Vt, HD, 1.0f, O, HD);
+    }
+    for (int r = 0; r < R; r++) {                   /* out = O / l */
+        const int t = t0 + r / G, h = kvh * G + r % G;
+        float *o = a->out + (size_t)t * a->out_stride + (size_t)h * HD;
+        const float inv = 1.0f / l[r];
+        for (int d = 0; d < HD; d++)
+            o[d] = O[(size_t)r * HD + d] * inv;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+
+void attn_gqa(const attn_args *a, float *scratch)
+{
+    const int G = a->n_head / a->n_kv;
+    const long per = attn_scratch_floats(a->head_dim, G, a->c->page_tokens);
+    if (a->n >= tiled_min_rows) {
+        /* work items: KV head x query block, the longest (last) blocks first */
+        const int nqb = (a->n + ATTN_BQ - 1) / ATTN_BQ, items = nqb * a->n_kv;
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (int it = 0; it < items; it++) {
+            const int kvh = it % a->n_kv, qb = nqb - 1 - it / a->n_kv;
+            const int t0 = qb * ATTN_BQ, t1 = t0 + ATTN_BQ < a->n ? t0 + ATTN_BQ : a->n;
+            tiled_block(a, kvh, t0, t1, scratch + (size_t)omp_get_thread_num() * per);
+        }
+        return;
+    }
+    const int items = a->n * a->n_kv;
+    #pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+    for (int it = 0; it < items; it++)
+        decode_row(a, it / a->n_kv, it % a->n_kv, scratch + (size_t)omp_get_thread_num() * per);
+}

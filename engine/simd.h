@@ -1,0 +1,62 @@
+/* simd.h - AVX2/FMA/F16C fast paths, chosen once at startup.
+ *
+ * Owns: the CPU feature check (run once, in a constructor, through
+ * __builtin_cpu_supports) and the declarations of the hand-written AVX2
+ * kernels in simd_avx2.c. Every kernel here has a plain scalar reference
+ * (named in its comment) and tests/test_kernels.c compares the two.
+ * Does not own: choosing a kernel per shape (ops.c, quant.c call these
+ * only when simd_avx2() says so, so the binary runs on any x86-64).
+ *
+ * Setting HYSERVE_SIMD=0 in the environment forces the scalar references
+ * (for comparisons and for bisecting a numerical difference).
+ */
+#ifndef HYSERVE_SIMD_H
+#define HYSERVE_SIMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* true when the CPU has AVX2, FMA and F16C and they are not disabled */
+bool simd_avx2(void);
+/* Tests and benchmarks: turn the fast paths off (false) or back on; on
+ * only takes effect when the CPU supports them. Not thread-safe: call
+ * between forward passes. */
+void simd_set_enabled(bool on);
+
+/* ---- dot products of one weight row with f32 activations ----
+ * sum_i w[i] x[i] over n elements (any n; tails handled).
+ * ref: dot_row() in quant.c for the same type. */
+float avx2_dot_f32(const float *w, const float *x, int n);
+float avx2_dot_f16(const uint16_t *w, const float *x, int n);
+float avx2_dot_bf16(const uint16_t *w, const float *x, int n);
+/* Q8_0 row (n / 32 blocks of {f16 d; int8 qs[32]}) with f32 x. */
+float avx2_dot_q8_0(const void *w, const float *x, int n);
+
+/* ---- Q8_0 against activations quantized once per token ----
+ * x is split in blocks of 32: d[b] = max|x| / 127, q = round(x / d[b]).
+ * ref: quantize_act_q8_ref() and dot_q8_0_act_ref() in quant.c. */
+void avx2_quantize_act_q8(const float *x, int n, int8_t *q, float *d);
+/* sum_b dw[b] d[b] sum_j w[b][j] q[b][j]; n a multiple of 32 */
+float avx2_dot_q8_0_act(const void *w, const int8_t *q, const float *d, int n);
+
+/* ---- row decoding for the prefill tiles ----
+ * ref: dequant_row() in quant.c. */
+void avx2_dequant_f16(const uint16_t *src, float *dst, int n);
+void avx2_dequant_bf16(const uint16_t *src, float *dst, int n);
+void avx2_dequant_q8_0(const void *src, float *dst, int n);
+
+/* ---- small batches: 2..many tokens against rows decoded to f32 ----
+ * Y[t * ldy + r] = sum_i W[r][i] X[t][i] for r < n_rows (<= 4), t < n_tok:
+ * W: n_rows rows of n f32 (row stride ldw), X: n_tok rows (stride ldx).
+ * ref: n_rows * n_tok calls of dot_row(GGML_F32, ...). */
+void avx2_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int ldx, int n_tok,
+                        int n, float *Y, int ldy);
+
+/* ---- the gated delta rule, one token, one value head ----
+ * S [d_v][d_k] *= exp(g); kv = S k; S += k (beta (v - kv))^T; o = S q.
+ * ref: dnet_recurrent_head() in deltanet.c with n = 1. */
+void avx2_dnet_step(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
+                    float g, float *S, float *o);
+
+#endif

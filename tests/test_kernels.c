@@ -1,0 +1,488 @@
+/* test_kernels.c - every fast kernel against its plain scalar reference.
+ *
+ * The AVX2 kernels (simd_avx2.c) reorder float sums; nothing else may
+ * differ. Tolerances are therefore rigorous float-summation bounds, not
+ * tuned numbers: a sum of n terms computed in any order is within
+ * gamma(n) * sum |terms| of the exact sum, gamma(n) = n u / (1 - n u) with
+ * u = 2^-24 (Higham, Accuracy and Stability of Numerical Algorithms, 3.1).
+ * Two such sums differ by at most 2 gamma(n) sum |terms|. Decoding (f16,
+ * bf16, Q8_0 -> f32) and int8 quantization of activations are exact
+ * operations or single roundings done identically, so those are compared
+ * bit for bit. On a CPU without AVX2 the AVX2 tests have nothing to run and
+ * pass; the dispatch test still checks the scalar route.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "kernels_attn.h"
+#include "layers.h"
+#include "ops.h"
+#include "quant.h"
+#include "simd.h"
+#include "test.h"
+
+static uint32_t rng_state;
+
+static float frand(void)        /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)(rng_state >> 8) / (float)(1u << 23) - 1.0f;
+}
+
+static void fill(float *x, int n, float scale)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = frand() * scale;
+}
+
+static double gamma_n(int n)
+{
+    const double u = 0x1p-24;
+    return n * u / (1.0 - n * u);
+}
+
+/* sum |w_i x_i| with w decoded by the reference */
+static double abs_terms(uint32_t type, const void *row, const float *x, int n)
+{
+    float *w = malloc(sizeof(float) * (size_t)n);
+    dequant_row(type, row, w, n);
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += fabs((double)w[i] * x[i]);
+    free(w);
+    return s;
+}
+
+static size_t row_bytes(uint32_t type, int n)
+{
+    return ggml_type_size(type) * (size_t)n / ggml_block_size(type);
+}
+
+static float avx2_dot(uint32_t type, const void *row, const float *x, int n)
+{
+    switch (type) {
+    case GGML_F32: return avx2_dot_f32(row, x, n);
+    case GGML_F16: return avx2_dot_f16(row, x, n);
+    case GGML_BF16: return avx2_dot_bf16(row, x, n);
+    default: return avx2_dot_q8_0(row, x, n);
+    }
+}
+
+TEST(test_kernel_avx2_dot_products_match_the_scalar_references)
+{
+    if (!simd_avx2())
+        return;
+    static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0 };
+    /* block multiples for Q8_0; odd lengths exercise the tails of the others */
+    static const int lens[] = { 32, 64, 1024, 3584, 8, 1, 7, 33, 1001 };
+    rng_state = 1;
+    for (size_t ti = 0; ti < 4; ti++) {
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const uint32_t type = types[ti];
+            const int n = lens[li];
+            if (type == GGML_Q8_0 && n % 32)
+                continue;
+            float *w = malloc(sizeof(float) * (size_t)n), *x = malloc(sizeof(float) * (size_t)n);
+            void *row = malloc(row_bytes(type, n));
+            fill(w, n, 0.5f);
+            fill(x, n, 2.0f);
+            quantize_row(type, w, row, n);
+            double ref = dot_row(type, row, x, n), got = avx2_dot(type, row, x, n);
+            /* each side sums n products (Q8_0: n + n/32 with the scales) */
+            double tol = 2.0 * gamma_n(n + n / 32 + 8) * abs_terms(type, row, x, n) + 1e-30;
+            int bad = !(fabs(got - ref) <= tol);
+            free(w);
+            free(x);
+            free(row);
+            CHECK_MSG(!bad, "type %u n %d: avx2 %.9g vs reference %.9g (tol %.3g)", type, n, got, ref, tol);
+        }
+    }
+}
+
+TEST(test_kernel_avx2_row_decoding_is_bit_exact)
+{
+    if (!simd_avx2())
+        return;
+    /* every f16 and bf16 bit pattern: normals, subnormals, zeros, inf, nan */
+    uint16_t *h = malloc(sizeof(uint16_t) * 65536);
+    float *a = malloc(sizeof(float) * 65536), *b = malloc(sizeof(float) * 65536);
+    for (int i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    for (int pass = 0; pass < 2; pass++) {
+        uint32_t type = pass ? GGML_BF16 : GGML_F16;
+        dequant_row(type, h, a, 65536);
+        if (pass)
+            avx2_dequant_bf16(h, b, 65536);
+        else
+            avx2_dequant_f16(h, b, 65536);
+        for (int i = 0; i < 65536; i++) {
+            if (isnan(a[i]) && isnan(b[i]))
+                continue;
+            if (memcmp(&a[i], &b[i], 4) != 0) {
+                test_fail(__FILE__, __LINE__, "type %u pattern 0x%04x: %g vs reference %g", type, i, b[i], a[i]);
+                goto out;
+            }
+        }
+    }
+    {   /* Q8_0: d * q is one rounding in both */
+        const int n = 4096;
+        rng_state = 2;
+        float *x = malloc(sizeof(float) * n), *y0 = malloc(sizeof(float) * n), *y1 = malloc(sizeof(float) * n);
+        void *row = malloc(row_bytes(GGML_Q8_0, n));
+        fill(x, n, 3.0f);
+        quantize_row(GGML_Q8_0, x, row, n);
+        dequant_row(GGML_Q8_0, row, y0, n);
+        avx2_dequant_q8_0(row, y1, n);
+        int same = memcmp(y0, y1, sizeof(float) * n) == 0;
+        free(x); free(y0); free(y1); free(row);
+        CHECK_MSG(same, "Q8_0 decoding differs from dequant_row");
+    }
+out:
+    free(h);
+    free(a);
+    free(b);
+}
+
+TEST(test_kernel_int8_activation_quantizer_matches_reference_bit_for_bit)
+{
+    if (!simd_avx2())
+        return;
+    const int n = 4096;
+    rng_state = 3;
+    float *x = malloc(sizeof(float) * n);
+    int8_t *q0 = malloc(n), *q1 = malloc(n);
+    float d0[128], d1[128];
+    fill(x, n, 5.0f);
+    for (int j = 0; j < 32; j++)            /* an all-zero block: d = 0, q = 0 */
+        x[64 + j] = 0.0f;
+    x[200] = 127.5f;                        /* ties and the extremes */
+    x[300] = -1e-30f;
+    quantize_act_q8_ref(x, n, q0, d0);
+    avx2_quantize_act_q8(x, n, q1, d1);
+    int same = memcmp(q0, q1, n) == 0 && memcmp(d0, d1, sizeof d0) == 0;
+    int in_range = 1;
+    for (int i = 0; i < n; i++)
+        in_range &= q0[i] != -128;
+    free(x);
+    free(q0);
+    free(q1);
+    CHECK_MSG(same, "avx2 quantized activations differ from the reference");
+    CHECK_MSG(in_range, "a quantized activation left [-127, 127]");
+}
+
+TEST(test_kernel_q8_0_int8_dot_matches_reference_and_float_dot)
+{
+    if (!simd_avx2())
+        return;
+    static const int lens[] = { 32, 64, 96, 1024, 3584 };
+    rng_state = 4;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int n = lens[li], nb = n / 32;
+        float *w = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * n), *wd = malloc(sizeof(float) * n);
+        int8_t *q = malloc(n);
+        float *d = malloc(sizeof(float) * nb);
+        void *row = malloc(row_bytes(GGML_Q8_0, n));
+        fill(w, n, 0.25f);
+        fill(x, n, 4.0f);
+        quantize_row(GGML_Q8_0, w, row, n);
+        /* one weight of -128 (valid in the format, never written by our
+         * quantizer): the maddubs pair sums must not saturate */
+        ((int8_t *)row)[2 + 5] = -128;
+        quantize_act_q8_ref(x, n, q, d);
+        dequant_row(GGML_Q8_0, row, wd, n);
+        double ref = dot_q8_0_act_ref(row, q, d, n), got = avx2_dot_q8_0_act(row, q, d, n);
+        /* block sums are exact ints; only the nb scaled block sums (8 lanes each) are reordered */
+        double terms = 0.0, qerr = 0.0;
+        for (int b = 0; b < nb; b++) {
+            double s = 0.0, sw = 0.0;
+            for (int j = 0; j < 32; j++) {
+                s += fabs((double)wd[32 * b + j] * q[32 * b + j] * d[b]);
+                sw += fabs((double)wd[32 * b + j]);
+            }
+            terms += s;
+            qerr += sw * d[b] / 2.0;    /* |x - d q| <= d / 2 per element */
+        }
+        double tol = 2.0 * gamma_n(nb + 16) * terms + 1e-30;
+        double fl = dot_row(GGML_Q8_0, row, x, n);
+        double tolq = qerr + 2.0 * gamma_n(n + nb + 16) * abs_terms(GGML_Q8_0, row, x, n);
+        free(w); free(x); free(wd); free(q); free(d); free(row);
+        CHECK_MSG(fabs(got - ref) <= tol, "n %d: avx2 %.9g vs reference %.9g (tol %.3g)", n, got, ref, tol);
+        CHECK_MSG(fabs(ref - fl) <= tolq, "n %d: int8 dot %.9g vs float dot %.9g (bound %.3g)", n, ref, fl, tolq);
+    }
+}
+
+TEST(test_kernel_rows_x_tokens_matches_per_row_dots)
+{
+    if (!simd_avx2())
+        return;
+    const int n = 1001, ld = 1024;
+    rng_state = 5;
+    float *W = malloc(sizeof(float) * 4 * ld), *X = malloc(sizeof(float) * 5 * ld);
+    float Y[5 * 7];
+    fill(W, 4 * ld, 1.0f);
+    fill(X, 5 * ld, 1.0f);
+    for (int nr = 1; nr <= 4; nr++)
+        for (int nt = 1; nt <= 5; nt++) {
+            for (int i = 0; i < 35; i++)
+                Y[i] = -7.0f;
+            avx2_rows_x_tokens(W, ld, nr, X, ld, nt, n, Y, 7);
+            for (int t = 0; t < 5; t++)
+                for (int r = 0; r < 7; r++) {
+                    float got = Y[t * 7 + r];
+                    if (t >= nt || r >= nr) {
+                        CHECK_MSG(got == -7.0f, "rows %d tokens %d wrote outside (%d, %d)", nr, nt, t, r);
+                        continue;
+                    }
+                    double ref = dot_row(GGML_F32, W + (size_t)r * ld, X + (size_t)t * ld, n);
+                    double tol = 2.0 * gamma_n(n) * abs_terms(GGML_F32, W + (size_t)r * ld, X + (size_t)t * ld, n);
+                    CHECK_MSG(fabs(got - ref) <= tol, "rows %d tokens %d (%d, %d): %.9g vs %.9g", nr, nt, t, r,
+                              got, ref);
+                }
+        }
+    free(W);
+    free(X);
+}
+
+TEST(test_kernel_avx2_deltanet_step_matches_recurrent_reference)
+{
+    if (!simd_avx2())
+        return;
+    /* d_k = 128 as in Qwen3.5, and an odd size for the tails */
+    static const int dims[][2] = { { 128, 128 }, { 20, 12 } };
+    for (int di = 0; di < 2; di++) {
+        const int dk = dims[di][0], dv = dims[di][1], steps = 40;
+        rng_state = 6 + (uint32_t)di;
+        float *S0 = malloc(sizeof(float) * dk * dv), *S1 = malloc(sizeof(float) * dk * dv);
+        float *q = malloc(sizeof(float) * dk), *k = malloc(sizeof(float) * dk), *v = malloc(sizeof(float) * dv);
+        float *o0 = malloc(sizeof(float) * dv), *o1 = malloc(sizeof(float) * dv);
+        fill(S0, dk * dv, 0.1f);
+        memcpy(S1, S0, sizeof(float) * dk * dv);
+        double worst = 0.0;
+        for (int t = 0; t < steps; t++) {
+            fill(q, dk, 1.0f);
+            fill(k, dk, 1.0f);
+            fill(v, dv, 1.0f);
+            l2norm(q, dk, 1e-6f);
+            l2norm(k, dk, 1e-6f);
+            float beta = 0.5f + 0.5f * frand(), g = -0.5f + 0.45f * frand();
+            dnet_recurrent_head(1, dk, dv, q, dk, k, dk, v, dv, &beta, &g, S0, o0, dv);
+            avx2_dnet_step(dk, dv, q, k, v, beta, g, S1, o1);
+            for (int j = 0; j < dv; j++)
+                worst = fmax(worst, fabs((double)o0[j] - o1[j]));
+            for (int i = 0; i < dk * dv; i++)
+                worst = fmax(worst, fabs((double)S0[i] - S1[i]));
+        }
+        free(S0); free(S1); free(q); free(k); free(v); free(o0); free(o1);
+        /* entries of S and o stay O(1) here (unit q, k; |v| <= 1; decay < 1);
+         * each step adds a few d_k-term sums' worth of reordering error
+         * (gamma(128) ~ 8e-6 relative), and the state carries it forward
+         * with |factor| <= 1 + beta |k|^2 <= 2, damped by the decay */
+        CHECK_MSG(worst < 1e-4, "d_k %d d_v %d: max difference %.3g over %d steps", dk, dv, worst, steps);
+    }
+}
+
+/* one weight matrix in memory, every matmul regime against per-row dot_row */
+static void check_matmul(uint32_t type, int n_in, int n_out, int n_tok, int *failed)
+{
+    const size_t rb = row_bytes(type, n_in);
+    float *wf = malloc(sizeof(float) * (size_t)n_in * n_out);
+    float *X = malloc(sizeof(float) * (size_t)n_in * n_tok), *Y = malloc(sizeof(float) * (size_t)n_out * n_tok);
+    char *data = malloc(rb * (size_t)n_out);
+    float *scratch = malloc(sizeof(float) * 64 * (size_t)n_in * 4 + 64);
+    fill(wf, n_in * n_out, 0.3f);
+    fill(X, n_in * n_tok, 1.0f);
+    for (int o = 0; o < n_out; o++)
+        quantize_row(type, wf + (size_t)o * n_in, data + (size_t)o * rb, n_in);
+    weight W = { .data = data, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+    matmul(Y, &W, X, n_tok, scratch);
+    for (int t = 0; t < n_tok && !*failed; t++)
+        for (int o = 0; o < n_out; o++) {
+            const char *row = data + (size_t)o * rb;
+            const float *x = X + (size_t)t * n_in;
+            double ref = dot_row(type, row, x, n_in), got = Y[(size_t)t * n_out + o];
+            double terms = abs_terms(type, row, x, n_in);
+            double tol = 2.0 * gamma_n(n_in + n_in / 32 + 8) * terms + 1e-30;
+            if (type == GGML_Q8_0 && n_tok == 1 && simd_avx2()) {
+                /* int8 activations: the quantization bound of quant.h */
+                int8_t q[4096];
+                float d[128], wd[4096];
+                quantize_act_q8_ref(x, n_in, q, d);
+                dequant_row(type, row, wd, n_in);
+                for (int b = 0; b < n_in / 32; b++)
+                    for (int j = 0; j < 32; j++)
+                        tol += fabs((double)wd[32 * b + j]) * d[b] / 2.0;
+            }
+            if (!(fabs(got - ref) <= tol)) {
+                test_fail(__FILE__, __LINE__, "type %u %dx%d tokens %d: Y[%d][%d] = %.9g, reference %.9g (tol %.3g)",
+                          type, n_out, n_in, n_tok, t, o, got, ref, tol);
+                *failed = 1;
+                break;
+            }
+        }
+    free(wf); free(X); free(Y); free(data); free(scratch);
+}
+
+TEST(test_kernel_matmul_regimes_match_per_row_reference_dots)
+{
+    static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_K };
+    static const int toks[] = { 1, 2, 3, 5, 16, 17, 40 };   /* decode, small batches, tiles/sgemm */
+    int failed = 0;
+    rng_state = 7;
+    ops_set_threads(2);
+    for (int pass = 0; pass < 2 && !failed; pass++) {
+        /* pass 1 runs the scalar route, as on a CPU without AVX2 */
+        bool was = simd_avx2();
+        if (pass)
+            simd_set_enabled(false);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0] && !failed; ti++)
+            for (size_t k = 0; k < sizeof toks / sizeof toks[0] && !failed; k++) {
+                check_matmul(types[ti], 256, 70, toks[k], &failed);      /* 70: a partial group of 4 */
+                if (types[ti] != GGML_Q4_K)
+                    check_matmul(types[ti], 1024, 300, toks[k], &failed);  /* parallel rows */
+            }
+        simd_set_enabled(was);
+    }
+    CHECK(!failed);
+}
+
+/* ---- attention ----------------------------------------------------- */
+
+TEST(test_kernel_vector_exp_is_within_4e7_of_expf)
+{
+    enum { N = 4099 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++)
+        x[i] = -90.0f * (float)i / (N - 1);          /* 0 .. -90, past the cutoff */
+    x[7] = -INFINITY;
+    attn_exp_block(x, y, N);
+    double worst = 0.0;
+    int bad_zero = 0;
+    for (int i = 0; i < N; i++) {
+        if (x[i] < -87.0f) {
+            bad_zero |= y[i] != 0.0f;                /* documented: exactly 0 below -87 */
+            continue;
+        }
+        double e = exp((double)x[i]);
+        worst = fmax(worst, fabs(y[i] - e) / e);
+    }
+    free(x);
+    free(y);
+    CHECK_MSG(!bad_zero, "exp of x < -87 (or -inf) is not exactly 0");
+    /* 4e-7 = a few float ulps: Taylor truncation 5.3e-9 plus Horner and
+     * 2^n scaling roundings */
+    CHECK_MSG(worst < 4e-7, "max relative error %.3g", worst);
+}
+
+/* A cache with one sequence of n_tok tokens of random K/V in one layer. */
+typedef struct attn_fixture {
+    cache c;
+    int seq;
+    int n_head, n_kv, hd;
+} attn_fixture;
+
+static int attn_fixture_init(attn_fixture *f, uint32_t kv_type, int n_head, int n_kv, int hd, int n_tok,
+                             int page_tokens)
+{
+    cache_layout l = { .n_layers = 2, .n_attn = 2, .n_kv = n_kv, .head_dim = hd, .n_head = n_head,
+                       .kv_type = kv_type, .page_tokens = page_tokens, .n_ctx = 1024, .max_seqs = 1 };
+    if (cache_init(&f->c, &l) != 0)
+        return -1;
+    f->seq = cache_seq_new(&f->c);
+    if (f->seq < 0 || cache_reserve(&f->c, f->seq, n_tok) != 0)
+        return -1;
+    f->n_head = n_head;
+    f->n_kv = n_kv;
+    f->hd = hd;
+    float *row = malloc(sizeof(float) * (size_t)hd);
+    const cache_seq *s = cache_get(&f->c, f->seq);
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_kv; h++)
+            for (int kv = 0; kv < 2; kv++) {
+                fill(row, hd, kv ? 1.0f : 2.0f);
+                cache_store(&f->c, cache_kv(&f->c, s, 1, kv, h, t), row, hd);
+            }
+    free(row);
+    return 0;
+}
+
+/* |fast - ref| per output element, against the bound: every score is a
+ * d-term dot product (two orders: 2 gamma(d) sum |q k| scale), the exp
+ * differs by < 4e-7 relative, so each softmax weight moves by at most
+ * ~2 (score error + 4e-7) relative and the output, a convex combination
+ * of V rows, by that times max |v|; times 4 for margin. */
+static void check_attn(uint32_t kv_type, int n_head, int n_kv, int hd, int n, int pos0, int page_tokens,
+                       int tiled_min, int *failed)
+{
+    attn_fixture f;
+    if (attn_fixture_init(&f, kv_type, n_head, n_kv, hd, pos0 + n, page_tokens) != 0) {
+        test_fail(__FILE__, __LINE__, "fixture");
+        *failed = 1;
+        return;
+    }
+    const int q_head = 2 * hd, q_stride = n_head * q_head, o_stride = n_head * hd;
+    float *Q = malloc(sizeof(float) * (size_t)n * q_stride);
+    float *o_ref = malloc(sizeof(float) * (size_t)n * o_stride), *o_fast = malloc(sizeof(float) * (size_t)n * o_stride);
+    float *scores = malloc(sizeof(float) * (size_t)(pos0 + n + hd));
+    const int G = n_head / n_kv;
+    float *scratch = malloc(sizeof(float) * 2 * (size_t)attn_scratch_floats(hd, G, page_tokens));
+    fill(Q, n * q_stride, 1.0f);
+    attn_args a = { .c = &f.c, .s = cache_get(&f.c, f.seq), .la = 1, .n_head = n_head, .n_kv = n_kv,
+                    .head_dim = hd, .Q = Q, .q_stride = q_stride, .q_head = q_head, .out = o_ref,
+                    .out_stride = o_stride, .n = n, .pos0 = pos0, .scale = 1.0f / sqrtf((float)hd) };
+    attn_gqa_ref(&a, scores);
+    a.out = o_fast;
+    attn_set_tiled_min_rows(tiled_min);
+    attn_gqa(&a, scratch);
+    attn_set_tiled_min_rows(16);
+    /* bound inputs: |q| <= 1, |k| <= 2, |v| <= 1 (bf16/f16 only shrink the range a little) */
+    const double score_err = 2.0 * gamma_n(hd) * hd * 2.0 * a.scale;
+    const double tol = 4.0 * 2.0 * (score_err + 4e-7) + 1e-6;
+    for (int t = 0; t < n && !*failed; t++)
+        for (int i = 0; i < o_stride; i++) {
+            double r = o_ref[(size_t)t * o_stride + i], g = o_fast[(size_t)t * o_stride + i];
+            if (!(fabs(r - g) <= tol)) {
+                test_fail(__FILE__, __LINE__,
+                          "kv type %u heads %d/%d hd %d n %d pos0 %d page %d tiled from %d: row %d [%d] %.9g vs ref %.9g",
+                          kv_type, n_head, n_kv, hd, n, pos0, page_tokens, tiled_min, t, i, g, r);
+                *failed = 1;
+                break;
+            }
+        }
+    free(Q); free(o_ref); free(o_fast); free(scores); free(scratch);
+    cache_deinit(&f.c);
+}
+
+TEST(test_kernel_gqa_decode_and_tiled_attention_match_the_reference)
+{
+    static const uint32_t kv_types[] = { GGML_F32, GGML_F16, GGML_BF16 };
+    int failed = 0;
+    rng_state = 8;
+    ops_set_threads(2);
+    for (int pass = 0; pass < 2 && !failed; pass++) {
+        bool was = simd_avx2();
+        if (pass)
+            simd_set_enabled(false);                /* the non-AVX2 route */
+        for (size_t ki = 0; ki < 3 && !failed; ki++) {
+            const uint32_t kt = kv_types[ki];
+            /* decode (one row, a few rows) and tiled (1 = always), ragged
+             * blocks and pages, Qwen3.5's 8/2 x 256, MHA, odd groups */
+            check_attn(kt, 8, 2, 256, 1, 0, 16, 1 << 30, &failed);
+            check_attn(kt, 8, 2, 256, 1, 300, 16, 1 << 30, &failed);
+            check_attn(kt, 8, 2, 256, 3, 77, 16, 1 << 30, &failed);
+            check_attn(kt, 8, 2, 256, 70, 0, 16, 1, &failed);
+            check_attn(kt, 8, 2, 256, 37, 101, 16, 1, &failed);
+            check_attn(kt, 4, 4, 64, 100, 5, 7, 1, &failed);
+            check_attn(kt, 6, 2, 64, 5, 40, 7, 1 << 30, &failed);
+            check_attn(kt, 6, 1, 24, 33, 20, 16, 1, &failed);   /* hd % 8 != 0 */
+            check_attn(kt, 6, 1, 24, 2, 20, 16, 1 << 30, &failed);
+            check_attn(kt, 20, 1, 32, 2, 30, 16, 1 << 30, &failed);  /* a group of 20 */
+            check_attn(kt, 20, 1, 32, 19, 30, 16, 1, &failed);
+        }
+        simd_set_enabled(was);
+    }
+    CHECK(!failed);
+}
