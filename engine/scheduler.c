@@ -804,9 +804,10 @@ static void sched_step(sched *s)
     pthread_mutex_lock(&s->mu);
     reap_cancelled(s);
     admit(s);
+    /* publish the pool together with the admissions, so a /stats snapshot
+     * never lists an admitted request's cache without it in the pool */
+    engine_get_pool_usage(s->e, &s->st.pool);
     int n = build_batch(s, &n_decode, &n_prefill_tok);
-    if (n == 0)
-        engine_get_pool_usage(s->e, &s->st.pool);
     pthread_mutex_unlock(&s->mu);
     if (n == 0)
         return;
