@@ -7,11 +7,13 @@
  *   hyserve synth     write a seeded random model
  *   hyserve tensor    list tensors or print one dequantized
  *   hyserve mem       cache memory planner
+ *   hyserve perplexity  perplexity and bits per byte over a text file
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cli_perplexity.h"
 #include "serve.h"
 
 static const struct {
@@ -26,6 +28,7 @@ static const struct {
     { "synth", cli_synth, "write a seeded random model of any size and layout" },
     { "tensor", cli_tensor, "list a file's tensors, or print one dequantized as JSON" },
     { "mem", cli_mem, "plan cache memory for any layout or preset, no weights needed" },
+    { "perplexity", cli_perplexity, "perplexity and bits per byte of a text file (sliding window)" },
 };
 
 static void usage(FILE *f)
