@@ -1,0 +1,903 @@
+/* bench.c - the engine benchmark: machine limits and engine figures.
+ *
+ * Owns: measuring, in one process, (a) this machine's limits - STREAM-style
+ * triad bandwidth over arrays much larger than the last-level cache, sgemv
+ * bandwidth and OpenBLAS sgemm throughput at the model's projection shapes,
+ * at 1 and 2 threads - and (b) the engine on a synthesized model: prefill
+ * and decode tokens/s, batched decode, and the DeltaNet chunked vs recurrent
+ * kernels. Each subcommand writes one JSON object; bench/run.sh merges them
+ * into bench/results/latest.json and renders latest.md (bench/report.py).
+ * Does not own: the ratios to the limits (report.py computes them from the
+ * JSON, so the arithmetic is in one place) or the HTTP figures (serve.c).
+ *
+ * Statistics: every figure is measured after a warm-up run, repeated, and
+ * reported as median, min and max of the repetitions (rates are derived
+ * from times: rate_median = work / time_median). Limits use the best
+ * repetition (STREAM convention), which makes the engine's ratios
+ * conservative.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "layers.h"
+#include "gguf.h"
+#include "ops.h"
+#include "quant.h"
+#include "simd.h"
+
+#define MAX_REPS 32
+
+/* ------------------------------------------------------------------ */
+/* timing and statistics                                               */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct stats {
+    int n;
+    double v[MAX_REPS];         /* seconds per repetition */
+} stats;
+
+static void st_add(stats *s, double t)
+{
+    if (s->n < MAX_REPS)
+        s->v[s->n++] = t;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double st_median(const stats *s)
+{
+    double t[MAX_REPS];
+    memcpy(t, s->v, sizeof(double) * (size_t)s->n);
+    qsort(t, (size_t)s->n, sizeof(double), cmp_d);
+    return s->n % 2 ? t[s->n / 2] : 0.5 * (t[s->n / 2 - 1] + t[s->n / 2]);
+}
+
+static double st_min(const stats *s)
+{
+    double m = s->v[0];
+    for (int i = 1; i < s->n; i++)
+        m = s->v[i] < m ? s->v[i] : m;
+    return m;
+}
+
+static double st_max(const stats *s)
+{
+    double m = s->v[0];
+    for (int i = 1; i < s->n; i++)
+        m = s->v[i] > m ? s->v[i] : m;
+    return m;
+}
+
+/* {"median": work/t_med, "best": work/t_min, "worst": work/t_max,
+ *  "spread_pct": (t_max - t_min) / t_med * 100, "reps": n, "seconds_median": t_med} */
+static void json_rate(FILE *f, const char *key, const stats *s, double work)
+{
+    double med = st_median(s), lo = st_min(s), hi = st_max(s);
+    fprintf(f, "\"%s\": {\"median\": %.6g, \"best\": %.6g, \"worst\": %.6g, \"spread_pct\": %.3g, "
+               "\"reps\": %d, \"seconds_median\": %.6g}",
+            key, work / med, work / lo, work / hi, 100.0 * (hi - lo) / med, s->n, med);
+}
+
+/* ------------------------------------------------------------------ */
+/* machine                                                             */
+
+static void json_machine(FILE *f)
+{
+    char cpu[256] = "unknown";
+    FILE *ci = fopen("/proc/cpuinfo", "r");
+    if (ci) {
+        char line[512];
+        while (fgets(line, sizeof line, ci))
+            if (!strncmp(line, "model name", 10)) {
+                char *p = strchr(line, ':');
+                if (p) {
+                    p += 2;
+                    p[strcspn(p, "\n")] = 0;
+                    snprintf(cpu, sizeof cpu, "%s", p);
+                }
+                break;
+            }
+        fclose(ci);
+    }
+    for (char *p = cpu; *p; p++)
+        if (*p == '"' || *p == '\\')
+            *p = ' ';
+    __builtin_cpu_init();
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    fprintf(f, "\"machine\": {\"cpu\": \"%s\", \"n_procs\": %d, \"l3_bytes\": %ld, "
+               "\"avx2\": %s, \"fma\": %s, \"f16c\": %s, \"avx512f\": %s, "
+               "\"openblas\": \"%s\", \"openblas_core\": \"%s\"}",
+            cpu, omp_get_num_procs(), l3,
+            __builtin_cpu_supports("avx2") ? "true" : "false",
+            __builtin_cpu_supports("fma") ? "true" : "false",
+            __builtin_cpu_supports("f16c") ? "true" : "false",
+            __builtin_cpu_supports("avx512f") ? "true" : "false",
+            openblas_get_config(), openblas_get_corename());
+}
+
+/* ------------------------------------------------------------------ */
+/* limits: triad, sgemv, sgemm                                         */
+
+/* a = b + s c over n doubles; STREAM counts 3 * 8 bytes per element
+ * (no write-allocate traffic). */
+static void triad(double *restrict a, const double *restrict b, const double *restrict c,
+                  double s, long n)
+{
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++)
+        a[i] = b[i] + s * c[i];
+}
+
+static void json_triad(FILE *f, int threads, int reps)
+{
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 <= 0)
+        l3 = 32L << 20;
+    /* each array 4/3 of L3, at least 256 MiB: the three together are 4x L3 */
+    long n = (l3 * 4 / 3) / 8;
+    if (n < (256L << 20) / 8)
+        n = (256L << 20) / 8;
+    double *a = malloc((size_t)n * 8), *b = malloc((size_t)n * 8), *c = malloc((size_t)n * 8);
+    if (!a || !b || !c) {
+        fprintf(stderr, "bench: out of memory for the triad\n");
+        exit(1);
+    }
+    ops_set_threads(threads);
+    #pragma omp parallel for schedule(static)         /* first touch by the thread that streams it */
+    for (long i = 0; i < n; i++) {
+        a[i] = 0.0;
+        b[i] = 1.0;
+        c[i] = 2.0;
+    }
+    stats s = {0};
+    triad(a, b, c, 3.0, n);                           /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        triad(a, b, c, 3.0, n);
+        st_add(&s, now_s() - t0);
+    }
+    fprintf(f, "{\"threads\": %d, \"array_bytes\": %ld, ", threads, n * 8);
+    json_rate(f, "gb_s", &s, 3.0 * 8.0 * (double)n / 1e9);
+    fprintf(f, "}");
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* y = W x over a 256 MiB f32 matrix: what a decode matvec could reach */
+static void json_sgemv(FILE *f, int threads, int reps)
+{
+    const int n_in = 4096, n_out = 16384;            /* 256 MiB */
+    float *W = malloc(sizeof(float) * (size_t)n_in * n_out);
+    float *x = malloc(sizeof(float) * n_in), *y = malloc(sizeof(float) * n_out);
+    if (!W || !x || !y) {
+        fprintf(stderr, "bench: out of memory for sgemv\n");
+        exit(1);
+    }
+    ops_set_threads(threads);
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)n_in * n_out; i++)
+        W[i] = (float)(i % 7) * 0.01f;
+    for (int i = 0; i < n_in; i++)
+        x[i] = 1.0f;
+    stats s = {0};
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, W, n_in, x, 1, 0.0f, y, 1);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, W, n_in, x, 1, 0.0f, y, 1);
+        st_add(&s, now_s() - t0);
+    }
+    fprintf(f, "{\"threads\": %d, \"matrix_bytes\": %ld, ", threads, (long)n_in * n_out * 4);
+    json_rate(f, "gb_s", &s, 4.0 * (double)n_in * n_out / 1e9);
+    fprintf(f, "}");
+    free(W);
+    free(x);
+    free(y);
+}
+
+/* One layer's projection shapes of the Qwen3.5-0.8B shape at a 512-token
+ * prefill, as matmul runs them: Y[T][n_out] = X[T][n_in] W^T. */
+static const struct { const char *name; int n_in, n_out; } mm_shapes[] = {
+    { "dnet_qkv", 1024, 6144 }, { "dnet_z", 1024, 2048 }, { "dnet_out", 2048, 1024 },
+    { "attn_q", 1024, 4096 }, { "attn_o", 2048, 1024 },
+    { "ffn_gate_up", 1024, 3584 }, { "ffn_down", 3584, 1024 },
+};
+#define N_MM_SHAPES (int)(sizeof mm_shapes / sizeof mm_shapes[0])
+
+static double sgemm_once(int M, int N, int K, const float *A, const float *B, float *C)
+{
+    double t0 = now_s();
+    gemm(false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+    return now_s() - t0;
+}
+
+static void json_sgemm(FILE *f, int threads, int reps, int T)
+{
+    const int KMAX = 4096, NMAX = 6144;
+    float *A = malloc(sizeof(float) * (size_t)T * KMAX), *B = malloc(sizeof(float) * (size_t)NMAX * KMAX);
+    float *C = malloc(sizeof(float) * (size_t)T * NMAX);
+    float *Q = malloc(sizeof(float) * 2048 * 2048 * 3);
+    if (!A || !B || !C || !Q) {
+        fprintf(stderr, "bench: out of memory for sgemm\n");
+        exit(1);
+    }
+    for (long i = 0; i < (long)T * KMAX; i++)
+        A[i] = (float)(i % 13) * 0.01f;
+    for (long i = 0; i < (long)NMAX * KMAX; i++)
+        B[i] = (float)(i % 11) * 0.01f;
+    for (long i = 0; i < 2048L * 2048 * 3; i++)
+        Q[i] = (float)(i % 5) * 0.01f;
+    ops_set_threads(threads);
+    fprintf(f, "{\"threads\": %d, \"tokens\": %d, \"shapes\": [", threads, T);
+    /* the mix: one repetition runs every shape once; its FLOPs over its time */
+    stats mix = {0};
+    double mix_flop = 0.0;
+    stats per[N_MM_SHAPES];
+    memset(per, 0, sizeof per);
+    for (int i = 0; i < N_MM_SHAPES; i++)
+        (void)sgemm_once(T, mm_shapes[i].n_out, mm_shapes[i].n_in, A, B, C);     /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double tot = 0.0;
+        for (int i = 0; i < N_MM_SHAPES; i++) {
+            double t = sgemm_once(T, mm_shapes[i].n_out, mm_shapes[i].n_in, A, B, C);
+            st_add(&per[i], t);
+            tot += t;
+        }
+        st_add(&mix, tot);
+    }
+    for (int i = 0; i < N_MM_SHAPES; i++) {
+        double fl = 2.0 * T * mm_shapes[i].n_in * mm_shapes[i].n_out;
+        mix_flop += fl;
+        fprintf(f, "%s{\"name\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, ", i ? ", " : "",
+                mm_shapes[i].name, T, mm_shapes[i].n_out, mm_shapes[i].n_in);
+        json_rate(f, "gflop_s", &per[i], fl / 1e9);
+        fprintf(f, "}");
+    }
+    fprintf(f, "], ");
+    json_rate(f, "mix_gflop_s", &mix, mix_flop / 1e9);
+    stats sq = {0};
+    (void)sgemm_once(2048, 2048, 2048, Q, Q + 2048 * 2048, Q + 2 * 2048 * 2048);
+    for (int r = 0; r < reps; r++)
+        st_add(&sq, sgemm_once(2048, 2048, 2048, Q, Q + 2048 * 2048, Q + 2 * 2048 * 2048));
+    fprintf(f, ", ");
+    json_rate(f, "square2048_gflop_s", &sq, 2.0 * 2048.0 * 2048.0 * 2048.0 / 1e9);
+    fprintf(f, "}");
+    free(A);
+    free(B);
+    free(C);
+    free(Q);
+}
+
+static int cmd_limits(FILE *f, bool quick)
+{
+    const int reps = quick ? 3 : 7;
+    fprintf(f, "{");
+    json_machine(f);
+    fprintf(f, ",\n\"triad\": [");
+    for (int t = 1; t <= 2; t++) {
+        json_triad(f, t, reps);
+        fprintf(f, t < 2 ? ",\n" : "");
+    }
+    fprintf(f, "],\n\"sgemv\": [");
+    for (int t = 1; t <= 2; t++) {
+        json_sgemv(f, t, reps);
+        fprintf(f, t < 2 ? ",\n" : "");
+    }
+    fprintf(f, "],\n\"sgemm\": [");
+    for (int t = 1; t <= 2; t++) {
+        json_sgemm(f, t, quick ? 2 : 5, 512);
+        fprintf(f, t < 2 ? ",\n" : "");
+    }
+    fprintf(f, "]}\n");
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* engine figures                                                      */
+
+typedef struct bench_engine {
+    engine *e;
+    const engine_info *info;
+    int32_t *toks;              /* [n_tok_buf] pseudo-random prompt tokens */
+    int n_tok_buf;
+    float *logits;              /* [64][n_vocab] */
+} bench_engine;
+
+static uint32_t lcg_next(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+static int be_open(bench_engine *b, const char *path, int n_ctx, int max_seqs, int dnet_mode)
+{
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 2;                    /* scratch is sized for 2; runs drop to 1 as needed */
+    p.n_ctx = n_ctx;
+    p.max_seqs = max_seqs;
+    p.dnet_mode = dnet_mode;
+    p.cache_bytes = 3ULL << 30;
+    char err[512];
+    b->e = engine_open(&p, err, sizeof err);
+    if (!b->e) {
+        fprintf(stderr, "bench: %s\n", err);
+        return -1;
+    }
+    b->info = engine_get_info(b->e);
+    b->n_tok_buf = n_ctx;
+    b->toks = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    b->logits = malloc(sizeof(float) * 64 * (size_t)b->info->n_vocab);
+    uint32_t s = 12345;
+    for (int i = 0; i < n_ctx; i++)
+        b->toks[i] = (int32_t)(lcg_next(&s) % (uint32_t)b->info->n_vocab);
+    return 0;
+}
+
+static void be_close(bench_engine *b)
+{
+    engine_close(b->e);
+    free(b->toks);
+    free(b->logits);
+}
+
+static void must(int rc, const char *what, const char *err)
+{
+    if (rc != 0) {
+        fprintf(stderr, "bench: %s: %s\n", what, err);
+        exit(1);
+    }
+}
+
+/* Append n prompt tokens to seq in one engine_forward; logits of the last. */
+static double be_prefill(bench_engine *b, int seq, int n)
+{
+    char err[256];
+    engine_batch_item it = { .seq = seq, .tokens = b->toks, .n_tokens = n,
+                             .logits = ENGINE_LOGITS_LAST, .out = b->logits };
+    double t0 = now_s();
+    must(engine_forward(b->e, &it, 1, err, sizeof err), "prefill", err);
+    return now_s() - t0;
+}
+
+/* n greedy decode steps on seq; returns seconds */
+static double be_decode(bench_engine *b, int seq, int n)
+{
+    char err[256];
+    int32_t tok = (int32_t)argmax(b->logits, b->info->n_vocab);
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        engine_batch_item it = { .seq = seq, .tokens = &tok, .n_tokens = 1,
+                                 .logits = ENGINE_LOGITS_LAST, .out = b->logits };
+        must(engine_forward(b->e, &it, 1, err, sizeof err), "decode", err);
+        tok = (int32_t)argmax(b->logits, b->info->n_vocab);
+    }
+    return now_s() - t0;
+}
+
+static int be_seq(bench_engine *b, int n_tokens)
+{
+    int s = engine_seq_new(b->e);
+    if (s < 0 || engine_seq_reserve(b->e, s, n_tokens) != 0) {
+        fprintf(stderr, "bench: cannot reserve a sequence of %d tokens\n", n_tokens);
+        exit(1);
+    }
+    return s;
+}
+
+/* Model FLOPs of a prefill of n tokens after pos0 cached ones: 2 per
+ * projection weight per token, the LM head for the last token only, and
+ * attention's q.k and p.v over the causal pairs (4 * head_dim per pair and
+ * query head). DeltaNet's recurrence (~4 d_k d_v per token and head) is
+ * counted too; conv, norms and gates are not. */
+static double prefill_flop(const engine_info *in, int n, int pos0)
+{
+    double emb = (double)in->n_vocab * in->n_embd;
+    double proj = (double)in->n_params - emb;          /* tied: tok_embd counted once */
+    double pairs = (double)n * pos0 + (double)n * (n + 1) / 2.0;
+    double attn = 4.0 * in->head_dim * in->n_head * pairs * in->n_attn_layers;
+    double dnet = 4.0 * in->ssm_d_k * in->ssm_d_v * in->ssm_n_v * (double)n * in->n_dnet_layers;
+    return 2.0 * proj * n + 2.0 * emb + attn + dnet;
+}
+
+/* Bytes a decode step at context ctx must move: every weight once (the LM
+ * head is the tied embedding), K and V of ctx tokens in every attention
+ * layer, and the DeltaNet state and conv window read and written. */
+static double decode_bytes(const engine_info *in, double ctx)
+{
+    return (double)in->weight_bytes + ctx * (double)in->kv_bytes_per_token +
+           2.0 * (double)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq);
+}
+
+typedef struct eng_opts {
+    bool quick;
+    const char *only;           /* comma list of sections to run, NULL: all */
+} eng_opts;
+
+static bool want(const eng_opts *o, const char *section)
+{
+    return !o->only || strstr(o->only, section);
+}
+
+static void json_prefill(FILE *f, bench_engine *b, int threads, const eng_opts *o)
+{
+    static const int full_n[] = { 128, 512, 2048 }, quick_n[] = { 128, 512 };
+    const int *ns = o->quick ? quick_n : full_n;
+    const int nn = o->quick ? 2 : 3;
+    ops_set_threads(threads);
+    {   /* warm-up: page the weights in, spin the pools up */
+        int s = be_seq(b, 128);
+        (void)be_prefill(b, s, 128);
+        engine_seq_free(b->e, s);
+    }
+    fprintf(f, "\"prefill\": [");
+    for (int i = 0; i < nn; i++) {
+        int n = ns[i];
+        /* full: 3 repetitions, fewer for the long single-thread prompts (run time) */
+        int reps = o->quick ? 1 : n >= 2048 ? (threads == 1 ? 1 : 2) : n >= 512 && threads == 1 ? 2 : 3;
+        stats st = {0};
+        for (int r = 0; r < reps; r++) {
+            int s = be_seq(b, n);
+            st_add(&st, be_prefill(b, s, n));
+            engine_seq_free(b->e, s);
+        }
+        double fl = prefill_flop(b->info, n, 0);
+        fprintf(f, "%s{\"tokens\": %d, \"flop\": %.6g, ", i ? ", " : "", n, fl);
+        json_rate(f, "tok_s", &st, n);
+        fprintf(f, ", ");
+        json_rate(f, "gflop_s", &st, fl / 1e9);
+        fprintf(f, "}");
+        fflush(f);
+    }
+    fprintf(f, "]");
+}
+
+/* Decode n_new tokens after ctx tokens, at 1 and 2 threads. The context is
+ * filled once by a real prefill at 2 threads; repetitions continue the
+ * same sequence, so the context grows by n_new per repetition (the JSON
+ * records the mean context each figure saw). */
+static void json_decode(FILE *f, bench_engine *b, const eng_opts *o)
+{
+    static const int full_c[] = { 0, 1024, 8192 }, quick_c[] = { 0, 1024 };
+    const int *cs = o->quick ? quick_c : full_c;
+    const int nc = o->quick ? 2 : 3;
+    const int n_new = o->quick ? 32 : 128, warm = 8;
+    fprintf(f, "\"decode\": [");
+    int first = 1;
+    for (int i = 0; i < nc; i++) {
+        int ctx = cs[i];
+        int reps = o->quick ? 1 : ctx >= 8192 ? 2 : 3;
+        int total = ctx + 2 * (warm + reps * n_new) + 1;
+        int s = be_seq(b, total);
+        ops_set_threads(2);
+        double fill_s = 0.0;
+        if (ctx > 0)
+            fill_s = be_prefill(b, s, ctx);
+        else
+            memset(b->logits, 0, sizeof(float) * (size_t)b->info->n_vocab);
+        for (int threads = 1; threads <= 2; threads++) {
+            ops_set_threads(threads);
+            (void)be_decode(b, s, warm);
+            stats st = {0};
+            double ctx_sum = 0.0;
+            for (int r = 0; r < reps; r++) {
+                int pos = engine_seq_len(b->e, s);
+                ctx_sum += pos + (n_new - 1) / 2.0;
+                st_add(&st, be_decode(b, s, n_new));
+            }
+            double ctx_mean = ctx_sum / reps;
+            fprintf(f, "%s{\"ctx\": %d, \"threads\": %d, \"new_tokens\": %d, \"ctx_mean\": %.1f, "
+                       "\"fill_seconds\": %.3f, \"bytes_per_token\": %.6g, ",
+                    first ? "" : ",\n", ctx, threads, n_new, ctx_mean, fill_s,
+                    decode_bytes(b->info, ctx_mean));
+            first = 0;
+            json_rate(f, "tok_s", &st, n_new);
+            fprintf(f, ", ");
+            json_rate(f, "gb_s", &st, n_new * decode_bytes(b->info, ctx_mean) / 1e9);
+            fprintf(f, "}");
+            fflush(f);
+        }
+        engine_seq_free(b->e, s);
+    }
+    fprintf(f, "]");
+}
+
+/* B sequences decoding together: each gets a 16-token prompt (one batched
+ * forward), then every step is one engine_forward of B single-token items. */
+static void json_batched(FILE *f, bench_engine *b, int threads, const eng_opts *o)
+{
+    static const int full_b[] = { 1, 4, 16, 64 }, quick_b[] = { 1, 4, 16 };
+    const int *bs = o->quick ? quick_b : full_b;
+    const int nb = o->quick ? 3 : 4, prompt = 16;
+    const int steps = o->quick ? 4 : 8, reps = o->quick ? 1 : 3, warm = 2;
+    ops_set_threads(threads);
+    fprintf(f, "\"batched\": [");
+    for (int i = 0; i < nb; i++) {
+        int B = bs[i];
+        int seqs[64];
+        engine_batch_item it[64];
+        int32_t tok[64];
+        char err[256];
+        for (int j = 0; j < B; j++) {
+            seqs[j] = be_seq(b, prompt + warm + reps * steps + 1);
+            it[j] = (engine_batch_item){ .seq = seqs[j], .tokens = b->toks + 7 * j, .n_tokens = prompt,
+                                         .logits = ENGINE_LOGITS_LAST,
+                                         .out = b->logits + (size_t)j * b->info->n_vocab };
+        }
+        must(engine_forward(b->e, it, B, err, sizeof err), "batched prompt", err);
+        stats st = {0};
+        for (int r = -1; r < reps; r++) {
+            int n_steps = r < 0 ? warm : steps;
+            double t0 = now_s();
+            for (int k = 0; k < n_steps; k++) {
+                for (int j = 0; j < B; j++) {
+                    tok[j] = (int32_t)argmax(b->logits + (size_t)j * b->info->n_vocab, b->info->n_vocab);
+                    it[j].tokens = &tok[j];
+                    it[j].n_tokens = 1;
+                }
+                must(engine_forward(b->e, it, B, err, sizeof err), "batched step", err);
+            }
+            if (r >= 0)
+                st_add(&st, now_s() - t0);
+        }
+        for (int j = 0; j < B; j++)
+            engine_seq_free(b->e, seqs[j]);
+        fprintf(f, "%s{\"seqs\": %d, \"threads\": %d, \"steps\": %d, ", i ? ", " : "", B, threads, steps);
+        json_rate(f, "tok_s", &st, (double)B * steps);
+        fprintf(f, "}");
+        fflush(f);
+    }
+    fprintf(f, "]");
+}
+
+static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_opts *o)
+{
+    bench_engine b;
+    const int n_ctx = 8192 + 2048;
+    if (be_open(&b, path, n_ctx, 64, ENGINE_DNET_AUTO) != 0)
+        return 1;
+    const engine_info *in = b.info;
+    fprintf(f, "{\"dtype\": \"%s\", \"file\": \"%s\", \"n_params\": %llu, \"weight_bytes\": %llu, "
+               "\"kv_bytes_per_token\": %llu, \"dnet_state_bytes_per_seq\": %llu, "
+               "\"dnet_conv_bytes_per_seq\": %llu, \"n_layer\": %d, \"n_attn_layers\": %d, "
+               "\"n_embd\": %d, \"n_vocab\": %d,\n",
+            dtype, path, (unsigned long long)in->n_params, (unsigned long long)in->weight_bytes,
+            (unsigned long long)in->kv_bytes_per_token, (unsigned long long)in->dnet_state_bytes_per_seq,
+            (unsigned long long)in->dnet_conv_bytes_per_seq, in->n_layer, in->n_attn_layers,
+            in->n_embd, in->n_vocab);
+    fprintf(f, "\"threads\": [");
+    for (int t = 1; t <= 2 && want(o, "prefill"); t++) {
+        fprintf(f, "%s{\"threads\": %d, ", t > 1 ? ",\n" : "", t);
+        json_prefill(f, &b, t, o);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
+    if (want(o, "decode")) {
+        fprintf(f, ",\n");
+        json_decode(f, &b, o);
+    }
+    if (want(o, "batched")) {
+        fprintf(f, ",\n");
+        json_batched(f, &b, 2, o);
+    }
+    fprintf(f, "}\n");
+    be_close(&b);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* DeltaNet: chunked vs recurrent kernels on one layer's heads          */
+
+/* n tokens, n_h heads of d_k = d_v = d; heads in parallel as dnet_forward
+ * runs them. Inputs are random with q, k unit-norm rows and g < 0. */
+enum { DN_RECURRENT_REF, DN_CHUNKED, DN_RECURRENT_AVX2 };
+
+static double dnet_run(int variant, int n, int n_h, int d, const float *q, const float *k,
+                       const float *v, const float *beta, const float *g, float *S, float *o,
+                       float *scratch)
+{
+    const long scr = dnet_chunk_scratch_floats(d, d);
+    memset(S, 0, sizeof(float) * (size_t)n_h * d * d);
+    double t0 = now_s();
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int h = 0; h < n_h; h++) {
+        const int ld = n_h * d;
+        float *sc = scratch + (size_t)omp_get_thread_num() * scr;
+        if (variant == DN_CHUNKED)
+            dnet_chunked_head(n, d, d, q + (size_t)h * d, ld, k + (size_t)h * d, ld, v + (size_t)h * d, ld,
+                              beta + (size_t)h * n, g + (size_t)h * n, S + (size_t)h * d * d,
+                              o + (size_t)h * d, ld, sc);
+        else if (variant == DN_RECURRENT_AVX2)
+            for (int t = 0; t < n; t++)
+                avx2_dnet_step(d, d, q + (size_t)t * ld + (size_t)h * d, k + (size_t)t * ld + (size_t)h * d,
+                               v + (size_t)t * ld + (size_t)h * d, beta[(size_t)h * n + t], g[(size_t)h * n + t],
+                               S + (size_t)h * d * d, o + (size_t)t * ld + (size_t)h * d);
+        else
+            dnet_recurrent_head(n, d, d, q + (size_t)h * d, ld, k + (size_t)h * d, ld, v + (size_t)h * d, ld,
+                                beta + (size_t)h * n, g + (size_t)h * n, S + (size_t)h * d * d,
+                                o + (size_t)h * d, ld);
+    }
+    return now_s() - t0;
+}
+
+static int cmd_dnet(FILE *f, bool quick)
+{
+    const int n = 2048, n_h = 16, d = 128;
+    const size_t nx = (size_t)n * n_h * d;
+    float *q = malloc(nx * 4), *k = malloc(nx * 4), *v = malloc(nx * 4), *o = malloc(nx * 4);
+    float *beta = malloc((size_t)n * n_h * 4), *g = malloc((size_t)n * n_h * 4);
+    float *S = malloc((size_t)n_h * d * d * 4);
+    float *scr = malloc((size_t)omp_get_num_procs() * dnet_chunk_scratch_floats(d, d) * 4);
+    uint32_t s = 99;
+    for (size_t i = 0; i < nx; i++) {
+        q[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
+        k[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
+        v[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
+    }
+    for (size_t r = 0; r < (size_t)n * n_h; r++) {          /* unit rows, as after l2norm */
+        l2norm(q + r * d, d, 1e-6f);
+        l2norm(k + r * d, d, 1e-6f);
+    }
+    for (int i = 0; i < n * n_h; i++) {
+        beta[i] = sigmoid((float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f);
+        g[i] = -softplus((float)(lcg_next(&s) % 2001) / 1000.0f - 2.0f);
+    }
+    fprintf(f, "{\"tokens\": %d, \"heads\": %d, \"d_k\": %d, \"d_v\": %d, \"runs\": [", n, n_h, d, d);
+    const int reps = quick ? 2 : 5;
+    for (int t = 1; t <= 2; t++) {
+        ops_set_threads(t);
+        static const char *names[] = { "recurrent_ref_tok_s", "chunked_tok_s", "recurrent_avx2_tok_s" };
+        stats st[3];
+        memset(st, 0, sizeof st);
+        for (int var = 0; var < 3; var++) {
+            if (var == DN_RECURRENT_AVX2 && !simd_avx2())
+                continue;
+            (void)dnet_run(var, n, n_h, d, q, k, v, beta, g, S, o, scr);
+            for (int r = 0; r < (var == DN_RECURRENT_REF ? (quick ? 1 : 3) : reps); r++)
+                st_add(&st[var], dnet_run(var, n, n_h, d, q, k, v, beta, g, S, o, scr));
+        }
+        fprintf(f, "%s{\"threads\": %d", t > 1 ? ", " : "", t);
+        for (int var = 0; var < 3; var++)
+            if (st[var].n) {
+                fprintf(f, ", ");
+                json_rate(f, names[var], &st[var], n);
+            }
+        fprintf(f, ", \"speedup_vs_ref\": %.4g", st_median(&st[DN_RECURRENT_REF]) / st_median(&st[DN_CHUNKED]));
+        if (st[DN_RECURRENT_AVX2].n)
+            fprintf(f, ", \"speedup_vs_avx2\": %.4g",
+                    st_median(&st[DN_RECURRENT_AVX2]) / st_median(&st[DN_CHUNKED]));
+        fprintf(f, "}");
+        fflush(f);
+    }
+    fprintf(f, "]}\n");
+    free(q); free(k); free(v); free(o); free(beta); free(g); free(S); free(scr);
+    return 0;
+}
+
+/* Whole-model prefill of n tokens with the DeltaNet layers chunked (AUTO)
+ * and recurrent, at 2 threads: the kernels' gain as the user sees it. */
+static int cmd_dnet_model(FILE *f, const char *path, bool quick)
+{
+    const int n = quick ? 512 : 2048;
+    fprintf(f, "{\"tokens\": %d, \"threads\": 2, \"file\": \"%s\"", n, path);
+    static const struct { const char *name; int mode; } modes[] = {
+        { "chunked", ENGINE_DNET_AUTO }, { "recurrent", ENGINE_DNET_RECURRENT } };
+    for (int i = 0; i < 2; i++) {
+        bench_engine b;
+        if (be_open(&b, path, n + 16, 4, modes[i].mode) != 0)
+            return 1;
+        ops_set_threads(2);
+        int s = be_seq(&b, 128);
+        (void)be_prefill(&b, s, 128);
+        engine_seq_free(b.e, s);
+        stats st = {0};
+        s = be_seq(&b, n);
+        st_add(&st, be_prefill(&b, s, n));
+        engine_seq_free(b.e, s);
+        fprintf(f, ", ");
+        json_rate(f, modes[i].name, &st, n);
+        be_close(&b);
+    }
+    fprintf(f, "}\n");
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* kernels: matmul() per weight type in its three regimes               */
+
+/* Decode matvec over one weight larger than 2x L3 (so it streams from
+ * DRAM, as a model's weights do), in GB/s of weight bytes at 1 and 2
+ * threads; and small batches through the rows x tokens kernel vs sgemm,
+ * in GFLOP/s at 2 threads. */
+static int cmd_kernels(FILE *f, bool quick)
+{
+    static const struct { const char *name; uint32_t type; } types[] = {
+        { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 } };
+    const int n_in = 1024;
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    long bytes = 2 * (l3 > 0 ? l3 : 32L << 20);
+    if (bytes < (256L << 20))
+        bytes = 256L << 20;
+    if (quick)
+        bytes = 256L << 20;
+    float *x = malloc(sizeof(float) * 64 * n_in), *row = malloc(sizeof(float) * n_in);
+    float *scratch = malloc(sizeof(float) * (size_t)omp_get_num_procs() * 64 * n_in + 64);
+    uint32_t s = 5;
+    for (int i = 0; i < 64 * n_in; i++)
+        x[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
+    fprintf(f, "{\"matvec\": [");
+    for (int ti = 0; ti < 4; ti++) {
+        const uint32_t type = types[ti].type;
+        const size_t rb = ggml_type_size(type) * n_in / ggml_block_size(type);
+        const int n_out = (int)(bytes / (long)rb);
+        char *W = malloc(rb * (size_t)n_out);
+        float *y = malloc(sizeof(float) * (size_t)n_out * 64);
+        if (!W || !y) {
+            fprintf(stderr, "bench: out of memory for kernels\n");
+            exit(1);
+        }
+        for (int i = 0; i < n_in; i++)
+            row[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
+        ops_set_threads(2);
+        #pragma omp parallel for schedule(static)
+        for (int o = 0; o < n_out; o++)             /* one row pattern, written by the streaming thread */
+            quantize_row(type, row, W + (size_t)o * rb, n_in);
+        weight w = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+        for (int t = 1; t <= 2; t++) {
+            ops_set_threads(t);
+            stats st = {0};
+            matmul(y, &w, x, 1, scratch);
+            for (int r = 0; r < (quick ? 3 : 7); r++) {
+                double t0 = now_s();
+                matmul(y, &w, x, 1, scratch);
+                st_add(&st, now_s() - t0);
+            }
+            fprintf(f, "%s{\"type\": \"%s\", \"threads\": %d, \"bytes\": %.6g, ", ti || t > 1 ? ",\n" : "",
+                    types[ti].name, t, (double)rb * n_out);
+            json_rate(f, "gb_s", &st, (double)rb * n_out / 1e9);
+            fprintf(f, "}");
+            fflush(f);
+        }
+        free(W);
+        free(y);
+    }
+    fprintf(f, "],\n\"small_batch\": [");
+    /* small batches on an ffn_up-sized weight (3584 x 1024), 2 threads */
+    int first = 1;
+    for (int ti = 0; ti < 4; ti++) {
+        const uint32_t type = types[ti].type;
+        const size_t rb = ggml_type_size(type) * n_in / ggml_block_size(type);
+        const int n_out = 3584;
+        char *W = malloc(rb * (size_t)n_out);
+        float *y = malloc(sizeof(float) * (size_t)n_out * 64);
+        for (int o = 0; o < n_out; o++) {
+            for (int i = 0; i < n_in; i++)
+                row[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
+            quantize_row(type, row, W + (size_t)o * rb, n_in);
+        }
+        weight w = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+        ops_set_threads(2);
+        static const int toks[] = { 4, 16, 64 };
+        for (int k = 0; k < 3; k++) {
+            for (int path = 0; path < 2; path++) {      /* 0: rows x tokens kernel, 1: sgemm (tiles) */
+                if (path == 0 && !simd_avx2())
+                    continue;
+                matmul_set_small_max(path == 0 ? 64 : 1);
+                stats st = {0};
+                matmul(y, &w, x, toks[k], scratch);
+                for (int r = 0; r < (quick ? 3 : 9); r++) {
+                    double t0 = now_s();
+                    matmul(y, &w, x, toks[k], scratch);
+                    st_add(&st, now_s() - t0);
+                }
+                fprintf(f, "%s{\"type\": \"%s\", \"tokens\": %d, \"path\": \"%s\", ", first ? "" : ",\n",
+                        types[ti].name, toks[k], path == 0 ? "rows_x_tokens" : "sgemm");
+                first = 0;
+                json_rate(f, "gflop_s", &st, 2.0 * n_in * n_out * toks[k] / 1e9);
+                fprintf(f, "}");
+                fflush(f);
+            }
+        }
+        matmul_set_small_max(16);
+        free(W);
+        free(y);
+    }
+    fprintf(f, "]}\n");
+    free(x);
+    free(row);
+    free(scratch);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: hyserve-bench [--quick] [--only SECTIONS] [-o OUT.json] COMMAND\n"
+            "  info                         OpenBLAS core and CPU features, one line\n"
+            "  limits                       triad, sgemv and sgemm at 1 and 2 threads\n"
+            "  engine MODEL.gguf DTYPE      prefill, decode and batched decode\n"
+            "  kernels                      matmul per weight type: decode GB/s, small batches GFLOP/s\n"
+            "  dnet                         DeltaNet chunked vs recurrent kernels, 2048 tokens\n"
+            "  dnet-model MODEL.gguf        whole-model prefill, chunked vs recurrent DeltaNet\n");
+}
+
+int main(int argc, char **argv)
+{
+    bool quick = false;
+    const char *out = NULL, *only = NULL;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = true;
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc)
+            out = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else {
+            usage();
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        usage();
+        return 2;
+    }
+    FILE *f = out ? fopen(out, "w") : stdout;
+    if (!f) {
+        perror(out);
+        return 1;
+    }
+    int rc = 2;
+    const char *cmd = argv[i];
+    if (!strcmp(cmd, "info")) {
+        __builtin_cpu_init();
+        fprintf(f, "core %s avx2 %d fma %d f16c %d\n", openblas_get_corename(), __builtin_cpu_supports("avx2") ? 1 : 0,
+                __builtin_cpu_supports("fma") ? 1 : 0, __builtin_cpu_supports("f16c") ? 1 : 0);
+        rc = 0;
+    } else if (!strcmp(cmd, "limits")) {
+        rc = cmd_limits(f, quick);
+    } else if (!strcmp(cmd, "engine") && i + 2 < argc) {
+        eng_opts o = { .quick = quick, .only = only };
+        rc = cmd_engine(f, argv[i + 1], argv[i + 2], &o);
+    } else if (!strcmp(cmd, "kernels")) {
+        rc = cmd_kernels(f, quick);
+    } else if (!strcmp(cmd, "dnet")) {
+        rc = cmd_dnet(f, quick);
+    } else if (!strcmp(cmd, "dnet-model") && i + 1 < argc) {
+        rc = cmd_dnet_model(f, argv[i + 1], quick);
+    } else {
+        usage();
+    }
+    if (out)
+        fclose(f);
+    return rc;
+}

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""report.py - merge the benchmark parts into latest.json and render latest.md.
+
+Owns: the ratios to the machine limits (one place for that arithmetic) and
+the target verdicts. Inputs are the JSON objects written by hyserve-bench
+(limits, engine per dtype, dnet, dnet-model) and bench/serve_bench (server);
+run.sh passes them as NAME=FILE arguments.
+
+Ratios:
+  decode   (bytes a step must move / seconds per token) / triad bandwidth at
+           the same thread count (best of the triad repetitions);
+  prefill  model FLOP/s (projections, LM head row, causal attention pairs,
+           DeltaNet recurrence) / sgemm FLOP/s at the model's projection
+           shapes (best mix repetition) at the same thread count.
+Limits use the best repetition (STREAM's convention) and engine figures the
+median, so the ratios lean conservative.
+"""
+import json
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def by_threads(rows):
+    return {r["threads"]: r for r in rows}
+
+
+def yn(b):
+    return "yes" if b else "no"
+
+
+def pct(x):
+    return "-" if x is None else "%.0f%%" % (100.0 * x)
+
+
+def fmt(x, nd=1):
+    return "-" if x is None else ("%." + str(nd) + "f") % x
+
+
+def main(argv):
+    out_json, out_md, meta_path = argv[1], argv[2], argv[3]
+    parts = {}
+    for a in argv[4:]:
+        name, path = a.split("=", 1)
+        try:
+            parts[name] = load(path)
+        except (OSError, ValueError) as e:
+            print("report: skipping %s (%s)" % (name, e), file=sys.stderr)
+    res = load(meta_path)
+    limits = parts.get("limits")
+    res["limits"] = limits
+    res["models"] = [parts[k] for k in sorted(parts) if k.startswith("engine_")]
+    res["kernels"] = parts.get("kernels")
+    res["dnet"] = parts.get("dnet")
+    res["dnet_model"] = parts.get("dnet_model")
+    res["server"] = parts.get("server")
+
+    bw = {}
+    gemm = {}
+    if limits:
+        for r in limits["triad"]:
+            bw[r["threads"]] = r["gb_s"]["best"]
+        for r in limits["sgemm"]:
+            gemm[r["threads"]] = r["mix_gflop_s"]["best"]
+
+    der = {"decode": [], "prefill": [], "batched": [], "context": [], "targets": []}
+    for m in res["models"]:
+        dt = m["dtype"]
+        for th in m.get("threads", []):
+            for p in th["prefill"]:
+                lim = gemm.get(th["threads"])
+                g = p["gflop_s"]["median"]
+                der["prefill"].append({"dtype": dt, "threads": th["threads"], "tokens": p["tokens"],
+                                       "tok_s": p["tok_s"]["median"], "spread_pct": p["tok_s"]["spread_pct"],
+                                       "gflop_s": g, "limit_gflop_s": lim,
+                                       "fraction": g / lim if lim else None})
+        dec = {}
+        for d in m.get("decode", []):
+            lim = bw.get(d["threads"])
+            g = d["gb_s"]["median"]
+            row = {"dtype": dt, "threads": d["threads"], "ctx": d["ctx"], "ctx_mean": d["ctx_mean"],
+                   "tok_s": d["tok_s"]["median"], "spread_pct": d["tok_s"]["spread_pct"],
+                   "bytes_per_token": d["bytes_per_token"], "gb_s": g, "limit_gb_s": lim,
+                   "fraction": g / lim if lim else None}
+            der["decode"].append(row)
+            dec[(d["threads"], d["ctx"])] = row
+        for th in (1, 2):
+            a, b = dec.get((th, 0)), dec.get((th, 8192))
+            if a and b and bw.get(th):
+                # predicted: the 0-context step plus the extra KV bytes at the measured bandwidth
+                t0, t8 = 1.0 / a["tok_s"], 1.0 / b["tok_s"]
+                extra = (b["ctx_mean"] - a["ctx_mean"]) * m["kv_bytes_per_token"]
+                pred = t0 + extra / (bw[th] * 1e9)
+                der["context"].append({"dtype": dt, "threads": th, "ms_ctx0": 1e3 * t0, "ms_ctx8k": 1e3 * t8,
+                                       "ms_predicted": 1e3 * pred, "measured_over_predicted": t8 / pred})
+        bat = {r["seqs"]: r for r in m.get("batched", [])}
+        one = bat.get(1)
+        for s, r in sorted(bat.items()):
+            der["batched"].append({"dtype": dt, "seqs": s, "threads": r["threads"], "tok_s": r["tok_s"]["median"],
+                                   "spread_pct": r["tok_s"]["spread_pct"],
+                                   "vs_one": r["tok_s"]["median"] / one["tok_s"]["median"] if one else None})
+
+    T = der["targets"]
+    for r in der["decode"]:
+        if r["ctx"] == 0 and r["fraction"] is not None:
+            T.append({"target": "decode %s %dT >= 80%% of bandwidth" % (r["dtype"], r["threads"]),
+                      "value": r["fraction"], "goal": 0.80, "met": r["fraction"] >= 0.80})
+    for r in der["prefill"]:
+        if r["dtype"] == "f32" and r["tokens"] == 512 and r["fraction"] is not None:
+            T.append({"target": "prefill 512 f32 %dT >= 60%% of sgemm" % r["threads"],
+                      "value": r["fraction"], "goal": 0.60, "met": r["fraction"] >= 0.60})
+    if res["dnet"]:
+        for r in res["dnet"]["runs"]:
+            T.append({"target": "DeltaNet chunked >= 5x recurrent (reference path) at 2048, %dT" % r["threads"],
+                      "value": r["speedup_vs_ref"], "goal": 5.0, "met": r["speedup_vs_ref"] >= 5.0})
+    for r in der["context"]:
+        T.append({"target": "decode %s %dT at 8K context <= 0-context + extra KV reads" % (r["dtype"], r["threads"]),
+                  "value": r["measured_over_predicted"], "goal": 1.0, "met": r["measured_over_predicted"] <= 1.0})
+    for r in der["batched"]:
+        if r["seqs"] == 16 and r["vs_one"] is not None:
+            T.append({"target": "batched decode %s: 16 sequences >= 8x one" % r["dtype"],
+                      "value": r["vs_one"], "goal": 8.0, "met": r["vs_one"] >= 8.0})
+    srv = res["server"]
+    if srv and srv.get("runs"):
+        # single stream: mean time between token events over HTTP vs the engine's
+        # own decode step (same weights, 2 threads, context 0..136 in both)
+        one = [r for r in srv["runs"] if r["clients"] == 1]
+        eng = [r for r in der["decode"] if r["dtype"] == srv["dtype"] and r["threads"] == srv["threads"] and r["ctx"] == 0]
+        if one and eng and one[0]["tokens"] > 1:
+            srv["http_ms_per_token"] = one[0]["itl_ms_mean"]
+            srv["engine_ms_per_token"] = 1e3 / eng[0]["tok_s"]
+            srv["overhead_fraction"] = srv["http_ms_per_token"] / srv["engine_ms_per_token"] - 1.0
+    if srv and srv.get("overhead_fraction") is not None:
+        T.append({"target": "HTTP/JSON/SSE overhead per token < 2% (single stream)",
+                  "value": srv["overhead_fraction"], "goal": 0.02, "met": srv["overhead_fraction"] < 0.02})
+    res["derived"] = der
+    with open(out_json, "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+    with open(out_md, "w") as f:
+        f.write(render(res))
+
+
+def render(res):
+    bw = {}
+    if res.get("limits"):
+        bw = {r["threads"]: r["gb_s"]["best"] for r in res["limits"]["triad"]}
+    L = []
+    w = L.append
+    der = res["derived"]
+    w("# hyserve benchmark (%s run)\n" % ("QUICK" if res.get("quick") else "full"))
+    w("%s, commit %s%s. %s\n" % (res.get("date", "?"), res.get("git", "?"),
+                                 " (dirty)" if res.get("git_dirty") else "", res.get("note", "")))
+    lim = res.get("limits")
+    if lim:
+        mch = lim["machine"]
+        w("Machine: %s, %d CPUs, L3 %.0f MiB, AVX2 %s, FMA %s, F16C %s; OpenBLAS core %s%s.\n" % (
+            mch["cpu"], mch["n_procs"], mch["l3_bytes"] / 2**20, yn(mch["avx2"]), yn(mch["fma"]), yn(mch["f16c"]),
+            mch["openblas_core"],
+            " (OPENBLAS_CORETYPE=%s)" % res["env"]["OPENBLAS_CORETYPE"] if res.get("env", {}).get("OPENBLAS_CORETYPE") else ""))
+        w("Load average before / after: %s / %s (a busy machine makes every figure noisy).\n" % (
+            res.get("env", {}).get("loadavg_start", "?"), res.get("env", {}).get("loadavg_end", "?")))
+        w("## Limits (measured in this run; best of the repetitions)\n")
+        w("| limit | 1 thread | 2 threads |")
+        w("|---|---|---|")
+        tr, gv, gm = by_threads(lim["triad"]), by_threads(lim["sgemv"]), by_threads(lim["sgemm"])
+        w("| triad bandwidth, %d MiB arrays | %.1f GB/s | %.1f GB/s |" % (
+            lim["triad"][0]["array_bytes"] / 2**20, tr[1]["gb_s"]["best"], tr[2]["gb_s"]["best"]))
+        w("| sgemv, 256 MiB matrix | %.1f GB/s | %.1f GB/s |" % (gv[1]["gb_s"]["best"], gv[2]["gb_s"]["best"]))
+        w("| sgemm, model projection shapes at 512 tokens | %.0f GFLOP/s | %.0f GFLOP/s |" % (
+            gm[1]["mix_gflop_s"]["best"], gm[2]["mix_gflop_s"]["best"]))
+        w("| sgemm, square 2048 | %.0f GFLOP/s | %.0f GFLOP/s |\n" % (
+            gm[1]["square2048_gflop_s"]["best"], gm[2]["square2048_gflop_s"]["best"]))
+    if der["decode"]:
+        w("## Decode (tokens/s, median; fraction = bytes moved per token x rate / triad bandwidth)\n")
+        w("| weights | threads | context | tok/s | spread | GB/s moved | of bandwidth |")
+        w("|---|---|---|---|---|---|---|")
+        for r in der["decode"]:
+            w("| %s | %d | %d | %.1f | %.0f%% | %.1f | %s |" % (r["dtype"], r["threads"], r["ctx"], r["tok_s"],
+                                                             r["spread_pct"], r["gb_s"], pct(r["fraction"])))
+        w("")
+    if der["prefill"]:
+        w("## Prefill (tokens/s, median; fraction = model FLOP/s / sgemm FLOP/s)\n")
+        w("| weights | threads | prompt | tok/s | spread | GFLOP/s | of sgemm |")
+        w("|---|---|---|---|---|---|---|")
+        for r in der["prefill"]:
+            w("| %s | %d | %d | %.1f | %.0f%% | %.1f | %s |" % (r["dtype"], r["threads"], r["tokens"], r["tok_s"],
+                                                             r["spread_pct"], r["gflop_s"], pct(r["fraction"])))
+        w("")
+    if der["context"]:
+        w("## Decode cost of context (ms per token)\n")
+        w("| weights | threads | at 0 | at 8K | predicted from extra KV bytes | measured / predicted |")
+        w("|---|---|---|---|---|---|")
+        for r in der["context"]:
+            w("| %s | %d | %.2f | %.2f | %.2f | %.2f |" % (r["dtype"], r["threads"], r["ms_ctx0"], r["ms_ctx8k"],
+                                                        r["ms_predicted"], r["measured_over_predicted"]))
+        w("")
+    if der["batched"]:
+        w("## Batched decode (aggregate tokens/s, 2 threads)\n")
+        w("| weights | sequences | tok/s | spread | x one sequence |")
+        w("|---|---|---|---|---|")
+        for r in der["batched"]:
+            w("| %s | %d | %.1f | %.0f%% | %s |" % (r["dtype"], r["seqs"], r["tok_s"], r["spread_pct"],
+                                                  fmt(r["vs_one"], 2)))
+        w("")
+    kn = res.get("kernels")
+    if kn:
+        w("## Kernels: matmul() alone\n")
+        w("Decode matrix-vector product over one %.0f MiB weight (streams from DRAM), GB/s of weights:\n" % (
+            kn["matvec"][0]["bytes"] / 2**20))
+        w("| weights | 1 thread | 2 threads | 2 threads, of triad |")
+        w("|---|---|---|---|")
+        mv = {}
+        for r in kn["matvec"]:
+            mv.setdefault(r["type"], {})[r["threads"]] = r["gb_s"]["median"]
+        for t, d in mv.items():
+            w("| %s | %.1f | %.1f | %s |" % (t, d.get(1, 0), d.get(2, 0), pct(d.get(2, 0) / bw[2]) if bw.get(2) else "-"))
+        w("\nSmall batches on a 3584 x 1024 weight, 2 threads, GFLOP/s (rows x tokens kernel vs dequantized tiles + sgemm):\n")
+        w("| weights | tokens | rows x tokens | sgemm |")
+        w("|---|---|---|---|")
+        sb = {}
+        for r in kn["small_batch"]:
+            sb.setdefault((r["type"], r["tokens"]), {})[r["path"]] = r["gflop_s"]["median"]
+        for (t, n), d in sb.items():
+            w("| %s | %d | %s | %s |" % (t, n, fmt(d.get("rows_x_tokens"), 1), fmt(d.get("sgemm"), 1)))
+        w("")
+    dn = res.get("dnet")
+    if dn:
+        w("## DeltaNet at %d tokens, %d heads of %dx%d (kernels only, tokens/s)\n" % (
+            dn["tokens"], dn["heads"], dn["d_k"], dn["d_v"]))
+        w("| threads | recurrent (scalar reference) | recurrent (AVX2 step) | chunked | chunked / reference | chunked / AVX2 step |")
+        w("|---|---|---|---|---|---|")
+        for r in dn["runs"]:
+            av = r.get("recurrent_avx2_tok_s")
+            w("| %d | %.0f | %s | %.0f | %.2fx | %s |" % (
+                r["threads"], r["recurrent_ref_tok_s"]["median"], fmt(av["median"], 0) if av else "-",
+                r["chunked_tok_s"]["median"], r["speedup_vs_ref"],
+                "%.2fx" % r["speedup_vs_avx2"] if "speedup_vs_avx2" in r else "-"))
+        w("")
+    dm = res.get("dnet_model")
+    if dm:
+        w("Whole-model prefill of %d tokens (f32, 2 threads): chunked %.1f tok/s, recurrent %.1f tok/s.\n" % (
+            dm["tokens"], dm["chunked"]["median"], dm["recurrent"]["median"]))
+    srv = res.get("server")
+    if srv:
+        w("## Server (%s, %d threads, /generate_stream over HTTP)\n" % (srv.get("dtype", "?"), srv.get("threads", 0)))
+        if srv.get("error"):
+            w("Not measured: %s\n" % srv["error"])
+        else:
+            w("| clients | TTFT p50 ms | ITL p50 ms | ITL p99 ms | aggregate tok/s | tokens |")
+            w("|---|---|---|---|---|---|")
+            for r in srv["runs"]:
+                w("| %d | %.1f | %.2f | %.2f | %.1f | %d |" % (r["clients"], r["ttft_ms_p50"], r["itl_ms_p50"],
+                                                           r["itl_ms_p99"], r["tok_s"], r["tokens"]))
+            if srv.get("overhead_fraction") is not None:
+                w("\nSingle stream: %.3f ms per token over HTTP vs %.3f ms in the engine alone: overhead %s.\n" % (
+                    srv["http_ms_per_token"], srv["engine_ms_per_token"], pct(srv["overhead_fraction"])))
+    if der["targets"]:
+        w("## Targets\n")
+        w("| target | value | goal | met |")
+        w("|---|---|---|---|")
+        for t in der["targets"]:
+            v = t["value"]
+            vs = pct(v) if t["goal"] < 1.0 or "bandwidth" in t["target"] or "sgemm" in t["target"] else "%.2f" % v
+            gs = pct(t["goal"]) if t["goal"] < 1.0 else "%.2f" % t["goal"]
+            w("| %s | %s | %s | %s |" % (t["target"], vs, gs, "yes" if t["met"] else "**no**"))
+        w("")
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    main(sys.argv)

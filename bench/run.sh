@@ -1,0 +1,167 @@
+#!/bin/sh
+# bench/run.sh - `make bench`: this machine's limits and the engine's figures
+# in one run, written to bench/results/latest.json and latest.md.
+#
+#   HYSERVE=build/hyserve PYTHON=python3 sh bench/run.sh
+#   BENCH_QUICK=1      smoke test: fewer sizes and repetitions (~3 minutes)
+#   BENCH_DTYPES="f32 q8_0"   weight types to run (default f32 f16 bf16 q8_0)
+#   BENCH_SKIP="server dnet-model"   sections to leave out
+#
+# Steps: build bench/bench.c and bench/serve_bench.c against the engine
+# objects next to $HYSERVE (same flags as the Makefile); synthesize the
+# Qwen3.5-0.8B-shaped models once into bench/models/ (reused while the
+# synth arguments are unchanged); measure; merge with bench/report.py.
+# A section that fails is reported and skipped; the others still run.
+set -u
+: "${HYSERVE:=build/hyserve}" "${PYTHON:=/usr/bin/python3}" "${CC:=cc}"
+QUICK=${BENCH_QUICK:-0}
+DTYPES=${BENCH_DTYPES:-"f32 f16 bf16 q8_0"}
+SKIP=${BENCH_SKIP:-}
+BUILD=$(dirname "$HYSERVE")
+OUT=bench/results
+MODELS=bench/models
+BIN=$BUILD/bench/hyserve-bench
+SBIN=$BUILD/bench/serve_bench
+
+case "$BUILD" in
+*san*) echo "bench: $HYSERVE is a sanitizer build; benchmark a plain build" >&2; exit 1 ;;
+esac
+if [ ! -x "$HYSERVE" ]; then
+    echo "bench: $HYSERVE is missing; run make first" >&2
+    exit 1
+fi
+mkdir -p "$OUT" "$MODELS" "$BUILD/bench"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/hyserve-bench.XXXXXX")
+SRV_PID=
+cleanup() {
+    if [ -n "$SRV_PID" ]; then kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+skip() { case " $SKIP " in *" $1 "*) return 0 ;; esac; return 1; }
+log() { echo "bench: $*" >&2; }
+
+# ---- build (the Makefile's flags; engine objects from $BUILD) ----
+BLAS_INC=
+[ -d /usr/include/x86_64-linux-gnu/openblas-openmp ] && BLAS_INC=-I/usr/include/x86_64-linux-gnu/openblas-openmp
+WARN="-Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wformat=2 -Wvla -Wno-unused-parameter"
+FLAGS="-std=c11 -D_GNU_SOURCE -O2 -g $WARN -fopenmp -pthread -Iengine $BLAS_INC"
+# shellcheck disable=SC2086
+$CC $FLAGS bench/bench.c $(ls "$BUILD"/engine/*.o) -lopenblas -lm -o "$BIN" || { log "building $BIN failed"; exit 1; }
+# shellcheck disable=SC2086
+$CC -std=c11 -D_GNU_SOURCE -O2 $WARN -pthread bench/serve_bench.c -o "$SBIN" || { log "building $SBIN failed"; exit 1; }
+
+# ---- OpenBLAS kernels ----
+# DYNAMIC_ARCH OpenBLAS falls back to its Prescott (SSE3) kernels on CPUs it
+# does not recognise (new Xeons under KVM, for one): sgemm then runs at a
+# fifth of the machine's speed. On an AVX2 machine pick the Haswell (AVX2)
+# kernels, the ones it uses on the AVX2-only target (Zen 3). An explicit
+# OPENBLAS_CORETYPE in the environment wins.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    info=$("$BIN" info)
+    case "$info" in
+    *"core Prescott"*"avx2 1"*) export OPENBLAS_CORETYPE=Haswell
+        log "OpenBLAS detected no known core (Prescott fallback); using OPENBLAS_CORETYPE=Haswell" ;;
+    esac
+fi
+
+# ---- models ----
+SYNTH="--layers 24 --attn-every 4 --embd 1024 --heads 8 --kv-heads 2 --head-dim 256 --rope-dim 64 \
+--dnet-k-heads 16 --dnet-k-dim 128 --ff 3584 --vocab 4096 --ctx 16384"
+for dt in $DTYPES; do
+    f=$MODELS/q35-$dt.gguf
+    want="$SYNTH --dtype $dt"
+    if [ ! -f "$f" ] || [ "$(cat "$f.args" 2>/dev/null)" != "$want" ]; then
+        log "synthesizing $f"
+        # shellcheck disable=SC2086
+        "$HYSERVE" synth -o "$f" $want >&2 || { log "synth $dt failed"; exit 1; }
+        echo "$want" > "$f.args"
+    fi
+done
+
+# ---- measure ----
+Q=
+[ "$QUICK" = 1 ] && Q=--quick
+loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
+LOAD0=$(loadavg)
+T0=$(date +%s)
+PARTS=
+run_part() {   # name, then the bench command
+    name=$1; shift
+    t=$(date +%s)
+    log "$name ..."
+    if "$@" > "$TMP/$name.json" 2> "$TMP/$name.err"; then
+        PARTS="$PARTS $name=$TMP/$name.json"
+        log "$name done in $(( $(date +%s) - t )) s"
+    else
+        log "$name FAILED: $(tail -n 3 "$TMP/$name.err")"
+    fi
+}
+
+skip limits || run_part limits "$BIN" $Q limits
+skip kernels || run_part kernels "$BIN" $Q kernels
+for dt in $DTYPES; do
+    skip engine || run_part "engine_$dt" "$BIN" $Q engine "$MODELS/q35-$dt.gguf" "$dt"
+done
+skip dnet || run_part dnet "$BIN" $Q dnet
+if [ "$QUICK" != 1 ] && ! skip dnet-model && [ -f "$MODELS/q35-f32.gguf" ]; then
+    run_part dnet_model "$BIN" dnet-model "$MODELS/q35-f32.gguf"
+fi
+
+# ---- server: TTFT, ITL and aggregate tokens/s over HTTP ----
+SDT=q8_0
+case " $DTYPES " in *" q8_0 "*) ;; *) SDT=$(echo "$DTYPES" | cut -d' ' -f1) ;; esac
+server_part() {
+    port=$((18000 + $$ % 1000))
+    "$HYSERVE" serve -m "$MODELS/q35-$SDT.gguf" --port "$port" -t 2 --config /dev/null \
+        > "$TMP/server.log" 2>&1 &
+    SRV_PID=$!
+    i=0
+    until "$SBIN" --port "$port" --clients 1 --requests 1 --max-new 8 > /dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 60 ] || ! kill -0 "$SRV_PID" 2>/dev/null; then
+            log "server did not come up: $(tail -n 2 "$TMP/server.log")"
+            return 1
+        fi
+        sleep 1
+    done
+    if [ "$QUICK" = 1 ]; then set -- "1 1 32" "8 1 16" "32 1 8"
+    else set -- "1 3 128" "8 2 64" "32 1 64"; fi
+    runs=
+    for spec in "$@"; do
+        set -- $spec
+        "$SBIN" --port "$port" --clients "$1" --requests "$2" --max-new "$3" -o "$TMP/srv_$1.json" ||
+            log "server run with $1 clients had errors"
+        runs="$runs${runs:+, }$(cat "$TMP/srv_$1.json")"
+    done
+    kill "$SRV_PID"
+    wait "$SRV_PID" 2>/dev/null
+    SRV_PID=
+    printf '{"dtype": "%s", "threads": 2, "runs": [%s]}\n' "$SDT" "$runs"
+}
+if ! skip server; then
+    if "$HYSERVE" serve --help > /dev/null 2>&1; then
+        run_part server server_part
+    else
+        log "server: '$HYSERVE serve' is not available; skipped"
+    fi
+fi
+
+# ---- merge ----
+LOAD1=$(loadavg)
+GIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DIRTY=false
+[ -n "$(git status --porcelain 2>/dev/null)" ] && DIRTY=true
+QJ=false
+[ "$QUICK" = 1 ] && QJ=true
+cat > "$TMP/meta.json" <<EOF
+{"schema": "hyserve-bench/1", "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "git": "$GIT", "git_dirty": $DIRTY,
+ "quick": $QJ, "seconds": $(( $(date +%s) - T0 )),
+ "env": {"OPENBLAS_CORETYPE": "${OPENBLAS_CORETYPE:-}", "loadavg_start": "$LOAD0", "loadavg_end": "$LOAD1"}}
+EOF
+# shellcheck disable=SC2086
+"$PYTHON" bench/report.py "$OUT/latest.json" "$OUT/latest.md" "$TMP/meta.json" $PARTS || exit 1
+log "wrote $OUT/latest.json and $OUT/latest.md ($(( $(date +%s) - T0 )) s)"
+cat "$OUT/latest.md"
