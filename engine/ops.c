@@ -148,25 +148,37 @@ long matmul_scratch_floats(const weight *W, int n_tok)
     return (long)omp_get_max_threads() * MM_TILE_ROWS * W->n_in;
 }
 
-/* Y[o] = W[o] . X, o < n_out */
+/* Y[o] = W[o] . X, o < n_out. With AVX2 each thread takes one contiguous
+ * block of rows (a multiple of 4) and streams it four rows at a time. */
 static void matvec(float *restrict Y, const weight *W, const float *restrict X, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
     const char *base = W->data;
     const size_t rb = W->row_bytes;
     const bool par = (long)n_out * (long)rb >= MV_PAR_BYTES;
-    if (W->type == GGML_Q8_0 && simd_avx2()) {
-        int8_t *xq = (int8_t *)scratch;                     /* [n_in] */
-        float *xd = scratch + n_in / 4 + 4;                 /* [n_in / 32], past xq */
-        quantize_act_q8(X, n_in, xq, xd);
-        #pragma omp parallel for schedule(static) if (par)
-        for (int o = 0; o < n_out; o++)
-            Y[o] = dot_q8_0_act(base + (size_t)o * rb, xq, xd, n_in);
+    const uint32_t t = W->type;
+    if (simd_avx2() && (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0)) {
+        int8_t *xq = NULL;
+        float *xd = NULL;
+        if (t == GGML_Q8_0) {
+            xq = (int8_t *)scratch;                         /* [n_in] */
+            xd = scratch + n_in / 4 + 4;                    /* [n_in / 32], past xq */
+            quantize_act_q8(X, n_in, xq, xd);
+        }
+        #pragma omp parallel if (par)
+        {
+            const int nt = omp_get_num_threads(), it = omp_get_thread_num();
+            const int n4 = (n_out + 3) / 4;                 /* groups of 4 rows, split evenly */
+            const int r0 = 4 * (int)((long)n4 * it / nt), r1 = 4 * (int)((long)n4 * (it + 1) / nt);
+            const int e = r1 < n_out ? r1 : n_out;
+            if (e > r0)
+                avx2_matvec(t, base + (size_t)r0 * rb, rb, e - r0, X, xq, xd, n_in, Y + r0);
+        }
         return;
     }
     #pragma omp parallel for schedule(static) if (par)
     for (int o = 0; o < n_out; o++)
-        Y[o] = dot_row_fast(W->type, base + (size_t)o * rb, X, n_in);
+        Y[o] = dot_row_fast(t, base + (size_t)o * rb, X, n_in);
 }
 
 /* 2 <= n_tok <= mm_small_max, AVX2 only */

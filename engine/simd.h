@@ -40,6 +40,14 @@ void avx2_quantize_act_q8(const float *x, int n, int8_t *q, float *d);
 /* sum_b dw[b] d[b] sum_j w[b][j] q[b][j]; n a multiple of 32 */
 float avx2_dot_q8_0_act(const void *w, const int8_t *q, const float *d, int n);
 
+/* ---- matrix-vector product over rows [0, n_rows) ----
+ * y[r] = row r . x, rows row_bytes apart, four rows per pass. type is
+ * GGML_F32, GGML_F16, GGML_BF16 (x used) or GGML_Q8_0 (xq, xd: the
+ * activations from avx2_quantize_act_q8 used). ref: per-row dot_row() /
+ * dot_q8_0_act_ref(). */
+void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *x, const int8_t *xq,
+                 const float *xd, int n, float *y);
+
 /* ---- row decoding for the prefill tiles ----
  * ref: dequant_row() in quant.c. */
 void avx2_dequant_f16(const uint16_t *src, float *dst, int n);

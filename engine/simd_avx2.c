@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "quant.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -245,6 +246,127 @@ AVX2 float avx2_dot_q8_0_act(const void *w, const int8_t *q, const float *d, int
     }
     return hsum8(_mm256_add_ps(acc0, acc1));
 }
+
+/* ------------------------------------------------------------------ */
+/* matrix-vector: four rows at a time                                   */
+
+/* Four rows stream at once: x is loaded once per chunk for the four, and
+ * four concurrent read streams keep more cache misses in flight than one.
+ * Profile (perf + a 512 MiB f32 matvec, 1 thread): one row at a time
+ * reached 11 GB/s, four at a time 18 GB/s, against a 17.8 GB/s triad and
+ * OpenBLAS sgemv's 21 GB/s: the one-row loop was bound by memory-level
+ * parallelism, not arithmetic. Tails (< 8 elements, < 4 rows) reuse the
+ * one-row kernels above. */
+
+#define ROW(base, r) ((const void *)((const char *)(base) + (size_t)(r) * rb))
+
+AVX2 static void rows4_f32(const void *W, size_t rb, const float *x, int n, float *y)
+{
+    const float *w0 = ROW(W, 0), *w1 = ROW(W, 1), *w2 = ROW(W, 2), *w3 = ROW(W, 3);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8) {
+        __m256 xx = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), xx, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), xx, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), xx, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i), xx, a3);
+    }
+    y[0] = hsum8(a0) + (n8 < n ? avx2_dot_f32(w0 + n8, x + n8, n - n8) : 0.0f);
+    y[1] = hsum8(a1) + (n8 < n ? avx2_dot_f32(w1 + n8, x + n8, n - n8) : 0.0f);
+    y[2] = hsum8(a2) + (n8 < n ? avx2_dot_f32(w2 + n8, x + n8, n - n8) : 0.0f);
+    y[3] = hsum8(a3) + (n8 < n ? avx2_dot_f32(w3 + n8, x + n8, n - n8) : 0.0f);
+}
+
+AVX2 static void rows4_f16(const void *W, size_t rb, const float *x, int n, float *y)
+{
+    const uint16_t *w0 = ROW(W, 0), *w1 = ROW(W, 1), *w2 = ROW(W, 2), *w3 = ROW(W, 3);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8) {
+        __m256 xx = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(load_f16(w0 + i), xx, a0);
+        a1 = _mm256_fmadd_ps(load_f16(w1 + i), xx, a1);
+        a2 = _mm256_fmadd_ps(load_f16(w2 + i), xx, a2);
+        a3 = _mm256_fmadd_ps(load_f16(w3 + i), xx, a3);
+    }
+    y[0] = hsum8(a0) + (n8 < n ? avx2_dot_f16(w0 + n8, x + n8, n - n8) : 0.0f);
+    y[1] = hsum8(a1) + (n8 < n ? avx2_dot_f16(w1 + n8, x + n8, n - n8) : 0.0f);
+    y[2] = hsum8(a2) + (n8 < n ? avx2_dot_f16(w2 + n8, x + n8, n - n8) : 0.0f);
+    y[3] = hsum8(a3) + (n8 < n ? avx2_dot_f16(w3 + n8, x + n8, n - n8) : 0.0f);
+}
+
+AVX2 static void rows4_bf16(const void *W, size_t rb, const float *x, int n, float *y)
+{
+    const uint16_t *w0 = ROW(W, 0), *w1 = ROW(W, 1), *w2 = ROW(W, 2), *w3 = ROW(W, 3);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8) {
+        __m256 xx = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(load_bf16(w0 + i), xx, a0);
+        a1 = _mm256_fmadd_ps(load_bf16(w1 + i), xx, a1);
+        a2 = _mm256_fmadd_ps(load_bf16(w2 + i), xx, a2);
+        a3 = _mm256_fmadd_ps(load_bf16(w3 + i), xx, a3);
+    }
+    y[0] = hsum8(a0) + (n8 < n ? avx2_dot_bf16(w0 + n8, x + n8, n - n8) : 0.0f);
+    y[1] = hsum8(a1) + (n8 < n ? avx2_dot_bf16(w1 + n8, x + n8, n - n8) : 0.0f);
+    y[2] = hsum8(a2) + (n8 < n ? avx2_dot_bf16(w2 + n8, x + n8, n - n8) : 0.0f);
+    y[3] = hsum8(a3) + (n8 < n ? avx2_dot_bf16(w3 + n8, x + n8, n - n8) : 0.0f);
+}
+
+/* int32 lanes of sum_j w[j] q[j] for one block: the sign trick of
+ * avx2_dot_q8_0_act */
+AVX2 static inline __m256 q8_block(const int8_t *wq, __m256i xq, __m256i ones)
+{
+    __m256i w = _mm256_loadu_si256((const __m256i *)wq);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w)), ones));
+}
+
+AVX2 static void rows4_q8_0_act(const void *W, size_t rb, const int8_t *q, const float *d, int n, float *y)
+{
+    const blk_q8_0 *b0 = ROW(W, 0), *b1 = ROW(W, 1), *b2 = ROW(W, 2), *b3 = ROW(W, 3);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < n / 32; i++) {
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)(q + 32 * i));
+        const float dx = d[i];
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(b0[i].d) * dx), q8_block(b0[i].qs, xq, ones), a0);
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(b1[i].d) * dx), q8_block(b1[i].qs, xq, ones), a1);
+        a2 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(b2[i].d) * dx), q8_block(b2[i].qs, xq, ones), a2);
+        a3 = _mm256_fmadd_ps(_mm256_set1_ps(f16_scalar(b3[i].d) * dx), q8_block(b3[i].qs, xq, ones), a3);
+    }
+    y[0] = hsum8(a0);
+    y[1] = hsum8(a1);
+    y[2] = hsum8(a2);
+    y[3] = hsum8(a3);
+}
+
+void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *x, const int8_t *xq,
+                 const float *xd, int n, float *y)
+{
+    const size_t rb = row_bytes;
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+        const void *w = ROW(W, r);
+        switch (type) {
+        case GGML_F32: rows4_f32(w, rb, x, n, y + r); break;
+        case GGML_F16: rows4_f16(w, rb, x, n, y + r); break;
+        case GGML_BF16: rows4_bf16(w, rb, x, n, y + r); break;
+        default: rows4_q8_0_act(w, rb, xq, xd, n, y + r); break;
+        }
+    }
+    for (; r < n_rows; r++) {
+        const void *w = ROW(W, r);
+        switch (type) {
+        case GGML_F32: y[r] = avx2_dot_f32(w, x, n); break;
+        case GGML_F16: y[r] = avx2_dot_f16(w, x, n); break;
+        case GGML_BF16: y[r] = avx2_dot_bf16(w, x, n); break;
+        default: y[r] = avx2_dot_q8_0_act(w, xq, xd, n); break;
+        }
+    }
+}
+
+#undef ROW
 
 /* ------------------------------------------------------------------ */
 /* row decoding                                                         */
