@@ -439,6 +439,7 @@ static double decode_bytes(const engine_info *in, double ctx)
 typedef struct eng_opts {
     bool quick;
     const char *only;           /* comma list of sections to run, NULL: all */
+    const char *ctx8k;          /* weight types that also decode after 8K (full runs) */
 } eng_opts;
 
 static bool want(const eng_opts *o, const char *section)
@@ -451,7 +452,7 @@ static void json_prefill(FILE *f, bench_engine *b, int threads, const eng_opts *
     static const int full_n[] = { 128, 512, 2048 }, quick_n[] = { 128, 512 };
     const int *ns = o->quick ? quick_n : full_n;
     const int nn = o->quick ? 2 : 3;
-    ops_set_threads(threads);
+    engine_set_threads(b->e, threads);
     {   /* warm-up: page the weights in, spin the pools up */
         int s = be_seq(b, 128);
         (void)be_prefill(b, s, 128);
@@ -460,8 +461,8 @@ static void json_prefill(FILE *f, bench_engine *b, int threads, const eng_opts *
     fprintf(f, "\"prefill\": [");
     for (int i = 0; i < nn; i++) {
         int n = ns[i];
-        /* full: 3 repetitions, fewer for the long single-thread prompts (run time) */
-        int reps = o->quick ? 1 : n >= 2048 ? (threads == 1 ? 1 : 2) : n >= 512 && threads == 1 ? 2 : 3;
+        /* full: 3 repetitions, fewer for the long prompts (run time) */
+        int reps = o->quick ? 1 : n >= 2048 ? (threads == 1 ? 1 : 2) : threads == 1 ? 2 : 3;
         stats st = {0};
         for (int r = 0; r < reps; r++) {
             int s = be_seq(b, n);
@@ -479,48 +480,45 @@ static void json_prefill(FILE *f, bench_engine *b, int threads, const eng_opts *
     fprintf(f, "]");
 }
 
-/* Decode n_new tokens after ctx tokens, at 1 and 2 threads. The context is
- * filled once by a real prefill at 2 threads; repetitions continue the
- * same sequence, so the context grows by n_new per repetition (the JSON
- * records the mean context each figure saw). */
-static void json_decode(FILE *f, bench_engine *b, const eng_opts *o)
+/* Decode 128 new tokens after ctx tokens, at 1 and 2 threads, timed as 4
+ * segments of 32 tokens (the repetitions: median and spread are over the
+ * segments). The context is filled once by a real prefill at 2 threads;
+ * the 1-thread run goes first and the 2-thread run continues the same
+ * sequence, 136 tokens later (the JSON records the mean context each
+ * figure saw). The 8K context costs a long prefill per model, so it runs
+ * for the weight types listed in o->ctx8k only. */
+static void json_decode(FILE *f, bench_engine *b, const char *dtype, const eng_opts *o)
 {
-    static const int full_c[] = { 0, 1024, 8192 }, quick_c[] = { 0, 1024 };
-    const int *cs = o->quick ? quick_c : full_c;
-    const int nc = o->quick ? 2 : 3;
-    const int n_new = o->quick ? 32 : 128, warm = 8;
+    static const int ctxs[] = { 0, 1024, 8192 };
+    const int seg = 32, n_seg = o->quick ? 1 : 4, warm = 8, n_new = seg * n_seg;
     fprintf(f, "\"decode\": [");
     int first = 1;
-    for (int i = 0; i < nc; i++) {
-        int ctx = cs[i];
-        int reps = o->quick ? 1 : ctx >= 8192 ? 2 : 3;
-        int total = ctx + 2 * (warm + reps * n_new) + 1;
-        int s = be_seq(b, total);
-        ops_set_threads(2);
+    for (int i = 0; i < 3; i++) {
+        const int ctx = ctxs[i];
+        if (ctx >= 8192 && (o->quick || !o->ctx8k || !strstr(o->ctx8k, dtype)))
+            continue;
+        int s = be_seq(b, ctx + 2 * (warm + n_new) + 1);
+        engine_set_threads(b->e, 2);
         double fill_s = 0.0;
         if (ctx > 0)
             fill_s = be_prefill(b, s, ctx);
         else
             memset(b->logits, 0, sizeof(float) * (size_t)b->info->n_vocab);
         for (int threads = 1; threads <= 2; threads++) {
-            ops_set_threads(threads);
+            engine_set_threads(b->e, threads);
             (void)be_decode(b, s, warm);
             stats st = {0};
-            double ctx_sum = 0.0;
-            for (int r = 0; r < reps; r++) {
-                int pos = engine_seq_len(b->e, s);
-                ctx_sum += pos + (n_new - 1) / 2.0;
-                st_add(&st, be_decode(b, s, n_new));
-            }
-            double ctx_mean = ctx_sum / reps;
+            const int pos0 = engine_seq_len(b->e, s);
+            for (int r = 0; r < n_seg; r++)
+                st_add(&st, be_decode(b, s, seg));
+            const double ctx_mean = pos0 + (n_new - 1) / 2.0;
             fprintf(f, "%s{\"ctx\": %d, \"threads\": %d, \"new_tokens\": %d, \"ctx_mean\": %.1f, "
                        "\"fill_seconds\": %.3f, \"bytes_per_token\": %.6g, ",
-                    first ? "" : ",\n", ctx, threads, n_new, ctx_mean, fill_s,
-                    decode_bytes(b->info, ctx_mean));
+                    first ? "" : ",\n", ctx, threads, n_new, ctx_mean, fill_s, decode_bytes(b->info, ctx_mean));
             first = 0;
-            json_rate(f, "tok_s", &st, n_new);
+            json_rate(f, "tok_s", &st, seg);
             fprintf(f, ", ");
-            json_rate(f, "gb_s", &st, n_new * decode_bytes(b->info, ctx_mean) / 1e9);
+            json_rate(f, "gb_s", &st, seg * decode_bytes(b->info, ctx_mean) / 1e9);
             fprintf(f, "}");
             fflush(f);
         }
@@ -537,7 +535,7 @@ static void json_batched(FILE *f, bench_engine *b, int threads, const eng_opts *
     const int *bs = o->quick ? quick_b : full_b;
     const int nb = o->quick ? 3 : 4, prompt = 16;
     const int steps = o->quick ? 4 : 8, reps = o->quick ? 1 : 3, warm = 2;
-    ops_set_threads(threads);
+    engine_set_threads(b->e, threads);
     fprintf(f, "\"batched\": [");
     for (int i = 0; i < nb; i++) {
         int B = bs[i];
@@ -581,10 +579,24 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
 {
     bench_engine b;
     const int n_ctx = 8192 + 2048;
+    /* The limits again, right before this model's figures: on a shared
+     * machine what two threads can get drifts over a long run, and each
+     * model's ratios use the limits measured next to it. */
+    fprintf(f, "{\"limits\": {\"triad\": [");
+    for (int t = 1; t <= 2; t++) {
+        json_triad(f, t, 3);
+        fprintf(f, t < 2 ? ", " : "");
+    }
+    fprintf(f, "], \"sgemm\": [");
+    for (int t = 1; t <= 2; t++) {
+        json_sgemm(f, t, 2, 512);
+        fprintf(f, t < 2 ? ", " : "");
+    }
+    fprintf(f, "]},\n");
     if (be_open(&b, path, n_ctx, 64, ENGINE_DNET_AUTO) != 0)
         return 1;
     const engine_info *in = b.info;
-    fprintf(f, "{\"dtype\": \"%s\", \"file\": \"%s\", \"n_params\": %llu, \"weight_bytes\": %llu, "
+    fprintf(f, "\"dtype\": \"%s\", \"file\": \"%s\", \"n_params\": %llu, \"weight_bytes\": %llu, "
                "\"kv_bytes_per_token\": %llu, \"dnet_state_bytes_per_seq\": %llu, "
                "\"dnet_conv_bytes_per_seq\": %llu, \"n_layer\": %d, \"n_attn_layers\": %d, "
                "\"n_embd\": %d, \"n_vocab\": %d,\n",
@@ -601,7 +613,7 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
     fprintf(f, "]");
     if (want(o, "decode")) {
         fprintf(f, ",\n");
-        json_decode(f, &b, o);
+        json_decode(f, &b, dtype, o);
     }
     if (want(o, "batched")) {
         fprintf(f, ",\n");
@@ -713,7 +725,7 @@ static int cmd_dnet_model(FILE *f, const char *path, bool quick)
         bench_engine b;
         if (be_open(&b, path, n + 16, 4, modes[i].mode) != 0)
             return 1;
-        ops_set_threads(2);
+        engine_set_threads(b.e, 2);
         int s = be_seq(&b, 128);
         (void)be_prefill(&b, s, 128);
         engine_seq_free(b.e, s);
@@ -841,7 +853,7 @@ static int cmd_kernels(FILE *f, bool quick)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: hyserve-bench [--quick] [--only SECTIONS] [-o OUT.json] COMMAND\n"
+            "usage: hyserve-bench [--quick] [--only SECTIONS] [--ctx8k TYPES] [-o OUT.json] COMMAND\n"
             "  info                         OpenBLAS core and CPU features, one line\n"
             "  limits                       triad, sgemv and sgemm at 1 and 2 threads\n"
             "  engine MODEL.gguf DTYPE      prefill, decode and batched decode\n"
@@ -852,8 +864,9 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+    (void)ops_blas_choose_core(argv);   /* the kernels hyserve itself would run with */
     bool quick = false;
-    const char *out = NULL, *only = NULL;
+    const char *out = NULL, *only = NULL, *ctx8k = "f32,q8_0";
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (!strcmp(argv[i], "--quick"))
@@ -862,6 +875,8 @@ int main(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--ctx8k") && i + 1 < argc)
+            ctx8k = argv[++i];
         else {
             usage();
             return 2;
@@ -886,7 +901,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(cmd, "limits")) {
         rc = cmd_limits(f, quick);
     } else if (!strcmp(cmd, "engine") && i + 2 < argc) {
-        eng_opts o = { .quick = quick, .only = only };
+        eng_opts o = { .quick = quick, .only = only, .ctx8k = ctx8k };
         rc = cmd_engine(f, argv[i + 1], argv[i + 2], &o);
     } else if (!strcmp(cmd, "kernels")) {
         rc = cmd_kernels(f, quick);

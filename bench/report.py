@@ -67,8 +67,14 @@ def main(argv):
             gemm[r["threads"]] = r["mix_gflop_s"]["best"]
 
     der = {"decode": [], "prefill": [], "batched": [], "context": [], "targets": []}
+    bw_run, gemm_run = dict(bw), dict(gemm)
     for m in res["models"]:
         dt = m["dtype"]
+        # each model's own limits, measured right before its figures (fall back to the run's)
+        bw, gemm = dict(bw_run), dict(gemm_run)
+        if m.get("limits"):
+            bw = {r["threads"]: r["gb_s"]["best"] for r in m["limits"]["triad"]}
+            gemm = {r["threads"]: r["mix_gflop_s"]["best"] for r in m["limits"]["sgemm"]}
         for th in m.get("threads", []):
             for p in th["prefill"]:
                 lim = gemm.get(th["threads"])
@@ -175,20 +181,22 @@ def render(res):
         w("| sgemm, square 2048 | %.0f GFLOP/s | %.0f GFLOP/s |\n" % (
             gm[1]["square2048_gflop_s"]["best"], gm[2]["square2048_gflop_s"]["best"]))
     if der["decode"]:
-        w("## Decode (tokens/s, median; fraction = bytes moved per token x rate / triad bandwidth)\n")
-        w("| weights | threads | context | tok/s | spread | GB/s moved | of bandwidth |")
-        w("|---|---|---|---|---|---|---|")
+        w("## Decode (tokens/s, median; fraction = bytes moved per token x rate / triad bandwidth measured next to the model)\n")
+        w("| weights | threads | context | tok/s | spread | GB/s moved | triad GB/s | of bandwidth |")
+        w("|---|---|---|---|---|---|---|---|")
         for r in der["decode"]:
-            w("| %s | %d | %d | %.1f | %.0f%% | %.1f | %s |" % (r["dtype"], r["threads"], r["ctx"], r["tok_s"],
-                                                             r["spread_pct"], r["gb_s"], pct(r["fraction"])))
+            w("| %s | %d | %d | %.1f | %.0f%% | %.1f | %s | %s |" % (
+                r["dtype"], r["threads"], r["ctx"], r["tok_s"], r["spread_pct"], r["gb_s"],
+                fmt(r["limit_gb_s"]), pct(r["fraction"])))
         w("")
     if der["prefill"]:
-        w("## Prefill (tokens/s, median; fraction = model FLOP/s / sgemm FLOP/s)\n")
-        w("| weights | threads | prompt | tok/s | spread | GFLOP/s | of sgemm |")
-        w("|---|---|---|---|---|---|---|")
+        w("## Prefill (tokens/s, median; fraction = model FLOP/s / sgemm FLOP/s measured next to the model)\n")
+        w("| weights | threads | prompt | tok/s | spread | GFLOP/s | sgemm GFLOP/s | of sgemm |")
+        w("|---|---|---|---|---|---|---|---|")
         for r in der["prefill"]:
-            w("| %s | %d | %d | %.1f | %.0f%% | %.1f | %s |" % (r["dtype"], r["threads"], r["tokens"], r["tok_s"],
-                                                             r["spread_pct"], r["gflop_s"], pct(r["fraction"])))
+            w("| %s | %d | %d | %.1f | %.0f%% | %.1f | %s | %s |" % (
+                r["dtype"], r["threads"], r["tokens"], r["tok_s"], r["spread_pct"], r["gflop_s"],
+                fmt(r["limit_gflop_s"], 0), pct(r["fraction"])))
         w("")
     if der["context"]:
         w("## Decode cost of context (ms per token)\n")

@@ -6,6 +6,9 @@
 #   BENCH_QUICK=1      smoke test: fewer sizes and repetitions (~3 minutes)
 #   BENCH_DTYPES="f32 q8_0"   weight types to run (default f32 f16 bf16 q8_0)
 #   BENCH_SKIP="server dnet-model"   sections to leave out
+#   BENCH_NOTE="text"  a line for the report (what was special about this run)
+#   BENCH_CTX8K="f32,q8_0"   weight types that also decode after an 8K context
+#                      (each costs an 8K-token prefill, ~2.5 minutes here)
 #
 # Steps: build bench/bench.c and bench/serve_bench.c against the engine
 # objects next to $HYSERVE (same flags as the Makefile); synthesize the
@@ -54,18 +57,11 @@ $CC $FLAGS bench/bench.c $(ls "$BUILD"/engine/*.o) -lopenblas -lm -o "$BIN" || {
 $CC -std=c11 -D_GNU_SOURCE -O2 $WARN -pthread bench/serve_bench.c -o "$SBIN" || { log "building $SBIN failed"; exit 1; }
 
 # ---- OpenBLAS kernels ----
-# DYNAMIC_ARCH OpenBLAS falls back to its Prescott (SSE3) kernels on CPUs it
-# does not recognise (new Xeons under KVM, for one): sgemm then runs at a
-# fifth of the machine's speed. On an AVX2 machine pick the Haswell (AVX2)
-# kernels, the ones it uses on the AVX2-only target (Zen 3). An explicit
-# OPENBLAS_CORETYPE in the environment wins.
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    info=$("$BIN" info)
-    case "$info" in
-    *"core Prescott"*"avx2 1"*) export OPENBLAS_CORETYPE=Haswell
-        log "OpenBLAS detected no known core (Prescott fallback); using OPENBLAS_CORETYPE=Haswell" ;;
-    esac
-fi
+# hyserve and hyserve-bench both call ops_blas_choose_core(): when OpenBLAS
+# falls back to its SSE3 Prescott kernels on a CPU it does not recognise,
+# they re-execute themselves with OPENBLAS_CORETYPE set to the AVX-512
+# (SkylakeX) or AVX2 (Haswell) kernels. An explicit OPENBLAS_CORETYPE wins.
+log "$("$BIN" info)"
 
 # ---- models ----
 SYNTH="--layers 24 --attn-every 4 --embd 1024 --heads 8 --kv-heads 2 --head-dim 256 --rope-dim 64 \
@@ -103,7 +99,7 @@ run_part() {   # name, then the bench command
 skip limits || run_part limits "$BIN" $Q limits
 skip kernels || run_part kernels "$BIN" $Q kernels
 for dt in $DTYPES; do
-    skip engine || run_part "engine_$dt" "$BIN" $Q engine "$MODELS/q35-$dt.gguf" "$dt"
+    skip engine || run_part "engine_$dt" "$BIN" $Q --ctx8k "${BENCH_CTX8K:-f32,q8_0}" engine "$MODELS/q35-$dt.gguf" "$dt"
 done
 skip dnet || run_part dnet "$BIN" $Q dnet
 if [ "$QUICK" != 1 ] && ! skip dnet-model && [ -f "$MODELS/q35-f32.gguf" ]; then
@@ -158,8 +154,8 @@ QJ=false
 [ "$QUICK" = 1 ] && QJ=true
 cat > "$TMP/meta.json" <<EOF
 {"schema": "hyserve-bench/1", "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)", "git": "$GIT", "git_dirty": $DIRTY,
- "quick": $QJ, "seconds": $(( $(date +%s) - T0 )),
- "env": {"OPENBLAS_CORETYPE": "${OPENBLAS_CORETYPE:-}", "loadavg_start": "$LOAD0", "loadavg_end": "$LOAD1"}}
+ "quick": $QJ, "seconds": $(( $(date +%s) - T0 )), "note": "$(echo "${BENCH_NOTE:-}" | tr -d '"\\')",
+ "env": {"OPENBLAS_CORETYPE": "${OPENBLAS_CORETYPE:-}", "blas": "$("$BIN" info)", "loadavg_start": "$LOAD0", "loadavg_end": "$LOAD1"}}
 EOF
 # shellcheck disable=SC2086
 "$PYTHON" bench/report.py "$OUT/latest.json" "$OUT/latest.md" "$TMP/meta.json" $PARTS || exit 1

@@ -41,7 +41,7 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
     /* 1. per-head norms and RoPE; K/V rows into the cache */
     for (int ii = 0; ii < n_items; ii++) {
         const fwd_item *it = &items[ii];
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) if (it->n >= 4)
         for (int t = 0; t < it->n; t++) {
             int row = it->row0 + t, pos = it->pos0 + t;
             for (int h = 0; h < NH; h++) {
@@ -64,26 +64,25 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
     /* 2. a[t,h] = softmax_j(q.k_j * scale), j <= pos  (the causal mask),
      *    out = sum_j a_j v_j (kernels_attn.c: GQA decode reads each KV head
      *    once per query group; prefill is tiled with an online softmax) */
+    attn_args aa[ENGINE_UBATCH];
     for (int ii = 0; ii < n_items; ii++) {
         const fwd_item *it = &items[ii];
-        attn_args aa = { .c = c, .s = it->s, .la = la, .n_head = NH, .n_kv = NKV, .head_dim = HD,
-                         .Q = Q + (size_t)it->row0 * q_stride, .q_stride = q_stride, .q_head = q_head,
-                         .out = out + (size_t)it->row0 * NH * HD, .out_stride = NH * HD,
-                         .n = it->n, .pos0 = it->pos0, .scale = m->attn_scale };
-        attn_gqa(&aa, scores);
+        aa[ii] = (attn_args){ .c = c, .s = it->s, .la = la, .n_head = NH, .n_kv = NKV, .head_dim = HD,
+                              .Q = Q + (size_t)it->row0 * q_stride, .q_stride = q_stride, .q_head = q_head,
+                              .out = out + (size_t)it->row0 * NH * HD, .out_stride = NH * HD,
+                              .n = it->n, .pos0 = it->pos0, .scale = m->attn_scale };
     }
+    attn_gqa_batch(aa, n_items, scores);
     /* 3. out *= sigmoid(gate) */
     if (m->attn_gated) {
         int T = 0;
         for (int ii = 0; ii < n_items; ii++)
             T = items[ii].row0 + items[ii].n > T ? items[ii].row0 + items[ii].n : T;
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) if (T >= 4)
         for (int row = 0; row < T; row++)
             for (int h = 0; h < NH; h++) {
                 const float *gate = Q + (size_t)row * q_stride + (size_t)h * q_head + HD;
-                float *o = out + (size_t)row * NH * HD + (size_t)h * HD;
-                for (int d = 0; d < HD; d++)
-                    o[d] *= sigmoid(gate[d]);
+                vec_sigmoid_mul(out + (size_t)row * NH * HD + (size_t)h * HD, gate, HD);
             }
     }
 }

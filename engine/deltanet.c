@@ -23,6 +23,8 @@
  * decode step they are a few microseconds of work, less than a fork/join
  * (and far less than one when another process holds a core). */
 #define DNET_PAR_MIN_ROWS 8
+/* channels per block of the conv loop */
+#define DNET_CONV_BLOCK 256
 
 /* ---- recurrent form, section 1.4(f) ----
  * shapes: q,k [n][d_k]; v [n][d_v]; S [d_v][d_k]; o [n][d_v]
@@ -170,93 +172,131 @@ long dnet_scratch_floats(const model *m)
     return dnet_chunk_scratch_floats(m->ssm_d_k, m->ssm_d_v) + 2 * ENGINE_UBATCH;
 }
 
+/* Rows [row0, row0 + n) of all items are contiguous in the pass and the
+ * items follow each other, so T = last row0 + n. */
+static int total_rows(const fwd_item *items, int n_items)
+{
+    const fwd_item *last = &items[n_items - 1];
+    return last->row0 + last->n;
+}
+
+/* (b) causal depthwise conv + SiLU of every item over channels [c0, c1),
+ * in place: u_t[ch] = silu(sum_j w[ch][j] x_{t-K+1+j}[ch]), x_{<0} from the
+ * cached window of raw inputs. Rows run last to first, so the raw rows a
+ * row needs are not yet overwritten; channels run in blocks innermost,
+ * contiguous and vectorizable. Profile (perf, 512-token prefill, 1
+ * thread): the former channel-outer loop strode 24 KB between rows and
+ * took 7% of the prefill; this order takes well under 1%. */
+static void conv_items(const model *m, const layer *L, const fwd_item *items, int n_items, float *QKV,
+                       int c0, int c1)
+{
+    const int CD = m->conv_dim, K = m->ssm_k;
+    for (int cb = c0; cb < c1; cb += DNET_CONV_BLOCK) {
+        const int nc = c1 - cb < DNET_CONV_BLOCK ? c1 - cb : DNET_CONV_BLOCK;
+        float wt[16][DNET_CONV_BLOCK], keep[15][DNET_CONV_BLOCK], acc[DNET_CONV_BLOCK];
+        for (int j = 0; j < K; j++)                  /* weights transposed: [tap][channel] */
+            for (int ci = 0; ci < nc; ci++)
+                wt[j][ci] = L->conv1d[(size_t)(cb + ci) * K + j];
+        for (int ii = 0; ii < n_items; ii++) {
+            const fwd_item *it = &items[ii];
+            float *conv = it->s->conv + (size_t)L->kind_idx * (K - 1) * CD;     /* [K-1][CD] */
+            /* the next window: raw x_{n-K+1..n-1}, before anything is overwritten */
+            for (int j = 0; j < K - 1; j++) {
+                const int r = it->n - (K - 1) + j;
+                const float *src = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb : conv + (size_t)(K - 1 + r) * CD + cb;
+                memcpy(keep[j], src, sizeof(float) * (size_t)nc);
+            }
+            for (int t = it->n - 1; t >= 0; t--) {
+                for (int ci = 0; ci < nc; ci++)
+                    acc[ci] = 0.0f;
+                for (int j = 0; j < K; j++) {
+                    const int r = t - (K - 1) + j;
+                    const float *x = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb : conv + (size_t)(K - 1 + r) * CD + cb;
+                    for (int ci = 0; ci < nc; ci++)
+                        acc[ci] += wt[j][ci] * x[ci];
+                }
+                vec_silu_mul(QKV + (size_t)(it->row0 + t) * CD + cb, acc, NULL, nc);
+            }
+            for (int j = 0; j < K - 1; j++)
+                memcpy(conv + (size_t)j * CD + cb, keep[j], sizeof(float) * (size_t)nc);
+        }
+    }
+}
+
+/* Every step runs over all items of the pass at once: one fork/join per
+ * step and layer whatever the batch, so 64 sequences decoding together do
+ * not pay 64 x 4 of them per layer. */
 void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item *items,
                   int n_items, float *QKV, float *B, float *A, const float *Z, float *O,
                   int mode, float *scratch)
 {
-    const int CD = m->conv_dim, K = m->ssm_k, NK = m->ssm_n_k, NV = m->ssm_n_v;
+    const int CD = m->conv_dim, NK = m->ssm_n_k, NV = m->ssm_n_v;
     const int DK = m->ssm_d_k, DV = m->ssm_d_v, ld = L->kind_idx;
     const float q_scale = 1.0f / sqrtf((float)DK);
+    const int T = total_rows(items, n_items);
+    const bool par = T >= DNET_PAR_MIN_ROWS;
 
-    for (int ii = 0; ii < n_items; ii++) {
-        const fwd_item *it = &items[ii];
-        float *conv = it->s->conv + (size_t)ld * (K - 1) * CD;      /* [K-1][CD] */
-        float *state = it->s->state + (size_t)ld * NV * DV * DK;    /* [NV][DV][DK] */
+    /* (b) conv: each thread a share of the channels, for every item */
+    #pragma omp parallel if (par)
+    {
+        const int nt = omp_get_num_threads(), th = omp_get_thread_num();
+        const int c0 = (int)((long)CD * th / nt), c1 = (int)((long)CD * (th + 1) / nt);
+        conv_items(m, L, items, n_items, QKV, c0, c1);
+    }
 
-        /* (b) causal depthwise conv + SiLU, in place, channel by channel:
-         * u_t[ch] = silu(sum_j w[ch][j] x_{t-K+1+j}[ch]); the window keeps raw inputs */
-        #pragma omp parallel for schedule(static) if (it->n >= DNET_PAR_MIN_ROWS)
-        for (int ch = 0; ch < CD; ch++) {
-            float win[16];
-            const float *w = L->conv1d + (size_t)ch * K;
-            for (int j = 0; j < K - 1; j++)
-                win[j] = conv[(size_t)j * CD + ch];
-            for (int t = 0; t < it->n; t++) {
-                float *x = QKV + (size_t)(it->row0 + t) * CD + ch;
-                win[K - 1] = *x;
-                float s = 0.0f;
-                for (int j = 0; j < K; j++)
-                    s += w[j] * win[j];
-                for (int j = 0; j < K - 1; j++)
-                    win[j] = win[j + 1];
-                *x = silu(s);
-            }
-            for (int j = 0; j < K - 1; j++)
-                conv[(size_t)j * CD + ch] = win[j];
+    /* (c), (d): l2-normalise q and k per key head, scale q; beta and g per value head */
+    #pragma omp parallel for schedule(static) if (par)
+    for (int row = 0; row < T; row++) {
+        float *x = QKV + (size_t)row * CD;
+        for (int h = 0; h < NK; h++) {
+            float *qh = x + (size_t)h * DK, *kh = x + (size_t)(NK + h) * DK;
+            l2norm(qh, DK, m->eps);
+            l2norm(kh, DK, m->eps);
+            for (int d = 0; d < DK; d++)
+                qh[d] *= q_scale;
         }
-
-        /* (c), (d): l2-normalise q and k per key head, scale q; beta and g per value head */
-        #pragma omp parallel for schedule(static) if (it->n >= DNET_PAR_MIN_ROWS)
-        for (int t = 0; t < it->n; t++) {
-            float *row = QKV + (size_t)(it->row0 + t) * CD;
-            for (int h = 0; h < NK; h++) {
-                float *qh = row + (size_t)h * DK, *kh = row + (size_t)(NK + h) * DK;
-                l2norm(qh, DK, m->eps);
-                l2norm(kh, DK, m->eps);
-                for (int d = 0; d < DK; d++)
-                    qh[d] *= q_scale;
-            }
-            float *b = B + (size_t)(it->row0 + t) * NV, *a = A + (size_t)(it->row0 + t) * NV;
-            for (int h = 0; h < NV; h++) {
-                b[h] = sigmoid(b[h]);                                  /* beta = sigmoid(b) */
-                a[h] = L->ssm_a[h] * softplus(a[h] + L->dt_bias[h]);   /* g = ssm_a softplus(a + dt_bias) */
-            }
-        }
-
-        /* (e)-(g): per value head h; key head h % n_k in qwen35's tiled order,
-         * h / r in the grouped order of qwen3next and Hugging Face */
-        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1);
-        #pragma omp parallel for schedule(dynamic, 1)
+        float *b = B + (size_t)row * NV, *a = A + (size_t)row * NV;
         for (int h = 0; h < NV; h++) {
-            const int kh = m->dnet_grouped ? h / (NV / NK) : h % NK;
-            float *sc = scratch + (size_t)omp_get_thread_num() * dnet_scratch_floats(m);
-            const float *base = QKV + (size_t)it->row0 * CD;
-            const float *q = base + (size_t)kh * DK, *k = base + (size_t)(NK + kh) * DK;
-            const float *v = base + (size_t)2 * NK * DK + (size_t)h * DV;
-            /* beta and g are strided by n_v: gather into the tail of scratch */
-            float *bt = sc + dnet_chunk_scratch_floats(DK, DV), *gt = bt + it->n;
-            for (int t = 0; t < it->n; t++) {
-                bt[t] = B[(size_t)(it->row0 + t) * NV + h];
-                gt[t] = A[(size_t)(it->row0 + t) * NV + h];
-            }
-            float *S = state + (size_t)h * DV * DK;
-            float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
-            if (chunked)
-                dnet_chunked_head(it->n, DK, DV, q, CD, k, CD, v, CD, bt, gt, S, o, NV * DV, sc);
-            else
-                dnet_recurrent_fast(it->n, DK, DV, q, CD, k, CD, v, CD, bt, gt, S, o, NV * DV);
-        }
-
-        /* (h): o_h = rmsnorm(o_h) * w * silu(z_h) */
-        #pragma omp parallel for schedule(static) if (it->n >= DNET_PAR_MIN_ROWS)
-        for (int t = 0; t < it->n; t++) {
-            for (int h = 0; h < NV; h++) {
-                float *oh = O + (size_t)(it->row0 + t) * NV * DV + (size_t)h * DV;
-                const float *zh = Z + (size_t)(it->row0 + t) * NV * DV + (size_t)h * DV;
-                rmsnorm(oh, oh, L->ssm_norm, DV, m->eps);
-                for (int d = 0; d < DV; d++)
-                    oh[d] *= silu(zh[d]);
-            }
+            b[h] = sigmoid(b[h]);                                  /* beta = sigmoid(b) */
+            a[h] = L->ssm_a[h] * softplus(a[h] + L->dt_bias[h]);   /* g = ssm_a softplus(a + dt_bias) */
         }
     }
+
+    /* (e)-(g): per item and value head h; key head h % n_k in qwen35's
+     * tiled order, h / r in the grouped order of qwen3next and Hugging Face */
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int w = 0; w < n_items * NV; w++) {
+        const fwd_item *it = &items[w / NV];
+        const int h = w % NV;
+        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1);
+        const int kh = m->dnet_grouped ? h / (NV / NK) : h % NK;
+        float *sc = scratch + (size_t)omp_get_thread_num() * dnet_scratch_floats(m);
+        const float *base = QKV + (size_t)it->row0 * CD;
+        const float *q = base + (size_t)kh * DK, *k = base + (size_t)(NK + kh) * DK;
+        const float *v = base + (size_t)2 * NK * DK + (size_t)h * DV;
+        /* beta and g are strided by n_v: gather into the tail of scratch */
+        float *bt = sc + dnet_chunk_scratch_floats(DK, DV), *gt = bt + it->n;
+        for (int t = 0; t < it->n; t++) {
+            bt[t] = B[(size_t)(it->row0 + t) * NV + h];
+            gt[t] = A[(size_t)(it->row0 + t) * NV + h];
+        }
+        float *S = it->s->state + (size_t)ld * NV * DV * DK + (size_t)h * DV * DK;     /* [DV][DK] */
+        float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
+        if (chunked)
+            dnet_chunked_head(it->n, DK, DV, q, CD, k, CD, v, CD, bt, gt, S, o, NV * DV, sc);
+        else
+            dnet_recurrent_fast(it->n, DK, DV, q, CD, k, CD, v, CD, bt, gt, S, o, NV * DV);
+    }
+
+    /* (h): o_h = rmsnorm(o_h) * w * silu(z_h) */
+    #pragma omp parallel for schedule(static) if (par)
+    for (int row = 0; row < T; row++) {
+        for (int h = 0; h < NV; h++) {
+            float *oh = O + (size_t)row * NV * DV + (size_t)h * DV;
+            const float *zh = Z + (size_t)row * NV * DV + (size_t)h * DV;
+            rmsnorm(oh, oh, L->ssm_norm, DV, m->eps);
+            vec_silu_mul(oh, zh, oh, DV);
+        }
+    }
+    (void)c;
 }

@@ -150,7 +150,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
     }
     e->params = *p;
     ops_set_threads(p->n_threads);
-    e->n_threads = ops_get_threads();
+    e->n_threads = e->n_threads_max = ops_get_threads();
     e->m = model_load(p->model_path, err, errlen);
     if (!e->m)
         goto out_fail;
@@ -200,6 +200,13 @@ void engine_close(engine *e)
     tok_free(e->tok);
     model_free(e->m);
     free(e);
+}
+
+int engine_set_threads(engine *e, int n)
+{
+    e->n_threads = n <= 0 || n > e->n_threads_max ? e->n_threads_max : n;
+    ops_set_threads(e->n_threads);
+    return e->n_threads;
 }
 
 const engine_info *engine_get_info(const engine *e)

@@ -123,6 +123,10 @@ typedef struct engine_pool_usage {
 engine *engine_open(const engine_params *p, char *err, size_t errlen);
 void engine_close(engine *e);
 const engine_info *engine_get_info(const engine *e);
+/* Threads the next forwards use (OpenMP regions and OpenBLAS), from 1 up
+ * to the count the engine was opened with (scratch is sized for that);
+ * <= 0 or more: the opened count. Owner thread only. Returns the count set. */
+int engine_set_threads(engine *e, int n);
 
 /* ---- tokenizer (pure functions of the model; any thread) ---- */
 

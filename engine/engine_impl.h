@@ -43,7 +43,8 @@ struct engine {
     cache kv;
     engine_info info;
     fwd_scratch sc;
-    int n_threads;
+    int n_threads;          /* threads of the next forward (engine_set_threads) */
+    int n_threads_max;      /* threads at open: the scratch is sized for these */
 };
 
 #endif

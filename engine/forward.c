@@ -113,8 +113,7 @@ static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
         weight wd = expert_view(&L->down_exps, L->down_stride, ex);
         matmul(s->a, &wg, s->g, cnt, s->mm);
         matmul(s->b, &wu, s->g, cnt, s->mm);
-        for (long i = 0; i < (long)cnt * FF; i++)
-            s->a[i] = silu(s->a[i]) * s->b[i];
+        vec_silu_mul(s->a, s->a, s->b, (long)cnt * FF);
         matmul(s->g2, &wd, s->a, cnt, s->mm);
         for (int i = 0; i < cnt; i++) {
             float *y = s->y + (size_t)s->rows[i] * E;
@@ -126,8 +125,7 @@ static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
     /* shared expert, scaled by a scalar sigmoid gate per row */
     matmul(s->a, &L->gate_shexp, s->xn, T, s->mm);
     matmul(s->b, &L->up_shexp, s->xn, T, s->mm);
-    for (long i = 0; i < (long)T * m->n_ff_shexp; i++)
-        s->a[i] = silu(s->a[i]) * s->b[i];
+    vec_silu_mul(s->a, s->a, s->b, (long)T * m->n_ff_shexp);
     matmul(s->g2, &L->down_shexp, s->a, T, s->mm);
     for (int row = 0; row < T; row++) {
         const float *x = s->xn + (size_t)row * E;
@@ -198,9 +196,12 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
     matmul(s->a, &L->ffn_gate, s->xn, T, s->mm);
     matmul(s->b, &L->ffn_up, s->xn, T, s->mm);
     const long nf = (long)T * m->n_ff;
-    #pragma omp parallel for schedule(static)
-    for (long i = 0; i < nf; i++)
-        s->a[i] = silu(s->a[i]) * s->b[i];
+    #pragma omp parallel if (T > 1)
+    {   /* contiguous, 8-aligned shares: silu(gate) * up */
+        const long nt = omp_get_num_threads(), it = omp_get_thread_num();
+        const long i0 = nf * it / nt & ~7L, i1 = it == nt - 1 ? nf : nf * (it + 1) / nt & ~7L;
+        vec_silu_mul(s->a + i0, s->a + i0, s->b + i0, i1 - i0);
+    }
     matmul(s->y, &L->ffn_down, s->a, T, s->mm);
     add_rows(s->x, s->y, (long)T * E);
 }
@@ -244,7 +245,7 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
     cache *c = &e->kv;
     /* OpenMP thread counts are per calling thread: the owner thread may not
      * be the one that opened the engine, and scratch is sized for n_threads */
-    omp_set_num_threads(e->n_threads);
+    ops_set_threads(e->n_threads);
     if (n_items <= 0) {
         snprintf(err, errlen, "empty batch");
         return -1;

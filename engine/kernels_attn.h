@@ -47,6 +47,11 @@ long attn_scratch_floats(int head_dim, int group, int page_tokens);
  * prefill, OpenMP over work items. scratch: omp_get_max_threads() *
  * attn_scratch_floats(head_dim, n_head / n_kv, c->page_tokens) floats. */
 void attn_gqa(const attn_args *a, float *scratch);
+/* attn_gqa over n calls (sequences of one batch): the ones with enough
+ * rows run tiled one after another; the others (decode rows) share one
+ * parallel loop over (call, row, KV head), one fork/join for the batch. */
+/* (a is not const: GCC 12 flags a partly filled array passed as const) */
+void attn_gqa_batch(attn_args *a, int n, float *scratch);
 
 /* The reference. scores: pos0 + n floats. Serial. */
 void attn_gqa_ref(const attn_args *a, float *scores);

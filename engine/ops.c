@@ -5,10 +5,14 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "quant.h"
 #include "simd.h"
+#include "simd512.h"
 
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
  * input: each thread turns a tile to f32 and runs sgemm on it. */
@@ -28,6 +32,52 @@ void ops_set_threads(int n)
 int ops_get_threads(void)
 {
     return n_threads_set;
+}
+
+const char *ops_blas_choose_core(char **argv)
+{
+    const char *core = openblas_get_corename();
+    if (!argv || getenv("OPENBLAS_CORETYPE") || !core)
+        return core;
+    static const char *const generic[] = { "prescott", "core2", "penryn", "dunnington", "nehalem", "atom",
+                                           "sandybridge", "katmai", "coppermine", "northwood", "banias" };
+    bool weak = false;
+    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
+        weak |= !strcasecmp(core, generic[i]);
+    __builtin_cpu_init();
+    if (!weak || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return core;
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    setenv("OPENBLAS_CORETYPE", avx512 ? "SkylakeX" : "Haswell", 1);
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE");     /* exec failed: carry on with what OpenBLAS chose */
+    return core;
+}
+
+const char *simd_name(void)
+{
+    return simd_avx512() ? "avx512" : simd_avx2() ? "avx2" : "scalar";
+}
+
+void vec_silu_mul(float *y, const float *x, const float *b, long n)
+{
+    if (simd_avx2()) {
+        avx2_silu_mul(y, x, b, n);
+        return;
+    }
+    for (long i = 0; i < n; i++)
+        y[i] = silu(x[i]) * (b ? b[i] : 1.0f);
+}
+
+void vec_sigmoid_mul(float *y, const float *g, long n)
+{
+    if (simd_avx2()) {
+        avx2_sigmoid_mul(y, g, n);
+        return;
+    }
+    for (long i = 0; i < n; i++)
+        y[i] *= sigmoid(g[i]);
 }
 
 void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
@@ -149,7 +199,7 @@ long matmul_scratch_floats(const weight *W, int n_tok)
 }
 
 /* Y[o] = W[o] . X, o < n_out. With AVX2 each thread takes one contiguous
- * block of rows (a multiple of 4) and streams it four rows at a time. */
+ * block of rows and streams it as four sequential streams (avx2_matvec). */
 static void matvec(float *restrict Y, const weight *W, const float *restrict X, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
@@ -168,17 +218,63 @@ static void matvec(float *restrict Y, const weight *W, const float *restrict X, 
         #pragma omp parallel if (par)
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-            const int n4 = (n_out + 3) / 4;                 /* groups of 4 rows, split evenly */
-            const int r0 = 4 * (int)((long)n4 * it / nt), r1 = 4 * (int)((long)n4 * (it + 1) / nt);
-            const int e = r1 < n_out ? r1 : n_out;
-            if (e > r0)
-                avx2_matvec(t, base + (size_t)r0 * rb, rb, e - r0, X, xq, xd, n_in, Y + r0);
+            const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
+            if (r1 > r0)
+                avx2_matvec(t, base + (size_t)r0 * rb, rb, r1 - r0, X, xq, xd, n_in, Y + r0);
         }
         return;
     }
     #pragma omp parallel for schedule(static) if (par)
     for (int o = 0; o < n_out; o++)
         Y[o] = dot_row_fast(t, base + (size_t)o * rb, X, n_in);
+}
+
+/* Rows decoded to f32 per tile on the AVX-512 small-batch path: a
+ * multiple of the kernel's 6-row register tile; 48 x 3584 floats (672 KiB)
+ * stays in L2 while every token passes over it. */
+#define MM_SMALL_ROWS 48
+
+/* 2 <= n_tok <= mm_small_max with AVX-512: f32 weights go to the kernel as
+ * one contiguous share of the rows per thread (its prefetch runs ahead
+ * within a call); other types are decoded to f32 a tile at a time. */
+static void matmul_small512(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
+                            float *scratch)
+{
+    const int n_in = W->n_in, n_out = W->n_out;
+    const char *base = W->data;
+    const size_t rb = W->row_bytes;
+    if (W->type == GGML_F32) {
+        #pragma omp parallel
+        {
+            const int nt = omp_get_num_threads(), it = omp_get_thread_num();
+            const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
+            if (r1 > r0)
+                avx512_rows_x_tokens((const float *)(base + (size_t)r0 * rb), n_in, r1 - r0, X, n_in, n_tok, n_in,
+                                     Y + r0, n_out);
+        }
+        return;
+    }
+    const int n_blk = (n_out + MM_SMALL_ROWS - 1) / MM_SMALL_ROWS;
+    #pragma omp parallel
+    {
+        float *buf = scratch + (long)omp_get_thread_num() * MM_TILE_ROWS * n_in;
+        #pragma omp for schedule(static)
+        for (int b = 0; b < n_blk; b++) {
+            const int r0 = b * MM_SMALL_ROWS, nr = n_out - r0 < MM_SMALL_ROWS ? n_out - r0 : MM_SMALL_ROWS;
+            for (int r = 0; r < nr; r++)
+                dequant_row_fast(W->type, base + (size_t)(r0 + r) * rb, buf + (size_t)r * n_in, n_in);
+            /* the next tile's weight into L2 while this one is multiplied: the
+             * decode of a tile then reads cache, not DRAM (static schedule:
+             * the next tile is this thread's own) */
+            if (b + 1 < n_blk) {
+                const char *nx = base + (size_t)(r0 + nr) * rb;
+                const size_t bytes = (size_t)(n_out - r0 - nr < MM_SMALL_ROWS ? n_out - r0 - nr : MM_SMALL_ROWS) * rb;
+                for (size_t o = 0; o < bytes; o += 64)
+                    __builtin_prefetch(nx + o, 0, 2);
+            }
+            avx512_rows_x_tokens(buf, n_in, nr, X, n_in, n_tok, n_in, Y + r0, n_out);
+        }
+    }
 }
 
 /* 2 <= n_tok <= mm_small_max, AVX2 only */
@@ -212,6 +308,10 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
     const int n_in = W->n_in, n_out = W->n_out;
     if (n_tok == 1) {
         matvec(Y, W, X, scratch);
+        return;
+    }
+    if (n_tok <= mm_small_max && simd_avx512()) {
+        matmul_small512(Y, W, X, n_tok, scratch);
         return;
     }
     if (n_tok <= mm_small_max && simd_avx2()) {

@@ -14,6 +14,18 @@
 void ops_set_threads(int n);
 int ops_get_threads(void);
 
+/* OpenBLAS picks its kernels when the library loads. DYNAMIC_ARCH builds
+ * that do not know the CPU (0.3.21 on Sapphire/Emerald Rapids under KVM,
+ * say) fall back to SSE3 "Prescott" kernels, three to five times slower
+ * than the AVX2/AVX-512 ones the CPU can run. If OPENBLAS_CORETYPE is unset
+ * and that happened, set it (SkylakeX with AVX-512 F/BW/VL/DQ, Haswell
+ * with AVX2+FMA) and re-execute the program with the same argv; on
+ * success this does not return. Call first thing in main(). Returns the
+ * core name OpenBLAS runs with otherwise; argv NULL: only that. */
+const char *ops_blas_choose_core(char **argv);
+/* "avx512", "avx2" or "scalar": the widest hand-written kernels in use */
+const char *simd_name(void);
+
 /* y = x * rsqrt(mean(x^2) + eps) * w   (w may be NULL: plain normalisation) */
 void rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 /* x <- x / max(||x||_2, eps)   (llama.cpp ggml_l2_norm semantics) */
@@ -29,6 +41,10 @@ void rope(float *x, int type, int n_rot, const float *inv_freq, int pos);
 
 static inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+/* y[i] = silu(x[i]) * (b ? b[i] : 1), y may alias x or b; y[i] *= sigmoid(g[i]).
+ * Vectorized when the CPU allows (simd.h), one thread. */
+void vec_silu_mul(float *y, const float *x, const float *b, long n);
+void vec_sigmoid_mul(float *y, const float *g, long n);
 /* PyTorch softplus (beta 1, threshold 20) */
 static inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
 

@@ -7,6 +7,7 @@
 
 #include "gguf.h"
 #include "simd.h"
+#include "simd512.h"
 
 bool quant_supported(uint32_t type)
 {
@@ -450,6 +451,13 @@ void quantize_row(uint32_t type, const float *src, void *dst, int n)
 
 void dequant_row_fast(uint32_t type, const void *src, float *dst, int n)
 {
+    if (simd_avx512() && (type == GGML_F16 || type == GGML_BF16)) {
+        if (type == GGML_F16)
+            avx512_dequant_f16(src, dst, n);
+        else
+            avx512_dequant_bf16(src, dst, n);
+        return;
+    }
     if (simd_avx2()) {
         switch (type) {
         case GGML_F16: avx2_dequant_f16(src, dst, n); return;

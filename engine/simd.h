@@ -41,7 +41,8 @@ void avx2_quantize_act_q8(const float *x, int n, int8_t *q, float *d);
 float avx2_dot_q8_0_act(const void *w, const int8_t *q, const float *d, int n);
 
 /* ---- matrix-vector product over rows [0, n_rows) ----
- * y[r] = row r . x, rows row_bytes apart, four rows per pass. type is
+ * y[r] = row r . x, rows row_bytes apart, four far-apart rows per pass
+ * (rows o, o + q, o + 2q, o + 3q with q = n_rows / 4). type is
  * GGML_F32, GGML_F16, GGML_BF16 (x used) or GGML_Q8_0 (xq, xd: the
  * activations from avx2_quantize_act_q8 used). ref: per-row dot_row() /
  * dot_q8_0_act_ref(). */
@@ -66,5 +67,14 @@ void avx2_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int
  * ref: dnet_recurrent_head() in deltanet.c with n = 1. */
 void avx2_dnet_step(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
                     float g, float *S, float *o);
+
+/* ---- elementwise gates ----
+ * y[i] = silu(x[i]) * (b ? b[i] : 1)  (y may alias x or b): SwiGLU, the
+ * DeltaNet output gate, the conv's SiLU.
+ * y[i] *= sigmoid(g[i]): attention's output gate.
+ * exp is a degree-7 polynomial on the reduced range (relative error
+ * < 4e-7, as exp256_neg in kernels_attn.c). ref: silu(), sigmoid() in ops.h. */
+void avx2_silu_mul(float *y, const float *x, const float *b, long n);
+void avx2_sigmoid_mul(float *y, const float *g, long n);
 
 #endif

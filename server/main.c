@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "cli_perplexity.h"
+#include "ops.h"
 #include "serve.h"
 
 static const struct {
@@ -42,6 +43,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    (void)ops_blas_choose_core(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "chat.h"
+#include "ops.h"
 #include "config.h"
 #include "http.h"
 #include "metrics.h"
@@ -192,9 +193,10 @@ int serve_main(int argc, char **argv)
     char budget[32];
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
-                    "cache budget %s, chat template %s\n",
+                    "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
-            srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind));
+            srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), ops_get_threads(),
+            ops_blas_choose_core(NULL), simd_name());
     atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);
 
     wait_and_drain(&srv, &set);

@@ -377,6 +377,51 @@ TEST(test_kernel_vector_exp_is_within_4e7_of_expf)
     CHECK_MSG(worst < 4e-7, "max relative error %.3g", worst);
 }
 
+/* silu and sigmoid gates against their definitions in double precision:
+ * the vector exp's 4e-7 plus a division and a product stay under 1e-6
+ * relative (|silu(x)| is tiny for very negative x: there the bound is
+ * absolute, 1e-30). Tails (n not a multiple of 8), b == NULL and y
+ * aliasing b, as the callers use it. */
+TEST(test_kernel_silu_and_sigmoid_gates_match_their_definitions)
+{
+    enum { N = 1003 };
+    float *x = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    float *g = malloc(sizeof(float) * N);
+    rng_state = 99;
+    for (int i = 0; i < N; i++) {
+        x[i] = -100.0f + 200.0f * (float)i / (N - 1);   /* both saturated ends */
+        b[i] = frand() * 3.0f;
+        g[i] = frand() * 20.0f;
+    }
+    double worst_silu = 0.0, worst_sig = 0.0;
+    for (int pass = 0; pass < 2; pass++) {
+        const bool with_b = pass == 1;
+        if (with_b) {                                   /* y aliases b: o = silu(z) * o */
+            memcpy(y, b, sizeof(float) * N);
+            vec_silu_mul(y, x, y, N);
+        } else {
+            vec_silu_mul(y, x, NULL, N);
+        }
+        for (int i = 0; i < N; i++) {
+            double e = (double)x[i] / (1.0 + exp(-(double)x[i])) * (with_b ? b[i] : 1.0);
+            double err = fabs(y[i] - e) / fmax(fabs(e), 1e-30);
+            worst_silu = fmax(worst_silu, fabs(e) < 1e-30 ? fabs(y[i] - e) : err);
+        }
+    }
+    memcpy(y, b, sizeof(float) * N);
+    vec_sigmoid_mul(y, g, N);
+    for (int i = 0; i < N; i++) {
+        double e = b[i] / (1.0 + exp(-(double)g[i]));
+        worst_sig = fmax(worst_sig, fabs(y[i] - e) / fmax(fabs(e), 1e-30));
+    }
+    free(x);
+    free(b);
+    free(y);
+    free(g);
+    CHECK_MSG(worst_silu < 1e-6, "silu: max relative error %.3g", worst_silu);
+    CHECK_MSG(worst_sig < 1e-6, "sigmoid: max relative error %.3g", worst_sig);
+}
+
 /* A cache with one sequence of n_tok tokens of random K/V in one layer. */
 typedef struct attn_fixture {
     cache c;

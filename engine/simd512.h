@@ -1,0 +1,49 @@
+/* simd512.h - AVX-512 fast paths, chosen once at startup.
+ *
+ * Owns: the AVX-512 feature check (run once, in a constructor, through
+ * __builtin_cpu_supports) and the declarations of the kernels in
+ * simd_avx512.c. Every kernel here has the same contract as an AVX2 kernel
+ * of simd.h (named in its comment), which keeps its scalar reference;
+ * tests/test_avx512.c checks them against plain double-precision sums.
+ * Does not own: choosing a kernel per shape (callers branch on
+ * simd_avx512(), so the binary runs on any x86-64).
+ *
+ * HYSERVE_SIMD=avx2 in the environment forces the AVX2 kernels,
+ * HYSERVE_SIMD=0 the scalar references (simd_avx2() is false then, and
+ * simd_avx512() with it).
+ */
+#ifndef HYSERVE_SIMD512_H
+#define HYSERVE_SIMD512_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "simd.h"
+
+/* true when the CPU has AVX-512 F, BW, VL and DQ, simd_avx2() is true (so
+ * simd_set_enabled(false) turns these off too) and HYSERVE_SIMD is not
+ * "avx2". Cheap: two loads. */
+bool simd_avx512(void);
+
+/* ---- small batches: many rows x 1..many tokens, decoded to f32 ----
+ * Y[t * ldy + r] = sum_{i<n} W[r * ldw + i] X[t * ldx + i]
+ * for r < n_rows, t < n_tok; any n_rows >= 1, n_tok >= 1, n >= 1 (n = 0
+ * writes zeros); no alignment needed (64-byte aligned rows are faster);
+ * reads no element past a row's n; Y entries outside [n_tok) x [n_rows)
+ * are not touched. No heap scratch: 12 KiB of stack. Thread-safe; callers
+ * split rows between threads. Same contract as avx2_rows_x_tokens()
+ * without its 4-row limit; pass whole blocks of rows (a thread's range, or
+ * a decoded tile of 48-64 rows), not groups of 4: the kernel tiles 6 rows
+ * x 4 tokens and prefetches the rows ahead within one call.
+ * ref: n_rows * n_tok calls of dot_row(GGML_F32, ...). */
+void avx512_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int ldx, int n_tok,
+                          int n, float *Y, int ldy);
+
+/* ---- row decoding ----
+ * out[0..n) = w decoded, any n >= 0; bit-exact (every f16 and bf16 value is
+ * a float). ref: avx2_dequant_f16 / avx2_dequant_bf16, fp16_to_f32 /
+ * bf16_to_f32 in quant.c. */
+void avx512_dequant_f16(const uint16_t *w, float *out, int n);
+void avx512_dequant_bf16(const uint16_t *w, float *out, int n);
+
+#endif

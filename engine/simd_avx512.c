@@ -1,0 +1,382 @@
+/* simd_avx512.c - the AVX-512 kernels declared in simd512.h.
+ *
+ * Owns: the AVX-512 dispatch check, the small-batch rows x tokens product
+ * and f16 / bf16 row decoding. Does not own: choosing kernels per shape
+ * (callers branch on simd_avx512()) or the references (quant.c and the
+ * AVX2 kernels of simd_avx2.c define the results these must reproduce, up
+ * to float summation order for the product and bit for bit for decoding).
+ *
+ * The file is compiled for the baseline ISA; each kernel carries
+ * __attribute__((target(...))) so the binary still starts on CPUs without
+ * AVX-512 and only calls these after the startup check.
+ * ref: Intel Intrinsics Guide; Intel 64 and IA-32 Architectures
+ * Optimization Reference Manual (server cores: two 512-bit FMA pipes, two
+ * 512-bit loads per cycle).
+ */
+#include "simd512.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define INLINE AVX512 static inline __attribute__((always_inline))
+
+/* GCC 12 otherwise turns a loaded vector back into a memory operand of
+ * every FMA that uses it (re-loading it R or T times per step: 2 loads per
+ * FMA in the 4 x 4 tile, load-bound); an empty asm that "changes" the
+ * register keeps it in the register. */
+#define PIN(v) __asm__("" : "+v"(v))
+
+/* ------------------------------------------------------------------ */
+/* dispatch                                                            */
+
+static bool cpu_has_avx512;     /* set once at startup, read-only after */
+static bool avx512_allowed;
+
+__attribute__((constructor)) static void simd512_init(void)
+{
+    __builtin_cpu_init();
+    cpu_has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const char *env = getenv("HYSERVE_SIMD");
+    avx512_allowed = cpu_has_avx512 && !(env && !strcmp(env, "avx2"));
+}
+
+/* simd_avx2() is re-read on every call: simd_set_enabled(false) (tests,
+ * HYSERVE_SIMD=0) must turn these off as well */
+bool simd_avx512(void)
+{
+    return avx512_allowed && simd_avx2();
+}
+
+/* ------------------------------------------------------------------ */
+/* small batches                                                        */
+
+/* Blocking, for Y[t][r] = W[r] . X[t] with W rows and X rows contiguous.
+ * Figures: single thread on the 2-core Xeon this was written on (AVX-512
+ * with two FMA pipes, 48 KiB L1D, 2 MiB L2, ~20 GB/s read bandwidth from
+ * L3 for one core), n = 1024, GFLOP/s = 2 n_rows n n_tok / s.
+ *
+ *  - register tile: 6 rows x 4 tokens, 24 zmm accumulators. Each k-step
+ *    of 16 floats loads 4 X vectors (kept in registers) and 6 W vectors
+ *    (one at a time) and issues 24 FMAs: 12 cycles of FMAs against 5 of
+ *    loads, so the tile is FMA-bound from L1; 29 of the 32 registers.
+ *    Against the 4 x 4 tile first tried (16 FMAs per 4 W + 4 X loads), 6
+ *    rows make each X vector, the operand that streams from L2, feed 6
+ *    FMAs instead of 4: with the weight in L2 (256 rows) 4 x 4 gave
+ *    128-138 at 16-32 tokens, 6 x 4 139-151 (AVX2's 4 x 2 tile: ~63);
+ *    with the weight in L3, 6 x 4 was 8-18% faster than 4 x 4 at 16-32
+ *    tokens. 8 x 3 (24 accumulators too) needs 32 KiB of W per block and
+ *    was no better than 4 x 4.
+ *  - row block outer, token tiles inner: the 6 weight rows are read from
+ *    memory once and re-read from L1 for every further 4 tokens; X (at
+ *    most 128 KiB for 32 tokens of 1024) streams from L2.
+ *  - k chunks of at most RXT_KC = 1024 floats (6 rows = 24 KiB of L1):
+ *    the rows of a 3584-wide weight would not fit L1 and the tile would
+ *    stream W from L2 too; between chunks the accumulators go to a stack
+ *    buffer (24 stores + 24 loads per ~800 cycles of FMAs). Chunks of 512
+ *    or 768 measured no better on n = 3584 and worse on n = 1024.
+ *  - software prefetch (to L2) of the weight piece RXT_PF_DIST = 2 ahead
+ *    (next chunk of the same rows, or the rows after), spread over the
+ *    token tiles so the weight traffic overlaps the FMAs of the L1-hot
+ *    passes. Each 4 KiB row is its own page, which the hardware streamer
+ *    does not cross; without the prefetch, 5-15% slower at 8-32 tokens
+ *    with the weight in L3 (within noise at 2-4, which are bandwidth-
+ *    bound); distance 1 into L1 measured the same within the ~7% noise
+ *    of a shared machine.
+ *  - horizontal sums once per tile: per group of 4 rows the 16 (token,
+ *    row) accumulators are transposed and added in 4 rounds (15 adds, 30
+ *    shuffles) into one vector whose lane 4t + r is Y[t][r], so each
+ *    token's outputs go out as one masked 128-bit store per 4 rows.
+ * Leftover rows (the last block, R < 6) and tokens (T < 4) use the same
+ * code with smaller constants. With the weight in L3 (3584 x 1024) the
+ * product is bound by L3 bandwidth up to ~8 tokens (20 GB/s = 10 n_tok
+ * GFLOP/s), both kernels alike; the tile's advantage shows from 16 up. */
+
+#define RXT_KC 1024             /* max k chunk (floats) */
+#define RXT_RM 6                /* tile rows */
+#define RXT_TM 4                /* tile tokens */
+#define RXT_NT 8                /* tiles per pass over the chunks: the accumulator buffer */
+#define RXT_TG (RXT_NT * RXT_TM)        /* tokens per pass (32) */
+#define RXT_PF_DIST 2           /* prefetch this many (row block, chunk) pieces ahead */
+#define RXT_PF_HINT _MM_HINT_T1
+
+/* what a tile prefetches while it runs: npf (0..2) lines per k-step, from
+ * rows pf[0..npf) of the next weight piece, up to k offset pf_len */
+typedef struct {
+    const float *pf[2];
+    int npf, pf_len;
+} rxt_pf;
+
+/* sum of a with its other 256-bit half, for a's and b's halves:
+ * result quads 0,1 hold a's partial sums, quads 2,3 b's */
+INLINE __m512 pair_halves(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+
+/* two such vectors: quads (a.0 + a.1, a.2 + a.3, b.0 + b.1, b.2 + b.3) */
+INLINE __m512 pair_quads(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+}
+
+/* within each 128-bit quad: (a0 + a2, b0 + b2, a1 + a3, b1 + b3) */
+INLINE __m512 pair_lanes(__m512 a, __m512 b)
+{
+    return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+}
+
+/* lane j of the result = sum of the 16 lanes of v[j].
+ * Rounds: u[k] holds v[k] (quads 0-1) and v[k + 4] (2-3) for k < 4, v[k + 4]
+ * and v[k + 8] for k >= 4; w[p] holds v[p], v[p + 4], v[p + 8], v[p + 12]
+ * one per quad; the last two rounds interleave w[0..3] within each quad, so
+ * lane 4q + p ends up with the sum of v[4q + p]. */
+INLINE __m512 reduce16(const __m512 v[16])
+{
+    __m512 u[8], w[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        u[k] = pair_halves(v[k], v[k + 4]);
+        u[k + 4] = pair_halves(v[k + 8], v[k + 12]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        w[k] = pair_quads(u[k], u[k + 4]);
+    return pair_lanes(pair_lanes(w[0], w[2]), pair_lanes(w[1], w[3]));
+}
+
+/* one k-step of 16 floats at offset i: acc[r][t] += W[r][i..] X[t][i..].
+ * The smaller side is held in registers, the other loaded one vector at a
+ * time: R T accumulators + min(R, T) + 1 registers. */
+INLINE void rxt_step(const float *W, size_t ldw, const float *X, size_t ldx, int i, __m512 acc[8][4], const int R,
+                     const int T)
+{
+    if (T <= R) {
+        __m512 x[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            x[t] = _mm512_loadu_ps(X + t * ldx + i);
+            PIN(x[t]);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 w = _mm512_loadu_ps(W + r * ldw + i);
+            PIN(w);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                acc[r][t] = _mm512_fmadd_ps(w, x[t], acc[r][t]);
+        }
+    } else {
+        __m512 w[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            w[r] = _mm512_loadu_ps(W + r * ldw + i);
+            PIN(w[r]);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m512 x = _mm512_loadu_ps(X + t * ldx + i);
+            PIN(x);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm512_fmadd_ps(w[r], x, acc[r][t]);
+        }
+    }
+}
+
+/* One R x T tile (R <= 8, T <= 4, R T <= 24; constants after inlining) over
+ * k in [k0, k1): acc[r][t] += W[r][k] X[t][k]. k1 - k0 is a multiple of 16
+ * except at k1 == n, whose tail is read with masked loads (no access past
+ * n). buf: the tile's accumulators between chunks; first: start from 0
+ * (else from buf); last: reduce and store Y (else save to buf).
+ * NPF (constant): prefetches per k-step, see rxt_pf. */
+INLINE void rxt_tile(const float *W, size_t ldw, const float *X, size_t ldx, int k0, int k1, float *Y,
+                     size_t ldy, __m512 *buf, bool first, bool last, const rxt_pf *p, const int R, const int T,
+                     const int NPF)
+{
+    __m512 acc[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = first ? _mm512_setzero_ps() : buf[4 * r + t];
+    const int kend = k0 + ((k1 - k0) & ~15);
+    int i = k0;
+    if (NPF > 0) {
+        const float *pa = p->pf[0], *pb = p->pf[1];
+        const int stop = k0 + p->pf_len < kend ? k0 + p->pf_len : kend;
+        for (; i < stop; i += 16) {
+            _mm_prefetch((const char *)(pa + (i - k0)), RXT_PF_HINT);
+            if (NPF > 1)
+                _mm_prefetch((const char *)(pb + (i - k0)), RXT_PF_HINT);
+            rxt_step(W, ldw, X, ldx, i, acc, R, T);
+        }
+    }
+    for (; i < kend; i += 16)
+        rxt_step(W, ldw, X, ldx, i, acc, R, T);
+    if (kend < k1) {
+        const __mmask16 m = (__mmask16)((1u << (k1 - kend)) - 1);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m512 w = _mm512_maskz_loadu_ps(m, W + r * ldw + kend);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                acc[r][t] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, X + t * ldx + kend), acc[r][t]);
+        }
+    }
+    if (!last) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                buf[4 * r + t] = acc[r][t];
+        return;
+    }
+    /* rows in groups of 4: reduce16 of v[4t + r'] puts token t's rows in
+     * quad t, stored with one masked 128-bit store */
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+#pragma GCC unroll 2
+    for (int g = 0; g < (R + 3) / 4; g++) {
+        __m512 v[16];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++)
+                v[4 * t + q] = t < T && 4 * g + q < R ? acc[4 * g + q][t] : _mm512_setzero_ps();
+        const __m512 s = reduce16(v);
+        const int nr = R - 4 * g < 4 ? R - 4 * g : 4;
+        const __mmask8 rm = (__mmask8)((1u << nr) - 1);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            __m512 q = t ? _mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(4 * t)), s) : s;
+            _mm_mask_storeu_ps(Y + t * ldy + 4 * g, rm, _mm512_castps512_ps128(q));
+        }
+    }
+}
+
+/* Rows [0, R) x tokens [0, n_tok <= RXT_TG) over k in [k0, k1): every
+ * token block of RXT_TM (and the leftover block) runs one tile. Full row
+ * blocks prefetch, the last partial one does not (nothing follows it). */
+#define RXT_TILE_PF(R_, T_, NPF_)                                                                         \
+    rxt_tile(W, ldw, X + (size_t)t * ldx, ldx, k0, k1, Y + (size_t)t * ldy, ldy,                          \
+             buf + (t / RXT_TM) * (4 * RXT_RM), first, last, &pf[t / RXT_TM], R_, T_, NPF_)
+#define RXT_TILE(R_, T_)                                    \
+    do {                                                    \
+        if ((R_) < RXT_RM || pf[t / RXT_TM].npf == 0)       \
+            RXT_TILE_PF(R_, T_, 0);                         \
+        else if (pf[t / RXT_TM].npf == 1)                   \
+            RXT_TILE_PF(R_, T_, 1);                         \
+        else                                                \
+            RXT_TILE_PF(R_, T_, 2);                         \
+    } while (0)
+#define RXT_ROWS(R_)                                        \
+    for (; t + 4 <= n_tok; t += 4)                          \
+        RXT_TILE(R_, 4);                                    \
+    switch (n_tok - t) {                                    \
+    case 3: RXT_TILE(R_, 3); break;                         \
+    case 2: RXT_TILE(R_, 2); break;                         \
+    case 1: RXT_TILE(R_, 1); break;                         \
+    default: break;                                         \
+    }
+_Static_assert(RXT_RM == 6 && RXT_TM == 4, "rxt_chunk's cases and RXT_ROWS spell out the 6 x 4 tile");
+
+AVX512 static void rxt_chunk(const float *W, size_t ldw, int R, const float *X, size_t ldx, int n_tok, int k0,
+                             int k1, float *Y, size_t ldy, __m512 *buf, bool first, bool last,
+                             const rxt_pf *pf)
+{
+    int t = 0;
+    switch (R) {
+    case 6: RXT_ROWS(6) break;
+    case 5: RXT_ROWS(5) break;
+    case 4: RXT_ROWS(4) break;
+    case 3: RXT_ROWS(3) break;
+    case 2: RXT_ROWS(2) break;
+    default: RXT_ROWS(1) break;
+    }
+}
+
+/* Spread the next weight piece (rows nw[0..nr) of len floats) over the nb
+ * tiles of a chunk: one row per tile when there are enough tiles, else two
+ * (with too few tiles the rest is left to the hardware prefetcher). */
+static void rxt_plan_prefetch(rxt_pf pf[RXT_NT], int nb, const float *nw, size_t ldw, int nr, int len)
+{
+    const int per = nb >= nr ? 1 : 2;
+    for (int j = 0; j < nb; j++) {
+        const int r0 = j * per;
+        pf[j].npf = r0 < nr ? per : 0;
+        pf[j].pf_len = len;
+        for (int k = 0; k < 2; k++) {
+            const int r = r0 + k % per;
+            pf[j].pf[k] = nw + (size_t)(r < nr ? r : nr > 0 ? nr - 1 : 0) * ldw;
+        }
+    }
+}
+
+AVX512 void avx512_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int ldx, int n_tok, int n,
+                                 float *Y, int ldy)
+{
+    __m512 buf[RXT_NT * 4 * RXT_RM];    /* accumulators of one token group (12 KiB) */
+    rxt_pf pf[RXT_NT];
+    if (n <= 0) {                       /* empty sums */
+        for (int t = 0; t < n_tok; t++)
+            for (int r = 0; r < n_rows; r++)
+                Y[(size_t)t * ldy + r] = 0.0f;
+        return;
+    }
+    /* about equal chunks, multiples of 16, the last one shorter */
+    const int n_parts = (n + RXT_KC - 1) / RXT_KC;
+    const int kc = ((n + n_parts - 1) / n_parts + 15) & ~15;
+    const int n_chunk = (n + kc - 1) / kc;      /* rounding kc up may leave fewer */
+    for (int r = 0; r < n_rows; r += RXT_RM) {
+        const int R = n_rows - r < RXT_RM ? n_rows - r : RXT_RM;
+        const float *Wr = W + (size_t)r * ldw;
+        for (int t0 = 0; t0 < n_tok; t0 += RXT_TG) {
+            const int nt = n_tok - t0 < RXT_TG ? n_tok - t0 : RXT_TG, nb = (nt + RXT_TM - 1) / RXT_TM;
+            const bool last_group = t0 + RXT_TG >= n_tok;
+            for (int k0 = 0; k0 < n; k0 += kc) {
+                const int k1 = k0 + kc < n ? k0 + kc : n;
+                /* the piece RXT_PF_DIST ahead in (row block, chunk) order */
+                const long tgt = (long)(r / RXT_RM) * n_chunk + k0 / kc + RXT_PF_DIST;
+                const int pr = (int)(tgt / n_chunk) * RXT_RM, pk = (int)(tgt % n_chunk) * kc;
+                if (last_group && pr < n_rows)
+                    rxt_plan_prefetch(pf, nb, W + (size_t)pr * ldw + pk, (size_t)ldw,
+                                      n_rows - pr < RXT_RM ? n_rows - pr : RXT_RM, n - pk < kc ? n - pk : kc);
+                else
+                    rxt_plan_prefetch(pf, nb, Wr, (size_t)ldw, 0, 0);
+                rxt_chunk(Wr, (size_t)ldw, R, X + (size_t)t0 * ldx, (size_t)ldx, nt, k0, k1,
+                          Y + (size_t)t0 * ldy + r, (size_t)ldy, buf, k0 == 0, k1 == n, pf);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* row decoding                                                         */
+
+AVX512 void avx512_dequant_f16(const uint16_t *w, float *out, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i))));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(out + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, w + i)));
+    }
+}
+
+/* bf16 is the high half of an f32: widen to 32 bits and shift */
+AVX512 void avx512_dequant_bf16(const uint16_t *w, float *out, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + i)));
+        _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, w + i));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+}

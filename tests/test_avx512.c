@@ -1,0 +1,251 @@
+/* test_avx512.c - the AVX-512 kernels (simd_avx512.c) against references
+ * computed here from the definitions.
+ *
+ * rows x tokens: every output against a double-precision dot product. The
+ * kernel sums each of 16 lanes sequentially over n / 16 terms and then adds
+ * the lanes in a tree, so its error is at most gamma(n / 16 + 5) sum |w x|
+ * (Higham 3.1, u = 2^-24, gamma(m) = m u / (1 - m u)); for n <= 2048 that
+ * is below 1e-5 sum |w x|, the tolerance used (the bound itself for the
+ * longer rows of the second test). Strides larger than the extents prove ldw, ldx and
+ * ldy are respected, and sentinels that nothing outside [n_tok) x [n_rows)
+ * is written. Buffers are allocated to the last element read, so
+ * AddressSanitizer sees any unmasked read past a row.
+ * Decoding: every f16 and bf16 bit pattern, bit for bit, against integer
+ * conversions written here (not quant.c's).
+ * Without AVX-512 (or with HYSERVE_SIMD=avx2 / 0) the kernel tests print
+ * "skipped: no AVX-512" and pass; the dispatch test runs everywhere.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd.h"
+#include "simd512.h"
+#include "test.h"
+
+static uint32_t rng_state;
+
+static float frand(void)        /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)(rng_state >> 8) / (float)(1u << 23) - 1.0f;
+}
+
+static bool have_avx512(void)
+{
+    if (simd_avx512())
+        return true;
+    printf("    skipped: no AVX-512 (or HYSERVE_SIMD=avx2/0)\n");
+    return false;
+}
+
+/* One shape: W n_rows x n (stride ldw), X n_tok x n (stride ldx), Y with
+ * stride ldy and one spare token row. Returns 0 or reports and returns 1. */
+static int check_rows_x_tokens(int n, int n_rows, int n_tok, int ldw, int ldx, int ldy)
+{
+    const float sentinel = -12345.0f;
+    const size_t nw = (size_t)(n_rows - 1) * ldw + n, nx = (size_t)(n_tok - 1) * ldx + n;
+    const size_t ny = (size_t)(n_tok + 1) * ldy;
+    float *W = malloc(sizeof(float) * nw), *X = malloc(sizeof(float) * nx), *Y = malloc(sizeof(float) * ny);
+    int bad = 0;
+    if (!W || !X || !Y) {
+        test_fail(__FILE__, __LINE__, "out of memory");
+        bad = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < nw; i++)
+        W[i] = frand();
+    for (size_t i = 0; i < nx; i++)
+        X[i] = frand() * 2.0f;
+    for (size_t i = 0; i < ny; i++)
+        Y[i] = sentinel;
+    avx512_rows_x_tokens(W, ldw, n_rows, X, ldx, n_tok, n, Y, ldy);
+    for (int t = 0; t <= n_tok && !bad; t++)
+        for (int r = 0; r < ldy && !bad; r++) {
+            const float got = Y[(size_t)t * ldy + r];
+            if (t >= n_tok || r >= n_rows) {
+                if (memcmp(&got, &sentinel, sizeof got) != 0) {
+                    test_fail(__FILE__, __LINE__, "n %d rows %d tokens %d: wrote Y[%d][%d] outside the result",
+                              n, n_rows, n_tok, t, r);
+                    bad = 1;
+                }
+                continue;
+            }
+            const float *w = W + (size_t)r * ldw, *x = X + (size_t)t * ldx;
+            double ref = 0.0, mag = 0.0;
+            for (int i = 0; i < n; i++) {
+                ref += (double)w[i] * x[i];
+                mag += fabs((double)w[i] * x[i]);
+            }
+            const double m = n / 16 + 5, u = 0x1p-24, bound = m * u / (1.0 - m * u);
+            const double tol = (bound > 1e-5 ? bound : 1e-5) * mag + 1e-30;
+            if (!(fabs(got - ref) <= tol)) {
+                test_fail(__FILE__, __LINE__, "n %d rows %d tokens %d: Y[%d][%d] = %.9g, reference %.9g (tol %.3g)",
+                          n, n_rows, n_tok, t, r, got, ref, tol);
+                bad = 1;
+            }
+        }
+out:
+    free(W);
+    free(X);
+    free(Y);
+    return bad;
+}
+
+TEST(test_avx512_rows_x_tokens_matches_double_reference)
+{
+    if (!have_avx512())
+        return;
+    static const int ns[] = { 1, 7, 15, 16, 17, 33, 100, 1024, 1031 };
+    static const int rows[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 33 };
+    static const int toks[] = { 1, 2, 3, 4, 5, 8, 15, 16, 17, 32 };
+    rng_state = 11;
+    int shapes = 0;
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof rows / sizeof rows[0]; b++)
+            for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++) {
+                const int n = ns[a], nr = rows[b], nt = toks[c];
+                /* odd extra strides: rows start off cache-line boundaries */
+                if (check_rows_x_tokens(n, nr, nt, n + 5, n + 3, nr + 3))
+                    return;
+                shapes++;
+            }
+    CHECK(shapes == 900);
+}
+
+/* contiguous operands as the engine passes them (ldw = ldx = n, ldy =
+ * n_rows), several k chunks (n > 1024, with a tail), more tokens than one
+ * accumulator pass holds (32), and n = 0 */
+TEST(test_avx512_rows_x_tokens_long_rows_and_many_tokens)
+{
+    if (!have_avx512())
+        return;
+    static const int shapes[][3] = {    /* n, n_rows, n_tok */
+        { 3584, 8, 16 }, { 3584, 13, 33 }, { 2049, 6, 40 }, { 1024, 64, 32 }, { 4099, 5, 70 }, { 48, 3, 100 },
+    };
+    rng_state = 12;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int n = shapes[s][0], nr = shapes[s][1], nt = shapes[s][2];
+        if (check_rows_x_tokens(n, nr, nt, n, n, nr))
+            return;
+    }
+    /* n = 0: empty sums are 0 */
+    if (check_rows_x_tokens(0, 7, 5, 8, 8, 9))
+        return;
+}
+
+/* IEEE binary16 -> binary32 by integer manipulation. Subnormals are
+ * normalized by shifting; a NaN keeps its payload and comes out quiet, as
+ * vcvtph2ps returns it. */
+static uint32_t f16_bits_to_f32_bits(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {
+        if (man == 0)
+            return sign;                                /* +-0 */
+        int e = -14;                                    /* man * 2^-24 = 0.man * 2^-14 */
+        while (!(man & 0x400)) {
+            man <<= 1;
+            e--;
+        }
+        return sign | (uint32_t)(e + 127) << 23 | (man & 0x3ff) << 13;
+    }
+    if (exp == 31)
+        return sign | 0x7f800000u | (man ? 0x400000u | man << 13 : 0);   /* inf, quiet NaN */
+    return sign | (exp + 112) << 23 | man << 13;
+}
+
+static bool bits_equal(float f, uint32_t want)
+{
+    uint32_t got;
+    memcpy(&got, &f, 4);
+    return got == want;
+}
+
+/* all 65536 patterns in one call, then short lengths at every offset so
+ * each tail length 0..16 is decoded and nothing past n is written */
+static void check_dequant(bool bf16)
+{
+    enum { N = 65536, SPARE = 20 };
+    uint16_t *h = malloc(sizeof(uint16_t) * N);
+    float *out = malloc(sizeof(float) * (N + SPARE));
+    CHECK(h && out);
+    for (int i = 0; i < N; i++)
+        h[i] = (uint16_t)i;
+    for (int i = 0; i < N + SPARE; i++)
+        out[i] = -3.0f;
+    int bad = -1;
+    if (bf16)
+        avx512_dequant_bf16(h, out, N);
+    else
+        avx512_dequant_f16(h, out, N);
+    for (int i = 0; i < N && bad < 0; i++)
+        if (!bits_equal(out[i], bf16 ? (uint32_t)h[i] << 16 : f16_bits_to_f32_bits(h[i])))
+            bad = i;
+    for (int i = N; i < N + SPARE && bad < 0; i++)
+        if (out[i] != -3.0f)
+            bad = i;
+    for (int n = 0; n <= 40 && bad < 0; n++)
+        for (int pass = 0; pass < 2 && bad < 0; pass++) {
+            /* an exact-size copy: a read past n is an ASan report */
+            uint16_t *s = malloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
+            CHECK(s);
+            memcpy(s, h + (pass ? 7 * n : 0x3bf0 + 7 * n), sizeof(uint16_t) * (size_t)n);  /* subnormals; normals */
+            for (int i = 0; i < n + SPARE; i++)
+                out[i] = -3.0f;
+            if (bf16)
+                avx512_dequant_bf16(s, out, n);
+            else
+                avx512_dequant_f16(s, out, n);
+            for (int i = 0; i < n + SPARE && bad < 0; i++) {
+                const bool ok = i < n ? bits_equal(out[i], bf16 ? (uint32_t)s[i] << 16 : f16_bits_to_f32_bits(s[i]))
+                                      : out[i] == -3.0f;
+                if (!ok)
+                    bad = 100000 * (n + 1) + i;
+            }
+            free(s);
+        }
+    free(h);
+    free(out);
+    CHECK_MSG(bad < 0, "%s: first mismatch at %d (pattern index, or 100000 * (n + 1) + i for short n)",
+              bf16 ? "bf16" : "f16", bad);
+}
+
+TEST(test_avx512_dequant_f16_is_bit_exact)
+{
+    if (!have_avx512())
+        return;
+    /* the integer reference itself, on values known by heart */
+    CHECK(f16_bits_to_f32_bits(0x3c00) == 0x3f800000u);         /* 1 */
+    CHECK(f16_bits_to_f32_bits(0xc000) == 0xc0000000u);         /* -2 */
+    CHECK(f16_bits_to_f32_bits(0x8000) == 0x80000000u);         /* -0 */
+    CHECK(f16_bits_to_f32_bits(0x0001) == 0x33800000u);         /* 2^-24, smallest subnormal */
+    CHECK(f16_bits_to_f32_bits(0x03ff) == 0x387fc000u);         /* largest subnormal */
+    CHECK(f16_bits_to_f32_bits(0x7bff) == 0x477fe000u);         /* 65504 */
+    CHECK(f16_bits_to_f32_bits(0x7c00) == 0x7f800000u);         /* inf */
+    CHECK(f16_bits_to_f32_bits(0xfc00) == 0xff800000u);         /* -inf */
+    check_dequant(false);
+}
+
+TEST(test_avx512_dequant_bf16_is_bit_exact)
+{
+    if (!have_avx512())
+        return;
+    check_dequant(true);
+}
+
+/* simd_avx512() follows simd_set_enabled(): off with AVX2 off, back on with it */
+TEST(test_avx512_dispatch_follows_the_avx2_switch)
+{
+    const bool was2 = simd_avx2(), was512 = simd_avx512();
+    CHECK(!was512 || was2);
+    simd_set_enabled(false);
+    const bool off512 = simd_avx512();
+    simd_set_enabled(was2);
+    CHECK(!off512);
+    CHECK(simd_avx2() == was2);
+    CHECK(simd_avx512() == was512);
+}
