@@ -18,7 +18,9 @@
 #include "ops.h"
 #include "simd.h"
 
+#ifndef DNET_CHUNK
 #define DNET_CHUNK 64
+#endif
 /* Below this many rows the conv and the norms run on one thread: for a
  * decode step they are a few microseconds of work, less than a fork/join
  * (and far less than one when another process holds a core). */

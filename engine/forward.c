@@ -17,6 +17,7 @@
 
 static void add_rows(float *restrict x, const float *restrict y, long n)
 {
+    #pragma omp parallel for schedule(static) if (n >= 65536)
     for (long i = 0; i < n; i++)
         x[i] += y[i];
 }
@@ -147,6 +148,7 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
     fwd_scratch *s = &e->sc;
     const int E = m->n_embd;
 
+    #pragma omp parallel for schedule(static) if (T >= 16)
     for (int r = 0; r < T; r++)
         rmsnorm(s->xn + (size_t)r * E, s->x + (size_t)r * E, L->attn_norm, E, m->eps);
 
@@ -186,6 +188,7 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
     add_rows(s->x, s->y, (long)T * E);
 
     /* SwiGLU: down(silu(gate(x)) * up(x)), or the mixture of experts */
+    #pragma omp parallel for schedule(static) if (T >= 16)
     for (int r = 0; r < T; r++)
         rmsnorm(s->xn + (size_t)r * E, s->x + (size_t)r * E, L->post_norm, E, m->eps);
     if (L->moe) {

@@ -29,8 +29,8 @@
 
 #define ATTN_BQ 32              /* query rows per tile (times the group) */
 #define ATTN_BK 64              /* keys per tile */
-#ifndef ATTN_PREFETCH_PAGES
-#define ATTN_PREFETCH_PAGES 4   /* decode: pages of K/V requested ahead of use */
+#ifndef ATTN_DEC_PAGES
+#define ATTN_DEC_PAGES 4        /* decode: pages of keys per online-softmax step */
 #endif
 
 static int tiled_min_rows = 16;
@@ -45,8 +45,9 @@ long attn_scratch_floats(int head_dim, int group, int page_tokens)
     const long R = (long)ATTN_BQ * group;
     /* tiled: Qb, O [R][hd]; Sb [R][BK]; Kt, Vt [BK][hd]; m, l [R] */
     long tiled = 2 * R * head_dim + R * ATTN_BK + 2L * ATTN_BK * head_dim + 2 * R;
-    /* decode: acc [G][hd]; scores [G][P]; one page of rows in f32 [P][hd]; m, l [G] */
-    long decode = (long)group * head_dim + (long)group * page_tokens + (long)page_tokens * head_dim + 2L * group;
+    /* decode: acc [G][hd]; scores [G][pages x P]; one page of rows in f32 [P][hd]; m, l [G] */
+    long decode = (long)group * head_dim + (long)group * ATTN_DEC_PAGES * page_tokens +
+                  (long)page_tokens * head_dim + 2L * group;
     return (tiled > decode ? tiled : decode) + 16;
 }
 
@@ -123,22 +124,6 @@ static const float *page_rows(const attn_args *a, int kv, int h, int j0, int np,
         return p;
     dequant_row_fast(a->c->kv_type, p, buf, np * a->head_dim);
     return buf;
-}
-
-/* Ask for the K and V rows [j0, j0 + n) of head h (one page) to be
- * brought into L2 while the current page is computed on. A head's rows
- * in a page are one contiguous run of a few KiB, and the next page is
- * elsewhere: the hardware prefetcher restarts on every run, so one thread
- * streaming the cache alone got 4.7 GB/s (decode at 8K context, f32 KV)
- * against a 16 GB/s triad. */
-static void prefetch_page(const attn_args *a, int h, int j0, int n)
-{
-    const size_t bytes = (size_t)n * (size_t)a->head_dim * a->c->kv_es;
-    for (int kv = 0; kv < 2; kv++) {
-        const char *p = cache_kv(a->c, a->s, a->la, kv, h, j0);
-        for (size_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch(p + o, 0, 2);
-    }
 }
 
 /* rows [j0, j0 + n) of K or V of head h, across pages, into dst [n][HD] */
@@ -324,10 +309,10 @@ static void pv_plain(const float *p, int ld_p, int ng, const float *V, int np, i
  * row read once for the G query heads of the group. */
 static void decode_row(const attn_args *a, int t, int kvh, float *scr)
 {
-    const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->c->page_tokens;
+    const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->c->page_tokens, B = ATTN_DEC_PAGES * P;
     const int nk = a->pos0 + t + 1;
     const bool avx = simd_avx2() && HD % 8 == 0;
-    float *acc = scr, *sc = acc + (size_t)G * HD, *buf = sc + (size_t)G * P;
+    float *acc = scr, *sc = acc + (size_t)G * HD, *buf = sc + (size_t)G * B;
     float *m = buf + (size_t)P * HD, *l = m + G;
     /* q of group head g: qg(g) */
     const float *q0 = a->Q + (size_t)t * a->q_stride + (size_t)kvh * G * a->q_head;
@@ -336,34 +321,36 @@ static void decode_row(const attn_args *a, int t, int kvh, float *scr)
         l[g] = 0.0f;
     }
     memset(acc, 0, sizeof(float) * (size_t)G * HD);
-    for (int j0 = 0; j0 < nk; j0 += P) {
-        const int np = nk - j0 < P ? nk - j0 : P;
-        const int jp = j0 + ATTN_PREFETCH_PAGES * P;
-        if (j0 == 0)                                /* the first pages, then one more per page */
-            for (int k = P; k < jp && k < nk; k += P)
-                prefetch_page(a, kvh, k, nk - k < P ? nk - k : P);
-        if (jp < nk)
-            prefetch_page(a, kvh, jp, nk - jp < P ? nk - jp : P);
-        const float *K = page_rows(a, 0, kvh, j0, np, buf);
-        for (int g = 0; g < G; g += 4) {
-            const int ng = G - g < 4 ? G - g : 4;
-            const float *q[4];
-            for (int i = 0; i < ng; i++)
-                q[i] = q0 + (size_t)(g + i) * a->q_head;
-            if (avx)
-                qk_group4(q, ng, K, np, HD, a->scale, sc + (size_t)g * P, P);
-            else
-                qk_plain(q, ng, K, np, HD, a->scale, sc + (size_t)g * P, P);
+    /* blocks of ATTN_DEC_PAGES pages: scores of the whole block, one online
+     * softmax step, then p.V page by page */
+    for (int j0 = 0; j0 < nk; j0 += B) {
+        const int nb = nk - j0 < B ? nk - j0 : B;
+        for (int jp = j0; jp < j0 + nb; jp += P) {
+            const int np = j0 + nb - jp < P ? j0 + nb - jp : P;
+            const float *K = page_rows(a, 0, kvh, jp, np, buf);
+            for (int g = 0; g < G; g += 4) {
+                const int ng = G - g < 4 ? G - g : 4;
+                const float *q[4];
+                for (int i = 0; i < ng; i++)
+                    q[i] = q0 + (size_t)(g + i) * a->q_head;
+                if (avx)
+                    qk_group4(q, ng, K, np, HD, a->scale, sc + (size_t)g * B + (jp - j0), B);
+                else
+                    qk_plain(q, ng, K, np, HD, a->scale, sc + (size_t)g * B + (jp - j0), B);
+            }
         }
         for (int g = 0; g < G; g++)
-            softmax_step(sc + (size_t)g * P, np, np, &m[g], &l[g], acc + (size_t)g * HD, HD);
-        const float *V = page_rows(a, 1, kvh, j0, np, buf);
-        for (int g = 0; g < G; g += 4) {
-            const int ng = G - g < 4 ? G - g : 4;
-            if (avx)
-                pv_group4(sc + (size_t)g * P, P, ng, V, np, HD, acc + (size_t)g * HD);
-            else
-                pv_plain(sc + (size_t)g * P, P, ng, V, np, HD, acc + (size_t)g * HD);
+            softmax_step(sc + (size_t)g * B, nb, nb, &m[g], &l[g], acc + (size_t)g * HD, HD);
+        for (int jp = j0; jp < j0 + nb; jp += P) {
+            const int np = j0 + nb - jp < P ? j0 + nb - jp : P;
+            const float *V = page_rows(a, 1, kvh, jp, np, buf);
+            for (int g = 0; g < G; g += 4) {
+                const int ng = G - g < 4 ? G - g : 4;
+                if (avx)
+                    pv_group4(sc + (size_t)g * B + (jp - j0), B, ng, V, np, HD, acc + (size_t)g * HD);
+                else
+                    pv_plain(sc + (size_t)g * B + (jp - j0), B, ng, V, np, HD, acc + (size_t)g * HD);
+            }
         }
     }
     for (int g = 0; g < G; g++) {                   /* o = acc / l */

@@ -99,7 +99,9 @@ bool simd_avx512(void)
 #define RXT_TM 4                /* tile tokens */
 #define RXT_NT 8                /* tiles per pass over the chunks: the accumulator buffer */
 #define RXT_TG (RXT_NT * RXT_TM)        /* tokens per pass (32) */
+#ifndef RXT_PF_DIST
 #define RXT_PF_DIST 2           /* prefetch this many (row block, chunk) pieces ahead */
+#endif
 #define RXT_PF_HINT _MM_HINT_T1
 
 /* what a tile prefetches while it runs: npf (0..2) lines per k-step, from
