@@ -61,8 +61,9 @@ void dnet_recurrent_head(int n, int d_k, int d_v, const float *q, int q_stride,
 long dnet_chunk_scratch_floats(int d_k, int d_v)
 {
     const long C = DNET_CHUNK;
-    /* R: C*(d_k+d_v); qg, kd: C*d_k each; O: C*d_v; G: C; A, Aqk: C*C each */
-    return C * (d_k + d_v) + 2 * C * d_k + C * d_v + C + 2 * C * C;
+    /* R: C*(d_k+d_v); qg, kd: C*d_k each; O: C*d_v; G: C; A, Aqk: C*C each;
+     * the chunk's q, k (C*d_k each) and v (C*d_v) gathered contiguous */
+    return C * (d_k + d_v) + 2 * C * d_k + C * d_v + C + 2 * C * C + 2 * C * d_k + C * d_v;
 }
 
 /* ---- chunked form, section 1.4(g) ----
@@ -85,11 +86,20 @@ void dnet_chunked_head(int n, int d_k, int d_v, const float *q, int q_stride,
     const int C = DNET_CHUNK, ldr = d_k + d_v;
     float *R = scratch, *qg = R + C * ldr, *kd = qg + C * d_k, *O = kd + C * d_k;
     float *G = O + C * d_v, *A = G + C, *Aqk = A + C * C;
+    float *qb = Aqk + C * C, *kb = qb + C * d_k, *vb = kb + C * d_k;
 
     for (int c0 = 0; c0 < n; c0 += C) {
         const int c = n - c0 < C ? n - c0 : C;
-        const float *qc = q + (size_t)c0 * q_stride, *kc = k + (size_t)c0 * k_stride;
-        const float *vc = v + (size_t)c0 * v_stride;
+        /* the chunk's rows, contiguous: in a model they are rows of the
+         * fused qkv projection, tens of KiB apart, and every product below
+         * would pack them from a different page per row */
+        for (int i = 0; i < c; i++) {
+            memcpy(qb + (size_t)i * d_k, q + (size_t)(c0 + i) * q_stride, sizeof(float) * (size_t)d_k);
+            memcpy(kb + (size_t)i * d_k, k + (size_t)(c0 + i) * k_stride, sizeof(float) * (size_t)d_k);
+            memcpy(vb + (size_t)i * d_v, v + (size_t)(c0 + i) * v_stride, sizeof(float) * (size_t)d_v);
+        }
+        const float *qc = qb, *kc = kb, *vc = vb;
+        const int qs = d_k, ks = d_k, vs = d_v;
 
         /* G = cumsum(g) within the chunk */
         float acc = 0.0f;
@@ -101,8 +111,8 @@ void dnet_chunked_head(int n, int d_k, int d_v, const float *q, int q_stride,
 
         /* R = [k * beta * exp(G) | v * beta];  qg = q * exp(G);  kd = k * exp(G_last - G) */
         for (int i = 0; i < c; i++) {
-            const float *ki = kc + (size_t)i * k_stride, *qi = qc + (size_t)i * q_stride;
-            const float *vi = vc + (size_t)i * v_stride;
+            const float *ki = kc + (size_t)i * ks, *qi = qc + (size_t)i * qs;
+            const float *vi = vc + (size_t)i * vs;
             float b = beta[c0 + i], eg = expf(G[i]), el = expf(g_last - G[i]), be = b * eg;
             float *Ri = R + (size_t)i * ldr;
             for (int d = 0; d < d_k; d++) {
@@ -115,8 +125,8 @@ void dnet_chunked_head(int n, int d_k, int d_v, const float *q, int q_stride,
         }
 
         /* A = k k^T;  Aqk = q k^T */
-        gemm(false, true, c, c, d_k, 1.0f, kc, k_stride, kc, k_stride, 0.0f, A, C);
-        gemm(false, true, c, c, d_k, 1.0f, qc, q_stride, kc, k_stride, 0.0f, Aqk, C);
+        gemm(false, true, c, c, d_k, 1.0f, kc, ks, kc, ks, 0.0f, A, C);
+        gemm(false, true, c, c, d_k, 1.0f, qc, qs, kc, ks, 0.0f, Aqk, C);
 
         /* with D[i][j] = exp(G_i - G_j):
          * A[i][j] = L[i][j] = beta_i D[i][j] (k_i.k_j) for j < i (the unit diagonal is implicit);
@@ -225,7 +235,17 @@ static void conv_items(const model *m, const layer *L, const fwd_item *items, in
     }
 }
 
-/* Every step runs over all items of the pass at once: one fork/join per
+/* Which form runs a multi-token input in ENGINE_DNET_AUTO: the one that
+ * is faster here. Measured (make bench, Qwen3.5-0.8B shape, f32, 2048-token
+ * prompt, 2 threads; bench/results): in isolation the chunked form on
+ * OpenBLAS is 7.8x the scalar recurrence but only 1.1x the AVX2 step; in
+ * the whole model the AVX2 step prefills at 158-172 tok/s against the
+ * chunked form's 102-125 (27% of the chunked prefill's samples are the
+ * per-chunk 64 x 128 products and solves, each a separate OpenBLAS call).
+ * So with AVX2 prompts run the AVX2 step; without it, the chunked form.
+ * ENGINE_DNET_CHUNKED / _RECURRENT force either (tests, benchmarks).
+ *
+ * Every step runs over all items of the pass at once: one fork/join per
  * step and layer whatever the batch, so 64 sequences decoding together do
  * not pay 64 x 4 of them per layer. */
 void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item *items,
@@ -270,7 +290,7 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
     for (int w = 0; w < n_items * NV; w++) {
         const fwd_item *it = &items[w / NV];
         const int h = w % NV;
-        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1);
+        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1 && !simd_avx2());
         const int kh = m->dnet_grouped ? h / (NV / NK) : h % NK;
         float *sc = scratch + (size_t)omp_get_thread_num() * dnet_scratch_floats(m);
         const float *base = QKV + (size_t)it->row0 * CD;

@@ -32,7 +32,7 @@ enum engine_layer_kind {
 
 /* How DeltaNet layers process multi-token inputs. */
 enum engine_dnet_mode {
-    ENGINE_DNET_AUTO = 0,       /* chunked for prefill, recurrent for decode */
+    ENGINE_DNET_AUTO = 0,       /* the faster form: recurrent AVX2 step where the CPU has it, else chunked for prompts */
     ENGINE_DNET_RECURRENT = 1,  /* always token by token (reference path) */
     ENGINE_DNET_CHUNKED = 2,    /* chunked even for a single token */
 };

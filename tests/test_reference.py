@@ -156,9 +156,9 @@ def prompt(seed, vocab):
     return [int(t) for t in rng.integers(0, vocab, N_PROMPT)]
 
 
-def c_logits(ctx, model, tokens):
-    out, dt = run([ctx.hyserve, "logits", "-m", model, "--tokens", ",".join(map(str, tokens)), "--all"],
-                  "hyserve logits")
+def c_logits(ctx, model, tokens, extra=()):
+    out, dt = run([ctx.hyserve, "logits", "-m", model, "--tokens", ",".join(map(str, tokens)), "--all"] +
+                  list(extra), "hyserve logits")
     text = out.decode("utf-8", "replace")
     try:
         obj = json.loads(text)
@@ -228,8 +228,9 @@ def check_layout(path, s):
     return m
 
 
-def golden(ctx, name, seed, s, writer):
-    """Build the model with `writer` ('c' or 'py'), compare C and reference logits."""
+def golden(ctx, name, seed, s, writer, extra=()):
+    """Build the model with `writer` ('c' or 'py'), compare C and reference logits
+    (`extra`: more `hyserve logits` options, e.g. a forced DeltaNet form)."""
     path = os.path.join(ctx.tmpdir, name + ".gguf")
     if writer == "c":
         need_hyserve(ctx)
@@ -240,7 +241,7 @@ def golden(ctx, name, seed, s, writer):
     tokens = prompt(seed, s["vocab"])
     ref = m.forward(tokens)
     need_hyserve(ctx)
-    c, dt = c_logits(ctx, path, tokens)
+    c, dt = c_logits(ctx, path, tokens, extra)
     err, worst, rows = compare(c, ref)
     floor = f32_floor(m, tokens, ref)
     kinds = "".join("L" if r else "A" for r in m.hp.recurrent)
@@ -392,10 +393,21 @@ def t_ref_cli_prints_one_json_object(ctx):
     return "--all [4, 256], last [1, 256], exact repr floats"
 
 
-def make_golden(name, writer, seed, s):
+def make_golden(name, writer, seed, s, extra=()):
     def t(ctx):
-        return golden(ctx, name, seed, s, writer)
+        return golden(ctx, name, seed, s, writer, extra)
     return t
+
+
+# The engine picks the faster DeltaNet form for prompts (on AVX2 machines the
+# recurrent step): these run the C chunked form against the reference too.
+FORCED_FORMS = [
+    ("c_hybrid_3to1_nv_2nk_tied_f32_chunked", "c_hybrid_3to1_nv_2nk_tied_f32", ("--dnet-mode", "chunked")),
+    ("c_deltanet_only_nv_2nk_tied_f32_chunked", "c_deltanet_only_nv_2nk_tied_f32", ("--dnet-mode", "chunked")),
+    ("c_hybrid_1to1_nv_2nk_dk16_dv24_untied_f32_chunked", "c_hybrid_1to1_nv_2nk_dk16_dv24_untied_f32",
+     ("--dnet-mode", "chunked")),
+    ("c_pattern_LALL_nv_2nk_untied_f32_recurrent", "c_pattern_LALL_nv_2nk_untied_f32", ("--dnet-mode", "recurrent")),
+]
 
 
 def all_tests():
@@ -408,6 +420,10 @@ def all_tests():
              ("ref_cli_prints_one_json_object", t_ref_cli_prints_one_json_object)]
     for name, writer, seed, s in GOLDEN:
         tests.append((name, make_golden(name, writer, seed, s)))
+    by_name = {g[0]: g for g in GOLDEN}
+    for name, base, extra in FORCED_FORMS:
+        _, writer, seed, s = by_name[base]
+        tests.append((name, make_golden(name, writer, seed, s, extra)))
     # issue 5: weight types and the other architectures (shares this module's helpers)
     sys.modules.setdefault("test_reference", sys.modules[__name__])
     import test_reference_arch
