@@ -720,7 +720,7 @@ static int cmd_dnet_model(FILE *f, const char *path, bool quick)
     const int n = quick ? 512 : 2048;
     fprintf(f, "{\"tokens\": %d, \"threads\": 2, \"file\": \"%s\"", n, path);
     static const struct { const char *name; int mode; } modes[] = {
-        { "chunked", ENGINE_DNET_AUTO }, { "recurrent", ENGINE_DNET_RECURRENT } };
+        { "chunked", ENGINE_DNET_CHUNKED }, { "recurrent", ENGINE_DNET_RECURRENT } };
     for (int i = 0; i < 2; i++) {
         bench_engine b;
         if (be_open(&b, path, n + 16, 4, modes[i].mode) != 0)

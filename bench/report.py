@@ -250,7 +250,9 @@ def render(res):
         w("")
     dm = res.get("dnet_model")
     if dm:
-        w("Whole-model prefill of %d tokens (f32, 2 threads): chunked %.1f tok/s, recurrent %.1f tok/s.\n" % (
+        w("Whole-model prefill of %d tokens (f32, 2 threads): chunked form %.1f tok/s, recurrent form "
+          "(the AVX2 step where the CPU has it) %.1f tok/s. `auto` (what hyserve runs) takes the recurrent "
+          "step on AVX2 CPUs, the chunked form elsewhere.\n" % (
             dm["tokens"], dm["chunked"]["median"], dm["recurrent"]["median"]))
     srv = res.get("server")
     if srv:
