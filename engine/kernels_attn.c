@@ -178,10 +178,13 @@ AVX2 static void qk_group4(const float *const *q, int ng, const float *K, int np
     const float *q0 = q[0], *q1 = q[ng > 1 ? 1 : 0], *q2 = q[ng > 2 ? 2 : 0], *q3 = q[ng > 3 ? 3 : 0];
     const __m128 vs = _mm_set1_ps(scale);
     int j = 0;
-    /* two keys at a time: eight independent FMA chains (4 cycles of latency
-     * x 2 FMAs per cycle). Profile (perf, decode at 8K context, f32 KV):
-     * with one key at a time this loop and pv_group4 were 80% of the step,
-     * latency-bound at about half the FMA rate. */
+    /* two keys at a time: eight independent FMA chains and two rows' loads
+     * in flight. Profile (perf, decode at 8K context, f32 KV, attention-only
+     * model): this loop and pv_group4 are ~80% of the step and the hot
+     * instructions are the K/V loads (load-to-use stalls, ~5 GB/s per
+     * thread); two keys per pass measured within this VM's noise of one,
+     * and so did prefetching the next pages. Open: more independent
+     * streams per thread (split a head's keys), as the matvec did. */
     for (; j + 2 <= np; j += 2) {
         const float *k = K + (size_t)j * HD, *k1 = k + HD;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;

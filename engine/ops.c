@@ -263,15 +263,6 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
             const int r0 = b * MM_SMALL_ROWS, nr = n_out - r0 < MM_SMALL_ROWS ? n_out - r0 : MM_SMALL_ROWS;
             for (int r = 0; r < nr; r++)
                 dequant_row_fast(W->type, base + (size_t)(r0 + r) * rb, buf + (size_t)r * n_in, n_in);
-            /* the next tile's weight into L2 while this one is multiplied: the
-             * decode of a tile then reads cache, not DRAM (static schedule:
-             * the next tile is this thread's own) */
-            if (b + 1 < n_blk) {
-                const char *nx = base + (size_t)(r0 + nr) * rb;
-                const size_t bytes = (size_t)(n_out - r0 - nr < MM_SMALL_ROWS ? n_out - r0 - nr : MM_SMALL_ROWS) * rb;
-                for (size_t o = 0; o < bytes; o += 64)
-                    __builtin_prefetch(nx + o, 0, 2);
-            }
             avx512_rows_x_tokens(buf, n_in, nr, X, n_in, n_tok, n_in, Y + r0, n_out);
         }
     }
