@@ -212,21 +212,12 @@ AVX2 static void qk_group4(const float *const *q, int ng, const float *K, int np
             sc[(size_t)g * ld_sc + j + 1] = r[4 + g];
         }
     }
-    for (; j < np; j++) {
-        const float *k = K + (size_t)j * HD;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int i = 0; i < HD; i += 8) {
-            __m256 kk = _mm256_loadu_ps(k + i);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + i), kk, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + i), kk, a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + i), kk, a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + i), kk, a3);
-        }
-        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    for (; j < np; j++) {                           /* an odd last key: four rows . one vector */
+        const void *rows[4] = { q0, q1, q2, q3 };
         float r[4];
-        _mm_storeu_ps(r, _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)), vs));
+        avx2_dot4_f32(rows, K + (size_t)j * HD, HD, r);
         for (int g = 0; g < ng; g++)
-            sc[(size_t)g * ld_sc + j] = r[g];
+            sc[(size_t)g * ld_sc + j] = r[g] * scale;
     }
 }
 

@@ -68,6 +68,10 @@ void avx2_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int
 void avx2_dnet_step(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
                     float g, float *S, float *o);
 
+/* y[r] = w[r] . x for four f32 rows (any n): the F32 body of avx2_matvec,
+ * also the odd-key tail of attention's q.K. ref: dot_row(GGML_F32, ...). */
+void avx2_dot4_f32(const void *const *w, const float *x, int n, float *y);
+
 /* ---- elementwise gates ----
  * y[i] = silu(x[i]) * (b ? b[i] : 1)  (y may alias x or b): SwiGLU, the
  * DeltaNet output gate, the conv's SiLU.

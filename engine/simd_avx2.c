@@ -262,7 +262,7 @@ AVX2 float avx2_dot_q8_0_act(const void *w, const int8_t *q, const float *d, int
  * was bound by memory-level parallelism, not arithmetic. Tails (< 8
  * elements, < 4 rows) reuse the one-row kernels above. */
 
-AVX2 static void rows4_f32(const void *const *w, const float *x, int n, float *y)
+AVX2 void avx2_dot4_f32(const void *const *w, const float *x, int n, float *y)
 {
     const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -353,7 +353,7 @@ void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, con
                              base + (size_t)(o + 2 * q) * row_bytes, base + (size_t)(o + 3 * q) * row_bytes };
         float r[4];
         switch (type) {
-        case GGML_F32: rows4_f32(w, x, n, r); break;
+        case GGML_F32: avx2_dot4_f32(w, x, n, r); break;
         case GGML_F16: rows4_f16(w, x, n, r); break;
         case GGML_BF16: rows4_bf16(w, x, n, r); break;
         default: rows4_q8_0_act(w, xq, xd, n, r); break;
