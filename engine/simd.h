@@ -24,6 +24,12 @@ bool simd_avx2(void);
  * between forward passes. */
 void simd_set_enabled(bool on);
 
+/* true when the CPU also has AVX-VNNI (and HYSERVE_SIMD is not "avx2" or
+ * "0"): the Q8_0 matrix-vector product then uses vpdpbusd. Tests turn it
+ * off to compare the two routes. */
+bool simd_vnni(void);
+void simd_set_vnni(bool on);
+
 /* ---- dot products of one weight row with f32 activations ----
  * sum_i w[i] x[i] over n elements (any n; tails handled).
  * ref: dot_row() in quant.c for the same type. */

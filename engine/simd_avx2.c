@@ -26,12 +26,15 @@
 #include "quant.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 /* ------------------------------------------------------------------ */
 /* dispatch                                                            */
 
 static bool cpu_has_avx2;       /* set once at startup, read-only after */
 static bool simd_on;
+static bool cpu_has_vnni;       /* AVX-VNNI (VEX vpdpbusd), allowed by HYSERVE_SIMD */
+static bool vnni_on;
 
 __attribute__((constructor)) static void simd_init(void)
 {
@@ -40,6 +43,19 @@ __attribute__((constructor)) static void simd_init(void)
                    __builtin_cpu_supports("f16c");
     const char *env = getenv("HYSERVE_SIMD");
     simd_on = cpu_has_avx2 && !(env && !strcmp(env, "0"));
+    /* HYSERVE_SIMD=avx2 means the AVX2 baseline: no AVX-512, no VNNI */
+    cpu_has_vnni = cpu_has_avx2 && __builtin_cpu_supports("avxvnni") && !(env && !strcmp(env, "avx2"));
+    vnni_on = cpu_has_vnni;
+}
+
+bool simd_vnni(void)
+{
+    return vnni_on && simd_on;
+}
+
+void simd_set_vnni(bool on)
+{
+    vnni_on = on && cpu_has_vnni;
 }
 
 bool simd_avx2(void)
@@ -343,6 +359,45 @@ AVX2 static void rows4_q8_0_act(const void *const *w, const int8_t *q, const flo
     y[3] = hsum8(a3);
 }
 
+/* The same sums with AVX-VNNI: vpdpbusd multiplies unsigned by signed
+ * bytes and adds groups of four into int32 lanes in one instruction, in
+ * place of sign, sign, maddubs and madd. The weight is made unsigned by
+ * flipping its top bit (w ^ 0x80 = w + 128), so each lane gets
+ * sum (w + 128) q = sum w q + 128 sum q; starting the lanes at
+ * 128 sum(-q) (the same instruction on -q, once per block for the four
+ * rows) cancels the excess exactly. The four rows' f16 scales are
+ * converted together. The integer sums are exact either way, so this
+ * gives the same floats as rows4_q8_0_act. Measured (1 thread, 285 MB of
+ * Q8_0 rows): 12 GB/s for rows4_q8_0_act, 13-14 GB/s here, 14-19 GB/s for
+ * a loop that only loads the same bytes. */
+AVX2_VNNI static void rows4_q8_0_vnni(const void *const *w, const int8_t *q, const float *d, int n, float *y)
+{
+    const blk_q8_0 *b0 = w[0], *b1 = w[1], *b2 = w[2], *b3 = w[3];
+    const __m256i m80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < n / 32; i++) {
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)(q + 32 * i));
+        const __m256i start = _mm256_dpbusd_avx_epi32(zero, m80, _mm256_sub_epi8(zero, xq));
+        __m128i h = _mm_cvtsi32_si128(b0[i].d);
+        h = _mm_insert_epi16(h, b1[i].d, 1);
+        h = _mm_insert_epi16(h, b2[i].d, 2);
+        h = _mm_insert_epi16(h, b3[i].d, 3);
+        const __m256 sc = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(d[i])));
+#define ROW(b, a, k)                                                                                  \
+        {                                                                                             \
+            __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b[i].qs), m80);           \
+            __m256i s = _mm256_dpbusd_avx_epi32(start, u, xq);                                        \
+            a = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(k)), _mm256_cvtepi32_ps(s), a); \
+        }
+        ROW(b0, a0, 0) ROW(b1, a1, 1) ROW(b2, a2, 2) ROW(b3, a3, 3)
+#undef ROW
+    }
+    y[0] = hsum8(a0);
+    y[1] = hsum8(a1);
+    y[2] = hsum8(a2);
+    y[3] = hsum8(a3);
+}
+
 void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *x, const int8_t *xq,
                  const float *xd, int n, float *y)
 {
@@ -356,7 +411,12 @@ void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, con
         case GGML_F32: avx2_dot4_f32(w, x, n, r); break;
         case GGML_F16: rows4_f16(w, x, n, r); break;
         case GGML_BF16: rows4_bf16(w, x, n, r); break;
-        default: rows4_q8_0_act(w, xq, xd, n, r); break;
+        default:
+            if (simd_vnni())
+                rows4_q8_0_vnni(w, xq, xd, n, r);
+            else
+                rows4_q8_0_act(w, xq, xd, n, r);
+            break;
         }
         y[o] = r[0];
         y[o + q] = r[1];

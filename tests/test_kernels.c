@@ -215,6 +215,51 @@ TEST(test_kernel_q8_0_int8_dot_matches_reference_and_float_dot)
     }
 }
 
+/* The Q8_0 matrix-vector product with vpdpbusd (AVX-VNNI) and with the
+ * sign trick: both form exact integer block sums and scale them with the
+ * same float operations in the same order, so they must agree bit for bit.
+ * Extreme bytes (-128 and +127 weights, +-127 activations) are planted so
+ * the w + 128 offset and its correction are exercised at their limits;
+ * 70 rows leave a partial group of four for the one-row tail. */
+TEST(test_kernel_q8_0_vnni_matvec_equals_sign_trick_bit_for_bit)
+{
+    if (!simd_vnni()) {
+        printf("  (skipped: no AVX-VNNI on this CPU)\n");
+        return;
+    }
+    static const int lens[] = { 32, 256, 1024, 3584 };
+    rng_state = 11;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int n = lens[li], rows = 70;
+        const size_t rb = row_bytes(GGML_Q8_0, n);
+        float *w = malloc(sizeof(float) * n), *x = malloc(sizeof(float) * n), *d = malloc(sizeof(float) * n / 32);
+        float *y0 = malloc(sizeof(float) * rows), *y1 = malloc(sizeof(float) * rows);
+        int8_t *q = malloc(n);
+        char *data = malloc(rb * rows);
+        for (int r = 0; r < rows; r++) {
+            fill(w, n, 0.5f);
+            quantize_row(GGML_Q8_0, w, data + (size_t)r * rb, n);
+            int8_t *qs = (int8_t *)(data + (size_t)r * rb + 2);     /* first block's weights */
+            qs[r % 32] = -128;
+            qs[(r + 7) % 32] = 127;
+        }
+        fill(x, n, 3.0f);
+        x[0] = 3.0f;            /* a block maximum: quantizes to +127 */
+        x[1] = -3.0f;           /* and -127 */
+        quantize_act_q8(x, n, q, d);
+        simd_set_vnni(false);
+        avx2_matvec(GGML_Q8_0, data, rb, rows, x, q, d, n, y0);
+        simd_set_vnni(true);
+        avx2_matvec(GGML_Q8_0, data, rb, rows, x, q, d, n, y1);
+        int same = memcmp(y0, y1, sizeof(float) * rows) == 0;
+        int first = 0;
+        while (same == 0 && first < rows - 1 && y0[first] == y1[first])
+            first++;
+        CHECK_MSG(same, "n %d: row %d vnni %.9g vs sign trick %.9g", n, first, y1[first], y0[first]);
+        free(w); free(x); free(d); free(y0); free(y1); free(q); free(data);
+    }
+}
+
 TEST(test_kernel_rows_x_tokens_matches_per_row_dots)
 {
     if (!simd_avx2())
