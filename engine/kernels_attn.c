@@ -171,22 +171,18 @@ static void softmax_step(float *s, int nk, int nv, float *m, float *l, float *o,
 /* ------------------------------------------------------------------ */
 /* decode path: one query row, one KV head, the whole group             */
 
-/* sc[g][j] = scale * (q_g . K_j) for g < ng <= 4, j < np */
-AVX2 static void qk_group4(const float *const *q, int ng, const float *K, int np, int HD, float scale,
-                           float *sc, int ld_sc)
+/* Keys in pairs: for j < n, key A_j = KA + j rs and key B_j = KB + j rs;
+ * scA[g * ld + j ss] = scale q_g . A_j and the same for B, g < ng <= 4.
+ * Two keys per pass: eight independent FMA chains and two rows' loads in
+ * flight. qk_group4 pairs neighbouring keys of one page; decode_pass
+ * pairs keys of two pages (two streams). */
+AVX2 static void qk_pairs(const float *const *q, int ng, const float *KA, const float *KB, int n, size_t rs,
+                          int HD, float scale, float *scA, float *scB, int ss, int ld)
 {
     const float *q0 = q[0], *q1 = q[ng > 1 ? 1 : 0], *q2 = q[ng > 2 ? 2 : 0], *q3 = q[ng > 3 ? 3 : 0];
     const __m128 vs = _mm_set1_ps(scale);
-    int j = 0;
-    /* two keys at a time: eight independent FMA chains and two rows' loads
-     * in flight. Profile (perf, decode at 8K context, f32 KV, attention-only
-     * model): this loop and pv_group4 are ~80% of the step and the hot
-     * instructions are the K/V loads (load-to-use stalls, ~5 GB/s per
-     * thread); two keys per pass measured within this VM's noise of one,
-     * and so did prefetching the next pages. Open: more independent
-     * streams per thread (split a head's keys), as the matvec did. */
-    for (; j + 2 <= np; j += 2) {
-        const float *k = K + (size_t)j * HD, *k1 = k + HD;
+    for (int j = 0; j < n; j++) {
+        const float *k = KA + (size_t)j * rs, *k1 = KB + (size_t)j * rs;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
         for (int i = 0; i < HD; i += 8) {
             __m256 kk = _mm256_loadu_ps(k + i), kl = _mm256_loadu_ps(k1 + i);
@@ -208,12 +204,20 @@ AVX2 static void qk_group4(const float *const *q, int ng, const float *K, int np
         _mm_storeu_ps(r, _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(ha), _mm256_extractf128_ps(ha, 1)), vs));
         _mm_storeu_ps(r + 4, _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(hb), _mm256_extractf128_ps(hb, 1)), vs));
         for (int g = 0; g < ng; g++) {
-            sc[(size_t)g * ld_sc + j] = r[g];
-            sc[(size_t)g * ld_sc + j + 1] = r[4 + g];
+            scA[(size_t)g * ld + (size_t)j * ss] = r[g];
+            scB[(size_t)g * ld + (size_t)j * ss] = r[4 + g];
         }
     }
-    for (; j < np; j++) {                           /* an odd last key: four rows . one vector */
-        const void *rows[4] = { q0, q1, q2, q3 };
+}
+
+/* sc[g][j] = scale * (q_g . K_j) for g < ng <= 4, j < np: keys of one page */
+AVX2 static void qk_group4(const float *const *q, int ng, const float *K, int np, int HD, float scale,
+                           float *sc, int ld_sc)
+{
+    qk_pairs(q, ng, K, K + HD, np / 2, 2 * (size_t)HD, HD, scale, sc, sc + 1, 2, ld_sc);
+    if (np % 2) {                                   /* an odd last key: four rows . one vector */
+        const int j = np - 1;
+        const void *rows[4] = { q[0], q[ng > 1 ? 1 : 0], q[ng > 2 ? 2 : 0], q[ng > 3 ? 3 : 0] };
         float r[4];
         avx2_dot4_f32(rows, K + (size_t)j * HD, HD, r);
         for (int g = 0; g < ng; g++)
@@ -276,6 +280,37 @@ AVX2 static void pv_group4(const float *p, int ld_p, int ng, const float *V, int
     }
 }
 
+/* Two pages at once, each V row read front to back (the strips of
+ * pv_group4 stride a page's rows): acc[g][:] += pA[g][j] VA_j + pB[g][j] VB_j
+ * for j < n, g < ng <= 4, acc in L1 */
+AVX2 static void pv_two(const float *pA, const float *pB, int ld_p, int ng, const float *VA, const float *VB,
+                        int n, int HD, float *acc)
+{
+    float *o0 = acc, *o1 = acc + (ng > 1 ? HD : 0), *o2 = acc + (ng > 2 ? 2 * HD : 0);
+    float *o3 = acc + (ng > 3 ? 3 * HD : 0);
+    const size_t d1 = ng > 1 ? ld_p : 0, d2 = ng > 2 ? 2 * (size_t)ld_p : 0, d3 = ng > 3 ? 3 * (size_t)ld_p : 0;
+    for (int j = 0; j < n; j++) {
+        const float *va = VA + (size_t)j * HD, *vb = VB + (size_t)j * HD;
+        const __m256 xa0 = _mm256_broadcast_ss(pA + j), xa1 = _mm256_broadcast_ss(pA + d1 + j);
+        const __m256 xa2 = _mm256_broadcast_ss(pA + d2 + j), xa3 = _mm256_broadcast_ss(pA + d3 + j);
+        const __m256 xb0 = _mm256_broadcast_ss(pB + j), xb1 = _mm256_broadcast_ss(pB + d1 + j);
+        const __m256 xb2 = _mm256_broadcast_ss(pB + d2 + j), xb3 = _mm256_broadcast_ss(pB + d3 + j);
+        for (int i = 0; i < HD; i += 8) {
+            const __m256 v = _mm256_loadu_ps(va + i), w = _mm256_loadu_ps(vb + i);
+            __m256 a0 = _mm256_loadu_ps(o0 + i), a1 = _mm256_loadu_ps(o1 + i);
+            __m256 a2 = _mm256_loadu_ps(o2 + i), a3 = _mm256_loadu_ps(o3 + i);
+            a0 = _mm256_fmadd_ps(xb0, w, _mm256_fmadd_ps(xa0, v, a0));
+            a1 = _mm256_fmadd_ps(xb1, w, _mm256_fmadd_ps(xa1, v, a1));
+            a2 = _mm256_fmadd_ps(xb2, w, _mm256_fmadd_ps(xa2, v, a2));
+            a3 = _mm256_fmadd_ps(xb3, w, _mm256_fmadd_ps(xa3, v, a3));
+            _mm256_storeu_ps(o3 + i, a3);
+            _mm256_storeu_ps(o2 + i, a2);
+            _mm256_storeu_ps(o1 + i, a1);
+            _mm256_storeu_ps(o0 + i, a0);
+        }
+    }
+}
+
 /* plain C versions of the two, for CPUs without AVX2 and head_dim % 8 */
 static void qk_plain(const float *const *q, int ng, const float *K, int np, int HD, float scale, float *sc,
                      int ld_sc)
@@ -299,53 +334,93 @@ static void pv_plain(const float *p, int ld_p, int ng, const float *V, int np, i
         }
 }
 
-/* Query row t against KV head kvh: pages of keys in order, each K and V
- * row read once for the G query heads of the group. */
+/* the query rows of group heads g .. g + ng - 1 (ng <= 4) of row t, KV head kvh */
+static int group_q(const attn_args *a, int t, int kvh, int g, const float **q)
+{
+    const int G = a->n_head / a->n_kv, ng = G - g < 4 ? G - g : 4;
+    const float *q0 = a->Q + (size_t)t * a->q_stride + (size_t)kvh * G * a->q_head;
+    for (int i = 0; i < ng; i++)
+        q[i] = q0 + (size_t)(g + i) * a->q_head;
+    return ng;
+}
+
+/* One pass over the keys [j0, j0 + nb) of a block: scores into sc
+ * (kv = 0: sc[g][j - j0] = scale q_g . K_j) or values into acc (kv = 1:
+ * acc[g] += sum_j sc[g][j - j0] V_j), a whole query group per K/V row.
+ * With AVX2 and an f32 cache the block's pages go in pairs (k, k + half),
+ * two streams at once. Measured (1 thread, 8K context, 6 layers of
+ * 2 KV heads x 256, f32 KV beyond the last-level cache): one page at a
+ * time 5.4-7.1 GB/s, pairs 8.0-9.8 GB/s (x1.45, the same on 2 threads);
+ * perf showed the one-page loops waiting on the K/V loads. Four pages at
+ * once measured within 5% of pairs; prefetching the next pages in
+ * software ran into the per-core limit on outstanding misses instead. */
+static void decode_pass(const attn_args *a, int kv, int t, int kvh, int j0, int nb, float *sc, float *acc,
+                        float *buf)
+{
+    const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->c->page_tokens, B = ATTN_DEC_PAGES * P;
+    const bool avx = simd_avx2() && HD % 8 == 0;
+    const float *q[4];
+    int jp = j0;
+    if (avx && a->c->kv_type == GGML_F32) {
+        const int half = (nb + P - 1) / P / 2;
+        for (int k = 0; k < half; k++) {
+            const int ja = j0 + k * P, jb = j0 + (k + half) * P;
+            const int nB = j0 + nb - jb < P ? j0 + nb - jb : P;        /* B may be the last, partial page */
+            const float *RA = cache_kv(a->c, a->s, a->la, kv, kvh, ja), *RB = cache_kv(a->c, a->s, a->la, kv, kvh, jb);
+            for (int g = 0; g < G; g += 4) {
+                const int ng = group_q(a, t, kvh, g, q);
+                float *sA = sc + (size_t)g * B + (ja - j0), *sB = sc + (size_t)g * B + (jb - j0);
+                if (kv == 0) {
+                    qk_pairs(q, ng, RA, RB, nB, (size_t)HD, HD, a->scale, sA, sB, 1, B);
+                    if (nB < P)
+                        qk_group4(q, ng, RA + (size_t)nB * HD, P - nB, HD, a->scale, sA + nB, B);
+                } else {
+                    pv_two(sA, sB, B, ng, RA, RB, nB, HD, acc + (size_t)g * HD);
+                    if (nB < P)
+                        pv_group4(sA + nB, B, ng, RA + (size_t)nB * HD, P - nB, HD, acc + (size_t)g * HD);
+                }
+            }
+        }
+        jp = j0 + 2 * half * P;
+    }
+    for (; jp < j0 + nb; jp += P) {                 /* one page at a time */
+        const int np = j0 + nb - jp < P ? j0 + nb - jp : P;
+        const float *R = page_rows(a, kv, kvh, jp, np, buf);
+        for (int g = 0; g < G; g += 4) {
+            const int ng = group_q(a, t, kvh, g, q);
+            float *s = sc + (size_t)g * B + (jp - j0);
+            if (kv == 0 && avx)
+                qk_group4(q, ng, R, np, HD, a->scale, s, B);
+            else if (kv == 0)
+                qk_plain(q, ng, R, np, HD, a->scale, s, B);
+            else if (avx)
+                pv_group4(s, B, ng, R, np, HD, acc + (size_t)g * HD);
+            else
+                pv_plain(s, B, ng, R, np, HD, acc + (size_t)g * HD);
+        }
+    }
+}
+
+/* Query row t against KV head kvh: blocks of ATTN_DEC_PAGES pages, each
+ * K and V row read once for the G query heads of the group. */
 static void decode_row(const attn_args *a, int t, int kvh, float *scr)
 {
     const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->c->page_tokens, B = ATTN_DEC_PAGES * P;
     const int nk = a->pos0 + t + 1;
-    const bool avx = simd_avx2() && HD % 8 == 0;
     float *acc = scr, *sc = acc + (size_t)G * HD, *buf = sc + (size_t)G * B;
     float *m = buf + (size_t)P * HD, *l = m + G;
-    /* q of group head g: qg(g) */
-    const float *q0 = a->Q + (size_t)t * a->q_stride + (size_t)kvh * G * a->q_head;
     for (int g = 0; g < G; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
     memset(acc, 0, sizeof(float) * (size_t)G * HD);
-    /* blocks of ATTN_DEC_PAGES pages: scores of the whole block, one online
-     * softmax step, then p.V page by page */
+    /* per block: the scores, one online-softmax step, then p.V */
     for (int j0 = 0; j0 < nk; j0 += B) {
         const int nb = nk - j0 < B ? nk - j0 : B;
-        for (int jp = j0; jp < j0 + nb; jp += P) {
-            const int np = j0 + nb - jp < P ? j0 + nb - jp : P;
-            const float *K = page_rows(a, 0, kvh, jp, np, buf);
-            for (int g = 0; g < G; g += 4) {
-                const int ng = G - g < 4 ? G - g : 4;
-                const float *q[4];
-                for (int i = 0; i < ng; i++)
-                    q[i] = q0 + (size_t)(g + i) * a->q_head;
-                if (avx)
-                    qk_group4(q, ng, K, np, HD, a->scale, sc + (size_t)g * B + (jp - j0), B);
-                else
-                    qk_plain(q, ng, K, np, HD, a->scale, sc + (size_t)g * B + (jp - j0), B);
-            }
-        }
+        decode_pass(a, 0, t, kvh, j0, nb, sc, acc, buf);
         for (int g = 0; g < G; g++)
             softmax_step(sc + (size_t)g * B, nb, nb, &m[g], &l[g], acc + (size_t)g * HD, HD);
-        for (int jp = j0; jp < j0 + nb; jp += P) {
-            const int np = j0 + nb - jp < P ? j0 + nb - jp : P;
-            const float *V = page_rows(a, 1, kvh, jp, np, buf);
-            for (int g = 0; g < G; g += 4) {
-                const int ng = G - g < 4 ? G - g : 4;
-                if (avx)
-                    pv_group4(sc + (size_t)g * B + (jp - j0), B, ng, V, np, HD, acc + (size_t)g * HD);
-                else
-                    pv_plain(sc + (size_t)g * B + (jp - j0), B, ng, V, np, HD, acc + (size_t)g * HD);
-            }
-        }
+        decode_pass(a, 1, t, kvh, j0, nb, sc, acc, buf);
     }
     for (int g = 0; g < G; g++) {                   /* o = acc / l */
         float *o = a->out + (size_t)t * a->out_stride + (size_t)(kvh * G + g) * HD;
