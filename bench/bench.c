@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "kernels_attn.h"
 #include "layers.h"
 #include "gguf.h"
 #include "ops.h"
@@ -519,6 +520,18 @@ static void json_decode(FILE *f, bench_engine *b, const char *dtype, const eng_o
             json_rate(f, "tok_s", &st, seg);
             fprintf(f, ", ");
             json_rate(f, "gb_s", &st, seg * decode_bytes(b->info, ctx_mean) / 1e9);
+            if (ctx >= 8192) {
+                /* the same steps with attention reading one page at a
+                 * time (the layout before pairs), alternated in one run */
+                stats one = {0};
+                for (int r = 0; r < n_seg; r++) {
+                    attn_set_decode_pairs(false);
+                    st_add(&one, be_decode(b, s, seg));
+                    attn_set_decode_pairs(true);
+                }
+                fprintf(f, ", ");
+                json_rate(f, "tok_s_one_page", &one, seg);
+            }
             fprintf(f, "}");
             fflush(f);
         }

@@ -34,6 +34,12 @@
 #endif
 
 static int tiled_min_rows = 16;
+static bool decode_pairs = true;
+
+void attn_set_decode_pairs(bool on)
+{
+    decode_pairs = on;
+}
 
 void attn_set_tiled_min_rows(int n)
 {
@@ -361,7 +367,7 @@ static void decode_pass(const attn_args *a, int kv, int t, int kvh, int j0, int 
     const bool avx = simd_avx2() && HD % 8 == 0;
     const float *q[4];
     int jp = j0;
-    if (avx && a->c->kv_type == GGML_F32) {
+    if (avx && decode_pairs && a->c->kv_type == GGML_F32) {
         const int half = (nb + P - 1) / P / 2;
         for (int k = 0; k < half; k++) {
             const int ja = j0 + k * P, jb = j0 + (k + half) * P;

@@ -21,6 +21,8 @@
 #ifndef HYSERVE_KERNELS_ATTN_H
 #define HYSERVE_KERNELS_ATTN_H
 
+#include <stdbool.h>
+
 #include "cache.h"
 
 /* One call: n new query rows of one sequence at positions pos0 .. pos0+n-1;
@@ -59,6 +61,10 @@ void attn_gqa_ref(const attn_args *a, float *scores);
 /* Tuning and tests: rows per call from which the tiled path is used
  * (default 16); a huge value forces the decode path, 1 the tiled one. */
 void attn_set_tiled_min_rows(int n);
+
+/* Benchmarks: decode reads the pages of a block in pairs, two streams
+ * (default on); off reads them one at a time. Call between passes. */
+void attn_set_decode_pairs(bool on);
 
 /* e^x for x <= 0 in f32 lanes, |relative error| < 4e-7 against expf for
  * x >= -87; 0 below (where expf is subnormal or 0). Exposed for tests. */

@@ -552,9 +552,11 @@ TEST(test_kernel_gqa_decode_and_tiled_attention_match_the_reference)
     int failed = 0;
     rng_state = 8;
     ops_set_threads(2);
-    for (int pass = 0; pass < 2 && !failed; pass++) {
+    for (int pass = 0; pass < 3 && !failed; pass++) {
         bool was = simd_avx2();
-        if (pass)
+        if (pass == 1)
+            attn_set_decode_pairs(false);           /* f32 pages one at a time */
+        if (pass == 2)
             simd_set_enabled(false);                /* the non-AVX2 route */
         for (size_t ki = 0; ki < 3 && !failed; ki++) {
             const uint32_t kt = kv_types[ki];
@@ -579,6 +581,7 @@ TEST(test_kernel_gqa_decode_and_tiled_attention_match_the_reference)
             check_attn(kt, 20, 1, 32, 19, 30, 16, 1, &failed);
         }
         simd_set_enabled(was);
+        attn_set_decode_pairs(true);
     }
     CHECK(!failed);
 }
