@@ -12,6 +12,7 @@
 
 #include "quant.h"
 #include "simd.h"
+#include "simd_amx.h"
 #include "simd512.h"
 
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
@@ -57,7 +58,13 @@ const char *ops_blas_choose_core(char **argv)
 
 const char *simd_name(void)
 {
-    return simd_avx512() ? "avx512" : simd_avx2() ? "avx2" : "scalar";
+    if (simd_amx())
+        return simd_vnni() ? "avx512+vnni+amx" : "avx512+amx";
+    if (simd_avx512())
+        return simd_vnni() ? "avx512+vnni" : "avx512";
+    if (simd_avx2())
+        return simd_vnni() ? "avx2+vnni" : "avx2";
+    return "scalar";
 }
 
 void vec_silu_mul(float *y, const float *x, const float *b, long n)
@@ -178,6 +185,13 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, in
 #define MV_PAR_BYTES (128L * 1024)
 
 static int mm_small_max = 16;
+/* per calling thread: each engine sets it on its owner thread per pass */
+static _Thread_local bool mm_int8_batches;
+
+void matmul_set_int8_batches(bool on)
+{
+    mm_int8_batches = on;
+}
 
 void matmul_set_small_max(int n_tok)
 {
@@ -234,6 +248,37 @@ static void matvec(float *restrict Y, const weight *W, const float *restrict X, 
  * stays in L2 while every token passes over it. */
 #define MM_SMALL_ROWS 48
 
+/* Q8_0, 2 <= n_tok <= 16, AMX: the activations quantized to int8 per token
+ * as for one token (quantize_act_q8), laid out as tiles once, then tiles of
+ * 16 rows split between the threads; rows past the last multiple of 16 take
+ * the int8 dot of the one-token path. Scratch: n_tok n_in bytes of int8
+ * activations, their scales, the tile layout (about 36 n_in bytes). */
+static void matmul_small_amx(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
+                             float *scratch)
+{
+    const int n_in = W->n_in, n_out = W->n_out, nb = n_in / 32, n16 = n_out / 16;
+    const char *base = W->data;
+    const size_t rb = W->row_bytes;
+    float *xd = scratch;                                    /* [n_tok][nb] */
+    int8_t *xq = (int8_t *)(xd + (size_t)n_tok * nb);       /* [n_tok][n_in] */
+    void *prep = xq + (size_t)n_tok * n_in;
+    for (int t = 0; t < n_tok; t++)
+        quantize_act_q8(X + (size_t)t * n_in, n_in, xq + (size_t)t * n_in, xd + (size_t)t * nb);
+    amx_q8_0_prepare(xq, xd, n_in, n_tok, prep);
+    #pragma omp parallel
+    {
+        const int nt = omp_get_num_threads(), it = omp_get_thread_num();
+        const int g0 = (int)((long)n16 * it / nt), g1 = (int)((long)n16 * (it + 1) / nt);
+        if (g1 > g0)
+            amx_q8_0_rows_x_tokens(base + (size_t)g0 * 16 * rb, rb, 16 * (g1 - g0), n_in, prep, n_tok,
+                                   Y + (size_t)g0 * 16, n_out);
+    }
+    for (int o = 16 * n16; o < n_out; o++)
+        for (int t = 0; t < n_tok; t++)
+            Y[(size_t)t * n_out + o] = dot_q8_0_act(base + (size_t)o * rb, xq + (size_t)t * n_in,
+                                                    xd + (size_t)t * nb, n_in);
+}
+
 /* 2 <= n_tok <= mm_small_max with AVX-512: f32 weights go to the kernel as
  * one contiguous share of the rows per thread (its prefetch runs ahead
  * within a call); other types are decoded to f32 a tile at a time. */
@@ -252,6 +297,10 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
                 avx512_rows_x_tokens((const float *)(base + (size_t)r0 * rb), n_in, r1 - r0, X, n_in, n_tok, n_in,
                                      Y + r0, n_out);
         }
+        return;
+    }
+    if (W->type == GGML_Q8_0 && n_tok <= 16 && mm_int8_batches && simd_amx()) {
+        matmul_small_amx(Y, W, X, n_tok, scratch);
         return;
     }
     const int n_blk = (n_out + MM_SMALL_ROWS - 1) / MM_SMALL_ROWS;

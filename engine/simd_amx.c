@@ -1,0 +1,187 @@
+/* simd_amx.c - the AMX kernel declared in simd_amx.h.
+ *
+ * Why tiles: a batch of 16 sequences makes every weight row meet 16
+ * tokens, so decoding turns from a bandwidth problem into an arithmetic
+ * one. With f32 arithmetic (decode Q8_0 to floats, then AVX-512 FMAs) the
+ * decoding alone was 15% of a 16-sequence Q8_0 step and the products 27%
+ * (perf). TDPBSSD multiplies a 16 x 32 int8 tile of weights by a 32 x 16
+ * int8 tile of activations into 16 x 16 int32 sums in one instruction, on
+ * the weights as they sit in the file (a block's 32 bytes, rows row_bytes
+ * apart, are exactly a tile with that stride), so nothing is decoded.
+ *
+ * Per 16-row tile, per block b: C = A_b B_b (exact int32, |C| <= 32 * 128
+ * * 127 < 2^24, so exact as float too); then for each row r
+ * acc[r][:] += float(C[r][:]) * (dw[r][b] * dx[:][b]), with acc[r] one
+ * AVX-512 register of 16 tokens. Two C tiles alternate between even and
+ * odd blocks so one product runs while the other is scaled.
+ */
+#include "simd_amx.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "simd512.h"
+
+#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+enum { QK = 32, BLK = 34 };     /* Q8_0: 32 weights and an f16 scale per block */
+
+/* Software prefetch distance in blocks along each of a tile's 16 rows. The
+ * tile loads waited on the weights (perf: the samples sat after the A
+ * tile's TILELOADD); 16-sequence Q8_0 step, 3 alternating runs each:
+ * none 120-124 tok/s, 8 blocks 145-152, 16 blocks 117-151, 32 blocks
+ * 138-146. */
+#ifndef AMX_PF
+#define AMX_PF 8
+#endif
+
+static bool amx_ok;             /* set once at startup, read-only after */
+static bool amx_on;
+
+__attribute__((constructor)) static void simd_amx_init(void)
+{
+    __builtin_cpu_init();
+    const char *env = getenv("HYSERVE_SIMD");
+    if (env && (!strcmp(env, "0") || !strcmp(env, "avx2")))
+        return;
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8") ||
+        !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw"))
+        return;
+    /* Linux hands out the 8 KiB tile state only on request (5.16+);
+     * without it the first tile instruction would kill the process */
+    amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    amx_on = amx_ok;
+}
+
+bool simd_amx(void)
+{
+    return amx_on && simd_avx512();
+}
+
+void simd_set_amx(bool on)
+{
+    amx_on = on && amx_ok;
+}
+
+/* prep: [nb] B tiles of 8 rows x 64 bytes (row k4, bytes 4t..4t+3 =
+ * activations 4 k4 .. 4 k4 + 3 of token t: the layout TDPBSSD reads), then
+ * [nb][16] float scales dx[t][b] */
+size_t amx_q8_0_prep_bytes(int n_in)
+{
+    const size_t nb = (size_t)n_in / QK;
+    return nb * 512 + nb * 16 * sizeof(float) + 64;
+}
+
+void amx_q8_0_prepare(const int8_t *xq, const float *xd, int n_in, int n_tok, void *prep)
+{
+    const int nb = n_in / QK;
+    int8_t *bt = prep;
+    float *sx = (float *)(bt + (size_t)nb * 512);
+    memset(prep, 0, (size_t)nb * 512);
+    for (int t = 0; t < n_tok; t++) {
+        const int8_t *q = xq + (size_t)t * n_in;
+        for (int b = 0; b < nb; b++)
+            for (int k4 = 0; k4 < QK / 4; k4++)
+                memcpy(bt + (size_t)b * 512 + k4 * 64 + 4 * t, q + b * QK + 4 * k4, 4);
+    }
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < 16; t++)
+            sx[(size_t)b * 16 + t] = t < n_tok ? xd[(size_t)t * nb + b] : 0.0f;
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+/* scales of block b for the tile's 16 rows: the f16 at the start of each
+ * row's block, gathered as dwords (the f16 and the first two weights) */
+AMX static inline __m512 row_scales(const char *blk0, __m512i row_off)
+{
+    __m512i d = _mm512_i32gather_epi32(row_off, blk0, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+}
+
+/* acc[r] += float(C[r]) * (dw[r] * dx) for the 16 rows of one block */
+#define SCALE_ROWS(cbuf, dw, dx)                                                              \
+    do {                                                                                      \
+        float w_[16];                                                                         \
+        _mm512_storeu_ps(w_, dw);                                                             \
+        for (int r = 0; r < 16; r++)                                                          \
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf + 16 * r)),    \
+                                     _mm512_mul_ps(_mm512_set1_ps(w_[r]), dx), acc[r]);       \
+    } while (0)
+
+AMX void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
+                                int n_tok, float *Y, int ldy)
+{
+    const int nb = n_in / QK;
+    const int8_t *bt = prep;
+    const float *sx = (const float *)(bt + (size_t)nb * 512);
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 2; i++) {               /* C0, C1: 16 rows x 16 int32 */
+        cfg.rows[i] = 16;
+        cfg.colsb[i] = 64;
+    }
+    for (int i = 2; i < 4; i++) {               /* A0, A1: 16 rows x 32 int8 */
+        cfg.rows[i] = 16;
+        cfg.colsb[i] = QK;
+    }
+    for (int i = 4; i < 6; i++) {               /* B0, B1: 8 rows x 64 int8 */
+        cfg.rows[i] = QK / 4;
+        cfg.colsb[i] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    int32_t c0[256] __attribute__((aligned(64))), c1[256] __attribute__((aligned(64)));
+    const __m512i row_off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32((int)row_bytes));
+    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+        const char *base = (const char *)W + (size_t)r0 * row_bytes;
+        __m512 acc[16];
+        for (int r = 0; r < 16; r++)
+            acc[r] = _mm512_setzero_ps();
+        int b = 0;
+        for (; b + 2 <= nb; b += 2) {
+            if (b + AMX_PF < nb)                /* each row's line AMX_PF blocks ahead */
+                for (int r = 0; r < 16; r++)
+                    _mm_prefetch(base + (size_t)r * row_bytes + (size_t)(b + AMX_PF) * BLK, _MM_HINT_T0);
+            _tile_zero(0);
+            _tile_loadd(2, base + (size_t)b * BLK + 2, row_bytes);
+            _tile_loadd(4, bt + (size_t)b * 512, 64);
+            _tile_dpbssd(0, 2, 4);
+            _tile_zero(1);
+            _tile_loadd(3, base + (size_t)(b + 1) * BLK + 2, row_bytes);
+            _tile_loadd(5, bt + (size_t)(b + 1) * 512, 64);
+            _tile_dpbssd(1, 3, 5);
+            _tile_stored(0, c0, 64);
+            SCALE_ROWS(c0, row_scales(base + (size_t)b * BLK, row_off), _mm512_loadu_ps(sx + (size_t)b * 16));
+            _tile_stored(1, c1, 64);
+            SCALE_ROWS(c1, row_scales(base + (size_t)(b + 1) * BLK, row_off),
+                       _mm512_loadu_ps(sx + (size_t)(b + 1) * 16));
+        }
+        if (b < nb) {                           /* an odd last block */
+            _tile_zero(0);
+            _tile_loadd(2, base + (size_t)b * BLK + 2, row_bytes);
+            _tile_loadd(4, bt + (size_t)b * 512, 64);
+            _tile_dpbssd(0, 2, 4);
+            _tile_stored(0, c0, 64);
+            SCALE_ROWS(c0, row_scales(base + (size_t)b * BLK, row_off), _mm512_loadu_ps(sx + (size_t)b * 16));
+        }
+        for (int r = 0; r < 16; r++) {          /* acc[r] lane t -> Y[t][r0 + r] */
+            float v[16];
+            _mm512_storeu_ps(v, acc[r]);
+            for (int t = 0; t < n_tok; t++)
+                Y[(size_t)t * ldy + r0 + r] = v[t];
+        }
+    }
+    _tile_release();
+}

@@ -1,0 +1,51 @@
+/* simd_amx.h - Intel AMX (tile) fast path for Q8_0 weights in small batches.
+ *
+ * Owns: the AMX feature check and the per-process permission request
+ * (Linux arch_prctl ARCH_REQ_XCOMP_PERM for the tile data, once, in a
+ * constructor), and the Q8_0 rows x tokens product on int8 tiles declared
+ * here. Does not own: choosing the kernel per shape (ops.c calls it for
+ * 2..16 tokens when simd_amx() says so) or quantizing the activations
+ * (quant.c: quantize_act_q8, the same int8 activations the one-token
+ * matrix-vector product uses, so a sequence decoded alone or in a batch
+ * sees the same int8 inputs).
+ *
+ * HYSERVE_SIMD=avx2 or =0 turns AMX off, as it turns off AVX-512.
+ * ref: Intel Architecture Instruction Set Extensions Programming Reference,
+ * chapter 3 (AMX: LDTILECFG palette 1, TILELOADD, TDPBSSD, TILESTORED);
+ * Linux Documentation/arch/x86/xstate.rst (ARCH_REQ_XCOMP_PERM).
+ */
+#ifndef HYSERVE_SIMD_AMX_H
+#define HYSERVE_SIMD_AMX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* true when the CPU has AMX-TILE and AMX-INT8 and AVX-512, the kernel
+ * granted the tile state, simd_avx512() is true and tests have not turned
+ * it off. Cheap. */
+bool simd_amx(void);
+/* Tests: turn the AMX path off (false) or back on (when available). */
+void simd_set_amx(bool on);
+
+/* Bytes of shared scratch amx_q8_0_prepare needs for n_in inputs. */
+size_t amx_q8_0_prep_bytes(int n_in);
+
+/* Lay out n_tok <= 16 tokens of int8 activations (xq: token t at
+ * xq + t * n_in, scales xd + t * (n_in / 32), from quantize_act_q8) as the
+ * B tiles of the product: prep gets amx_q8_0_prep_bytes(n_in) bytes,
+ * 64-byte aligned. Tokens n_tok..15 are zero. Once per matmul, before the
+ * threads split the rows. */
+void amx_q8_0_prepare(const int8_t *xq, const float *xd, int n_in, int n_tok, void *prep);
+
+/* Y[t * ldy + r] = sum_b dw[r][b] dx[t][b] sum_j w[r][b][j] q[t][b][j] for
+ * r < n_rows (a multiple of 16), t < n_tok: rows of Q8_0 blocks row_bytes
+ * apart from W, activations from amx_q8_0_prepare. The block sums are
+ * exact integers (TDPBSSD); each is scaled in float and summed over the
+ * blocks in order. Thread-safe: each calling thread loads its own tile
+ * configuration and releases it. ref: dot_q8_0_act_ref() in quant.c per
+ * row and token. */
+void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
+                            int n_tok, float *Y, int ldy);
+
+#endif

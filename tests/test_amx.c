@@ -1,0 +1,202 @@
+/* test_amx.c - the AMX Q8_0 kernel (simd_amx.c) against sums computed here
+ * from the definition of Q8_0 x int8 activations.
+ *
+ * Each output is sum_b dw[r][b] dx[t][b] sum_j w[r][b][j] q[t][b][j]. The
+ * inner sums are integers and exact (in the kernel and in the double
+ * reference); the kernel then rounds one product and one sum per block,
+ * in order, so it is within gamma(nb + 2) sum_b |term_b| of the exact value
+ * (Higham 3.1, u = 2^-24); twice that is the tolerance. The f16 scales are
+ * decoded here by bit arithmetic, not by quant.c. Weight bytes include
+ * -128 (valid in the format) and activations +-127, the extremes.
+ * Sentinels around Y prove nothing outside [n_tok) x [n_rows) is written.
+ * Without AMX (or with HYSERVE_SIMD=avx2 / 0) the kernel tests print
+ * "skipped" and pass.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "ops.h"
+#include "quant.h"
+#include "simd.h"
+#include "simd_amx.h"
+#include "test.h"
+
+static uint32_t rng_state;
+
+static uint32_t rnd(void)
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return rng_state >> 8;
+}
+
+static bool have_amx(void)
+{
+    if (simd_amx())
+        return true;
+    printf("    skipped: no AMX (or HYSERVE_SIMD=avx2/0)\n");
+    return false;
+}
+
+/* IEEE half -> double from the bit fields */
+static double half_value(uint16_t h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double s = (h & 0x8000) ? -1.0 : 1.0;
+    if (e == 0)
+        return s * ldexp(m, -24);
+    return s * ldexp(1024 + m, e - 25);
+}
+
+/* a random normal half in [2^-10, 2^-4) with a random sign */
+static uint16_t rand_half(void)
+{
+    return (uint16_t)(((rnd() & 1) << 15) | ((5 + rnd() % 6) << 10) | (rnd() & 1023));
+}
+
+static int check_shape(int n_in, int n_rows, int n_tok)
+{
+    const int nb = n_in / 32, ldy = n_rows + 3;
+    const size_t rb = (size_t)nb * 34;
+    uint8_t *W = malloc(rb * n_rows);
+    int8_t *xq = malloc((size_t)n_tok * n_in);
+    float *xd = malloc(sizeof(float) * n_tok * nb);
+    void *prep = aligned_alloc(64, (amx_q8_0_prep_bytes(n_in) + 63) / 64 * 64);
+    float *Y = malloc(sizeof(float) * (size_t)(n_tok + 1) * ldy);
+    for (int r = 0; r < n_rows; r++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *blk = W + r * rb + b * 34;
+            const uint16_t d = rand_half();
+            memcpy(blk, &d, 2);
+            for (int j = 0; j < 32; j++)
+                blk[2 + j] = (uint8_t)((r + b + j) % 29 == 0 ? 0x80 : rnd() & 0xff);   /* -128 sometimes */
+        }
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < n_in; i++)
+            xq[(size_t)t * n_in + i] = (int8_t)(i % 31 == 0 ? ((t + i) % 2 ? 127 : -127) : (int)(rnd() % 255) - 127);
+        for (int b = 0; b < nb; b++)
+            xd[t * nb + b] = (float)ldexp(1.0 + (rnd() % 1000) / 1000.0, -(int)(rnd() % 8));
+    }
+    for (int i = 0; i < (n_tok + 1) * ldy; i++)
+        Y[i] = -777.0f;
+    amx_q8_0_prepare(xq, xd, n_in, n_tok, prep);
+    amx_q8_0_rows_x_tokens(W, rb, n_rows, n_in, prep, n_tok, Y, ldy);
+    int bad = 0;
+    for (int t = 0; t <= n_tok && !bad; t++)
+        for (int r = 0; r < ldy && !bad; r++) {
+            const float got = Y[(size_t)t * ldy + r];
+            if (t == n_tok || r >= n_rows) {
+                if (got != -777.0f) {
+                    test_fail(__FILE__, __LINE__, "n_in %d rows %d tokens %d: wrote outside at [%d][%d]", n_in,
+                              n_rows, n_tok, t, r);
+                    bad = 1;
+                }
+                continue;
+            }
+            double exact = 0.0, mag = 0.0;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = W + r * rb + b * 34;
+                uint16_t d;
+                memcpy(&d, blk, 2);
+                long s = 0;
+                for (int j = 0; j < 32; j++)
+                    s += (long)(int8_t)blk[2 + j] * xq[(size_t)t * n_in + b * 32 + j];
+                const double term = half_value(d) * xd[t * nb + b] * (double)s;
+                exact += term;
+                mag += fabs(term);
+            }
+            const double u = 0x1p-24, g = (nb + 2) * u / (1.0 - (nb + 2) * u);
+            if (!(fabs(got - exact) <= 2.0 * g * mag + 1e-30)) {
+                test_fail(__FILE__, __LINE__, "n_in %d rows %d tokens %d: Y[%d][%d] = %.9g, exact %.9g (tol %.3g)",
+                          n_in, n_rows, n_tok, t, r, got, exact, 2.0 * g * mag);
+                bad = 1;
+            }
+        }
+    free(W); free(xq); free(xd); free(prep); free(Y);
+    return bad;
+}
+
+TEST(test_amx_q8_0_tiles_match_the_integer_definition)
+{
+    if (!have_amx())
+        return;
+    static const int shapes[][3] = {
+        { 32, 16, 2 }, { 64, 16, 16 }, { 96, 32, 5 }, { 1024, 48, 16 }, { 1024, 16, 1 },
+        { 3584, 32, 9 }, { 2048, 64, 3 },
+    };
+    rng_state = 5;
+    int bad = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] && !bad; i++)
+        bad = check_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
+    CHECK(!bad);
+}
+
+/* Through matmul: a batch of n_tok tokens gives each token what a
+ * one-token product gives it (both quantize the activations the same way;
+ * only the float order of the block sums differs), for widths with and
+ * without a partial tile of 16 rows. */
+TEST(test_amx_batched_q8_0_matmul_equals_one_token_products)
+{
+    if (!have_amx())
+        return;
+    static const int n_outs[] = { 64, 70 };
+    rng_state = 6;
+    ops_set_threads(2);
+    int bad = 0;
+    for (size_t k = 0; k < 2 && !bad; k++) {
+        const int n_in = 1024, n_out = n_outs[k], n_tok = 16;
+        const size_t rb = (size_t)n_in / 32 * 34;
+        float *wf = malloc(sizeof(float) * n_in), *X = malloc(sizeof(float) * n_in * n_tok);
+        float *Yb = malloc(sizeof(float) * n_out * n_tok), *Y1 = malloc(sizeof(float) * n_out);
+        char *data = malloc(rb * n_out);
+        float *scratch = malloc(sizeof(float) * 64 * (size_t)n_in * 4 + 64);
+        for (int o = 0; o < n_out; o++) {
+            for (int i = 0; i < n_in; i++)
+                wf[i] = ((float)(rnd() % 2001) - 1000.0f) / 3000.0f;
+            quantize_row(GGML_Q8_0, wf, data + (size_t)o * rb, n_in);
+        }
+        for (int i = 0; i < n_in * n_tok; i++)
+            X[i] = ((float)(rnd() % 2001) - 1000.0f) / 500.0f;
+        weight W = { .data = data, .type = GGML_Q8_0, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+        matmul_set_int8_batches(true);
+        matmul(Yb, &W, X, n_tok, scratch);
+        matmul_set_int8_batches(false);
+        const int nb = n_in / 32;
+        int8_t *q = malloc(n_in);
+        float *d = malloc(sizeof(float) * nb);
+        for (int t = 0; t < n_tok && !bad; t++) {
+            matmul(Y1, &W, X + (size_t)t * n_in, 1, scratch);
+            quantize_act_q8_ref(X + (size_t)t * n_in, n_in, q, d);
+            for (int o = 0; o < n_out; o++) {
+                /* the same exact block sums scaled and added in two float
+                 * orders (one-token: 8 lanes of nb terms, then the lanes;
+                 * AMX: nb terms): gamma(nb + 4) + gamma(nb + 2) of
+                 * sum_b |dw dx| sum_j |w q| bounds the difference. Using
+                 * f32 activations for the batch would miss it by ~1e3. */
+                const uint8_t *row = (const uint8_t *)data + (size_t)o * rb;
+                double mag = 0.0;
+                for (int b = 0; b < nb; b++) {
+                    uint16_t dh;
+                    memcpy(&dh, row + b * 34, 2);
+                    long sa = 0;
+                    for (int j = 0; j < 32; j++)
+                        sa += labs((long)(int8_t)row[b * 34 + 2 + j] * q[b * 32 + j]);
+                    mag += fabs(half_value(dh) * d[b]) * (double)sa;
+                }
+                const double u = 0x1p-24;
+                const double tol = ((nb + 4) * u / (1 - (nb + 4) * u) + (nb + 2) * u / (1 - (nb + 2) * u)) * mag;
+                if (!(fabs(Yb[(size_t)t * n_out + o] - Y1[o]) <= tol)) {
+                    test_fail(__FILE__, __LINE__, "n_out %d token %d row %d: batch %.9g alone %.9g", n_out, t, o,
+                              Yb[(size_t)t * n_out + o], Y1[o]);
+                    bad = 1;
+                    break;
+                }
+            }
+        }
+        free(wf); free(X); free(Yb); free(Y1); free(data); free(scratch); free(q); free(d);
+    }
+    CHECK(!bad);
+}
