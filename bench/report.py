@@ -106,10 +106,26 @@ def main(argv):
                                        "ms_ctx8k_one_page": 1e3 / one if one else None})
         bat = {r["seqs"]: r for r in m.get("batched", [])}
         one = bat.get(1)
+        # Ceilings independent of any kernel. Bytes: a step of n sequences
+        # reads every weight once and each sequence's DeltaNet state and
+        # conv window (read and written back) and its KV (~30 tokens); at
+        # equal bandwidth n sequences can be at most n B(1) / B(n) times
+        # one. fp32: n tokens cost n * 2 FLOP per parameter; at the run's
+        # 2-thread sgemm rate that caps the step for kernels that multiply
+        # in fp32 (all but Q8_0 on AMX).
+        per_seq = 2 * m.get("dnet_state_bytes_per_seq", 0) + 2 * m.get("dnet_conv_bytes_per_seq", 0) + \
+            30 * m.get("kv_bytes_per_token", 0)
+        wb = m.get("weight_bytes", 0)
         for s, r in sorted(bat.items()):
+            bytes_cap = s * (wb + per_seq) / (wb + s * per_seq) if wb else None
+            fp32_cap = None
+            if one and gemm.get(r["threads"]) and m.get("n_params"):
+                fp32_cap = gemm[r["threads"]] * 1e9 / (2.0 * m["n_params"]) / one["tok_s"]["median"]
             der["batched"].append({"dtype": dt, "seqs": s, "threads": r["threads"], "tok_s": r["tok_s"]["median"],
                                    "spread_pct": r["tok_s"]["spread_pct"],
-                                   "vs_one": r["tok_s"]["median"] / one["tok_s"]["median"] if one else None})
+                                   "vs_one": r["tok_s"]["median"] / one["tok_s"]["median"] if one else None,
+                                   "bytes_ceiling": bytes_cap,
+                                   "fp32_ceiling": min(s, fp32_cap) if fp32_cap else None})
 
     T = der["targets"]
     for r in der["decode"]:
@@ -212,11 +228,16 @@ def render(res):
         w("")
     if der["batched"]:
         w("## Batched decode (aggregate tokens/s, 2 threads)\n")
-        w("| weights | sequences | tok/s | spread | x one sequence |")
-        w("|---|---|---|---|---|")
+        w("Ceilings on \"x one\" that no kernel can pass: *bytes* if every step ran at the same bandwidth "
+          "(weights once per step, each sequence's DeltaNet state and conv window read and written); "
+          "*fp32* if the products ran at the run's 2-thread sgemm rate with one sequence at its measured "
+          "speed (Q8_0 on AMX multiplies in int8 and is not bound by it).\n")
+        w("| weights | sequences | tok/s | spread | x one sequence | bytes ceiling | fp32 ceiling |")
+        w("|---|---|---|---|---|---|---|")
         for r in der["batched"]:
-            w("| %s | %d | %.1f | %.0f%% | %s |" % (r["dtype"], r["seqs"], r["tok_s"], r["spread_pct"],
-                                                  fmt(r["vs_one"], 2)))
+            w("| %s | %d | %.1f | %.0f%% | %s | %s | %s |" % (
+                r["dtype"], r["seqs"], r["tok_s"], r["spread_pct"], fmt(r["vs_one"], 2),
+                fmt(r.get("bytes_ceiling"), 1), fmt(r.get("fp32_ceiling"), 1)))
         w("")
     kn = res.get("kernels")
     if kn:

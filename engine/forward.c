@@ -330,7 +330,7 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
         bool decode = true;                 /* every sequence of the pass adds one token */
         for (int i = 0; i < n_fi; i++)
             decode = decode && fi[i].n == 1;
-        matmul_set_int8_batches(decode);
+        matmul_set_decode_step(decode);
         forward_pass(e, fi, n_fi, toks, out_rows, T);
         for (int i = 0; i < n_fi; i++)
             fi[i].s->n_past += fi[i].n;

@@ -186,11 +186,11 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, in
 
 static int mm_small_max = 16;
 /* per calling thread: each engine sets it on its owner thread per pass */
-static _Thread_local bool mm_int8_batches;
+static _Thread_local bool mm_decode_step;
 
-void matmul_set_int8_batches(bool on)
+void matmul_set_decode_step(bool on)
 {
-    mm_int8_batches = on;
+    mm_decode_step = on;
 }
 
 void matmul_set_small_max(int n_tok)
@@ -248,35 +248,51 @@ static void matvec(float *restrict Y, const weight *W, const float *restrict X, 
  * stays in L2 while every token passes over it. */
 #define MM_SMALL_ROWS 48
 
-/* Q8_0, 2 <= n_tok <= 16, AMX: the activations quantized to int8 per token
- * as for one token (quantize_act_q8), laid out as tiles once, then tiles of
- * 16 rows split between the threads; rows past the last multiple of 16 take
- * the int8 dot of the one-token path. Scratch: n_tok n_in bytes of int8
- * activations, their scales, the tile layout (about 36 n_in bytes). */
+/* Decode steps of 2..16 tokens on AMX (see matmul_set_decode_step): the
+ * activations are prepared once as tiles - Q8_0: quantized to int8 per
+ * token as for one token (quantize_act_q8); BF16: rounded to bf16 - then
+ * tiles of 16 rows are split between the threads. Rows past the last
+ * multiple of 16 dot the same prepared activations. Scratch (about
+ * 100 n_in bytes of the small-batch scratch): Q8_0 scales, int8
+ * activations, tiles; BF16 tiles, then the rounded activations as floats. */
 static void matmul_small_amx(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                              float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out, nb = n_in / 32, n16 = n_out / 16;
+    const bool q8 = W->type == GGML_Q8_0;
     const char *base = W->data;
     const size_t rb = W->row_bytes;
-    float *xd = scratch;                                    /* [n_tok][nb] */
-    int8_t *xq = (int8_t *)(xd + (size_t)n_tok * nb);       /* [n_tok][n_in] */
-    void *prep = xq + (size_t)n_tok * n_in;
-    for (int t = 0; t < n_tok; t++)
-        quantize_act_q8(X + (size_t)t * n_in, n_in, xq + (size_t)t * n_in, xd + (size_t)t * nb);
-    amx_q8_0_prepare(xq, xd, n_in, n_tok, prep);
+    float *xd = scratch;                                    /* Q8_0: [n_tok][nb] */
+    int8_t *xq = (int8_t *)(xd + (size_t)n_tok * nb);       /* Q8_0: [n_tok][n_in] */
+    void *prep = q8 ? (void *)(xq + (size_t)n_tok * n_in) : (void *)scratch;
+    float *xr = scratch + amx_bf16_prep_bytes(n_in) / sizeof(float) + 1;      /* BF16: [n_tok][n_in] */
+    if (q8) {
+        for (int t = 0; t < n_tok; t++)
+            quantize_act_q8(X + (size_t)t * n_in, n_in, xq + (size_t)t * n_in, xd + (size_t)t * nb);
+        amx_q8_0_prepare(xq, xd, n_in, n_tok, prep);
+    } else {
+        amx_bf16_prepare(X, n_in, n_tok, prep);
+    }
+    void (*tiles)(const void *, size_t, int, int, const void *, int, float *, int) =
+        q8 ? amx_q8_0_rows_x_tokens : amx_bf16_rows_x_tokens;
     #pragma omp parallel
     {
         const int nt = omp_get_num_threads(), it = omp_get_thread_num();
         const int g0 = (int)((long)n16 * it / nt), g1 = (int)((long)n16 * (it + 1) / nt);
         if (g1 > g0)
-            amx_q8_0_rows_x_tokens(base + (size_t)g0 * 16 * rb, rb, 16 * (g1 - g0), n_in, prep, n_tok,
-                                   Y + (size_t)g0 * 16, n_out);
+            tiles(base + (size_t)g0 * 16 * rb, rb, 16 * (g1 - g0), n_in, prep, n_tok, Y + (size_t)g0 * 16, n_out);
     }
+    if (16 * n16 == n_out)
+        return;
+    if (!q8)
+        for (long i = 0; i < (long)n_tok * n_in; i++)
+            xr[i] = bf16_to_f32(f32_to_bf16(X[i]));
     for (int o = 16 * n16; o < n_out; o++)
-        for (int t = 0; t < n_tok; t++)
-            Y[(size_t)t * n_out + o] = dot_q8_0_act(base + (size_t)o * rb, xq + (size_t)t * n_in,
-                                                    xd + (size_t)t * nb, n_in);
+        for (int t = 0; t < n_tok; t++) {
+            const char *row = base + (size_t)o * rb;
+            Y[(size_t)t * n_out + o] = q8 ? dot_q8_0_act(row, xq + (size_t)t * n_in, xd + (size_t)t * nb, n_in)
+                                          : dot_row_fast(GGML_BF16, row, xr + (size_t)t * n_in, n_in);
+        }
 }
 
 /* 2 <= n_tok <= mm_small_max with AVX-512: f32 weights go to the kernel as
@@ -299,7 +315,8 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
         }
         return;
     }
-    if (W->type == GGML_Q8_0 && n_tok <= 16 && mm_int8_batches && simd_amx()) {
+    if (n_tok <= 16 && mm_decode_step &&
+        ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && n_in % 32 == 0 && simd_amx_bf16()))) {
         matmul_small_amx(Y, W, X, n_tok, scratch);
         return;
     }

@@ -56,13 +56,15 @@ long matmul_scratch_floats(const weight *W, int n_tok);
 /* Tuning and tests: batches of up to n_tok tokens (default 16) take the
  * small-batch kernel instead of sgemm; 1 turns it off. */
 void matmul_set_small_max(int n_tok);
-/* Q8_0 weights always meet int8 activations for one token (quantized per
- * block of 32, as llama.cpp does). On: also for 2..16 tokens, where the
- * AMX kernel then runs (when the CPU has it). The engine turns it on for
- * decode passes (every sequence one token), so a sequence decoded in a
- * batch sees the same int8 inputs as decoded alone, and off for prompts,
- * which keep f32 activations. Per calling thread; default off. */
-void matmul_set_int8_batches(bool on);
+/* Decode steps (the engine turns this on for passes where every sequence
+ * adds one token, off for prompts; per calling thread, default off).
+ * Q8_0 weights always meet int8 activations for one token (quantized per
+ * block of 32, as llama.cpp does); in a decode step also for 2..16 tokens,
+ * where the AMX kernel then runs, so a sequence decoded in a batch sees the
+ * same int8 inputs as decoded alone. BF16 weights in a decode step of
+ * 2..16 tokens on AMX-BF16 meet activations rounded to bf16 (as llama.cpp
+ * rounds them for every BF16 product); one token keeps f32 activations. */
+void matmul_set_decode_step(bool on);
 
 /* C = alpha * op(A) op(B) + beta * C, row-major, op = transpose if ta/tb.
  * A is M x K after op, B is K x N after op. The one place BLAS is called. */

@@ -23,9 +23,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "quant.h"
 #include "simd512.h"
 
-#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
+#define AMX __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -40,8 +41,13 @@ enum { QK = 32, BLK = 34 };     /* Q8_0: 32 weights and an f16 scale per block *
 #ifndef AMX_PF
 #define AMX_PF 8
 #endif
+/* the same for BF16 rows, in 64-byte chunks (not measured separately) */
+#ifndef AMX_PF_BF16
+#define AMX_PF_BF16 4
+#endif
 
 static bool amx_ok;             /* set once at startup, read-only after */
+static bool amx_bf16_ok;
 static bool amx_on;
 
 __attribute__((constructor)) static void simd_amx_init(void)
@@ -56,7 +62,13 @@ __attribute__((constructor)) static void simd_amx_init(void)
     /* Linux hands out the 8 KiB tile state only on request (5.16+);
      * without it the first tile instruction would kill the process */
     amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    amx_bf16_ok = amx_ok && __builtin_cpu_supports("amx-bf16");
     amx_on = amx_ok;
+}
+
+bool simd_amx_bf16(void)
+{
+    return amx_bf16_ok && simd_amx();
 }
 
 bool simd_amx(void)
@@ -179,6 +191,75 @@ AMX void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
         for (int r = 0; r < 16; r++) {          /* acc[r] lane t -> Y[t][r0 + r] */
             float v[16];
             _mm512_storeu_ps(v, acc[r]);
+            for (int t = 0; t < n_tok; t++)
+                Y[(size_t)t * ldy + r0 + r] = v[t];
+        }
+    }
+    _tile_release();
+}
+
+/* ------------------------------------------------------------------ */
+/* BF16 weights x bf16 activations                                      */
+
+/* prep: [n_in / 32] B tiles of 16 rows x 64 bytes: row k2, bytes
+ * 4t .. 4t + 3 = activations 2 k2 and 2 k2 + 1 of token t as bf16 (the
+ * pairs TDPBF16PS multiplies) */
+size_t amx_bf16_prep_bytes(int n_in)
+{
+    return (size_t)n_in / 32 * 1024 + 64;
+}
+
+void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep)
+{
+    const int nc = n_in / 32;
+    uint16_t *bt = prep;
+    memset(prep, 0, (size_t)nc * 1024);
+    for (int t = 0; t < n_tok; t++)
+        for (int c = 0; c < nc; c++)
+            for (int k = 0; k < 32; k++)
+                bt[(size_t)c * 512 + (k / 2) * 32 + 2 * t + k % 2] = f32_to_bf16(X[(size_t)t * n_in + 32 * c + k]);
+}
+
+AMX void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
+                                int n_tok, float *Y, int ldy)
+{
+    const int nc = n_in / 32;
+    const char *bt = prep;
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 6; i++) {              /* C0, C1 16 x 16 f32; A0, A1 16 x 32 bf16; B0, B1 */
+        cfg.rows[i] = 16;
+        cfg.colsb[i] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    float c0[256] __attribute__((aligned(64))), c1[256] __attribute__((aligned(64)));
+    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+        const char *base = (const char *)W + (size_t)r0 * row_bytes;
+        _tile_zero(0);
+        _tile_zero(1);
+        int c = 0;
+        for (; c + 2 <= nc; c += 2) {           /* two accumulators: even and odd chunks */
+            if (c + AMX_PF_BF16 < nc)
+                for (int r = 0; r < 16; r++)
+                    _mm_prefetch(base + (size_t)r * row_bytes + (size_t)(c + AMX_PF_BF16) * 64, _MM_HINT_T0);
+            _tile_loadd(2, base + (size_t)c * 64, row_bytes);
+            _tile_loadd(4, bt + (size_t)c * 1024, 64);
+            _tile_dpbf16ps(0, 2, 4);
+            _tile_loadd(3, base + (size_t)(c + 1) * 64, row_bytes);
+            _tile_loadd(5, bt + (size_t)(c + 1) * 1024, 64);
+            _tile_dpbf16ps(1, 3, 5);
+        }
+        if (c < nc) {
+            _tile_loadd(2, base + (size_t)c * 64, row_bytes);
+            _tile_loadd(4, bt + (size_t)c * 1024, 64);
+            _tile_dpbf16ps(0, 2, 4);
+        }
+        _tile_stored(0, c0, 64);
+        _tile_stored(1, c1, 64);
+        for (int r = 0; r < 16; r++) {          /* C[r] lane t -> Y[t][r0 + r] */
+            float v[16];
+            _mm512_storeu_ps(v, _mm512_add_ps(_mm512_load_ps(c0 + 16 * r), _mm512_load_ps(c1 + 16 * r)));
             for (int t = 0; t < n_tok; t++)
                 Y[(size_t)t * ldy + r0 + r] = v[t];
         }

@@ -48,4 +48,20 @@ void amx_q8_0_prepare(const int8_t *xq, const float *xd, int n_in, int n_tok, vo
 void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
                             int n_tok, float *Y, int ldy);
 
+/* ---- BF16 weights ----
+ * true when simd_amx() is and the CPU also has AMX-BF16 */
+bool simd_amx_bf16(void);
+size_t amx_bf16_prep_bytes(int n_in);
+/* n_tok <= 16 tokens of f32 activations (token t at X + t * n_in, n_in a
+ * multiple of 32) rounded to bf16 (nearest even) and laid out as B tiles;
+ * tokens n_tok..15 are zero */
+void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep);
+/* Y[t * ldy + r] = sum_i w[r][i] bf16(x[t][i]) for r < n_rows (a multiple
+ * of 16), t < n_tok: rows of n_in bf16 weights row_bytes apart. TDPBF16PS
+ * forms each product of two bf16 exactly and adds in f32; odd and even
+ * 32-wide chunks go to two accumulators, added at the end. ref: dot_row()
+ * of the row with the rounded activations. */
+void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
+                            int n_tok, float *Y, int ldy);
+
 #endif

@@ -33,12 +33,19 @@ static uint32_t rnd(void)
     return rng_state >> 8;
 }
 
-static bool have_amx(void)
+/* the kernel's availability, or print what is skipped */
+static bool have(bool available, const char *what)
 {
-    if (simd_amx())
-        return true;
-    printf("    skipped: no AMX (or HYSERVE_SIMD=avx2/0)\n");
-    return false;
+    if (!available)
+        printf("    skipped: no %s (or HYSERVE_SIMD=avx2/0)\n", what);
+    return available;
+}
+
+/* |got - exact| within twice gamma(n) sum |terms| (Higham 3.1, u = 2^-24) */
+static bool within(double got, double exact, double mag, int n)
+{
+    const double u = 0x1p-24, g = n * u / (1.0 - n * u);
+    return fabs(got - exact) <= 2.0 * g * mag + 1e-30;
 }
 
 /* IEEE half -> double from the bit fields */
@@ -108,10 +115,9 @@ static int check_shape(int n_in, int n_rows, int n_tok)
                 exact += term;
                 mag += fabs(term);
             }
-            const double u = 0x1p-24, g = (nb + 2) * u / (1.0 - (nb + 2) * u);
-            if (!(fabs(got - exact) <= 2.0 * g * mag + 1e-30)) {
-                test_fail(__FILE__, __LINE__, "n_in %d rows %d tokens %d: Y[%d][%d] = %.9g, exact %.9g (tol %.3g)",
-                          n_in, n_rows, n_tok, t, r, got, exact, 2.0 * g * mag);
+            if (!within(got, exact, mag, nb + 2)) {
+                test_fail(__FILE__, __LINE__, "n_in %d rows %d tokens %d: Y[%d][%d] = %.9g, exact %.9g", n_in,
+                          n_rows, n_tok, t, r, got, exact);
                 bad = 1;
             }
         }
@@ -121,7 +127,7 @@ static int check_shape(int n_in, int n_rows, int n_tok)
 
 TEST(test_amx_q8_0_tiles_match_the_integer_definition)
 {
-    if (!have_amx())
+    if (!have(simd_amx(), "AMX"))
         return;
     static const int shapes[][3] = {
         { 32, 16, 2 }, { 64, 16, 16 }, { 96, 32, 5 }, { 1024, 48, 16 }, { 1024, 16, 1 },
@@ -140,7 +146,7 @@ TEST(test_amx_q8_0_tiles_match_the_integer_definition)
  * without a partial tile of 16 rows. */
 TEST(test_amx_batched_q8_0_matmul_equals_one_token_products)
 {
-    if (!have_amx())
+    if (!have(simd_amx(), "AMX"))
         return;
     static const int n_outs[] = { 64, 70 };
     rng_state = 6;
@@ -161,9 +167,9 @@ TEST(test_amx_batched_q8_0_matmul_equals_one_token_products)
         for (int i = 0; i < n_in * n_tok; i++)
             X[i] = ((float)(rnd() % 2001) - 1000.0f) / 500.0f;
         weight W = { .data = data, .type = GGML_Q8_0, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
-        matmul_set_int8_batches(true);
+        matmul_set_decode_step(true);
         matmul(Yb, &W, X, n_tok, scratch);
-        matmul_set_int8_batches(false);
+        matmul_set_decode_step(false);
         const int nb = n_in / 32;
         int8_t *q = malloc(n_in);
         float *d = malloc(sizeof(float) * nb);
@@ -199,4 +205,95 @@ TEST(test_amx_batched_q8_0_matmul_equals_one_token_products)
         free(wf); free(X); free(Yb); free(Y1); free(data); free(scratch); free(q); free(d);
     }
     CHECK(!bad);
+}
+
+/* ---- BF16 ---------------------------------------------------------- */
+
+/* bf16 bits -> double, and f32 -> bf16 by round to nearest even, written
+ * here from the format (the top 16 bits of an IEEE single) */
+static double bf16_value(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t bf16_rne(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint32_t low = u & 0xffffu, keep = u >> 16;
+    return (uint16_t)(low > 0x8000u || (low == 0x8000u && (keep & 1u)) ? keep + 1 : keep);
+}
+
+/* Each output against sum_i w_i bf16(x_i) in double: the products of two
+ * bf16 are exact in f32, the kernel adds n terms in f32 in some order, so
+ * it is within gamma(n) sum |terms|; twice that is the tolerance. For the
+ * short rows (n = 32: 4e-6 of sum |terms|) a kernel that skipped or
+ * truncated the rounding of x (errors up to 2^-9 per term) falls outside.
+ * Through matmul() in a decode step with a partial tile (n_out 70) the
+ * tail rows are checked the same way. */
+static int check_bf16(int n_in, int n_out, int n_tok, bool via_matmul)
+{
+    const size_t rb = (size_t)n_in * 2;
+    uint16_t *W = malloc(rb * n_out);
+    float *X = malloc(sizeof(float) * n_in * n_tok), *Y = malloc(sizeof(float) * (size_t)(n_tok + 1) * (n_out + 3));
+    void *prep = aligned_alloc(64, (amx_bf16_prep_bytes(n_in) + 63) / 64 * 64);
+    float *scratch = malloc(sizeof(float) * 64 * (size_t)n_in * 4 + 64);
+    const int ldy = via_matmul ? n_out : n_out + 3;
+    for (int i = 0; i < n_in * n_out; i++)
+        W[i] = bf16_rne(((float)(rnd() % 2001) - 1000.0f) / 1000.0f);
+    for (int i = 0; i < n_in * n_tok; i++)
+        X[i] = ((float)(rnd() % 200001) - 100000.0f) / 31337.0f;      /* many bits below bf16's */
+    for (int i = 0; i < (n_tok + 1) * (n_out + 3); i++)
+        Y[i] = -777.0f;
+    if (via_matmul) {
+        weight Wt = { .data = W, .type = GGML_BF16, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+        matmul_set_decode_step(true);
+        matmul(Y, &Wt, X, n_tok, scratch);
+        matmul_set_decode_step(false);
+    } else {
+        amx_bf16_prepare(X, n_in, n_tok, prep);
+        amx_bf16_rows_x_tokens(W, rb, n_out, n_in, prep, n_tok, Y, ldy);
+    }
+    int bad = 0;
+    for (int t = 0; t < n_tok && !bad; t++)
+        for (int r = 0; r < ldy && !bad; r++) {
+            const float got = Y[(size_t)t * ldy + r];
+            if (r >= n_out) {
+                if (got != -777.0f) {
+                    test_fail(__FILE__, __LINE__, "bf16 %dx%d: wrote outside at [%d][%d]", n_out, n_in, t, r);
+                    bad = 1;
+                }
+                continue;
+            }
+            double exact = 0.0, mag = 0.0;
+            for (int i = 0; i < n_in; i++) {
+                const double term = bf16_value(W[(size_t)r * n_in + i]) * bf16_value(bf16_rne(X[(size_t)t * n_in + i]));
+                exact += term;
+                mag += fabs(term);
+            }
+            if (!within(got, exact, mag, n_in + 2)) {
+                test_fail(__FILE__, __LINE__, "bf16 %dx%d tokens %d%s: Y[%d][%d] = %.9g, exact %.9g", n_out, n_in,
+                          n_tok, via_matmul ? " (matmul)" : "", t, r, got, exact);
+                bad = 1;
+            }
+        }
+    free(W); free(X); free(Y); free(prep); free(scratch);
+    return bad;
+}
+
+TEST(test_amx_bf16_tiles_match_the_rounded_definition)
+{
+    if (!have(simd_amx_bf16(), "AMX-BF16"))
+        return;
+    rng_state = 9;
+    ops_set_threads(2);
+    CHECK(!check_bf16(32, 16, 2, false));
+    CHECK(!check_bf16(64, 32, 16, false));
+    CHECK(!check_bf16(96, 16, 5, false));          /* an odd number of 32-wide chunks */
+    CHECK(!check_bf16(1024, 48, 9, false));
+    CHECK(!check_bf16(1024, 70, 16, true));        /* matmul: tiles + 6 tail rows */
+    CHECK(!check_bf16(256, 64, 3, true));
 }
