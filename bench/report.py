@@ -92,7 +92,7 @@ def main(argv):
                    "bytes_per_token": d["bytes_per_token"], "gb_s": g, "limit_gb_s": lim,
                    "fraction": g / lim if lim else None}
             der["decode"].append(row)
-            dec[(d["threads"], d["ctx"])] = row
+            dec[(d["threads"], d["ctx"])] = dict(row, tok_s_one_page=d.get("tok_s_one_page", {}).get("median"))
         for th in (1, 2):
             a, b = dec.get((th, 0)), dec.get((th, 8192))
             if a and b and bw.get(th):
@@ -100,7 +100,7 @@ def main(argv):
                 t0, t8 = 1.0 / a["tok_s"], 1.0 / b["tok_s"]
                 extra = (b["ctx_mean"] - a["ctx_mean"]) * m["kv_bytes_per_token"]
                 pred = t0 + extra / (bw[th] * 1e9)
-                one = b.get("tok_s_one_page", {}).get("median")
+                one = b["tok_s_one_page"]
                 der["context"].append({"dtype": dt, "threads": th, "ms_ctx0": 1e3 * t0, "ms_ctx8k": 1e3 * t8,
                                        "ms_predicted": 1e3 * pred, "measured_over_predicted": t8 / pred,
                                        "ms_ctx8k_one_page": 1e3 / one if one else None})

@@ -248,13 +248,24 @@ static void matvec(float *restrict Y, const weight *W, const float *restrict X, 
  * stays in L2 while every token passes over it. */
 #define MM_SMALL_ROWS 48
 
-/* Decode steps of 2..16 tokens on AMX (see matmul_set_decode_step): the
- * activations are prepared once as tiles - Q8_0: quantized to int8 per
+/* At most this many tokens per call of matmul_small_amx: its scratch
+ * (below) then fits the smallest small-batch scratch (64 n_in floats). */
+#define AMX_MAX_TOK 64
+
+/* true when a decode step of n_tok tokens on W takes the AMX tiles */
+static bool amx_step(const weight *W, int n_tok)
+{
+    return mm_decode_step && n_tok > 1 &&
+           ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && W->n_in % 32 == 0 && simd_amx_bf16()));
+}
+
+/* Decode steps of 2..AMX_MAX_TOK tokens on AMX (see matmul_set_decode_step):
+ * the activations are prepared once as tiles - Q8_0: quantized to int8 per
  * token as for one token (quantize_act_q8); BF16: rounded to bf16 - then
  * tiles of 16 rows are split between the threads. Rows past the last
- * multiple of 16 dot the same prepared activations. Scratch (about
- * 100 n_in bytes of the small-batch scratch): Q8_0 scales, int8
- * activations, tiles; BF16 tiles, then the rounded activations as floats. */
+ * multiple of 16 dot the same prepared activations. Scratch, at most
+ * 144 n_in + 64 bytes for 64 tokens: Q8_0 scales, int8 activations, tiles;
+ * BF16 tiles, then one token's rounded activations as floats. */
 static void matmul_small_amx(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                              float *scratch)
 {
@@ -265,7 +276,7 @@ static void matmul_small_amx(float *restrict Y, const weight *W, const float *re
     float *xd = scratch;                                    /* Q8_0: [n_tok][nb] */
     int8_t *xq = (int8_t *)(xd + (size_t)n_tok * nb);       /* Q8_0: [n_tok][n_in] */
     void *prep = q8 ? (void *)(xq + (size_t)n_tok * n_in) : (void *)scratch;
-    float *xr = scratch + amx_bf16_prep_bytes(n_in) / sizeof(float) + 1;      /* BF16: [n_tok][n_in] */
+    float *xr = scratch + amx_bf16_prep_bytes(n_in, n_tok) / sizeof(float) + 1;   /* BF16: [n_in] */
     if (q8) {
         for (int t = 0; t < n_tok; t++)
             quantize_act_q8(X + (size_t)t * n_in, n_in, xq + (size_t)t * n_in, xd + (size_t)t * nb);
@@ -282,17 +293,16 @@ static void matmul_small_amx(float *restrict Y, const weight *W, const float *re
         if (g1 > g0)
             tiles(base + (size_t)g0 * 16 * rb, rb, 16 * (g1 - g0), n_in, prep, n_tok, Y + (size_t)g0 * 16, n_out);
     }
-    if (16 * n16 == n_out)
-        return;
-    if (!q8)
-        for (long i = 0; i < (long)n_tok * n_in; i++)
-            xr[i] = bf16_to_f32(f32_to_bf16(X[i]));
-    for (int o = 16 * n16; o < n_out; o++)
-        for (int t = 0; t < n_tok; t++) {
+    for (int t = 0; t < n_tok && 16 * n16 < n_out; t++) {
+        if (!q8)
+            for (int i = 0; i < n_in; i++)
+                xr[i] = bf16_to_f32(f32_to_bf16(X[(size_t)t * n_in + i]));
+        for (int o = 16 * n16; o < n_out; o++) {
             const char *row = base + (size_t)o * rb;
             Y[(size_t)t * n_out + o] = q8 ? dot_q8_0_act(row, xq + (size_t)t * n_in, xd + (size_t)t * nb, n_in)
-                                          : dot_row_fast(GGML_BF16, row, xr + (size_t)t * n_in, n_in);
+                                          : dot_row_fast(GGML_BF16, row, xr, n_in);
         }
+    }
 }
 
 /* 2 <= n_tok <= mm_small_max with AVX-512: f32 weights go to the kernel as
@@ -313,11 +323,6 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
                 avx512_rows_x_tokens((const float *)(base + (size_t)r0 * rb), n_in, r1 - r0, X, n_in, n_tok, n_in,
                                      Y + r0, n_out);
         }
-        return;
-    }
-    if (n_tok <= 16 && mm_decode_step &&
-        ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && n_in % 32 == 0 && simd_amx_bf16()))) {
-        matmul_small_amx(Y, W, X, n_tok, scratch);
         return;
     }
     const int n_blk = (n_out + MM_SMALL_ROWS - 1) / MM_SMALL_ROWS;
@@ -365,6 +370,12 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
     const int n_in = W->n_in, n_out = W->n_out;
     if (n_tok == 1) {
         matvec(Y, W, X, scratch);
+        return;
+    }
+    if (amx_step(W, n_tok)) {
+        for (int t0 = 0; t0 < n_tok; t0 += AMX_MAX_TOK)
+            matmul_small_amx(Y + (size_t)t0 * n_out, W, X + (size_t)t0 * n_in,
+                             n_tok - t0 < AMX_MAX_TOK ? n_tok - t0 : AMX_MAX_TOK, scratch);
         return;
     }
     if (n_tok <= mm_small_max && simd_avx512()) {

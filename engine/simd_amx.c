@@ -81,30 +81,38 @@ void simd_set_amx(bool on)
     amx_on = on && amx_ok;
 }
 
-/* prep: [nb] B tiles of 8 rows x 64 bytes (row k4, bytes 4t..4t+3 =
- * activations 4 k4 .. 4 k4 + 3 of token t: the layout TDPBSSD reads), then
- * [nb][16] float scales dx[t][b] */
-size_t amx_q8_0_prep_bytes(int n_in)
+/* prep, per group of 16 tokens: [nb] B tiles of 8 rows x 64 bytes (row
+ * k4, bytes 4t..4t+3 = activations 4 k4 .. 4 k4 + 3 of token t: the layout
+ * TDPBSSD reads), then [nb][16] float scales dx[t][b] */
+static size_t q8_group_bytes(int n_in)
 {
     const size_t nb = (size_t)n_in / QK;
-    return nb * 512 + nb * 16 * sizeof(float) + 64;
+    return nb * 512 + nb * 16 * sizeof(float);
+}
+
+size_t amx_q8_0_prep_bytes(int n_in, int n_tok)
+{
+    return (size_t)((n_tok + 15) / 16) * q8_group_bytes(n_in) + 64;
 }
 
 void amx_q8_0_prepare(const int8_t *xq, const float *xd, int n_in, int n_tok, void *prep)
 {
     const int nb = n_in / QK;
-    int8_t *bt = prep;
-    float *sx = (float *)(bt + (size_t)nb * 512);
-    memset(prep, 0, (size_t)nb * 512);
-    for (int t = 0; t < n_tok; t++) {
-        const int8_t *q = xq + (size_t)t * n_in;
+    for (int g = 0; 16 * g < n_tok; g++) {
+        const int nt = n_tok - 16 * g < 16 ? n_tok - 16 * g : 16;
+        int8_t *bt = (int8_t *)prep + (size_t)g * q8_group_bytes(n_in);
+        float *sx = (float *)(bt + (size_t)nb * 512);
+        memset(bt, 0, (size_t)nb * 512);
+        for (int t = 0; t < nt; t++) {
+            const int8_t *q = xq + (size_t)(16 * g + t) * n_in;
+            for (int b = 0; b < nb; b++)
+                for (int k4 = 0; k4 < QK / 4; k4++)
+                    memcpy(bt + (size_t)b * 512 + k4 * 64 + 4 * t, q + b * QK + 4 * k4, 4);
+        }
         for (int b = 0; b < nb; b++)
-            for (int k4 = 0; k4 < QK / 4; k4++)
-                memcpy(bt + (size_t)b * 512 + k4 * 64 + 4 * t, q + b * QK + 4 * k4, 4);
+            for (int t = 0; t < 16; t++)
+                sx[(size_t)b * 16 + t] = t < nt ? xd[(size_t)(16 * g + t) * nb + b] : 0.0f;
     }
-    for (int b = 0; b < nb; b++)
-        for (int t = 0; t < 16; t++)
-            sx[(size_t)b * 16 + t] = t < n_tok ? xd[(size_t)t * nb + b] : 0.0f;
 }
 
 typedef struct {
@@ -135,8 +143,6 @@ AMX void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
                                 int n_tok, float *Y, int ldy)
 {
     const int nb = n_in / QK;
-    const int8_t *bt = prep;
-    const float *sx = (const float *)(bt + (size_t)nb * 512);
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -156,14 +162,18 @@ AMX void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
     int32_t c0[256] __attribute__((aligned(64))), c1[256] __attribute__((aligned(64)));
     const __m512i row_off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                _mm512_set1_epi32((int)row_bytes));
-    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+    for (int r0 = 0; r0 < n_rows; r0 += 16)
+    for (int g = 0; 16 * g < n_tok; g++) {     /* groups of 16 tokens reuse the rows from cache */
         const char *base = (const char *)W + (size_t)r0 * row_bytes;
+        const int8_t *bt = (const int8_t *)prep + (size_t)g * q8_group_bytes(n_in);
+        const float *sx = (const float *)(bt + (size_t)nb * 512);
+        const int nt = n_tok - 16 * g < 16 ? n_tok - 16 * g : 16;
         __m512 acc[16];
         for (int r = 0; r < 16; r++)
             acc[r] = _mm512_setzero_ps();
         int b = 0;
         for (; b + 2 <= nb; b += 2) {
-            if (b + AMX_PF < nb)                /* each row's line AMX_PF blocks ahead */
+            if (g == 0 && b + AMX_PF < nb)      /* each row's line AMX_PF blocks ahead */
                 for (int r = 0; r < 16; r++)
                     _mm_prefetch(base + (size_t)r * row_bytes + (size_t)(b + AMX_PF) * BLK, _MM_HINT_T0);
             _tile_zero(0);
@@ -188,11 +198,11 @@ AMX void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
             _tile_stored(0, c0, 64);
             SCALE_ROWS(c0, row_scales(base + (size_t)b * BLK, row_off), _mm512_loadu_ps(sx + (size_t)b * 16));
         }
-        for (int r = 0; r < 16; r++) {          /* acc[r] lane t -> Y[t][r0 + r] */
+        for (int r = 0; r < 16; r++) {          /* acc[r] lane t -> Y[16 g + t][r0 + r] */
             float v[16];
             _mm512_storeu_ps(v, acc[r]);
-            for (int t = 0; t < n_tok; t++)
-                Y[(size_t)t * ldy + r0 + r] = v[t];
+            for (int t = 0; t < nt; t++)
+                Y[(size_t)(16 * g + t) * ldy + r0 + r] = v[t];
         }
     }
     _tile_release();
@@ -201,30 +211,33 @@ AMX void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
 /* ------------------------------------------------------------------ */
 /* BF16 weights x bf16 activations                                      */
 
-/* prep: [n_in / 32] B tiles of 16 rows x 64 bytes: row k2, bytes
- * 4t .. 4t + 3 = activations 2 k2 and 2 k2 + 1 of token t as bf16 (the
- * pairs TDPBF16PS multiplies) */
-size_t amx_bf16_prep_bytes(int n_in)
+/* prep, per group of 16 tokens: [n_in / 32] B tiles of 16 rows x 64
+ * bytes: row k2, bytes 4t .. 4t + 3 = activations 2 k2 and 2 k2 + 1 of
+ * token t as bf16 (the pairs TDPBF16PS multiplies) */
+size_t amx_bf16_prep_bytes(int n_in, int n_tok)
 {
-    return (size_t)n_in / 32 * 1024 + 64;
+    return (size_t)((n_tok + 15) / 16) * ((size_t)n_in / 32 * 1024) + 64;
 }
 
 void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep)
 {
     const int nc = n_in / 32;
-    uint16_t *bt = prep;
-    memset(prep, 0, (size_t)nc * 1024);
-    for (int t = 0; t < n_tok; t++)
-        for (int c = 0; c < nc; c++)
-            for (int k = 0; k < 32; k++)
-                bt[(size_t)c * 512 + (k / 2) * 32 + 2 * t + k % 2] = f32_to_bf16(X[(size_t)t * n_in + 32 * c + k]);
+    for (int g = 0; 16 * g < n_tok; g++) {
+        const int nt = n_tok - 16 * g < 16 ? n_tok - 16 * g : 16;
+        uint16_t *bt = (uint16_t *)prep + (size_t)g * nc * 512;
+        memset(bt, 0, (size_t)nc * 1024);
+        for (int t = 0; t < nt; t++)
+            for (int c = 0; c < nc; c++)
+                for (int k = 0; k < 32; k++)
+                    bt[(size_t)c * 512 + (k / 2) * 32 + 2 * t + k % 2] =
+                        f32_to_bf16(X[(size_t)(16 * g + t) * n_in + 32 * c + k]);
+    }
 }
 
 AMX void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
                                 int n_tok, float *Y, int ldy)
 {
     const int nc = n_in / 32;
-    const char *bt = prep;
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -234,13 +247,16 @@ AMX void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
     }
     _tile_loadconfig(&cfg);
     float c0[256] __attribute__((aligned(64))), c1[256] __attribute__((aligned(64)));
-    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+    for (int r0 = 0; r0 < n_rows; r0 += 16)
+    for (int g = 0; 16 * g < n_tok; g++) {     /* groups of 16 tokens reuse the rows from cache */
         const char *base = (const char *)W + (size_t)r0 * row_bytes;
+        const char *bt = (const char *)prep + (size_t)g * nc * 1024;
+        const int nt = n_tok - 16 * g < 16 ? n_tok - 16 * g : 16;
         _tile_zero(0);
         _tile_zero(1);
         int c = 0;
         for (; c + 2 <= nc; c += 2) {           /* two accumulators: even and odd chunks */
-            if (c + AMX_PF_BF16 < nc)
+            if (g == 0 && c + AMX_PF_BF16 < nc)
                 for (int r = 0; r < 16; r++)
                     _mm_prefetch(base + (size_t)r * row_bytes + (size_t)(c + AMX_PF_BF16) * 64, _MM_HINT_T0);
             _tile_loadd(2, base + (size_t)c * 64, row_bytes);
@@ -257,11 +273,11 @@ AMX void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
         }
         _tile_stored(0, c0, 64);
         _tile_stored(1, c1, 64);
-        for (int r = 0; r < 16; r++) {          /* C[r] lane t -> Y[t][r0 + r] */
+        for (int r = 0; r < 16; r++) {          /* C[r] lane t -> Y[16 g + t][r0 + r] */
             float v[16];
             _mm512_storeu_ps(v, _mm512_add_ps(_mm512_load_ps(c0 + 16 * r), _mm512_load_ps(c1 + 16 * r)));
-            for (int t = 0; t < n_tok; t++)
-                Y[(size_t)t * ldy + r0 + r] = v[t];
+            for (int t = 0; t < nt; t++)
+                Y[(size_t)(16 * g + t) * ldy + r0 + r] = v[t];
         }
     }
     _tile_release();

@@ -28,19 +28,21 @@ bool simd_amx(void);
 /* Tests: turn the AMX path off (false) or back on (when available). */
 void simd_set_amx(bool on);
 
-/* Bytes of shared scratch amx_q8_0_prepare needs for n_in inputs. */
-size_t amx_q8_0_prep_bytes(int n_in);
+/* Bytes of shared scratch amx_q8_0_prepare needs for n_tok tokens of n_in
+ * inputs (18 n_in per group of 16 tokens, plus 64). */
+size_t amx_q8_0_prep_bytes(int n_in, int n_tok);
 
-/* Lay out n_tok <= 16 tokens of int8 activations (xq: token t at
- * xq + t * n_in, scales xd + t * (n_in / 32), from quantize_act_q8) as the
- * B tiles of the product: prep gets amx_q8_0_prep_bytes(n_in) bytes,
- * 64-byte aligned. Tokens n_tok..15 are zero. Once per matmul, before the
- * threads split the rows. */
+/* Lay out n_tok tokens of int8 activations (xq: token t at xq + t * n_in,
+ * scales xd + t * (n_in / 32), from quantize_act_q8) as the B tiles of the
+ * product, in groups of 16 tokens (the last group padded with zeros):
+ * prep gets amx_q8_0_prep_bytes(n_in, n_tok) bytes. Once per matmul,
+ * before the threads split the rows. */
 void amx_q8_0_prepare(const int8_t *xq, const float *xd, int n_in, int n_tok, void *prep);
 
 /* Y[t * ldy + r] = sum_b dw[r][b] dx[t][b] sum_j w[r][b][j] q[t][b][j] for
  * r < n_rows (a multiple of 16), t < n_tok: rows of Q8_0 blocks row_bytes
- * apart from W, activations from amx_q8_0_prepare. The block sums are
+ * apart from W, activations from amx_q8_0_prepare. Each 16-row tile meets
+ * every group of 16 tokens while its rows are in cache. The block sums are
  * exact integers (TDPBSSD); each is scaled in float and summed over the
  * blocks in order. Thread-safe: each calling thread loads its own tile
  * configuration and releases it. ref: dot_q8_0_act_ref() in quant.c per
@@ -51,10 +53,10 @@ void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_i
 /* ---- BF16 weights ----
  * true when simd_amx() is and the CPU also has AMX-BF16 */
 bool simd_amx_bf16(void);
-size_t amx_bf16_prep_bytes(int n_in);
-/* n_tok <= 16 tokens of f32 activations (token t at X + t * n_in, n_in a
- * multiple of 32) rounded to bf16 (nearest even) and laid out as B tiles;
- * tokens n_tok..15 are zero */
+size_t amx_bf16_prep_bytes(int n_in, int n_tok);  /* 32 n_in per group of 16 tokens, plus 64 */
+/* n_tok tokens of f32 activations (token t at X + t * n_in, n_in a
+ * multiple of 32) rounded to bf16 (nearest even) and laid out as B tiles
+ * in groups of 16 tokens, the last one padded with zeros */
 void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep);
 /* Y[t * ldy + r] = sum_i w[r][i] bf16(x[t][i]) for r < n_rows (a multiple
  * of 16), t < n_tok: rows of n_in bf16 weights row_bytes apart. TDPBF16PS

@@ -71,7 +71,7 @@ static int check_shape(int n_in, int n_rows, int n_tok)
     uint8_t *W = malloc(rb * n_rows);
     int8_t *xq = malloc((size_t)n_tok * n_in);
     float *xd = malloc(sizeof(float) * n_tok * nb);
-    void *prep = aligned_alloc(64, (amx_q8_0_prep_bytes(n_in) + 63) / 64 * 64);
+    void *prep = aligned_alloc(64, (amx_q8_0_prep_bytes(n_in, n_tok) + 63) / 64 * 64);
     float *Y = malloc(sizeof(float) * (size_t)(n_tok + 1) * ldy);
     for (int r = 0; r < n_rows; r++)
         for (int b = 0; b < nb; b++) {
@@ -131,7 +131,7 @@ TEST(test_amx_q8_0_tiles_match_the_integer_definition)
         return;
     static const int shapes[][3] = {
         { 32, 16, 2 }, { 64, 16, 16 }, { 96, 32, 5 }, { 1024, 48, 16 }, { 1024, 16, 1 },
-        { 3584, 32, 9 }, { 2048, 64, 3 },
+        { 3584, 32, 9 }, { 2048, 64, 3 }, { 1024, 32, 40 }, { 64, 16, 33 },     /* groups of 16 tokens */
     };
     rng_state = 5;
     int bad = 0;
@@ -148,17 +148,20 @@ TEST(test_amx_batched_q8_0_matmul_equals_one_token_products)
 {
     if (!have(simd_amx(), "AMX"))
         return;
-    static const int n_outs[] = { 64, 70 };
+    static const int n_outs[] = { 64, 70 }, n_toks[] = { 16, 70 };     /* 70 tokens: calls of 64 + 6 */
     rng_state = 6;
     ops_set_threads(2);
     int bad = 0;
     for (size_t k = 0; k < 2 && !bad; k++) {
-        const int n_in = 1024, n_out = n_outs[k], n_tok = 16;
+        const int n_in = 1024, n_out = n_outs[k], n_tok = n_toks[k];
         const size_t rb = (size_t)n_in / 32 * 34;
         float *wf = malloc(sizeof(float) * n_in), *X = malloc(sizeof(float) * n_in * n_tok);
         float *Yb = malloc(sizeof(float) * n_out * n_tok), *Y1 = malloc(sizeof(float) * n_out);
         char *data = malloc(rb * n_out);
-        float *scratch = malloc(sizeof(float) * 64 * (size_t)n_in * 4 + 64);
+        /* the smallest scratch matmul may be given (one thread's share):
+         * the AMX path's shared scratch must fit it; AddressSanitizer
+         * checks the bound in the SANITIZE build */
+        float *scratch = malloc(sizeof(float) * 64 * (size_t)n_in);
         for (int o = 0; o < n_out; o++) {
             for (int i = 0; i < n_in; i++)
                 wf[i] = ((float)(rnd() % 2001) - 1000.0f) / 3000.0f;
@@ -239,8 +242,8 @@ static int check_bf16(int n_in, int n_out, int n_tok, bool via_matmul)
     const size_t rb = (size_t)n_in * 2;
     uint16_t *W = malloc(rb * n_out);
     float *X = malloc(sizeof(float) * n_in * n_tok), *Y = malloc(sizeof(float) * (size_t)(n_tok + 1) * (n_out + 3));
-    void *prep = aligned_alloc(64, (amx_bf16_prep_bytes(n_in) + 63) / 64 * 64);
-    float *scratch = malloc(sizeof(float) * 64 * (size_t)n_in * 4 + 64);
+    void *prep = aligned_alloc(64, (amx_bf16_prep_bytes(n_in, n_tok) + 63) / 64 * 64);
+    float *scratch = malloc(sizeof(float) * 64 * (size_t)n_in);     /* one thread's share, as above */
     const int ldy = via_matmul ? n_out : n_out + 3;
     for (int i = 0; i < n_in * n_out; i++)
         W[i] = bf16_rne(((float)(rnd() % 2001) - 1000.0f) / 1000.0f);
@@ -296,4 +299,6 @@ TEST(test_amx_bf16_tiles_match_the_rounded_definition)
     CHECK(!check_bf16(1024, 48, 9, false));
     CHECK(!check_bf16(1024, 70, 16, true));        /* matmul: tiles + 6 tail rows */
     CHECK(!check_bf16(256, 64, 3, true));
+    CHECK(!check_bf16(128, 70, 70, true));         /* 70 tokens: calls of 64 + 6, groups of 16 */
+    CHECK(!check_bf16(64, 32, 20, false));
 }
