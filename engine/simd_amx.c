@@ -1,6 +1,6 @@
-/* simd_amx.c - the AMX kernel declared in simd_amx.h.
+/* simd_amx.c - the AMX kernels declared in simd_amx.h.
  *
- * Why tiles: a batch of 16 sequences makes every weight row meet 16
+ * Why tiles: a decode step of 16 sequences makes every weight row meet 16
  * tokens, so decoding turns from a bandwidth problem into an arithmetic
  * one. With f32 arithmetic (decode Q8_0 to floats, then AVX-512 FMAs) the
  * decoding alone was 15% of a 16-sequence Q8_0 step and the products 27%
@@ -8,12 +8,17 @@
  * int8 tile of activations into 16 x 16 int32 sums in one instruction, on
  * the weights as they sit in the file (a block's 32 bytes, rows row_bytes
  * apart, are exactly a tile with that stride), so nothing is decoded.
+ * TDPBF16PS does the same for BF16 rows (32 weights per 64 bytes) with
+ * f32 sums.
  *
- * Per 16-row tile, per block b: C = A_b B_b (exact int32, |C| <= 32 * 128
- * * 127 < 2^24, so exact as float too); then for each row r
+ * Q8_0, per 16-row tile, per block b: C = A_b B_b (exact int32, |C| <=
+ * 32 * 128 * 127 < 2^24, so exact as float too); then for each row r
  * acc[r][:] += float(C[r][:]) * (dw[r][b] * dx[:][b]), with acc[r] one
  * AVX-512 register of 16 tokens. Two C tiles alternate between even and
- * odd blocks so one product runs while the other is scaled.
+ * odd blocks so one product runs while the other is scaled. BF16: the C
+ * tiles accumulate over the whole row, no scaling. More than 16 tokens:
+ * each 16-row tile meets every group of 16 while its rows are in cache,
+ * so the weights still stream from memory once per call.
  */
 #include "simd_amx.h"
 

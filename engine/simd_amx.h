@@ -1,18 +1,21 @@
-/* simd_amx.h - Intel AMX (tile) fast path for Q8_0 weights in small batches.
+/* simd_amx.h - Intel AMX (tile) fast paths for Q8_0 and BF16 weights in
+ * decode steps of several sequences.
  *
- * Owns: the AMX feature check and the per-process permission request
+ * Owns: the AMX feature checks and the per-process permission request
  * (Linux arch_prctl ARCH_REQ_XCOMP_PERM for the tile data, once, in a
- * constructor), and the Q8_0 rows x tokens product on int8 tiles declared
- * here. Does not own: choosing the kernel per shape (ops.c calls it for
- * 2..16 tokens when simd_amx() says so) or quantizing the activations
- * (quant.c: quantize_act_q8, the same int8 activations the one-token
- * matrix-vector product uses, so a sequence decoded alone or in a batch
- * sees the same int8 inputs).
+ * constructor), laying out activations as tiles, and the rows x tokens
+ * products on int8 (Q8_0) and bf16 tiles declared here. Does not own:
+ * choosing the kernel per shape (ops.c calls these for decode steps of 2
+ * or more tokens, see matmul_set_decode_step) or quantizing the
+ * activations (quant.c: quantize_act_q8, the same int8 activations the
+ * one-token matrix-vector product uses, so a sequence decoded alone or in
+ * a batch sees the same int8 inputs).
  *
  * HYSERVE_SIMD=avx2 or =0 turns AMX off, as it turns off AVX-512.
  * ref: Intel Architecture Instruction Set Extensions Programming Reference,
- * chapter 3 (AMX: LDTILECFG palette 1, TILELOADD, TDPBSSD, TILESTORED);
- * Linux Documentation/arch/x86/xstate.rst (ARCH_REQ_XCOMP_PERM).
+ * chapter 3 (AMX: LDTILECFG palette 1, TILELOADD, TDPBSSD, TDPBF16PS,
+ * TILESTORED); Linux Documentation/arch/x86/xstate.rst
+ * (ARCH_REQ_XCOMP_PERM).
  */
 #ifndef HYSERVE_SIMD_AMX_H
 #define HYSERVE_SIMD_AMX_H
