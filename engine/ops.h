@@ -59,11 +59,12 @@ void matmul_set_small_max(int n_tok);
 /* Decode steps (the engine turns this on for passes where every sequence
  * adds one token, off for prompts; per calling thread, default off).
  * Q8_0 weights always meet int8 activations for one token (quantized per
- * block of 32, as llama.cpp does); in a decode step also for 2..16 tokens,
- * where the AMX kernel then runs, so a sequence decoded in a batch sees the
- * same int8 inputs as decoded alone. BF16 weights in a decode step of
- * 2..16 tokens on AMX-BF16 meet activations rounded to bf16 (as llama.cpp
- * rounds them for every BF16 product); one token keeps f32 activations. */
+ * block of 32, as llama.cpp does); on CPUs with AMX, in a decode step of
+ * several tokens too, on int8 tiles, so a sequence decoded in a batch sees
+ * the same int8 inputs as decoded alone. BF16 weights in a decode step of
+ * several tokens on AMX-BF16 meet activations rounded to bf16 (as
+ * llama.cpp rounds them for every BF16 product); one token keeps f32
+ * activations. Without AMX, batches keep f32 activations. */
 void matmul_set_decode_step(bool on);
 
 /* C = alpha * op(A) op(B) + beta * C, row-major, op = transpose if ta/tb.
