@@ -109,6 +109,12 @@ fi
 # ---- server: TTFT, ITL and aggregate tokens/s over HTTP ----
 SDT=q8_0
 case " $DTYPES " in *" q8_0 "*) ;; *) SDT=$(echo "$DTYPES" | cut -d' ' -f1) ;; esac
+# decode-only steps and engine seconds so far, from the server's /stats
+sched_snap() {
+    "$PYTHON" -c 'import json, sys, urllib.request
+s = json.load(urllib.request.urlopen("http://127.0.0.1:%s/stats" % sys.argv[1]))["scheduler"]
+print(s["decode_steps_total"], s["decode_forward_seconds_total"])' "$1" 2>/dev/null || echo "0 0"
+}
 server_part() {
     port=$((18000 + $$ % 1000))
     "$HYSERVE" serve -m "$MODELS/q35-$SDT.gguf" --port "$port" -t 2 --config /dev/null \
@@ -126,16 +132,23 @@ server_part() {
     if [ "$QUICK" = 1 ]; then set -- "1 1 32" "8 1 16" "32 1 8"
     else set -- "1 3 128" "8 2 64" "32 1 64"; fi
     runs=
+    eng1=null
     for spec in "$@"; do
         set -- $spec
+        before=$(sched_snap "$port")
         "$SBIN" --port "$port" --clients "$1" --requests "$2" --max-new "$3" -o "$TMP/srv_$1.json" ||
             log "server run with $1 clients had errors"
+        after=$(sched_snap "$port")
         runs="$runs${runs:+, }$(cat "$TMP/srv_$1.json")"
+        # the server's own engine time per decode-only step during the
+        # 1-client run: one token per step, measured in the same run
+        [ "$1" = 1 ] && eng1=$(echo "$before $after" |
+            awk '{ n = $3 - $1; if (n > 0) printf "%.6f", 1e3 * ($4 - $2) / n; else printf "null" }')
     done
     kill "$SRV_PID"
     wait "$SRV_PID" 2>/dev/null
     SRV_PID=
-    printf '{"dtype": "%s", "threads": 2, "runs": [%s]}\n' "$SDT" "$runs"
+    printf '{"dtype": "%s", "threads": 2, "engine_decode_ms_1_client": %s, "runs": [%s]}\n' "$SDT" "$eng1" "$runs"
 }
 if ! skip server; then
     if "$HYSERVE" serve --help > /dev/null 2>&1; then

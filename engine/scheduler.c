@@ -824,7 +824,9 @@ static void sched_step(sched *s)
         return;
     }
 
+    const double t_fwd = now_s();
     int frc = engine_forward(s->e, s->items, n, err, sizeof(err));
+    const double fwd_s = now_s() - t_fwd;
     if (frc == 0) {
         for (int i = 0; i < n; i++)
             rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
@@ -852,6 +854,10 @@ static void sched_step(sched *s)
         s->st.batch_decode_max = n_decode;
     if (n_decode > 0 && n_prefill_tok > 0)
         s->st.mixed_steps_total++;
+    if (frc == 0 && n_prefill_tok == 0) {
+        s->st.decode_steps_total++;
+        s->st.decode_forward_seconds += fwd_s;
+    }
     for (int i = 0; i < n; i++) {
         sched_req *r = s->item_req[i];
         r->pub_n_fed = r->n_fed;

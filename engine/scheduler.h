@@ -171,6 +171,8 @@ typedef struct sched_stats {
     int batch_seqs_max;             /* most sequences in one step so far */
     int batch_decode_max;           /* most decoding sequences in one step so far */
     uint64_t mixed_steps_total;     /* steps that decoded some sequences and prefilled others */
+    uint64_t decode_steps_total;    /* steps that only decoded (one token per sequence) */
+    double decode_forward_seconds;  /* time inside engine_forward in those steps */
     uint64_t prompt_tokens_total;   /* prefilled */
     uint64_t generation_tokens_total;
     uint64_t admitted_total, finished_total, cancelled_total, failed_total;

@@ -249,6 +249,9 @@ char *metrics_prometheus(server *srv)
     prom_gauge(&s, "hyserve_batch_size_last", "sequences in the last engine step", st.batch_seqs_last);
     prom_gauge(&s, "hyserve_batch_size_max", "most sequences in one engine step", st.batch_seqs_max);
     prom_counter(&s, "hyserve_engine_steps_total", "engine forward steps", (double)st.steps_total);
+    prom_counter(&s, "hyserve_engine_decode_steps_total", "engine steps that only decoded", (double)st.decode_steps_total);
+    prom_counter(&s, "hyserve_engine_decode_seconds_total", "time inside the engine in decode-only steps",
+                 st.decode_forward_seconds);
     prom_counter(&s, "hyserve_prompt_tokens_total", "prompt tokens prefilled", (double)st.prompt_tokens_total);
     prom_counter(&s, "hyserve_generation_tokens_total", "tokens generated", (double)st.generation_tokens_total);
     prom_counter(&s, "hyserve_cached_tokens_total", "prompt tokens served from a prefix cache", 0);
@@ -482,6 +485,8 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(sc, "batch_size_max", st.batch_seqs_max);
     cJSON_AddNumberToObject(sc, "batch_decode_max", st.batch_decode_max);
     cJSON_AddNumberToObject(sc, "mixed_steps_total", (double)st.mixed_steps_total);
+    cJSON_AddNumberToObject(sc, "decode_steps_total", (double)st.decode_steps_total);
+    cJSON_AddNumberToObject(sc, "decode_forward_seconds_total", st.decode_forward_seconds);
     cJSON_AddNumberToObject(sc, "prefill_chunk", srv->cfg->prefill_chunk);
     cJSON_AddNumberToObject(sc, "batch_size_mean",
                             st.steps_total ? (double)st.batch_seqs_total / (double)st.steps_total : 0.0);

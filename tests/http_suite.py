@@ -227,7 +227,7 @@ def test_basic_routes(srv):
     txt = b.decode()
     check("GET /metrics is Prometheus text", st == 200 and h["content-type"].startswith("text/plain")
           and "hyserve_requests_running" in txt and "hyserve_time_to_first_token_seconds_bucket" in txt
-          and "hyserve_cache_reserved_bytes" in txt, txt[:200])
+          and "hyserve_cache_reserved_bytes" in txt and "hyserve_engine_decode_seconds_total" in txt, txt[:200])
     s = srv.stats()
     check("GET /stats has scheduler, pools, requests, layout",
           all(k in s for k in ("scheduler", "pools", "requests", "model", "totals"))
@@ -510,6 +510,12 @@ def test_concurrency(srv):
     steps = after["steps_total"] - before["steps_total"]
     check(f"batched: {n}x120 tokens took {steps} engine steps (< 2x one request)", steps < 2 * 130,
           f"steps {steps}, {dt:.2f}s")
+    # decode-only steps and the engine time inside them: counted, and the
+    # engine time is part of (never more than) the wall time of the run
+    dsteps = after["decode_steps_total"] - before["decode_steps_total"]
+    dsec = after["decode_forward_seconds_total"] - before["decode_forward_seconds_total"]
+    check(f"/stats counts decode-only steps ({dsteps}) and their engine time ({dsec:.2f}s of {dt:.2f}s)",
+          0 < dsteps <= steps and 0 < dsec < dt, f"{after}")
 
 
 def test_chunked_prefill(srv):
