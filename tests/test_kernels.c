@@ -571,6 +571,8 @@ TEST(test_kernel_gqa_decode_and_tiled_attention_match_the_reference)
             check_attn(kt, 8, 2, 256, 1, 51, 16, 1 << 30, &failed);
             check_attn(kt, 8, 2, 64, 2, 1021, 16, 1 << 30, &failed);
             check_attn(kt, 6, 2, 64, 1, 1000, 7, 1 << 30, &failed);
+            check_attn(kt, 2, 2, 64, 1, 300, 16, 1 << 30, &failed);   /* MHA: groups of one */
+            check_attn(kt, 4, 2, 32, 2, 100, 16, 1 << 30, &failed);   /* groups of two */
             check_attn(kt, 8, 2, 256, 70, 0, 16, 1, &failed);
             check_attn(kt, 8, 2, 256, 37, 101, 16, 1, &failed);
             check_attn(kt, 4, 4, 64, 100, 5, 7, 1, &failed);
