@@ -302,3 +302,60 @@ TEST(test_amx_bf16_tiles_match_the_rounded_definition)
     CHECK(!check_bf16(128, 70, 70, true));         /* 70 tokens: calls of 64 + 6, groups of 16 */
     CHECK(!check_bf16(64, 32, 20, false));
 }
+
+/* The prepared tiles bit for bit: dword j * 16 + t of chunk c (group g) is
+ * bf16(x[2j]) | bf16(x[2j + 1]) << 16 of token 16 g + t, zero past the
+ * last token. Inputs include ties in both directions, the largest finite
+ * floats (which round to infinity), infinities, subnormals, -0 and NaNs
+ * (which must stay NaNs of the same sign). */
+static int check_bf16_layout(int n_in, int n_tok)
+{
+    static const uint32_t special[] = { 0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu, 0xff7fffffu,
+                                        0x7f800000u, 0xff800000u, 0x00000001u, 0x80008000u, 0x00018000u,
+                                        0x80000000u, 0x7fc00000u, 0xff800001u, 0x7f80ffffu, 0x3f80ffffu };
+    const int nc = n_in / 32, ns = (int)(sizeof special / sizeof special[0]);
+    float *X = malloc(sizeof(float) * n_in * n_tok);
+    const size_t bytes = amx_bf16_prep_bytes(n_in, n_tok);
+    uint32_t *prep = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    memset(prep, 0xa5, bytes);
+    for (int i = 0; i < n_in * n_tok; i++) {
+        uint32_t u = rnd() % 3 == 0 ? special[rnd() % ns] : (rnd() << 8) ^ rnd();
+        memcpy(&X[i], &u, 4);
+    }
+    amx_bf16_prepare(X, n_in, n_tok, prep);
+    int bad = 0;
+    for (int g = 0; 16 * g < n_tok && !bad; g++)
+        for (int c = 0; c < nc && !bad; c++)
+            for (int j = 0; j < 16 && !bad; j++)
+                for (int t = 0; t < 16 && !bad; t++) {
+                    const uint32_t got = prep[((size_t)g * nc + c) * 256 + 16 * j + t];
+                    uint32_t want = 0;
+                    const int tok = 16 * g + t;
+                    for (int h = 0; h < 2 && tok < n_tok; h++) {
+                        const float x = X[(size_t)tok * n_in + 32 * c + 2 * j + h];
+                        uint32_t u;
+                        memcpy(&u, &x, 4);
+                        /* a NaN keeps its sign and top payload bits, quiet bit set */
+                        want |= (isnan(x) ? (u >> 16) | 0x40u : bf16_rne(x)) << (16 * h);
+                    }
+                    if (got != want) {
+                        test_fail(__FILE__, __LINE__, "bf16 layout n_in %d tokens %d: group %d chunk %d pair %d "
+                                  "token %d: %08x, want %08x", n_in, n_tok, g, c, j, t, got, want);
+                        bad = 1;
+                    }
+                }
+    free(X);
+    free(prep);
+    return bad;
+}
+
+TEST(test_amx_bf16_prepare_lays_out_rounded_activations_bit_for_bit)
+{
+    if (!have(simd_amx_bf16(), "AMX-BF16"))
+        return;
+    rng_state = 21;
+    CHECK(!check_bf16_layout(32, 1));
+    CHECK(!check_bf16_layout(64, 16));
+    CHECK(!check_bf16_layout(96, 17));           /* a second group of one token */
+    CHECK(!check_bf16_layout(1024, 40));
+}
