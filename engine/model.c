@@ -161,6 +161,24 @@ static float *bind_vec(loader *ld, const char *name, int n)
     return bind_vec2(ld, name, n, 1);
 }
 
+/* The file's conv taps are [channel][K]; the conv runs over channels
+ * innermost, so they are kept as [K][channel]. */
+static void transpose_taps(loader *ld, float **w, int K, int n_ch)
+{
+    if (ld->failed || !*w)
+        return;
+    float *t = malloc(sizeof(float) * (size_t)K * (size_t)n_ch);
+    if (!t) {
+        ld_fail(ld, "out of memory");
+        return;
+    }
+    for (int c = 0; c < n_ch; c++)
+        for (int j = 0; j < K; j++)
+            t[(size_t)j * n_ch + c] = (*w)[(size_t)c * K + j];
+    free(*w);
+    *w = t;
+}
+
 /* Layer kinds: explicit per-layer array, else the interval rule. */
 static void read_layout(loader *ld)
 {
@@ -464,7 +482,8 @@ static void bind_tensors(loader *ld, enum arch a)
                 bind_w(ld, &L->wb, TN("ssm_beta.weight"), E, NV);
                 bind_w(ld, &L->wa, TN("ssm_alpha.weight"), E, NV);
             }
-            L->conv1d = bind_vec2(ld, TN("ssm_conv1d.weight"), m->ssm_k, m->conv_dim);
+            L->conv1d_t = bind_vec2(ld, TN("ssm_conv1d.weight"), m->ssm_k, m->conv_dim);
+            transpose_taps(ld, &L->conv1d_t, m->ssm_k, m->conv_dim);
             L->dt_bias = bind_vec(ld, TN("ssm_dt.bias"), NV);
             L->ssm_a = bind_vec(ld, TN("ssm_a"), NV);
             L->ssm_norm = bind_vec(ld, TN("ssm_norm.weight"), DV);
@@ -596,7 +615,7 @@ void model_free(model *m)
             free(L->post_norm);
             free(L->q_norm);
             free(L->k_norm);
-            free(L->conv1d);
+            free(L->conv1d_t);
             free(L->dt_bias);
             free(L->ssm_a);
             free(L->ssm_norm);

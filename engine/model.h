@@ -40,7 +40,7 @@ typedef struct layer {
     weight wqkv;                /* n_embd -> conv_dim = 2*n_k*d_k + n_v*d_v */
     weight wz;                  /* n_embd -> n_v*d_v (attn_gate) */
     weight wb, wa;              /* n_embd -> n_v (ssm_beta, ssm_alpha) */
-    float *conv1d;              /* [conv_dim][K] */
+    float *conv1d_t;            /* [K][conv_dim]: the file's taps transposed at load */
     float *dt_bias;             /* [n_v] */
     float *ssm_a;               /* [n_v] = -exp(A_log) */
     float *ssm_norm;            /* [d_v] gated RMSNorm weight, shared by heads */
