@@ -32,6 +32,7 @@
 #include "ops.h"
 #include "quant.h"
 #include "simd.h"
+#include "simd_amx.h"
 
 #define MAX_REPS 32
 
@@ -124,13 +125,13 @@ static void json_machine(FILE *f)
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     fprintf(f, "\"machine\": {\"cpu\": \"%s\", \"n_procs\": %d, \"l3_bytes\": %ld, "
                "\"avx2\": %s, \"fma\": %s, \"f16c\": %s, \"avx512f\": %s, "
-               "\"openblas\": \"%s\", \"openblas_core\": \"%s\"}",
+               "\"openblas\": \"%s\", \"openblas_core\": \"%s\", \"kernels\": \"%s\"}",
             cpu, omp_get_num_procs(), l3,
             __builtin_cpu_supports("avx2") ? "true" : "false",
             __builtin_cpu_supports("fma") ? "true" : "false",
             __builtin_cpu_supports("f16c") ? "true" : "false",
             __builtin_cpu_supports("avx512f") ? "true" : "false",
-            openblas_get_config(), openblas_get_corename());
+            openblas_get_config(), openblas_get_corename(), simd_name());
 }
 
 /* ------------------------------------------------------------------ */
@@ -555,52 +556,71 @@ static void json_decode(FILE *f, bench_engine *b, const char *dtype, const eng_o
     fprintf(f, "]");
 }
 
-/* B sequences decoding together: each gets a 16-token prompt (one batched
- * forward), then every step is one engine_forward of B single-token items. */
+/* B sequences decoding together: each group of B gets a 16-token prompt
+ * (one batched forward), then every step is one engine_forward of B
+ * single-token items. The groups (1, 4, 16, 64 sequences) are all alive at
+ * once and take turns, a segment of steps each per repetition, so "x one
+ * sequence" compares figures taken under the same conditions (the VM's
+ * bandwidth drifts over minutes). */
+#define BATCHED_MAX_GROUPS 4
+#define BATCHED_MAX_SEQS 85             /* 1 + 4 + 16 + 64 */
 static void json_batched(FILE *f, bench_engine *b, int threads, const eng_opts *o)
 {
     static const int full_b[] = { 1, 4, 16, 64 }, quick_b[] = { 1, 4, 16 };
     const int *bs = o->quick ? quick_b : full_b;
-    const int nb = o->quick ? 3 : 4, prompt = 16;
+    const int ng = o->quick ? 3 : 4, prompt = 16;
     const int steps = o->quick ? 4 : 8, reps = o->quick ? 1 : 3, warm = 2;
+    const int NV = b->info->n_vocab;
+    int seqs[BATCHED_MAX_SEQS], first[BATCHED_MAX_GROUPS];
+    engine_batch_item it[BATCHED_MAX_SEQS];
+    int32_t tok[BATCHED_MAX_SEQS];
+    stats st[BATCHED_MAX_GROUPS];
+    char err[256];
+    float *lg = malloc(sizeof(float) * BATCHED_MAX_SEQS * (size_t)NV);
+    if (!lg) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
     engine_set_threads(b->e, threads);
-    fprintf(f, "\"batched\": [");
-    for (int i = 0; i < nb; i++) {
-        int B = bs[i];
-        int seqs[64];
-        engine_batch_item it[64];
-        int32_t tok[64];
-        char err[256];
-        for (int j = 0; j < B; j++) {
+    int n = 0;
+    for (int g = 0; g < ng; g++) {
+        first[g] = n;
+        memset(&st[g], 0, sizeof st[g]);
+        for (int j = n; j < n + bs[g]; j++) {
             seqs[j] = be_seq(b, prompt + warm + reps * steps + 1);
-            it[j] = (engine_batch_item){ .seq = seqs[j], .tokens = b->toks + 7 * j, .n_tokens = prompt,
-                                         .logits = ENGINE_LOGITS_LAST,
-                                         .out = b->logits + (size_t)j * b->info->n_vocab };
+            it[j] = (engine_batch_item){ .seq = seqs[j], .tokens = b->toks + 7 * (j - n), .n_tokens = prompt,
+                                         .logits = ENGINE_LOGITS_LAST, .out = lg + (size_t)j * NV };
         }
-        must(engine_forward(b->e, it, B, err, sizeof err), "batched prompt", err);
-        stats st = {0};
-        for (int r = -1; r < reps; r++) {
-            int n_steps = r < 0 ? warm : steps;
+        must(engine_forward(b->e, it + n, bs[g], err, sizeof err), "batched prompt", err);
+        n += bs[g];
+    }
+    for (int r = -1; r < reps; r++)
+        for (int g = 0; g < ng; g++) {
+            const int B = bs[g], j0 = first[g], n_steps = r < 0 ? warm : steps;
             double t0 = now_s();
             for (int k = 0; k < n_steps; k++) {
-                for (int j = 0; j < B; j++) {
-                    tok[j] = (int32_t)argmax(b->logits + (size_t)j * b->info->n_vocab, b->info->n_vocab);
+                for (int j = j0; j < j0 + B; j++) {
+                    tok[j] = (int32_t)argmax(lg + (size_t)j * NV, NV);
                     it[j].tokens = &tok[j];
                     it[j].n_tokens = 1;
                 }
-                must(engine_forward(b->e, it, B, err, sizeof err), "batched step", err);
+                must(engine_forward(b->e, it + j0, B, err, sizeof err), "batched step", err);
             }
             if (r >= 0)
-                st_add(&st, now_s() - t0);
+                st_add(&st[g], now_s() - t0);
         }
-        for (int j = 0; j < B; j++)
-            engine_seq_free(b->e, seqs[j]);
-        fprintf(f, "%s{\"seqs\": %d, \"threads\": %d, \"steps\": %d, ", i ? ", " : "", B, threads, steps);
-        json_rate(f, "tok_s", &st, (double)B * steps);
+    for (int j = 0; j < n; j++)
+        engine_seq_free(b->e, seqs[j]);
+    free(lg);
+    fprintf(f, "\"batched\": [");
+    for (int g = 0; g < ng; g++) {
+        fprintf(f, "%s{\"seqs\": %d, \"threads\": %d, \"steps\": %d, \"alternating\": true, ", g ? ", " : "",
+                bs[g], threads, steps);
+        json_rate(f, "tok_s", &st[g], (double)bs[g] * steps);
         fprintf(f, "}");
-        fflush(f);
     }
     fprintf(f, "]");
+    fflush(f);
 }
 
 static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_opts *o)
@@ -621,7 +641,7 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
         fprintf(f, t < 2 ? ", " : "");
     }
     fprintf(f, "]},\n");
-    if (be_open(&b, path, n_ctx, 64, ENGINE_DNET_AUTO) != 0)
+    if (be_open(&b, path, n_ctx, BATCHED_MAX_SEQS + 8, ENGINE_DNET_AUTO) != 0)
         return 1;
     const engine_info *in = b.info;
     fprintf(f, "\"dtype\": \"%s\", \"file\": \"%s\", \"n_params\": %llu, \"weight_bytes\": %llu, "
@@ -632,6 +652,10 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
             (unsigned long long)in->kv_bytes_per_token, (unsigned long long)in->dnet_state_bytes_per_seq,
             (unsigned long long)in->dnet_conv_bytes_per_seq, in->n_layer, in->n_attn_layers,
             in->n_embd, in->n_vocab);
+    /* decode steps of several sequences multiply on AMX tiles (int8 or
+     * bf16 products) for these types, not in fp32 */
+    const bool amx = (!strcmp(dtype, "q8_0") && simd_amx()) || (!strcmp(dtype, "bf16") && simd_amx_bf16());
+    fprintf(f, "\"batched_on_amx\": %s,\n", amx ? "true" : "false");
     fprintf(f, "\"threads\": [");
     for (int t = 1; t <= 2 && want(o, "prefill"); t++) {
         fprintf(f, "%s{\"threads\": %d, ", t > 1 ? ",\n" : "", t);

@@ -128,14 +128,14 @@ def main(argv):
         # equal bandwidth n sequences can be at most n B(1) / B(n) times
         # one. fp32: n tokens cost n * 2 FLOP per parameter; at the run's
         # 2-thread sgemm rate that caps the step for kernels that multiply
-        # in fp32 (all but Q8_0 on AMX).
+        # in fp32 (not Q8_0 and BF16 on AMX, which multiply in int8 and bf16).
         per_seq = 2 * m.get("dnet_state_bytes_per_seq", 0) + 2 * m.get("dnet_conv_bytes_per_seq", 0) + \
             30 * m.get("kv_bytes_per_token", 0)
         wb = m.get("weight_bytes", 0)
         for s, r in sorted(bat.items()):
             bytes_cap = s * (wb + per_seq) / (wb + s * per_seq) if wb else None
             fp32_cap = None
-            if one and gemm.get(r["threads"]) and m.get("n_params"):
+            if one and gemm.get(r["threads"]) and m.get("n_params") and not m.get("batched_on_amx"):
                 fp32_cap = gemm[r["threads"]] * 1e9 / (2.0 * m["n_params"]) / one["tok_s"]["median"]
             der["batched"].append({"dtype": dt, "seqs": s, "threads": r["threads"], "tok_s": r["tok_s"]["median"],
                                    "spread_pct": r["tok_s"]["spread_pct"],
@@ -205,10 +205,11 @@ def render(res):
     lim = res.get("limits")
     if lim:
         mch = lim["machine"]
-        w("Machine: %s, %d CPUs, L3 %.0f MiB, AVX2 %s, FMA %s, F16C %s; OpenBLAS core %s%s.\n" % (
+        w("Machine: %s, %d CPUs, L3 %.0f MiB, AVX2 %s, FMA %s, F16C %s; OpenBLAS core %s%s; hyserve kernels %s.\n" % (
             mch["cpu"], mch["n_procs"], mch["l3_bytes"] / 2**20, yn(mch["avx2"]), yn(mch["fma"]), yn(mch["f16c"]),
             mch["openblas_core"],
-            " (OPENBLAS_CORETYPE=%s)" % res["env"]["OPENBLAS_CORETYPE"] if res.get("env", {}).get("OPENBLAS_CORETYPE") else ""))
+            " (OPENBLAS_CORETYPE=%s)" % res["env"]["OPENBLAS_CORETYPE"] if res.get("env", {}).get("OPENBLAS_CORETYPE") else "",
+            mch.get("kernels", "?")))
         w("Load average before / after: %s / %s (a busy machine makes every figure noisy).\n" % (
             res.get("env", {}).get("loadavg_start", "?"), res.get("env", {}).get("loadavg_end", "?")))
         w("## Limits (measured in this run; best of the repetitions)\n")
@@ -259,7 +260,7 @@ def render(res):
         w("Ceilings on \"x one\" that no kernel can pass: *bytes* if every step ran at the same bandwidth "
           "(weights once per step, each sequence's DeltaNet state and conv window read and written); "
           "*fp32* if the products ran at the run's 2-thread sgemm rate with one sequence at its measured "
-          "speed (Q8_0 on AMX multiplies in int8 and is not bound by it).\n")
+          "speed (Q8_0 and BF16 on AMX multiply in int8 and bf16 and are not bound by it; shown as -).\n")
         w("| weights | sequences | tok/s | spread | x one sequence | bytes ceiling | fp32 ceiling |")
         w("|---|---|---|---|---|---|---|")
         for r in der["batched"]:
