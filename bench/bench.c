@@ -482,6 +482,81 @@ static void json_prefill(FILE *f, bench_engine *b, int threads, const eng_opts *
     fprintf(f, "]");
 }
 
+/* A limit for the KV reads of decode at a long context: K and V of every
+ * attention layer and KV head of one ctx-token sequence, read with no
+ * arithmetic but a sum, from a cache with the engine's layout (pages of
+ * page_tokens tokens, f32) and in the engine's order: a thread per KV head
+ * at a time, each reading two pages at once (k and k + half, as the
+ * decode kernel does). The triad counts three pure streams; this is what
+ * the same bytes cost in the cache's own layout. */
+typedef struct kv_reader {
+    cache c;
+    int seq, ctx, n_layers, n_kv, hd, page;
+    double bytes;
+} kv_reader;
+
+static int kv_reader_init(kv_reader *r, const engine_info *in, int ctx)
+{
+    cache_layout l = { .n_layers = in->n_layer, .n_attn = in->n_attn_layers, .n_kv = in->n_head_kv,
+                       .head_dim = in->head_dim, .n_head = in->n_head, .page_tokens = in->page_tokens,
+                       .n_ctx = ctx, .max_seqs = 1 };
+    if (in->n_attn_layers <= 0 || cache_init(&r->c, &l) != 0)
+        return -1;
+    r->seq = cache_seq_new(&r->c);
+    if (r->seq < 0 || cache_reserve(&r->c, r->seq, ctx) != 0) {
+        cache_deinit(&r->c);
+        return -1;
+    }
+    cache_seq *sq = cache_get(&r->c, r->seq);
+    r->ctx = ctx, r->n_layers = in->n_attn_layers, r->n_kv = in->n_head_kv, r->hd = in->head_dim;
+    r->page = r->c.page_tokens;
+    for (int la = 0; la < r->n_layers; la++)
+        for (int kv = 0; kv < 2; kv++)
+            for (int h = 0; h < r->n_kv; h++)
+                for (int t = 0; t < ctx; t++) {
+                    float *row = cache_kv(&r->c, sq, la, kv, h, t);
+                    for (int i = 0; i < r->hd; i++)
+                        row[i] = 1e-3f * (float)((t + i) % 17);
+                }
+    sq->n_past = ctx;
+    r->bytes = 2.0 * r->n_layers * r->n_kv * (double)ctx * r->hd * sizeof(float);
+    return 0;
+}
+
+static float sum_two(const float *restrict a, const float *restrict b, int n)
+{
+    float s = 0.0f;
+    #pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++)
+        s += a[i] + b[i];
+    return s;
+}
+
+static volatile float kv_sink;
+
+/* seconds for one read of the whole sequence */
+static double kv_read_once(kv_reader *r)
+{
+    const cache_seq *sq = cache_get_const(&r->c, r->seq);
+    const int P = r->page, np = (r->ctx + P - 1) / P, half = np / 2, rows = P * r->hd;
+    double t0 = now_s();
+    float tot = 0.0f;
+    #pragma omp parallel for schedule(dynamic, 1) reduction(+ : tot)
+    for (int h = 0; h < r->n_kv; h++)
+        for (int la = 0; la < r->n_layers; la++)
+            for (int kv = 0; kv < 2; kv++) {
+                for (int k = 0; k < half; k++)
+                    tot += sum_two(cache_kv(&r->c, sq, la, kv, h, k * P), cache_kv(&r->c, sq, la, kv, h, (k + half) * P),
+                                   rows);
+                if (np % 2) {
+                    const float *last = cache_kv(&r->c, sq, la, kv, h, (np - 1) * P);
+                    tot += sum_two(last, last, (r->ctx - (np - 1) * P) * r->hd);
+                }
+            }
+    kv_sink = tot;
+    return now_s() - t0;
+}
+
 /* Decode 128 new tokens after ctx tokens, at 1 and 2 threads, timed as 4
  * segments of 32 tokens (the repetitions: median and spread are over the
  * segments). The context is filled once by a real prefill at 2 threads;
@@ -504,6 +579,8 @@ static void json_decode(FILE *f, bench_engine *b, const char *dtype, const eng_o
          * so the 0-context time the prediction starts from is taken under
          * the same conditions (the VM's bandwidth drifts over minutes) */
         const int s0 = ctx >= 8192 ? be_seq(b, 2 * (2 * warm + 2 * n_new) + 1) : -1;
+        kv_reader kvr;
+        const bool have_kvr = ctx >= 8192 && kv_reader_init(&kvr, b->info, ctx) == 0;
         engine_set_threads(b->e, 2);
         double fill_s = 0.0;
         if (ctx > 0)
@@ -529,10 +606,16 @@ static void json_decode(FILE *f, bench_engine *b, const char *dtype, const eng_o
                 /* the same steps with attention reading one page at a
                  * time (the layout before pairs), and the short sequence,
                  * alternated segment by segment with the long one */
-                stats one = {0}, near0 = {0}, again = {0};
+                stats one = {0}, near0 = {0}, again = {0}, rd = {0};
                 (void)be_decode(b, s0, warm);
                 const int pos_near0 = engine_seq_len(b->e, s0);
+                if (have_kvr) {
+                    ops_set_threads(threads);
+                    (void)kv_read_once(&kvr);
+                }
                 for (int r = 0; r < n_seg; r++) {
+                    if (have_kvr)
+                        st_add(&rd, kv_read_once(&kvr));
                     st_add(&near0, be_decode(b, s0, seg));
                     attn_set_decode_pairs(false);
                     st_add(&one, be_decode(b, s, seg));
@@ -545,6 +628,10 @@ static void json_decode(FILE *f, bench_engine *b, const char *dtype, const eng_o
                 json_rate(f, "tok_s_alternating", &again, seg);
                 fprintf(f, ", \"near0_ctx_mean\": %.1f, ", pos_near0 + (n_new - 1) / 2.0);
                 json_rate(f, "tok_s_near0_alternating", &near0, seg);
+                if (have_kvr) {
+                    fprintf(f, ", ");
+                    json_rate(f, "kv_read_gb_s", &rd, kvr.bytes / 1e9);
+                }
             }
             fprintf(f, "}");
             fflush(f);
@@ -552,6 +639,8 @@ static void json_decode(FILE *f, bench_engine *b, const char *dtype, const eng_o
         engine_seq_free(b->e, s);
         if (s0 >= 0)
             engine_seq_free(b->e, s0);
+        if (have_kvr)
+            cache_deinit(&kvr.c);
     }
     fprintf(f, "]");
 }

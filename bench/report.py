@@ -99,7 +99,8 @@ def main(argv):
             dec[(d["threads"], d["ctx"])] = dict(row, tok_s_one_page=d.get("tok_s_one_page", {}).get("median"),
                                                  alt=d.get("tok_s_alternating", {}).get("median"),
                                                  near0=d.get("tok_s_near0_alternating", {}).get("median"),
-                                                 near0_ctx_mean=d.get("near0_ctx_mean"))
+                                                 near0_ctx_mean=d.get("near0_ctx_mean"),
+                                                 kv_read=d.get("kv_read_gb_s", {}).get("best"))
         for th in (1, 2):
             a, b = dec.get((th, 0)), dec.get((th, 8192))
             if a and b and bw.get(th):
@@ -114,10 +115,16 @@ def main(argv):
                 c0 = b["near0_ctx_mean"] if same else a["ctx_mean"]
                 extra = (b["ctx_mean"] - c0) * m["kv_bytes_per_token"]
                 pred = t0 + extra / (bw[th] * 1e9)
+                # the same bytes at the rate a plain read of the cache's
+                # pages reaches (best repetition, like the limits)
+                kvr = b["kv_read"]
+                pred_rd = t0 + extra / (kvr * 1e9) if kvr else None
                 one = b["tok_s_one_page"]
                 der["context"].append({"dtype": dt, "threads": th, "ms_ctx0": 1e3 * t0, "ms_ctx8k": 1e3 * t8,
                                        "ms_predicted": 1e3 * pred, "measured_over_predicted": t8 / pred,
-                                       "alternating": same,
+                                       "alternating": same, "kv_read_gb_s": kvr, "triad_gb_s": bw[th],
+                                       "ms_predicted_kv_read": 1e3 * pred_rd if pred_rd else None,
+                                       "measured_over_predicted_kv_read": t8 / pred_rd if pred_rd else None,
                                        "ms_ctx0_section": 1e3 / a["tok_s"], "ms_ctx8k_section": 1e3 / b["tok_s"],
                                        "ms_ctx8k_one_page": 1e3 / one if one else None})
         bat = {r["seqs"]: r for r in m.get("batched", [])}
@@ -246,14 +253,19 @@ def render(res):
         w("A short sequence and the 8K one decode in alternating segments of 32 tokens, so \"at 0\" and "
           "\"at 8K\" are taken under the same conditions; the last two columns are the separate 0 and 8K "
           "sections above, minutes apart.\n")
+        w("The prediction prices the extra KV bytes at the triad bandwidth; the next columns price them at "
+          "the rate a plain read (a sum, no other arithmetic) of the same pages reaches, measured in the same "
+          "alternation (\"KV read\").\n")
         w("| weights | threads | at 0 | at 8K | predicted from extra KV bytes | measured / predicted "
+          "| triad GB/s | KV read GB/s | predicted at KV read | measured / that "
           "| at 8K, pages one at a time | sections: at 0 | sections: at 8K |")
-        w("|---|---|---|---|---|---|---|---|---|")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in der["context"]:
-            w("| %s | %d | %.2f | %.2f | %.2f | %.2f | %s | %.2f | %.2f |" % (
+            w("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %s | %s | %s | %s | %.2f | %.2f |" % (
                 r["dtype"], r["threads"], r["ms_ctx0"], r["ms_ctx8k"], r["ms_predicted"],
-                r["measured_over_predicted"], fmt(r.get("ms_ctx8k_one_page"), 2),
-                r["ms_ctx0_section"], r["ms_ctx8k_section"]))
+                r["measured_over_predicted"], r["triad_gb_s"], fmt(r.get("kv_read_gb_s"), 1),
+                fmt(r.get("ms_predicted_kv_read"), 2), fmt(r.get("measured_over_predicted_kv_read"), 2),
+                fmt(r.get("ms_ctx8k_one_page"), 2), r["ms_ctx0_section"], r["ms_ctx8k_section"]))
         w("")
     if der["batched"]:
         w("## Batched decode (aggregate tokens/s, 2 threads)\n")
