@@ -791,7 +791,7 @@ static double dnet_run(int variant, int n, int n_h, int d, const float *q, const
             for (int t = 0; t < n; t++)
                 avx2_dnet_step(d, d, q + (size_t)t * ld + (size_t)h * d, k + (size_t)t * ld + (size_t)h * d,
                                v + (size_t)t * ld + (size_t)h * d, beta[(size_t)h * n + t], g[(size_t)h * n + t],
-                               S + (size_t)h * d * d, o + (size_t)t * ld + (size_t)h * d);
+                               S + (size_t)h * d * d, o + (size_t)t * ld + (size_t)h * d, t == 0);
         else
             dnet_recurrent_head(n, d, d, q + (size_t)h * d, ld, k + (size_t)h * d, ld, v + (size_t)h * d, ld,
                                 beta + (size_t)h * n, g + (size_t)h * n, S + (size_t)h * d * d,

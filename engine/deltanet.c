@@ -175,7 +175,7 @@ static void dnet_recurrent_fast(int n, int d_k, int d_v, const float *q, int q_s
     }
     for (int t = 0; t < n; t++)
         avx2_dnet_step(d_k, d_v, q + (size_t)t * q_stride, k + (size_t)t * k_stride,
-                       v + (size_t)t * v_stride, beta[t], g[t], S, o + (size_t)t * o_stride);
+                       v + (size_t)t * v_stride, beta[t], g[t], S, o + (size_t)t * o_stride, t == 0);
 }
 
 long dnet_scratch_floats(const model *m)

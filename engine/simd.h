@@ -70,9 +70,11 @@ void avx2_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int
 
 /* ---- the gated delta rule, one token, one value head ----
  * S [d_v][d_k] *= exp(g); kv = S k; S += k (beta (v - kv))^T; o = S q.
+ * cold: S is probably not in cache (a sequence's first token of a step),
+ * so its rows are prefetched ahead; the result is the same either way.
  * ref: dnet_recurrent_head() in deltanet.c with n = 1. */
 void avx2_dnet_step(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
-                    float g, float *S, float *o);
+                    float g, float *S, float *o, bool cold);
 
 /* y[r] = w[r] . x for four f32 rows (any n): the F32 body of avx2_matvec,
  * also the odd-key tail of attention's q.K. ref: dot_row(GGML_F32, ...). */

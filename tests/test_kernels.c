@@ -315,7 +315,7 @@ TEST(test_kernel_avx2_deltanet_step_matches_recurrent_reference)
             l2norm(k, dk, 1e-6f);
             float beta = 0.5f + 0.5f * frand(), g = -0.5f + 0.45f * frand();
             dnet_recurrent_head(1, dk, dv, q, dk, k, dk, v, dv, &beta, &g, S0, o0, dv);
-            avx2_dnet_step(dk, dv, q, k, v, beta, g, S1, o1);
+            avx2_dnet_step(dk, dv, q, k, v, beta, g, S1, o1, t % 2 == 0);     /* with and without prefetch */
             for (int j = 0; j < dv; j++)
                 worst = fmax(worst, fabs((double)o0[j] - o1[j]));
             for (int i = 0; i < dk * dv; i++)
