@@ -153,9 +153,9 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
         rmsnorm(s->xn + (size_t)r * E, s->x + (size_t)r * E, L->attn_norm, E, m->eps);
 
     if (L->kind == ENGINE_LAYER_ATTN) {
-        matmul(s->a, &L->wq, s->xn, T, s->mm);                      /* [T][n_head*2*hd] */
-        matmul(s->b, &L->wk, s->xn, T, s->mm);                      /* [T][n_kv*hd] */
-        matmul(s->c, &L->wv, s->xn, T, s->mm);                      /* [T][n_kv*hd] */
+        /* [T][n_head*2*hd], [T][n_kv*hd], [T][n_kv*hd] */
+        matmul_many(3, (float *[]){ s->a, s->b, s->c }, (const weight *[]){ &L->wq, &L->wk, &L->wv }, s->xn, T,
+                    s->mm);
         attn_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->c, s->d, s->scores);
         matmul(s->y, &L->wo, s->d, T, s->mm);
     } else if (L->kind == ENGINE_LAYER_MLA) {
@@ -176,10 +176,9 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
         if (m->dnet_grouped) {
             dnet_inputs_qwen3next(m, L, s, T);
         } else {
-            matmul(s->a, &L->wqkv, s->xn, T, s->mm);                /* [T][conv_dim] */
-            matmul(s->b, &L->wb, s->xn, T, s->mm);                  /* [T][n_v] */
-            matmul(s->e, &L->wa, s->xn, T, s->mm);                  /* [T][n_v] */
-            matmul(s->c, &L->wz, s->xn, T, s->mm);                  /* [T][n_v*d_v] */
+            /* [T][conv_dim], [T][n_v], [T][n_v], [T][n_v*d_v] */
+            matmul_many(4, (float *[]){ s->a, s->b, s->e, s->c },
+                        (const weight *[]){ &L->wqkv, &L->wb, &L->wa, &L->wz }, s->xn, T, s->mm);
         }
         dnet_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->e, s->c, s->d,
                      e->params.dnet_mode, s->dnet);
@@ -196,8 +195,7 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
         add_rows(s->x, s->y, (long)T * E);
         return;
     }
-    matmul(s->a, &L->ffn_gate, s->xn, T, s->mm);
-    matmul(s->b, &L->ffn_up, s->xn, T, s->mm);
+    matmul_many(2, (float *[]){ s->a, s->b }, (const weight *[]){ &L->ffn_gate, &L->ffn_up }, s->xn, T, s->mm);
     const long nf = (long)T * m->n_ff;
     #pragma omp parallel if (T > 1)
     {   /* contiguous, 8-aligned shares: silu(gate) * up */

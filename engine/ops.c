@@ -212,15 +212,21 @@ long matmul_scratch_floats(const weight *W, int n_tok)
     return (long)omp_get_max_threads() * MM_TILE_ROWS * W->n_in;
 }
 
-/* Y[o] = W[o] . X, o < n_out. With AVX2 each thread takes one contiguous
- * block of rows and streams it as four sequential streams (avx2_matvec). */
-static void matvec(float *restrict Y, const weight *W, const float *restrict X, float *scratch)
+/* Y[i][o] = W[i][o] . X for o < W[i]->n_out, i < n: n weights of the same
+ * type and width read by one parallel region, their rows concatenated.
+ * With AVX2 each thread takes one contiguous block of those rows and
+ * streams it as four sequential streams (avx2_matvec); a Q8_0 X is
+ * quantized once for all n. */
+static void matvec(int n, float *const *Y, const weight *const *W, const float *restrict X, float *scratch)
 {
-    const int n_in = W->n_in, n_out = W->n_out;
-    const char *base = W->data;
-    const size_t rb = W->row_bytes;
-    const bool par = (long)n_out * (long)rb >= MV_PAR_BYTES;
-    const uint32_t t = W->type;
+    const int n_in = W[0]->n_in;
+    const uint32_t t = W[0]->type;
+    long total = 0, bytes = 0;
+    for (int i = 0; i < n; i++) {
+        total += W[i]->n_out;
+        bytes += (long)W[i]->n_out * (long)W[i]->row_bytes;
+    }
+    const bool par = bytes >= MV_PAR_BYTES;
     if (simd_avx2() && (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0)) {
         int8_t *xq = NULL;
         float *xd = NULL;
@@ -232,15 +238,25 @@ static void matvec(float *restrict Y, const weight *W, const float *restrict X, 
         #pragma omp parallel if (par)
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-            const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
-            if (r1 > r0)
-                avx2_matvec(t, base + (size_t)r0 * rb, rb, r1 - r0, X, xq, xd, n_in, Y + r0);
+            const long r0 = total * it / nt, r1 = total * (it + 1) / nt;
+            long off = 0;
+            for (int i = 0; i < n; i++) {           /* the parts of [r0, r1) in each weight */
+                const long a = r0 > off ? r0 : off, b = r1 < off + W[i]->n_out ? r1 : off + W[i]->n_out;
+                if (b > a)
+                    avx2_matvec(t, (const char *)W[i]->data + (size_t)(a - off) * W[i]->row_bytes, W[i]->row_bytes,
+                                (int)(b - a), X, xq, xd, n_in, Y[i] + (a - off));
+                off += W[i]->n_out;
+            }
         }
         return;
     }
-    #pragma omp parallel for schedule(static) if (par)
-    for (int o = 0; o < n_out; o++)
-        Y[o] = dot_row_fast(t, base + (size_t)o * rb, X, n_in);
+    for (int i = 0; i < n; i++) {
+        const weight *w = W[i];
+        float *y = Y[i];
+        #pragma omp parallel for schedule(static) if ((long)w->n_out * (long)w->row_bytes >= MV_PAR_BYTES)
+        for (int o = 0; o < w->n_out; o++)
+            y[o] = dot_row_fast(t, (const char *)w->data + (size_t)o * w->row_bytes, X, n_in);
+    }
 }
 
 /* Rows decoded to f32 per tile on the AVX-512 small-batch path: a
@@ -259,20 +275,20 @@ static bool amx_step(const weight *W, int n_tok)
            ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && W->n_in % 32 == 0 && simd_amx_bf16()));
 }
 
-/* Decode steps of 2..AMX_MAX_TOK tokens on AMX (see matmul_set_decode_step):
- * the activations are prepared once as tiles - Q8_0: quantized to int8 per
- * token as for one token (quantize_act_q8); BF16: rounded to bf16 - then
- * tiles of 16 rows are split between the threads. Rows past the last
- * multiple of 16 dot the same prepared activations. Scratch, at most
- * 144 n_in + 64 bytes for 64 tokens: Q8_0 scales, int8 activations, tiles;
- * BF16 tiles, then one token's rounded activations as floats. */
-static void matmul_small_amx(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
+/* Decode steps of 2..AMX_MAX_TOK tokens on AMX (see matmul_set_decode_step),
+ * for n weights of the same type and width: the activations are prepared
+ * once as tiles - Q8_0: quantized to int8 per token as for one token
+ * (quantize_act_q8); BF16: rounded to bf16 - then the tiles of 16 rows of
+ * all n weights, concatenated, are split between the threads. Rows past
+ * a weight's last multiple of 16 dot the same prepared activations.
+ * Scratch, at most 144 n_in + 64 bytes for 64 tokens: Q8_0 scales, int8
+ * activations, tiles; BF16 tiles, then one token's rounded activations as
+ * floats. */
+static void matmul_small_amx(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
                              float *scratch)
 {
-    const int n_in = W->n_in, n_out = W->n_out, nb = n_in / 32, n16 = n_out / 16;
-    const bool q8 = W->type == GGML_Q8_0;
-    const char *base = W->data;
-    const size_t rb = W->row_bytes;
+    const int n_in = W[0]->n_in, nb = n_in / 32;
+    const bool q8 = W[0]->type == GGML_Q8_0;
     float *xd = scratch;                                    /* Q8_0: [n_tok][nb] */
     int8_t *xq = (int8_t *)(xd + (size_t)n_tok * nb);       /* Q8_0: [n_tok][n_in] */
     void *prep = q8 ? (void *)(xq + (size_t)n_tok * n_in) : (void *)scratch;
@@ -286,21 +302,39 @@ static void matmul_small_amx(float *restrict Y, const weight *W, const float *re
     }
     void (*tiles)(const void *, size_t, int, int, const void *, int, float *, int) =
         q8 ? amx_q8_0_rows_x_tokens : amx_bf16_rows_x_tokens;
+    long total16 = 0;
+    for (int i = 0; i < n; i++)
+        total16 += W[i]->n_out / 16;
     #pragma omp parallel
     {
         const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-        const int g0 = (int)((long)n16 * it / nt), g1 = (int)((long)n16 * (it + 1) / nt);
-        if (g1 > g0)
-            tiles(base + (size_t)g0 * 16 * rb, rb, 16 * (g1 - g0), n_in, prep, n_tok, Y + (size_t)g0 * 16, n_out);
+        const long g0 = total16 * it / nt, g1 = total16 * (it + 1) / nt;
+        long off = 0;
+        for (int i = 0; i < n; i++) {               /* the parts of [g0, g1) in each weight */
+            const long n16 = W[i]->n_out / 16;
+            const long a = g0 > off ? g0 : off, b = g1 < off + n16 ? g1 : off + n16;
+            const size_t rb = W[i]->row_bytes;
+            if (b > a)
+                tiles((const char *)W[i]->data + (size_t)(a - off) * 16 * rb, rb, (int)(16 * (b - a)), n_in, prep,
+                      n_tok, Y[i] + (size_t)(a - off) * 16, W[i]->n_out);
+            off += n16;
+        }
     }
-    for (int t = 0; t < n_tok && 16 * n16 < n_out; t++) {
-        if (!q8)
-            for (int i = 0; i < n_in; i++)
-                xr[i] = bf16_to_f32(f32_to_bf16(X[(size_t)t * n_in + i]));
-        for (int o = 16 * n16; o < n_out; o++) {
-            const char *row = base + (size_t)o * rb;
-            Y[(size_t)t * n_out + o] = q8 ? dot_q8_0_act(row, xq + (size_t)t * n_in, xd + (size_t)t * nb, n_in)
-                                          : dot_row_fast(GGML_BF16, row, xr, n_in);
+    for (int t = 0; t < n_tok; t++) {
+        bool rounded = false;
+        for (int i = 0; i < n; i++) {
+            const int n_out = W[i]->n_out;
+            const size_t rb = W[i]->row_bytes;
+            for (int o = n_out / 16 * 16; o < n_out; o++) {
+                if (!q8 && !rounded) {
+                    for (int k = 0; k < n_in; k++)
+                        xr[k] = bf16_to_f32(f32_to_bf16(X[(size_t)t * n_in + k]));
+                    rounded = true;
+                }
+                const char *row = (const char *)W[i]->data + (size_t)o * rb;
+                Y[i][(size_t)t * n_out + o] = q8 ? dot_q8_0_act(row, xq + (size_t)t * n_in, xd + (size_t)t * nb, n_in)
+                                                 : dot_row_fast(GGML_BF16, row, xr, n_in);
+            }
         }
     }
 }
@@ -365,17 +399,44 @@ static void matmul_small(float *restrict Y, const weight *W, const float *restri
     }
 }
 
+/* Several products of one X on the shared kernels: one token (matvec) or
+ * a decode step on AMX, in calls of at most AMX_MAX_TOK tokens. */
+static void matmul_shared(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+                          float *scratch)
+{
+    if (n_tok == 1) {
+        matvec(n, Y, W, X, scratch);
+        return;
+    }
+    float *Yt[MATMUL_MANY_MAX];
+    for (int t0 = 0; t0 < n_tok; t0 += AMX_MAX_TOK) {
+        for (int i = 0; i < n; i++)
+            Yt[i] = Y[i] + (size_t)t0 * W[i]->n_out;
+        matmul_small_amx(n, Yt, W, X + (size_t)t0 * W[0]->n_in, n_tok - t0 < AMX_MAX_TOK ? n_tok - t0 : AMX_MAX_TOK,
+                         scratch);
+    }
+}
+
+void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+                 float *scratch)
+{
+    bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || amx_step(W[0], n_tok));
+    for (int i = 1; i < n && shared; i++)
+        shared = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in;
+    if (shared) {
+        matmul_shared(n, Y, W, X, n_tok, scratch);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        matmul(Y[i], W[i], X, n_tok, scratch);
+}
+
 void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
-    if (n_tok == 1) {
-        matvec(Y, W, X, scratch);
-        return;
-    }
-    if (amx_step(W, n_tok)) {
-        for (int t0 = 0; t0 < n_tok; t0 += AMX_MAX_TOK)
-            matmul_small_amx(Y + (size_t)t0 * n_out, W, X + (size_t)t0 * n_in,
-                             n_tok - t0 < AMX_MAX_TOK ? n_tok - t0 : AMX_MAX_TOK, scratch);
+    if (n_tok == 1 || amx_step(W, n_tok)) {
+        float *y = Y;
+        matmul_shared(1, &y, &W, X, n_tok, scratch);
         return;
     }
     if (n_tok <= mm_small_max && simd_avx512()) {

@@ -53,6 +53,14 @@ static inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(
  * matmul_scratch_floats() floats. Uses all threads. */
 void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch);
 long matmul_scratch_floats(const weight *W, int n_tok);
+/* Y[i] = X W[i]^T for i < n <= MATMUL_MANY_MAX: what n matmul() calls give
+ * (the same kernels and activation rounding), but weights of one type and
+ * width that take the one-token or AMX decode kernels share one parallel
+ * region and one preparation of X. scratch: the largest of the n
+ * matmul_scratch_floats(). */
+#define MATMUL_MANY_MAX 8
+void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+                 float *scratch);
 /* Tuning and tests: batches of up to n_tok tokens (default 16) take the
  * small-batch kernel instead of sgemm; 1 turns it off. */
 void matmul_set_small_max(int n_tok);

@@ -394,6 +394,85 @@ TEST(test_kernel_matmul_regimes_match_per_row_reference_dots)
     CHECK(!failed);
 }
 
+/* matmul_many against one matmul() per weight, on the kernels it shares
+ * (one token; a decode step on AMX, 5 and 16 tokens, with 16-row tiles and
+ * tails) and the ones it leaves alone (3 tokens of a prompt; Q4_K). Several
+ * tokens: each row is computed by the same kernel on the same prepared
+ * activations either way, only the thread that takes it changes, so the
+ * results are equal bit for bit. One token: the matvec groups a thread's
+ * rows in fours, and where a share starts moves which rows go together,
+ * which changes the order of a row's sum (not its inputs): within twice
+ * the rounding bound of the sum of |terms|. A sentinel after each Y must
+ * survive. */
+static int check_many(uint32_t type, int n_tok, bool decode)
+{
+    enum { N = 4, NIN = 256 };
+    static const int n_out[N] = { 256, 16, 70, 300 };   /* tails in the later two */
+    const size_t rb = row_bytes(type, NIN);
+    float *X = malloc(sizeof(float) * NIN * n_tok), *wf = malloc(sizeof(float) * NIN);
+    float *scratch = malloc(sizeof(float) * 64 * (size_t)NIN * 4 + 64);
+    char *data[N];
+    float *Y[N], *R[N];
+    weight W[N];
+    const weight *Wp[N];
+    fill(X, NIN * n_tok, 1.0f);
+    for (int i = 0; i < N; i++) {
+        data[i] = malloc(rb * (size_t)n_out[i]);
+        for (int o = 0; o < n_out[i]; o++) {
+            fill(wf, NIN, 0.3f);
+            quantize_row(type, wf, data[i] + (size_t)o * rb, NIN);
+        }
+        W[i] = (weight){ .data = data[i], .type = type, .n_in = NIN, .n_out = n_out[i], .row_bytes = rb };
+        Wp[i] = &W[i];
+        Y[i] = malloc(sizeof(float) * ((size_t)n_out[i] * n_tok + 1));
+        R[i] = malloc(sizeof(float) * (size_t)n_out[i] * n_tok);
+        Y[i][(size_t)n_out[i] * n_tok] = -777.0f;
+    }
+    matmul_set_decode_step(decode);
+    for (int i = 0; i < N; i++)
+        matmul(R[i], &W[i], X, n_tok, scratch);
+    matmul_many(N, Y, Wp, X, n_tok, scratch);
+    matmul_set_decode_step(false);
+    int bad = 0;
+    for (int i = 0; i < N && !bad; i++) {
+        if (Y[i][(size_t)n_out[i] * n_tok] != -777.0f) {
+            test_fail(__FILE__, __LINE__, "type %u tokens %d: wrote past weight %d's output", type, n_tok, i);
+            bad = 1;
+        }
+        for (long j = 0; j < (long)n_out[i] * n_tok && !bad; j++) {
+            const double tol = n_tok > 1 ? 0.0
+                                         : 4.0 * gamma_n(NIN + NIN / 32 + 8) *
+                                               abs_terms(type, data[i] + (size_t)j * rb, X, NIN);
+            if (!(fabs((double)Y[i][j] - R[i][j]) <= tol)) {
+                test_fail(__FILE__, __LINE__, "type %u tokens %d%s: weight %d, Y[%ld][%ld] = %.9g, alone %.9g", type,
+                          n_tok, decode ? " (decode)" : "", i, j / n_out[i], j % n_out[i], Y[i][j], R[i][j]);
+                bad = 1;
+            }
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        free(data[i]);
+        free(Y[i]);
+        free(R[i]);
+    }
+    free(X); free(wf); free(scratch);
+    return bad;
+}
+
+TEST(test_kernel_matmul_many_equals_one_matmul_per_weight)
+{
+    static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_K };
+    rng_state = 17;
+    ops_set_threads(2);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        CHECK(!check_many(types[ti], 1, true));
+        CHECK(!check_many(types[ti], 1, false));
+        CHECK(!check_many(types[ti], 5, true));
+        CHECK(!check_many(types[ti], 16, true));
+        CHECK(!check_many(types[ti], 3, false));
+    }
+}
+
 /* ---- attention ----------------------------------------------------- */
 
 TEST(test_kernel_vector_exp_is_within_4e7_of_expf)
