@@ -485,10 +485,11 @@ static void json_prefill(FILE *f, bench_engine *b, int threads, const eng_opts *
 /* A limit for the KV reads of decode at a long context: K and V of every
  * attention layer and KV head of one ctx-token sequence, read with no
  * arithmetic but a sum, from a cache with the engine's layout (pages of
- * page_tokens tokens, f32) and in the engine's order: a thread per KV head
- * at a time, each reading two pages at once (k and k + half, as the
- * decode kernel does). The triad counts three pure streams; this is what
- * the same bytes cost in the cache's own layout. */
+ * page_tokens tokens, f32) and much as the engine reads them: a thread per
+ * KV head at a time, two pages at once (two streams; the decode kernel
+ * pairs the pages of each 4-page block, this reader the two halves of the
+ * context). The triad counts three long streams; this is what the same
+ * bytes cost in the cache's own layout. */
 typedef struct kv_reader {
     cache c;
     int seq, ctx, n_layers, n_kv, hd, page;
