@@ -220,14 +220,22 @@ static void conv_items(const model *m, const layer *L, const fwd_item *items, in
                 memcpy(keep[j], src, sizeof(float) * (size_t)nc);
             }
             for (int t = it->n - 1; t >= 0; t--) {
-                for (int ci = 0; ci < nc; ci++)
-                    acc[ci] = 0.0f;
                 for (int j = 0; j < K; j++) {
                     const int r = t - (K - 1) + j;
                     const float *x = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb : conv + (size_t)(K - 1 + r) * CD + cb;
                     const float *w = L->conv1d_t + (size_t)j * CD + cb;
-                    for (int ci = 0; ci < nc; ci++)
-                        acc[ci] += w[ci] * x[ci];
+                    /* -O2 leaves these loops scalar without the pragma:
+                     * 16 sequences decoding took 7.8 ms a step in the conv,
+                     * 3.7 ms with it (BF16, 2 threads, timed per phase) */
+                    if (j == 0) {
+                        #pragma omp simd
+                        for (int ci = 0; ci < nc; ci++)
+                            acc[ci] = w[ci] * x[ci];
+                    } else {
+                        #pragma omp simd
+                        for (int ci = 0; ci < nc; ci++)
+                            acc[ci] += w[ci] * x[ci];
+                    }
                 }
                 vec_silu_mul(QKV + (size_t)(it->row0 + t) * CD + cb, acc, NULL, nc);
             }

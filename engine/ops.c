@@ -87,12 +87,22 @@ void vec_sigmoid_mul(float *y, const float *g, long n)
         y[i] *= sigmoid(g[i]);
 }
 
-void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+static double sumsq(const float *x, int n)
 {
+    if (simd_avx2())
+        return avx2_sumsq(x, n);
     double ss = 0.0;
     for (int i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss / n + eps));
+    return ss;
+}
+
+static void scale(float *y, const float *x, float r, const float *w, int n)
+{
+    if (simd_avx2()) {
+        avx2_scale(y, x, r, w, n);
+        return;
+    }
     if (w)
         for (int i = 0; i < n; i++)
             y[i] = x[i] * r * w[i];
@@ -101,15 +111,16 @@ void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
             y[i] = x[i] * r;
 }
 
+void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+    float r = (float)(1.0 / sqrt(sumsq(x, n) / n + eps));
+    scale(y, x, r, w, n);
+}
+
 void l2norm(float *x, int n, float eps)
 {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    double nrm = sqrt(ss);
-    float r = (float)(1.0 / (nrm > eps ? nrm : eps));
-    for (int i = 0; i < n; i++)
-        x[i] *= r;
+    double nrm = sqrt(sumsq(x, n));
+    scale(x, x, (float)(1.0 / (nrm > eps ? nrm : eps)), NULL, n);
 }
 
 void softmax(float *x, int n)

@@ -89,4 +89,12 @@ void avx2_dot4_f32(const void *const *w, const float *x, int n, float *y);
 void avx2_silu_mul(float *y, const float *x, const float *b, long n);
 void avx2_sigmoid_mul(float *y, const float *g, long n);
 
+/* ---- the norms' two loops (rmsnorm, l2norm in ops.c) ----
+ * avx2_sumsq: sum_i x[i]^2 accumulated in double (in another order than
+ * the scalar loop). avx2_scale: y[i] = x[i] * r * (w ? w[i] : 1), bit
+ * for bit as the scalar products; y may alias x.
+ * ref: the scalar loops of rmsnorm() and l2norm(). */
+double avx2_sumsq(const float *x, int n);
+void avx2_scale(float *y, const float *x, float r, const float *w, int n);
+
 #endif

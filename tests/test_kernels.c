@@ -666,3 +666,63 @@ TEST(test_kernel_gqa_decode_and_tiled_attention_match_the_reference)
     }
     CHECK(!failed);
 }
+
+/* RMSNorm and the L2 norm against their definitions, on both routes:
+ * rmsnorm y = x / sqrt(mean(x^2) + eps) * w, l2norm x / max(|x|, eps).
+ * The sum of squares is accumulated in double on either route, so it is
+ * within n 2^-53 of the exact sum (taken here in long double); one
+ * rounding of the scale to float and two float products then leave each
+ * output within 4 ulps (4 * 2^-24 relative) of the definition. The AVX2
+ * scaling is the scalar's products in the same order, so the two routes
+ * may differ only through the scale: at most one ulp of it. Lengths with
+ * tails, in place (y aliasing x, as the DeltaNet gate and l2norm run), and
+ * a vector of huge values whose squares overflow float but not double. */
+TEST(test_kernel_norms_match_their_definitions_on_both_routes)
+{
+    const int lens[] = { 1, 5, 15, 16, 17, 128, 1000, 1024 };
+    const bool was = simd_avx2();
+    rng_state = 4242;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int len = lens[li];
+        float *x = malloc(sizeof(float) * len), *w = malloc(sizeof(float) * len);
+        float *y[2] = { malloc(sizeof(float) * len), malloc(sizeof(float) * len) };
+        float *z[2] = { malloc(sizeof(float) * len), malloc(sizeof(float) * len) };
+        for (int big = 0; big < 2; big++) {
+            fill(x, len, big ? 3e30f : 2.0f);
+            fill(w, len, 1.5f);
+            long double ss = 0.0L;
+            for (int i = 0; i < len; i++)
+                ss += (long double)x[i] * x[i];
+            const double eps = 1e-6;
+            const double r_rms = 1.0 / sqrt((double)(ss / len) + eps), r_l2 = 1.0 / fmax(sqrt((double)ss), eps);
+            for (int route = 0; route < 2; route++) {
+                simd_set_enabled(route == 1);
+                memcpy(y[route], x, sizeof(float) * len);
+                rmsnorm(y[route], y[route], w, len, (float)eps);          /* in place */
+                memcpy(z[route], x, sizeof(float) * len);
+                l2norm(z[route], len, (float)eps);
+                for (int i = 0; i < len; i++) {
+                    double e = x[i] * r_rms * w[i], e2 = x[i] * r_l2;
+                    CHECK(fabs(y[route][i] - e) <= 4 * 0x1p-24 * fabs(e) + 1e-37);
+                    CHECK(fabs(z[route][i] - e2) <= 4 * 0x1p-24 * fabs(e2) + 1e-37);
+                }
+            }
+            for (int i = 0; i < len; i++) {
+                CHECK(fabs(y[1][i] - y[0][i]) <= 2 * 0x1p-24 * fabs(y[0][i]) + 1e-37);
+                CHECK(fabs(z[1][i] - z[0][i]) <= 2 * 0x1p-24 * fabs(z[0][i]) + 1e-37);
+            }
+            if (was) {                  /* the kernels alone, against the same sums */
+                double d = avx2_sumsq(x, len);
+                CHECK(fabs(d - (double)ss) <= len * 0x1p-53 * (double)ss);
+                avx2_scale(y[1], x, 0.37f, w, len);
+                avx2_scale(z[1], x, 0.37f, NULL, len);
+                for (int i = 0; i < len; i++) {
+                    CHECK(y[1][i] == x[i] * 0.37f * w[i]);
+                    CHECK(z[1][i] == x[i] * 0.37f);
+                }
+            }
+        }
+        free(x), free(w), free(y[0]), free(y[1]), free(z[0]), free(z[1]);
+    }
+    simd_set_enabled(was);
+}
