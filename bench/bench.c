@@ -431,11 +431,14 @@ static double prefill_flop(const engine_info *in, int n, int pos0)
 
 /* Bytes a decode step at context ctx must move: every weight once (the LM
  * head is the tied embedding), K and V of ctx tokens in every attention
- * layer, and the DeltaNet state and conv window read and written. */
+ * layer, the DeltaNet state read and written, and the conv window read
+ * with one of its K - 1 rows written (it is a ring). */
 static double decode_bytes(const engine_info *in, double ctx)
 {
+    const double conv = (double)in->dnet_conv_bytes_per_seq;
+    const double rows = in->ssm_conv_kernel > 1 ? in->ssm_conv_kernel - 1 : 1;
     return (double)in->weight_bytes + ctx * (double)in->kv_bytes_per_token +
-           2.0 * (double)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq);
+           2.0 * (double)in->dnet_state_bytes_per_seq + conv + conv / rows;
 }
 
 typedef struct eng_opts {
@@ -659,7 +662,7 @@ static void json_batched(FILE *f, bench_engine *b, int threads, const eng_opts *
     static const int full_b[] = { 1, 4, 16, 64 }, quick_b[] = { 1, 4, 16 };
     const int *bs = o->quick ? quick_b : full_b;
     const int ng = o->quick ? 3 : 4, prompt = 16;
-    const int steps = o->quick ? 4 : 8, reps = o->quick ? 1 : 3, warm = 2;
+    const int steps = o->quick ? 4 : 4, reps = o->quick ? 1 : 7, warm = 2;
     const int NV = b->info->n_vocab;
     int seqs[BATCHED_MAX_SEQS], first[BATCHED_MAX_GROUPS];
     engine_batch_item it[BATCHED_MAX_SEQS];
@@ -736,12 +739,12 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
     const engine_info *in = b.info;
     fprintf(f, "\"dtype\": \"%s\", \"file\": \"%s\", \"n_params\": %llu, \"weight_bytes\": %llu, "
                "\"kv_bytes_per_token\": %llu, \"dnet_state_bytes_per_seq\": %llu, "
-               "\"dnet_conv_bytes_per_seq\": %llu, \"n_layer\": %d, \"n_attn_layers\": %d, "
-               "\"n_embd\": %d, \"n_vocab\": %d,\n",
+               "\"dnet_conv_bytes_per_seq\": %llu, \"ssm_conv_kernel\": %d, \"n_layer\": %d, "
+               "\"n_attn_layers\": %d, \"n_embd\": %d, \"n_vocab\": %d,\n",
             dtype, path, (unsigned long long)in->n_params, (unsigned long long)in->weight_bytes,
             (unsigned long long)in->kv_bytes_per_token, (unsigned long long)in->dnet_state_bytes_per_seq,
-            (unsigned long long)in->dnet_conv_bytes_per_seq, in->n_layer, in->n_attn_layers,
-            in->n_embd, in->n_vocab);
+            (unsigned long long)in->dnet_conv_bytes_per_seq, in->ssm_conv_kernel, in->n_layer,
+            in->n_attn_layers, in->n_embd, in->n_vocab);
     /* decode steps of several sequences multiply on AMX tiles (int8 or
      * bf16 products) for these types, not in fp32 */
     const bool amx = (!strcmp(dtype, "q8_0") && simd_amx()) || (!strcmp(dtype, "bf16") && simd_amx_bf16());

@@ -131,12 +131,16 @@ def main(argv):
         one = bat.get(1)
         # Ceilings independent of any kernel. Bytes: a step of n sequences
         # reads every weight once and each sequence's DeltaNet state and
-        # conv window (read and written back) and its KV (~30 tokens); at
-        # equal bandwidth n sequences can be at most n B(1) / B(n) times
-        # one. fp32: n tokens cost n * 2 FLOP per parameter; at the run's
-        # 2-thread sgemm rate that caps the step for kernels that multiply
-        # in fp32 (not Q8_0 and BF16 on AMX, which multiply in int8 and bf16).
-        per_seq = 2 * m.get("dnet_state_bytes_per_seq", 0) + 2 * m.get("dnet_conv_bytes_per_seq", 0) + \
+        # conv window (read, and one of its K - 1 rows written: a ring; files
+        # from before the ring have no ssm_conv_kernel and count it all
+        # written back) and its KV (~30 tokens); at equal bandwidth n
+        # sequences can be at most n B(1) / B(n) times one. fp32: n tokens
+        # cost n * 2 FLOP per parameter; at the run's 2-thread sgemm rate
+        # that caps the step for kernels that multiply in fp32 (not Q8_0 and
+        # BF16 on AMX, which multiply in int8 and bf16).
+        conv = m.get("dnet_conv_bytes_per_seq", 0)
+        conv_rows = max(m.get("ssm_conv_kernel", 2) - 1, 1)
+        per_seq = 2 * m.get("dnet_state_bytes_per_seq", 0) + conv + conv / conv_rows + \
             30 * m.get("kv_bytes_per_token", 0)
         wb = m.get("weight_bytes", 0)
         for s, r in sorted(bat.items()):
@@ -270,7 +274,7 @@ def render(res):
     if der["batched"]:
         w("## Batched decode (aggregate tokens/s, 2 threads)\n")
         w("Ceilings on \"x one\" that no kernel can pass: *bytes* if every step ran at the same bandwidth "
-          "(weights once per step, each sequence's DeltaNet state and conv window read and written); "
+          "(weights once per step, each sequence's DeltaNet state read and written, its conv window read and one row of it written); "
           "*fp32* if the products ran at the run's 2-thread sgemm rate with one sequence at its measured "
           "speed (Q8_0 and BF16 on AMX multiply in int8 and bf16 and are not bound by it; shown as -).\n")
         w("| weights | sequences | tok/s | spread | x one sequence | bytes ceiling | fp32 ceiling |")

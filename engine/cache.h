@@ -22,7 +22,7 @@ typedef struct cache_seq {
     int n_past;                 /* tokens whose K/V and state are in the cache */
     int n_pages;                /* pages reserved */
     uint8_t **pages;            /* [max_pages] page pointers, first n_pages valid */
-    float *conv;                /* [n_dnet][K-1][conv_dim], oldest input first */
+    float *conv;                /* [n_dnet][K-1][conv_dim], a ring: input x_p in row p % (K-1) */
     float *state;               /* [n_dnet][n_v][d_v][d_k] (llama.cpp order: S^T of HF) */
 } cache_seq;
 

@@ -192,6 +192,16 @@ static int total_rows(const fwd_item *items, int n_items)
     return last->row0 + last->n;
 }
 
+/* The conv window of a sequence is a ring of K - 1 raw input rows: x_p
+ * lives in slot p mod (K - 1), so a decode step stores one row instead of
+ * shifting K - 1 of them. Slots of positions p < 0 stay zero from
+ * allocation, the conv's left padding. */
+static int conv_slot(int p, int w1)
+{
+    const int r = p % w1;
+    return r < 0 ? r + w1 : r;
+}
+
 /* (b) causal depthwise conv + SiLU of every item over channels [c0, c1),
  * in place: u_t[ch] = silu(sum_j w[j][ch] x_{t-K+1+j}[ch]), x_{<0} from the
  * cached window of raw inputs. Rows run last to first, so the raw rows a
@@ -206,23 +216,22 @@ static int total_rows(const fwd_item *items, int n_items)
 static void conv_items(const model *m, const layer *L, const fwd_item *items, int n_items, float *QKV,
                        int c0, int c1)
 {
-    const int CD = m->conv_dim, K = m->ssm_k;
+    const int CD = m->conv_dim, K = m->ssm_k, W1 = K - 1;
     for (int ii = 0; ii < n_items; ii++) {
         const fwd_item *it = &items[ii];
-        float *conv = it->s->conv + (size_t)L->kind_idx * (K - 1) * CD;     /* [K-1][CD] */
+        float *conv = it->s->conv + (size_t)L->kind_idx * W1 * CD;     /* ring [K-1][CD] */
+        const int nk = it->n < W1 ? it->n : W1;                         /* raw rows the ring keeps */
         for (int cb = c0; cb < c1; cb += DNET_CONV_BLOCK) {
             const int nc = c1 - cb < DNET_CONV_BLOCK ? c1 - cb : DNET_CONV_BLOCK;
             float keep[15][DNET_CONV_BLOCK], acc[DNET_CONV_BLOCK];
-            /* the next window: raw x_{n-K+1..n-1}, before anything is overwritten */
-            for (int j = 0; j < K - 1; j++) {
-                const int r = it->n - (K - 1) + j;
-                const float *src = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb : conv + (size_t)(K - 1 + r) * CD + cb;
-                memcpy(keep[j], src, sizeof(float) * (size_t)nc);
-            }
+            /* the last nk raw rows, before the conv overwrites them */
+            for (int j = 0; j < nk; j++)
+                memcpy(keep[j], QKV + (size_t)(it->row0 + it->n - nk + j) * CD + cb, sizeof(float) * (size_t)nc);
             for (int t = it->n - 1; t >= 0; t--) {
                 for (int j = 0; j < K; j++) {
-                    const int r = t - (K - 1) + j;
-                    const float *x = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb : conv + (size_t)(K - 1 + r) * CD + cb;
+                    const int r = t - W1 + j;
+                    const float *x = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb
+                                            : conv + (size_t)conv_slot(it->pos0 + r, W1) * CD + cb;
                     const float *w = L->conv1d_t + (size_t)j * CD + cb;
                     /* -O2 leaves these loops scalar without the pragma:
                      * 16 sequences decoding took 7.8 ms a step in the conv,
@@ -239,8 +248,9 @@ static void conv_items(const model *m, const layer *L, const fwd_item *items, in
                 }
                 vec_silu_mul(QKV + (size_t)(it->row0 + t) * CD + cb, acc, NULL, nc);
             }
-            for (int j = 0; j < K - 1; j++)
-                memcpy(conv + (size_t)j * CD + cb, keep[j], sizeof(float) * (size_t)nc);
+            for (int j = 0; j < nk; j++)
+                memcpy(conv + (size_t)conv_slot(it->pos0 + it->n - nk + j, W1) * CD + cb, keep[j],
+                       sizeof(float) * (size_t)nc);
         }
     }
 }

@@ -176,6 +176,13 @@ TEST(test_prefill_then_decode_equals_longer_prefill)
     CHECK(run_logits(e, toks, N + 1, 1, b) == 0);
     d = max_rel_diff(b, a, (long)(N + 1) * V);
     CHECK_MSG(d < 1e-4, "token-by-token logits differ by %g", d);
+    /* pieces shorter and longer than the conv window (K - 1 = 3 rows,
+     * kept as a ring): every piece length leaves the ring at another phase */
+    for (int step = 2; step <= 5; step++) {
+        CHECK(run_logits(e, toks, N + 1, step, b) == 0);
+        d = max_rel_diff(b, a, (long)(N + 1) * V);
+        CHECK_MSG(d < 1e-4, "pieces of %d: logits differ by %g", step, d);
+    }
     free(a); free(b);
     engine_close(e);
 }
