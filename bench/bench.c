@@ -747,7 +747,8 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
             in->n_attn_layers, in->n_embd, in->n_vocab);
     /* decode steps of several sequences multiply on AMX tiles (int8 or
      * bf16 products) for these types, not in fp32 */
-    const bool amx = (!strcmp(dtype, "q8_0") && simd_amx()) || (!strcmp(dtype, "bf16") && simd_amx_bf16());
+    const bool amx = (!strcmp(dtype, "q8_0") && simd_amx()) || (!strcmp(dtype, "bf16") && simd_amx_bf16()) ||
+                     (!strcmp(dtype, "f16") && simd_amx_f16());
     fprintf(f, "\"batched_on_amx\": %s,\n", amx ? "true" : "false");
     fprintf(f, "\"threads\": [");
     for (int t = 1; t <= 2 && want(o, "prefill"); t++) {

@@ -136,8 +136,8 @@ def main(argv):
         # written back) and its KV (~30 tokens); at equal bandwidth n
         # sequences can be at most n B(1) / B(n) times one. fp32: n tokens
         # cost n * 2 FLOP per parameter; at the run's 2-thread sgemm rate
-        # that caps the step for kernels that multiply in fp32 (not Q8_0 and
-        # BF16 on AMX, which multiply in int8 and bf16).
+        # that caps the step for kernels that multiply in fp32 (not Q8_0,
+        # BF16 and F16 on AMX, which multiply in int8 and bf16).
         conv = m.get("dnet_conv_bytes_per_seq", 0)
         conv_rows = max(m.get("ssm_conv_kernel", 2) - 1, 1)
         per_seq = 2 * m.get("dnet_state_bytes_per_seq", 0) + conv + conv / conv_rows + \
@@ -276,7 +276,7 @@ def render(res):
         w("Ceilings on \"x one\" that no kernel can pass: *bytes* if every step ran at the same bandwidth "
           "(weights once per step, each sequence's DeltaNet state read and written, its conv window read and one row of it written); "
           "*fp32* if the products ran at the run's 2-thread sgemm rate with one sequence at its measured "
-          "speed (Q8_0 and BF16 on AMX multiply in int8 and bf16 and are not bound by it; shown as -).\n")
+          "speed (Q8_0, BF16 and F16 on AMX multiply in int8 and bf16 and are not bound by it; shown as -).\n")
         w("| weights | sequences | tok/s | spread | x one sequence | bytes ceiling | fp32 ceiling |")
         w("|---|---|---|---|---|---|---|")
         for r in der["batched"]:

@@ -283,36 +283,48 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
 static bool amx_step(const weight *W, int n_tok)
 {
     return mm_decode_step && n_tok > 1 &&
-           ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && W->n_in % 32 == 0 && simd_amx_bf16()));
+           ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && W->n_in % 32 == 0 && simd_amx_bf16()) ||
+            (W->type == GGML_F16 && W->n_in % 32 == 0 && simd_amx_f16()));
+}
+
+/* tokens per call of matmul_small_amx: F16 lays out two copies of the
+ * activations (x and its residual), so it takes half as many */
+static int amx_max_tok(const weight *W)
+{
+    return W->type == GGML_F16 ? AMX_MAX_TOK / 2 : AMX_MAX_TOK;
 }
 
 /* Decode steps of 2..AMX_MAX_TOK tokens on AMX (see matmul_set_decode_step),
  * for n weights of the same type and width: the activations are prepared
  * once as tiles - Q8_0: quantized to int8 per token as for one token
- * (quantize_act_q8); BF16: rounded to bf16 - then the tiles of 16 rows of
- * all n weights, concatenated, are split between the threads. Rows past
- * a weight's last multiple of 16 dot the same prepared activations.
+ * (quantize_act_q8); BF16: rounded to bf16; F16: rounded to bf16 and the
+ * residual too - then the tiles of 16 rows of all n weights, concatenated,
+ * are split between the threads. Rows past a weight's last multiple of 16
+ * dot the same prepared activations (F16: x itself).
  * Scratch, at most 144 n_in + 64 bytes for 64 tokens: Q8_0 scales, int8
  * activations, tiles; BF16 tiles, then one token's rounded activations as
- * floats. */
+ * floats; F16 (at most 32 tokens) 128 n_in + 128 bytes of tiles. */
 static void matmul_small_amx(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
                              float *scratch)
 {
     const int n_in = W[0]->n_in, nb = n_in / 32;
-    const bool q8 = W[0]->type == GGML_Q8_0;
+    const bool q8 = W[0]->type == GGML_Q8_0, f16 = W[0]->type == GGML_F16;
     float *xd = scratch;                                    /* Q8_0: [n_tok][nb] */
     int8_t *xq = (int8_t *)(xd + (size_t)n_tok * nb);       /* Q8_0: [n_tok][n_in] */
     void *prep = q8 ? (void *)(xq + (size_t)n_tok * n_in) : (void *)scratch;
     float *xr = scratch + amx_bf16_prep_bytes(n_in, n_tok) / sizeof(float) + 1;   /* BF16: [n_in] */
+    void (*tiles)(const void *, size_t, int, int, const void *, int, float *, int) = amx_bf16_rows_x_tokens;
     if (q8) {
         for (int t = 0; t < n_tok; t++)
             quantize_act_q8(X + (size_t)t * n_in, n_in, xq + (size_t)t * n_in, xd + (size_t)t * nb);
         amx_q8_0_prepare(xq, xd, n_in, n_tok, prep);
+        tiles = amx_q8_0_rows_x_tokens;
+    } else if (f16) {
+        amx_f16_prepare(X, n_in, n_tok, prep);
+        tiles = amx_f16_rows_x_tokens;
     } else {
-        amx_bf16_prepare(X, n_in, n_tok, prep);
+        amx_bf16_prepare(X, n_in, n_tok, prep, NULL);
     }
-    void (*tiles)(const void *, size_t, int, int, const void *, int, float *, int) =
-        q8 ? amx_q8_0_rows_x_tokens : amx_bf16_rows_x_tokens;
     long total16 = 0;
     for (int i = 0; i < n; i++)
         total16 += W[i]->n_out / 16;
@@ -337,14 +349,15 @@ static void matmul_small_amx(int n, float *const *Y, const weight *const *W, con
             const int n_out = W[i]->n_out;
             const size_t rb = W[i]->row_bytes;
             for (int o = n_out / 16 * 16; o < n_out; o++) {
-                if (!q8 && !rounded) {
+                if (!q8 && !f16 && !rounded) {
                     for (int k = 0; k < n_in; k++)
                         xr[k] = bf16_to_f32(f32_to_bf16(X[(size_t)t * n_in + k]));
                     rounded = true;
                 }
                 const char *row = (const char *)W[i]->data + (size_t)o * rb;
-                Y[i][(size_t)t * n_out + o] = q8 ? dot_q8_0_act(row, xq + (size_t)t * n_in, xd + (size_t)t * nb, n_in)
-                                                 : dot_row_fast(GGML_BF16, row, xr, n_in);
+                Y[i][(size_t)t * n_out + o] = q8    ? dot_q8_0_act(row, xq + (size_t)t * n_in, xd + (size_t)t * nb, n_in)
+                                              : f16 ? dot_row_fast(GGML_F16, row, X + (size_t)t * n_in, n_in)
+                                                    : dot_row_fast(GGML_BF16, row, xr, n_in);
             }
         }
     }
@@ -420,11 +433,11 @@ static void matmul_shared(int n, float *const *Y, const weight *const *W, const 
         return;
     }
     float *Yt[MATMUL_MANY_MAX];
-    for (int t0 = 0; t0 < n_tok; t0 += AMX_MAX_TOK) {
+    const int per = amx_max_tok(W[0]);
+    for (int t0 = 0; t0 < n_tok; t0 += per) {
         for (int i = 0; i < n; i++)
             Yt[i] = Y[i] + (size_t)t0 * W[i]->n_out;
-        matmul_small_amx(n, Yt, W, X + (size_t)t0 * W[0]->n_in, n_tok - t0 < AMX_MAX_TOK ? n_tok - t0 : AMX_MAX_TOK,
-                         scratch);
+        matmul_small_amx(n, Yt, W, X + (size_t)t0 * W[0]->n_in, n_tok - t0 < per ? n_tok - t0 : per, scratch);
     }
 }
 

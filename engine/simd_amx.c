@@ -65,6 +65,7 @@ AMX static inline void store_transposed(const float *c, float *Y, size_t ldy, in
 
 static bool amx_ok;             /* set once at startup, read-only after */
 static bool amx_bf16_ok;
+static bool amx_f16_ok;          /* AMX-BF16 and AVX512-BF16 (the weights' split) */
 static bool amx_on;
 
 __attribute__((constructor)) static void simd_amx_init(void)
@@ -80,12 +81,18 @@ __attribute__((constructor)) static void simd_amx_init(void)
      * without it the first tile instruction would kill the process */
     amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     amx_bf16_ok = amx_ok && __builtin_cpu_supports("amx-bf16");
+    amx_f16_ok = amx_bf16_ok && __builtin_cpu_supports("avx512bf16");
     amx_on = amx_ok;
 }
 
 bool simd_amx_bf16(void)
 {
     return amx_bf16_ok && simd_amx();
+}
+
+bool simd_amx_f16(void)
+{
+    return amx_f16_ok && simd_amx();
 }
 
 bool simd_amx(void)
@@ -252,27 +259,50 @@ AMX static inline __m512i bf16_round16(const float *x)
  * token t at j * 16 + t, so the 16 x 16 dwords of a chunk are written as
  * rows and read back transposed with gathers. This was a scalar call per
  * activation, run by one thread while the other waited: 4.5% of a
- * 16-sequence BF16 step's samples (perf). */
-AMX void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep)
+ * 16-sequence BF16 step's samples (perf). With prep_lo, the residuals
+ * x - bf16(x) (exact in f32) are rounded and laid out the same way. */
+AMX static void transpose_rows(uint32_t (*rows)[16], uint32_t *dst)
 {
-    const int nc = n_in / 32;
-    uint32_t rows[16][16] __attribute__((aligned(64)));
     const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                            _mm512_set1_epi32(16));
+    for (int j = 0; j < 16; j++)
+        _mm512_storeu_si512(dst + 16 * j, _mm512_i32gather_epi32(_mm512_add_epi32(col, _mm512_set1_epi32(j)), rows, 4));
+}
+
+/* bf16 in the low halves of r (as bf16_round16 returns) back to f32 */
+AMX static inline __m512 bf16_widen16(__m512i r)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(r, 16));
+}
+
+AMX void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep, void *prep_lo)
+{
+    const int nc = n_in / 32;
+    uint32_t rows[16][16] __attribute__((aligned(64))), rows_lo[16][16] __attribute__((aligned(64)));
+    float res[32] __attribute__((aligned(64)));
     for (int g = 0; 16 * g < n_tok; g++) {
         const int nt = n_tok - 16 * g < 16 ? n_tok - 16 * g : 16;
         uint32_t *bt = (uint32_t *)prep + (size_t)g * nc * 256;
+        uint32_t *bl = prep_lo ? (uint32_t *)prep_lo + (size_t)g * nc * 256 : NULL;
         memset(rows, 0, sizeof rows);
+        memset(rows_lo, 0, sizeof rows_lo);
         for (int c = 0; c < nc; c++) {
             for (int t = 0; t < nt; t++) {
                 const float *x = X + (size_t)(16 * g + t) * n_in + 32 * c;
-                const __m256i lo = _mm512_cvtepi32_epi16(bf16_round16(x));
-                const __m256i hi = _mm512_cvtepi32_epi16(bf16_round16(x + 16));
-                _mm512_store_si512(rows[t], _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+                const __m512i r0 = bf16_round16(x), r1 = bf16_round16(x + 16);
+                _mm512_store_si512(rows[t], _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(r0)),
+                                                               _mm512_cvtepi32_epi16(r1), 1));
+                if (bl) {
+                    _mm512_store_ps(res, _mm512_sub_ps(_mm512_loadu_ps(x), bf16_widen16(r0)));
+                    _mm512_store_ps(res + 16, _mm512_sub_ps(_mm512_loadu_ps(x + 16), bf16_widen16(r1)));
+                    _mm512_store_si512(rows_lo[t],
+                                       _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(bf16_round16(res))),
+                                                          _mm512_cvtepi32_epi16(bf16_round16(res + 16)), 1));
+                }
             }
-            for (int j = 0; j < 16; j++)
-                _mm512_storeu_si512(bt + (size_t)c * 256 + 16 * j,
-                                    _mm512_i32gather_epi32(_mm512_add_epi32(col, _mm512_set1_epi32(j)), rows, 4));
+            transpose_rows(rows, bt + (size_t)c * 256);
+            if (bl)
+                transpose_rows(rows_lo, bl + (size_t)c * 256);
         }
     }
 }
@@ -317,6 +347,84 @@ AMX void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
         _tile_stored(0, c0, 64);
         _tile_stored(1, c1, 64);
         for (int r = 0; r < 16; r++)            /* C[r] lane t -> Y[16 g + t][r0 + r] */
+            _mm512_store_ps(c0 + 16 * r, _mm512_add_ps(_mm512_load_ps(c0 + 16 * r), _mm512_load_ps(c1 + 16 * r)));
+        store_transposed(c0, Y + (size_t)16 * g * ldy + r0, (size_t)ldy, nt);
+    }
+    _tile_release();
+}
+
+/* ---- F16 weights ----
+ * A row piece of 32 f16 weights w is split exactly into bf16 parts:
+ * hi = bf16(w) keeps 8 of w's 11 significant bits and w - hi, exact in
+ * f32, has at most 4, so lo = bf16(w - hi) = w - hi. The activations are
+ * split the same way but not exactly: xh = bf16(x), xl = bf16(x - xh).
+ * hi xh + hi xl + lo xh = w (xh + xl) - lo xl, each relative error at most
+ * 2^-16, three tile products instead of one, all exact in f32 before the
+ * adds. The split of the weights is per tile, in registers, into two
+ * 1 KiB buffers that the tile loads read from L1. */
+#define AMXF16 __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")))
+
+AMXF16 static inline void f16_split_piece(const char *src, uint16_t *hi, uint16_t *lo)
+{
+    const __m512i raw = _mm512_loadu_si512(src);
+    const __m512 a = _mm512_cvtph_ps(_mm512_castsi512_si256(raw));
+    const __m512 b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1));
+    const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a);       /* a in the low half */
+    const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
+    const __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
+    _mm512_store_si512(hi, h);
+    _mm512_store_si512(lo, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
+}
+
+size_t amx_f16_prep_bytes(int n_in, int n_tok)
+{
+    return 2 * ((amx_bf16_prep_bytes(n_in, n_tok) + 63) / 64 * 64);
+}
+
+void amx_f16_prepare(const float *X, int n_in, int n_tok, void *prep)
+{
+    amx_bf16_prepare(X, n_in, n_tok, prep, (char *)prep + amx_f16_prep_bytes(n_in, n_tok) / 2);
+}
+
+AMXF16 void amx_f16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
+                                  int n_tok, float *Y, int ldy)
+{
+    const int nc = n_in / 32;
+    const char *prep_lo = (const char *)prep + amx_f16_prep_bytes(n_in, n_tok) / 2;
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 6; i++) {              /* C0, C1 16 x 16 f32; A hi, lo 16 x 32 bf16; B hi, lo */
+        cfg.rows[i] = 16;
+        cfg.colsb[i] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    uint16_t wh[16 * 32] __attribute__((aligned(64))), wl[16 * 32] __attribute__((aligned(64)));
+    float c0[256] __attribute__((aligned(64))), c1[256] __attribute__((aligned(64)));
+    for (int r0 = 0; r0 < n_rows; r0 += 16)
+    for (int g = 0; 16 * g < n_tok; g++) {     /* groups of 16 tokens reuse the rows from cache */
+        const char *base = (const char *)W + (size_t)r0 * row_bytes;
+        const char *bh = (const char *)prep + (size_t)g * nc * 1024, *bl = prep_lo + (size_t)g * nc * 1024;
+        const int nt = n_tok - 16 * g < 16 ? n_tok - 16 * g : 16;
+        _tile_zero(0);
+        _tile_zero(1);
+        for (int c = 0; c < nc; c++) {
+            if (g == 0 && c + AMX_PF_BF16 < nc)
+                for (int r = 0; r < 16; r++)
+                    _mm_prefetch(base + (size_t)r * row_bytes + (size_t)(c + AMX_PF_BF16) * 64, _MM_HINT_T0);
+            for (int r = 0; r < 16; r++)
+                f16_split_piece(base + (size_t)r * row_bytes + (size_t)c * 64, wh + 32 * r, wl + 32 * r);
+            _tile_loadd(2, wh, 64);
+            _tile_loadd(3, wl, 64);
+            _tile_loadd(4, bh + (size_t)c * 1024, 64);
+            _tile_loadd(5, bl + (size_t)c * 1024, 64);
+            _tile_dpbf16ps(0, 2, 4);            /* hi xh */
+            _tile_dpbf16ps(1, 2, 5);            /* hi xl */
+            _tile_dpbf16ps(1, 3, 4);            /* lo xh */
+        }
+        _tile_stored(0, c0, 64);
+        _tile_stored(1, c1, 64);
+        for (int r = 0; r < 16; r++)
             _mm512_store_ps(c0 + 16 * r, _mm512_add_ps(_mm512_load_ps(c0 + 16 * r), _mm512_load_ps(c1 + 16 * r)));
         store_transposed(c0, Y + (size_t)16 * g * ldy + r0, (size_t)ldy, nt);
     }

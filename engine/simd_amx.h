@@ -59,8 +59,10 @@ bool simd_amx_bf16(void);
 size_t amx_bf16_prep_bytes(int n_in, int n_tok);  /* 32 n_in per group of 16 tokens, plus 64 */
 /* n_tok tokens of f32 activations (token t at X + t * n_in, n_in a
  * multiple of 32) rounded to bf16 (nearest even) and laid out as B tiles
- * in groups of 16 tokens, the last one padded with zeros */
-void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep);
+ * in groups of 16 tokens, the last one padded with zeros. prep_lo, when
+ * not NULL (amx_bf16_prep_bytes too), gets the residuals x - bf16(x)
+ * rounded to bf16 in the same layout. */
+void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep, void *prep_lo);
 /* Y[t * ldy + r] = sum_i w[r][i] bf16(x[t][i]) for r < n_rows (a multiple
  * of 16), t < n_tok: rows of n_in bf16 weights row_bytes apart. TDPBF16PS
  * forms each product of two bf16 exactly and adds in f32; odd and even
@@ -68,5 +70,20 @@ void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep);
  * of the row with the rounded activations. */
 void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
                             int n_tok, float *Y, int ldy);
+
+/* ---- F16 weights, on the bf16 tiles ----
+ * true when simd_amx_bf16() is and the CPU has AVX512-BF16 */
+bool simd_amx_f16(void);
+/* both activation layouts of amx_bf16_prepare (x rounded, residual) */
+size_t amx_f16_prep_bytes(int n_in, int n_tok);
+void amx_f16_prepare(const float *X, int n_in, int n_tok, void *prep);
+/* Y[t * ldy + r] ~ sum_i w[r][i] x[t][i] for r < n_rows (a multiple of
+ * 16), t < n_tok: rows of n_in f16 weights row_bytes apart. Each weight
+ * piece is split exactly into two bf16 (hi + lo), the activations into
+ * xh + xl (see amx_bf16_prepare), and hi xh + hi xl + lo xh is formed on
+ * the tiles: every term within 2^-15 of w x, then f32 adds. ref: dot_row()
+ * of the row with x, in double, within that bound. */
+void amx_f16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
+                           int n_tok, float *Y, int ldy);
 
 #endif

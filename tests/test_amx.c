@@ -230,61 +230,98 @@ static uint16_t bf16_rne(float f)
     return (uint16_t)(low > 0x8000u || (low == 0x8000u && (keep & 1u)) ? keep + 1 : keep);
 }
 
-/* Each output against sum_i w_i bf16(x_i) in double: the products of two
- * bf16 are exact in f32, the kernel adds n terms in f32 in some order, so
- * it is within gamma(n) sum |terms|; twice that is the tolerance. For the
- * short rows (n = 32: 4e-6 of sum |terms|) a kernel that skipped or
- * truncated the rounding of x (errors up to 2^-9 per term) falls outside.
+/* Rows of 16-bit weights (BF16, or F16 on the same bf16 tiles) against
+ * exact sums in double.
+ * BF16: against sum_i w_i bf16(x_i). The products of two bf16 are exact
+ * in f32, the kernel adds n terms in f32 in some order, so it is within
+ * gamma(n) sum |terms|; twice that is the tolerance. For the short rows
+ * (n = 32: 4e-6 of sum |terms|) a kernel that skipped or truncated the
+ * rounding of x (errors up to 2^-9 per term) falls outside.
+ * F16: against sum_i w_i x_i with the true x. The kernel splits each
+ * weight exactly (hi + lo) and x into xh + xl and drops lo xl: every term
+ * within 2^-15 of w x (2^-16 for xl's rounding, 2^-16 for lo xl), then 3n
+ * products added in f32, within gamma(3n) of their magnitude, taken
+ * twice. A kernel that skipped either correction product (hi xl or lo xh)
+ * errs by up to 2^-9 per term and falls outside. Its weights cover every
+ * significand bit, subnormal halves included.
  * Through matmul() in a decode step with a partial tile (n_out 70) the
- * tail rows are checked the same way. */
-static int check_bf16(int n_in, int n_out, int n_tok, bool via_matmul)
+ * tail rows are checked the same way; more tokens than one call takes
+ * (64 for BF16, 32 for F16) split into calls. */
+static int check_16bit(uint32_t type, int n_in, int n_out, int n_tok, bool via_matmul)
 {
+    const bool f16 = type == GGML_F16;
     const size_t rb = (size_t)n_in * 2;
     uint16_t *W = malloc(rb * n_out);
     float *X = malloc(sizeof(float) * n_in * n_tok), *Y = malloc(sizeof(float) * (size_t)(n_tok + 1) * (n_out + 3));
-    void *prep = aligned_alloc(64, (amx_bf16_prep_bytes(n_in, n_tok) + 63) / 64 * 64);
+    const size_t prep_bytes = f16 ? amx_f16_prep_bytes(n_in, n_tok) : amx_bf16_prep_bytes(n_in, n_tok);
+    void *prep = aligned_alloc(64, (prep_bytes + 63) / 64 * 64);
     float *scratch = malloc(sizeof(float) * 64 * (size_t)n_in);     /* one thread's share, as above */
     const int ldy = via_matmul ? n_out : n_out + 3;
-    for (int i = 0; i < n_in * n_out; i++)
-        W[i] = bf16_rne(((float)(rnd() % 2001) - 1000.0f) / 1000.0f);
+    for (int i = 0; i < n_in * n_out; i++) {
+        if (f16) {
+            const uint32_t e = rnd() % 8 == 0 ? 0 : 8 + rnd() % 12;   /* subnormal, or 2^-7 .. 2^4 */
+            W[i] = (uint16_t)((rnd() & 1) << 15 | e << 10 | (rnd() & 1023));
+        } else {
+            W[i] = bf16_rne(((float)(rnd() % 2001) - 1000.0f) / 1000.0f);
+        }
+    }
     for (int i = 0; i < n_in * n_tok; i++)
         X[i] = ((float)(rnd() % 200001) - 100000.0f) / 31337.0f;      /* many bits below bf16's */
     for (int i = 0; i < (n_tok + 1) * (n_out + 3); i++)
         Y[i] = -777.0f;
     if (via_matmul) {
-        weight Wt = { .data = W, .type = GGML_BF16, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+        weight Wt = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
         matmul_set_decode_step(true);
         matmul(Y, &Wt, X, n_tok, scratch);
         matmul_set_decode_step(false);
+    } else if (f16) {
+        amx_f16_prepare(X, n_in, n_tok, prep);
+        amx_f16_rows_x_tokens(W, rb, n_out, n_in, prep, n_tok, Y, ldy);
     } else {
-        amx_bf16_prepare(X, n_in, n_tok, prep);
+        amx_bf16_prepare(X, n_in, n_tok, prep, NULL);
         amx_bf16_rows_x_tokens(W, rb, n_out, n_in, prep, n_tok, Y, ldy);
     }
+    const char *name = f16 ? "f16" : "bf16";
+    const double u = 0x1p-24, g3 = 3.0 * n_in * u / (1.0 - 3.0 * n_in * u);
     int bad = 0;
     for (int t = 0; t < n_tok && !bad; t++)
         for (int r = 0; r < ldy && !bad; r++) {
             const float got = Y[(size_t)t * ldy + r];
             if (r >= n_out) {
                 if (got != -777.0f) {
-                    test_fail(__FILE__, __LINE__, "bf16 %dx%d: wrote outside at [%d][%d]", n_out, n_in, t, r);
+                    test_fail(__FILE__, __LINE__, "%s %dx%d: wrote outside at [%d][%d]", name, n_out, n_in, t, r);
                     bad = 1;
                 }
                 continue;
             }
             double exact = 0.0, mag = 0.0;
             for (int i = 0; i < n_in; i++) {
-                const double term = bf16_value(W[(size_t)r * n_in + i]) * bf16_value(bf16_rne(X[(size_t)t * n_in + i]));
+                const uint16_t w = W[(size_t)r * n_in + i];
+                const float x = X[(size_t)t * n_in + i];
+                const double term = f16 ? half_value(w) * x : bf16_value(w) * bf16_value(bf16_rne(x));
                 exact += term;
                 mag += fabs(term);
             }
-            if (!within(got, exact, mag, n_in + 2)) {
-                test_fail(__FILE__, __LINE__, "bf16 %dx%d tokens %d%s: Y[%d][%d] = %.9g, exact %.9g", n_out, n_in,
+            const bool ok = f16 ? fabs(got - exact) <= (0x1p-15 + 2.0 * g3) * mag + 1e-30
+                                : within(got, exact, mag, n_in + 2);
+            if (!ok) {
+                test_fail(__FILE__, __LINE__, "%s %dx%d tokens %d%s: Y[%d][%d] = %.9g, exact %.9g", name, n_out, n_in,
                           n_tok, via_matmul ? " (matmul)" : "", t, r, got, exact);
                 bad = 1;
             }
         }
     free(W); free(X); free(Y); free(prep); free(scratch);
     return bad;
+}
+
+static int check_bf16(int n_in, int n_out, int n_tok, bool via_matmul)
+{
+    return check_16bit(GGML_BF16, n_in, n_out, n_tok, via_matmul);
+}
+
+static int check_f16(int n_in, int n_out, int n_tok, bool via_matmul)
+{
+    return check_16bit(GGML_F16, n_in, n_out, n_tok, via_matmul);
 }
 
 TEST(test_amx_bf16_tiles_match_the_rounded_definition)
@@ -322,7 +359,7 @@ static int check_bf16_layout(int n_in, int n_tok)
         uint32_t u = rnd() % 3 == 0 ? special[rnd() % ns] : (rnd() << 8) ^ rnd();
         memcpy(&X[i], &u, 4);
     }
-    amx_bf16_prepare(X, n_in, n_tok, prep);
+    amx_bf16_prepare(X, n_in, n_tok, prep, NULL);
     int bad = 0;
     for (int g = 0; 16 * g < n_tok && !bad; g++)
         for (int c = 0; c < nc && !bad; c++)
@@ -358,4 +395,18 @@ TEST(test_amx_bf16_prepare_lays_out_rounded_activations_bit_for_bit)
     CHECK(!check_bf16_layout(64, 16));
     CHECK(!check_bf16_layout(96, 17));           /* a second group of one token */
     CHECK(!check_bf16_layout(1024, 40));
+}
+
+TEST(test_amx_f16_split_tiles_match_the_exact_products)
+{
+    if (!have(simd_amx_f16(), "AMX-BF16 with AVX512-BF16"))
+        return;
+    rng_state = 11;
+    ops_set_threads(2);
+    CHECK(!check_f16(32, 16, 2, false));
+    CHECK(!check_f16(96, 16, 5, false));           /* an odd number of 32-wide chunks */
+    CHECK(!check_f16(1024, 48, 16, false));
+    CHECK(!check_f16(64, 32, 20, false));          /* two token groups, the second partial */
+    CHECK(!check_f16(1024, 70, 16, true));         /* matmul: tiles + 6 tail rows */
+    CHECK(!check_f16(128, 70, 40, true));          /* 40 tokens: calls of 32 + 8 */
 }

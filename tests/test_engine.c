@@ -247,13 +247,28 @@ TEST(test_batch_of_sequences_matches_each_sequence_alone)
  * (8e-3). So this end-to-end check only guards against gross errors (rows
  * or sequences mixed up, a wrong scale: differences of order 1); the
  * precision of the batched kernel is test_amx.c's, against exact sums. */
-TEST(test_q8_0_batch_of_sequences_matches_each_sequence_alone)
+static void check_dtype_batch_vs_alone(uint32_t dtype, const char *name, double tol)
 {
     synth_config c;
     hybrid_config(&c);
-    c.dtype = GGML_Q8_0;
+    c.dtype = dtype;
     static const int len[NS] = { 9, 33, 2, 70 };
-    check_batch_vs_alone(&c, "batch_q8", len, 3e-2);
+    check_batch_vs_alone(&c, name, len, tol);
+}
+
+TEST(test_q8_0_batch_of_sequences_matches_each_sequence_alone)
+{
+    check_dtype_batch_vs_alone(GGML_Q8_0, "batch_q8", 3e-2);
+}
+
+/* F16 decode steps of several sequences run on the bf16 tiles (AMX, where
+ * the CPU has it) with x split into two bf16 parts: each term within
+ * 2^-15 of the one-token path's f32 product (test_amx.c checks the kernel
+ * against exact sums). End to end that moved logits by 5e-6 here;
+ * rows or sequences mixed up would move them by order 1. */
+TEST(test_f16_batch_of_sequences_matches_each_sequence_alone)
+{
+    check_dtype_batch_vs_alone(GGML_F16, "batch_f16", 1e-4);
 }
 
 TEST(test_cache_accounting_reconciles_with_the_layout)
