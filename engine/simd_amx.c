@@ -354,25 +354,30 @@ AMX void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int
 }
 
 /* ---- F16 weights ----
- * A row piece of 32 f16 weights w is split exactly into bf16 parts:
- * hi = bf16(w) keeps 8 of w's 11 significant bits and w - hi, exact in
- * f32, has at most 4, so lo = bf16(w - hi) = w - hi. The activations are
- * split the same way but not exactly: xh = bf16(x), xl = bf16(x - xh).
+ * A row piece of 32 f16 weights w is split exactly into bf16 parts: hi =
+ * the top 16 bits of f32(w) (8 of w's 11 significant bits), and w - hi,
+ * exact in f32 with at most 3 significant bits, so its top 16 bits are
+ * all of it: lo = w - hi. The activations are split too, but not exactly:
+ * xh = bf16(x) (nearest even), xl = bf16(x - xh).
  * hi xh + hi xl + lo xh = w (xh + xl) - lo xl, each relative error at most
  * 2^-16, three tile products instead of one, all exact in f32 before the
  * adds. The split of the weights is per tile, in registers, into two
- * 1 KiB buffers that the tile loads read from L1. */
+ * 1 KiB buffers that the tile loads read from L1; it is what limits the
+ * kernel (in cache, 1024-wide rows, 16 tokens, 2 threads: 22 GB/s of f16
+ * weights without it, 15 GB/s with the split and no products). Loading
+ * the halves straight into vcvtph2ps and taking hi by a mask, rather than
+ * rounding it and widening it back, was 15-20% faster. */
 #define AMXF16 __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")))
 
 AMXF16 static inline void f16_split_piece(const char *src, uint16_t *hi, uint16_t *lo)
 {
-    const __m512i raw = _mm512_loadu_si512(src);
-    const __m512 a = _mm512_cvtph_ps(_mm512_castsi512_si256(raw));
-    const __m512 b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(raw, 1));
-    const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a);       /* a in the low half */
-    const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
-    const __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
-    _mm512_store_si512(hi, h);
+    const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)src));
+    const __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 32)));
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512 ha = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), top));
+    const __m512 hb = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(b), top));
+    /* both conversions are exact: their inputs have no bits below bf16's */
+    _mm512_store_si512(hi, (__m512i)_mm512_cvtne2ps_pbh(hb, ha));      /* a in the low half */
     _mm512_store_si512(lo, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
 }
 
