@@ -303,7 +303,7 @@ static int amx_max_tok(const weight *W)
  * dot the same prepared activations (F16: x itself).
  * Scratch, at most 144 n_in + 64 bytes for 64 tokens: Q8_0 scales, int8
  * activations, tiles; BF16 tiles, then one token's rounded activations as
- * floats; F16 (at most 32 tokens) 128 n_in + 128 bytes of tiles. */
+ * floats; F16 (at most 32 tokens) two sets of tiles, 128 n_in + 256 bytes. */
 static void matmul_small_amx(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
                              float *scratch)
 {
