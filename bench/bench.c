@@ -710,6 +710,16 @@ static void json_batched(FILE *f, bench_engine *b, int threads, const eng_opts *
         fprintf(f, "%s{\"seqs\": %d, \"threads\": %d, \"steps\": %d, \"alternating\": true, ", g ? ", " : "",
                 bs[g], threads, steps);
         json_rate(f, "tok_s", &st[g], (double)bs[g] * steps);
+        /* "x one" turn by turn: this group's rate over the one-sequence
+         * group's in the same turn (seconds apart), so drift between turns
+         * cancels; the median of those, and their range */
+        stats pr;
+        memset(&pr, 0, sizeof pr);
+        for (int r = 0; r < st[g].n && r < st[0].n; r++)
+            st_add(&pr, (double)bs[g] / bs[0] * st[0].v[r] / st[g].v[r]);
+        if (pr.n > 0)
+            fprintf(f, ", \"x_one_paired\": {\"median\": %.4g, \"min\": %.4g, \"max\": %.4g}", st_median(&pr),
+                    st_min(&pr), st_max(&pr));
         fprintf(f, "}");
     }
     fprintf(f, "]");

@@ -151,6 +151,7 @@ def main(argv):
             der["batched"].append({"dtype": dt, "seqs": s, "threads": r["threads"], "tok_s": r["tok_s"]["median"],
                                    "spread_pct": r["tok_s"]["spread_pct"],
                                    "vs_one": r["tok_s"]["median"] / one["tok_s"]["median"] if one else None,
+                                   "vs_one_paired": r.get("x_one_paired"),
                                    "bytes_ceiling": bytes_cap,
                                    "fp32_ceiling": min(s, fp32_cap) if fp32_cap else None})
 
@@ -277,11 +278,16 @@ def render(res):
           "(weights once per step, each sequence's DeltaNet state read and written, its conv window read and one row of it written); "
           "*fp32* if the products ran at the run's 2-thread sgemm rate with one sequence at its measured "
           "speed (Q8_0, BF16 and F16 on AMX multiply in int8 and bf16 and are not bound by it; shown as -).\n")
-        w("| weights | sequences | tok/s | spread | x one sequence | bytes ceiling | fp32 ceiling |")
-        w("|---|---|---|---|---|---|---|")
+        w("\"x one sequence\" divides the medians of the two groups (the target's figure); \"x one, per turn\" "
+          "is the median, and range, of the same ratio taken turn by turn from segments seconds apart, so the "
+          "machine's drift between turns cancels.\n")
+        w("| weights | sequences | tok/s | spread | x one sequence | x one, per turn (range) | bytes ceiling | fp32 ceiling |")
+        w("|---|---|---|---|---|---|---|---|")
         for r in der["batched"]:
-            w("| %s | %d | %.1f | %.0f%% | %s | %s | %s |" % (
-                r["dtype"], r["seqs"], r["tok_s"], r["spread_pct"], fmt(r["vs_one"], 2),
+            p = r.get("vs_one_paired")
+            paired = "%.2f (%.2f-%.2f)" % (p["median"], p["min"], p["max"]) if p else "-"
+            w("| %s | %d | %.1f | %.0f%% | %s | %s | %s | %s |" % (
+                r["dtype"], r["seqs"], r["tok_s"], r["spread_pct"], fmt(r["vs_one"], 2), paired,
                 fmt(r.get("bytes_ceiling"), 1), fmt(r.get("fp32_ceiling"), 1)))
         w("")
     kn = res.get("kernels")
