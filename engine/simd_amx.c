@@ -285,7 +285,8 @@ AMX void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep, void 
         uint32_t *bt = (uint32_t *)prep + (size_t)g * nc * 256;
         uint32_t *bl = prep_lo ? (uint32_t *)prep_lo + (size_t)g * nc * 256 : NULL;
         memset(rows, 0, sizeof rows);
-        memset(rows_lo, 0, sizeof rows_lo);
+        if (bl)
+            memset(rows_lo, 0, sizeof rows_lo);
         for (int c = 0; c < nc; c++) {
             for (int t = 0; t < nt; t++) {
                 const float *x = X + (size_t)(16 * g + t) * n_in + 32 * c;

@@ -239,14 +239,7 @@ TEST(test_batch_of_sequences_matches_each_sequence_alone)
     check_batch_vs_alone(&c, "batch", len, 1e-4);
 }
 
-/* Q8_0 meets int8 activations in decode steps, alone (one token) and in a
- * batch (AMX, where the CPU has it; f32 activations without it). Rounding
- * to int8 is discontinuous: inputs that differ in the 7th digit (a prompt
- * run in a batch vs alone) can round one element to the next step, which
- * moved logits by up to 5e-3 here, as does f32 against int8 activations
- * (8e-3). So this end-to-end check only guards against gross errors (rows
- * or sequences mixed up, a wrong scale: differences of order 1); the
- * precision of the batched kernel is test_amx.c's, against exact sums. */
+/* the hybrid model in another weight type, batch against alone */
 static void check_dtype_batch_vs_alone(uint32_t dtype, const char *name, double tol)
 {
     synth_config c;
@@ -256,6 +249,14 @@ static void check_dtype_batch_vs_alone(uint32_t dtype, const char *name, double 
     check_batch_vs_alone(&c, name, len, tol);
 }
 
+/* Q8_0 meets int8 activations in decode steps, alone (one token) and in a
+ * batch (AMX, where the CPU has it; f32 activations without it). Rounding
+ * to int8 is discontinuous: inputs that differ in the 7th digit (a prompt
+ * run in a batch vs alone) can round one element to the next step, which
+ * moved logits by up to 5e-3 here, as does f32 against int8 activations
+ * (8e-3). So this end-to-end check only guards against gross errors (rows
+ * or sequences mixed up, a wrong scale: differences of order 1); the
+ * precision of the batched kernel is test_amx.c's, against exact sums. */
 TEST(test_q8_0_batch_of_sequences_matches_each_sequence_alone)
 {
     check_dtype_batch_vs_alone(GGML_Q8_0, "batch_q8", 3e-2);
