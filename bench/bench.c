@@ -337,11 +337,12 @@ static int argmax(const float *x, int n)
     return b;
 }
 
-static int be_open(bench_engine *b, const char *path, int n_ctx, int max_seqs, int dnet_mode)
+static int be_open_ex(bench_engine *b, const char *path, int n_ctx, int max_seqs, int dnet_mode, bool map_weights)
 {
     engine_params p;
     engine_params_default(&p);
     p.model_path = path;
+    p.map_weights = map_weights;
     p.n_threads = 2;                    /* scratch is sized for 2; runs drop to 1 as needed */
     p.n_ctx = n_ctx;
     p.max_seqs = max_seqs;
@@ -361,6 +362,11 @@ static int be_open(bench_engine *b, const char *path, int n_ctx, int max_seqs, i
     for (int i = 0; i < n_ctx; i++)
         b->toks[i] = (int32_t)(lcg_next(&s) % (uint32_t)b->info->n_vocab);
     return 0;
+}
+
+static int be_open(bench_engine *b, const char *path, int n_ctx, int max_seqs, int dnet_mode)
+{
+    return be_open_ex(b, path, n_ctx, max_seqs, dnet_mode, false);
 }
 
 static void be_close(bench_engine *b)
@@ -726,6 +732,75 @@ static void json_batched(FILE *f, bench_engine *b, int threads, const eng_opts *
     fflush(f);
 }
 
+/* Where the weights live, side by side: a second engine on the same file
+ * keeps them in the file mapping (4 KiB pages, --mmap) while the main one
+ * has them in 2 MiB pages. Decode steps of 1 and 16 sequences (2 threads)
+ * alternate between the two in turns of `steps` steps; per turn, the ratio
+ * of the two rates (huge pages over mapped). */
+static void json_weights_memory(FILE *f, bench_engine *b, const char *path, const eng_opts *o)
+{
+    static const int bs[] = { 1, 16 };
+    const int steps = 4, reps = o->quick ? 2 : 7, prompt = 16, NV = b->info->n_vocab;
+    bench_engine mb;
+    if (be_open_ex(&mb, path, 256, 24, ENGINE_DNET_AUTO, true) != 0)
+        return;
+    bench_engine *E[2] = { &mb, b };    /* 0: mapped, 1: as the engine loads by default */
+    float *lg = malloc(sizeof(float) * 2 * 16 * (size_t)NV);
+    int seqs[2][17];
+    engine_batch_item it[2][17];
+    int32_t tok[2][17];
+    char err[256];
+    fprintf(f, "\"weights_memory\": {\"default\": \"%s\", \"groups\": [", b->info->weights_memory);
+    for (int gi = 0; gi < 2; gi++) {
+        const int B = bs[gi];
+        stats st[2], pr;
+        memset(st, 0, sizeof st);
+        memset(&pr, 0, sizeof pr);
+        for (int e = 0; e < 2; e++) {
+            engine_set_threads(E[e]->e, 2);
+            for (int j = 0; j < B; j++) {
+                seqs[e][j] = be_seq(E[e], prompt + (reps + 1) * steps + 1);
+                it[e][j] = (engine_batch_item){ .seq = seqs[e][j], .tokens = b->toks + 7 * j, .n_tokens = prompt,
+                                                .logits = ENGINE_LOGITS_LAST, .out = lg + ((size_t)e * 16 + j) * NV };
+            }
+            must(engine_forward(E[e]->e, it[e], B, err, sizeof err), "weights prompt", err);
+        }
+        for (int r = -1; r < reps; r++) {
+            double dt[2];
+            for (int e = 0; e < 2; e++) {
+                double t0 = now_s();
+                for (int k = 0; k < steps; k++) {
+                    for (int j = 0; j < B; j++) {
+                        tok[e][j] = (int32_t)argmax(lg + ((size_t)e * 16 + j) * NV, NV);
+                        it[e][j].tokens = &tok[e][j];
+                        it[e][j].n_tokens = 1;
+                    }
+                    must(engine_forward(E[e]->e, it[e], B, err, sizeof err), "weights step", err);
+                }
+                dt[e] = now_s() - t0;
+            }
+            if (r >= 0) {
+                st_add(&st[0], dt[0]);
+                st_add(&st[1], dt[1]);
+                st_add(&pr, dt[0] / dt[1]);
+            }
+        }
+        for (int e = 0; e < 2; e++)
+            for (int j = 0; j < B; j++)
+                engine_seq_free(E[e]->e, seqs[e][j]);
+        fprintf(f, "%s{\"seqs\": %d, \"threads\": 2, \"steps\": %d, ", gi ? ", " : "", B, steps);
+        json_rate(f, "mapped_tok_s", &st[0], (double)B * steps);
+        fprintf(f, ", ");
+        json_rate(f, "default_tok_s", &st[1], (double)B * steps);
+        fprintf(f, ", \"ratio_paired\": {\"median\": %.4g, \"min\": %.4g, \"max\": %.4g}}", st_median(&pr),
+                st_min(&pr), st_max(&pr));
+    }
+    fprintf(f, "]}");
+    fflush(f);
+    free(lg);
+    be_close(&mb);
+}
+
 static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_opts *o)
 {
     bench_engine b;
@@ -774,6 +849,10 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
     if (want(o, "batched")) {
         fprintf(f, ",\n");
         json_batched(f, &b, 2, o);
+    }
+    if (want(o, "weights")) {
+        fprintf(f, ",\n");
+        json_weights_memory(f, &b, path, o);
     }
     fprintf(f, "}\n");
     be_close(&b);

@@ -290,6 +290,21 @@ def render(res):
                 r["dtype"], r["seqs"], r["tok_s"], r["spread_pct"], fmt(r["vs_one"], 2), paired,
                 fmt(r.get("bytes_ceiling"), 1), fmt(r.get("fp32_ceiling"), 1)))
         w("")
+    wm = [(m["dtype"], m["weights_memory"]) for m in res["models"] if m.get("weights_memory")]
+    if wm:
+        w("## Weights in 2 MiB pages or mapped from the file (2 threads)\n")
+        w("The engine reads the weights into transparent huge pages by default (`--mmap` keeps the file "
+          "mapping, 4 KiB pages). A second engine on the same file keeps the mapping; decode steps alternate "
+          "between the two, turn by turn. Ratio: huge pages' rate over mapped, per turn, median (range).\n")
+        w("| weights | sequences | default | mapped tok/s | default tok/s | ratio, per turn (range) |")
+        w("|---|---|---|---|---|---|")
+        for dt, d in wm:
+            for g in d["groups"]:
+                p = g["ratio_paired"]
+                w("| %s | %d | %s | %.1f | %.1f | %.3f (%.3f-%.3f) |" % (
+                    dt, g["seqs"], d["default"], g["mapped_tok_s"]["median"], g["default_tok_s"]["median"],
+                    p["median"], p["min"], p["max"]))
+        w("")
     kn = res.get("kernels")
     if kn:
         w("## Kernels: matmul() alone\n")

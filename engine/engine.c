@@ -123,6 +123,7 @@ static void fill_info(engine *e)
     in->layer_kind = m->kinds;
     in->n_params = m->n_params;
     in->weight_bytes = m->weight_bytes;
+    in->weights_memory = m->gguf->data_copy ? "huge_pages" : "mapped";
     in->kv_bytes_per_token = e->kv.kv_bytes_per_token;
     in->mla_bytes_per_token = e->kv.mla_bytes_per_token;
     in->dnet_state_bytes_per_seq = e->kv.state_bytes;
@@ -151,7 +152,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
     e->params = *p;
     ops_set_threads(p->n_threads);
     e->n_threads = e->n_threads_max = ops_get_threads();
-    e->m = model_load(p->model_path, err, errlen);
+    e->m = model_load(p->model_path, p->map_weights, err, errlen);
     if (!e->m)
         goto out_fail;
     char terr[256];

@@ -387,10 +387,74 @@ out_fail:
     return NULL;
 }
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* true when the kernel hands out transparent huge pages to madvise()d
+ * memory: "always" or "madvise" is the one in brackets */
+static bool thp_available(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f)
+        return false;
+    char line[128] = "";
+    const bool ok = fgets(line, sizeof line, f) && !strstr(line, "[never]");
+    fclose(f);
+    return ok;
+}
+
+int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen)
+{
+    if (g->data_copy)
+        return 0;
+    const size_t n = g->size - (size_t)g->data_offset;
+    if (n == 0 || g->n_tensors == 0)
+        return 0;
+    if (!thp_available()) {
+        snprintf(err, errlen, "%s: transparent huge pages are off in this kernel; weights stay mapped", g->path);
+        return -1;
+    }
+    /* a 2 MiB-aligned region: over-map by one huge page, trim both ends */
+    const size_t len = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    uint8_t *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+        snprintf(err, errlen, "%s: cannot allocate %zu bytes for the weights: %s", g->path, len, strerror(errno));
+        return -1;
+    }
+    uint8_t *a = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (a > raw)
+        munmap(raw, (size_t)(a - raw));
+    if (raw + len + HUGE_PAGE > a + len)
+        munmap(a + len, (size_t)(raw + len + HUGE_PAGE - (a + len)));
+    madvise(a, len, MADV_HUGEPAGE);
+    /* read, not copy from the mapping: the mapping's data pages are never
+     * touched, so they never count against this process */
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t r = pread(g->fd, a + got, n - got, (off_t)(g->data_offset + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            snprintf(err, errlen, "%s: cannot read the tensor data: %s", g->path,
+                     r < 0 ? strerror(errno) : "the file shrank while loading");
+            munmap(a, len);
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    mprotect(a, len, PROT_READ);
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        g->tensors[i].data = a + g->tensors[i].offset;
+    g->data_copy = a;
+    g->data_copy_bytes = len;
+    return 0;
+}
+
 void gguf_close(gguf_ctx *g)
 {
     if (!g)
         return;
+    if (g->data_copy)
+        munmap(g->data_copy, g->data_copy_bytes);
     if (g->kv)
         for (uint64_t i = 0; i < g->n_kv; i++)
             free(g->kv[i].strs);

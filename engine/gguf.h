@@ -69,12 +69,26 @@ typedef struct gguf_ctx {
     uint64_t n_tensors;
     gguf_tensor *tensors;   /* [n_tensors] */
     uint64_t data_offset;   /* start of the data section in the file */
+    uint8_t *data_copy;     /* gguf_load_huge: the data section, else NULL */
+    size_t data_copy_bytes; /* its mapping's length (a multiple of 2 MiB) */
 } gguf_ctx;
 
 /* Open and validate a file. On failure returns NULL and writes one line
  * naming the file and the problem into err. */
 gguf_ctx *gguf_open(const char *path, char *err, size_t errlen);
 void gguf_close(gguf_ctx *g);
+
+/* Read the data section into anonymous memory backed by 2 MiB transparent
+ * huge pages, and point every tensor's data there (metadata stays in the
+ * mapping). Decode streams every weight once per token; with the file's
+ * 4 KiB pages each stream walks the page tables every 4 KiB. Measured on
+ * the bench machine (2 threads, A/B in one process, 600 MiB weight): a
+ * one-token product 5-14% faster on every type; a 16-sequence BF16 decode
+ * step of the bench model 3-12% faster. Returns 0, or -1 with one line in
+ * err when the kernel has transparent huge pages off or memory runs out;
+ * the tensors then stay in the mapping, unchanged. Call before anything
+ * takes tensor pointers. The copy is read-only (mprotect). */
+int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen);
 
 const gguf_kv *gguf_find_kv(const gguf_ctx *g, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name);

@@ -551,7 +551,7 @@ static const struct { const char *name; enum arch a; } archs[] = {
 
 static const char *supported_archs = "qwen35, qwen3next, qwen3, llama, deepseek2 (dense)";
 
-model *model_load(const char *path, char *err, size_t errlen)
+model *model_load(const char *path, bool map_weights, char *err, size_t errlen)
 {
     model *m = calloc(1, sizeof *m);
     loader ld = { .m = m, .path = path, .err = err, .errlen = errlen };
@@ -562,6 +562,10 @@ model *model_load(const char *path, char *err, size_t errlen)
     m->gguf = gguf_open(path, err, errlen);
     if (!m->gguf)
         goto out_fail;
+    if (!map_weights) {
+        char herr[256];
+        (void)gguf_load_huge(m->gguf, herr, sizeof herr);   /* on failure the weights stay mapped */
+    }
     ld.g = m->gguf;
     char *arch = gguf_get_str_dup(m->gguf, "general.architecture");
     if (!arch) {

@@ -383,6 +383,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddStringToObject(model, "id", in->name);
     cJSON_AddStringToObject(model, "arch", in->arch);
     cJSON_AddNumberToObject(model, "weights_bytes", (double)in->weight_bytes);
+    cJSON_AddStringToObject(model, "weights_memory", in->weights_memory);
     cJSON *lay = cJSON_AddObjectToObject(model, "cache_layout");
     cJSON_AddStringToObject(lay, "kind", in->n_dnet_layers > 0 && (in->n_attn_layers + in->n_mla_layers) > 0
                                              ? "hybrid"

@@ -167,6 +167,7 @@ int serve_main(int argc, char **argv)
     ep.n_ctx = cfg.ctx;
     ep.max_seqs = cfg.max_seqs;
     ep.cache_bytes = cfg.cache_mem;
+    ep.map_weights = cfg.map_weights;
     srv.eng = engine_open(&ep, err, sizeof(err));
     if (synth_path[0])
         unlink(synth_path);     /* the mapping keeps the data */
@@ -193,10 +194,11 @@ int serve_main(int argc, char **argv)
     char budget[32];
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
-                    "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels\n",
+                    "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
             srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), ops_get_threads(),
-            ops_blas_choose_core(NULL), simd_name());
+            ops_blas_choose_core(NULL), simd_name(),
+            !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file");
     atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);
 
     wait_and_drain(&srv, &set);

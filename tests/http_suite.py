@@ -209,6 +209,14 @@ def wait_idle(srv, idle_reserved, timeout=5.0):
 # tests on the main server
 # ---------------------------------------------------------------------------
 
+def thp_on():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
 def test_basic_routes(srv):
     st, h, j, _ = srv.jreq("GET", "/health")
     check("GET /health is 200 ok", st == 200 and j == {"status": "ok"}, f"{st} {j}")
@@ -233,6 +241,10 @@ def test_basic_routes(srv):
           all(k in s for k in ("scheduler", "pools", "requests", "model", "totals"))
           and s["model"]["cache_layout"]["kind"] == "hybrid"
           and s["model"]["cache_layout"]["recurrent"]["bytes_per_seq"] > 0, json.dumps(s)[:300])
+    want = "huge_pages" if thp_on() else "mapped"
+    check(f"/stats says where the weights live ({want}: transparent huge pages "
+          f"{'on' if want == 'huge_pages' else 'off'} in this kernel)",
+          s["model"].get("weights_memory") == want, str(s["model"].get("weights_memory")))
     st, h, j, _ = srv.jreq("POST", "/tokenize", {"inputs": "Hello world"})
     ok = st == 200 and isinstance(j, list) and len(j) > 0 and all(set(t) >= {"id", "text", "start", "stop"} for t in j)
     check("POST /tokenize returns TGI token list", ok, f"{st} {j}")
@@ -783,8 +795,9 @@ def test_drain_timeout(srv2):
 
 
 def test_log_prompts(model):
-    srv3 = Server("logprompts", model, "--log-prompts", "-t", "1")
+    srv3 = Server("logprompts", model, "--log-prompts", "-t", "1", "--mmap")
     try:
+        check("--mmap serves the weights from the file mapping", srv3.stats()["model"].get("weights_memory") == "mapped")
         gen(srv3, "Secret prompt \"quoted\"", max_new_tokens=2)
         # a second signal during the drain exits at once (drain-timeout is 60 s here)
         c = srv3.conn(30)

@@ -272,6 +272,103 @@ TEST(test_f16_batch_of_sequences_matches_each_sequence_alone)
     check_dtype_batch_vs_alone(GGML_F16, "batch_f16", 1e-4);
 }
 
+/* VmFlags of the mapping that holds addr ("hg": madvise(MADV_HUGEPAGE)),
+ * from /proc/self/smaps; "" when not found */
+static void vm_flags_of(const void *addr, char *out, size_t n)
+{
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return;
+    char line[512];
+    bool in = false;
+    const uintptr_t a = (uintptr_t)addr;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = a >= lo && a < hi;
+        else if (in && !strncmp(line, "VmFlags:", 8)) {
+            snprintf(out, n, "%s", line + 8);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static bool thp_on(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[128] = "";
+    const bool on = f && fgets(line, sizeof line, f) && !strstr(line, "[never]");
+    if (f)
+        fclose(f);
+    return on;
+}
+
+/* Weights read into huge pages hold the file's bytes: every tensor equals
+ * the mapped one byte for byte, the copy is 2 MiB aligned and madvised
+ * (VmFlags "hg"), and a model served from either gives identical logits,
+ * bit for bit. Skipped (and said) when the kernel has THP off: the load
+ * then leaves the weights mapped, which the info reports. */
+TEST(test_weights_in_huge_pages_match_the_mapped_file)
+{
+    synth_config c;
+    hybrid_config(&c);
+    c.seed = 21;
+    const char *p = model_path("huge", &c);
+    CHECK(p);
+    char err[256];
+    gguf_ctx *g = gguf_open(p, err, sizeof err), *h = gguf_open(p, err, sizeof err);
+    CHECK(g && h);
+    const int rc = gguf_load_huge(h, err, sizeof err);
+    if (!thp_on()) {
+        CHECK(rc == -1 && h->data_copy == NULL && strstr(err, "huge pages are off"));
+        printf("    skipped: transparent huge pages are off in this kernel\n");
+    } else {
+        CHECK_MSG(rc == 0, "gguf_load_huge: %s", err);
+        CHECK(h->data_copy && ((uintptr_t)h->data_copy & ((2u << 20) - 1)) == 0);
+        CHECK(h->data_copy_bytes % (2u << 20) == 0 && h->data_copy_bytes >= h->size - h->data_offset);
+        char flags[512];
+        vm_flags_of(h->data_copy, flags, sizeof flags);
+        CHECK_MSG(strstr(flags, " hg"), "VmFlags of the copy: '%s'", flags);
+        CHECK(h->n_tensors == g->n_tensors);
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const gguf_tensor *a = &g->tensors[i], *b = &h->tensors[i];
+            CHECK(b->data == h->data_copy + b->offset);
+            CHECK_MSG(a->n_bytes == b->n_bytes && memcmp(a->data, b->data, a->n_bytes) == 0, "tensor %s differs",
+                      a->name);
+        }
+    }
+    gguf_close(g);
+    gguf_close(h);
+
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = p;
+    ep.n_threads = 2;
+    ep.n_ctx = 256;
+    ep.max_seqs = 1;
+    engine *eh = engine_open(&ep, err, sizeof err);
+    ep.map_weights = true;
+    engine *em = engine_open(&ep, err, sizeof err);
+    CHECK(eh && em);
+    CHECK(!strcmp(engine_get_info(em)->weights_memory, "mapped"));
+    CHECK(!strcmp(engine_get_info(eh)->weights_memory, thp_on() ? "huge_pages" : "mapped"));
+    enum { N = 40 };
+    const int V = engine_get_info(em)->n_vocab;
+    int32_t toks[N];
+    prompt_tokens(toks, N, V, 5);
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    CHECK(a && b);
+    CHECK(run_logits(em, toks, N, 7, a) == 0);
+    CHECK(run_logits(eh, toks, N, 7, b) == 0);
+    CHECK_MSG(memcmp(a, b, sizeof(float) * N * V) == 0, "logits differ: max relative %g", max_rel_diff(b, a, (long)N * V));
+    free(a);
+    free(b);
+    engine_close(eh);
+    engine_close(em);
+}
+
 TEST(test_cache_accounting_reconciles_with_the_layout)
 {
     synth_config c;
