@@ -6,7 +6,9 @@
  *                  all visible keys, softmax, weighted sum of V rows;
  *   decode path    (few rows) per query row and KV head, the whole query
  *                  group at once with an online softmax, so each K and V
- *                  row is read once per group, never n_head / n_kv times;
+ *                  row is read once per group, never n_head / n_kv times
+ *                  (AVX2 or AVX-512 sums; the latter prefetch the V pages
+ *                  of a block while its K pages are summed);
  *   tiled path     (prefill) query blocks x key blocks on sgemm with an
  *                  online softmax: no n x n score matrix is ever stored;
  *                  memory is O(block^2) per thread whatever the context.

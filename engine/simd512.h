@@ -24,6 +24,9 @@
  * simd_set_enabled(false) turns these off too) and HYSERVE_SIMD is not
  * "avx2". Cheap: two loads. */
 bool simd_avx512(void);
+/* Tests: turn the AVX-512 kernels off (and back on where the CPU has them)
+ * to compare them with the AVX2 ones. Call only while no kernel runs. */
+void simd_set_avx512(bool on);
 
 /* ---- small batches: many rows x 1..many tokens, decoded to f32 ----
  * Y[t * ldy + r] = sum_{i<n} W[r * ldw + i] X[t * ldx + i]

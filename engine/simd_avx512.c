@@ -50,6 +50,12 @@ bool simd_avx512(void)
     return avx512_allowed && simd_avx2();
 }
 
+void simd_set_avx512(bool on)
+{
+    const char *env = getenv("HYSERVE_SIMD");
+    avx512_allowed = on && cpu_has_avx512 && !(env && !strcmp(env, "avx2"));
+}
+
 /* ------------------------------------------------------------------ */
 /* small batches                                                        */
 

@@ -23,6 +23,7 @@
 #include "ops.h"
 #include "quant.h"
 #include "simd.h"
+#include "simd512.h"
 #include "test.h"
 
 static uint32_t rng_state;
@@ -631,12 +632,14 @@ TEST(test_kernel_gqa_decode_and_tiled_attention_match_the_reference)
     int failed = 0;
     rng_state = 8;
     ops_set_threads(2);
-    for (int pass = 0; pass < 3 && !failed; pass++) {
+    for (int pass = 0; pass < 4 && !failed; pass++) {
         bool was = simd_avx2();
         if (pass == 1)
             attn_set_decode_pairs(false);           /* f32 pages one at a time */
         if (pass == 2)
             simd_set_enabled(false);                /* the non-AVX2 route */
+        if (pass == 3)
+            simd_set_avx512(false);                 /* the AVX2 pair kernels where pass 0 took AVX-512 */
         for (size_t ki = 0; ki < 3 && !failed; ki++) {
             const uint32_t kt = kv_types[ki];
             /* decode (one row, a few rows) and tiled (1 = always), ragged
@@ -662,6 +665,7 @@ TEST(test_kernel_gqa_decode_and_tiled_attention_match_the_reference)
             check_attn(kt, 20, 1, 32, 19, 30, 16, 1, &failed);
         }
         simd_set_enabled(was);
+        simd_set_avx512(true);
         attn_set_decode_pairs(true);
     }
     CHECK(!failed);
