@@ -152,7 +152,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
     e->params = *p;
     ops_set_threads(p->n_threads);
     e->n_threads = e->n_threads_max = ops_get_threads();
-    e->m = model_load(p->model_path, p->map_weights, err, errlen);
+    e->m = model_load(p->model_path, p->huge_weights, err, errlen);
     if (!e->m)
         goto out_fail;
     char terr[256];

@@ -61,8 +61,8 @@ typedef struct engine_params {
     int dnet_mode;              /* enum engine_dnet_mode */
     int mla_mode;               /* enum engine_mla_mode */
     int kv_dtype;               /* enum engine_kv_dtype */
-    bool map_weights;           /* keep weights in the file mapping instead of
-                                   reading them into 2 MiB huge pages */
+    bool huge_weights;          /* read the weights into 2 MiB huge pages instead
+                                   of serving them from the file mapping */
 } engine_params;
 
 void engine_params_default(engine_params *p);
@@ -88,7 +88,7 @@ typedef struct engine_info {
     const uint8_t *layer_kind;  /* [n_layer] enum engine_layer_kind */
     uint64_t n_params;
     uint64_t weight_bytes;
-    const char *weights_memory;         /* "huge_pages" (read into 2 MiB pages) or "mapped" (the file's pages) */
+    const char *weights_memory;         /* "mapped" (the file's pages) or "huge_pages" (read into 2 MiB pages) */
     /* Cache layout, in bytes. */
     uint64_t kv_bytes_per_token;        /* all attention layers, K and V */
     uint64_t mla_bytes_per_token;       /* all MLA layers */

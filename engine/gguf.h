@@ -82,12 +82,14 @@ void gguf_close(gguf_ctx *g);
  * huge pages, and point every tensor's data there (metadata stays in the
  * mapping). Decode streams every weight once per token; with the file's
  * 4 KiB pages each stream walks the page tables every 4 KiB. Measured on
- * the bench machine (2 threads, A/B in one process, 600 MiB weight): a
- * one-token product 5-14% faster on every type; a 16-sequence BF16 decode
- * step of the bench model 3-12% faster. Returns 0, or -1 with one line in
- * err when the kernel has transparent huge pages off or memory runs out;
- * the tensors then stay in the mapping, unchanged. Call before anything
- * takes tensor pointers. The copy is read-only (mprotect). */
+ * the bench machine (2 threads, A/B in one process): a one-token product
+ * over a 600 MiB weight 5-14% faster on every type, but whole-model decode
+ * steps of the bench models from -10% to +19% with a median near 0 (1 and
+ * 16 sequences, `make bench`'s side-by-side section), so it is opt-in
+ * (engine_params.huge_weights, `--huge-pages`). Returns 0, or -1 with one
+ * line in err when the kernel has transparent huge pages off or memory
+ * runs out; the tensors then stay in the mapping, unchanged. Call before
+ * anything takes tensor pointers. The copy is read-only (mprotect). */
 int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen);
 
 const gguf_kv *gguf_find_kv(const gguf_ctx *g, const char *key);

@@ -551,7 +551,7 @@ static const struct { const char *name; enum arch a; } archs[] = {
 
 static const char *supported_archs = "qwen35, qwen3next, qwen3, llama, deepseek2 (dense)";
 
-model *model_load(const char *path, bool map_weights, char *err, size_t errlen)
+model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
 {
     model *m = calloc(1, sizeof *m);
     loader ld = { .m = m, .path = path, .err = err, .errlen = errlen };
@@ -562,7 +562,7 @@ model *model_load(const char *path, bool map_weights, char *err, size_t errlen)
     m->gguf = gguf_open(path, err, errlen);
     if (!m->gguf)
         goto out_fail;
-    if (!map_weights) {
+    if (huge_weights) {
         char herr[256];
         (void)gguf_load_huge(m->gguf, herr, sizeof herr);   /* on failure the weights stay mapped */
     }

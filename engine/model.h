@@ -113,10 +113,10 @@ typedef struct model {
 } model;
 
 /* Load and validate. On failure: NULL and one line naming the file and
- * the problem in err. map_weights: leave the tensors in the file mapping
- * (zero-copy); otherwise they are read into transparent huge pages when
- * the kernel has them (gguf_load_huge), else left mapped. */
-model *model_load(const char *path, bool map_weights, char *err, size_t errlen);
+ * the problem in err. The tensors stay in the file mapping (zero-copy);
+ * huge_weights reads them into transparent huge pages instead when the
+ * kernel has them (gguf_load_huge), else they stay mapped. */
+model *model_load(const char *path, bool huge_weights, char *err, size_t errlen);
 void model_free(model *m);
 
 #endif

@@ -85,7 +85,7 @@ static double now_s(void)
 }
 
 static int opt_mla_mode = ENGINE_MLA_AUTO, opt_kv_dtype = ENGINE_KV_F32;
-static bool opt_map_weights;
+static bool opt_huge_weights;
 
 static bool parse_kv_dtype(const char *v, int *out)
 {
@@ -126,7 +126,7 @@ static engine *open_engine(const char *model, int threads, int ctx, int dnet_mod
     p.dnet_mode = dnet_mode;
     p.mla_mode = opt_mla_mode;
     p.kv_dtype = opt_kv_dtype;
-    p.map_weights = opt_map_weights;
+    p.huge_weights = opt_huge_weights;
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
     if (!e)
@@ -162,7 +162,7 @@ static const char generate_help[] =
     "      --seed S           sampling seed (default 42)\n"
     "      --ignore-eos       keep going past end-of-generation tokens\n"
     "      --kv-dtype T       f32 | f16 | bf16 attention cache (default f32)\n"
-    "      --mmap             weights from the file mapping, not copied into huge pages\n"
+    "      --huge-pages       read the weights into 2 MiB pages (default: the file mapping)\n"
     "  -c, --ctx N            context size (default min(train, 4096))\n"
     "  -t, --threads N        threads (default: all cores)\n"
     "Text goes to stdout as it is generated; speeds go to stderr.\n";
@@ -189,7 +189,7 @@ int cli_generate(int argc, char **argv)
         else if (IS("--seed", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 0x7fffffffffffffffL, &seed)) return 2; }
         else if (IS("--ignore-eos", NULL)) ignore_eos = true;
         else if (IS("--kv-dtype", NULL)) { if (!(v = NEXT()) || !parse_kv_dtype(v, &opt_kv_dtype)) return 2; }
-        else if (IS("--mmap", NULL)) opt_map_weights = true;
+        else if (IS("--huge-pages", NULL)) opt_huge_weights = true;
         else { fprintf(stderr, "hyserve: generate: unknown option '%s' (see --help)\n", argv[i]); return 2; }
     }
     if (!prompt) {
@@ -310,7 +310,7 @@ static const char logits_help[] =
     "      --dnet-mode M    auto | recurrent | chunked (DeltaNet prefill path)\n"
     "      --mla-mode M     auto | absorbed | expanded (MLA attention path)\n"
     "      --kv-dtype T     f32 | f16 | bf16 attention cache (default f32)\n"
-    "      --mmap           weights from the file mapping, not copied into huge pages\n"
+    "      --huge-pages     read the weights into 2 MiB pages (default: the file mapping)\n"
     "      --split N        feed the tokens in pieces of N (exercises decode steps)\n"
     "  -t, --threads N      threads\n"
     "Prints {\"tokens\": [...], \"logits\": [[...], ...]} with one row per position.\n";
@@ -331,7 +331,7 @@ int cli_logits(int argc, char **argv)
         else if (IS("--dnet-mode", NULL)) { if (!(v = NEXT()) || !parse_dnet_mode(v, &mode)) return 2; }
         else if (IS("--mla-mode", NULL)) { if (!(v = NEXT()) || !parse_mla_mode(v, &opt_mla_mode)) return 2; }
         else if (IS("--kv-dtype", NULL)) { if (!(v = NEXT()) || !parse_kv_dtype(v, &opt_kv_dtype)) return 2; }
-        else if (IS("--mmap", NULL)) opt_map_weights = true;
+        else if (IS("--huge-pages", NULL)) opt_huge_weights = true;
         else if (IS("--split", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1 << 24, &split)) return 2; }
         else if (IS("-t", "--threads")) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1024, &threads)) return 2; }
         else { fprintf(stderr, "hyserve: logits: unknown option '%s' (see --help)\n", argv[i]); return 2; }

@@ -72,9 +72,9 @@ static const opt_def OPTS[] = {
      "attention cache numbers: f32, f16 or bf16 (default f32)"},
     {"page-tokens", 0, "HYSERVE_PAGE_TOKENS", OPT_INT, OFF(page_tokens), 0, "N",
      "tokens per KV cache page (default 16)"},
-    {"mmap", 0, "HYSERVE_MMAP", OPT_BOOL, OFF(map_weights), 0, NULL,
-     "serve the weights from the file mapping (zero-copy, shared page cache) instead of reading them "
-     "into 2 MiB huge pages (default off)"},
+    {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
+     "read the weights into 2 MiB transparent huge pages instead of serving them from the file "
+     "mapping (default off)"},
 };
 #define N_OPTS ((int)(sizeof(OPTS) / sizeof(OPTS[0])))
 

@@ -34,7 +34,7 @@ typedef struct server_config {
     uint64_t max_body;          /* request body limit in bytes (413 beyond) */
     double drain_timeout;       /* seconds to finish in-flight work after SIGTERM */
     bool log_prompts;           /* put prompt text in the request log */
-    bool map_weights;           /* weights stay in the file mapping (no huge-page copy) */
+    bool huge_weights;          /* read the weights into 2 MiB huge pages (else mapped) */
     int prefill_chunk;          /* prompt tokens per step over all sequences */
     double keepalive;           /* seconds of SSE silence before a ": ping" comment */
     int max_stop;               /* stop sequences per request */

@@ -167,7 +167,7 @@ int serve_main(int argc, char **argv)
     ep.n_ctx = cfg.ctx;
     ep.max_seqs = cfg.max_seqs;
     ep.cache_bytes = cfg.cache_mem;
-    ep.map_weights = cfg.map_weights;
+    ep.huge_weights = cfg.huge_weights;
     srv.eng = engine_open(&ep, err, sizeof(err));
     if (synth_path[0])
         unlink(synth_path);     /* the mapping keeps the data */

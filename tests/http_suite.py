@@ -241,10 +241,8 @@ def test_basic_routes(srv):
           all(k in s for k in ("scheduler", "pools", "requests", "model", "totals"))
           and s["model"]["cache_layout"]["kind"] == "hybrid"
           and s["model"]["cache_layout"]["recurrent"]["bytes_per_seq"] > 0, json.dumps(s)[:300])
-    want = "huge_pages" if thp_on() else "mapped"
-    check(f"/stats says where the weights live ({want}: transparent huge pages "
-          f"{'on' if want == 'huge_pages' else 'off'} in this kernel)",
-          s["model"].get("weights_memory") == want, str(s["model"].get("weights_memory")))
+    check("/stats says where the weights live (mapped by default)", s["model"].get("weights_memory") == "mapped",
+          str(s["model"].get("weights_memory")))
     st, h, j, _ = srv.jreq("POST", "/tokenize", {"inputs": "Hello world"})
     ok = st == 200 and isinstance(j, list) and len(j) > 0 and all(set(t) >= {"id", "text", "start", "stop"} for t in j)
     check("POST /tokenize returns TGI token list", ok, f"{st} {j}")
@@ -795,9 +793,11 @@ def test_drain_timeout(srv2):
 
 
 def test_log_prompts(model):
-    srv3 = Server("logprompts", model, "--log-prompts", "-t", "1", "--mmap")
+    srv3 = Server("logprompts", model, "--log-prompts", "-t", "1", "--huge-pages")
     try:
-        check("--mmap serves the weights from the file mapping", srv3.stats()["model"].get("weights_memory") == "mapped")
+        want = "huge_pages" if thp_on() else "mapped"
+        check(f"--huge-pages: /stats says {want} (transparent huge pages {'on' if thp_on() else 'off'} in this kernel)",
+              srv3.stats()["model"].get("weights_memory") == want)
         gen(srv3, "Secret prompt \"quoted\"", max_new_tokens=2)
         # a second signal during the drain exits at once (drain-timeout is 60 s here)
         c = srv3.conn(30)

@@ -348,9 +348,9 @@ TEST(test_weights_in_huge_pages_match_the_mapped_file)
     ep.n_threads = 2;
     ep.n_ctx = 256;
     ep.max_seqs = 1;
-    engine *eh = engine_open(&ep, err, sizeof err);
-    ep.map_weights = true;
     engine *em = engine_open(&ep, err, sizeof err);
+    ep.huge_weights = true;
+    engine *eh = engine_open(&ep, err, sizeof err);
     CHECK(eh && em);
     CHECK(!strcmp(engine_get_info(em)->weights_memory, "mapped"));
     CHECK(!strcmp(engine_get_info(eh)->weights_memory, thp_on() ? "huge_pages" : "mapped"));
