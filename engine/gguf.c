@@ -423,8 +423,7 @@ int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen)
     uint8_t *a = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
     if (a > raw)
         munmap(raw, (size_t)(a - raw));
-    if (raw + len + HUGE_PAGE > a + len)
-        munmap(a + len, (size_t)(raw + len + HUGE_PAGE - (a + len)));
+    munmap(a + len, (size_t)(raw + HUGE_PAGE - a));         /* a < raw + HUGE_PAGE: never empty */
     madvise(a, len, MADV_HUGEPAGE);
     /* read, not copy from the mapping: the mapping's data pages are never
      * touched, so they never count against this process */
