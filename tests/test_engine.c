@@ -26,7 +26,7 @@ static const char *model_path(const char *tag, synth_config *c)
     return p;
 }
 
-static engine *open_model(const char *path, int mode, int max_seqs)
+static engine *open_model_ex(const char *path, int mode, int max_seqs, bool huge_weights)
 {
     engine_params p;
     engine_params_default(&p);
@@ -35,11 +35,17 @@ static engine *open_model(const char *path, int mode, int max_seqs)
     p.n_ctx = 512;
     p.max_seqs = max_seqs;
     p.dnet_mode = mode;
+    p.huge_weights = huge_weights;
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
     if (!e)
         fprintf(stderr, "    engine_open: %s\n", err);
     return e;
+}
+
+static engine *open_model(const char *path, int mode, int max_seqs)
+{
+    return open_model_ex(path, mode, max_seqs, false);
 }
 
 static void prompt_tokens(int32_t *t, int n, int vocab, uint32_t seed)
@@ -342,15 +348,7 @@ TEST(test_weights_in_huge_pages_match_the_mapped_file)
     gguf_close(g);
     gguf_close(h);
 
-    engine_params ep;
-    engine_params_default(&ep);
-    ep.model_path = p;
-    ep.n_threads = 2;
-    ep.n_ctx = 256;
-    ep.max_seqs = 1;
-    engine *em = engine_open(&ep, err, sizeof err);
-    ep.huge_weights = true;
-    engine *eh = engine_open(&ep, err, sizeof err);
+    engine *em = open_model_ex(p, ENGINE_DNET_AUTO, 1, false), *eh = open_model_ex(p, ENGINE_DNET_AUTO, 1, true);
     CHECK(eh && em);
     CHECK(!strcmp(engine_get_info(em)->weights_memory, "mapped"));
     CHECK(!strcmp(engine_get_info(eh)->weights_memory, thp_on() ? "huge_pages" : "mapped"));
