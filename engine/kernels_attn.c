@@ -526,9 +526,9 @@ static void decode_pass(const attn_args *a, int kv, int t, int kvh, int j0, int 
                         const char *pa = !g && ja + B < nk ? (const char *)cache_kv(a->c, a->s, a->la, 0, kvh, ja + B) : NULL;
                         const char *pb = pa && jb + B < nk ? (const char *)cache_kv(a->c, a->s, a->la, 0, kvh, jb + B) : NULL;
                         pv_two512(sA, sB, B, ng, RA, RB, nB, HD, acc + (size_t)g * HD, pa, pb);
-                    }
-                    else
+                    } else {
                         pv_two(sA, sB, B, ng, RA, RB, nB, HD, acc + (size_t)g * HD);
+                    }
                     if (nB < P)
                         pv_group4(sA + nB, B, ng, RA + (size_t)nB * HD, P - nB, HD, acc + (size_t)g * HD);
                 }
