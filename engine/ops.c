@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -365,7 +366,8 @@ static void matmul_small_amx(int n, float *const *Y, const weight *const *W, con
 
 /* 2 <= n_tok <= mm_small_max with AVX-512: f32 weights go to the kernel as
  * one contiguous share of the rows per thread (its prefetch runs ahead
- * within a call); other types are decoded to f32 a tile at a time. */
+ * within a call), with X packed once into the scratch; other types are
+ * decoded to f32 a tile at a time. */
 static void matmul_small512(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                             float *scratch)
 {
@@ -373,13 +375,21 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
     const char *base = W->data;
     const size_t rb = W->row_bytes;
     if (W->type == GGML_F32) {
+        /* X packed once into the scratch, read by every thread */
+        float *Xp = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+        const bool packed = scratch && (long)avx512_packed_tokens_floats(n_tok, n_in) + 16 <=
+                                           matmul_scratch_floats(W, n_tok);
+        if (packed)
+            avx512_pack_tokens(X, n_in, n_tok, n_in, Xp);
         #pragma omp parallel
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
             const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
-            if (r1 > r0)
-                avx512_rows_x_tokens((const float *)(base + (size_t)r0 * rb), n_in, r1 - r0, X, n_in, n_tok, n_in,
-                                     Y + r0, n_out);
+            const float *Wr = (const float *)(base + (size_t)r0 * rb);
+            if (r1 > r0 && packed)
+                avx512_rows_x_tokens_packed(Wr, n_in, r1 - r0, Xp, n_tok, n_in, Y + r0, n_out);
+            else if (r1 > r0)
+                avx512_rows_x_tokens(Wr, n_in, r1 - r0, X, n_in, n_tok, n_in, Y + r0, n_out);
         }
         return;
     }

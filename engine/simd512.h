@@ -16,6 +16,7 @@
 #define HYSERVE_SIMD512_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "simd.h"
@@ -41,6 +42,16 @@ void simd_set_avx512(bool on);
  * ref: n_rows * n_tok calls of dot_row(GGML_F32, ...). */
 void avx512_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int ldx, int n_tok,
                           int n, float *Y, int ldy);
+/* The same product with X packed once per call (avx512_pack_tokens: the
+ * tokens in groups of 4, k in steps of 16, n padded with zeros to a
+ * multiple of 16; Xp 64-byte aligned, avx512_packed_tokens_floats()
+ * floats), shared read-only by the threads that split the rows. The same
+ * arithmetic in the same order, so the same results bit for bit; measured
+ * 5-10% faster at n = 1024 and 3584 (see simd_avx512.c). */
+size_t avx512_packed_tokens_floats(int n_tok, int n);
+void avx512_pack_tokens(const float *X, int ldx, int n_tok, int n, float *Xp);
+void avx512_rows_x_tokens_packed(const float *W, int ldw, int n_rows, const float *Xp, int n_tok, int n,
+                                 float *Y, int ldy);
 
 /* ---- row decoding ----
  * out[0..n) = w decoded, any n >= 0; bit-exact (every f16 and bf16 value is

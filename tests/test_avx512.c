@@ -8,7 +8,8 @@
  * is below 1e-5 sum |w x|, the tolerance used (the bound itself for the
  * longer rows of the second test). Strides larger than the extents prove ldw, ldx and
  * ldy are respected, and sentinels that nothing outside [n_tok) x [n_rows)
- * is written. Buffers are allocated to the last element read, so
+ * is written. The packed form (X packed once, avx512_rows_x_tokens_packed)
+ * must give the same bits as the plain one on every shape. Buffers are allocated to the last element read, so
  * AddressSanitizer sees any unmasked read past a row.
  * Decoding: every f16 and bf16 bit pattern, bit for bit, against integer
  * conversions written here (not quant.c's).
@@ -62,6 +63,29 @@ static int check_rows_x_tokens(int n, int n_rows, int n_tok, int ldw, int ldx, i
     for (size_t i = 0; i < ny; i++)
         Y[i] = sentinel;
     avx512_rows_x_tokens(W, ldw, n_rows, X, ldx, n_tok, n, Y, ldy);
+    /* the packed form: the same sums in the same order, so the same bits
+     * everywhere (sentinels included) */
+    const size_t np = avx512_packed_tokens_floats(n_tok, n);
+    /* np is a multiple of 16 floats: exactly the panel, so AddressSanitizer sees a read past it */
+    float *Xp = aligned_alloc(64, sizeof(float) * (np ? np : 16)), *Y2 = malloc(sizeof(float) * ny);
+    if (!Xp || !Y2) {
+        test_fail(__FILE__, __LINE__, "out of memory");
+        bad = 1;
+        free(Xp);
+        free(Y2);
+        goto out;
+    }
+    for (size_t i = 0; i < ny; i++)
+        Y2[i] = sentinel;
+    avx512_pack_tokens(X, ldx, n_tok, n, Xp);
+    avx512_rows_x_tokens_packed(W, ldw, n_rows, Xp, n_tok, n, Y2, ldy);
+    if (memcmp(Y, Y2, sizeof(float) * ny) != 0) {
+        test_fail(__FILE__, __LINE__, "n %d rows %d tokens %d: the packed form differs from the plain one", n,
+                  n_rows, n_tok);
+        bad = 1;
+    }
+    free(Xp);
+    free(Y2);
     for (int t = 0; t <= n_tok && !bad; t++)
         for (int r = 0; r < ldy && !bad; r++) {
             const float got = Y[(size_t)t * ldy + r];
