@@ -562,10 +562,8 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
     m->gguf = gguf_open(path, err, errlen);
     if (!m->gguf)
         goto out_fail;
-    if (huge_weights) {
-        char herr[256];
-        (void)gguf_load_huge(m->gguf, herr, sizeof herr);   /* on failure the weights stay mapped */
-    }
+    if (huge_weights && gguf_load_huge(m->gguf, m->huge_note, sizeof m->huge_note) != 0 && !m->huge_note[0])
+        snprintf(m->huge_note, sizeof m->huge_note, "%s: huge pages not used", path);   /* stays mapped */
     ld.g = m->gguf;
     char *arch = gguf_get_str_dup(m->gguf, "general.architecture");
     if (!arch) {

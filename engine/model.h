@@ -110,12 +110,14 @@ typedef struct model {
     uint64_t n_params;
     uint64_t weight_bytes;
     char *chat_template;
+    char huge_note[256];        /* why huge_weights left the weights mapped ("" if it did not) */
 } model;
 
 /* Load and validate. On failure: NULL and one line naming the file and
  * the problem in err. The tensors stay in the file mapping (zero-copy);
  * huge_weights reads them into transparent huge pages instead when the
- * kernel has them (gguf_load_huge), else they stay mapped. */
+ * kernel has them (gguf_load_huge), else they stay mapped and huge_note
+ * says why in one line. */
 model *model_load(const char *path, bool huge_weights, char *err, size_t errlen);
 void model_free(model *m);
 

@@ -131,6 +131,8 @@ static engine *open_engine(const char *model, int threads, int ctx, int dnet_mod
     engine *e = engine_open(&p, err, sizeof err);
     if (!e)
         fprintf(stderr, "hyserve: %s\n", err);
+    else if (engine_get_info(e)->weights_note[0])
+        fprintf(stderr, "hyserve: warning: --huge-pages: %s\n", engine_get_info(e)->weights_note);
     return e;
 }
 

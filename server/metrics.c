@@ -384,6 +384,8 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddStringToObject(model, "arch", in->arch);
     cJSON_AddNumberToObject(model, "weights_bytes", (double)in->weight_bytes);
     cJSON_AddStringToObject(model, "weights_memory", in->weights_memory);
+    if (in->weights_note[0])    /* --huge-pages asked for, and why the weights stayed mapped */
+        cJSON_AddStringToObject(model, "weights_memory_note", in->weights_note);
     cJSON *lay = cJSON_AddObjectToObject(model, "cache_layout");
     cJSON_AddStringToObject(lay, "kind", in->n_dnet_layers > 0 && (in->n_attn_layers + in->n_mla_layers) > 0
                                              ? "hybrid"

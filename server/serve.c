@@ -178,6 +178,8 @@ int serve_main(int argc, char **argv)
     }
     srv.info = engine_get_info(srv.eng);
     srv.chat_kind = chat_detect(srv.info->chat_template);
+    if (srv.info->weights_note[0])
+        fprintf(stderr, "hyserve: serve: warning: --huge-pages: %s\n", srv.info->weights_note);
 
     sched_params sp;
     sched_params_default(&sp);

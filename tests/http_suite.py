@@ -796,8 +796,12 @@ def test_log_prompts(model):
     srv3 = Server("logprompts", model, "--log-prompts", "-t", "1", "--huge-pages")
     try:
         want = "huge_pages" if thp_on() else "mapped"
+        mdl = srv3.stats()["model"]
         check(f"--huge-pages: /stats says {want} (transparent huge pages {'on' if thp_on() else 'off'} in this kernel)",
-              srv3.stats()["model"].get("weights_memory") == want)
+              mdl.get("weights_memory") == want)
+        note = mdl.get("weights_memory_note")
+        check("--huge-pages: /stats explains a fallback to the mapping, and only then",
+              (note is None) if thp_on() else ("huge pages are off" in (note or "")), str(note))
         gen(srv3, "Secret prompt \"quoted\"", max_new_tokens=2)
         # a second signal during the drain exits at once (drain-timeout is 60 s here)
         c = srv3.conn(30)

@@ -5,6 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "gguf.h"
@@ -352,6 +356,9 @@ TEST(test_weights_in_huge_pages_match_the_mapped_file)
     CHECK(eh && em);
     CHECK(!strcmp(engine_get_info(em)->weights_memory, "mapped"));
     CHECK(!strcmp(engine_get_info(eh)->weights_memory, thp_on() ? "huge_pages" : "mapped"));
+    CHECK(engine_get_info(em)->weights_note[0] == '\0');      /* not asked for: nothing to explain */
+    CHECK(thp_on() ? engine_get_info(eh)->weights_note[0] == '\0'
+                   : strstr(engine_get_info(eh)->weights_note, "huge pages are off") != NULL);
     enum { N = 40 };
     const int V = engine_get_info(em)->n_vocab;
     int32_t toks[N];
@@ -365,6 +372,59 @@ TEST(test_weights_in_huge_pages_match_the_mapped_file)
     free(b);
     engine_close(eh);
     engine_close(em);
+}
+
+/* When the copy into huge pages cannot be made, the model still loads, its
+ * weights stay mapped and huge_note says why (the server and the CLI print
+ * it). The copy is made to fail by an address-space limit, in a child
+ * process so the limit does not outlive the check: the limit leaves room
+ * for the file mapping and small allocations, not for the copy's 2 MiB-
+ * aligned region. AddressSanitizer reserves its shadow memory and cannot
+ * run under such a limit, so sanitizer builds skip it (and say so). */
+TEST(test_huge_pages_fallback_says_why)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("    skipped: an address-space limit cannot be set under AddressSanitizer\n");
+#else
+    synth_config c;
+    hybrid_config(&c);
+    c.seed = 22;
+    const char *p = model_path("hugefb", &c);
+    CHECK(p);
+    struct stat st;
+    CHECK(stat(p, &st) == 0);
+    fflush(stdout);
+    const pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        /* 0 loaded, mapped, reason given; 1 no limit; 2 load failed; 3 copied; 4 no reason */
+        FILE *f = fopen("/proc/self/status", "r");
+        char line[256];
+        long vm_kb = -1;
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "VmSize:", 7))
+                vm_kb = atol(line + 7);
+        if (f)
+            fclose(f);
+        const rlim_t lim = (rlim_t)vm_kb * 1024 + (rlim_t)st.st_size + (3u << 19);    /* + 1.5 MiB */
+        const struct rlimit rl = { lim, lim };
+        if (vm_kb < 0 || setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(1);
+        char err[256];
+        model *m = model_load(p, true, err, sizeof err);
+        if (!m)
+            _exit(2);
+        if (m->gguf->data_copy)
+            _exit(3);
+        const bool said = strstr(m->huge_note, "cannot allocate") != NULL ||
+                          strstr(m->huge_note, "huge pages are off") != NULL;
+        _exit(said ? 0 : 4);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s %d",
+              WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+#endif
 }
 
 TEST(test_cache_accounting_reconciles_with_the_layout)
