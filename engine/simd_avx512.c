@@ -394,9 +394,14 @@ AVX512 void avx512_pack_tokens(const float *X, int ldx, int n_tok, int n, float 
     const size_t np = packed_stride(n);
     for (int t = 0; t < (n_tok + 3) / 4 * 4; t++) {
         float *d = Xp + (size_t)(t / 4) * 4 * np + (size_t)(t % 4) * 16;
+        if (t >= n_tok) {                       /* the last group's unused slots */
+            for (int i = 0; i < (int)np; i += 16)
+                _mm512_store_ps(d + (size_t)i * 4, _mm512_setzero_ps());
+            continue;
+        }
         const float *x = X + (size_t)t * ldx;
         for (int i = 0; i < (int)np; i += 16) {
-            const __mmask16 m = t >= n_tok ? 0 : n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+            const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
             _mm512_store_ps(d + (size_t)i * 4, _mm512_maskz_loadu_ps(m, x + i));
         }
     }

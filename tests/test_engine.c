@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -305,6 +304,17 @@ static void vm_flags_of(const void *addr, char *out, size_t n)
     fclose(f);
 }
 
+static long file_size(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
 static bool thp_on(void)
 {
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
@@ -391,8 +401,8 @@ TEST(test_huge_pages_fallback_says_why)
     c.seed = 22;
     const char *p = model_path("hugefb", &c);
     CHECK(p);
-    struct stat st;
-    CHECK(stat(p, &st) == 0);
+    const long size = file_size(p);
+    CHECK(size > 0);
     fflush(stdout);
     const pid_t pid = fork();
     CHECK(pid >= 0);
@@ -406,7 +416,7 @@ TEST(test_huge_pages_fallback_says_why)
                 vm_kb = atol(line + 7);
         if (f)
             fclose(f);
-        const rlim_t lim = (rlim_t)vm_kb * 1024 + (rlim_t)st.st_size + (3u << 19);    /* + 1.5 MiB */
+        const rlim_t lim = (rlim_t)vm_kb * 1024 + (rlim_t)size + (3u << 19);    /* + 1.5 MiB */
         const struct rlimit rl = { lim, lim };
         if (vm_kb < 0 || setrlimit(RLIMIT_AS, &rl) != 0)
             _exit(1);
@@ -518,17 +528,6 @@ static int copy_prefix(const char *src, const char *dst, long n)
     if (f) fclose(f);
     if (o) fclose(o);
     return rc;
-}
-
-static long file_size(const char *p)
-{
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fclose(f);
-    return n;
 }
 
 /* engine_open must fail with one line naming the file and containing `what`. */
