@@ -281,8 +281,22 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
 #define AMX_MAX_TOK 64
 
 /* true when a decode step of n_tok tokens on W takes the AMX tiles */
+/* F16 decode steps of fewer tokens take the AVX-512 typed kernel
+ * (matmul_small512): AMX's f16 -> bf16 split costs the same per weight
+ * whatever the token count, the typed kernel's widening (vcvtph2ps) is
+ * cheap and its FMAs grow with the tokens. Measured, 2 threads, 400 MiB of
+ * f16 weight, one process alternating, median ms AMX / typed: n = 1024,
+ * 2 tokens 38.5 / 24.5, 4: 40.7 / 26.5, 8: 42.2 / 32.2, 10: 30.2 / 26.7,
+ * 12: 37.1 / 33.3, 14: 31.4 / 35.6, 16: 34.6 / 41.1; n = 3584, 4: 26.0 /
+ * 18.6, 8: 29.6 / 25.0, 12: 36.3 / 33.8, 16: 30.5 / 44.6. BF16 (no split)
+ * and Q8_0 stay on AMX at every count: the typed kernel was 1.2-1.4x
+ * (BF16) and 1.3-3.8x (Q8_0) slower at 2-16 tokens. */
+#define AMX_MIN_TOK_F16 12
+
 static bool amx_step(const weight *W, int n_tok)
 {
+    if (W->type == GGML_F16 && n_tok < AMX_MIN_TOK_F16 && simd_avx512())
+        return false;
     return mm_decode_step && n_tok > 1 &&
            ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && W->n_in % 32 == 0 && simd_amx_bf16()) ||
             (W->type == GGML_F16 && W->n_in % 32 == 0 && simd_amx_f16()));
@@ -374,7 +388,8 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
     const int n_in = W->n_in, n_out = W->n_out;
     const char *base = W->data;
     const size_t rb = W->row_bytes;
-    if (W->type == GGML_F32) {
+    const bool f32 = W->type == GGML_F32;
+    if (f32 || avx512_rows_x_tokens_typed_ok(W->type, n_in)) {
         /* X packed once into the scratch, read by every thread */
         float *Xp = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
         const bool packed = scratch && (long)avx512_packed_tokens_floats(n_tok, n_in) + 16 <=
@@ -385,11 +400,14 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
             const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
-            const float *Wr = (const float *)(base + (size_t)r0 * rb);
-            if (r1 > r0 && packed)
-                avx512_rows_x_tokens_packed(Wr, n_in, r1 - r0, Xp, n_tok, n_in, Y + r0, n_out);
+            const char *Wr = base + (size_t)r0 * rb;
+            if (r1 > r0 && !f32)
+                avx512_rows_x_tokens_typed(W->type, Wr, rb, r1 - r0, packed ? Xp : X, n_in, packed, n_tok, n_in,
+                                           Y + r0, n_out);
+            else if (r1 > r0 && packed)
+                avx512_rows_x_tokens_packed((const float *)Wr, n_in, r1 - r0, Xp, n_tok, n_in, Y + r0, n_out);
             else if (r1 > r0)
-                avx512_rows_x_tokens(Wr, n_in, r1 - r0, X, n_in, n_tok, n_in, Y + r0, n_out);
+                avx512_rows_x_tokens((const float *)Wr, n_in, r1 - r0, X, n_in, n_tok, n_in, Y + r0, n_out);
         }
         return;
     }

@@ -53,6 +53,19 @@ void avx512_pack_tokens(const float *X, int ldx, int n_tok, int n, float *Xp);
 void avx512_rows_x_tokens_packed(const float *W, int ldw, int n_rows, const float *Xp, int n_tok, int n,
                                  float *Y, int ldy);
 
+/* The same product on F16, BF16 or Q8_0 weights (GGML type ids), each
+ * 16-element row piece widened to floats in registers (exactly the values
+ * dequant_row gives) and used for a tile of tokens; nothing is decoded to
+ * memory. Rows row_bytes apart. X plain (rows ldx floats apart, packed
+ * false) or packed as above (packed true, ldx unused). The tile sums in
+ * the same order as the F32 kernel, so the result equals
+ * avx512_rows_x_tokens on the decoded rows bit for bit.
+ * avx512_rows_x_tokens_typed_ok: the types and widths it takes (Q8_0
+ * needs n % 32 == 0, whole blocks). */
+bool avx512_rows_x_tokens_typed_ok(uint32_t type, int n);
+void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *X, int ldx,
+                                bool packed, int n_tok, int n, float *Y, int ldy);
+
 /* ---- row decoding ----
  * out[0..n) = w decoded, any n >= 0; bit-exact (every f16 and bf16 value is
  * a float). ref: avx2_dequant_f16 / avx2_dequant_bf16, fp16_to_f32 /

@@ -15,6 +15,8 @@
  */
 #include "simd512.h"
 
+#include "gguf.h"
+
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,9 +115,61 @@ void simd_set_avx512(bool on)
 /* what a tile prefetches while it runs: npf (0..2) lines per k-step, from
  * rows pf[0..npf) of the next weight piece, up to k offset pf_len */
 typedef struct {
-    const float *pf[2];
+    const char *pf[2];
     int npf, pf_len;
 } rxt_pf;
+
+/* Weight element types of the tile (constants after inlining): the row
+ * vector for k-step i is loaded and widened to 16 floats in registers, so
+ * every weight byte is read once per token group and never stored back.
+ *  - F32: one load;
+ *  - F16: vcvtph2ps from 32 bytes (exact);
+ *  - BF16: zero-extend to 32 bits and shift left 16 (exact);
+ *  - Q8_0: blocks of 34 bytes (f16 scale d, 32 int8 q): sign-extend 16 q,
+ *    convert, multiply by d (exact: |q| <= 127 has 8 bits, d 11), the
+ *    value dequant_row gives. The k chunks are multiples of 32 so a k-step
+ *    never straddles two blocks. */
+enum { RXT_F32, RXT_F16, RXT_BF16, RXT_Q8_0 };
+
+/* bytes from a row's start to element i (i % 32 == 0 for Q8_0) */
+INLINE size_t rxt_off(int i, const int TY)
+{
+    return TY == RXT_F32 ? (size_t)i * 4 : TY == RXT_Q8_0 ? (size_t)(i / 32) * 34 : (size_t)i * 2;
+}
+
+/* row's elements [i, i + 16) as floats; i % 16 == 0 */
+INLINE __m512 rxt_w(const char *row, int i, const int TY)
+{
+    if (TY == RXT_F32)
+        return _mm512_loadu_ps((const float *)row + i);
+    if (TY == RXT_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + (size_t)i * 2)));
+    if (TY == RXT_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + (size_t)i * 2))), 16));
+    const char *b = row + (size_t)(i / 32) * 34;
+    const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(*(const short *)b));
+    const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + (i & 16))));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
+}
+
+/* the same for elements [i, i + len), len < 16, zeros after; reads none
+ * of the row past i + len */
+INLINE __m512 rxt_w_tail(const char *row, int i, int len, const int TY)
+{
+    const __mmask16 m = (__mmask16)((1u << len) - 1);
+    if (TY == RXT_F32)
+        return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    if (TY == RXT_F16)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + (size_t)i * 2));
+    if (TY == RXT_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + (size_t)i * 2)), 16));
+    const char *b = row + (size_t)(i / 32) * 34;
+    const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(*(const short *)b));
+    const __m512i q = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b + 2 + (i & 16)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), d);
+}
 
 /* sum of a with its other 256-bit half, for a's and b's halves:
  * result quads 0,1 hold a's partial sums, quads 2,3 b's */
@@ -158,8 +212,8 @@ INLINE __m512 reduce16(const __m512 v[16])
 /* one k-step of 16 floats at offset i: acc[r][t] += W[r][i..] X[t][i..].
  * The smaller side is held in registers, the other loaded one vector at a
  * time: R T accumulators + min(R, T) + 1 registers. */
-INLINE void rxt_step(const float *W, size_t ldw, const float *X, size_t ldx, size_t xk, int i, __m512 acc[8][4], const int R,
-                     const int T)
+INLINE void rxt_step(const char *W, size_t ldw, const float *X, size_t ldx, size_t xk, int i, __m512 acc[8][4], const int R,
+                     const int T, const int TY)
 {
     if (T <= R) {
         __m512 x[4];
@@ -170,7 +224,7 @@ INLINE void rxt_step(const float *W, size_t ldw, const float *X, size_t ldx, siz
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            __m512 w = _mm512_loadu_ps(W + r * ldw + i);
+            __m512 w = rxt_w(W + r * ldw, i, TY);
             PIN(w);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
@@ -180,7 +234,7 @@ INLINE void rxt_step(const float *W, size_t ldw, const float *X, size_t ldx, siz
         __m512 w[8];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            w[r] = _mm512_loadu_ps(W + r * ldw + i);
+            w[r] = rxt_w(W + r * ldw, i, TY);
             PIN(w[r]);
         }
 #pragma GCC unroll 4
@@ -200,9 +254,9 @@ INLINE void rxt_step(const float *W, size_t ldw, const float *X, size_t ldx, siz
  * n). buf: the tile's accumulators between chunks; first: start from 0
  * (else from buf); last: reduce and store Y (else save to buf).
  * NPF (constant): prefetches per k-step, see rxt_pf. */
-INLINE void rxt_tile(const float *W, size_t ldw, const float *X, size_t ldx, size_t xk, int k0, int k1, float *Y,
+INLINE void rxt_tile(const char *W, size_t ldw, const float *X, size_t ldx, size_t xk, int k0, int k1, float *Y,
                      size_t ldy, __m512 *buf, bool first, bool last, const rxt_pf *p, const int R, const int T,
-                     const int NPF)
+                     const int NPF, const int TY)
 {
     __m512 acc[8][4];
 #pragma GCC unroll 8
@@ -213,22 +267,25 @@ INLINE void rxt_tile(const float *W, size_t ldw, const float *X, size_t ldx, siz
     const int kend = k0 + ((k1 - k0) & ~15);
     int i = k0;
     if (NPF > 0) {
-        const float *pa = p->pf[0], *pb = p->pf[1];
+        /* one line per k-step: F32's next line; the narrower types
+         * prefetch some lines twice (the second finds it in flight) */
+        const char *pa = p->pf[0], *pb = p->pf[1];
         const int stop = k0 + p->pf_len < kend ? k0 + p->pf_len : kend;
         for (; i < stop; i += 16) {
-            _mm_prefetch((const char *)(pa + (i - k0)), RXT_PF_HINT);
+            const size_t o = TY == RXT_Q8_0 ? (size_t)(i - k0) * 34 / 32 : rxt_off(i - k0, TY);
+            _mm_prefetch(pa + o, RXT_PF_HINT);
             if (NPF > 1)
-                _mm_prefetch((const char *)(pb + (i - k0)), RXT_PF_HINT);
-            rxt_step(W, ldw, X, ldx, xk, i, acc, R, T);
+                _mm_prefetch(pb + o, RXT_PF_HINT);
+            rxt_step(W, ldw, X, ldx, xk, i, acc, R, T, TY);
         }
     }
     for (; i < kend; i += 16)
-        rxt_step(W, ldw, X, ldx, xk, i, acc, R, T);
+        rxt_step(W, ldw, X, ldx, xk, i, acc, R, T, TY);
     if (kend < k1) {
         const __mmask16 m = (__mmask16)((1u << (k1 - kend)) - 1);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            const __m512 w = _mm512_maskz_loadu_ps(m, W + r * ldw + kend);
+            const __m512 w = rxt_w_tail(W + r * ldw, kend, k1 - kend, TY);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
                 acc[r][t] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, X + t * ldx + kend * xk), acc[r][t]);
@@ -269,7 +326,7 @@ INLINE void rxt_tile(const float *W, size_t ldw, const float *X, size_t ldx, siz
  * blocks prefetch, the last partial one does not (nothing follows it). */
 #define RXT_TILE_PF(R_, T_, NPF_)                                                                         \
     rxt_tile(W, ldw, X + (size_t)t * xt, ldx, xk, k0, k1, Y + (size_t)t * ldy, ldy,                          \
-             buf + (t / RXT_TM) * (4 * RXT_RM), first, last, &pf[t / RXT_TM], R_, T_, NPF_)
+             buf + (t / RXT_TM) * (4 * RXT_RM), first, last, &pf[t / RXT_TM], R_, T_, NPF_, TY)
 #define RXT_TILE(R_, T_)                                    \
     do {                                                    \
         if ((R_) < RXT_RM || pf[t / RXT_TM].npf == 0)       \
@@ -290,9 +347,9 @@ INLINE void rxt_tile(const float *W, size_t ldw, const float *X, size_t ldx, siz
     }
 _Static_assert(RXT_RM == 6 && RXT_TM == 4, "rxt_chunk's cases and RXT_ROWS spell out the 6 x 4 tile");
 
-AVX512 static void rxt_chunk(const float *W, size_t ldw, int R, const float *X, size_t ldx, size_t xt, size_t xk,
-                             int n_tok, int k0, int k1, float *Y, size_t ldy, __m512 *buf, bool first, bool last,
-                             const rxt_pf *pf)
+INLINE void rxt_chunk(const char *W, size_t ldw, int R, const float *X, size_t ldx, size_t xt, size_t xk,
+                      int n_tok, int k0, int k1, float *Y, size_t ldy, __m512 *buf, bool first, bool last,
+                      const rxt_pf *pf, const int TY)
 {
     int t = 0;
     switch (R) {
@@ -308,7 +365,7 @@ AVX512 static void rxt_chunk(const float *W, size_t ldw, int R, const float *X, 
 /* Spread the next weight piece (rows nw[0..nr) of len floats) over the nb
  * tiles of a chunk: one row per tile when there are enough tiles, else two
  * (with too few tiles the rest is left to the hardware prefetcher). */
-static void rxt_plan_prefetch(rxt_pf pf[RXT_NT], int nb, const float *nw, size_t ldw, int nr, int len)
+static void rxt_plan_prefetch(rxt_pf pf[RXT_NT], int nb, const char *nw, size_t ldw, int nr, int len)
 {
     const int per = nb >= nr ? 1 : 2;
     for (int j = 0; j < nb; j++) {
@@ -324,9 +381,9 @@ static void rxt_plan_prefetch(rxt_pf pf[RXT_NT], int nb, const float *nw, size_t
 
 /* X's token t, k-step i (i % 16 == 0) at X + t * xt + i * xk, its tile's
  * next token ldx further: plain rows (ldx, ldx, 1) or packed panels (16,
- * n rounded up to 16, 4) */
-AVX512 static void rxt_rows(const float *W, int ldw, int n_rows, const float *X, size_t ldx, size_t xt, size_t xk,
-                            int n_tok, int n, float *Y, int ldy)
+ * n rounded up to 16, 4). W: rows ldw bytes apart, elements of type TY. */
+INLINE void rxt_rows(const char *W, size_t ldw, int n_rows, const float *X, size_t ldx, size_t xt, size_t xk,
+                     int n_tok, int n, float *Y, int ldy, const int TY)
 {
     __m512 buf[RXT_NT * 4 * RXT_RM];    /* accumulators of one token group (12 KiB) */
     rxt_pf pf[RXT_NT];
@@ -336,13 +393,15 @@ AVX512 static void rxt_rows(const float *W, int ldw, int n_rows, const float *X,
                 Y[(size_t)t * ldy + r] = 0.0f;
         return;
     }
-    /* about equal chunks, multiples of 16, the last one shorter */
+    /* about equal chunks, multiples of 16 (of 32 for Q8_0's blocks), the
+     * last one shorter */
+    const int kq = TY == RXT_Q8_0 ? 31 : 15;
     const int n_parts = (n + RXT_KC - 1) / RXT_KC;
-    const int kc = ((n + n_parts - 1) / n_parts + 15) & ~15;
+    const int kc = ((n + n_parts - 1) / n_parts + kq) & ~kq;
     const int n_chunk = (n + kc - 1) / kc;      /* rounding kc up may leave fewer */
     for (int r = 0; r < n_rows; r += RXT_RM) {
         const int R = n_rows - r < RXT_RM ? n_rows - r : RXT_RM;
-        const float *Wr = W + (size_t)r * ldw;
+        const char *Wr = W + (size_t)r * ldw;
         for (int t0 = 0; t0 < n_tok; t0 += RXT_TG) {
             const int nt = n_tok - t0 < RXT_TG ? n_tok - t0 : RXT_TG, nb = (nt + RXT_TM - 1) / RXT_TM;
             const bool last_group = t0 + RXT_TG >= n_tok;
@@ -352,12 +411,12 @@ AVX512 static void rxt_rows(const float *W, int ldw, int n_rows, const float *X,
                 const long tgt = (long)(r / RXT_RM) * n_chunk + k0 / kc + RXT_PF_DIST;
                 const int pr = (int)(tgt / n_chunk) * RXT_RM, pk = (int)(tgt % n_chunk) * kc;
                 if (last_group && pr < n_rows)
-                    rxt_plan_prefetch(pf, nb, W + (size_t)pr * ldw + pk, (size_t)ldw,
+                    rxt_plan_prefetch(pf, nb, W + (size_t)pr * ldw + rxt_off(pk, TY), ldw,
                                       n_rows - pr < RXT_RM ? n_rows - pr : RXT_RM, n - pk < kc ? n - pk : kc);
                 else
-                    rxt_plan_prefetch(pf, nb, Wr, (size_t)ldw, 0, 0);
-                rxt_chunk(Wr, (size_t)ldw, R, X + (size_t)t0 * xt, ldx, xt, xk, nt, k0, k1,
-                          Y + (size_t)t0 * ldy + r, (size_t)ldy, buf, k0 == 0, k1 == n, pf);
+                    rxt_plan_prefetch(pf, nb, Wr, ldw, 0, 0);
+                rxt_chunk(Wr, ldw, R, X + (size_t)t0 * xt, ldx, xt, xk, nt, k0, k1, Y + (size_t)t0 * ldy + r,
+                          (size_t)ldy, buf, k0 == 0, k1 == n, pf, TY);
             }
         }
     }
@@ -366,7 +425,7 @@ AVX512 static void rxt_rows(const float *W, int ldw, int n_rows, const float *X,
 AVX512 void avx512_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int ldx, int n_tok, int n,
                                  float *Y, int ldy)
 {
-    rxt_rows(W, ldw, n_rows, X, (size_t)ldx, (size_t)ldx, 1, n_tok, n, Y, ldy);
+    rxt_rows((const char *)W, (size_t)ldw * 4, n_rows, X, (size_t)ldx, (size_t)ldx, 1, n_tok, n, Y, ldy, RXT_F32);
 }
 
 /* Packed panels: the tile of tokens 4g .. 4g + 3 reads one contiguous
@@ -410,7 +469,47 @@ AVX512 void avx512_pack_tokens(const float *X, int ldx, int n_tok, int n, float 
 AVX512 void avx512_rows_x_tokens_packed(const float *W, int ldw, int n_rows, const float *Xp, int n_tok, int n,
                                         float *Y, int ldy)
 {
-    rxt_rows(W, ldw, n_rows, Xp, 16, packed_stride(n), 4, n_tok, n, Y, ldy);
+    rxt_rows((const char *)W, (size_t)ldw * 4, n_rows, Xp, 16, packed_stride(n), 4, n_tok, n, Y, ldy, RXT_F32);
+}
+
+/* The other weight types: one instance of the tile code per type */
+#define RXT_TYPED(TY_)                                                                                           \
+    if (packed)                                                                                                  \
+        rxt_rows((const char *)W, row_bytes, n_rows, X, 16, packed_stride(n), 4, n_tok, n, Y, ldy, TY_);         \
+    else                                                                                                         \
+        rxt_rows((const char *)W, row_bytes, n_rows, X, (size_t)ldx, (size_t)ldx, 1, n_tok, n, Y, ldy, TY_);
+
+AVX512 static void rxt_f16(const void *W, size_t row_bytes, int n_rows, const float *X, int ldx, bool packed,
+                           int n_tok, int n, float *Y, int ldy)
+{
+    RXT_TYPED(RXT_F16)
+}
+
+AVX512 static void rxt_bf16(const void *W, size_t row_bytes, int n_rows, const float *X, int ldx, bool packed,
+                            int n_tok, int n, float *Y, int ldy)
+{
+    RXT_TYPED(RXT_BF16)
+}
+
+AVX512 static void rxt_q8_0(const void *W, size_t row_bytes, int n_rows, const float *X, int ldx, bool packed,
+                            int n_tok, int n, float *Y, int ldy)
+{
+    RXT_TYPED(RXT_Q8_0)
+}
+
+bool avx512_rows_x_tokens_typed_ok(uint32_t type, int n)
+{
+    return type == GGML_F16 || type == GGML_BF16 || (type == GGML_Q8_0 && n % 32 == 0);
+}
+
+void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *X, int ldx,
+                                bool packed, int n_tok, int n, float *Y, int ldy)
+{
+    switch (type) {
+    case GGML_F16: rxt_f16(W, row_bytes, n_rows, X, ldx, packed, n_tok, n, Y, ldy); break;
+    case GGML_BF16: rxt_bf16(W, row_bytes, n_rows, X, ldx, packed, n_tok, n, Y, ldy); break;
+    default: rxt_q8_0(W, row_bytes, n_rows, X, ldx, packed, n_tok, n, Y, ldy); break;
+    }
 }
 
 /* ------------------------------------------------------------------ */

@@ -11,6 +11,9 @@
  * is written. The packed form (X packed once, avx512_rows_x_tokens_packed)
  * must give the same bits as the plain one on every shape. Buffers are allocated to the last element read, so
  * AddressSanitizer sees any unmasked read past a row.
+ * The typed form (F16, BF16, Q8_0 rows widened in registers) must give
+ * the bits of the f32 kernel run on the same rows decoded by quant.c's
+ * dequant_row, plain and packed.
  * Decoding: every f16 and bf16 bit pattern, bit for bit, against integer
  * conversions written here (not quant.c's).
  * Without AVX-512 (or with HYSERVE_SIMD=avx2 / 0) the kernel tests print
@@ -22,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
+#include "quant.h"
 #include "simd.h"
 #include "simd512.h"
 #include "test.h"
@@ -158,6 +163,86 @@ TEST(test_avx512_rows_x_tokens_long_rows_and_many_tokens)
     /* n = 0: empty sums are 0 */
     if (check_rows_x_tokens(0, 7, 5, 8, 8, 9))
         return;
+}
+
+/* One shape of the typed product: W quantized to `type` (allocated to its
+ * last byte), the f32 kernel on dequant_row's rows as the reference, the
+ * typed kernel on plain and on packed X; all three Y (sentinels included)
+ * must be equal bit for bit. */
+static int check_typed(uint32_t type, int n, int n_rows, int n_tok)
+{
+    const size_t rb = type == GGML_Q8_0 ? (size_t)n / 32 * 34 : (size_t)n * 2;
+    const int ldy = n_rows + 1;
+    const size_t ny = (size_t)(n_tok + 1) * ldy, np = avx512_packed_tokens_floats(n_tok, n);
+    char *W = malloc(rb * n_rows + 1);
+    float *Wf = malloc(sizeof(float) * ((size_t)n_rows * n + 1)), *X = malloc(sizeof(float) * ((size_t)n_tok * n + 1));
+    float *Xp = aligned_alloc(64, sizeof(float) * (np ? np : 16)), *Y[3];
+    for (int v = 0; v < 3; v++)
+        Y[v] = malloc(sizeof(float) * ny);
+    int bad = 0;
+    if (!W || !Wf || !X || !Xp || !Y[0] || !Y[1] || !Y[2]) {
+        test_fail(__FILE__, __LINE__, "out of memory");
+        bad = 1;
+        goto out;
+    }
+    for (int r = 0; r < n_rows; r++) {
+        for (int i = 0; i < n; i++)     /* varied magnitudes: Q8_0 scales differ per block */
+            Wf[(size_t)r * n + i] = frand() * (1.0f + (float)((i / 32 + r) % 5));
+        quantize_row(type, Wf + (size_t)r * n, W + (size_t)r * rb, n);
+        dequant_row(type, W + (size_t)r * rb, Wf + (size_t)r * n, n);
+    }
+    for (size_t i = 0; i < (size_t)n_tok * n; i++)
+        X[i] = frand() * 2.0f;
+    for (int v = 0; v < 3; v++)
+        for (size_t i = 0; i < ny; i++)
+            Y[v][i] = -12345.0f;
+    avx512_rows_x_tokens(Wf, n, n_rows, X, n, n_tok, n, Y[0], ldy);
+    avx512_rows_x_tokens_typed(type, W, rb, n_rows, X, n, false, n_tok, n, Y[1], ldy);
+    avx512_pack_tokens(X, n, n_tok, n, Xp);
+    avx512_rows_x_tokens_typed(type, W, rb, n_rows, Xp, 0, true, n_tok, n, Y[2], ldy);
+    for (int v = 1; v < 3 && !bad; v++)
+        for (size_t i = 0; i < ny && !bad; i++)
+            if (memcmp(&Y[0][i], &Y[v][i], sizeof(float)) != 0) {
+                test_fail(__FILE__, __LINE__,
+                          "type %u n %d rows %d tokens %d (%s X): Y[%zu][%zu] = %.9g, f32 kernel on the decoded rows %.9g",
+                          type, n, n_rows, n_tok, v == 1 ? "plain" : "packed", i / ldy, i % ldy, Y[v][i], Y[0][i]);
+                bad = 1;
+            }
+out:
+    free(W);
+    free(Wf);
+    free(X);
+    free(Xp);
+    for (int v = 0; v < 3; v++)
+        free(Y[v]);
+    return bad;
+}
+
+TEST(test_avx512_typed_rows_x_tokens_equal_f32_kernel_on_decoded_rows)
+{
+    if (!have_avx512())
+        return;
+    static const uint32_t types[] = { GGML_F16, GGML_BF16, GGML_Q8_0 };
+    static const int ns[] = { 7, 17, 32, 100, 1024, 1031, 2080, 3584 };
+    static const int rows[] = { 1, 5, 6, 7, 13 };
+    static const int toks[] = { 1, 2, 3, 4, 5, 8, 16, 33 };
+    rng_state = 13;
+    int shapes = 0;
+    for (size_t a = 0; a < sizeof types / sizeof types[0]; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
+            const bool ok = avx512_rows_x_tokens_typed_ok(types[a], ns[b]);
+            CHECK_MSG(ok == (types[a] != GGML_Q8_0 || ns[b] % 32 == 0), "type %u n %d: typed_ok says %d", types[a],
+                      ns[b], ok);
+            if (!ok)
+                continue;
+            for (size_t c = 0; c < sizeof rows / sizeof rows[0]; c++)
+                for (size_t d = 0; d < sizeof toks / sizeof toks[0]; d++) {
+                    if (check_typed(types[a], ns[b], rows[c], toks[d]))
+                        return;
+                    shapes++;
+                }
+        }
+    CHECK(shapes == 40 * (8 + 8 + 4));
 }
 
 /* IEEE binary16 -> binary32 by integer manipulation. Subnormals are
