@@ -185,9 +185,12 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, in
  * n_tok == 1 (decode): one dot product per row, rows split across threads
  *   in contiguous blocks (each thread streams its share of the weight);
  *   Q8_0 quantizes the activations to int8 once and runs int8 dot products.
- * 2 <= n_tok <= small_max (batched decode): groups of 4 rows are decoded to
- *   f32 once into a per-thread buffer and multiplied with every token by
- *   the rows x tokens micro-kernel, so each weight byte is read once.
+ * 2 <= n_tok <= small_max (batched decode): each weight byte is read once
+ *   per step. With AVX-512, F32, F16, BF16 and Q8_0 rows go straight to
+ *   the rows x tokens tile, which widens them in registers; decode steps
+ *   of BF16, Q8_0 and (from AMX_MIN_TOK_F16 tokens) F16 take the AMX tiles
+ *   instead. Other types, and AVX2 machines, decode groups of rows to f32
+ *   into a per-thread buffer for the micro-kernel.
  * larger n_tok (prefill): f32 goes straight to sgemm; other types are
  *   decoded in tiles of MM_TILE_ROWS rows per thread and each tile is one
  *   (single-threaded, inside the parallel region) sgemm. */
@@ -378,10 +381,10 @@ static void matmul_small_amx(int n, float *const *Y, const weight *const *W, con
     }
 }
 
-/* 2 <= n_tok <= mm_small_max with AVX-512: f32 weights go to the kernel as
- * one contiguous share of the rows per thread (its prefetch runs ahead
- * within a call), with X packed once into the scratch; other types are
- * decoded to f32 a tile at a time. */
+/* 2 <= n_tok <= mm_small_max with AVX-512: F32, F16, BF16 and Q8_0 (whole
+ * blocks) go to the kernel as one contiguous share of the rows per thread
+ * (its prefetch runs ahead within a call), with X packed once into the
+ * scratch; other types are decoded to f32 a tile at a time. */
 static void matmul_small512(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                             float *scratch)
 {

@@ -199,17 +199,17 @@ TEST(test_prefill_then_decode_equals_longer_prefill)
 /* NS sequences: prompts of len[i] tokens in one batch, then one decode
  * token each in one batch, against each sequence run alone; logits within
  * tol (relative to the largest) */
-enum { NS = 4 };
-static void check_batch_vs_alone(synth_config *c, const char *name, const int *len, double tol)
+enum { NS = 4, NS_MAX = 12 };
+static void check_batch_vs_alone_n(synth_config *c, const char *name, int ns, const int *len, double tol)
 {
     const char *p = model_path(name, c);
     CHECK(p);
-    engine *e = open_model(p, ENGINE_DNET_AUTO, 8);
+    engine *e = open_model(p, ENGINE_DNET_AUTO, NS_MAX + 4);
     CHECK(e);
     const int V = engine_get_info(e)->n_vocab;
-    int32_t toks[NS][80];
-    float *alone[NS], *batched[NS];
-    for (int i = 0; i < NS; i++) {
+    int32_t toks[NS_MAX][80];
+    float *alone[NS_MAX], *batched[NS_MAX];
+    for (int i = 0; i < ns; i++) {
         prompt_tokens(toks[i], len[i] + 1, V, 10u + (uint32_t)i);
         alone[i] = malloc(sizeof(float) * (size_t)(len[i] + 1) * V);
         batched[i] = malloc(sizeof(float) * (size_t)(len[i] + 1) * V);
@@ -217,20 +217,20 @@ static void check_batch_vs_alone(synth_config *c, const char *name, const int *l
         CHECK(run_logits(e, toks[i], len[i] + 1, len[i], alone[i]) == 0);
     }
     /* step 1: all prompts in one batch; step 2: one decode token each */
-    int seq[NS];
+    int seq[NS_MAX];
     char err[256];
-    engine_batch_item items[NS];
-    for (int i = 0; i < NS; i++) {
+    engine_batch_item items[NS_MAX];
+    for (int i = 0; i < ns; i++) {
         seq[i] = engine_seq_new(e);
         CHECK(seq[i] >= 0);
         items[i] = (engine_batch_item){ seq[i], toks[i], len[i], ENGINE_LOGITS_ALL, batched[i] };
     }
-    CHECK(engine_forward(e, items, NS, err, sizeof err) == 0);
-    for (int i = 0; i < NS; i++)
+    CHECK(engine_forward(e, items, ns, err, sizeof err) == 0);
+    for (int i = 0; i < ns; i++)
         items[i] = (engine_batch_item){ seq[i], &toks[i][len[i]], 1, ENGINE_LOGITS_LAST,
                                         batched[i] + (size_t)len[i] * V };
-    CHECK(engine_forward(e, items, NS, err, sizeof err) == 0);
-    for (int i = 0; i < NS; i++) {
+    CHECK(engine_forward(e, items, ns, err, sizeof err) == 0);
+    for (int i = 0; i < ns; i++) {
         double d = max_rel_diff(batched[i], alone[i], (long)(len[i] + 1) * V);
         CHECK_MSG(d < tol, "sequence %d: batched logits differ from alone by %g", i, d);
         engine_seq_free(e, seq[i]);
@@ -238,6 +238,11 @@ static void check_batch_vs_alone(synth_config *c, const char *name, const int *l
         free(batched[i]);
     }
     engine_close(e);
+}
+
+static void check_batch_vs_alone(synth_config *c, const char *name, const int *len, double tol)
+{
+    check_batch_vs_alone_n(c, name, NS, len, tol);
 }
 
 TEST(test_batch_of_sequences_matches_each_sequence_alone)
@@ -271,14 +276,21 @@ TEST(test_q8_0_batch_of_sequences_matches_each_sequence_alone)
     check_dtype_batch_vs_alone(GGML_Q8_0, "batch_q8", 3e-2);
 }
 
-/* F16 decode steps of several sequences run on the bf16 tiles (AMX, where
- * the CPU has it) with x split into two bf16 parts: each term within
- * 2^-15 of the one-token path's f32 product (test_amx.c checks the kernel
- * against exact sums). End to end that moved logits by 5e-6 here;
- * rows or sequences mixed up would move them by order 1. */
+/* F16 decode steps of 2-11 sequences take the AVX-512 tile with the rows
+ * widened to f32 (the one-token path's products, summed in another
+ * order); from 12 sequences the bf16 tiles (AMX, where the CPU has it)
+ * with x split into two bf16 parts: each term within 2^-15 of the f32
+ * product (test_amx.c checks the kernel against exact sums). End to end
+ * the tiles moved logits by 5e-6 here; rows or sequences mixed up would
+ * move them by order 1. Both batch sizes run. */
 TEST(test_f16_batch_of_sequences_matches_each_sequence_alone)
 {
     check_dtype_batch_vs_alone(GGML_F16, "batch_f16", 1e-4);
+    synth_config c;
+    hybrid_config(&c);
+    c.dtype = GGML_F16;
+    static const int len[NS_MAX] = { 9, 33, 2, 70, 1, 5, 17, 3, 40, 8, 12, 6 };
+    check_batch_vs_alone_n(&c, "batch_f16", NS_MAX, len, 1e-4);
 }
 
 /* VmFlags of the mapping that holds addr ("hg": madvise(MADV_HUGEPAGE)),
