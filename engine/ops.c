@@ -288,12 +288,12 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
  * (matmul_small512): AMX's f16 -> bf16 split costs the same per weight
  * whatever the token count, the typed kernel's widening (vcvtph2ps) is
  * cheap and its FMAs grow with the tokens. Measured, 2 threads, 400 MiB of
- * f16 weight, one process alternating, median ms AMX / typed: n = 1024,
- * 2 tokens 38.5 / 24.5, 4: 40.7 / 26.5, 8: 42.2 / 32.2, 10: 30.2 / 26.7,
- * 12: 37.1 / 33.3, 14: 31.4 / 35.6, 16: 34.6 / 41.1; n = 3584, 4: 26.0 /
- * 18.6, 8: 29.6 / 25.0, 12: 36.3 / 33.8, 16: 30.5 / 44.6. BF16 (no split)
- * and Q8_0 stay on AMX at every count: the typed kernel was 1.2-1.4x
- * (BF16) and 1.3-3.8x (Q8_0) slower at 2-16 tokens. */
+ * f16 weight, one process alternating, median time typed / AMX: n = 1024,
+ * 2 tokens 0.44, 4: 0.48, 8: 0.64, 12: 0.98, 16: 1.23; n = 3584, 4: 0.64,
+ * 8: 0.71, 12: 1.21. BF16 (no split) and Q8_0 stay on AMX at every count:
+ * typed / AMX was 0.90-0.95 at 2-4 tokens and 1.26-2.08 from 8 (BF16),
+ * 0.80 at 2 tokens, 1.04 at 4 and 2.0-3.5 from 8 (Q8_0, which would also
+ * trade the int8 activations of the one-token path for f32 ones). */
 #define AMX_MIN_TOK_F16 12
 
 static bool amx_step(const weight *W, int n_tok)
