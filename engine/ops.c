@@ -188,8 +188,9 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, in
  * 2 <= n_tok <= small_max (batched decode): each weight byte is read once
  *   per step. With AVX-512, F32, F16, BF16 and Q8_0 rows go straight to
  *   the rows x tokens tile, which widens them in registers; decode steps
- *   of BF16, Q8_0 and (from AMX_MIN_TOK_F16 tokens) F16 take the AMX tiles
- *   instead. Other types, and AVX2 machines, decode groups of rows to f32
+ *   of BF16, Q8_0 (from AMX_MIN_TOK_Q8 tokens; fewer take the VNNI kernel
+ *   on int8 activations) and F16 (from AMX_MIN_TOK_F16) take the AMX
+ *   tiles instead. Other types, and AVX2 machines, decode groups of rows to f32
  *   into a per-thread buffer for the micro-kernel.
  * larger n_tok (prefill): f32 goes straight to sgemm; other types are
  *   decoded in tiles of MM_TILE_ROWS rows per thread and each tile is one
@@ -290,15 +291,29 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
  * cheap and its FMAs grow with the tokens. Measured, 2 threads, 400 MiB of
  * f16 weight, one process alternating, median time typed / AMX: n = 1024,
  * 2 tokens 0.44, 4: 0.48, 8: 0.64, 12: 0.98, 16: 1.23; n = 3584, 4: 0.64,
- * 8: 0.71, 12: 1.21. BF16 (no split) and Q8_0 stay on AMX at every count:
- * typed / AMX was 0.90-0.95 at 2-4 tokens and 1.26-2.08 from 8 (BF16),
- * 0.80 at 2 tokens, 1.04 at 4 and 2.0-3.5 from 8 (Q8_0, which would also
- * trade the int8 activations of the one-token path for f32 ones). */
+ * 8: 0.71, 12: 1.21. BF16 (no split) stays on AMX at every count: typed /
+ * AMX was 0.90-0.95 at 2-4 tokens and 1.26-2.08 from 8. Q8_0 is not
+ * routed to the typed tile (f32 activations would make a sequence's
+ * results depend on its batch); few tokens take the VNNI kernel below. */
 #define AMX_MIN_TOK_F16 12
+
+/* Q8_0 decode steps of 2-4 tokens take the AVX512-VNNI kernel
+ * (matmul_q8_small, the one-token path's int8 arithmetic per token, rows
+ * far apart): AMX scales every block's 16 x 16 tile whatever the count.
+ * Measured, 2 threads, 400 MiB of Q8_0 weight, one process alternating,
+ * median time VNNI / AMX: n = 1024, 2 tokens 0.52, 3: 0.60, 4: 0.62, 5:
+ * 1.00, 6: 1.08, 8: 1.26; n = 3584, 2: 0.56, 4: 0.79, 6: 1.29. */
+#define AMX_MIN_TOK_Q8 5
+
+static bool q8_small_step(const weight *W, int n_tok)
+{
+    return mm_decode_step && W->type == GGML_Q8_0 && n_tok > 1 && n_tok < AMX_MIN_TOK_Q8 && W->n_in % 32 == 0 &&
+           simd_avx512_vnni();
+}
 
 static bool amx_step(const weight *W, int n_tok)
 {
-    if (W->type == GGML_F16 && n_tok < AMX_MIN_TOK_F16 && simd_avx512())
+    if ((W->type == GGML_F16 && n_tok < AMX_MIN_TOK_F16 && simd_avx512()) || q8_small_step(W, n_tok))
         return false;
     return mm_decode_step && n_tok > 1 &&
            ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && W->n_in % 32 == 0 && simd_amx_bf16()) ||
@@ -428,6 +443,29 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
     }
 }
 
+/* Q8_0 decode steps of a few tokens (q8_small_step): the activations
+ * quantized per token as for one token and prepared once, the rows split
+ * in contiguous shares. Scratch: xq, xd, then the 64-byte aligned prep
+ * (about 3.2 n_tok n_in bytes, well inside matmul_scratch_floats). */
+static void matmul_q8_small(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
+{
+    const int n_in = W->n_in, n_out = W->n_out, nb = n_in / 32;
+    int8_t *xq = (int8_t *)scratch;
+    float *xd = (float *)(((uintptr_t)(xq + (size_t)n_tok * n_in) + 3) & ~(uintptr_t)3);
+    void *prep = (void *)(((uintptr_t)(xd + (size_t)n_tok * nb) + 63) & ~(uintptr_t)63);
+    for (int t = 0; t < n_tok; t++)
+        quantize_act_q8(X + (size_t)t * n_in, n_in, xq + (size_t)t * n_in, xd + (size_t)t * nb);
+    avx512_q8_prepare(xq, xd, n_in, n_tok, prep);
+    #pragma omp parallel
+    {
+        const int nt = omp_get_num_threads(), it = omp_get_thread_num();
+        const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
+        if (r1 > r0)
+            avx512_q8_0_rows_x_tokens((const char *)W->data + (size_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, n_in,
+                                      prep, n_tok, Y + r0, n_out);
+    }
+}
+
 /* 2 <= n_tok <= mm_small_max, AVX2 only */
 static void matmul_small(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                          float *scratch)
@@ -492,6 +530,10 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
     if (n_tok == 1 || amx_step(W, n_tok)) {
         float *y = Y;
         matmul_shared(1, &y, &W, X, n_tok, scratch);
+        return;
+    }
+    if (q8_small_step(W, n_tok)) {
+        matmul_q8_small(Y, W, X, n_tok, scratch);
         return;
     }
     if (n_tok <= mm_small_max && simd_avx512()) {

@@ -25,6 +25,8 @@
  * simd_set_enabled(false) turns these off too) and HYSERVE_SIMD is not
  * "avx2". Cheap: two loads. */
 bool simd_avx512(void);
+/* simd_avx512() and simd_vnni() and the CPU has AVX512-VNNI */
+bool simd_avx512_vnni(void);
 /* Tests: turn the AVX-512 kernels off (and back on where the CPU has them)
  * to compare them with the AVX2 ones. Call only while no kernel runs. */
 void simd_set_avx512(bool on);
@@ -65,6 +67,20 @@ void avx512_rows_x_tokens_packed(const float *W, int ldw, int n_rows, const floa
 bool avx512_rows_x_tokens_typed_ok(uint32_t type, int n);
 void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *X, int ldx,
                                 bool packed, int n_tok, int n, float *Y, int ldy);
+
+/* ---- Q8_0 rows x int8 activations, a few tokens (AVX512-VNNI) ----
+ * Y[t * ldy + r] = dot_q8_0_act(row r, xq + t n, xd + t n / 32, n): the
+ * one-token product's arithmetic (exact int sums per block, scaled by
+ * dw d) for n_tok tokens per pass over the rows; the same value up to the
+ * order of the float sums. n % 32 == 0. prep (avx512_q8_prep_bytes bytes,
+ * 64-byte aligned) is filled once per step by avx512_q8_prepare from the
+ * quantized activations (quantize_act_q8; token t at xq + t n and
+ * xd + t n / 32) and read by every thread. Call only where
+ * simd_avx512_vnni(). */
+size_t avx512_q8_prep_bytes(int n, int n_tok);
+void avx512_q8_prepare(const int8_t *xq, const float *xd, int n, int n_tok, void *prep);
+void avx512_q8_0_rows_x_tokens(const void *W, size_t rb, int n_rows, int n, const void *prep, int n_tok, float *Y,
+                               int ldy);
 
 /* ---- row decoding ----
  * out[0..n) = w decoded, any n >= 0; bit-exact (every f16 and bf16 value is

@@ -34,6 +34,7 @@
 /* dispatch                                                            */
 
 static bool cpu_has_avx512;     /* set once at startup, read-only after */
+static bool cpu_has_avx512_vnni;
 static bool avx512_allowed;
 
 __attribute__((constructor)) static void simd512_init(void)
@@ -43,6 +44,13 @@ __attribute__((constructor)) static void simd512_init(void)
                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     const char *env = getenv("HYSERVE_SIMD");
     avx512_allowed = cpu_has_avx512 && !(env && !strcmp(env, "avx2"));
+    cpu_has_avx512_vnni = cpu_has_avx512 && __builtin_cpu_supports("avx512vnni");
+}
+
+/* simd_vnni() too, so simd_set_vnni(false) turns this off with the rest */
+bool simd_avx512_vnni(void)
+{
+    return cpu_has_avx512_vnni && simd_avx512() && simd_vnni();
 }
 
 /* simd_avx2() is re-read on every call: simd_set_enabled(false) (tests,
@@ -541,6 +549,157 @@ void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, 
     case GGML_F16: rxt_f16(W, row_bytes, n_rows, X, ldx, packed, n_tok, n, Y, ldy); break;
     case GGML_BF16: rxt_bf16(W, row_bytes, n_rows, X, ldx, packed, n_tok, n, Y, ldy); break;
     default: rxt_q8_0(W, row_bytes, n_rows, X, ldx, packed, n_tok, n, Y, ldy); break;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Q8_0 rows x int8 activations, a few tokens                           */
+
+/* For decode steps of 2..AVX512_Q8_MAX_TOK tokens: the one-token kernel's
+ * arithmetic (quant.h: exact int sums per block, then dw d) for several
+ * tokens per pass over the weights. Per row and pair of blocks (68 bytes,
+ * one zmm of 64 weights):
+ *  - sw = 128 sum(w) per group of 4 (vpdpbusd of 0x80 bytes with w), once
+ *    for all tokens; the activations are stored as u = q + 128 (q ^ 0x80),
+ *    the unsigned operand vpdpbusd wants, and -sw starts each token's sum:
+ *    s = sum u w - 128 sum w = sum q w, exact in int32 (|s| <= 32 127 128);
+ *  - per token: vpdpbusd, convert (exact: |s| < 2^24), multiply the pair's
+ *    scales (lanes 0-7 block b, 8-15 block b + 1: dw dx), FMA into the
+ *    token's accumulator. 4 uops per token against ~9 shared per row.
+ * A tile is 4 rows x up to 4 tokens (16 accumulators, the 4 activation
+ * vectors and their 4 scale vectors in registers). The AMX kernel instead
+ * scales every block's 16 x 16 int32 tile whatever the token count, which
+ * makes a step of 2-8 tokens cost about two one-token passes. */
+
+#define AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INLINE_VNNI AVX512_VNNI static inline __attribute__((always_inline))
+
+size_t avx512_q8_prep_bytes(int n, int n_tok)
+{
+    const size_t np = (size_t)(n / 32 + 1) / 2;         /* pairs of blocks, the last maybe half */
+    return (size_t)n_tok * (np * 64 + np * 64) + 64;
+}
+
+/* prep: [n_tok][np] 64-byte vectors of u = q ^ 0x80 (a half pair's upper
+ * 32 bytes 0x80: u = 128 is q = 0, and its w is masked to 0 anyway), then
+ * [n_tok][np] vectors of 16 floats: d[b] in lanes 0-7, d[b + 1] in 8-15
+ * (0 past the last block) */
+void avx512_q8_prepare(const int8_t *xq, const float *xd, int n, int n_tok, void *prep)
+{
+    const int nb = n / 32, np = (nb + 1) / 2;
+    uint8_t *u = prep;
+    float *dv = (float *)(u + (size_t)n_tok * np * 64);
+    for (int t = 0; t < n_tok; t++)
+        for (int p = 0; p < np; p++) {
+            uint8_t *o = u + ((size_t)t * np + p) * 64;
+            float *d = dv + ((size_t)t * np + p) * 16;
+            for (int j = 0; j < 64; j++) {
+                const int k = 64 * p + j;
+                o[j] = k < n ? (uint8_t)(xq[(size_t)t * n + k] ^ 0x80) : 0x80;
+            }
+            for (int j = 0; j < 16; j++) {
+                const int b = 2 * p + j / 8;
+                d[j] = b < nb ? xd[(size_t)t * nb + b] : 0.0f;
+            }
+        }
+}
+
+#ifndef Q8_PF
+#define Q8_PF 512
+#endif
+
+/* R rows rs bytes apart x tokens [0, T) of the prepared activations;
+ * row r's outputs at Y[t ldy + r ys] */
+INLINE_VNNI void q8_tile(const char *W, size_t rs, int nb, const uint8_t *u, const float *dv, size_t np, float *Y,
+                         size_t ldy, size_t ys, const int R, const int T)
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int p = 0; 2 * p < nb; p++) {
+        const bool full = 2 * p + 1 < nb;
+        __m512i x[4];
+        __m512 dx[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            x[t] = _mm512_load_si512(u + ((size_t)t * np + p) * 64);
+            dx[t] = _mm512_load_ps(dv + ((size_t)t * np + p) * 16);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const char *b0 = W + (size_t)r * rs + (size_t)(2 * p) * 34;
+            _mm_prefetch(b0 + Q8_PF, _MM_HINT_T0);
+            __m512i w;
+            __m256i h;
+            if (full) {
+                w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                       _mm256_loadu_si256((const __m256i *)(b0 + 36)), 1);
+                h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
+                                            _mm_set1_epi16(*(const short *)(b0 + 34)), 1);
+            } else {                    /* the last block alone: upper half 0 */
+                w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2)));
+                w = _mm512_inserti64x4(w, _mm256_setzero_si256(), 1);
+                h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
+                                            _mm_setzero_si128(), 1);
+            }
+            const __m512 dw = _mm512_cvtph_ps(h);
+            const __m512i nsw = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const __m512i s = _mm512_dpbusd_epi32(nsw, x[t], w);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dx[t]), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            Y[(size_t)t * ldy + (size_t)r * ys] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+#define Q8_TILE(R_)                                                                         \
+    do {                                                                                    \
+        switch (tt) {                                                                       \
+        case 4: q8_tile(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 4); break;        \
+        case 3: q8_tile(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 3); break;        \
+        case 2: q8_tile(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 2); break;        \
+        default: q8_tile(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 1); break;       \
+        }                                                                                   \
+    } while (0)
+
+AVX512_VNNI void avx512_q8_0_rows_x_tokens(const void *W, size_t rb, int n_rows, int n, const void *prep, int n_tok,
+                                           float *Y, int ldy)
+{
+    const int nb = n / 32;
+    const size_t np = (size_t)(nb + 1) / 2;
+    const uint8_t *u = prep;
+    const float *dv = (const float *)(u + (size_t)n_tok * np * 64);
+    /* the tile's 4 rows far apart, as avx2_matvec's: with q = n_rows / 4,
+     * block o holds rows o, o + q, o + 2q, o + 3q; the rest adjacent */
+    const int q = n_rows / 4, n_blk = q + (n_rows % 4 != 0);
+    for (int o = 0; o < n_blk; o++) {
+        const int R = o < q ? 4 : n_rows % 4;
+        const int r = o < q ? o : 4 * q;                /* the block's first row */
+        const size_t rs = o < q ? (size_t)q * rb : rb, ys = o < q ? (size_t)q : 1;
+        const char *Wr = (const char *)W + (size_t)r * rb;
+        for (int t = 0; t < n_tok; t += 4) {
+            const int tt = n_tok - t < 4 ? n_tok - t : 4;
+            const uint8_t *ut = u + (size_t)t * np * 64;
+            const float *dt = dv + (size_t)t * np * 16;
+            float *Yr = Y + (size_t)t * ldy + r;
+            switch (R) {
+            case 4: Q8_TILE(4); break;
+            case 3: Q8_TILE(3); break;
+            case 2: Q8_TILE(2); break;
+            default: Q8_TILE(1); break;
+            }
+        }
     }
 }
 

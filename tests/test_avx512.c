@@ -14,6 +14,8 @@
  * The typed form (F16, BF16, Q8_0 rows widened in registers) must give
  * the bits of the f32 kernel run on the same rows decoded by quant.c's
  * dequant_row, plain and packed.
+ * Q8_0 on AVX512-VNNI (int8 activations): every output against the exact
+ * block sums, within the rounding of its float steps.
  * Decoding: every f16 and bf16 bit pattern, bit for bit, against integer
  * conversions written here (not quant.c's).
  * Without AVX-512 (or with HYSERVE_SIMD=avx2 / 0) the kernel tests print
@@ -243,6 +245,111 @@ TEST(test_avx512_typed_rows_x_tokens_equal_f32_kernel_on_decoded_rows)
                 }
         }
     CHECK(shapes == 40 * (8 + 8 + 4));
+}
+
+/* One shape of the VNNI Q8_0 kernel: weights quantized by quant.c,
+ * activations by quantize_act_q8_ref; every output against the exact
+ * value sum_b dw_b d_b s_b (s_b the integer block sum, computed here in
+ * double). The kernel rounds dw d once per block, each lane's partial
+ * product and sum once per pair of blocks, then adds 16 lanes: within
+ * (np + 8) 2^-24 of the sum of |terms|, sum_b |dw_b d_b| sum_j |w_j q_j|
+ * (np = pairs of blocks; a lane's partial can cancel within its block). Sentinels in a spare
+ * token row and spare columns must survive. */
+static int check_q8_vnni(int n, int n_rows, int n_tok)
+{
+    const int nb = n / 32, np = (nb + 1) / 2, ldy = n_rows + 3;
+    const size_t rb = (size_t)nb * 34, ny = (size_t)(n_tok + 1) * ldy;
+    uint8_t *W = malloc(rb * n_rows);
+    int8_t *xq = malloc((size_t)n_tok * n);
+    float *xd = malloc(sizeof(float) * (size_t)n_tok * nb), *wf = malloc(sizeof(float) * n);
+    float *xf = malloc(sizeof(float) * n), *Y = malloc(sizeof(float) * ny);
+    void *prep = aligned_alloc(64, (avx512_q8_prep_bytes(n, n_tok) + 63) / 64 * 64);
+    int bad = 0;
+    if (!W || !xq || !xd || !wf || !xf || !Y || !prep) {
+        test_fail(__FILE__, __LINE__, "out of memory");
+        bad = 1;
+        goto out;
+    }
+    for (int r = 0; r < n_rows; r++) {
+        for (int i = 0; i < n; i++)
+            wf[i] = frand() * (1.0f + (float)((i / 32 + r) % 7));
+        quantize_row(GGML_Q8_0, wf, W + (size_t)r * rb, n);
+    }
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < n; i++)
+            xf[i] = frand() * (0.5f + (float)((i / 32 + t) % 3));
+        quantize_act_q8_ref(xf, n, xq + (size_t)t * n, xd + (size_t)t * nb);
+    }
+    for (size_t i = 0; i < ny; i++)
+        Y[i] = -12345.0f;
+    avx512_q8_prepare(xq, xd, n, n_tok, prep);
+    avx512_q8_0_rows_x_tokens(W, rb, n_rows, n, prep, n_tok, Y, ldy);
+    for (int t = 0; t <= n_tok && !bad; t++)
+        for (int r = 0; r < ldy && !bad; r++) {
+            const float got = Y[(size_t)t * ldy + r];
+            if (t == n_tok || r >= n_rows) {
+                if (got != -12345.0f) {
+                    test_fail(__FILE__, __LINE__, "n %d rows %d tokens %d: wrote Y[%d][%d]", n, n_rows, n_tok, t, r);
+                    bad = 1;
+                }
+                continue;
+            }
+            double exact = 0.0, mag = 0.0;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = W + (size_t)r * rb + (size_t)b * 34;
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                long sb = 0, sa = 0;
+                for (int j = 0; j < 32; j++) {
+                    const long pj = (long)(int8_t)blk[2 + j] * xq[(size_t)t * n + 32 * b + j];
+                    sb += pj;
+                    sa += pj < 0 ? -pj : pj;
+                }
+                const double scale = (double)fp16_to_f32(h) * xd[(size_t)t * nb + b];
+                exact += scale * (double)sb;
+                mag += fabs(scale) * (double)sa;
+            }
+            const double tol = (np + 8) * 0x1p-24 * mag + 1e-30;
+            if (!(fabs(got - exact) <= tol)) {
+                test_fail(__FILE__, __LINE__, "n %d rows %d tokens %d: Y[%d][%d] = %.9g, exact %.9g (tol %.3g)", n,
+                          n_rows, n_tok, t, r, got, exact, tol);
+                bad = 1;
+            }
+        }
+out:
+    free(W);
+    free(xq);
+    free(xd);
+    free(wf);
+    free(xf);
+    free(Y);
+    free(prep);
+    return bad;
+}
+
+TEST(test_avx512_q8_0_vnni_matches_exact_block_sums)
+{
+    if (!have_avx512())
+        return;
+    if (!simd_avx512_vnni()) {
+        printf("    skipped: no AVX512-VNNI\n");
+        return;
+    }
+    /* odd block counts (a half pair at the end), rows in and out of whole
+     * far-apart blocks of 4, tokens in and past one group of 4 */
+    static const int ns[] = { 32, 64, 96, 1024, 3584 };
+    static const int rows[] = { 1, 3, 4, 5, 9, 70 };
+    static const int toks[] = { 1, 2, 3, 4, 5, 9 };
+    rng_state = 14;
+    int shapes = 0;
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof rows / sizeof rows[0]; b++)
+            for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++) {
+                if (check_q8_vnni(ns[a], rows[b], toks[c]))
+                    return;
+                shapes++;
+            }
+    CHECK(shapes == 180);
 }
 
 /* IEEE binary16 -> binary32 by integer manipulation. Subnormals are

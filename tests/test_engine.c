@@ -264,7 +264,8 @@ static void check_dtype_batch_vs_alone(uint32_t dtype, const char *name, double 
 }
 
 /* Q8_0 meets int8 activations in decode steps, alone (one token) and in a
- * batch (AMX, where the CPU has it; f32 activations without it). Rounding
+ * batch (the VNNI kernel for these 4 sequences, AMX from 5, where the CPU
+ * has them; f32 activations without either). Rounding
  * to int8 is discontinuous: inputs that differ in the 7th digit (a prompt
  * run in a batch vs alone) can round one element to the next step, which
  * moved logits by up to 5e-3 here, as does f32 against int8 activations

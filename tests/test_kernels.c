@@ -460,6 +460,52 @@ static int check_many(uint32_t type, int n_tok, bool decode)
     return bad;
 }
 
+/* Q8_0 decode steps of a few tokens (the VNNI kernel where the CPU has
+ * AVX512-VNNI, from 5 tokens AMX, else the f32 tile) against one-token
+ * products token by token: the VNNI and AMX kernels keep the one-token
+ * path's int8 activations, so they differ from it only in float order;
+ * within four times the rounding bound of sum |w x| (the activations'
+ * quantization moves |x| by at most half a step). 300 rows: shares and
+ * far-apart blocks with rows left over. */
+TEST(test_kernel_q8_0_decode_steps_of_few_tokens_equal_one_token_each)
+{
+    enum { NIN = 1024, NOUT = 300 };
+    const size_t rb = row_bytes(GGML_Q8_0, NIN);
+    char *data = malloc(rb * NOUT);
+    float *wf = malloc(sizeof(float) * NIN), *X = malloc(sizeof(float) * NIN * 5);
+    float *Y = malloc(sizeof(float) * NOUT * 5), *R = malloc(sizeof(float) * NOUT);
+    float *scratch = malloc(sizeof(float) * 64 * (size_t)NIN * 4 + 64);
+    CHECK(data && wf && X && Y && R && scratch);
+    rng_state = 23;
+    ops_set_threads(2);
+    for (int o = 0; o < NOUT; o++) {
+        fill(wf, NIN, 0.3f);
+        quantize_row(GGML_Q8_0, wf, data + (size_t)o * rb, NIN);
+    }
+    weight W = { .data = data, .type = GGML_Q8_0, .n_in = NIN, .n_out = NOUT, .row_bytes = rb };
+    fill(X, NIN * 5, 1.0f);
+    int bad = 0;
+    for (int n_tok = 2; n_tok <= 5 && !bad; n_tok++) {
+        matmul_set_decode_step(true);
+        matmul(Y, &W, X, n_tok, scratch);
+        for (int t = 0; t < n_tok && !bad; t++) {
+            matmul(R, &W, X + (size_t)t * NIN, 1, scratch);
+            for (int o = 0; o < NOUT && !bad; o++) {
+                const double tol = 4.0 * gamma_n(NIN + NIN / 32 + 8) *
+                                   abs_terms(GGML_Q8_0, data + (size_t)o * rb, X + (size_t)t * NIN, NIN);
+                if (!(fabs((double)Y[(size_t)t * NOUT + o] - R[o]) <= tol)) {
+                    test_fail(__FILE__, __LINE__, "tokens %d: Y[%d][%d] = %.9g, one token %.9g (tol %.3g)", n_tok, t,
+                              o, Y[(size_t)t * NOUT + o], R[o], tol);
+                    bad = 1;
+                }
+            }
+        }
+        matmul_set_decode_step(false);
+    }
+    CHECK(!bad);
+    free(data); free(wf); free(X); free(Y); free(R); free(scratch);
+}
+
 TEST(test_kernel_matmul_many_equals_one_matmul_per_weight)
 {
     static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_K };
