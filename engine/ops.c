@@ -190,8 +190,8 @@ void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, in
  *   the rows x tokens tile, which widens them in registers; decode steps
  *   of BF16, Q8_0 (from AMX_MIN_TOK_Q8 tokens; fewer take the VNNI kernel
  *   on int8 activations) and F16 (from AMX_MIN_TOK_F16) take the AMX
- *   tiles instead. Other types, and AVX2 machines, decode groups of rows to f32
- *   into a per-thread buffer for the micro-kernel.
+ *   tiles instead. Other types, and AVX2 machines, decode groups of rows
+ *   to f32 into a per-thread buffer for the micro-kernel.
  * larger n_tok (prefill): f32 goes straight to sgemm; other types are
  *   decoded in tiles of MM_TILE_ROWS rows per thread and each tile is one
  *   (single-threaded, inside the parallel region) sgemm. */
@@ -284,7 +284,6 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
  * (below) then fits the smallest small-batch scratch (64 n_in floats). */
 #define AMX_MAX_TOK 64
 
-/* true when a decode step of n_tok tokens on W takes the AMX tiles */
 /* F16 decode steps of fewer tokens take the AVX-512 typed kernel
  * (matmul_small512): AMX's f16 -> bf16 split costs the same per weight
  * whatever the token count, the typed kernel's widening (vcvtph2ps) is
@@ -311,6 +310,7 @@ static bool q8_small_step(const weight *W, int n_tok)
            simd_avx512_vnni();
 }
 
+/* true when a decode step of n_tok tokens on W takes the AMX tiles */
 static bool amx_step(const weight *W, int n_tok)
 {
     if ((W->type == GGML_F16 && n_tok < AMX_MIN_TOK_F16 && simd_avx512()) || q8_small_step(W, n_tok))

@@ -555,21 +555,27 @@ void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, 
 /* ------------------------------------------------------------------ */
 /* Q8_0 rows x int8 activations, a few tokens                           */
 
-/* For decode steps of 2..AVX512_Q8_MAX_TOK tokens: the one-token kernel's
+/* For decode steps of a few tokens (ops.c: 2-4): the one-token kernel's
  * arithmetic (quant.h: exact int sums per block, then dw d) for several
  * tokens per pass over the weights. Per row and pair of blocks (68 bytes,
  * one zmm of 64 weights):
  *  - sw = 128 sum(w) per group of 4 (vpdpbusd of 0x80 bytes with w), once
  *    for all tokens; the activations are stored as u = q + 128 (q ^ 0x80),
  *    the unsigned operand vpdpbusd wants, and -sw starts each token's sum:
- *    s = sum u w - 128 sum w = sum q w, exact in int32 (|s| <= 32 127 128);
+ *    s = sum u w - 128 sum w = sum q w, exact in int32 (every partial is
+ *    below 32 255 128 in magnitude);
  *  - per token: vpdpbusd, convert (exact: |s| < 2^24), multiply the pair's
  *    scales (lanes 0-7 block b, 8-15 block b + 1: dw dx), FMA into the
  *    token's accumulator. 4 uops per token against ~9 shared per row.
  * A tile is 4 rows x up to 4 tokens (16 accumulators, the 4 activation
  * vectors and their 4 scale vectors in registers). The AMX kernel instead
  * scales every block's 16 x 16 int32 tile whatever the token count, which
- * makes a step of 2-8 tokens cost about two one-token passes. */
+ * makes a step of 2-8 tokens cost about two one-token passes.
+ * The tile's 4 rows are far apart (as avx2_matvec's). With 4 adjacent
+ * rows this kernel was slower than AMX from memory (400 MiB, 2 threads, 2
+ * tokens 41.8 against 31.3 ms; perf: the loads of each row's scales
+ * missing) though twice as fast in L2; far apart, 14.2 against 27.2 ms
+ * (2 tokens) and 20.4 against 32.8 (4 tokens), one process alternating. */
 
 #define AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #define INLINE_VNNI AVX512_VNNI static inline __attribute__((always_inline))
