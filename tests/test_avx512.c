@@ -49,6 +49,21 @@ static bool have_avx512(void)
     return false;
 }
 
+/* got against the double sum of w[i] x[i]: within gamma(n / 16 + 5) (at
+ * least 1e-5) of sum |w x|, the bound in the header. ref and tol out. */
+static bool near_double_dot(float got, const float *w, const float *x, int n, double *ref, double *tol)
+{
+    double s = 0.0, mag = 0.0;
+    for (int i = 0; i < n; i++) {
+        s += (double)w[i] * x[i];
+        mag += fabs((double)w[i] * x[i]);
+    }
+    const double m = n / 16 + 5, u = 0x1p-24, bound = m * u / (1.0 - m * u);
+    *ref = s;
+    *tol = (bound > 1e-5 ? bound : 1e-5) * mag + 1e-30;
+    return fabs(got - s) <= *tol;
+}
+
 /* One shape: W n_rows x n (stride ldw), X n_tok x n (stride ldx), Y with
  * stride ldy and one spare token row. Returns 0 or reports and returns 1. */
 static int check_rows_x_tokens(int n, int n_rows, int n_tok, int ldw, int ldx, int ldy)
@@ -104,15 +119,8 @@ static int check_rows_x_tokens(int n, int n_rows, int n_tok, int ldw, int ldx, i
                 }
                 continue;
             }
-            const float *w = W + (size_t)r * ldw, *x = X + (size_t)t * ldx;
-            double ref = 0.0, mag = 0.0;
-            for (int i = 0; i < n; i++) {
-                ref += (double)w[i] * x[i];
-                mag += fabs((double)w[i] * x[i]);
-            }
-            const double m = n / 16 + 5, u = 0x1p-24, bound = m * u / (1.0 - m * u);
-            const double tol = (bound > 1e-5 ? bound : 1e-5) * mag + 1e-30;
-            if (!(fabs(got - ref) <= tol)) {
+            double ref, tol;
+            if (!near_double_dot(got, W + (size_t)r * ldw, X + (size_t)t * ldx, n, &ref, &tol)) {
                 test_fail(__FILE__, __LINE__, "n %d rows %d tokens %d: Y[%d][%d] = %.9g, reference %.9g (tol %.3g)",
                           n, n_rows, n_tok, t, r, got, ref, tol);
                 bad = 1;
@@ -168,9 +176,10 @@ TEST(test_avx512_rows_x_tokens_long_rows_and_many_tokens)
 }
 
 /* One shape of the typed product: W quantized to `type` (allocated to its
- * last byte), the f32 kernel on dequant_row's rows as the reference, the
- * typed kernel on plain and on packed X; all three Y (sentinels included)
- * must be equal bit for bit. */
+ * last byte), the f32 kernel on dequant_row's rows as the reference (and
+ * that against double sums of the same rows, with the tolerance of the
+ * f32 tests above), the typed kernel on plain and on packed X; all three
+ * Y (sentinels included) must be equal bit for bit. */
 static int check_typed(uint32_t type, int n, int n_rows, int n_tok)
 {
     const size_t rb = type == GGML_Q8_0 ? (size_t)n / 32 * 34 : (size_t)n * 2;
@@ -202,6 +211,16 @@ static int check_typed(uint32_t type, int n, int n_rows, int n_tok)
     avx512_rows_x_tokens_typed(type, W, rb, n_rows, X, n, false, n_tok, n, Y[1], ldy);
     avx512_pack_tokens(X, n, n_tok, n, Xp);
     avx512_rows_x_tokens_typed(type, W, rb, n_rows, Xp, 0, true, n_tok, n, Y[2], ldy);
+    /* the reference itself against double sums of the decoded rows */
+    for (int t = 0; t < n_tok && !bad; t++)
+        for (int r = 0; r < n_rows && !bad; r++) {
+            double ref, tol;
+            if (!near_double_dot(Y[0][(size_t)t * ldy + r], Wf + (size_t)r * n, X + (size_t)t * n, n, &ref, &tol)) {
+                test_fail(__FILE__, __LINE__, "type %u n %d rows %d tokens %d: Y[%d][%d] = %.9g, double sum %.9g", type,
+                          n, n_rows, n_tok, t, r, Y[0][(size_t)t * ldy + r], ref);
+                bad = 1;
+            }
+        }
     for (int v = 1; v < 3 && !bad; v++)
         for (size_t i = 0; i < ny && !bad; i++)
             if (memcmp(&Y[0][i], &Y[v][i], sizeof(float)) != 0) {
