@@ -39,7 +39,9 @@ TESTBIN := $(BUILD)/hyserve-tests
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
-$(BUILD)/%.o: %.c
+# order-only on deps: under `make -j` no object compiles before the
+# packages (and so the headers) it needs are installed
+$(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

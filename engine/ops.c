@@ -291,29 +291,36 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
  * f16 weight, one process alternating, median time typed / AMX: n = 1024,
  * 2 tokens 0.44, 4: 0.48, 8: 0.64, 12: 0.98, 16: 1.23; n = 3584, 4: 0.64,
  * 8: 0.71, 12: 1.21. BF16 (no split) stays on AMX at every count: typed /
- * AMX was 0.90-0.95 at 2-4 tokens and 1.26-2.08 from 8. Q8_0 is not
- * routed to the typed tile (f32 activations would make a sequence's
- * results depend on its batch); few tokens take the VNNI kernel below. */
+ * AMX was 0.90-0.95 at 2-4 tokens and 1.26-2.08 from 8. Q8_0 decode
+ * steps never take the typed tile (f32 activations would make a
+ * sequence's results depend on its batch): see q8_act_step. */
 #define AMX_MIN_TOK_F16 12
 
 /* Q8_0 decode steps of 2-4 tokens take the AVX512-VNNI kernel
- * (matmul_q8_small, the one-token path's int8 arithmetic per token, rows
- * far apart): AMX scales every block's 16 x 16 tile whatever the count.
- * Measured, 2 threads, 400 MiB of Q8_0 weight, one process alternating,
- * median time VNNI / AMX: n = 1024, 2 tokens 0.52, 3: 0.60, 4: 0.62, 5:
- * 1.00, 6: 1.08, 8: 1.26; n = 3584, 2: 0.56, 4: 0.79, 6: 1.29. */
+ * (matmul_q8_act, the one-token path's int8 arithmetic per token, rows
+ * far apart) even with AMX: AMX scales every block's 16 x 16 tile whatever
+ * the count. Measured, 2 threads, 400 MiB of Q8_0 weight, one process
+ * alternating, median time VNNI / AMX: n = 1024, 2 tokens 0.52, 3: 0.60,
+ * 4: 0.62, 5: 1.00, 6: 1.08, 8: 1.26; n = 3584, 2: 0.56, 4: 0.79, 6: 1.29.
+ * Without AMX every Q8_0 decode step takes it (see q8_act_step). */
 #define AMX_MIN_TOK_Q8 5
 
-static bool q8_small_step(const weight *W, int n_tok)
+/* Q8_0 decode steps off AMX, wherever the one-token product runs on int8
+ * activations (simd_avx2, matvec): the same arithmetic per token, so a
+ * sequence's results do not depend on the batch it decodes in. With AMX
+ * only steps of fewer than AMX_MIN_TOK_Q8 tokens (with AVX512-VNNI); AMX
+ * takes the rest, on the same int8 activations. */
+static bool q8_act_step(const weight *W, int n_tok)
 {
-    return mm_decode_step && W->type == GGML_Q8_0 && n_tok > 1 && n_tok < AMX_MIN_TOK_Q8 && W->n_in % 32 == 0 &&
-           simd_avx512_vnni();
+    if (!(mm_decode_step && W->type == GGML_Q8_0 && n_tok > 1 && W->n_in % 32 == 0 && simd_avx2()))
+        return false;
+    return !simd_amx() || (n_tok < AMX_MIN_TOK_Q8 && simd_avx512_vnni());
 }
 
 /* true when a decode step of n_tok tokens on W takes the AMX tiles */
 static bool amx_step(const weight *W, int n_tok)
 {
-    if ((W->type == GGML_F16 && n_tok < AMX_MIN_TOK_F16 && simd_avx512()) || q8_small_step(W, n_tok))
+    if ((W->type == GGML_F16 && n_tok < AMX_MIN_TOK_F16 && simd_avx512()) || q8_act_step(W, n_tok))
         return false;
     return mm_decode_step && n_tok > 1 &&
            ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && W->n_in % 32 == 0 && simd_amx_bf16()) ||
@@ -443,27 +450,49 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
     }
 }
 
-/* Q8_0 decode steps of a few tokens (q8_small_step): the activations
- * quantized per token as for one token and prepared once, the rows split
- * in contiguous shares. Scratch: xq, xd, then the 64-byte aligned prep
- * (about 3.2 n_tok n_in bytes, well inside matmul_scratch_floats). */
-static void matmul_q8_small(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
+/* At most this many tokens per call of matmul_q8_act_chunk: its scratch,
+ * about 3.2 n_tok n_in bytes, then fits the smallest small-batch scratch
+ * (64 n_in floats, one thread). */
+#define Q8_ACT_MAX_TOK 64
+
+/* Q8_0 decode steps on int8 activations (q8_act_step): the activations
+ * quantized per token as for one token, the rows split in contiguous
+ * shares. AVX512-VNNI: the activations prepared once for the tile kernel.
+ * AVX2: each row dotted with every token's activations while it is in L1.
+ * Scratch: xq, xd, then the 64-byte aligned prep. */
+static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float *restrict X, int n_tok, int ldy,
+                                float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out, nb = n_in / 32;
+    const bool vnni = simd_avx512_vnni();
     int8_t *xq = (int8_t *)scratch;
     float *xd = (float *)(((uintptr_t)(xq + (size_t)n_tok * n_in) + 3) & ~(uintptr_t)3);
     void *prep = (void *)(((uintptr_t)(xd + (size_t)n_tok * nb) + 63) & ~(uintptr_t)63);
     for (int t = 0; t < n_tok; t++)
         quantize_act_q8(X + (size_t)t * n_in, n_in, xq + (size_t)t * n_in, xd + (size_t)t * nb);
-    avx512_q8_prepare(xq, xd, n_in, n_tok, prep);
+    if (vnni)
+        avx512_q8_prepare(xq, xd, n_in, n_tok, prep);
     #pragma omp parallel
     {
         const int nt = omp_get_num_threads(), it = omp_get_thread_num();
         const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
-        if (r1 > r0)
-            avx512_q8_0_rows_x_tokens((const char *)W->data + (size_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, n_in,
-                                      prep, n_tok, Y + r0, n_out);
+        const char *base = (const char *)W->data;
+        if (r1 > r0 && vnni)
+            avx512_q8_0_rows_x_tokens(base + (size_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, n_in, prep, n_tok,
+                                      Y + r0, ldy);
+        else
+            for (int o = r0; o < r1; o++)
+                for (int t = 0; t < n_tok; t++)
+                    Y[(size_t)t * ldy + o] = dot_q8_0_act(base + (size_t)o * W->row_bytes, xq + (size_t)t * n_in,
+                                                          xd + (size_t)t * nb, n_in);
     }
+}
+
+static void matmul_q8_act(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
+{
+    for (int t0 = 0; t0 < n_tok; t0 += Q8_ACT_MAX_TOK)
+        matmul_q8_act_chunk(Y + (size_t)t0 * W->n_out, W, X + (size_t)t0 * W->n_in,
+                            n_tok - t0 < Q8_ACT_MAX_TOK ? n_tok - t0 : Q8_ACT_MAX_TOK, W->n_out, scratch);
 }
 
 /* 2 <= n_tok <= mm_small_max, AVX2 only */
@@ -532,8 +561,8 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
         matmul_shared(1, &y, &W, X, n_tok, scratch);
         return;
     }
-    if (q8_small_step(W, n_tok)) {
-        matmul_q8_small(Y, W, X, n_tok, scratch);
+    if (q8_act_step(W, n_tok)) {
+        matmul_q8_act(Y, W, X, n_tok, scratch);
         return;
     }
     if (n_tok <= mm_small_max && simd_avx512()) {

@@ -83,7 +83,7 @@ __attribute__((constructor)) static void simd_amx_init(void)
 {
     __builtin_cpu_init();
     const char *env = getenv("HYSERVE_SIMD");
-    if (env && (!strcmp(env, "0") || !strcmp(env, "avx2")))
+    if (env && (!strcmp(env, "0") || !strcmp(env, "avx2") || !strcmp(env, "avx512")))
         return;
     if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8") ||
         !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw"))

@@ -36,6 +36,11 @@ run_suite() {
     echo "warning: could not build the Qwen3 tokenizer fixture; its test will fail" >&2
 
 run_suite unit "$TESTBIN"
+# the same unit tests on the kernels a smaller CPU would take: without AMX,
+# AVX2 only, scalar (a level the CPU lacks runs the next one down again)
+for level in avx512 avx2 0; do
+    run_suite "unit-simd-$level" env HYSERVE_SIMD=$level "$TESTBIN"
+done
 for s in tests/suite_*.sh; do
     [ -f "$s" ] || continue
     n=$(basename "$s" .sh); n=${n#suite_}

@@ -9,7 +9,7 @@
  * decoded here by bit arithmetic, not by quant.c. Weight bytes include
  * -128 (valid in the format) and activations +-127, the extremes.
  * Sentinels around Y prove nothing outside [n_tok) x [n_rows) is written.
- * Without AMX (or with HYSERVE_SIMD=avx2 / 0) the kernel tests print
+ * Without AMX (or with HYSERVE_SIMD=avx512 / avx2 / 0) the kernel tests print
  * "skipped" and pass.
  */
 #include <math.h>
@@ -37,7 +37,7 @@ static uint32_t rnd(void)
 static bool have(bool available, const char *what)
 {
     if (!available)
-        printf("    skipped: no %s (or HYSERVE_SIMD=avx2/0)\n", what);
+        printf("    skipped: no %s (or HYSERVE_SIMD=avx512/avx2/0)\n", what);
     return available;
 }
 

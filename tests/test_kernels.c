@@ -460,20 +460,24 @@ static int check_many(uint32_t type, int n_tok, bool decode)
     return bad;
 }
 
-/* Q8_0 decode steps of a few tokens (the VNNI kernel where the CPU has
- * AVX512-VNNI, from 5 tokens AMX, else the f32 tile) against one-token
- * products token by token: the VNNI and AMX kernels keep the one-token
- * path's int8 activations, so they differ from it only in float order;
+/* Q8_0 decode steps against one-token products, token by token, on
+ * whichever route this CPU (and HYSERVE_SIMD) gives: the VNNI kernel, AMX
+ * from 5 tokens, or the AVX2 per-row dots. All keep the one-token path's
+ * int8 activations, so they differ from it only in float order (a step
+ * on f32 activations, as every step off AMX once took, fails here);
  * within four times the rounding bound of sum |w x| (the activations'
  * quantization moves |x| by at most half a step). 300 rows: shares and
  * far-apart blocks with rows left over. */
-TEST(test_kernel_q8_0_decode_steps_of_few_tokens_equal_one_token_each)
+TEST(test_kernel_q8_0_decode_steps_equal_one_token_each)
 {
-    enum { NIN = 1024, NOUT = 300 };
+    enum { NIN = 1024, NOUT = 300, TMAX = 65 };
+    /* every route a step can take: VNNI (2-4), AMX or VNNI or AVX2 (5+),
+     * past one chunk of 64 tokens */
+    static const int counts[] = { 2, 3, 4, 5, 6, 8, 16, 17, 65 };
     const size_t rb = row_bytes(GGML_Q8_0, NIN);
     char *data = malloc(rb * NOUT);
-    float *wf = malloc(sizeof(float) * NIN), *X = malloc(sizeof(float) * NIN * 5);
-    float *Y = malloc(sizeof(float) * NOUT * 5), *R = malloc(sizeof(float) * NOUT);
+    float *wf = malloc(sizeof(float) * NIN), *X = malloc(sizeof(float) * NIN * TMAX);
+    float *Y = malloc(sizeof(float) * NOUT * TMAX), *R = malloc(sizeof(float) * NOUT);
     float *scratch = malloc(sizeof(float) * 64 * (size_t)NIN * 4 + 64);
     CHECK(data && wf && X && Y && R && scratch);
     rng_state = 23;
@@ -483,9 +487,10 @@ TEST(test_kernel_q8_0_decode_steps_of_few_tokens_equal_one_token_each)
         quantize_row(GGML_Q8_0, wf, data + (size_t)o * rb, NIN);
     }
     weight W = { .data = data, .type = GGML_Q8_0, .n_in = NIN, .n_out = NOUT, .row_bytes = rb };
-    fill(X, NIN * 5, 1.0f);
+    fill(X, NIN * TMAX, 1.0f);
     int bad = 0;
-    for (int n_tok = 2; n_tok <= 5 && !bad; n_tok++) {
+    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && !bad; ci++) {
+        const int n_tok = counts[ci];
         matmul_set_decode_step(true);
         matmul(Y, &W, X, n_tok, scratch);
         for (int t = 0; t < n_tok && !bad; t++) {
