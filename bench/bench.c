@@ -32,6 +32,7 @@
 #include "ops.h"
 #include "quant.h"
 #include "simd.h"
+#include "simd512.h"
 #include "simd_amx.h"
 
 #define MAX_REPS 32
@@ -836,6 +837,10 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
     const bool amx = (!strcmp(dtype, "q8_0") && simd_amx()) || (!strcmp(dtype, "bf16") && simd_amx_bf16()) ||
                      (!strcmp(dtype, "f16") && simd_amx_f16());
     fprintf(f, "\"batched_on_amx\": %s,\n", amx ? "true" : "false");
+    /* what the products of a decode step of several sequences multiply in:
+     * AMX tiles, int8 on AVX512-VNNI (Q8_0 without AMX), or fp32 */
+    const bool vnni = !amx && !strcmp(dtype, "q8_0") && simd_avx512_vnni();
+    fprintf(f, "\"batched_products\": \"%s\",\n", amx ? "amx" : vnni ? "vnni-int8" : "fp32");
     fprintf(f, "\"threads\": [");
     for (int t = 1; t <= 2 && want(o, "prefill"); t++) {
         fprintf(f, "%s{\"threads\": %d, ", t > 1 ? ",\n" : "", t);

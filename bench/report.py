@@ -137,7 +137,8 @@ def main(argv):
         # sequences can be at most n B(1) / B(n) times one. fp32: n tokens
         # cost n * 2 FLOP per parameter; at the run's 2-thread sgemm rate
         # that caps the step for kernels that multiply in fp32 (not Q8_0,
-        # BF16 and F16 on AMX, which multiply in int8 and bf16).
+        # BF16 and F16 on AMX, which multiply in int8 and bf16, nor Q8_0 on
+        # AVX512-VNNI, int8).
         conv = m.get("dnet_conv_bytes_per_seq", 0)
         conv_rows = max(m.get("ssm_conv_kernel", 2) - 1, 1)
         per_seq = 2 * m.get("dnet_state_bytes_per_seq", 0) + conv + conv / conv_rows + \
@@ -146,7 +147,8 @@ def main(argv):
         for s, r in sorted(bat.items()):
             bytes_cap = s * (wb + per_seq) / (wb + s * per_seq) if wb else None
             fp32_cap = None
-            if one and gemm.get(r["threads"]) and m.get("n_params") and not m.get("batched_on_amx"):
+            products = m.get("batched_products", "amx" if m.get("batched_on_amx") else "fp32")
+            if one and gemm.get(r["threads"]) and m.get("n_params") and products == "fp32":
                 fp32_cap = gemm[r["threads"]] * 1e9 / (2.0 * m["n_params"]) / one["tok_s"]["median"]
             der["batched"].append({"dtype": dt, "seqs": s, "threads": r["threads"], "tok_s": r["tok_s"]["median"],
                                    "spread_pct": r["tok_s"]["spread_pct"],
@@ -277,7 +279,8 @@ def render(res):
         w("Ceilings on \"x one\" that no kernel can pass: *bytes* if every step ran at the same bandwidth "
           "(weights once per step, each sequence's DeltaNet state read and written, its conv window read and one row of it written); "
           "*fp32* if the products ran at the run's 2-thread sgemm rate with one sequence at its measured "
-          "speed (Q8_0, BF16 and F16 on AMX multiply in int8 and bf16 and are not bound by it; shown as -).\n")
+          "speed (Q8_0, BF16 and F16 on AMX multiply in int8 and bf16, Q8_0 on AVX512-VNNI in int8, and are not "
+          "bound by it; shown as -).\n")
         w("\"x one sequence\" divides the medians of the two groups (the target's figure); \"x one, per turn\" "
           "is the median, and range, of the same ratio taken turn by turn from segments seconds apart, so the "
           "machine's drift between turns cancels.\n")

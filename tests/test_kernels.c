@@ -22,6 +22,7 @@
 #include "layers.h"
 #include "ops.h"
 #include "quant.h"
+#include "simd_amx.h"
 #include "simd.h"
 #include "simd512.h"
 #include "test.h"
@@ -331,8 +332,9 @@ TEST(test_kernel_avx2_deltanet_step_matches_recurrent_reference)
     }
 }
 
-/* one weight matrix in memory, every matmul regime against per-row dot_row */
-static void check_matmul(uint32_t type, int n_in, int n_out, int n_tok, int *failed)
+/* one weight matrix in memory, every matmul regime against per-row dot_row;
+ * decode: as a decode step (matmul_set_decode_step) */
+static void check_matmul_as(uint32_t type, int n_in, int n_out, int n_tok, bool decode, int *failed)
 {
     const size_t rb = row_bytes(type, n_in);
     float *wf = malloc(sizeof(float) * (size_t)n_in * n_out);
@@ -344,7 +346,9 @@ static void check_matmul(uint32_t type, int n_in, int n_out, int n_tok, int *fai
     for (int o = 0; o < n_out; o++)
         quantize_row(type, wf + (size_t)o * n_in, data + (size_t)o * rb, n_in);
     weight W = { .data = data, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+    matmul_set_decode_step(decode);
     matmul(Y, &W, X, n_tok, scratch);
+    matmul_set_decode_step(false);
     for (int t = 0; t < n_tok && !*failed; t++)
         for (int o = 0; o < n_out; o++) {
             const char *row = data + (size_t)o * rb;
@@ -352,7 +356,7 @@ static void check_matmul(uint32_t type, int n_in, int n_out, int n_tok, int *fai
             double ref = dot_row(type, row, x, n_in), got = Y[(size_t)t * n_out + o];
             double terms = abs_terms(type, row, x, n_in);
             double tol = 2.0 * gamma_n(n_in + n_in / 32 + 8) * terms + 1e-30;
-            if (type == GGML_Q8_0 && n_tok == 1 && simd_avx2()) {
+            if (type == GGML_Q8_0 && (n_tok == 1 || decode) && simd_avx2()) {
                 /* int8 activations: the quantization bound of quant.h */
                 int8_t q[4096];
                 float d[128], wd[4096];
@@ -370,6 +374,11 @@ static void check_matmul(uint32_t type, int n_in, int n_out, int n_tok, int *fai
             }
         }
     free(wf); free(X); free(Y); free(data); free(scratch);
+}
+
+static void check_matmul(uint32_t type, int n_in, int n_out, int n_tok, int *failed)
+{
+    check_matmul_as(type, n_in, n_out, n_tok, false, failed);
 }
 
 TEST(test_kernel_matmul_regimes_match_per_row_reference_dots)
@@ -392,6 +401,28 @@ TEST(test_kernel_matmul_regimes_match_per_row_reference_dots)
             }
         simd_set_enabled(was);
     }
+    CHECK(!failed);
+}
+
+/* Decode steps off AMX (as on a CPU without it): every type and count
+ * takes the rows x tokens tile, the VNNI kernel (Q8_0) or, for F32 past
+ * 16 tokens, sgemm; against per-row reference dots. 64 and 65 tokens: the
+ * tile's token groups of 32 and a remainder; Q8_0's chunks of 64. */
+TEST(test_kernel_decode_steps_of_any_size_match_per_row_reference_dots)
+{
+    static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0 };
+    static const int toks[] = { 2, 16, 17, 40, 64, 65 };
+    int failed = 0;
+    rng_state = 29;
+    ops_set_threads(2);
+    const bool amx = simd_amx();
+    simd_set_amx(false);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0] && !failed; ti++)
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0] && !failed; k++) {
+            check_matmul_as(types[ti], 256, 70, toks[k], true, &failed);
+            check_matmul_as(types[ti], 1024, 300, toks[k], true, &failed);
+        }
+    simd_set_amx(amx);
     CHECK(!failed);
 }
 
