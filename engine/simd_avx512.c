@@ -669,6 +669,83 @@ INLINE_VNNI void q8_tile(const char *W, size_t rs, int nb, const uint8_t *u, con
             Y[(size_t)t * ldy + (size_t)r * ys] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
+/* The wide tile for 5 or more tokens: 2 rows x up to 8 tokens (16
+ * accumulators; each token's activations and scales loaded once per pair
+ * for both rows). The 4 x 4 tile redoes a row's shared work (loading the
+ * pair, widening dw, -128 sum(w): ~9 uops) for every group of 4 tokens;
+ * this one once per 8: at 16 tokens 82 uops per row and pair instead of
+ * 100. The 16 sums are reduced together (reduce16: lane 8r + t). */
+INLINE_VNNI void q8_tile_wide(const char *W, size_t rs, int nb, const uint8_t *u, const float *dv, size_t np,
+                              float *Y, size_t ldy, size_t ys, const int R, const int T)
+{
+    __m512 acc[2][8];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int p = 0; 2 * p < nb; p++) {
+        const bool full = 2 * p + 1 < nb;
+        __m512i w[2], nsw[2];
+        __m512 dw[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const char *b0 = W + (size_t)r * rs + (size_t)(2 * p) * 34;
+            _mm_prefetch(b0 + Q8_PF, _MM_HINT_T0);
+            __m256i h;
+            if (full) {
+                w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                          _mm256_loadu_si256((const __m256i *)(b0 + 36)), 1);
+                h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
+                                            _mm_set1_epi16(*(const short *)(b0 + 34)), 1);
+            } else {                    /* the last block alone: upper half 0 */
+                w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                          _mm256_setzero_si256(), 1);
+                h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
+                                            _mm_setzero_si128(), 1);
+            }
+            dw[r] = _mm512_cvtph_ps(h);
+            nsw[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w[r]));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const __m512i x = _mm512_load_si512(u + ((size_t)t * np + p) * 64);
+            const __m512 dx = _mm512_load_ps(dv + ((size_t)t * np + p) * 16);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                const __m512i s = _mm512_dpbusd_epi32(nsw[r], x, w[r]);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], dx), acc[r][t]);
+            }
+        }
+    }
+    __m512 v[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++)
+        v[j] = j / 8 < R && j % 8 < T ? acc[j / 8][j % 8] : _mm512_setzero_ps();
+    float o[16] __attribute__((aligned(64)));
+    _mm512_store_ps(o, reduce16(v));
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            Y[(size_t)t * ldy + (size_t)r * ys] = o[8 * r + t];
+}
+
+#define Q8_TILE_WIDE(R_)                                                                        \
+    do {                                                                                        \
+        switch (tt) {                                                                           \
+        case 8: q8_tile_wide(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 8); break;       \
+        case 7: q8_tile_wide(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 7); break;       \
+        case 6: q8_tile_wide(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 6); break;       \
+        case 5: q8_tile_wide(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 5); break;       \
+        case 4: q8_tile_wide(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 4); break;       \
+        case 3: q8_tile_wide(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 3); break;       \
+        case 2: q8_tile_wide(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 2); break;       \
+        default: q8_tile_wide(Wr, rs, nb, ut, dt, np, Yr, (size_t)ldy, ys, R_, 1); break;      \
+        }                                                                                       \
+    } while (0)
+
 #define Q8_TILE(R_)                                                                         \
     do {                                                                                    \
         switch (tt) {                                                                       \
@@ -686,19 +763,29 @@ AVX512_VNNI void avx512_q8_0_rows_x_tokens(const void *W, size_t rb, int n_rows,
     const size_t np = (size_t)(nb + 1) / 2;
     const uint8_t *u = prep;
     const float *dv = (const float *)(u + (size_t)n_tok * np * 64);
-    /* the tile's 4 rows far apart, as avx2_matvec's: with q = n_rows / 4,
-     * block o holds rows o, o + q, o + 2q, o + 3q; the rest adjacent */
-    const int q = n_rows / 4, n_blk = q + (n_rows % 4 != 0);
+    /* the tile's rows far apart, as avx2_matvec's: with q = n_rows / RB,
+     * block o holds rows o, o + q, ...; the rest adjacent. 4 rows x 4
+     * tokens up to 4 tokens, 2 rows x 8 tokens from 5 */
+    const bool wide = n_tok > 4;
+    const int RB = wide ? 2 : 4, TB = wide ? 8 : 4;
+    const int q = n_rows / RB, n_blk = q + (n_rows % RB != 0);
     for (int o = 0; o < n_blk; o++) {
-        const int R = o < q ? 4 : n_rows % 4;
-        const int r = o < q ? o : 4 * q;                /* the block's first row */
+        const int R = o < q ? RB : n_rows % RB;
+        const int r = o < q ? o : RB * q;               /* the block's first row */
         const size_t rs = o < q ? (size_t)q * rb : rb, ys = o < q ? (size_t)q : 1;
         const char *Wr = (const char *)W + (size_t)r * rb;
-        for (int t = 0; t < n_tok; t += 4) {
-            const int tt = n_tok - t < 4 ? n_tok - t : 4;
+        for (int t = 0; t < n_tok; t += TB) {
+            const int tt = n_tok - t < TB ? n_tok - t : TB;
             const uint8_t *ut = u + (size_t)t * np * 64;
             const float *dt = dv + (size_t)t * np * 16;
             float *Yr = Y + (size_t)t * ldy + r;
+            if (wide) {
+                if (R == 2)
+                    Q8_TILE_WIDE(2);
+                else
+                    Q8_TILE_WIDE(1);
+                continue;
+            }
             switch (R) {
             case 4: Q8_TILE(4); break;
             case 3: Q8_TILE(3); break;

@@ -355,10 +355,11 @@ TEST(test_avx512_q8_0_vnni_matches_exact_block_sums)
         return;
     }
     /* odd block counts (a half pair at the end), rows in and out of whole
-     * far-apart blocks of 4, tokens in and past one group of 4 */
+     * far-apart blocks of 4 (and of 2, the wide tile's), tokens in and past
+     * one group of 4 (up to 4 tokens) and of 8 (the wide tile, from 5) */
     static const int ns[] = { 32, 64, 96, 1024, 3584 };
     static const int rows[] = { 1, 3, 4, 5, 9, 70 };
-    static const int toks[] = { 1, 2, 3, 4, 5, 9 };
+    static const int toks[] = { 1, 2, 3, 4, 5, 8, 9, 17 };
     rng_state = 14;
     int shapes = 0;
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
@@ -368,7 +369,7 @@ TEST(test_avx512_q8_0_vnni_matches_exact_block_sums)
                     return;
                 shapes++;
             }
-    CHECK(shapes == 180);
+    CHECK(shapes == 240);
 }
 
 /* IEEE binary16 -> binary32 by integer manipulation. Subnormals are
