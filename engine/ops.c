@@ -463,7 +463,7 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
  * shares. AVX512-VNNI: the activations prepared once for the tile kernel.
  * AVX2: each row dotted with every token's activations while it is in L1.
  * Scratch: xq, xd, then the 64-byte aligned prep. */
-static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float *restrict X, int n_tok, int ldy,
+static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                                 float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out, nb = n_in / 32;
@@ -482,11 +482,11 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
         const char *base = (const char *)W->data;
         if (r1 > r0 && vnni)
             avx512_q8_0_rows_x_tokens(base + (size_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, n_in, prep, n_tok,
-                                      Y + r0, ldy);
+                                      Y + r0, n_out);
         else
             for (int o = r0; o < r1; o++)
                 for (int t = 0; t < n_tok; t++)
-                    Y[(size_t)t * ldy + o] = dot_q8_0_act(base + (size_t)o * W->row_bytes, xq + (size_t)t * n_in,
+                    Y[(size_t)t * n_out + o] = dot_q8_0_act(base + (size_t)o * W->row_bytes, xq + (size_t)t * n_in,
                                                           xd + (size_t)t * nb, n_in);
     }
 }
@@ -495,7 +495,7 @@ static void matmul_q8_act(float *restrict Y, const weight *W, const float *restr
 {
     for (int t0 = 0; t0 < n_tok; t0 += Q8_ACT_MAX_TOK)
         matmul_q8_act_chunk(Y + (size_t)t0 * W->n_out, W, X + (size_t)t0 * W->n_in,
-                            n_tok - t0 < Q8_ACT_MAX_TOK ? n_tok - t0 : Q8_ACT_MAX_TOK, W->n_out, scratch);
+                            n_tok - t0 < Q8_ACT_MAX_TOK ? n_tok - t0 : Q8_ACT_MAX_TOK, scratch);
 }
 
 /* 2 <= n_tok <= mm_small_max, AVX2 only */
@@ -568,11 +568,12 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
         matmul_q8_act(Y, W, X, n_tok, scratch);
         return;
     }
-    /* decode steps of F16, BF16 (without AMX) of any size stay on the tile,
-     * which widens the rows in registers: 64 sequences, whole model, 2
-     * threads, 115 -> 148 tok/s (BF16) and 115 -> 132 (F16) over decoding
-     * tiles for sgemm. F32 needs no decoding: sgemm keeps its steps past
-     * small_max (140 against 126-131 tok/s on the tile). */
+    /* decode steps of any size but F32's stay on the tile (F16 and BF16
+     * off AMX widened in registers, other types decoded 48 rows at a
+     * time; Q8_0's took matmul_q8_act above): 64 sequences, whole model,
+     * 2 threads, 115 -> 148 tok/s (BF16) and 115 -> 132 (F16) over
+     * decoding tiles for sgemm. F32 needs no decoding: sgemm keeps its
+     * steps past small_max (140 against 126-131 tok/s on the tile). */
     if ((n_tok <= mm_small_max || (mm_decode_step && W->type != GGML_F32)) && simd_avx512()) {
         matmul_small512(Y, W, X, n_tok, scratch);
         return;

@@ -614,6 +614,28 @@ void avx512_q8_prepare(const int8_t *xq, const float *xd, int n, int n_tok, void
 #define Q8_PF 512
 #endif
 
+/* one row's pair of blocks at b0 (or the last block alone, full false,
+ * upper half 0): the 64 weights, their two scales widened (lanes 0-7 and
+ * 8-15), and -128 sum(w) per group of 4, every token's starting sum */
+INLINE_VNNI void q8_pair(const char *b0, bool full, __m512i *w, __m512 *dw, __m512i *nsw)
+{
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m256i h;
+    if (full) {
+        *w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                _mm256_loadu_si256((const __m256i *)(b0 + 36)), 1);
+        h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
+                                    _mm_set1_epi16(*(const short *)(b0 + 34)), 1);
+    } else {
+        *w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2)));
+        *w = _mm512_inserti64x4(*w, _mm256_setzero_si256(), 1);
+        h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
+                                    _mm_setzero_si128(), 1);
+    }
+    *dw = _mm512_cvtph_ps(h);
+    *nsw = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, *w));
+}
+
 /* R rows rs bytes apart x tokens [0, T) of the prepared activations;
  * row r's outputs at Y[t ldy + r ys] */
 INLINE_VNNI void q8_tile(const char *W, size_t rs, int nb, const uint8_t *u, const float *dv, size_t np, float *Y,
@@ -625,7 +647,6 @@ INLINE_VNNI void q8_tile(const char *W, size_t rs, int nb, const uint8_t *u, con
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++)
             acc[r][t] = _mm512_setzero_ps();
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
     for (int p = 0; 2 * p < nb; p++) {
         const bool full = 2 * p + 1 < nb;
         __m512i x[4];
@@ -639,22 +660,9 @@ INLINE_VNNI void q8_tile(const char *W, size_t rs, int nb, const uint8_t *u, con
         for (int r = 0; r < R; r++) {
             const char *b0 = W + (size_t)r * rs + (size_t)(2 * p) * 34;
             _mm_prefetch(b0 + Q8_PF, _MM_HINT_T0);
-            __m512i w;
-            __m256i h;
-            if (full) {
-                w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
-                                       _mm256_loadu_si256((const __m256i *)(b0 + 36)), 1);
-                h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
-                                            _mm_set1_epi16(*(const short *)(b0 + 34)), 1);
-            } else {                    /* the last block alone: upper half 0 */
-                w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2)));
-                w = _mm512_inserti64x4(w, _mm256_setzero_si256(), 1);
-                h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
-                                            _mm_setzero_si128(), 1);
-            }
-            const __m512 dw = _mm512_cvtph_ps(h);
-            const __m512i nsw = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w));
+            __m512i w, nsw;
+            __m512 dw;
+            q8_pair(b0, full, &w, &dw, &nsw);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const __m512i s = _mm512_dpbusd_epi32(nsw, x[t], w);
@@ -684,7 +692,6 @@ INLINE_VNNI void q8_tile_wide(const char *W, size_t rs, int nb, const uint8_t *u
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
             acc[r][t] = _mm512_setzero_ps();
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
     for (int p = 0; 2 * p < nb; p++) {
         const bool full = 2 * p + 1 < nb;
         __m512i w[2], nsw[2];
@@ -693,20 +700,7 @@ INLINE_VNNI void q8_tile_wide(const char *W, size_t rs, int nb, const uint8_t *u
         for (int r = 0; r < R; r++) {
             const char *b0 = W + (size_t)r * rs + (size_t)(2 * p) * 34;
             _mm_prefetch(b0 + Q8_PF, _MM_HINT_T0);
-            __m256i h;
-            if (full) {
-                w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
-                                          _mm256_loadu_si256((const __m256i *)(b0 + 36)), 1);
-                h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
-                                            _mm_set1_epi16(*(const short *)(b0 + 34)), 1);
-            } else {                    /* the last block alone: upper half 0 */
-                w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
-                                          _mm256_setzero_si256(), 1);
-                h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(*(const short *)b0)),
-                                            _mm_setzero_si128(), 1);
-            }
-            dw[r] = _mm512_cvtph_ps(h);
-            nsw[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w[r]));
+            q8_pair(b0, full, &w[r], &dw[r], &nsw[r]);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
@@ -756,30 +750,25 @@ INLINE_VNNI void q8_tile_wide(const char *W, size_t rs, int nb, const uint8_t *u
         }                                                                                   \
     } while (0)
 
-AVX512_VNNI void avx512_q8_0_rows_x_tokens(const void *W, size_t rb, int n_rows, int n, const void *prep, int n_tok,
-                                           float *Y, int ldy)
+/* The tile's rows far apart, as avx2_matvec's: with q = n_rows / RB,
+ * block o holds rows o, o + q, ...; the n_rows % RB left over adjacent.
+ * RB x TB: 4 x 4 (q8_tile) up to 4 tokens, 2 x 8 (q8_tile_wide) from 5;
+ * each a constant after inlining. */
+INLINE_VNNI void q8_rows(const char *W, size_t rb, int n_rows, int nb, const uint8_t *u, const float *dv, size_t np,
+                         int n_tok, float *Y, int ldy, const int RB, const int TB)
 {
-    const int nb = n / 32;
-    const size_t np = (size_t)(nb + 1) / 2;
-    const uint8_t *u = prep;
-    const float *dv = (const float *)(u + (size_t)n_tok * np * 64);
-    /* the tile's rows far apart, as avx2_matvec's: with q = n_rows / RB,
-     * block o holds rows o, o + q, ...; the rest adjacent. 4 rows x 4
-     * tokens up to 4 tokens, 2 rows x 8 tokens from 5 */
-    const bool wide = n_tok > 4;
-    const int RB = wide ? 2 : 4, TB = wide ? 8 : 4;
     const int q = n_rows / RB, n_blk = q + (n_rows % RB != 0);
     for (int o = 0; o < n_blk; o++) {
         const int R = o < q ? RB : n_rows % RB;
         const int r = o < q ? o : RB * q;               /* the block's first row */
         const size_t rs = o < q ? (size_t)q * rb : rb, ys = o < q ? (size_t)q : 1;
-        const char *Wr = (const char *)W + (size_t)r * rb;
+        const char *Wr = W + (size_t)r * rb;
         for (int t = 0; t < n_tok; t += TB) {
             const int tt = n_tok - t < TB ? n_tok - t : TB;
             const uint8_t *ut = u + (size_t)t * np * 64;
             const float *dt = dv + (size_t)t * np * 16;
             float *Yr = Y + (size_t)t * ldy + r;
-            if (wide) {
+            if (TB == 8) {
                 if (R == 2)
                     Q8_TILE_WIDE(2);
                 else
@@ -794,6 +783,19 @@ AVX512_VNNI void avx512_q8_0_rows_x_tokens(const void *W, size_t rb, int n_rows,
             }
         }
     }
+}
+
+AVX512_VNNI void avx512_q8_0_rows_x_tokens(const void *W, size_t rb, int n_rows, int n, const void *prep, int n_tok,
+                                           float *Y, int ldy)
+{
+    const int nb = n / 32;
+    const size_t np = (size_t)(nb + 1) / 2;
+    const uint8_t *u = prep;
+    const float *dv = (const float *)(u + (size_t)n_tok * np * 64);
+    if (n_tok > 4)
+        q8_rows((const char *)W, rb, n_rows, nb, u, dv, np, n_tok, Y, ldy, 2, 8);
+    else
+        q8_rows((const char *)W, rb, n_rows, nb, u, dv, np, n_tok, Y, ldy, 4, 4);
 }
 
 /* ------------------------------------------------------------------ */
