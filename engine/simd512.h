@@ -68,7 +68,7 @@ bool avx512_rows_x_tokens_typed_ok(uint32_t type, int n);
 void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *X, int ldx,
                                 bool packed, int n_tok, int n, float *Y, int ldy);
 
-/* ---- Q8_0 rows x int8 activations, a few tokens (AVX512-VNNI) ----
+/* ---- Q8_0 rows x int8 activations, decode steps (AVX512-VNNI) ----
  * Y[t * ldy + r] = dot_q8_0_act(row r, xq + t n, xd + t n / 32, n): the
  * one-token product's arithmetic (exact int sums per block, scaled by
  * dw d) for n_tok tokens per pass over the rows; the same value up to the

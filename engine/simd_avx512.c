@@ -553,9 +553,10 @@ void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, 
 }
 
 /* ------------------------------------------------------------------ */
-/* Q8_0 rows x int8 activations, a few tokens                           */
+/* Q8_0 rows x int8 activations, decode steps                           */
 
-/* For decode steps of a few tokens (ops.c: 2-4): the one-token kernel's
+/* For Q8_0 decode steps (ops.c q8_act_step: 2-4 tokens with AMX, every
+ * size without it): the one-token kernel's
  * arithmetic (quant.h: exact int sums per block, then dw d) for several
  * tokens per pass over the weights. Per row and pair of blocks (68 bytes,
  * one zmm of 64 weights):
@@ -568,7 +569,8 @@ void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, 
  *    scales (lanes 0-7 block b, 8-15 block b + 1: dw dx), FMA into the
  *    token's accumulator. 4 uops per token against ~9 shared per row.
  * A tile is 4 rows x up to 4 tokens (16 accumulators, the 4 activation
- * vectors and their 4 scale vectors in registers). The AMX kernel instead
+ * vectors and their 4 scale vectors in registers); from 5 tokens 2 rows x
+ * up to 8 (q8_tile_wide). The AMX kernel instead
  * scales every block's 16 x 16 int32 tile whatever the token count, which
  * makes a step of 2-8 tokens cost about two one-token passes.
  * The tile's 4 rows are far apart (as avx2_matvec's). With 4 adjacent
