@@ -75,10 +75,10 @@ void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, 
  * order of the float sums. n % 32 == 0. prep (avx512_q8_prep_bytes bytes,
  * 64-byte aligned) is filled once per step by avx512_q8_prepare from the
  * quantized activations (quantize_act_q8; token t at xq + t n and
- * xd + t n / 32) and read by every thread. Call only where
- * simd_avx512_vnni(). */
+ * xd + t n / 32), tokens [t0, t1) per call so that threads can split
+ * them, and read by every thread. Call only where simd_avx512_vnni(). */
 size_t avx512_q8_prep_bytes(int n, int n_tok);
-void avx512_q8_prepare(const int8_t *xq, const float *xd, int n, int n_tok, void *prep);
+void avx512_q8_prepare(const int8_t *xq, const float *xd, int n, int n_tok, int t0, int t1, void *prep);
 void avx512_q8_0_rows_x_tokens(const void *W, size_t rb, int n_rows, int n, const void *prep, int n_tok, float *Y,
                                int ldy);
 

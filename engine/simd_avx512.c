@@ -591,25 +591,32 @@ size_t avx512_q8_prep_bytes(int n, int n_tok)
 /* prep: [n_tok][np] 64-byte vectors of u = q ^ 0x80 (a half pair's upper
  * 32 bytes 0x80: u = 128 is q = 0, and its w is masked to 0 anyway), then
  * [n_tok][np] vectors of 16 floats: d[b] in lanes 0-7, d[b + 1] in 8-15
- * (0 past the last block) */
-void avx512_q8_prepare(const int8_t *xq, const float *xd, int n, int n_tok, void *prep)
+ * (0 past the last block). Tokens [t0, t1) only: the threads of a step
+ * fill disjoint ranges. */
+AVX512 void avx512_q8_prepare(const int8_t *xq, const float *xd, int n, int n_tok, int t0, int t1, void *prep)
 {
-    const int nb = n / 32, np = (nb + 1) / 2;
+    const int nb = n / 32, np = (nb + 1) / 2, full = nb / 2;    /* pairs with both blocks */
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
     uint8_t *u = prep;
     float *dv = (float *)(u + (size_t)n_tok * np * 64);
-    for (int t = 0; t < n_tok; t++)
-        for (int p = 0; p < np; p++) {
-            uint8_t *o = u + ((size_t)t * np + p) * 64;
-            float *d = dv + ((size_t)t * np + p) * 16;
-            for (int j = 0; j < 64; j++) {
-                const int k = 64 * p + j;
-                o[j] = k < n ? (uint8_t)(xq[(size_t)t * n + k] ^ 0x80) : 0x80;
-            }
-            for (int j = 0; j < 16; j++) {
-                const int b = 2 * p + j / 8;
-                d[j] = b < nb ? xd[(size_t)t * nb + b] : 0.0f;
-            }
+    for (int t = t0; t < t1; t++) {
+        const int8_t *q = xq + (size_t)t * n;
+        const float *d = xd + (size_t)t * nb;
+        uint8_t *o = u + (size_t)t * np * 64;
+        float *dd = dv + (size_t)t * np * 16;
+        for (int p = 0; p < full; p++) {
+            _mm512_store_si512(o + (size_t)p * 64, _mm512_xor_si512(_mm512_loadu_si512(q + 64 * p), bias));
+            _mm512_store_ps(dd + (size_t)p * 16, _mm512_insertf32x8(_mm512_set1_ps(d[2 * p]),
+                                                                      _mm256_set1_ps(d[2 * p + 1]), 1));
         }
+        if (full < np) {                    /* the last block alone */
+            const __m256i lo = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + 64 * full)),
+                                                _mm512_castsi512_si256(bias));
+            _mm512_store_si512(o + (size_t)full * 64, _mm512_inserti64x4(bias, lo, 0));
+            _mm512_store_ps(dd + (size_t)full * 16, _mm512_insertf32x8(_mm512_set1_ps(d[2 * full]),
+                                                                         _mm256_setzero_ps(), 1));
+        }
+    }
 }
 
 #ifndef Q8_PF

@@ -301,7 +301,9 @@ static int check_q8_vnni(int n, int n_rows, int n_tok)
     }
     for (size_t i = 0; i < ny; i++)
         Y[i] = -12345.0f;
-    avx512_q8_prepare(xq, xd, n, n_tok, prep);
+    /* prepared in two token ranges, as two threads of a step do */
+    avx512_q8_prepare(xq, xd, n, n_tok, 0, n_tok / 2, prep);
+    avx512_q8_prepare(xq, xd, n, n_tok, n_tok / 2, n_tok, prep);
     avx512_q8_0_rows_x_tokens(W, rb, n_rows, n, prep, n_tok, Y, ldy);
     for (int t = 0; t <= n_tok && !bad; t++)
         for (int r = 0; r < ldy && !bad; r++) {
