@@ -125,6 +125,7 @@ static void fill_info(engine *e)
     in->weight_bytes = m->weight_bytes;
     in->weights_memory = m->gguf->data_copy ? "huge_pages" : "mapped";
     in->weights_note = m->huge_note;
+    in->weights_in_panels = m->n_panels;
     in->kv_bytes_per_token = e->kv.kv_bytes_per_token;
     in->mla_bytes_per_token = e->kv.mla_bytes_per_token;
     in->dnet_state_bytes_per_seq = e->kv.state_bytes;

@@ -448,6 +448,13 @@ int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen)
     return 0;
 }
 
+int gguf_data_writable(gguf_ctx *g, bool on)
+{
+    if (!g->data_copy)
+        return -1;
+    return mprotect(g->data_copy, g->data_copy_bytes, on ? PROT_READ | PROT_WRITE : PROT_READ);
+}
+
 void gguf_close(gguf_ctx *g)
 {
     if (!g)

@@ -92,6 +92,11 @@ void gguf_close(gguf_ctx *g);
  * anything takes tensor pointers. The copy is read-only (mprotect). */
 int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen);
 
+/* Make the huge-page copy of the tensor data (gguf_load_huge) writable
+ * (on) or read-only again (off), to repack weights in place at load.
+ * Returns 0, or -1 if there is no copy or mprotect refused. */
+int gguf_data_writable(gguf_ctx *g, bool on);
+
 const gguf_kv *gguf_find_kv(const gguf_ctx *g, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name);
 

@@ -16,12 +16,14 @@
 #include "gguf.h"
 
 /* A 2-D weight used as y = W x: n_out rows of n_in contiguous elements
- * stored as `type` blocks. GGUF ne = {n_in, n_out}. Points into the mmap. */
+ * stored as `type` blocks. GGUF ne = {n_in, n_out}. Points into the mmap
+ * (or the huge-page copy); panels: BF16/F16 rows repacked at load. */
 typedef struct weight {
     const void *data;
     uint32_t type;              /* enum ggml_type */
     int n_in, n_out;
     size_t row_bytes;
+    bool panels;                /* rows repacked in panels of 16 (panels.h) */
 } weight;
 
 typedef struct layer {
@@ -111,13 +113,19 @@ typedef struct model {
     uint64_t weight_bytes;
     char *chat_template;
     char huge_note[256];        /* why huge_weights left the weights mapped ("" if it did not) */
+    int n_panels;               /* weights repacked into panels at load (panels.h) */
+    void *panel_arena;          /* where they live (NULL: rewritten in the huge-page copy, or none) */
+    size_t panel_arena_bytes;
 } model;
 
 /* Load and validate. On failure: NULL and one line naming the file and
  * the problem in err. The tensors stay in the file mapping (zero-copy);
  * huge_weights reads them into transparent huge pages instead when the
  * kernel has them (gguf_load_huge), else they stay mapped and huge_note
- * says why in one line. */
+ * says why in one line. Where panels_wanted(), BF16 and F16 projection
+ * weights of a fitting shape are repacked into panels of 16 rows in place
+ * (their pages become the process's own; the token embedding, MLA's
+ * per-head k_b/v_b and expert slabs, read by row or slab, stay as stored). */
 model *model_load(const char *path, bool huge_weights, char *err, size_t errlen);
 void model_free(model *m);
 

@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "panels.h"
 #include "quant.h"
 #include "simd.h"
 #include "simd_amx.h"
@@ -224,6 +225,8 @@ void trsm_lower_unit(int M, int N, const float *A, int lda, float *B, int ldb)
 
 long matmul_scratch_floats(const weight *W, int n_tok)
 {
+    if (W->panels)
+        return panels_scratch_floats(W, n_tok);
     if (n_tok == 1)
         return W->type == GGML_Q8_0 ? W->n_in / 4 + W->n_in / 32 + 8 : 0;
     if (W->type == GGML_F32 && (n_tok > mm_small_max || !simd_avx2()))
@@ -552,8 +555,8 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
                  float *scratch)
 {
     bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || amx_step(W[0], n_tok));
-    for (int i = 1; i < n && shared; i++)
-        shared = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in;
+    for (int i = 0; i < n && shared; i++)
+        shared = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in && !W[i]->panels;
     if (shared) {
         matmul_shared(n, Y, W, X, n_tok, scratch);
         return;
@@ -565,6 +568,10 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
 void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
+    if (W->panels) {        /* BF16/F16 in panels: the outer-product kernel, sgemm for prompts */
+        panels_matmul(Y, W, X, n_tok, n_tok <= mm_small_max || mm_decode_step, scratch);
+        return;
+    }
     if (n_tok == 1 || amx_step(W, n_tok)) {
         float *y = Y;
         matmul_shared(1, &y, &W, X, n_tok, scratch);

@@ -384,6 +384,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddStringToObject(model, "arch", in->arch);
     cJSON_AddNumberToObject(model, "weights_bytes", (double)in->weight_bytes);
     cJSON_AddStringToObject(model, "weights_memory", in->weights_memory);
+    cJSON_AddNumberToObject(model, "weights_in_panels", in->weights_in_panels);
     if (in->weights_note[0])    /* --huge-pages asked for, and why the weights stayed mapped */
         cJSON_AddStringToObject(model, "weights_memory_note", in->weights_note);
     cJSON *lay = cJSON_AddObjectToObject(model, "cache_layout");

@@ -130,9 +130,11 @@ def c_env():
     return env
 
 
-def run(argv, what):
+def run(argv, what, env_extra=None):
     t0 = time.time()
     env = None if argv[0] == sys.executable else c_env()
+    if env is not None and env_extra:
+        env.update(env_extra)
     try:
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
@@ -156,9 +158,9 @@ def prompt(seed, vocab):
     return [int(t) for t in rng.integers(0, vocab, N_PROMPT)]
 
 
-def c_logits(ctx, model, tokens, extra=()):
+def c_logits(ctx, model, tokens, extra=(), env_extra=None):
     out, dt = run([ctx.hyserve, "logits", "-m", model, "--tokens", ",".join(map(str, tokens)), "--all"] +
-                  list(extra), "hyserve logits")
+                  list(extra), "hyserve logits", env_extra)
     text = out.decode("utf-8", "replace")
     try:
         obj = json.loads(text)
@@ -253,6 +255,18 @@ def golden(ctx, name, seed, s, writer, extra=()):
         if floor > TOL / 10:
             msg += " (the model itself is ill-conditioned on this prompt: suspect the seed, not only the engine)"
         raise CaseFailure(msg)
+    if s["dtype"] in ("f16", "bf16"):
+        # F16/BF16 weights both as stored and repacked into panels of 16 rows (engine/panels.h;
+        # the default only on AVX-512 without AMX): the prompt whole (sgemm on decoded panels)
+        # and in decode steps of 5 tokens (the outer-product kernel)
+        for env_extra, more in (({"HYSERVE_PANELS": "0"}, []), ({"HYSERVE_PANELS": "1"}, []),
+                                ({"HYSERVE_PANELS": "1"}, ["--split", "5"])):
+            c2, _ = c_logits(ctx, path, tokens, list(extra) + more, env_extra)
+            err2, worst2, _ = compare(c2, ref)
+            tag = "panels %s%s" % (env_extra["HYSERVE_PANELS"], " split 5" if more else "")
+            if err2 > TOL:
+                raise CaseFailure("%s: max_rel_err %.3e (tol %.0e) worst pos %d" % (tag, err2, TOL, worst2))
+            msg += ", %s %.1e" % (tag, err2)
     return msg
 
 

@@ -1,0 +1,71 @@
+/* panels.h - BF16 and F16 weights repacked into panels of 16 rows.
+ *
+ * Owns: the panel layout, packing a weight into it in place at load, the
+ * products on packed weights for every batch size (AVX-512 outer-product
+ * kernels; sgemm on decoded tiles for prompts; a portable loop for CPUs
+ * without AVX-512), and element access for that loop and the tests.
+ * Does not own: when to pack or where the packed weights live (model.c).
+ *
+ * Why: a decode step of many sequences multiplies each weight by a few
+ * dozen tokens. With rows stored as in the file, the AVX-512 tile keeps k
+ * along the vector lanes: R + T loads and widenings per R x T FMAs and a
+ * horizontal sum per output. In panels, the vector lanes run along 16
+ * rows and each token's activation is broadcast (an outer product, as
+ * sgemm's micro-kernel): one load and widening per 16 rows and k, reused
+ * by every token, no horizontal sums. Measured before building it
+ * (prototype, BF16, 16 tokens, 2 threads, one process alternating, 15
+ * repetitions): time over the row tile 0.67-0.85 from DRAM (400 MiB of
+ * weight, rows of 1024 and 3584), 0.65-0.72 in L2. Widening whole rows
+ * into panels on the fly instead measured 1.3 times slower, and a pair-
+ * widening trick in the row tile 1.1-1.2 times slower.
+ *
+ * Layout (w->panels): n_out % 16 == 0, n_in % 2 == 0. Panel p holds rows
+ * 16p .. 16p + 15 in 16 n_in consecutive elements (p * 16 * row_bytes
+ * bytes in); within it, the k-pair j (k = 2j, 2j + 1) is 32 elements (64
+ * bytes) at j * 64:
+ *   BF16: element 2i + (k & 1) is row i's k: one dword per row, whose low
+ *         half is k = 2j and high half k = 2j + 1 (each widens to a float
+ *         in one instruction: shift left by 16, or mask the low half);
+ *   F16:  element 16 (k & 1) + i is row i's k: 16 rows of k = 2j, then
+ *         16 of k = 2j + 1 (vcvtph2ps widens each half).
+ * The weight's size and row_bytes do not change.
+ */
+#ifndef HYSERVE_PANELS_H
+#define HYSERVE_PANELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+#define PANEL_ROWS 16
+
+/* Whether this process packs BF16 and F16 weights at load: the
+ * HYSERVE_PANELS environment variable, "0" never, "1" wherever AVX-512 is
+ * on (tests, and A/B runs); unset (or anything else) where AVX-512 is on
+ * and AMX is not (AMX multiplies rows as stored, in bf16 tiles). */
+bool panels_wanted(void);
+
+/* true when w's type and shape take the layout (it may still be stored as rows) */
+bool panels_fit(const weight *w);
+
+/* Write n_out rows of n_in BF16 or F16 elements (as stored in the file)
+ * to dst in the panel layout, n_out * n_in * 2 bytes; the shape must
+ * satisfy panels_fit; rows and dst must not overlap. */
+void panels_pack(const void *rows, uint32_t type, int n_in, int n_out, void *dst);
+
+/* element (r, k) of a packed weight, as a float (exact) */
+float panels_get(const weight *w, int r, int k);
+
+/* Scratch floats panels_matmul needs for n_tok tokens (0 for one). */
+long panels_scratch_floats(const weight *w, int n_tok);
+
+/* Y[t * n_out + r] = sum_k W(r, k) X[t * n_in + k] for a packed W (the
+ * contract of matmul). outer: the outer-product kernel (decode steps and
+ * short prompts); else sgemm on tiles of 64 rows decoded to f32 (prompts).
+ * Without AVX-512 (simd_avx512() false): a plain loop over panels_get. */
+void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool outer,
+                   float *scratch);
+
+#endif

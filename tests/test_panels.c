@@ -1,0 +1,219 @@
+/* test_panels.c - BF16/F16 weights in panels of 16 rows (engine/panels.h).
+ *
+ * Evidence: the layout as panels.h describes it, recomputed here; and
+ * every product (one token, decode steps of any size on the outer-product
+ * kernel, prompts on sgemm over decoded panels, the portable loop without
+ * AVX-512) against dot products of the rows as stored, summed in double.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "ops.h"
+#include "panels.h"
+#include "quant.h"
+#include "simd512.h"
+#include "test.h"
+
+static uint32_t rng_state;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)(rng_state >> 8) / (float)(1u << 23) - 1.0f;
+}
+
+static uint16_t to16(uint32_t type, float f)
+{
+    return type == GGML_BF16 ? f32_to_bf16(f) : f32_to_fp16(f);
+}
+
+static float from16(uint32_t type, uint16_t h)
+{
+    return type == GGML_BF16 ? bf16_to_f32(h) : fp16_to_f32(h);
+}
+
+/* where panels.h says element (r, k) lives, in 16-bit units */
+static size_t doc_index(uint32_t type, int n_in, int r, int k)
+{
+    size_t base = (size_t)(r / 16) * 16 * (size_t)n_in + (size_t)(k / 2) * 32;
+    if (type == GGML_BF16)
+        return base + (size_t)(2 * (r % 16) + k % 2);
+    return base + (size_t)(16 * (k % 2) + r % 16);
+}
+
+TEST(test_panels_layout_puts_each_element_where_the_header_says)
+{
+    static const uint32_t types[] = { GGML_BF16, GGML_F16 };
+    static const int outs[] = { 16, 48 }, ins[] = { 2, 34, 64 };
+    for (size_t a = 0; a < 2; a++)
+        for (size_t b = 0; b < 2; b++)
+            for (size_t c = 0; c < 3; c++) {
+                const uint32_t type = types[a];
+                const int n_out = outs[b], n_in = ins[c];
+                const size_t n = (size_t)n_out * n_in;
+                uint16_t *rows = malloc(2 * n), *packed = malloc(2 * n);
+                if (!rows || !packed) {
+                    free(rows);
+                    free(packed);
+                    CHECK_MSG(0, "out of memory");
+                    return;
+                }
+                for (size_t i = 0; i < n; i++)      /* distinct values: the index, rounded */
+                    rows[i] = to16(type, (float)i * (i % 2 ? -1.0f : 1.0f));
+                weight w = { .data = packed, .type = type, .n_in = n_in, .n_out = n_out,
+                             .row_bytes = 2 * (size_t)n_in, .panels = true };
+                CHECK(panels_fit(&w));
+                panels_pack(rows, type, n_in, n_out, packed);
+                int bad = 0;
+                for (int r = 0; r < n_out && !bad; r++)
+                    for (int k = 0; k < n_in && !bad; k++) {
+                        const uint16_t want = rows[(size_t)r * n_in + k];
+                        if (packed[doc_index(type, n_in, r, k)] != want ||
+                            panels_get(&w, r, k) != from16(type, want)) {
+                            CHECK_MSG(0, "type %u %d x %d: element (%d, %d) misplaced", type, n_out, n_in, r, k);
+                            bad = 1;
+                        }
+                    }
+                free(rows);
+                free(packed);
+                if (bad)
+                    return;
+            }
+    weight odd = { .type = GGML_BF16, .n_in = 33, .n_out = 16 }, few = { .type = GGML_F16, .n_in = 32, .n_out = 24 },
+           q8 = { .type = GGML_Q8_0, .n_in = 32, .n_out = 16 };
+    CHECK(!panels_fit(&odd) && !panels_fit(&few) && !panels_fit(&q8));
+}
+
+/* One shape: Y from matmul on the packed weight (routing as the engine's)
+ * or panels_matmul directly (outer or sgemm), against double dots of the
+ * stored rows. Bound: float sums of n terms, n 2^-23 sum |w x|. A spare
+ * token row of Y must keep its sentinels. */
+static int check_products(uint32_t type, int n_out, int n_in, int n_tok, int mode)
+{
+    const size_t nw = (size_t)n_out * n_in;
+    uint16_t *rows = malloc(2 * nw), *packed = aligned_alloc(64, (2 * nw + 63) / 64 * 64);
+    float *X = malloc(sizeof(float) * (size_t)n_tok * n_in), *Y = malloc(sizeof(float) * (size_t)(n_tok + 1) * n_out);
+    weight w = { .data = packed, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = 2 * (size_t)n_in,
+                 .panels = true };
+    long ns = matmul_scratch_floats(&w, n_tok);
+    float *scratch = ns ? malloc(sizeof(float) * (size_t)ns) : NULL;
+    int bad = 0;
+    if (!rows || !packed || !X || !Y || (ns && !scratch)) {
+        test_fail(__FILE__, __LINE__, "out of memory");
+        bad = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < nw; i++)
+        rows[i] = to16(type, frand() * (1.0f + (float)(i % 5)));
+    for (size_t i = 0; i < (size_t)n_tok * n_in; i++)
+        X[i] = frand();
+    for (size_t i = 0; i < (size_t)(n_tok + 1) * n_out; i++)
+        Y[i] = -777.0f;
+    panels_pack(rows, type, n_in, n_out, packed);
+    if (mode == 0) {
+        matmul(Y, &w, X, n_tok, scratch);
+    } else if (mode == 1) {
+        matmul_set_decode_step(true);
+        matmul(Y, &w, X, n_tok, scratch);
+        matmul_set_decode_step(false);
+    } else {
+        panels_matmul(Y, &w, X, n_tok, mode == 2, scratch);
+    }
+    for (int t = 0; t <= n_tok && !bad; t++)
+        for (int r = 0; r < n_out && !bad; r++) {
+            const float got = Y[(size_t)t * n_out + r];
+            if (t == n_tok) {
+                if (got != -777.0f) {
+                    test_fail(__FILE__, __LINE__, "type %u %d x %d, %d tokens, mode %d: wrote past the last token",
+                              type, n_out, n_in, n_tok, mode);
+                    bad = 1;
+                }
+                continue;
+            }
+            double s = 0.0, mag = 0.0;
+            for (int k = 0; k < n_in; k++) {
+                const double p = (double)from16(type, rows[(size_t)r * n_in + k]) * X[(size_t)t * n_in + k];
+                s += p;
+                mag += p < 0 ? -p : p;
+            }
+            const double err = got > s ? got - s : s - got, tol = n_in * 0x1p-23 * mag + 1e-30;
+            if (!(err <= tol)) {
+                test_fail(__FILE__, __LINE__, "type %u %d x %d, %d tokens, mode %d: Y[%d][%d] = %.9g, want %.9g",
+                          type, n_out, n_in, n_tok, mode, t, r, got, s);
+                bad = 1;
+            }
+        }
+out:
+    free(rows);
+    free(packed);
+    free(X);
+    free(Y);
+    free(scratch);
+    return bad;
+}
+
+TEST(test_panels_products_match_double_dots_of_the_stored_rows)
+{
+    static const uint32_t types[] = { GGML_BF16, GGML_F16 };
+    static const int shapes[][2] = { { 16, 2 }, { 32, 34 }, { 48, 1024 }, { 80, 130 } };
+    /* 1-8 every tile width; 9, 16, 17, 33, 65 several groups of 8 and a remainder */
+    static const int toks[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 65 };
+    rng_state = 29;
+    int n = 0;
+    for (size_t a = 0; a < 2; a++)
+        for (size_t b = 0; b < sizeof shapes / sizeof shapes[0]; b++)
+            for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++)
+                for (int mode = 0; mode < 4; mode++) {    /* matmul as prompt, as decode step; outer; sgemm */
+                    if (check_products(types[a], shapes[b][0], shapes[b][1], toks[c], mode))
+                        return;
+                    n++;
+                }
+    CHECK(n == 2 * 4 * 13 * 4);
+    if (!simd_avx512())
+        return;
+    /* the portable loop too, where the CPU would take the kernels */
+    simd_set_avx512(false);
+    int bad = check_products(GGML_BF16, 48, 1024, 5, 1) || check_products(GGML_F16, 80, 130, 17, 0);
+    simd_set_avx512(true);
+    CHECK(!bad);
+}
+
+/* matmul_many on packed weights (one token: each weight on its own) */
+TEST(test_panels_matmul_many_takes_packed_weights)
+{
+    const int n_in = 64, n_out[2] = { 32, 48 };
+    uint16_t rows[48 * 64];
+    uint16_t *packed[2] = { aligned_alloc(64, 48 * 64 * 2), aligned_alloc(64, 48 * 64 * 2) };
+    float X[64], Y0[32], Y1[48];
+    CHECK(packed[0] && packed[1]);
+    if (!packed[0] || !packed[1])
+        goto out;
+    rng_state = 7;
+    weight w[2];
+    float ref[2][48];
+    for (int i = 0; i < n_in; i++)
+        X[i] = frand();
+    for (int m = 0; m < 2; m++) {
+        for (int i = 0; i < n_out[m] * n_in; i++)
+            rows[i] = f32_to_bf16(frand());
+        for (int r = 0; r < n_out[m]; r++) {
+            double s = 0.0;
+            for (int k = 0; k < n_in; k++)
+                s += (double)bf16_to_f32(rows[r * n_in + k]) * X[k];
+            ref[m][r] = (float)s;
+        }
+        panels_pack(rows, GGML_BF16, n_in, n_out[m], packed[m]);
+        w[m] = (weight){ .data = packed[m], .type = GGML_BF16, .n_in = n_in, .n_out = n_out[m],
+                         .row_bytes = 2 * n_in, .panels = true };
+    }
+    const weight *W[2] = { &w[0], &w[1] };
+    float *Y[2] = { Y0, Y1 };
+    matmul_many(2, Y, W, X, 1, NULL);
+    for (int m = 0; m < 2; m++)
+        for (int r = 0; r < n_out[m]; r++)
+            CHECK_NEAR(Y[m][r], ref[m][r], 1e-4);
+out:
+    free(packed[0]);
+    free(packed[1]);
+}
