@@ -98,11 +98,13 @@ static void panels_matmul_plain(float *restrict Y, const weight *W, const float 
 /* Prefetch distance, bytes ahead in each panel's stream. Measured on the
  * prototype (BF16, 16 tokens, 400 MiB, 2 threads): none 0.81-1.01 of the
  * row tile's time, 512 B 0.79-0.89, 2 KiB 0.69-0.78, 4 KiB 0.73-0.86. */
+#ifndef PANEL_PF
 #define PANEL_PF 2048
+#endif
 
 /* the tile loops run over constants: unrolled, the accumulators stay in
  * registers (without, GCC kept them in memory) */
-#define PAN_UNROLL _Pragma("GCC unroll 8")
+#define PAN_UNROLL _Pragma("GCC unroll 12")
 
 /* k-pair j of a panel (p points at it) widened: e for k = 2j, o for 2j + 1 */
 INLINEP void pair_w(const char *p, const bool bf16, __m512 *e, __m512 *o)
@@ -117,7 +119,7 @@ INLINEP void pair_w(const char *p, const bool bf16, __m512 *e, __m512 *o)
     }
 }
 
-/* RV panels (1 or 2, ps bytes apart) x T tokens (1-8, rows ldx floats
+/* RV panels (1 or 2, ps bytes apart) x T tokens (1-12, rows ldx floats
  * apart): Y[t * ldy + 16 v + i] = sum_k W(16 v + i, k) X[t][k]. Up to 4
  * tokens the even and odd k sum into separate accumulators (more
  * independent FMA chains where there are few tokens), then add. */
@@ -125,7 +127,7 @@ INLINEP void pan_tile(const char *P, size_t ps, int n_in, const float *X, size_t
                       const int RV, const int T, const bool bf16)
 {
     const bool split = T <= 4;
-    __m512 a[2][8], b[2][8];
+    __m512 a[2][12], b[2][12];
     PAN_UNROLL for (int v = 0; v < RV; v++)
         PAN_UNROLL for (int t = 0; t < T; t++)
             a[v][t] = b[v][t] = _mm512_setzero_ps();
@@ -159,11 +161,24 @@ INLINEP void pan_tile(const char *P, size_t ps, int n_in, const float *X, size_t
         break;
 #define PAN_CASES(RV_, BF)                                                                                     \
     PAN_CASE(RV_, 1, BF) PAN_CASE(RV_, 2, BF) PAN_CASE(RV_, 3, BF) PAN_CASE(RV_, 4, BF) PAN_CASE(RV_, 5, BF) \
-    PAN_CASE(RV_, 6, BF) PAN_CASE(RV_, 7, BF) PAN_CASE(RV_, 8, BF)
+    PAN_CASE(RV_, 6, BF) PAN_CASE(RV_, 7, BF) PAN_CASE(RV_, 8, BF) PAN_CASES_WIDE(RV_, BF)
+/* Tokens per tile: 12 (2 x 12 accumulators, 4 weight vectors and 2
+ * broadcasts in the 32 registers). Measured against groups of 8 (BF16 and
+ * F16, 400 MiB, 2 threads, one process alternating, 15 repetitions,
+ * median): 16 tokens 0.91-0.98, 24: 0.90-0.95, 64: 0.94-1.00, 12: 0.92,
+ * 8: 1.01. */
+#ifndef PANEL_TG
+#define PANEL_TG 12
+#endif
+#if PANEL_TG > 8
+#define PAN_CASES_WIDE(RV_, BF) PAN_CASE(RV_, 9, BF) PAN_CASE(RV_, 10, BF) PAN_CASE(RV_, 11, BF) PAN_CASE(RV_, 12, BF)
+#else
+#define PAN_CASES_WIDE(RV_, BF)
+#endif
 
 /* panels [p0, p1) of W x all n_tok tokens: pairs of panels, each pair's
- * tokens in groups of 8 (a pair of 3584-element panels, 224 KiB, stays
- * in L2 for the next group) */
+ * tokens in groups of PANEL_TG (a pair of 3584-element panels, 224 KiB,
+ * stays in L2 for the next group) */
 #define PAN_ROWS(NAME, BF)                                                                                     \
     AVX512P static void NAME(const char *W, size_t ps, int p0, int p1, int n_in, const float *X, int n_tok,  \
                              float *Y, int n_out)                                                              \
@@ -172,8 +187,8 @@ INLINEP void pan_tile(const char *P, size_t ps, int n_in, const float *X, size_t
         for (int p = p0; p < p1; p += 2) {                                                                     \
             const int rv = p1 - p >= 2 ? 2 : 1;                                                                \
             const char *P = W + (size_t)p * ps;                                                                \
-            for (int t0 = 0; t0 < n_tok; t0 += 8) {                                                            \
-                const int nt = n_tok - t0 < 8 ? n_tok - t0 : 8;                                                \
+            for (int t0 = 0; t0 < n_tok; t0 += PANEL_TG) {                                                     \
+                const int nt = n_tok - t0 < PANEL_TG ? n_tok - t0 : PANEL_TG;                                  \
                 const float *x = X + (size_t)t0 * ldx;                                                         \
                 float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;                                      \
                 switch (rv * 16 + nt) {                                                                        \
