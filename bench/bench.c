@@ -184,6 +184,47 @@ static void json_triad(FILE *f, int threads, int reps)
     free(c);
 }
 
+/* a = s a + t in place over 3 triad arrays' worth of doubles, counted as
+ * 2 * 8 bytes per element (read and written back): the pattern of a
+ * DeltaNet state update, which needs no write-allocate of its own (the
+ * line is in cache from the read), unlike the triad's a. */
+static void update(double *restrict a, double s, double t, long n)
+{
+    #pragma omp parallel for simd schedule(static)
+    for (long i = 0; i < n; i++)
+        a[i] = s * a[i] + t;
+}
+
+static void json_update(FILE *f, int threads, int reps)
+{
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 <= 0)
+        l3 = 32L << 20;
+    long n = l3 * 4 / 8;                            /* 4x L3, at least 768 MiB, as the triad's three */
+    if (n < (768L << 20) / 8)
+        n = (768L << 20) / 8;
+    double *a = malloc((size_t)n * 8);
+    if (!a) {
+        fprintf(stderr, "bench: out of memory for the update stream\n");
+        exit(1);
+    }
+    ops_set_threads(threads);
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++)
+        a[i] = 1.0;
+    stats s = {0};
+    update(a, 0.5, 1.0, n);                         /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        update(a, 0.5, 1.0, n);
+        st_add(&s, now_s() - t0);
+    }
+    fprintf(f, "{\"threads\": %d, \"array_bytes\": %ld, ", threads, n * 8);
+    json_rate(f, "gb_s", &s, 2.0 * 8.0 * (double)n / 1e9);
+    fprintf(f, "}");
+    free(a);
+}
+
 /* y = W x over a 256 MiB f32 matrix: what a decode matvec could reach */
 static void json_sgemv(FILE *f, int threads, int reps)
 {
@@ -296,6 +337,11 @@ static int cmd_limits(FILE *f, bool quick)
     fprintf(f, ",\n\"triad\": [");
     for (int t = 1; t <= 2; t++) {
         json_triad(f, t, reps);
+        fprintf(f, t < 2 ? ",\n" : "");
+    }
+    fprintf(f, "],\n\"update\": [");
+    for (int t = 1; t <= 2; t++) {
+        json_update(f, t, reps);
         fprintf(f, t < 2 ? ",\n" : "");
     }
     fprintf(f, "],\n\"sgemv\": [");
@@ -815,6 +861,11 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
         json_triad(f, t, 3);
         fprintf(f, t < 2 ? ", " : "");
     }
+    fprintf(f, "], \"update\": [");
+    for (int t = 1; t <= 2; t++) {
+        json_update(f, t, 3);
+        fprintf(f, t < 2 ? ", " : "");
+    }
     fprintf(f, "], \"sgemm\": [");
     for (int t = 1; t <= 2; t++) {
         json_sgemm(f, t, 2, 512);
@@ -841,6 +892,8 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
      * AMX tiles, int8 on AVX512-VNNI (Q8_0 without AMX), or fp32 */
     const bool vnni = !amx && !strcmp(dtype, "q8_0") && simd_avx512_vnni();
     fprintf(f, "\"batched_products\": \"%s\",\n", amx ? "amx" : vnni ? "vnni-int8" : "fp32");
+    /* BF16/F16 matrices repacked into 16-row panels at load (engine/panels.h) */
+    fprintf(f, "\"weights_in_panels\": %d,\n", b.info->weights_in_panels);
     fprintf(f, "\"threads\": [");
     for (int t = 1; t <= 2 && want(o, "prefill"); t++) {
         fprintf(f, "%s{\"threads\": %d, ", t > 1 ? ",\n" : "", t);

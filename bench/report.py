@@ -64,21 +64,25 @@ def main(argv):
 
     bw = {}
     gemm = {}
+    upd = {}
     if limits:
         for r in limits["triad"]:
             bw[r["threads"]] = r["gb_s"]["best"]
+        for r in limits.get("update", []):
+            upd[r["threads"]] = r["gb_s"]["best"]
         for r in limits["sgemm"]:
             gemm[r["threads"]] = r["mix_gflop_s"]["best"]
 
     der = {"decode": [], "prefill": [], "batched": [], "context": [], "targets": []}
-    bw_run, gemm_run = dict(bw), dict(gemm)
+    bw_run, gemm_run, upd_run = dict(bw), dict(gemm), dict(upd)
     for m in res["models"]:
         dt = m["dtype"]
         # each model's own limits, measured right before its figures (fall back to the run's)
-        bw, gemm = dict(bw_run), dict(gemm_run)
+        bw, gemm, upd = dict(bw_run), dict(gemm_run), dict(upd_run)
         if m.get("limits"):
             bw = {r["threads"]: r["gb_s"]["best"] for r in m["limits"]["triad"]}
             gemm = {r["threads"]: r["mix_gflop_s"]["best"] for r in m["limits"]["sgemm"]}
+            upd = {r["threads"]: r["gb_s"]["best"] for r in m["limits"].get("update", [])} or upd
         for th in m.get("threads", []):
             for p in th["prefill"]:
                 lim = gemm.get(th["threads"])
@@ -144,18 +148,33 @@ def main(argv):
         per_seq = 2 * m.get("dnet_state_bytes_per_seq", 0) + conv + conv / conv_rows + \
             30 * m.get("kv_bytes_per_token", 0)
         wb = m.get("weight_bytes", 0)
+        # fp32 + state: the products at the sgemm rate, then each
+        # sequence's DeltaNet state read and written back at the rate of an
+        # in-place update stream (limits "update", its own pattern: no
+        # write-allocate; the triad where a run lacks it). Within a layer
+        # the state update needs the layer's projections and the next
+        # layer's projections need the update, so the two do not overlap;
+        # one sequence's step is its measured time.
+        state = 2 * m.get("dnet_state_bytes_per_seq", 0)
         for s, r in sorted(bat.items()):
             bytes_cap = s * (wb + per_seq) / (wb + s * per_seq) if wb else None
-            fp32_cap = None
+            fp32_cap = fp32_state_cap = None
             products = m.get("batched_products", "amx" if m.get("batched_on_amx") else "fp32")
             if one and gemm.get(r["threads"]) and m.get("n_params") and products == "fp32":
                 fp32_cap = gemm[r["threads"]] * 1e9 / (2.0 * m["n_params"]) / one["tok_s"]["median"]
+                sbw = upd.get(r["threads"]) or bw.get(r["threads"])
+                if sbw:
+                    t_s = s * 2.0 * m["n_params"] / (gemm[r["threads"]] * 1e9) + s * state / (sbw * 1e9)
+                    fp32_state_cap = min(s, s / (one["tok_s"]["median"] * t_s))
+            if m.get("weights_in_panels"):
+                products += ", panels"
             der["batched"].append({"dtype": dt, "seqs": s, "threads": r["threads"], "tok_s": r["tok_s"]["median"],
                                    "spread_pct": r["tok_s"]["spread_pct"],
                                    "vs_one": r["tok_s"]["median"] / one["tok_s"]["median"] if one else None,
                                    "vs_one_paired": r.get("x_one_paired"),
-                                   "bytes_ceiling": bytes_cap,
-                                   "fp32_ceiling": min(s, fp32_cap) if fp32_cap else None})
+                                   "bytes_ceiling": bytes_cap, "products": products,
+                                   "fp32_ceiling": min(s, fp32_cap) if fp32_cap else None,
+                                   "fp32_state_ceiling": fp32_state_cap})
 
     T = der["targets"]
     for r in der["decode"]:
@@ -232,6 +251,10 @@ def render(res):
         tr, gv, gm = by_threads(lim["triad"]), by_threads(lim["sgemv"]), by_threads(lim["sgemm"])
         w("| triad bandwidth, %d MiB arrays | %.1f GB/s | %.1f GB/s |" % (
             lim["triad"][0]["array_bytes"] / 2**20, tr[1]["gb_s"]["best"], tr[2]["gb_s"]["best"]))
+        if lim.get("update"):
+            up = by_threads(lim["update"])
+            w("| in-place update (read and written back), %d MiB | %.1f GB/s | %.1f GB/s |" % (
+                lim["update"][0]["array_bytes"] / 2**20, up[1]["gb_s"]["best"], up[2]["gb_s"]["best"]))
         w("| sgemv, 256 MiB matrix | %.1f GB/s | %.1f GB/s |" % (gv[1]["gb_s"]["best"], gv[2]["gb_s"]["best"]))
         w("| sgemm, model projection shapes at 512 tokens | %.0f GFLOP/s | %.0f GFLOP/s |" % (
             gm[1]["mix_gflop_s"]["best"], gm[2]["mix_gflop_s"]["best"]))
@@ -280,18 +303,23 @@ def render(res):
           "(weights once per step, each sequence's DeltaNet state read and written, its conv window read and one row of it written); "
           "*fp32* if the products ran at the run's 2-thread sgemm rate with one sequence at its measured "
           "speed (Q8_0, BF16 and F16 on AMX multiply in int8 and bf16, Q8_0 on AVX512-VNNI in int8, and are not "
-          "bound by it; shown as -).\n")
+          "bound by it; shown as -); *fp32 + state* adds to those products each sequence's DeltaNet state, read and "
+          "written back at the rate of an in-place update stream (limits: update; a layer's state update waits for its projections, and the next layer's "
+          "projections for the update). *products*: what the decode step multiplies in (panels: BF16/F16 weights "
+          "repacked into 16-row panels, engine/panels.h).\n")
         w("\"x one sequence\" divides the medians of the two groups (the target's figure); \"x one, per turn\" "
           "is the median, and range, of the same ratio taken turn by turn from segments seconds apart, so the "
           "machine's drift between turns cancels.\n")
-        w("| weights | sequences | tok/s | spread | x one sequence | x one, per turn (range) | bytes ceiling | fp32 ceiling |")
-        w("|---|---|---|---|---|---|---|---|")
+        w("| weights | products | sequences | tok/s | spread | x one sequence | x one, per turn (range) | bytes ceiling | "
+          "fp32 ceiling | fp32 + state ceiling |")
+        w("|---|---|---|---|---|---|---|---|---|---|")
         for r in der["batched"]:
             p = r.get("vs_one_paired")
             paired = "%.2f (%.2f-%.2f)" % (p["median"], p["min"], p["max"]) if p else "-"
-            w("| %s | %d | %.1f | %.0f%% | %s | %s | %s | %s |" % (
-                r["dtype"], r["seqs"], r["tok_s"], r["spread_pct"], fmt(r["vs_one"], 2), paired,
-                fmt(r.get("bytes_ceiling"), 1), fmt(r.get("fp32_ceiling"), 1)))
+            w("| %s | %s | %d | %.1f | %.0f%% | %s | %s | %s | %s | %s |" % (
+                r["dtype"], r.get("products", "-"), r["seqs"], r["tok_s"], r["spread_pct"], fmt(r["vs_one"], 2),
+                paired, fmt(r.get("bytes_ceiling"), 1), fmt(r.get("fp32_ceiling"), 1),
+                fmt(r.get("fp32_state_ceiling"), 1)))
         w("")
     wm = [(m["dtype"], m["weights_memory"]) for m in res["models"] if m.get("weights_memory")]
     if wm:
