@@ -30,6 +30,7 @@
 #include "layers.h"
 #include "gguf.h"
 #include "ops.h"
+#include "panels.h"
 #include "quant.h"
 #include "simd.h"
 #include "simd512.h"
@@ -1042,10 +1043,31 @@ static int cmd_dnet_model(FILE *f, const char *path, bool quick)
  * DRAM, as a model's weights do), in GB/s of weight bytes at 1 and 2
  * threads; and small batches through the rows x tokens kernel vs sgemm,
  * in GFLOP/s at 2 threads. */
+/* w (data W, malloc'd rows) repacked into panels when want: returns the
+ * buffer w now uses (W itself, or the packed copy with W freed) */
+static char *panels_of(weight *w, char *W, bool want)
+{
+    if (!want)
+        return W;
+    char *P = malloc((size_t)w->n_out * w->row_bytes);
+    if (!P) {
+        fprintf(stderr, "bench: out of memory for kernels\n");
+        exit(1);
+    }
+    panels_pack(W, w->type, w->n_in, w->n_out, P);
+    free(W);
+    w->data = P;
+    w->panels = true;
+    return P;
+}
+
 static int cmd_kernels(FILE *f, bool quick)
 {
-    static const struct { const char *name; uint32_t type; } types[] = {
-        { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 } };
+    /* F16 and BF16 also repacked into 16-row panels (engine/panels.h), where AVX-512 runs them */
+    static const struct { const char *name; uint32_t type; bool panels; } types[] = {
+        { "f32", GGML_F32, false }, { "f16", GGML_F16, false }, { "bf16", GGML_BF16, false },
+        { "q8_0", GGML_Q8_0, false }, { "f16 panels", GGML_F16, true }, { "bf16 panels", GGML_BF16, true } };
+    const int n_types = simd_avx512() ? 6 : 4;
     const int n_in = 1024;
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     long bytes = 2 * (l3 > 0 ? l3 : 32L << 20);
@@ -1059,10 +1081,10 @@ static int cmd_kernels(FILE *f, bool quick)
     for (int i = 0; i < 64 * n_in; i++)
         x[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
     fprintf(f, "{\"matvec\": [");
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < n_types; ti++) {
         const uint32_t type = types[ti].type;
         const size_t rb = ggml_type_size(type) * n_in / ggml_block_size(type);
-        const int n_out = (int)(bytes / (long)rb);
+        const int n_out = (int)(bytes / (long)rb) / 16 * 16;
         char *W = malloc(rb * (size_t)n_out);
         float *y = malloc(sizeof(float) * (size_t)n_out * 64);
         if (!W || !y) {
@@ -1076,6 +1098,7 @@ static int cmd_kernels(FILE *f, bool quick)
         for (int o = 0; o < n_out; o++)             /* one row pattern, written by the streaming thread */
             quantize_row(type, row, W + (size_t)o * rb, n_in);
         weight w = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+        W = panels_of(&w, W, types[ti].panels);
         for (int t = 1; t <= 2; t++) {
             ops_set_threads(t);
             stats st = {0};
@@ -1097,7 +1120,7 @@ static int cmd_kernels(FILE *f, bool quick)
     fprintf(f, "],\n\"small_batch\": [");
     /* small batches on an ffn_up-sized weight (3584 x 1024), 2 threads */
     int first = 1;
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < n_types; ti++) {
         const uint32_t type = types[ti].type;
         const size_t rb = ggml_type_size(type) * n_in / ggml_block_size(type);
         const int n_out = 3584;
@@ -1109,6 +1132,7 @@ static int cmd_kernels(FILE *f, bool quick)
             quantize_row(type, row, W + (size_t)o * rb, n_in);
         }
         weight w = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
+        W = panels_of(&w, W, types[ti].panels);
         ops_set_threads(2);
         static const int toks[] = { 4, 16, 64 };
         for (int k = 0; k < 3; k++) {
