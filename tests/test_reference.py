@@ -257,13 +257,15 @@ def golden(ctx, name, seed, s, writer, extra=()):
         raise CaseFailure(msg)
     if s["dtype"] in ("f16", "bf16"):
         # F16/BF16 weights both as stored and repacked into panels of 16 rows (engine/panels.h;
-        # the default only on AVX-512 without AMX): the prompt whole (sgemm on decoded panels)
-        # and in decode steps of 5 tokens (the outer-product kernel)
+        # the default only on AVX-512 without AMX): the prompt whole (sgemm on decoded panels),
+        # in decode steps of 5 tokens (the outer-product kernel), and packed in place in the
+        # huge-page copy (where the kernel has THP; else mapped, the same as the first)
         for env_extra, more in (({"HYSERVE_PANELS": "0"}, []), ({"HYSERVE_PANELS": "1"}, []),
-                                ({"HYSERVE_PANELS": "1"}, ["--split", "5"])):
+                                ({"HYSERVE_PANELS": "1"}, ["--split", "5"]),
+                                ({"HYSERVE_PANELS": "1"}, ["--huge-pages"])):
             c2, _ = c_logits(ctx, path, tokens, list(extra) + more, env_extra)
             err2, worst2, _ = compare(c2, ref)
-            tag = "panels %s%s" % (env_extra["HYSERVE_PANELS"], " split 5" if more else "")
+            tag = "panels %s%s" % (env_extra["HYSERVE_PANELS"], (" " + " ".join(more).lstrip("-")) if more else "")
             if err2 > TOL:
                 raise CaseFailure("%s: max_rel_err %.3e (tol %.0e) worst pos %d" % (tag, err2, TOL, worst2))
             msg += ", %s %.1e" % (tag, err2)
