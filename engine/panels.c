@@ -216,6 +216,33 @@ AVX512P static void pan_decode(const char *P, int n_in, bool bf16, float *tile, 
     }
 }
 
+void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok)
+{
+    long total = 0, bytes = 0;
+    for (int i = 0; i < n; i++) {
+        total += W[i]->n_out / PANEL_ROWS;
+        bytes += (long)W[i]->n_out * (long)W[i]->row_bytes;
+    }
+    const int n_in = W[0]->n_in;
+    const bool bf16 = W[0]->type == GGML_BF16;
+    #pragma omp parallel if (bytes >= 128 * 1024)
+    {
+        const int nt = omp_get_num_threads(), it = omp_get_thread_num();
+        const long g0 = total * it / nt, g1 = total * (it + 1) / nt;
+        long off = 0;
+        for (int i = 0; i < n; i++) {               /* the parts of [g0, g1) in each weight */
+            const long np = W[i]->n_out / PANEL_ROWS;
+            const long a = g0 > off ? g0 : off, b = g1 < off + np ? g1 : off + np;
+            const size_t ps = (size_t)PANEL_ROWS * W[i]->row_bytes;
+            if (b > a && bf16)
+                pan_rows_bf16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, X, n_tok, Y[i], W[i]->n_out);
+            else if (b > a)
+                pan_rows_f16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, X, n_tok, Y[i], W[i]->n_out);
+            off += np;
+        }
+    }
+}
+
 void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool outer,
                    float *scratch)
 {

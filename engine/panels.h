@@ -68,4 +68,10 @@ long panels_scratch_floats(const weight *w, int n_tok);
 void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool outer,
                    float *scratch);
 
+/* Y[i] = X W[i]^T for n packed weights of one type and width on the
+ * outer-product kernel in one parallel region (their panels concatenated
+ * and split between the threads), as matmul_many does for rows. Only
+ * where simd_avx512(). */
+void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok);
+
 #endif

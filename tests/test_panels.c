@@ -179,41 +179,58 @@ TEST(test_panels_products_match_double_dots_of_the_stored_rows)
     CHECK(!bad);
 }
 
-/* matmul_many on packed weights (one token: each weight on its own) */
+/* matmul_many on packed weights of one type and width (one parallel
+ * region for all), next to a weight left as rows (20 rows: no panels),
+ * for one token and a decode step of 5 */
 TEST(test_panels_matmul_many_takes_packed_weights)
 {
-    const int n_in = 64, n_out[2] = { 32, 48 };
-    uint16_t rows[48 * 64];
-    uint16_t *packed[2] = { aligned_alloc(64, 48 * 64 * 2), aligned_alloc(64, 48 * 64 * 2) };
-    float X[64], Y0[32], Y1[48];
-    CHECK(packed[0] && packed[1]);
-    if (!packed[0] || !packed[1])
+    enum { N_IN = 64, T_MAX = 5 };
+    const int n_out[3] = { 32, 48, 20 };
+    uint16_t *rows[3], *packed[2];
+    float X[T_MAX * N_IN], Y[3][T_MAX * 48];
+    weight w[3];
+    bool ok = true;
+    for (int m = 0; m < 3; m++)
+        ok &= (rows[m] = malloc(sizeof(uint16_t) * n_out[m] * N_IN)) != NULL;
+    for (int m = 0; m < 2; m++)
+        ok &= (packed[m] = aligned_alloc(64, sizeof(uint16_t) * 48 * N_IN)) != NULL;
+    CHECK(ok);
+    if (!ok)
         goto out;
     rng_state = 7;
-    weight w[2];
-    float ref[2][48];
-    for (int i = 0; i < n_in; i++)
+    for (int i = 0; i < T_MAX * N_IN; i++)
         X[i] = frand();
-    for (int m = 0; m < 2; m++) {
-        for (int i = 0; i < n_out[m] * n_in; i++)
-            rows[i] = f32_to_bf16(frand());
-        for (int r = 0; r < n_out[m]; r++) {
-            double s = 0.0;
-            for (int k = 0; k < n_in; k++)
-                s += (double)bf16_to_f32(rows[r * n_in + k]) * X[k];
-            ref[m][r] = (float)s;
+    for (int m = 0; m < 3; m++) {
+        for (int i = 0; i < n_out[m] * N_IN; i++)
+            rows[m][i] = f32_to_bf16(frand());
+        w[m] = (weight){ .data = rows[m], .type = GGML_BF16, .n_in = N_IN, .n_out = n_out[m], .row_bytes = 2 * N_IN };
+        if (m < 2) {
+            panels_pack(rows[m], GGML_BF16, N_IN, n_out[m], packed[m]);
+            w[m].data = packed[m];
+            w[m].panels = true;
         }
-        panels_pack(rows, GGML_BF16, n_in, n_out[m], packed[m]);
-        w[m] = (weight){ .data = packed[m], .type = GGML_BF16, .n_in = n_in, .n_out = n_out[m],
-                         .row_bytes = 2 * n_in, .panels = true };
     }
-    const weight *W[2] = { &w[0], &w[1] };
-    float *Y[2] = { Y0, Y1 };
-    matmul_many(2, Y, W, X, 1, NULL);
-    for (int m = 0; m < 2; m++)
-        for (int r = 0; r < n_out[m]; r++)
-            CHECK_NEAR(Y[m][r], ref[m][r], 1e-4);
+    const weight *W[3] = { &w[0], &w[1], &w[2] };
+    float *Yp[3] = { Y[0], Y[1], Y[2] };
+    float *scratch = malloc(sizeof(float) * (size_t)matmul_scratch_floats(&w[2], T_MAX));
+    CHECK(scratch);
+    for (int n_tok = 1; scratch && n_tok <= T_MAX; n_tok += T_MAX - 1) {
+        matmul_set_decode_step(n_tok > 1);
+        matmul_many(3, Yp, W, X, n_tok, scratch);
+        matmul_set_decode_step(false);
+        for (int m = 0; m < 3; m++)
+            for (int t = 0; t < n_tok; t++)
+                for (int r = 0; r < n_out[m]; r++) {
+                    double s = 0.0;
+                    for (int k = 0; k < N_IN; k++)
+                        s += (double)bf16_to_f32(rows[m][r * N_IN + k]) * X[t * N_IN + k];
+                    CHECK_NEAR(Y[m][t * n_out[m] + r], s, 1e-4);
+                }
+    }
+    free(scratch);
 out:
-    free(packed[0]);
-    free(packed[1]);
+    for (int m = 0; m < 3; m++)
+        free(rows[m]);
+    for (int m = 0; m < 2; m++)
+        free(packed[m]);
 }
