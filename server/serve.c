@@ -193,14 +193,16 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
         goto out_engine;
     }
-    char budget[32];
+    char budget[32], panels[96] = "";
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
+    if (srv.info->weights_in_panels)
+        snprintf(panels, sizeof panels, ", %d BF16/F16 matrices in 16-row panels", srv.info->weights_in_panels);
     fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
-                    "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s\n",
+                    "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s%s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
             srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), ops_get_threads(),
             ops_blas_choose_core(NULL), simd_name(),
-            !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file");
+            !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file", panels);
     atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);
 
     wait_and_drain(&srv, &set);
