@@ -551,6 +551,13 @@ static void matmul_shared(int n, float *const *Y, const weight *const *W, const 
     }
 }
 
+/* packed weights: the outer-product kernel for decode steps and short
+ * prompts (as the rows' tile), sgemm on decoded panels for longer prompts */
+static bool panels_outer(int n_tok)
+{
+    return n_tok <= mm_small_max || mm_decode_step;
+}
+
 void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
                  float *scratch)
 {
@@ -559,19 +566,22 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
      * the rest go on one by one. One-token decode of the BF16 model, old
      * (one region per weight) and new binaries in turn, 5 pairs, mean
      * ms per token: 42.8/42.2, 45.1/41.8, 43.5/46.7, 47.2/44.9, 46.8/44.3. */
-    if (n >= 2 && n <= MATMUL_MANY_MAX && simd_avx512() && (n_tok <= mm_small_max || mm_decode_step)) {
+    if (n >= 2 && n <= MATMUL_MANY_MAX && simd_avx512() && panels_outer(n_tok)) {
         const weight *P[MATMUL_MANY_MAX];
         float *YP[MATMUL_MANY_MAX];
+        bool in[MATMUL_MANY_MAX];
         int np = 0;
-        for (int i = 0; i < n; i++)
-            if (W[i]->panels && W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in) {
+        for (int i = 0; i < n; i++) {
+            in[i] = W[i]->panels && W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in;
+            if (in[i]) {
                 P[np] = W[i];
                 YP[np++] = Y[i];
             }
+        }
         if (np >= 2) {
             panels_matmul_many(np, YP, P, X, n_tok);
             for (int i = 0; i < n; i++)
-                if (!(W[i]->panels && W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in))
+                if (!in[i])
                     matmul(Y[i], W[i], X, n_tok, scratch);
             return;
         }
@@ -591,7 +601,7 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
 {
     const int n_in = W->n_in, n_out = W->n_out;
     if (W->panels) {        /* BF16/F16 in panels: the outer-product kernel, sgemm for prompts */
-        panels_matmul(Y, W, X, n_tok, n_tok <= mm_small_max || mm_decode_step, scratch);
+        panels_matmul(Y, W, X, n_tok, panels_outer(n_tok), scratch);
         return;
     }
     if (n_tok == 1 || amx_step(W, n_tok)) {
