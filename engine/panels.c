@@ -255,17 +255,8 @@ void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, 
         return;
     }
     if (n_tok == 1 || outer || !scratch) {
-        /* one weight byte read once per step; below 128 KiB on one thread */
-        const bool par = (size_t)n_out * W->row_bytes >= 128 * 1024;
-        #pragma omp parallel if (par)
-        {
-            const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-            const int p0 = (int)((long)n_pan * it / nt), p1 = (int)((long)n_pan * (it + 1) / nt);
-            if (p1 > p0 && bf16)
-                pan_rows_bf16(base, ps, p0, p1, n_in, X, n_tok, Y, n_out);
-            else if (p1 > p0)
-                pan_rows_f16(base, ps, p0, p1, n_in, X, n_tok, Y, n_out);
-        }
+        float *y = Y;
+        panels_matmul_many(1, &y, &W, X, n_tok);
         return;
     }
     const int per = PANEL_TILE_ROWS / PANEL_ROWS, n_tiles = (n_pan + per - 1) / per;
