@@ -234,3 +234,43 @@ out:
     for (int m = 0; m < 2; m++)
         free(packed[m]);
 }
+
+/* A token's outputs on the outer-product kernel are the same bits alone
+ * and in a decode step of any size (each output one chain of FMAs over
+ * k, whatever the tile), so a sequence decodes the same in any batch. */
+TEST(test_panels_decode_step_outputs_equal_each_token_alone)
+{
+    static const uint32_t types[] = { GGML_BF16, GGML_F16 };
+    static const int toks[] = { 2, 3, 5, 12, 13, 25 };
+    enum { N_OUT = 80, N_IN = 1024, T_MAX = 25 };      /* 5 panels: pairs and a single */
+    uint16_t *rows = malloc(sizeof(uint16_t) * N_OUT * N_IN), *packed = aligned_alloc(64, 2 * N_OUT * N_IN);
+    float *X = malloc(sizeof(float) * T_MAX * N_IN), *Y = malloc(sizeof(float) * T_MAX * N_OUT);
+    float one[N_OUT];
+    CHECK(rows && packed && X && Y);
+    rng_state = 41;
+    for (size_t a = 0; a < 2 && rows && packed && X && Y; a++) {
+        for (int i = 0; i < N_OUT * N_IN; i++)
+            rows[i] = to16(types[a], frand());
+        for (int i = 0; i < T_MAX * N_IN; i++)
+            X[i] = frand() * 4.0f;
+        panels_pack(rows, types[a], N_IN, N_OUT, packed);
+        weight w = { .data = packed, .type = types[a], .n_in = N_IN, .n_out = N_OUT, .row_bytes = 2 * N_IN,
+                     .panels = true };
+        for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++) {
+            panels_matmul(Y, &w, X, toks[c], true, NULL);
+            for (int t = 0; t < toks[c]; t++) {
+                panels_matmul(one, &w, X + (size_t)t * N_IN, 1, true, NULL);
+                if (memcmp(one, Y + (size_t)t * N_OUT, sizeof one)) {
+                    CHECK_MSG(0, "type %u: token %d of a step of %d differs from the token alone", types[a], t,
+                              toks[c]);
+                    goto out;
+                }
+            }
+        }
+    }
+out:
+    free(rows);
+    free(packed);
+    free(X);
+    free(Y);
+}
