@@ -893,7 +893,7 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
      * AMX tiles, int8 on AVX512-VNNI (Q8_0 without AMX), or fp32 */
     const bool vnni = !amx && !strcmp(dtype, "q8_0") && simd_avx512_vnni();
     fprintf(f, "\"batched_products\": \"%s\",\n", amx ? "amx" : vnni ? "vnni-int8" : "fp32");
-    /* BF16/F16 matrices repacked into 16-row panels at load (engine/panels.h) */
+    /* BF16/F16/Q8_0 matrices repacked into 16-row panels at load (engine/panels.h) */
     fprintf(f, "\"weights_in_panels\": %d,\n", b.info->weights_in_panels);
     fprintf(f, "\"threads\": [");
     for (int t = 1; t <= 2 && want(o, "prefill"); t++) {
@@ -1063,11 +1063,13 @@ static char *panels_of(weight *w, char *W, bool want)
 
 static int cmd_kernels(FILE *f, bool quick)
 {
-    /* F16 and BF16 also repacked into 16-row panels (engine/panels.h), where AVX-512 runs them */
+    /* F16 and BF16 also repacked into 16-row panels (engine/panels.h), where AVX-512 runs them,
+     * and Q8_0 where AVX512-VNNI does */
     static const struct { const char *name; uint32_t type; bool panels; } types[] = {
         { "f32", GGML_F32, false }, { "f16", GGML_F16, false }, { "bf16", GGML_BF16, false },
-        { "q8_0", GGML_Q8_0, false }, { "f16 panels", GGML_F16, true }, { "bf16 panels", GGML_BF16, true } };
-    const int n_types = simd_avx512() ? 6 : 4;
+        { "q8_0", GGML_Q8_0, false }, { "f16 panels", GGML_F16, true }, { "bf16 panels", GGML_BF16, true },
+        { "q8_0 panels", GGML_Q8_0, true } };
+    const int n_types = !simd_avx512() ? 4 : simd_avx512_vnni() ? 7 : 6;
     const int n_in = 1024;
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     long bytes = 2 * (l3 > 0 ? l3 : 32L << 20);
@@ -1139,7 +1141,9 @@ static int cmd_kernels(FILE *f, bool quick)
             for (int path = 0; path < 2; path++) {      /* 0: rows x tokens kernel, 1: sgemm (tiles) */
                 if (path == 0 && !simd_avx2())
                     continue;
+                /* path 0 as a decode step: Q8_0 then takes its int8 kernels (the others the same tile) */
                 matmul_set_small_max(path == 0 ? 64 : 1);
+                matmul_set_decode_step(path == 0);
                 stats st = {0};
                 matmul(y, &w, x, toks[k], scratch);
                 for (int r = 0; r < (quick ? 3 : 9); r++) {
@@ -1156,6 +1160,7 @@ static int cmd_kernels(FILE *f, bool quick)
             }
         }
         matmul_set_small_max(16);
+        matmul_set_decode_step(false);
         free(W);
         free(y);
     }

@@ -305,7 +305,7 @@ def render(res):
           "speed (Q8_0, BF16 and F16 on AMX multiply in int8 and bf16, Q8_0 on AVX512-VNNI in int8, and are not "
           "bound by it; shown as -); *fp32 + state* adds to those products each sequence's DeltaNet state, read and "
           "written back at the rate of an in-place update stream (limits: update; a layer's state update waits for its projections, and the next layer's "
-          "projections for the update). *products*: what the decode step multiplies in (panels: BF16/F16 weights "
+          "projections for the update). *products*: what the decode step multiplies in (panels: BF16/F16/Q8_0 weights "
           "repacked into 16-row panels, engine/panels.h).\n")
         w("\"x one sequence\" divides the medians of the two groups (the target's figure); \"x one, per turn\" "
           "is the median, and range, of the same ratio taken turn by turn from segments seconds apart, so the "
@@ -350,8 +350,8 @@ def render(res):
             mv.setdefault(r["type"], {})[r["threads"]] = r["gb_s"]["median"]
         for t, d in mv.items():
             w("| %s | %.1f | %.1f | %s |" % (t, d.get(1, 0), d.get(2, 0), pct(d.get(2, 0) / bw[2]) if bw.get(2) else "-"))
-        w("\nSmall batches on a 3584 x 1024 weight, 2 threads, GFLOP/s (rows x tokens kernel vs dequantized tiles + sgemm):\n")
-        w("| weights | tokens | rows x tokens | sgemm |")
+        w("\nSmall batches on a 3584 x 1024 weight, 2 threads, GFLOP/s (the decode-step kernel: rows x tokens, panels, or Q8_0's int8 ones; vs dequantized tiles + sgemm):\n")
+        w("| weights | tokens | decode-step kernel | sgemm |")
         w("|---|---|---|---|")
         sb = {}
         for r in kn["small_batch"]:

@@ -90,7 +90,7 @@ typedef struct engine_info {
     uint64_t weight_bytes;
     const char *weights_memory;         /* "mapped" (the file's pages) or "huge_pages" (read into 2 MiB pages) */
     const char *weights_note;           /* "", or why huge_weights fell back to the mapping (one line) */
-    int weights_in_panels;              /* BF16/F16 matrices repacked into 16-row panels at load (HYSERVE_PANELS) */
+    int weights_in_panels;              /* BF16/F16/Q8_0 matrices repacked into 16-row panels at load (HYSERVE_PANELS) */
     /* Cache layout, in bytes. */
     uint64_t kv_bytes_per_token;        /* all attention layers, K and V */
     uint64_t mla_bytes_per_token;       /* all MLA layers */

@@ -17,7 +17,7 @@
 
 /* A 2-D weight used as y = W x: n_out rows of n_in contiguous elements
  * stored as `type` blocks. GGUF ne = {n_in, n_out}. Points into the mmap
- * (or the huge-page copy); panels: BF16/F16 rows repacked at load. */
+ * (or the huge-page copy); panels: BF16/F16/Q8_0 rows repacked at load. */
 typedef struct weight {
     const void *data;
     uint32_t type;              /* enum ggml_type */
@@ -122,7 +122,7 @@ typedef struct model {
  * the problem in err. The tensors stay in the file mapping (zero-copy);
  * huge_weights reads them into transparent huge pages instead when the
  * kernel has them (gguf_load_huge), else they stay mapped and huge_note
- * says why in one line. Where panels_wanted(), BF16 and F16 projection
+ * says why in one line. Where panels_wanted(), BF16, F16 and Q8_0 projection
  * weights of a fitting shape are repacked into panels of 16 rows in place
  * (their pages become the process's own; the token embedding, MLA's
  * per-head k_b/v_b and expert slabs, read by row or slab, stay as stored). */

@@ -552,9 +552,13 @@ static void matmul_shared(int n, float *const *Y, const weight *const *W, const 
 }
 
 /* packed weights: the outer-product kernel for decode steps and short
- * prompts (as the rows' tile), sgemm on decoded panels for longer prompts */
-static bool panels_outer(int n_tok)
+ * prompts (as the rows' tile), sgemm on decoded panels for longer prompts.
+ * Q8_0 keeps the rows' numerics: int8 activations for one token and decode
+ * steps, f32 for prompts (sgemm). */
+static bool panels_outer(const weight *W, int n_tok)
 {
+    if (W->type == GGML_Q8_0)
+        return n_tok == 1 || mm_decode_step;
     return n_tok <= mm_small_max || mm_decode_step;
 }
 
@@ -566,20 +570,23 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
      * the rest go on one by one. One-token decode of the BF16 model, old
      * (one region per weight) and new binaries in turn, 5 pairs, mean
      * ms per token: 42.8/42.2, 45.1/41.8, 43.5/46.7, 47.2/44.9, 46.8/44.3. */
-    if (n >= 2 && n <= MATMUL_MANY_MAX && simd_avx512() && panels_outer(n_tok)) {
+    int f = 0;                  /* the first packed weight: the group's type and width */
+    while (f < n && !W[f]->panels)
+        f++;
+    if (n >= 2 && n <= MATMUL_MANY_MAX && f < n && panels_kernel(W[f]) && panels_outer(W[f], n_tok)) {
         const weight *P[MATMUL_MANY_MAX];
         float *YP[MATMUL_MANY_MAX];
         bool in[MATMUL_MANY_MAX];
         int np = 0;
         for (int i = 0; i < n; i++) {
-            in[i] = W[i]->panels && W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in;
+            in[i] = W[i]->panels && W[i]->type == W[f]->type && W[i]->n_in == W[f]->n_in;
             if (in[i]) {
                 P[np] = W[i];
                 YP[np++] = Y[i];
             }
         }
         if (np >= 2) {
-            panels_matmul_many(np, YP, P, X, n_tok);
+            panels_matmul_many(np, YP, P, X, n_tok, scratch);
             for (int i = 0; i < n; i++)
                 if (!in[i])
                     matmul(Y[i], W[i], X, n_tok, scratch);
@@ -600,8 +607,8 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
 void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
-    if (W->panels) {        /* BF16/F16 in panels: the outer-product kernel, sgemm for prompts */
-        panels_matmul(Y, W, X, n_tok, panels_outer(n_tok), scratch);
+    if (W->panels) {        /* BF16/F16/Q8_0 in panels: the outer-product kernel, sgemm for prompts */
+        panels_matmul(Y, W, X, n_tok, panels_outer(W, n_tok), scratch);
         return;
     }
     if (n_tok == 1 || amx_step(W, n_tok)) {

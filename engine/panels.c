@@ -1,7 +1,8 @@
-/* panels.c - BF16 and F16 weights in panels of 16 rows (see panels.h). */
+/* panels.c - BF16, F16 and Q8_0 weights in panels of 16 rows (see panels.h). */
 #include "panels.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,9 +26,22 @@ bool panels_wanted(void)
 
 bool panels_fit(const weight *w)
 {
-    return (w->type == GGML_BF16 || w->type == GGML_F16) && w->n_out > 0 && w->n_out % PANEL_ROWS == 0 &&
-           w->n_in >= 2 && w->n_in % 2 == 0;
+    if (w->n_out <= 0 || w->n_out % PANEL_ROWS)
+        return false;
+    if (w->type == GGML_Q8_0)
+        return w->n_in >= 32 && w->n_in % 32 == 0 && simd_avx512_vnni();
+    return (w->type == GGML_BF16 || w->type == GGML_F16) && w->n_in >= 2 && w->n_in % 2 == 0;
 }
+
+bool panels_kernel(const weight *w)
+{
+    return w->type == GGML_Q8_0 ? simd_avx512_vnni() : simd_avx512();
+}
+
+/* Q8_0 panels: the quants of block b at b * 512 in a panel, its scales at
+ * 512 nb + 32 b (panels.h) */
+#define Q8P_BLOCK 512
+#define Q8P_SCALES 32
 
 /* index of element (r, k) in the packed weight, in 16-bit elements */
 static size_t panel_index(uint32_t type, int n_in, int r, int k)
@@ -37,9 +51,33 @@ static size_t panel_index(uint32_t type, int n_in, int r, int k)
     return panel + pair + (type == GGML_BF16 ? (size_t)(2 * i + (k & 1)) : (size_t)(16 * (k & 1) + i));
 }
 
+/* Q8_0 rows (blocks of 34 bytes: fp16 d, then 32 int8) into panels */
+static void pack_q8_0(const uint8_t *rows, int n_in, int n_out, uint8_t *dst)
+{
+    const int nb = n_in / 32;
+    const size_t rb = (size_t)nb * 34, ps = PANEL_ROWS * rb;
+    for (int p = 0; p < n_out / PANEL_ROWS; p++) {
+        uint8_t *P = dst + (size_t)p * ps;
+        for (int i = 0; i < PANEL_ROWS; i++) {
+            const uint8_t *row = rows + ((size_t)p * PANEL_ROWS + (size_t)i) * rb;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = row + (size_t)b * 34;
+                memcpy(P + (size_t)nb * Q8P_BLOCK + (size_t)b * Q8P_SCALES + 2 * (size_t)i, blk, 2);
+                for (int k = 0; k < 32; k++)            /* group k / 4, row i's dword, byte k % 4 */
+                    P[(size_t)b * Q8P_BLOCK + (size_t)(k / 4) * 64 + 4 * (size_t)i + (size_t)(k % 4)] =
+                        (uint8_t)(blk[2 + k] ^ 0x80);
+            }
+        }
+    }
+}
+
 void panels_pack(const void *rows, uint32_t type, int n_in, int n_out, void *dst)
 {
     const int half = n_in / 2;
+    if (type == GGML_Q8_0) {
+        pack_q8_0(rows, n_in, n_out, dst);
+        return;
+    }
     for (int p = 0; p < n_out / PANEL_ROWS; p++) {
         const size_t r0 = (size_t)p * PANEL_ROWS;
         if (type == GGML_BF16) {                /* one dword (k = 2j, 2j + 1) per row */
@@ -60,8 +98,26 @@ void panels_pack(const void *rows, uint32_t type, int n_in, int n_out, void *dst
     }
 }
 
+/* Q8_0 element (r, k) as stored (int8) and the scale of row r's block b */
+static int q8_at(const weight *w, int r, int k)
+{
+    const uint8_t *P = (const uint8_t *)w->data + (size_t)(r / PANEL_ROWS) * PANEL_ROWS * w->row_bytes;
+    return (int8_t)(P[(size_t)(k / 32) * Q8P_BLOCK + (size_t)(k % 32 / 4) * 64 + 4 * (size_t)(r % PANEL_ROWS) +
+                      (size_t)(k % 4)] ^ 0x80);
+}
+
+static float q8_scale(const weight *w, int r, int b)
+{
+    const uint8_t *P = (const uint8_t *)w->data + (size_t)(r / PANEL_ROWS) * PANEL_ROWS * w->row_bytes;
+    uint16_t d;
+    memcpy(&d, P + (size_t)(w->n_in / 32) * Q8P_BLOCK + (size_t)b * Q8P_SCALES + 2 * (size_t)(r % PANEL_ROWS), 2);
+    return fp16_to_f32(d);
+}
+
 float panels_get(const weight *w, int r, int k)
 {
+    if (w->type == GGML_Q8_0)
+        return q8_scale(w, r, k / 32) * (float)q8_at(w, r, k);
     const uint16_t h = ((const uint16_t *)w->data)[panel_index(w->type, w->n_in, r, k)];
     return w->type == GGML_BF16 ? bf16_to_f32(h) : fp16_to_f32(h);
 }
@@ -69,12 +125,87 @@ float panels_get(const weight *w, int r, int k)
 /* Rows decoded to f32 per tile for sgemm (prompts): 4 panels */
 #define PANEL_TILE_ROWS 64
 
+/* Q8_0: tokens per pass of int8 activations (their scratch, 1.25 n_in
+ * bytes each, then fits the sgemm tiles' for 2 threads or more) */
+#define Q8P_MAX_TOK 64
+
+/* A pass's int8 activations: per token t, q[t n_in ..] as quantize_act_q8
+ * makes them, their scales d[t nb + b], and c[t nb + b] = -128 sum of
+ * block b's q (the kernel's weights are w + 128: sum (w + 128) q + c =
+ * sum w q, exact in int32). */
+typedef struct {
+    int8_t *q;
+    float *d;
+    int32_t *c;
+} q8_acts;
+
+static long q8_acts_floats(int n_in, int n_tok)
+{
+    return 2L * n_tok * (n_in / 32) + (long)n_tok * n_in / 4 + 1;
+}
+
+static q8_acts q8_acts_at(float *scratch, int n_in, int n_tok)
+{
+    const size_t nb = (size_t)n_in / 32;
+    q8_acts a;
+    a.d = scratch;
+    a.c = (int32_t *)(scratch + (size_t)n_tok * nb);
+    a.q = (int8_t *)(a.c + (size_t)n_tok * nb);
+    return a;
+}
+
+/* tokens [t0, t1) of X quantized into a */
+static void q8_acts_fill(const float *X, int n_in, int t0, int t1, q8_acts a)
+{
+    const int nb = n_in / 32;
+    for (int t = t0; t < t1; t++) {
+        int8_t *q = a.q + (size_t)t * n_in;
+        quantize_act_q8(X + (size_t)t * n_in, n_in, q, a.d + (size_t)t * nb);
+        for (int b = 0; b < nb; b++) {
+            int32_t s = 0;
+            for (int j = 0; j < 32; j++)
+                s += q[32 * b + j];
+            a.c[(size_t)t * nb + b] = -128 * s;
+        }
+    }
+}
+
 long panels_scratch_floats(const weight *w, int n_tok)
 {
-    return n_tok > 1 ? (long)omp_get_max_threads() * PANEL_TILE_ROWS * w->n_in : 0;
+    const long tile = n_tok > 1 ? (long)omp_get_max_threads() * PANEL_TILE_ROWS * w->n_in : 0;
+    if (w->type != GGML_Q8_0)
+        return tile;
+    const long acts = q8_acts_floats(w->n_in, n_tok < Q8P_MAX_TOK ? n_tok : Q8P_MAX_TOK);
+    return acts > tile ? acts : tile;
 }
 
 /* ---- portable: CPUs (or tests) without AVX-512 ---- */
+
+/* Q8_0 on int8 activations, the kernel's arithmetic: per block an exact
+ * int sum, then acc = fma(sum, dw dx, acc) over the blocks in order (the
+ * same bits as the kernel) */
+static void panels_matmul_plain_q8(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
+                                   float *scratch)
+{
+    const int n_in = W->n_in, n_out = W->n_out, nb = n_in / 32;
+    for (int c0 = 0; c0 < n_tok; c0 += Q8P_MAX_TOK) {
+        const int nc = n_tok - c0 < Q8P_MAX_TOK ? n_tok - c0 : Q8P_MAX_TOK;
+        const q8_acts a = q8_acts_at(scratch, n_in, nc);
+        q8_acts_fill(X + (size_t)c0 * n_in, n_in, 0, nc, a);
+        #pragma omp parallel for schedule(static)
+        for (int r = 0; r < n_out; r++)
+            for (int t = 0; t < nc; t++) {
+                float acc = 0.0f;
+                for (int b = 0; b < nb; b++) {
+                    int32_t s = 0;
+                    for (int k = 32 * b; k < 32 * b + 32; k++)
+                        s += q8_at(W, r, k) * a.q[(size_t)t * n_in + k];
+                    acc = fmaf((float)s, q8_scale(W, r, b) * a.d[(size_t)t * nb + b], acc);
+                }
+                Y[(size_t)(c0 + t) * n_out + r] = acc;
+            }
+    }
+}
 
 static void panels_matmul_plain(float *restrict Y, const weight *W, const float *restrict X, int n_tok)
 {
@@ -199,6 +330,121 @@ INLINEP void pan_tile(const char *P, size_t ps, int n_in, const float *X, size_t
 PAN_ROWS(pan_rows_bf16, true)
 PAN_ROWS(pan_rows_f16, false)
 
+/* ---- Q8_0 on AVX512-VNNI ----
+ * RV panels (1 or 2, ps bytes apart) x T tokens (1-Q8P_TG) of int8
+ * activations: per block, each output's exact int sum starts at the
+ * token's c and takes 8 vpdpbusd (16 rows x 4 k of w + 128 against a
+ * broadcast dword of 4 int8 activations), then acc = fma(sum, dw dx, acc),
+ * the blocks in order: the same bits whatever RV and T (and as the
+ * portable loop), so a sequence's outputs do not depend on its batch.
+ * 11 vector uops per 512 multiply-adds of a token, against about 4 per 64
+ * on the rows' tile (simd_avx512.c). */
+#define AVX512Q __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INLINEQ AVX512Q static inline __attribute__((always_inline))
+
+/* tokens per tile: 2 x 6 float and 2 x 6 int accumulators, 2 weight
+ * vectors and a broadcast in the 32 registers */
+#ifndef Q8P_TG
+#define Q8P_TG 6
+#endif
+
+INLINEQ void q8p_tile(const char *P, size_t ps, int nb, q8_acts a, size_t n_in, float *Y, size_t ldy, const int RV,
+                      const int T)
+{
+    __m512 acc[2][Q8P_TG];
+    const char *S = P + (size_t)nb * Q8P_BLOCK;
+    PAN_UNROLL for (int v = 0; v < RV; v++)
+        PAN_UNROLL for (int t = 0; t < T; t++)
+            acc[v][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512i s[2][Q8P_TG];
+        PAN_UNROLL for (int t = 0; t < T; t++) {
+            const __m512i c = _mm512_set1_epi32(a.c[(size_t)t * nb + b]);
+            PAN_UNROLL for (int v = 0; v < RV; v++)
+                s[v][t] = c;
+        }
+        PAN_UNROLL for (int g = 0; g < 8; g++) {
+            __m512i w[2];
+            PAN_UNROLL for (int v = 0; v < RV; v++) {
+                const char *p = P + (size_t)v * ps + (size_t)b * Q8P_BLOCK + (size_t)g * 64;
+                _mm_prefetch(p + PANEL_PF, _MM_HINT_T0);
+                w[v] = _mm512_loadu_si512(p);
+            }
+            PAN_UNROLL for (int t = 0; t < T; t++) {
+                int32_t x4;
+                memcpy(&x4, a.q + (size_t)t * n_in + 32 * (size_t)b + 4 * (size_t)g, 4);
+                const __m512i x = _mm512_set1_epi32(x4);
+                PAN_UNROLL for (int v = 0; v < RV; v++)
+                    s[v][t] = _mm512_dpbusd_epi32(s[v][t], w[v], x);
+            }
+        }
+        __m512 dw[2];
+        PAN_UNROLL for (int v = 0; v < RV; v++) {
+            const char *sc = S + (size_t)v * ps + (size_t)b * Q8P_SCALES;
+            _mm_prefetch(sc + PANEL_PF / 16, _MM_HINT_T0);
+            dw[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
+        }
+        PAN_UNROLL for (int t = 0; t < T; t++) {
+            const __m512 dx = _mm512_set1_ps(a.d[(size_t)t * nb + b]);
+            PAN_UNROLL for (int v = 0; v < RV; v++)
+                acc[v][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[v][t]), _mm512_mul_ps(dw[v], dx), acc[v][t]);
+        }
+    }
+    PAN_UNROLL for (int v = 0; v < RV; v++)
+        PAN_UNROLL for (int t = 0; t < T; t++)
+            _mm512_storeu_ps(Y + (size_t)t * ldy + 16 * v, acc[v][t]);
+}
+
+#define Q8P_CASE(RV_, T_)                                                                                      \
+    case (RV_) * 16 + (T_):                                                                                    \
+        q8p_tile(P, ps, nb, at, (size_t)n_in, y, ldy, RV_, T_);                                                \
+        break;
+#define Q8P_CASES(RV_) Q8P_CASE(RV_, 1) Q8P_CASE(RV_, 2) Q8P_CASE(RV_, 3) Q8P_CASE(RV_, 4) Q8P_CASE(RV_, 5) \
+    Q8P_CASE(RV_, 6)
+#if Q8P_TG != 6
+#error "Q8P_CASES lists tiles of 1-6 tokens"
+#endif
+
+/* panels [p0, p1) of a Q8_0 W x the n_tok tokens of a, as PAN_ROWS */
+AVX512Q static void q8p_rows(const char *W, size_t ps, int p0, int p1, int n_in, q8_acts a, int n_tok, float *Y,
+                             int n_out)
+{
+    const int nb = n_in / 32;
+    const size_t ldy = (size_t)n_out;
+    for (int p = p0; p < p1; p += 2) {
+        const int rv = p1 - p >= 2 ? 2 : 1;
+        const char *P = W + (size_t)p * ps;
+        for (int t0 = 0; t0 < n_tok; t0 += Q8P_TG) {
+            const int nt = n_tok - t0 < Q8P_TG ? n_tok - t0 : Q8P_TG;
+            const q8_acts at = { a.q + (size_t)t0 * n_in, a.d + (size_t)t0 * nb, a.c + (size_t)t0 * nb };
+            float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
+            switch (rv * 16 + nt) {
+                Q8P_CASES(1) Q8P_CASES(2)
+            }
+        }
+    }
+}
+
+/* Q8_0 panel q (< 4) of a tile decoded to f32, as pan_decode */
+AVX512Q static void q8p_decode(const char *P, int nb, float *tile, int q)
+{
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int b = 0; b < nb; b++) {
+        const __m512 dw = _mm512_cvtph_ps(
+            _mm256_loadu_si256((const __m256i *)(P + (size_t)nb * Q8P_BLOCK + (size_t)b * Q8P_SCALES)));
+        for (int g = 0; g < 8; g++) {
+            const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(P + (size_t)b * Q8P_BLOCK + (size_t)g * 64), bias);
+            float *o = tile + (size_t)(32 * b + 4 * g) * PANEL_TILE_ROWS + 16 * q;
+            _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24)), dw));
+            _mm512_storeu_ps(o + PANEL_TILE_ROWS,
+                             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24)), dw));
+            _mm512_storeu_ps(o + 2 * PANEL_TILE_ROWS,
+                             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 8), 24)), dw));
+            _mm512_storeu_ps(o + 3 * PANEL_TILE_ROWS, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(v, 24)), dw));
+        }
+    }
+}
+
 /* panel q (< 4) of a tile, decoded to f32 columns 16q .. 16q + 15 of
  * tile[k][64]: the rows x k block transposed, for sgemm without trans */
 AVX512P static void pan_decode(const char *P, int n_in, bool bf16, float *tile, int q)
@@ -214,7 +460,8 @@ AVX512P static void pan_decode(const char *P, int n_in, bool bf16, float *tile, 
     }
 }
 
-void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok)
+void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+                        float *scratch)
 {
     long total = 0, bytes = 0;
     for (int i = 0; i < n; i++) {
@@ -222,21 +469,35 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
         bytes += (long)W[i]->n_out * (long)W[i]->row_bytes;
     }
     const int n_in = W[0]->n_in;
-    const bool bf16 = W[0]->type == GGML_BF16;
-    #pragma omp parallel if (bytes >= 128 * 1024)
-    {
-        const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-        const long g0 = total * it / nt, g1 = total * (it + 1) / nt;
-        long off = 0;
-        for (int i = 0; i < n; i++) {               /* the parts of [g0, g1) in each weight */
-            const long np = W[i]->n_out / PANEL_ROWS;
-            const long a = g0 > off ? g0 : off, b = g1 < off + np ? g1 : off + np;
-            const size_t ps = (size_t)PANEL_ROWS * W[i]->row_bytes;
-            if (b > a && bf16)
-                pan_rows_bf16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, X, n_tok, Y[i], W[i]->n_out);
-            else if (b > a)
-                pan_rows_f16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, X, n_tok, Y[i], W[i]->n_out);
-            off += np;
+    const uint32_t type = W[0]->type;
+    /* Q8_0 in passes of up to Q8P_MAX_TOK tokens; the others in one */
+    const int per = type == GGML_Q8_0 ? Q8P_MAX_TOK : n_tok;
+    for (int c0 = 0; c0 < n_tok; c0 += per) {
+        const int nc = n_tok - c0 < per ? n_tok - c0 : per;
+        const q8_acts acts = type == GGML_Q8_0 ? q8_acts_at(scratch, n_in, nc) : (q8_acts){ 0 };
+        #pragma omp parallel if (bytes >= 128 * 1024)
+        {
+            const int nt = omp_get_num_threads(), it = omp_get_thread_num();
+            if (type == GGML_Q8_0) {                /* each thread quantizes a share of the tokens */
+                q8_acts_fill(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, acts);
+                #pragma omp barrier
+            }
+            const long g0 = total * it / nt, g1 = total * (it + 1) / nt;
+            long off = 0;
+            for (int i = 0; i < n; i++) {           /* the parts of [g0, g1) in each weight */
+                const long np = W[i]->n_out / PANEL_ROWS;
+                const long a = g0 > off ? g0 : off, b = g1 < off + np ? g1 : off + np;
+                const size_t ps = (size_t)PANEL_ROWS * W[i]->row_bytes;
+                float *y = Y[i] + (size_t)c0 * W[i]->n_out;
+                const float *x = X + (size_t)c0 * n_in;
+                if (b > a && type == GGML_Q8_0)
+                    q8p_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, acts, nc, y, W[i]->n_out);
+                else if (b > a && type == GGML_BF16)
+                    pan_rows_bf16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
+                else if (b > a)
+                    pan_rows_f16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
+                off += np;
+            }
         }
     }
 }
@@ -248,13 +509,19 @@ void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, 
     const size_t ps = (size_t)PANEL_ROWS * W->row_bytes;
     const char *base = W->data;
     const bool bf16 = W->type == GGML_BF16;
-    if (!simd_avx512()) {
+    const bool q8 = W->type == GGML_Q8_0;
+    outer = outer || n_tok == 1 || (!scratch && !q8);
+    if (!panels_kernel(W) && q8 && outer) {
+        panels_matmul_plain_q8(Y, W, X, n_tok, scratch);
+        return;
+    }
+    if (!panels_kernel(W)) {
         panels_matmul_plain(Y, W, X, n_tok);
         return;
     }
-    if (n_tok == 1 || outer || !scratch) {
+    if (outer) {
         float *y = Y;
-        panels_matmul_many(1, &y, &W, X, n_tok);
+        panels_matmul_many(1, &y, &W, X, n_tok, scratch);
         return;
     }
     const int per = PANEL_TILE_ROWS / PANEL_ROWS, n_tiles = (n_pan + per - 1) / per;
@@ -265,7 +532,10 @@ void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, 
         for (int it = 0; it < n_tiles; it++) {
             const int q0 = it * per, nq = n_pan - q0 < per ? n_pan - q0 : per;
             for (int q = 0; q < nq; q++)
-                pan_decode(base + (size_t)(q0 + q) * ps, n_in, bf16, tile, q);
+                if (q8)
+                    q8p_decode(base + (size_t)(q0 + q) * ps, n_in / 32, tile, q);
+                else
+                    pan_decode(base + (size_t)(q0 + q) * ps, n_in, bf16, tile, q);
             gemm(false, false, n_tok, nq * PANEL_ROWS, n_in, 1.0f, X, n_in, tile, PANEL_TILE_ROWS, 0.0f,
                  Y + (size_t)q0 * PANEL_ROWS, n_out);
         }

@@ -476,7 +476,7 @@ int cli_info(int argc, char **argv)
     printf("weights:       %llu bytes (%.2f MiB)\n", (unsigned long long)in->weight_bytes,
            in->weight_bytes / 1048576.0);
     if (in->weights_in_panels)
-        printf("weight layout: %d BF16/F16 matrices repacked into 16-row panels (HYSERVE_PANELS=0: as stored)\n",
+        printf("weight layout: %d BF16/F16/Q8_0 matrices repacked into 16-row panels (HYSERVE_PANELS=0: as stored)\n",
                in->weights_in_panels);
     /* bytes by tensor type and the type of each tensor group, straight from the file */
     char err[256];

@@ -196,7 +196,7 @@ int serve_main(int argc, char **argv)
     char budget[32], panels[96] = "";
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     if (srv.info->weights_in_panels)
-        snprintf(panels, sizeof panels, ", %d BF16/F16 matrices in 16-row panels", srv.info->weights_in_panels);
+        snprintf(panels, sizeof panels, ", %d BF16/F16/Q8_0 matrices in 16-row panels", srv.info->weights_in_panels);
     fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
                     "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s%s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,

@@ -244,7 +244,7 @@ def test_basic_routes(srv):
     check("/stats says where the weights live (mapped by default)", s["model"].get("weights_memory") == "mapped",
           str(s["model"].get("weights_memory")))
     wp = s["model"].get("weights_in_panels")
-    check("/stats counts the BF16/F16 matrices repacked into panels (an integer, 0 without such weights)",
+    check("/stats counts the BF16/F16/Q8_0 matrices repacked into panels (an integer, 0 without such weights)",
           isinstance(wp, int) and not isinstance(wp, bool) and wp >= 0, str(wp))
     st, h, j, _ = srv.jreq("POST", "/tokenize", {"inputs": "Hello world"})
     ok = st == 200 and isinstance(j, list) and len(j) > 0 and all(set(t) >= {"id", "text", "start", "stop"} for t in j)

@@ -81,8 +81,73 @@ TEST(test_panels_layout_puts_each_element_where_the_header_says)
                     return;
             }
     weight odd = { .type = GGML_BF16, .n_in = 33, .n_out = 16 }, few = { .type = GGML_F16, .n_in = 32, .n_out = 24 },
-           q8 = { .type = GGML_Q8_0, .n_in = 32, .n_out = 16 };
-    CHECK(!panels_fit(&odd) && !panels_fit(&few) && !panels_fit(&q8));
+           q8 = { .type = GGML_Q8_0, .n_in = 32, .n_out = 16 }, q8few = { .type = GGML_Q8_0, .n_in = 64, .n_out = 40 },
+           q4 = { .type = GGML_Q4_0, .n_in = 32, .n_out = 16 };
+    CHECK(!panels_fit(&odd) && !panels_fit(&few) && !panels_fit(&q8few) && !panels_fit(&q4));
+    CHECK(panels_fit(&q8) == simd_avx512_vnni());
+}
+
+static uint8_t *q8_rows(int n_out, int n_in);
+
+/* Q8_0: where panels.h says row r's quant k and its block's scale live */
+TEST(test_panels_q8_0_layout_puts_each_quant_and_scale_where_the_header_says)
+{
+    static const int outs[] = { 16, 48 }, ins[] = { 32, 96 };
+    rng_state = 5;
+    for (size_t a = 0; a < 2; a++)
+        for (size_t c = 0; c < 2; c++) {
+            const int n_out = outs[a], n_in = ins[c], nb = n_in / 32;
+            const size_t rb = (size_t)nb * 34;
+            uint8_t *rows = q8_rows(n_out, n_in), *packed = malloc((size_t)n_out * rb);
+            CHECK(rows && packed);
+            weight w = { .data = packed, .type = GGML_Q8_0, .n_in = n_in, .n_out = n_out, .row_bytes = rb,
+                         .panels = true };
+            panels_pack(rows, GGML_Q8_0, n_in, n_out, packed);
+            int bad = 0;
+            for (int r = 0; r < n_out && !bad; r++)
+                for (int k = 0; k < n_in && !bad; k++) {
+                    const uint8_t *blk = rows + (size_t)r * rb + (size_t)(k / 32) * 34, *P = packed + (size_t)(r / 16) * 16 * rb;
+                    const int i = r % 16, b = k / 32, g = k % 32 / 4, m = k % 4;
+                    uint16_t d;
+                    memcpy(&d, blk, 2);
+                    const bool quant_ok = P[b * 512 + g * 64 + 4 * i + m] == (uint8_t)(blk[2 + k % 32] ^ 0x80);
+                    const bool scale_ok = !memcmp(P + nb * 512 + b * 32 + 2 * i, blk, 2);
+                    if (!quant_ok || !scale_ok || panels_get(&w, r, k) != fp16_to_f32(d) * (float)(int8_t)blk[2 + k % 32]) {
+                        CHECK_MSG(0, "q8_0 %d x %d: element (%d, %d) misplaced", n_out, n_in, r, k);
+                        bad = 1;
+                    }
+                }
+            free(rows);
+            free(packed);
+            if (bad)
+                return;
+        }
+}
+
+/* mode 0: matmul as a prompt; 1: matmul as a decode step; 2: panels_matmul
+ * on the outer-product kernel; 3: on sgemm */
+static void run_mode(float *Y, const weight *w, const float *X, int n_tok, int mode, float *scratch)
+{
+    if (mode == 0) {
+        matmul(Y, w, X, n_tok, scratch);
+    } else if (mode == 1) {
+        matmul_set_decode_step(true);
+        matmul(Y, w, X, n_tok, scratch);
+        matmul_set_decode_step(false);
+    } else {
+        panels_matmul(Y, w, X, n_tok, mode == 2, scratch);
+    }
+}
+
+/* |got - want| <= tol (and not NaN), else a failure naming the case */
+static bool near(double got, double want, double tol, uint32_t type, int n_out, int n_in, int n_tok, int mode, int t,
+                 int r)
+{
+    if (fabs(got - want) <= tol + 1e-30)
+        return true;
+    test_fail(__FILE__, __LINE__, "type %u %d x %d, %d tokens, mode %d: Y[%d][%d] = %.9g, want %.9g", type, n_out,
+              n_in, n_tok, mode, t, r, got, want);
+    return false;
 }
 
 /* One shape: Y from matmul on the packed weight (routing as the engine's)
@@ -111,15 +176,7 @@ static int check_products(uint32_t type, int n_out, int n_in, int n_tok, int mod
     for (size_t i = 0; i < (size_t)(n_tok + 1) * n_out; i++)
         Y[i] = -777.0f;
     panels_pack(rows, type, n_in, n_out, packed);
-    if (mode == 0) {
-        matmul(Y, &w, X, n_tok, scratch);
-    } else if (mode == 1) {
-        matmul_set_decode_step(true);
-        matmul(Y, &w, X, n_tok, scratch);
-        matmul_set_decode_step(false);
-    } else {
-        panels_matmul(Y, &w, X, n_tok, mode == 2, scratch);
-    }
+    run_mode(Y, &w, X, n_tok, mode, scratch);
     for (int t = 0; t <= n_tok && !bad; t++)
         for (int r = 0; r < n_out && !bad; r++) {
             const float got = Y[(size_t)t * n_out + r];
@@ -137,12 +194,7 @@ static int check_products(uint32_t type, int n_out, int n_in, int n_tok, int mod
                 s += p;
                 mag += p < 0 ? -p : p;
             }
-            const double err = got > s ? got - s : s - got, tol = n_in * 0x1p-23 * mag + 1e-30;
-            if (!(err <= tol)) {
-                test_fail(__FILE__, __LINE__, "type %u %d x %d, %d tokens, mode %d: Y[%d][%d] = %.9g, want %.9g",
-                          type, n_out, n_in, n_tok, mode, t, r, got, s);
-                bad = 1;
-            }
+            bad = !near(got, s, n_in * 0x1p-23 * mag, type, n_out, n_in, n_tok, mode, t, r);
         }
 out:
     free(rows);
@@ -240,26 +292,34 @@ out:
  * k, whatever the tile), so a sequence decodes the same in any batch. */
 TEST(test_panels_decode_step_outputs_equal_each_token_alone)
 {
-    static const uint32_t types[] = { GGML_BF16, GGML_F16 };
-    static const int toks[] = { 2, 3, 5, 12, 13, 25 };
+    static const uint32_t types[] = { GGML_BF16, GGML_F16, GGML_Q8_0 };
+    static const int toks[] = { 2, 3, 5, 6, 7, 12, 13, 25 };
     enum { N_OUT = 80, N_IN = 1024, T_MAX = 25 };      /* 5 panels: pairs and a single */
     uint16_t *rows = malloc(sizeof(uint16_t) * N_OUT * N_IN), *packed = aligned_alloc(64, 2 * N_OUT * N_IN);
     float *X = malloc(sizeof(float) * T_MAX * N_IN), *Y = malloc(sizeof(float) * T_MAX * N_OUT);
+    weight q8w = { .type = GGML_Q8_0, .n_in = N_IN, .n_out = N_OUT };
+    float *scratch = malloc(sizeof(float) * (size_t)panels_scratch_floats(&q8w, T_MAX));
     float one[N_OUT];
-    CHECK(rows && packed && X && Y);
+    CHECK(rows && packed && X && Y && scratch);
     rng_state = 41;
-    for (size_t a = 0; a < 2 && rows && packed && X && Y; a++) {
-        for (int i = 0; i < N_OUT * N_IN; i++)
+    for (size_t a = 0; a < 3 && rows && packed && X && Y && scratch; a++) {
+        const bool q8 = types[a] == GGML_Q8_0;
+        uint8_t *q8r = q8 ? q8_rows(N_OUT, N_IN) : NULL;
+        if (q8 && !q8r)
+            break;
+        for (int i = 0; i < N_OUT * N_IN && !q8; i++)
             rows[i] = to16(types[a], frand());
         for (int i = 0; i < T_MAX * N_IN; i++)
             X[i] = frand() * 4.0f;
-        panels_pack(rows, types[a], N_IN, N_OUT, packed);
-        weight w = { .data = packed, .type = types[a], .n_in = N_IN, .n_out = N_OUT, .row_bytes = 2 * N_IN,
-                     .panels = true };
+        panels_pack(q8 ? (const void *)q8r : rows, types[a], N_IN, N_OUT, packed);
+        free(q8r);
+        weight w = { .data = packed, .type = types[a], .n_in = N_IN, .n_out = N_OUT,
+                     .row_bytes = q8 ? N_IN / 32 * 34 : 2 * N_IN, .panels = true };
+        float *sc = q8 ? scratch : NULL;
         for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++) {
-            panels_matmul(Y, &w, X, toks[c], true, NULL);
+            panels_matmul(Y, &w, X, toks[c], true, sc);
             for (int t = 0; t < toks[c]; t++) {
-                panels_matmul(one, &w, X + (size_t)t * N_IN, 1, true, NULL);
+                panels_matmul(one, &w, X + (size_t)t * N_IN, 1, true, sc);
                 if (memcmp(one, Y + (size_t)t * N_OUT, sizeof one)) {
                     CHECK_MSG(0, "type %u: token %d of a step of %d differs from the token alone", types[a], t,
                               toks[c]);
@@ -273,4 +333,119 @@ out:
     free(packed);
     free(X);
     free(Y);
+    free(scratch);
+}
+
+/* ---- Q8_0 ---- */
+
+/* n_out rows of n_in random Q8_0 weights as the file stores them */
+static uint8_t *q8_rows(int n_out, int n_in)
+{
+    const int nb = n_in / 32;
+    uint8_t *rows = malloc((size_t)n_out * nb * 34);
+    for (size_t b = 0; rows && b < (size_t)n_out * nb; b++) {
+        const uint16_t d = f32_to_fp16(0.01f + 0.02f * (frand() + 1.0f));
+        memcpy(rows + 34 * b, &d, 2);
+        for (int j = 0; j < 32; j++)
+            rows[34 * b + 2 + j] = (uint8_t)(int8_t)(frand() * 127.5f);   /* -127 .. 127 */
+    }
+    return rows;
+}
+
+/* Q8_0 products against the rows as stored: on int8 activations
+ * (one token, decode steps, the outer kernel) the sums of quant.h's
+ * dot_q8_0_act_ref over quantize_act_q8_ref's activations, in double;
+ * prompts (sgemm on decoded panels) double dots of the dequantized rows. */
+static int check_q8_products(int n_out, int n_in, int n_tok, int mode)
+{
+    const int nb = n_in / 32;
+    const size_t rb = (size_t)nb * 34;
+    uint8_t *rows = q8_rows(n_out, n_in), *packed = aligned_alloc(64, ((size_t)n_out * rb + 63) / 64 * 64);
+    float *X = malloc(sizeof(float) * (size_t)n_tok * n_in), *Y = malloc(sizeof(float) * (size_t)(n_tok + 1) * n_out);
+    int8_t *xq = malloc((size_t)n_in);
+    float *xd = malloc(sizeof(float) * (size_t)nb), *row = malloc(sizeof(float) * (size_t)n_in);
+    weight w = { .data = packed, .type = GGML_Q8_0, .n_in = n_in, .n_out = n_out, .row_bytes = rb, .panels = true };
+    const long ns = matmul_scratch_floats(&w, n_tok);
+    float *scratch = malloc(sizeof(float) * (size_t)ns);
+    int bad = 0;
+    if (!rows || !packed || !X || !Y || !xq || !xd || !row || !scratch) {
+        test_fail(__FILE__, __LINE__, "out of memory");
+        bad = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < (size_t)n_tok * n_in; i++)
+        X[i] = frand() * (1.0f + (float)(i % 7));
+    for (size_t i = 0; i < (size_t)(n_tok + 1) * n_out; i++)
+        Y[i] = -777.0f;
+    panels_pack(rows, GGML_Q8_0, n_in, n_out, packed);
+    run_mode(Y, &w, X, n_tok, mode, scratch);
+    /* int8 activations: one token, decode steps (mode 1), the outer kernel (2); prompts keep f32 */
+    const bool int8 = n_tok == 1 || mode == 1 || mode == 2;
+    for (int t = 0; t <= n_tok && !bad; t++) {
+        if (t == n_tok) {
+            for (int r = 0; r < n_out && !bad; r++)
+                if (Y[(size_t)t * n_out + r] != -777.0f) {
+                    test_fail(__FILE__, __LINE__, "q8_0 %d x %d, %d tokens, mode %d: wrote past the last token",
+                              n_out, n_in, n_tok, mode);
+                    bad = 1;
+                }
+            continue;
+        }
+        const float *x = X + (size_t)t * n_in;
+        quantize_act_q8_ref(x, n_in, xq, xd);
+        for (int r = 0; r < n_out && !bad; r++) {
+            const uint8_t *rr = rows + (size_t)r * rb;
+            double s = 0.0, mag = 0.0;
+            if (int8) {
+                for (int b = 0; b < nb; b++) {
+                    uint16_t d;
+                    memcpy(&d, rr + 34 * b, 2);
+                    long is = 0;
+                    for (int j = 0; j < 32; j++)
+                        is += (long)(int8_t)rr[34 * b + 2 + j] * xq[32 * b + j];
+                    const double p = (double)fp16_to_f32(d) * xd[b] * (double)is;
+                    s += p;
+                    mag += p < 0 ? -p : p;
+                }
+            } else {
+                dequant_row(GGML_Q8_0, rr, row, n_in);
+                for (int k = 0; k < n_in; k++) {
+                    const double p = (double)row[k] * x[k];
+                    s += p;
+                    mag += p < 0 ? -p : p;
+                }
+            }
+            bad = !near(Y[(size_t)t * n_out + r], s, (int8 ? nb + 2 : n_in) * 0x1p-23 * mag, GGML_Q8_0, n_out, n_in,
+                        n_tok, mode, t, r);
+        }
+    }
+out:
+    free(rows);
+    free(packed);
+    free(X);
+    free(Y);
+    free(xq);
+    free(xd);
+    free(row);
+    free(scratch);
+    return bad;
+}
+
+TEST(test_panels_q8_0_products_match_the_int8_arithmetic_of_the_stored_rows)
+{
+    static const int shapes[][2] = { { 16, 32 }, { 32, 96 }, { 48, 1024 }, { 80, 160 } };
+    static const int toks[] = { 1, 2, 3, 5, 6, 7, 12, 13, 16, 65, 70 };
+    rng_state = 31;
+    for (size_t b = 0; b < sizeof shapes / sizeof shapes[0]; b++)
+        for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++)
+            for (int mode = 0; mode < 4; mode++)
+                if (check_q8_products(shapes[b][0], shapes[b][1], toks[c], mode))
+                    return;
+    if (!simd_avx512())
+        return;
+    simd_set_avx512(false);             /* the portable loop */
+    const int bad = check_q8_products(48, 1024, 5, 1) || check_q8_products(80, 160, 17, 0) ||
+                    check_q8_products(32, 96, 1, 0);
+    simd_set_avx512(true);
+    CHECK(!bad);
 }

@@ -254,6 +254,16 @@ def golden(ctx, name, seed, s, writer):
         raise CaseFailure(msg)
     if extra.startswith("FAIL"):
         raise CaseFailure(msg)
+    if s["dtype"] == "q8_0":
+        # Q8_0 both as stored and repacked into panels of 16 rows (engine/panels.h; the default
+        # only on AVX-512 with VNNI and without AMX): a prompt takes sgemm on decoded panels
+        for panels in ("0", "1"):
+            out2, _ = run([ctx.hyserve, "logits", "-m", path, "--tokens", ",".join(map(str, tokens)), "--all"],
+                          "hyserve logits", {"HYSERVE_PANELS": panels})
+            err2, worst2, _ = compare(parse_logits(out2, tokens), ref)
+            if err2 > TOL:
+                raise CaseFailure("panels %s: max_rel_err %.3e (tol %.0e) worst pos %d" % (panels, err2, TOL, worst2))
+            msg += ", panels %s %.1e" % (panels, err2)
     return msg
 
 
