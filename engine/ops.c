@@ -551,15 +551,15 @@ static void matmul_shared(int n, float *const *Y, const weight *const *W, const 
     }
 }
 
-/* packed weights: the outer-product kernel for decode steps and short
- * prompts (as the rows' tile), sgemm on decoded panels for longer prompts.
- * Q8_0 keeps the rows' numerics: int8 activations for one token and decode
- * steps, f32 for prompts (sgemm). */
-static bool panels_outer(const weight *W, int n_tok)
+/* packed weights (panels.h): the outer-product kernel for one token and
+ * decode steps (Q8_0 on int8 activations, as the rows'), and on f32
+ * activations for short prompts (as the rows' tile); sgemm on decoded
+ * panels for longer prompts */
+static int panels_path(int n_tok)
 {
-    if (W->type == GGML_Q8_0)
-        return n_tok == 1 || mm_decode_step;
-    return n_tok <= mm_small_max || mm_decode_step;
+    if (n_tok == 1 || mm_decode_step)
+        return PANELS_DECODE;
+    return n_tok <= mm_small_max ? PANELS_OUTER : PANELS_SGEMM;
 }
 
 void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
@@ -573,7 +573,8 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
     int f = 0;                  /* the first packed weight: the group's type and width */
     while (f < n && !W[f]->panels)
         f++;
-    if (n >= 2 && n <= MATMUL_MANY_MAX && f < n && panels_kernel(W[f]) && panels_outer(W[f], n_tok)) {
+    const int path = panels_path(n_tok);
+    if (n >= 2 && n <= MATMUL_MANY_MAX && f < n && panels_kernel(W[f]) && path != PANELS_SGEMM) {
         const weight *P[MATMUL_MANY_MAX];
         float *YP[MATMUL_MANY_MAX];
         bool in[MATMUL_MANY_MAX];
@@ -586,7 +587,7 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
             }
         }
         if (np >= 2) {
-            panels_matmul_many(np, YP, P, X, n_tok, scratch);
+            panels_matmul_many(np, YP, P, X, n_tok, path == PANELS_DECODE, scratch);
             for (int i = 0; i < n; i++)
                 if (!in[i])
                     matmul(Y[i], W[i], X, n_tok, scratch);
@@ -608,7 +609,7 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
 {
     const int n_in = W->n_in, n_out = W->n_out;
     if (W->panels) {        /* BF16/F16/Q8_0 in panels: the outer-product kernel, sgemm for prompts */
-        panels_matmul(Y, W, X, n_tok, panels_outer(W, n_tok), scratch);
+        panels_matmul(Y, W, X, n_tok, panels_path(n_tok), scratch);
         return;
     }
     if (n_tok == 1 || amx_step(W, n_tok)) {

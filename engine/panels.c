@@ -425,6 +425,79 @@ AVX512Q static void q8p_rows(const char *W, size_t ps, int p0, int p1, int n_in,
     }
 }
 
+/* Q8_0 on f32 activations (prompts of 2 to small_max tokens): RV panels x
+ * T tokens (1-12) as pan_tile, each group of 4 k widened to f32 (exact:
+ * q d) and multiplied by every token's activation in one chain of FMAs
+ * over k per output, as for BF16 and F16 */
+INLINEQ void q8f_tile(const char *P, size_t ps, int nb, const float *X, size_t ldx, float *Y, size_t ldy, const int RV,
+                      const int T)
+{
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const char *S = P + (size_t)nb * Q8P_BLOCK;
+    __m512 a[2][12];
+    PAN_UNROLL for (int v = 0; v < RV; v++)
+        PAN_UNROLL for (int t = 0; t < T; t++)
+            a[v][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512 dw[2];
+        PAN_UNROLL for (int v = 0; v < RV; v++)
+            dw[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(S + (size_t)v * ps + (size_t)b * Q8P_SCALES)));
+        for (int g = 0; g < 8; g++) {
+            __m512i u[2];
+            PAN_UNROLL for (int v = 0; v < RV; v++) {
+                const char *p = P + (size_t)v * ps + (size_t)b * Q8P_BLOCK + (size_t)g * 64;
+                _mm_prefetch(p + PANEL_PF, _MM_HINT_T0);
+                u[v] = _mm512_xor_si512(_mm512_loadu_si512(p), bias);      /* q, signed */
+            }
+            const size_t k = 32 * (size_t)b + 4 * (size_t)g;
+            PAN_UNROLL for (int m = 0; m < 4; m++) {
+                __m512 w[2];
+                PAN_UNROLL for (int v = 0; v < RV; v++) {
+                    const __m512i q = m == 3 ? _mm512_srai_epi32(u[v], 24)
+                                             : _mm512_srai_epi32(_mm512_slli_epi32(u[v], 24 - 8 * m), 24);
+                    w[v] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), dw[v]);
+                }
+                PAN_UNROLL for (int t = 0; t < T; t++) {
+                    const __m512 x = _mm512_set1_ps(X[(size_t)t * ldx + k + (size_t)m]);
+                    PAN_UNROLL for (int v = 0; v < RV; v++)
+                        a[v][t] = _mm512_fmadd_ps(w[v], x, a[v][t]);
+                }
+            }
+        }
+    }
+    PAN_UNROLL for (int v = 0; v < RV; v++)
+        PAN_UNROLL for (int t = 0; t < T; t++)
+            _mm512_storeu_ps(Y + (size_t)t * ldy + 16 * v, a[v][t]);
+}
+
+#define Q8F_CASE(RV_, T_)                                                                                      \
+    case (RV_) * 16 + (T_):                                                                                    \
+        q8f_tile(P, ps, nb, x, ldx, y, ldy, RV_, T_);                                                          \
+        break;
+#define Q8F_CASES(RV_)                                                                                         \
+    Q8F_CASE(RV_, 1) Q8F_CASE(RV_, 2) Q8F_CASE(RV_, 3) Q8F_CASE(RV_, 4) Q8F_CASE(RV_, 5) Q8F_CASE(RV_, 6)     \
+    Q8F_CASE(RV_, 7) Q8F_CASE(RV_, 8) Q8F_CASE(RV_, 9) Q8F_CASE(RV_, 10) Q8F_CASE(RV_, 11) Q8F_CASE(RV_, 12)
+
+/* panels [p0, p1) of a Q8_0 W x n_tok f32 tokens, as PAN_ROWS (tiles of 12) */
+AVX512Q static void q8f_rows(const char *W, size_t ps, int p0, int p1, int n_in, const float *X, int n_tok, float *Y,
+                             int n_out)
+{
+    const int nb = n_in / 32;
+    const size_t ldx = (size_t)n_in, ldy = (size_t)n_out;
+    for (int p = p0; p < p1; p += 2) {
+        const int rv = p1 - p >= 2 ? 2 : 1;
+        const char *P = W + (size_t)p * ps;
+        for (int t0 = 0; t0 < n_tok; t0 += 12) {
+            const int nt = n_tok - t0 < 12 ? n_tok - t0 : 12;
+            const float *x = X + (size_t)t0 * ldx;
+            float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
+            switch (rv * 16 + nt) {
+                Q8F_CASES(1) Q8F_CASES(2)
+            }
+        }
+    }
+}
+
 /* Q8_0 panel q (< 4) of a tile decoded to f32, as pan_decode */
 AVX512Q static void q8p_decode(const char *P, int nb, float *tile, int q)
 {
@@ -461,7 +534,7 @@ AVX512P static void pan_decode(const char *P, int n_in, bool bf16, float *tile, 
 }
 
 void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
-                        float *scratch)
+                        bool decode, float *scratch)
 {
     long total = 0, bytes = 0;
     for (int i = 0; i < n; i++) {
@@ -470,15 +543,16 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
     }
     const int n_in = W[0]->n_in;
     const uint32_t type = W[0]->type;
-    /* Q8_0 in passes of up to Q8P_MAX_TOK tokens; the others in one */
-    const int per = type == GGML_Q8_0 ? Q8P_MAX_TOK : n_tok;
+    /* Q8_0 on int8 activations in passes of up to Q8P_MAX_TOK tokens; the others in one */
+    const bool int8 = type == GGML_Q8_0 && (decode || n_tok == 1);
+    const int per = int8 ? Q8P_MAX_TOK : n_tok;
     for (int c0 = 0; c0 < n_tok; c0 += per) {
         const int nc = n_tok - c0 < per ? n_tok - c0 : per;
-        const q8_acts acts = type == GGML_Q8_0 ? q8_acts_at(scratch, n_in, nc) : (q8_acts){ 0 };
+        const q8_acts acts = int8 ? q8_acts_at(scratch, n_in, nc) : (q8_acts){ 0 };
         #pragma omp parallel if (bytes >= 128 * 1024)
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-            if (type == GGML_Q8_0) {                /* each thread quantizes a share of the tokens */
+            if (int8) {                             /* each thread quantizes a share of the tokens */
                 q8_acts_fill(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, acts);
                 #pragma omp barrier
             }
@@ -490,8 +564,10 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
                 const size_t ps = (size_t)PANEL_ROWS * W[i]->row_bytes;
                 float *y = Y[i] + (size_t)c0 * W[i]->n_out;
                 const float *x = X + (size_t)c0 * n_in;
-                if (b > a && type == GGML_Q8_0)
+                if (b > a && int8)
                     q8p_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, acts, nc, y, W[i]->n_out);
+                else if (b > a && type == GGML_Q8_0)
+                    q8f_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
                 else if (b > a && type == GGML_BF16)
                     pan_rows_bf16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
                 else if (b > a)
@@ -502,7 +578,7 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
     }
 }
 
-void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool outer,
+void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, int path,
                    float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out, n_pan = n_out / PANEL_ROWS;
@@ -510,8 +586,11 @@ void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, 
     const char *base = W->data;
     const bool bf16 = W->type == GGML_BF16;
     const bool q8 = W->type == GGML_Q8_0;
-    outer = outer || n_tok == 1 || (!scratch && !q8);
-    if (!panels_kernel(W) && q8 && outer) {
+    if (n_tok == 1)
+        path = PANELS_DECODE;
+    if (path == PANELS_SGEMM && !scratch)
+        path = PANELS_OUTER;
+    if (!panels_kernel(W) && q8 && path == PANELS_DECODE) {
         panels_matmul_plain_q8(Y, W, X, n_tok, scratch);
         return;
     }
@@ -519,9 +598,9 @@ void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, 
         panels_matmul_plain(Y, W, X, n_tok);
         return;
     }
-    if (outer) {
+    if (path != PANELS_SGEMM) {
         float *y = Y;
-        panels_matmul_many(1, &y, &W, X, n_tok, scratch);
+        panels_matmul_many(1, &y, &W, X, n_tok, path == PANELS_DECODE, scratch);
         return;
     }
     const int per = PANEL_TILE_ROWS / PANEL_ROWS, n_tiles = (n_pan + per - 1) / per;

@@ -73,26 +73,34 @@ float panels_get(const weight *w, int r, int k);
  * one; Q8_0 always some, for the int8 activations). */
 long panels_scratch_floats(const weight *w, int n_tok);
 
+/* How panels_matmul multiplies:
+ *   PANELS_DECODE: one token and decode steps: the outer-product kernel;
+ *     Q8_0 on the activations quantized to int8 per block of 32
+ *     (quantize_act_q8, as the rows' one-token product): per block an
+ *     exact int sum, scaled by dw dx and added in block order;
+ *   PANELS_OUTER: short prompts: the outer-product kernel on f32
+ *     activations (Q8_0's weights widened to f32, exact);
+ *   PANELS_SGEMM: longer prompts: sgemm on tiles of 64 rows decoded to f32.
+ * On the kernels every output is one chain over k (or over Q8_0's blocks)
+ * whatever the tile, so a token's result is the same bits alone or in any
+ * decode step. One token always takes PANELS_DECODE. */
+enum { PANELS_DECODE, PANELS_OUTER, PANELS_SGEMM };
+
 /* Y[t * n_out + r] = sum_k W(r, k) X[t * n_in + k] for a packed W (the
- * contract of matmul). outer: the outer-product kernel (decode steps and
- * short prompts); else sgemm on tiles of 64 rows decoded to f32 (prompts).
- * One token always takes the outer kernel. Q8_0's outer kernel runs on
- * the activations quantized to int8 per block of 32 (quantize_act_q8, as
- * the rows' one-token product): per block an exact int sum, scaled by
- * dw dx and added in block order, the same bits for a token alone or in
- * any step; its sgemm path keeps f32 activations.
- * Without the kernels (panels_kernel() false): a plain loop, over
- * panels_get or (Q8_0, outer) the same int8 arithmetic.
+ * contract of matmul), on path (above). Without the kernels
+ * (panels_kernel() false): a plain loop, over panels_get or (Q8_0,
+ * PANELS_DECODE) the same int8 arithmetic as the kernel.
  * scratch: panels_scratch_floats(W, n_tok) floats (BF16, F16: may be NULL,
- * which means outer). */
-void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool outer,
+ * which takes PANELS_OUTER for PANELS_SGEMM). */
+void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, int path,
                    float *scratch);
 
 /* Y[i] = X W[i]^T for n packed weights of one type and width on the
  * outer-product kernel in one parallel region (their panels concatenated
- * and split between the threads), as matmul_many does for rows. Only
- * where panels_kernel(); scratch as panels_matmul's for W[0]. */
+ * and split between the threads), as matmul_many does for rows; decode:
+ * PANELS_DECODE's arithmetic, else PANELS_OUTER's. Only where
+ * panels_kernel(); scratch as panels_matmul's for W[0]. */
 void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
-                        float *scratch);
+                        bool decode, float *scratch);
 
 #endif

@@ -124,8 +124,9 @@ TEST(test_panels_q8_0_layout_puts_each_quant_and_scale_where_the_header_says)
         }
 }
 
-/* mode 0: matmul as a prompt; 1: matmul as a decode step; 2: panels_matmul
- * on the outer-product kernel; 3: on sgemm */
+/* mode 0: matmul as a prompt; 1: matmul as a decode step; 2, 3, 4:
+ * panels_matmul on PANELS_DECODE, PANELS_OUTER, PANELS_SGEMM */
+enum { N_MODES = 5 };
 static void run_mode(float *Y, const weight *w, const float *X, int n_tok, int mode, float *scratch)
 {
     if (mode == 0) {
@@ -135,7 +136,7 @@ static void run_mode(float *Y, const weight *w, const float *X, int n_tok, int m
         matmul(Y, w, X, n_tok, scratch);
         matmul_set_decode_step(false);
     } else {
-        panels_matmul(Y, w, X, n_tok, mode == 2, scratch);
+        panels_matmul(Y, w, X, n_tok, mode == 2 ? PANELS_DECODE : mode == 3 ? PANELS_OUTER : PANELS_SGEMM, scratch);
     }
 }
 
@@ -216,12 +217,12 @@ TEST(test_panels_products_match_double_dots_of_the_stored_rows)
     for (size_t a = 0; a < 2; a++)
         for (size_t b = 0; b < sizeof shapes / sizeof shapes[0]; b++)
             for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++)
-                for (int mode = 0; mode < 4; mode++) {    /* matmul as prompt, as decode step; outer; sgemm */
+                for (int mode = 0; mode < N_MODES; mode++) {
                     if (check_products(types[a], shapes[b][0], shapes[b][1], toks[c], mode))
                         return;
                     n++;
                 }
-    CHECK(n == 2 * 4 * 16 * 4);
+    CHECK(n == 2 * 4 * 16 * N_MODES);
     if (!simd_avx512())
         return;
     /* the portable loop too, where the CPU would take the kernels */
@@ -317,9 +318,9 @@ TEST(test_panels_decode_step_outputs_equal_each_token_alone)
                      .row_bytes = q8 ? N_IN / 32 * 34 : 2 * N_IN, .panels = true };
         float *sc = q8 ? scratch : NULL;
         for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++) {
-            panels_matmul(Y, &w, X, toks[c], true, sc);
+            panels_matmul(Y, &w, X, toks[c], PANELS_DECODE, sc);
             for (int t = 0; t < toks[c]; t++) {
-                panels_matmul(one, &w, X + (size_t)t * N_IN, 1, true, sc);
+                panels_matmul(one, &w, X + (size_t)t * N_IN, 1, PANELS_DECODE, sc);
                 if (memcmp(one, Y + (size_t)t * N_OUT, sizeof one)) {
                     CHECK_MSG(0, "type %u: token %d of a step of %d differs from the token alone", types[a], t,
                               toks[c]);
@@ -438,7 +439,7 @@ TEST(test_panels_q8_0_products_match_the_int8_arithmetic_of_the_stored_rows)
     rng_state = 31;
     for (size_t b = 0; b < sizeof shapes / sizeof shapes[0]; b++)
         for (size_t c = 0; c < sizeof toks / sizeof toks[0]; c++)
-            for (int mode = 0; mode < 4; mode++)
+            for (int mode = 0; mode < N_MODES; mode++)
                 if (check_q8_products(shapes[b][0], shapes[b][1], toks[c], mode))
                     return;
     if (!simd_avx512())
