@@ -71,7 +71,14 @@ int cache_init(cache *c, const cache_layout *l)
             c->budget_bytes = DEFAULT_BUDGET_CAP;
     }
     c->seqs = calloc((size_t)c->max_seqs, sizeof *c->seqs);
-    return c->seqs ? 0 : -1;
+    c->free_slots = calloc((size_t)c->max_seqs, sizeof *c->free_slots);
+    return c->seqs && c->free_slots ? 0 : -1;
+}
+
+/* A sequence's DeltaNet slot: the state, then the conv ring, one block */
+static size_t slot_bytes(const cache *c)
+{
+    return (size_t)((c->state_bytes + c->conv_bytes + 63) & ~(uint64_t)63) + 64;
 }
 
 void cache_deinit(cache *c)
@@ -82,6 +89,9 @@ void cache_deinit(cache *c)
     for (int i = 0; i < c->n_free_pages; i++)
         free(c->free_pages[i]);
     free(c->free_pages);
+    for (int i = 0; i < c->n_free_slots; i++)
+        free(c->free_slots[i]);
+    free(c->free_slots);
     free(c->seqs);
     memset(c, 0, sizeof *c);
 }
@@ -104,15 +114,23 @@ int cache_seq_new(cache *c)
     cache_seq *s = &c->seqs[id];
     memset(s, 0, sizeof *s);
     s->pages = calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(uint8_t *));
-    s->conv = calloc(1, c->conv_bytes ? c->conv_bytes : 1);
-    s->state = calloc(1, c->state_bytes ? c->state_bytes : 1);
-    if (!s->pages || !s->conv || !s->state) {
+    /* The slot of a freed sequence if there is one, else a new one. Zeroed
+     * by writing: the recurrent step reads the state before it writes it,
+     * and on untouched (calloc'd, mmap'd) pages that read maps the zero
+     * page and the write then copies it, with a TLB flush across the
+     * threads: a fresh sequence's 16-token prompt took 310-330 ms against
+     * 200 on reused memory (Q8_0 0.8B shape, 2 threads, 10k page faults). */
+    const size_t sb = slot_bytes(c);
+    uint8_t *slot = c->n_free_slots ? c->free_slots[--c->n_free_slots] : aligned_alloc(64, sb);
+    if (!s->pages || !slot) {
         free(s->pages);
-        free(s->conv);
-        free(s->state);
+        free(slot);
         memset(s, 0, sizeof *s);
         return -1;
     }
+    memset(slot, 0, sb);
+    s->state = (float *)slot;
+    s->conv = (float *)(slot + ((c->state_bytes + 63) & ~(uint64_t)63));
     s->live = true;
     c->reserved_bytes += c->conv_bytes + c->state_bytes;
     c->n_live++;
@@ -134,8 +152,10 @@ void cache_seq_free(cache *c, int id)
     c->n_pages_used -= s->n_pages;
     c->reserved_bytes -= c->conv_bytes + c->state_bytes + (uint64_t)s->n_pages * c->page_bytes;
     free(s->pages);
-    free(s->conv);
-    free(s->state);
+    if (c->n_free_slots < c->max_seqs)                     /* the slot, for the next sequence */
+        c->free_slots[c->n_free_slots++] = (uint8_t *)s->state;
+    else
+        free(s->state);
     memset(s, 0, sizeof *s);
     c->n_live--;
 }

@@ -22,8 +22,8 @@ typedef struct cache_seq {
     int n_past;                 /* tokens whose K/V and state are in the cache */
     int n_pages;                /* pages reserved */
     uint8_t **pages;            /* [max_pages] page pointers, first n_pages valid */
-    float *conv;                /* [n_dnet][K-1][conv_dim], a ring: input x_p in row p % (K-1) */
-    float *state;               /* [n_dnet][n_v][d_v][d_k] (llama.cpp order: S^T of HF) */
+    float *state;               /* [n_dnet][n_v][d_v][d_k] (llama.cpp order: S^T of HF); the slot */
+    float *conv;                /* [n_dnet][K-1][conv_dim], a ring: input x_p in row p % (K-1); in the slot after the state */
 } cache_seq;
 
 typedef struct cache {
@@ -47,6 +47,8 @@ typedef struct cache {
     int n_pages_used;
     uint8_t **free_pages;               /* recycled pages */
     int n_free_pages, cap_free_pages;
+    uint8_t **free_slots;               /* recycled DeltaNet slots (state, then conv) */
+    int n_free_slots;                   /* at most max_seqs */
     cache_seq *seqs;                    /* [max_seqs] */
     int n_live;
     memplan_layout plan;                /* the layout every byte count above comes from */

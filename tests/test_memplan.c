@@ -2,9 +2,11 @@
  * architectures.md section 8, the Jamba paper's 4 GB at 256K) and against
  * the live cache manager. The presets under config/presets/ are the input,
  * so these tests also check the preset files. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cache.h"
 #include "engine.h"
 #include "presets.h"
 #include "synth.h"
@@ -197,4 +199,43 @@ TEST(test_synth_from_a_preset_has_exactly_the_preset_cache_layout)
     /* Mamba layers have no engine implementation: a clear refusal */
     CHECK(load("jamba-v0.1", &want) == 0);
     CHECK(synth_from_layout(&want, &sc, err, sizeof err) == -1 && strstr(err, "Mamba"));
+}
+
+/* A freed sequence's DeltaNet slot (state and conv ring) goes to the next
+ * sequence, zeroed (a new sequence starts from S = 0 and an empty conv
+ * window); live sequences' slots never overlap; the budget counts live
+ * sequences only. */
+TEST(test_cache_recycles_deltanet_slots_zeroed_and_apart)
+{
+    cache_layout l = { .n_dnet = 2, .conv_kernel = 4, .conv_dim = 24, .n_v = 2, .d_v = 8, .d_k = 8,
+                       .page_tokens = 16, .n_ctx = 64, .max_seqs = 3 };
+    cache c;
+    CHECK(cache_init(&c, &l) == 0);
+    CHECK(c.state_bytes == 2 * 2 * 8 * 8 * 4 && c.conv_bytes > 0);
+    int a = cache_seq_new(&c), b = cache_seq_new(&c);
+    CHECK(a >= 0 && b >= 0);
+    cache_seq *sa = cache_get(&c, a), *sb = cache_get(&c, b);
+    const uintptr_t a0 = (uintptr_t)sa->state, a1 = (uintptr_t)sa->conv + c.conv_bytes;
+    const uintptr_t b0 = (uintptr_t)sb->state, b1 = (uintptr_t)sb->conv + c.conv_bytes;
+    CHECK(a1 <= b0 || b1 <= a0);
+    CHECK((uintptr_t)sa->conv >= a0 + c.state_bytes);
+    memset(sa->state, 0x7f, c.state_bytes);
+    memset(sa->conv, 0x7f, c.conv_bytes);
+    float *old_state = sa->state;
+    cache_seq_free(&c, a);
+    CHECK(c.reserved_bytes == c.state_bytes + c.conv_bytes);
+    int a2 = cache_seq_new(&c);
+    CHECK(a2 >= 0);
+    cache_seq *s2 = cache_get(&c, a2);
+    CHECK(s2->state == old_state);          /* recycled */
+    int nz = 0;
+    for (uint64_t i = 0; i < c.state_bytes / 4; i++)
+        nz += s2->state[i] != 0.0f;
+    for (uint64_t i = 0; i < c.conv_bytes / 4; i++)
+        nz += s2->conv[i] != 0.0f;
+    CHECK_MSG(nz == 0, "%d numbers of a recycled slot not zeroed", nz);
+    cache_seq_free(&c, a2);
+    cache_seq_free(&c, b);
+    CHECK(c.reserved_bytes == 0 && c.n_live == 0);
+    cache_deinit(&c);
 }
