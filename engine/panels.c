@@ -425,6 +425,14 @@ AVX512Q static void q8p_rows(const char *W, size_t ps, int p0, int p1, int n_in,
     }
 }
 
+/* byte m of each dword of u (signed quants, 16 rows x 4 k), times the
+ * rows' scales: k = 4g + m of the 16 rows as f32 (exact) */
+INLINEQ __m512 q8_widen(__m512i u, const int m, __m512 dw)
+{
+    const __m512i q = m == 3 ? _mm512_srai_epi32(u, 24) : _mm512_srai_epi32(_mm512_slli_epi32(u, 24 - 8 * m), 24);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), dw);
+}
+
 /* Q8_0 on f32 activations (prompts of 2 to small_max tokens): RV panels x
  * T tokens (1-12) as pan_tile, each group of 4 k widened to f32 (exact:
  * q d) and multiplied by every token's activation in one chain of FMAs
@@ -452,11 +460,8 @@ INLINEQ void q8f_tile(const char *P, size_t ps, int nb, const float *X, size_t l
             const size_t k = 32 * (size_t)b + 4 * (size_t)g;
             PAN_UNROLL for (int m = 0; m < 4; m++) {
                 __m512 w[2];
-                PAN_UNROLL for (int v = 0; v < RV; v++) {
-                    const __m512i q = m == 3 ? _mm512_srai_epi32(u[v], 24)
-                                             : _mm512_srai_epi32(_mm512_slli_epi32(u[v], 24 - 8 * m), 24);
-                    w[v] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), dw[v]);
-                }
+                PAN_UNROLL for (int v = 0; v < RV; v++)
+                    w[v] = q8_widen(u[v], m, dw[v]);
                 PAN_UNROLL for (int t = 0; t < T; t++) {
                     const __m512 x = _mm512_set1_ps(X[(size_t)t * ldx + k + (size_t)m]);
                     PAN_UNROLL for (int v = 0; v < RV; v++)
@@ -508,12 +513,10 @@ AVX512Q static void q8p_decode(const char *P, int nb, float *tile, int q)
         for (int g = 0; g < 8; g++) {
             const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(P + (size_t)b * Q8P_BLOCK + (size_t)g * 64), bias);
             float *o = tile + (size_t)(32 * b + 4 * g) * PANEL_TILE_ROWS + 16 * q;
-            _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24)), dw));
-            _mm512_storeu_ps(o + PANEL_TILE_ROWS,
-                             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24)), dw));
-            _mm512_storeu_ps(o + 2 * PANEL_TILE_ROWS,
-                             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 8), 24)), dw));
-            _mm512_storeu_ps(o + 3 * PANEL_TILE_ROWS, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(v, 24)), dw));
+            _mm512_storeu_ps(o, q8_widen(v, 0, dw));
+            _mm512_storeu_ps(o + PANEL_TILE_ROWS, q8_widen(v, 1, dw));
+            _mm512_storeu_ps(o + 2 * PANEL_TILE_ROWS, q8_widen(v, 2, dw));
+            _mm512_storeu_ps(o + 3 * PANEL_TILE_ROWS, q8_widen(v, 3, dw));
         }
     }
 }
