@@ -47,6 +47,9 @@ typedef struct cache {
     int n_pages_used;
     uint8_t **free_pages;               /* recycled pages */
     int n_free_pages, cap_free_pages;
+    uint8_t **regions;                  /* where pages are carved from (cache.c) */
+    int n_regions, cap_regions;
+    size_t region_bytes, region_used;   /* each region's size; bytes used in the last */
     uint8_t **free_slots;               /* recycled DeltaNet slots (state, then conv) */
     int n_free_slots;                   /* at most max_seqs */
     cache_seq *seqs;                    /* [max_seqs] */

@@ -3,6 +3,7 @@
  * the live cache manager. The presets under config/presets/ are the input,
  * so these tests also check the preset files. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -237,5 +238,44 @@ TEST(test_cache_recycles_deltanet_slots_zeroed_and_apart)
     cache_seq_free(&c, a2);
     cache_seq_free(&c, b);
     CHECK(c.reserved_bytes == 0 && c.n_live == 0);
+    cache_deinit(&c);
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    const uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* KV pages carved from regions: every page whole and apart from the
+ * others, 64-byte aligned, across more than one region; a freed
+ * sequence's pages go to the next without new regions. */
+TEST(test_cache_pages_from_regions_are_whole_apart_and_recycled)
+{
+    cache_layout l = { .n_attn = 1, .n_kv = 1, .head_dim = 64, .page_tokens = 16, .n_ctx = 8192, .max_seqs = 2,
+                       .budget_bytes = 64ull << 20 };
+    cache c;
+    CHECK(cache_init(&c, &l) == 0);
+    const int n_tok = 300 * 16;                 /* 300 pages of 8 KiB: two 2 MiB regions */
+    int a = cache_seq_new(&c);
+    CHECK(a >= 0 && cache_reserve(&c, a, n_tok) == 0);
+    cache_seq *s = cache_get(&c, a);
+    CHECK(s->n_pages == 300 && c.n_regions >= 2);
+    uintptr_t p[300];
+    for (int i = 0; i < 300; i++) {
+        p[i] = (uintptr_t)s->pages[i];
+        CHECK(p[i] % 64 == 0);
+        memset(s->pages[i], i & 0xff, c.page_bytes);        /* whole page writable */
+    }
+    qsort(p, 300, sizeof p[0], cmp_ptr);
+    for (int i = 1; i < 300; i++)
+        CHECK_MSG(p[i] >= p[i - 1] + c.page_bytes, "pages %d and %d overlap", i - 1, i);
+    const int regions = c.n_regions;
+    cache_seq_free(&c, a);
+    int b = cache_seq_new(&c);
+    CHECK(b >= 0 && cache_reserve(&c, b, n_tok) == 0);
+    CHECK(c.n_regions == regions);
+    cache_seq_free(&c, b);
+    CHECK(c.reserved_bytes == 0);
     cache_deinit(&c);
 }
