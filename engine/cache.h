@@ -4,7 +4,9 @@
  * Attention KV lives in fixed-size pages of page_tokens tokens (all
  * attention layers of a token range in one page); DeltaNet conv and
  * recurrent state live in one slot per sequence. Budget checks happen at
- * reservation, so the forward pass never allocates.
+ * reservation, so the forward pass never allocates. Pages are carved from
+ * 2 MiB-aligned regions (transparent huge pages advised); freed pages and
+ * slots are kept for the next sequences until cache_deinit.
  * Does not own: what is computed into the cache (attention.c, deltanet.c).
  * Owned by the engine's owner thread.
  */
