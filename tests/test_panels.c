@@ -353,10 +353,11 @@ static uint8_t *q8_rows(int n_out, int n_in)
     return rows;
 }
 
-/* Q8_0 products against the rows as stored: on int8 activations
- * (one token, decode steps, the outer kernel) the sums of quant.h's
- * dot_q8_0_act_ref over quantize_act_q8_ref's activations, in double;
- * prompts (sgemm on decoded panels) double dots of the dequantized rows. */
+/* Q8_0 products against the rows as stored. On int8 activations (one
+ * token, decode steps: modes 1 and 2): per block the exact int sum of the
+ * stored quants with quantize_act_q8_ref's activations, times dw dx, in
+ * double. On f32 activations (prompts: mode 0 from 2 tokens, PANELS_OUTER,
+ * PANELS_SGEMM): double dots of the dequantized rows. */
 static int check_q8_products(int n_out, int n_in, int n_tok, int mode)
 {
     const int nb = n_in / 32;
