@@ -348,15 +348,18 @@ PAN_ROWS(pan_rows_f16, false)
 #define Q8P_TG 6
 #endif
 
-INLINEQ void q8p_tile(const char *P, size_t ps, int nb, q8_acts a, size_t n_in, float *Y, size_t ldy, const int RV,
-                      const int T)
+/* blocks [b0, b1) of the tile; after block 0 the sums so far come from Y.
+ * Prefetch: PANEL_PF ahead in the panels into L1, or (ahead) the same
+ * place in the next pair, 2 ps on, into L2. */
+INLINEQ void q8p_tile(const char *P, size_t ps, int nb, int b0, int b1, q8_acts a, size_t n_in, float *Y,
+                      size_t ldy, const int RV, const int T, bool ahead)
 {
     __m512 acc[2][Q8P_TG];
     const char *S = P + (size_t)nb * Q8P_BLOCK;
     PAN_UNROLL for (int v = 0; v < RV; v++)
         PAN_UNROLL for (int t = 0; t < T; t++)
-            acc[v][t] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
+            acc[v][t] = b0 ? _mm512_loadu_ps(Y + (size_t)t * ldy + 16 * v) : _mm512_setzero_ps();
+    for (int b = b0; b < b1; b++) {
         __m512i s[2][Q8P_TG];
         PAN_UNROLL for (int t = 0; t < T; t++) {
             const __m512i c = _mm512_set1_epi32(a.c[(size_t)t * nb + b]);
@@ -367,7 +370,10 @@ INLINEQ void q8p_tile(const char *P, size_t ps, int nb, q8_acts a, size_t n_in, 
             __m512i w[2];
             PAN_UNROLL for (int v = 0; v < RV; v++) {
                 const char *p = P + (size_t)v * ps + (size_t)b * Q8P_BLOCK + (size_t)g * 64;
-                _mm_prefetch(p + PANEL_PF, _MM_HINT_T0);
+                if (ahead)
+                    _mm_prefetch(p + 2 * ps, _MM_HINT_T1);
+                else
+                    _mm_prefetch(p + PANEL_PF, _MM_HINT_T0);
                 w[v] = _mm512_loadu_si512(p);
             }
             PAN_UNROLL for (int t = 0; t < T; t++) {
@@ -381,7 +387,10 @@ INLINEQ void q8p_tile(const char *P, size_t ps, int nb, q8_acts a, size_t n_in, 
         __m512 dw[2];
         PAN_UNROLL for (int v = 0; v < RV; v++) {
             const char *sc = S + (size_t)v * ps + (size_t)b * Q8P_SCALES;
-            _mm_prefetch(sc + PANEL_PF / 16, _MM_HINT_T0);
+            if (ahead)
+                _mm_prefetch(sc + 2 * ps, _MM_HINT_T1);
+            else
+                _mm_prefetch(sc + PANEL_PF / 16, _MM_HINT_T0);
             dw[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
         }
         PAN_UNROLL for (int t = 0; t < T; t++) {
@@ -397,7 +406,7 @@ INLINEQ void q8p_tile(const char *P, size_t ps, int nb, q8_acts a, size_t n_in, 
 
 #define Q8P_CASE(RV_, T_)                                                                                      \
     case (RV_) * 16 + (T_):                                                                                    \
-        q8p_tile(P, ps, nb, at, (size_t)n_in, y, ldy, RV_, T_);                                                \
+        q8p_tile(P, ps, nb, k0, k1, at, (size_t)n_in, y, ldy, RV_, T_, ahead);                                 \
         break;
 #define Q8P_CASES(RV_) Q8P_CASE(RV_, 1) Q8P_CASE(RV_, 2) Q8P_CASE(RV_, 3) Q8P_CASE(RV_, 4) Q8P_CASE(RV_, 5) \
     Q8P_CASE(RV_, 6)
@@ -405,21 +414,38 @@ INLINEQ void q8p_tile(const char *P, size_t ps, int nb, q8_acts a, size_t n_in, 
 #error "Q8P_CASES lists tiles of 1-6 tokens"
 #endif
 
-/* panels [p0, p1) of a Q8_0 W x the n_tok tokens of a, as PAN_ROWS */
+/* blocks per chunk when a pair of panels takes several token groups */
+#ifndef Q8P_KC
+#define Q8P_KC 8
+#endif
+
+/* panels [p0, p1) of a Q8_0 W x the n_tok tokens of a, pairs of panels in
+ * turn. A step of more than Q8P_TG tokens multiplies at about the rate DRAM
+ * delivers its weights (16 MACs per weight byte against ~64 per cycle and
+ * core), so the two must overlap: each pair goes in chunks of Q8P_KC blocks,
+ * every token group on a chunk before the next (a chunk of a pair, 8.5 KiB,
+ * stays in L1), and the groups after the first prefetch the next pair into
+ * L2. Before, all of a pair for the first group, then the rest: the first
+ * group waited on DRAM and the others left it idle. Same FMAs in the same
+ * order per output, so the same bits. */
 AVX512Q static void q8p_rows(const char *W, size_t ps, int p0, int p1, int n_in, q8_acts a, int n_tok, float *Y,
                              int n_out)
 {
-    const int nb = n_in / 32;
+    const int nb = n_in / 32, kc = n_tok > Q8P_TG ? Q8P_KC : nb;
     const size_t ldy = (size_t)n_out;
     for (int p = p0; p < p1; p += 2) {
         const int rv = p1 - p >= 2 ? 2 : 1;
         const char *P = W + (size_t)p * ps;
-        for (int t0 = 0; t0 < n_tok; t0 += Q8P_TG) {
-            const int nt = n_tok - t0 < Q8P_TG ? n_tok - t0 : Q8P_TG;
-            const q8_acts at = { a.q + (size_t)t0 * n_in, a.d + (size_t)t0 * nb, a.c + (size_t)t0 * nb };
-            float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
-            switch (rv * 16 + nt) {
-                Q8P_CASES(1) Q8P_CASES(2)
+        for (int k0 = 0; k0 < nb; k0 += kc) {
+            const int k1 = nb - k0 < kc ? nb : k0 + kc;
+            for (int t0 = 0; t0 < n_tok; t0 += Q8P_TG) {
+                const int nt = n_tok - t0 < Q8P_TG ? n_tok - t0 : Q8P_TG;
+                const bool ahead = t0 > 0 && p + 2 < p1;
+                const q8_acts at = { a.q + (size_t)t0 * n_in, a.d + (size_t)t0 * nb, a.c + (size_t)t0 * nb };
+                float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
+                switch (rv * 16 + nt) {
+                    Q8P_CASES(1) Q8P_CASES(2)
+                }
             }
         }
     }
