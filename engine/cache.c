@@ -28,6 +28,8 @@ int cache_init(cache *c, const cache_layout *l)
     c->n_v = l->n_v;
     c->d_v = l->d_v;
     c->d_k = l->d_k;
+    c->state_type = l->state_type == GGML_BF16 ? GGML_BF16 : GGML_F32;
+    c->state_es = c->state_type == GGML_F32 ? 4 : 2;
     c->page_tokens = l->page_tokens > 0 ? l->page_tokens : 16;
     c->n_ctx = l->n_ctx;
     c->max_seqs = l->max_seqs;
@@ -54,7 +56,8 @@ int cache_init(cache *c, const cache_layout *l)
     /* conv_dim = 2 n_k d_k + n_v d_v: recover n_k for the planner */
     pl->dnet_k_heads = l->d_k ? (l->conv_dim - l->n_v * l->d_v) / (2 * l->d_k) : 0;
     pl->kv_bytes = (int)c->kv_es;
-    pl->state_bytes = 4;
+    pl->state_bytes = (int)c->state_es;
+    pl->conv_bytes = 4;
     pl->page_tokens = c->page_tokens;
     pl->max_context = l->n_ctx;
     memplan_costs mc;
@@ -132,7 +135,7 @@ int cache_seq_new(cache *c)
         return -1;
     }
     memset(slot, 0, sb);
-    s->state = (float *)slot;
+    s->state = slot;
     s->conv = (float *)(slot + ((c->state_bytes + 63) & ~(uint64_t)63));
     s->live = true;
     c->reserved_bytes += c->conv_bytes + c->state_bytes;

@@ -24,7 +24,7 @@ typedef struct cache_seq {
     int n_past;                 /* tokens whose K/V and state are in the cache */
     int n_pages;                /* pages reserved */
     uint8_t **pages;            /* [max_pages] page pointers, first n_pages valid */
-    float *state;               /* [n_dnet][n_v][d_v][d_k] (llama.cpp order: S^T of HF); the slot */
+    void *state;                /* [n_dnet][n_v][d_v][d_k] of state_type (llama.cpp order: S^T of HF); the slot */
     float *conv;                /* [n_dnet][K-1][conv_dim], a ring: input x_p in row p % (K-1); in the slot after the state */
 } cache_seq;
 
@@ -36,6 +36,8 @@ typedef struct cache {
     size_t kv_es;                       /* bytes per cached number */
     int n_dnet, conv_rows, conv_dim;    /* conv_rows = K-1 */
     int n_v, d_v, d_k;                  /* recurrent state shape */
+    uint32_t state_type;                /* its numbers: GGML_F32 or GGML_BF16 */
+    size_t state_es;                    /* bytes per state number */
     int page_tokens, max_pages;         /* max_pages = ceil(n_ctx / page_tokens) */
     int n_ctx, max_seqs;
     uint64_t page_bytes;                /* page_tokens * (kv + mla) bytes per token */
@@ -64,6 +66,7 @@ typedef struct cache_layout {
     int n_attn, n_kv, head_dim, n_head;
     int n_mla, mla_dim, mla_rope, mla_nope, mla_v;
     uint32_t kv_type;                   /* GGML_F32 (0, default), GGML_F16, GGML_BF16 */
+    uint32_t state_type;                /* DeltaNet recurrent state: GGML_F32 (0, default) or GGML_BF16 */
     int n_dnet, conv_kernel, conv_dim, n_v, d_v, d_k;
     int page_tokens, n_ctx, max_seqs;
     uint64_t budget_bytes;              /* 0: room for max_seqs full contexts, capped */

@@ -14,9 +14,12 @@
 #include <omp.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "layers.h"
 #include "ops.h"
+#include "quant.h"
 #include "simd.h"
+#include "simd512.h"
 
 #ifndef DNET_CHUNK
 #define DNET_CHUNK 64
@@ -180,8 +183,10 @@ static void dnet_recurrent_fast(int n, int d_k, int d_v, const float *q, int q_s
 
 long dnet_scratch_floats(const model *m)
 {
-    /* chunk scratch + beta and g gathered for up to ENGINE_UBATCH rows */
-    return dnet_chunk_scratch_floats(m->ssm_d_k, m->ssm_d_v) + 2 * ENGINE_UBATCH;
+    /* chunk scratch + beta and g gathered for up to ENGINE_UBATCH rows + one
+     * head's state in f32 (when the cache keeps it in bf16) */
+    return dnet_chunk_scratch_floats(m->ssm_d_k, m->ssm_d_v) + 2 * ENGINE_UBATCH +
+           (long)m->ssm_d_k * m->ssm_d_v;
 }
 
 /* Rows [row0, row0 + n) of all items are contiguous in the pass and the
@@ -322,12 +327,27 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
             bt[t] = B[(size_t)(it->row0 + t) * NV + h];
             gt[t] = A[(size_t)(it->row0 + t) * NV + h];
         }
-        float *S = it->s->state + (size_t)ld * NV * DV * DK + (size_t)h * DV * DK;     /* [DV][DK] */
+        const size_t at = (size_t)ld * NV * DV * DK + (size_t)h * DV * DK;            /* [DV][DK] */
+        const bool b16 = c->state_type == GGML_BF16;
         float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
+        if (b16 && it->n == 1 && !chunked && simd_avx2()) {     /* a decode step: in place */
+            uint16_t *S16 = (uint16_t *)it->s->state + at;
+            if (simd_avx512() && DK % 16 == 0 && DV % 4 == 0)
+                avx512_dnet_step_bf16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
+            else
+                avx2_dnet_step_bf16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
+            continue;
+        }
+        /* else a bf16 state runs in f32 in scratch, rounded back at the end of the call */
+        float *S = b16 ? bt + 2 * ENGINE_UBATCH : (float *)it->s->state + at;
+        if (b16)
+            dequant_row_fast(GGML_BF16, (const uint16_t *)it->s->state + at, S, DV * DK);
         if (chunked)
             dnet_chunked_head(it->n, DK, DV, q, CD, k, CD, v, CD, bt, gt, S, o, NV * DV, sc);
         else
             dnet_recurrent_fast(it->n, DK, DV, q, CD, k, CD, v, CD, bt, gt, S, o, NV * DV);
+        if (b16)
+            quantize_row_fast(GGML_BF16, S, (uint16_t *)it->s->state + at, DV * DK);
     }
 
     /* (h): o_h = rmsnorm(o_h) * w * silu(z_h) */

@@ -142,6 +142,7 @@ static void fill_info(engine *e)
     in->add_bos = tok_add_bos(e->tok);
     in->kv_dtype = e->kv.kv_type == GGML_F16 ? "f16" : e->kv.kv_type == GGML_BF16 ? "bf16" : "f32";
     in->kv_dtype_bytes = (int)e->kv.kv_es;
+    in->state_dtype = e->kv.state_type == GGML_BF16 ? "bf16" : "f32";
 }
 
 engine *engine_open(const engine_params *p, char *err, size_t errlen)
@@ -176,6 +177,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         .n_mla = m->n_mla, .mla_dim = m->mla_kv_lora + m->mla_rope, .mla_rope = m->mla_rope,
         .mla_nope = m->mla_nope, .mla_v = m->mla_v,
         .kv_type = p->kv_dtype == ENGINE_KV_F16 ? GGML_F16 : p->kv_dtype == ENGINE_KV_BF16 ? GGML_BF16 : GGML_F32,
+        .state_type = p->state_dtype == ENGINE_STATE_BF16 ? GGML_BF16 : GGML_F32,
         .n_dnet = m->n_dnet, .conv_kernel = m->ssm_k, .conv_dim = m->conv_dim,
         .n_v = m->ssm_n_v, .d_v = m->ssm_d_v, .d_k = m->ssm_d_k,
         .page_tokens = p->page_tokens, .n_ctx = n_ctx,

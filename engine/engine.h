@@ -51,6 +51,16 @@ enum engine_kv_dtype {
     ENGINE_KV_BF16 = 2,
 };
 
+/* Element type of the DeltaNet recurrent state between forward calls (the
+ * conv window stays f32). A call loads each head's state into f32, runs all
+ * its tokens in f32 and stores it back; bf16 rounds it (to nearest even) at
+ * that store: half the bytes per sequence and per decode step, for a
+ * rounding of the state after every call (SGLang's --mamba-ssm-dtype). */
+enum engine_state_dtype {
+    ENGINE_STATE_F32 = 0,
+    ENGINE_STATE_BF16 = 1,
+};
+
 typedef struct engine_params {
     const char *model_path;
     int n_threads;              /* <= 0: all cores */
@@ -61,6 +71,7 @@ typedef struct engine_params {
     int dnet_mode;              /* enum engine_dnet_mode */
     int mla_mode;               /* enum engine_mla_mode */
     int kv_dtype;               /* enum engine_kv_dtype */
+    int state_dtype;            /* enum engine_state_dtype */
     bool huge_weights;          /* read the weights into 2 MiB huge pages instead
                                    of serving them from the file mapping */
 } engine_params;
@@ -104,6 +115,7 @@ typedef struct engine_info {
     bool add_bos;
     const char *kv_dtype;               /* "f32", "f16" or "bf16" */
     int kv_dtype_bytes;                 /* bytes per cached number */
+    const char *state_dtype;            /* DeltaNet recurrent state: "f32" or "bf16" */
 } engine_info;
 
 /* Cache held by one sequence, in bytes. reserved counts whole pages,

@@ -5,7 +5,7 @@ static uint64_t u(int x) { return x > 0 ? (uint64_t)x : 0; }
 
 void memplan_costs_of(const memplan_layout *l, memplan_costs *c)
 {
-    const uint64_t kvb = u(l->kv_bytes), sb = u(l->state_bytes);
+    const uint64_t kvb = u(l->kv_bytes), sb = u(l->state_bytes), cb = l->conv_bytes > 0 ? u(l->conv_bytes) : sb;
     c->gqa_numbers_per_token_layer = 2 * u(l->attn_kv_heads) * u(l->attn_head_dim);
     c->mla_numbers_per_token_layer = u(l->mla_kv_lora) + u(l->mla_rope);
     c->attn_kv_bytes_per_token = u(l->attn_layers) * c->gqa_numbers_per_token_layer * kvb;
@@ -16,7 +16,7 @@ void memplan_costs_of(const memplan_layout *l, memplan_costs *c)
      * of every channel of [q | k | v] */
     uint64_t conv_dim = 2 * u(l->dnet_k_heads) * u(l->dnet_d_k) + u(l->dnet_v_heads) * u(l->dnet_d_v);
     c->dnet_state_bytes_per_seq = u(l->dnet_layers) * u(l->dnet_v_heads) * u(l->dnet_d_k) * u(l->dnet_d_v) * sb;
-    c->dnet_conv_bytes_per_seq = u(l->dnet_layers) * (l->dnet_conv > 1 ? u(l->dnet_conv - 1) : 0) * conv_dim * sb;
+    c->dnet_conv_bytes_per_seq = u(l->dnet_layers) * (l->dnet_conv > 1 ? u(l->dnet_conv - 1) : 0) * conv_dim * cb;
     /* Mamba-1: d_state x d_inner SSM state + K-1 conv inputs of d_inner */
     c->mamba_bytes_per_seq = u(l->mamba_layers) * u(l->mamba_d_inner) *
                              (u(l->mamba_d_state) + (l->mamba_conv > 1 ? u(l->mamba_conv - 1) : 0)) * sb;

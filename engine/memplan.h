@@ -27,7 +27,8 @@ typedef struct memplan_layout {
     /* Kimi Delta Attention: heads * hd^2 state + 3 (q,k,v) * (K-1) * heads * hd conv */
     int kda_layers, kda_heads, kda_head_dim, kda_conv;
     int kv_bytes;               /* bytes per cached attention number (4 f32, 2 f16/bf16) */
-    int state_bytes;            /* bytes per recurrent-state number (4: f32) */
+    int state_bytes;            /* bytes per recurrent-state number (4: f32, 2: bf16) */
+    int conv_bytes;             /* bytes per DeltaNet conv-window number; 0: state_bytes */
     int page_tokens;            /* KV page size in tokens */
     int max_context;            /* the model's trained context, 0 if unknown */
 } memplan_layout;

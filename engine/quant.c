@@ -449,6 +449,14 @@ void quantize_row(uint32_t type, const float *src, void *dst, int n)
 
 /* ---- fast paths and the int8-activation references ---- */
 
+void quantize_row_fast(uint32_t type, const float *src, void *dst, int n)
+{
+    if (type == GGML_BF16 && simd_avx2())
+        avx2_quant_bf16(src, dst, n);
+    else
+        quantize_row(type, src, dst, n);
+}
+
 void dequant_row_fast(uint32_t type, const void *src, float *dst, int n)
 {
     if (simd_avx512() && (type == GGML_F16 || type == GGML_BF16)) {

@@ -32,6 +32,9 @@ void quantize_row(uint32_t type, const float *src, void *dst, int n);
  * them, the references otherwise and for every other type. Results agree
  * with the references up to float summation order (tests/test_kernels.c). */
 void dequant_row_fast(uint32_t type, const void *src, float *dst, int n);
+/* quantize_row's contract, bit for bit; AVX2 for BF16 (the DeltaNet state's
+ * store), the reference otherwise. */
+void quantize_row_fast(uint32_t type, const float *src, void *dst, int n);
 float dot_row_fast(uint32_t type, const void *row, const float *x, int n);
 
 /* ---- Q8_0 weights against int8 activations ----

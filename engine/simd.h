@@ -59,6 +59,8 @@ void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, con
  * ref: dequant_row() in quant.c. */
 void avx2_dequant_f16(const uint16_t *src, float *dst, int n);
 void avx2_dequant_bf16(const uint16_t *src, float *dst, int n);
+/* ref: f32_to_bf16() (round to nearest even, NaN kept quiet), bit for bit */
+void avx2_quant_bf16(const float *src, uint16_t *dst, int n);
 void avx2_dequant_q8_0(const void *src, float *dst, int n);
 
 /* ---- small batches: 2..many tokens against rows decoded to f32 ----
@@ -75,6 +77,12 @@ void avx2_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X, int
  * ref: dnet_recurrent_head() in deltanet.c with n = 1. */
 void avx2_dnet_step(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
                     float g, float *S, float *o, bool cold);
+/* The same step on a bf16 S (the cache's bf16 state): S is read widened,
+ * the step runs in f32 (o from the unrounded S), and S is stored rounded to
+ * nearest even; bit for bit what widening S into f32, avx2_dnet_step and
+ * quantize_row(GGML_BF16) give. */
+void avx2_dnet_step_bf16(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
+                         float g, uint16_t *S, float *o);
 
 /* y[r] = w[r] . x for four f32 rows (any n): the F32 body of avx2_matvec,
  * also the odd-key tail of attention's q.K. ref: dot_row(GGML_F32, ...). */

@@ -89,4 +89,10 @@ void avx512_q8_0_rows_x_tokens(const void *W, size_t rb, int n_rows, int n, cons
 void avx512_dequant_f16(const uint16_t *w, float *out, int n);
 void avx512_dequant_bf16(const uint16_t *w, float *out, int n);
 
+/* The gated delta rule's decode step on a bf16 state, 16 lanes:
+ * avx2_dnet_step_bf16's contract (simd.h) up to float summation order (the
+ * stored S is rounded as f32_to_bf16 does). d_k % 16 == 0, d_v % 4 == 0. */
+void avx512_dnet_step_bf16(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
+                           float g, uint16_t *S, float *o);
+
 #endif

@@ -456,6 +456,30 @@ AVX2 void avx2_dequant_bf16(const uint16_t *src, float *dst, int n)
         dst[i] = bf16_to_f32(src[i]);
 }
 
+/* f32 -> bf16 as f32_to_bf16: x + 0x7fff + (bit 16 of x), the high half;
+ * a NaN keeps its high half with the quiet bit set. 8 at a time, the two
+ * 128-bit halves of the rounded words packed to 8 words (packus: each is
+ * below 2^16). */
+AVX2 void avx2_quant_bf16(const float *src, uint16_t *dst, int n)
+{
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+        const __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), quiet);
+        const __m256i w = _mm256_blendv_epi8(r, q, nan);
+        const __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storeu_si128((__m128i *)(dst + i), p);
+    }
+    for (; i < n; i++)
+        dst[i] = f32_to_bf16(src[i]);
+}
+
 AVX2 void avx2_dequant_q8_0(const void *src, float *dst, int n)
 {
     const blk_q8_0 *b = src;
@@ -534,36 +558,78 @@ AVX2 void avx2_rows_x_tokens(const float *W, int ldw, int n_rows, const float *X
 /* ------------------------------------------------------------------ */
 /* the gated delta rule, one token                                      */
 
-/* One row j of S (d_k floats), two passes:
+/* Rows of S are f32, or bf16 (the cache's state_dtype): loaded widened
+ * exactly, stored rounded to nearest even as f32_to_bf16 does. */
+#define AVX2_INLINE AVX2 static inline __attribute__((always_inline))
+
+AVX2_INLINE __m256 st_load(const void *S, int i, const bool b16)
+{
+    if (!b16)
+        return _mm256_loadu_ps((const float *)S + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)S + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+AVX2_INLINE void st_store(void *S, int i, __m256 x, const bool b16)
+{
+    if (!b16) {
+        _mm256_storeu_ps((float *)S + i, x);
+        return;
+    }
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i w = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+    _mm_storeu_si128((__m128i *)((uint16_t *)S + i),
+                     _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+}
+
+static inline float st_get(const void *S, int i, bool b16)
+{
+    return b16 ? bf16_to_f32(((const uint16_t *)S)[i]) : ((const float *)S)[i];
+}
+
+static inline void st_put(void *S, int i, float x, bool b16)
+{
+    if (b16)
+        ((uint16_t *)S)[i] = f32_to_bf16(x);
+    else
+        ((float *)S)[i] = x;
+}
+
+/* One row j of S (d_k numbers), two passes:
  *   kv_j = exp(g) (S_j . k)                       (decay folded into the dot)
  *   d_j  = beta (v_j - kv_j)
- *   S_j  = exp(g) S_j + d_j k;  o_j = S_j . q      (updated S)
+ *   S_j  = exp(g) S_j + d_j k;  o_j = S_j . q      (updated S, before any rounding)
  * The reference decays S first and then dots; folding the scalar decay
  * out of the sum only changes rounding. */
-AVX2 static void dnet_row1(int d_k, const float *q, const float *k, float vj, float beta, float decay,
-                           float *Sj, float *oj)
+AVX2_INLINE void dnet_row1(int d_k, const float *q, const float *k, float vj, float beta, float decay,
+                           void *Sj, float *oj, const bool b16)
 {
     const int n8 = d_k & ~7;
     const __m256 vdec = _mm256_set1_ps(decay);
     __m256 a0 = _mm256_setzero_ps();
     int i;
     for (i = 0; i < n8; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(Sj + i), _mm256_loadu_ps(k + i), a0);
+        a0 = _mm256_fmadd_ps(st_load(Sj, i, b16), _mm256_loadu_ps(k + i), a0);
     float kv = hsum8(a0);
     for (i = n8; i < d_k; i++)
-        kv += Sj[i] * k[i];
+        kv += st_get(Sj, i, b16) * k[i];
     const float dj = beta * (vj - kv * decay);
     const __m256 vd = _mm256_set1_ps(dj);
     a0 = _mm256_setzero_ps();
     for (i = 0; i < n8; i += 8) {
-        __m256 s0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), vd, _mm256_mul_ps(_mm256_loadu_ps(Sj + i), vdec));
-        _mm256_storeu_ps(Sj + i, s0);
+        __m256 s0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), vd, _mm256_mul_ps(st_load(Sj, i, b16), vdec));
+        st_store(Sj, i, s0, b16);
         a0 = _mm256_fmadd_ps(s0, _mm256_loadu_ps(q + i), a0);
     }
     float acc = hsum8(a0);
     for (i = n8; i < d_k; i++) {
-        Sj[i] = Sj[i] * decay + k[i] * dj;
-        acc += Sj[i] * q[i];
+        const float s = st_get(Sj, i, b16) * decay + k[i] * dj;
+        st_put(Sj, i, s, b16);
+        acc += s * q[i];
     }
     *oj = acc;
 }
@@ -573,28 +639,30 @@ AVX2 static void dnet_row1(int d_k, const float *q, const float *k, float vj, fl
  * overlap, and each k and q vector loaded serves four rows. Profile of
  * the one-row loop: ~170 cycles per row of 128, latency-bound on that
  * chain; four rows keep the FMA ports busy instead. */
-AVX2 static void dnet_row4(int d_k, const float *q, const float *k, const float *v, float beta, float decay,
-                           float *S0, float *o, const float *pf)
+AVX2_INLINE void dnet_row4(int d_k, const float *q, const float *k, const float *v, float beta, float decay,
+                           void *S, float *o, const char *pf, const bool b16)
 {
     const int n8 = d_k & ~7;
-    float *S1 = S0 + d_k, *S2 = S1 + d_k, *S3 = S2 + d_k;
+    const size_t es = b16 ? 2 : 4;
+    char *S0 = S, *S1 = S0 + (size_t)d_k * es, *S2 = S1 + (size_t)d_k * es, *S3 = S2 + (size_t)d_k * es;
     const __m256 vdec = _mm256_set1_ps(decay);
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i;
     if (pf)                             /* four rows DNET_PF_ROWS ahead, see avx2_dnet_step */
-        for (i = 0; i < 4 * d_k; i += 16)
-            _mm_prefetch((const char *)(pf + i), _MM_HINT_T0);
+        for (size_t b = 0; b < 4 * (size_t)d_k * es; b += 64)
+            _mm_prefetch(pf + b, _MM_HINT_T0);
     for (i = 0; i < n8; i += 8) {
         __m256 kk = _mm256_loadu_ps(k + i);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(S0 + i), kk, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(S1 + i), kk, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(S2 + i), kk, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(S3 + i), kk, a3);
+        a0 = _mm256_fmadd_ps(st_load(S0, i, b16), kk, a0);
+        a1 = _mm256_fmadd_ps(st_load(S1, i, b16), kk, a1);
+        a2 = _mm256_fmadd_ps(st_load(S2, i, b16), kk, a2);
+        a3 = _mm256_fmadd_ps(st_load(S3, i, b16), kk, a3);
     }
     float kv[4] = { hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3) };
-    for (i = n8; i < d_k; i++) {
-        kv[0] += S0[i] * k[i]; kv[1] += S1[i] * k[i]; kv[2] += S2[i] * k[i]; kv[3] += S3[i] * k[i];
-    }
+    char *Sr[4] = { S0, S1, S2, S3 };
+    for (i = n8; i < d_k; i++)
+        for (int r = 0; r < 4; r++)
+            kv[r] += st_get(Sr[r], i, b16) * k[i];
     float dj[4];
     for (int r = 0; r < 4; r++)
         dj[r] = beta * (v[r] - kv[r] * decay);
@@ -606,25 +674,25 @@ AVX2 static void dnet_row4(int d_k, const float *q, const float *k, const float 
     a3 = a0;
     for (i = 0; i < n8; i += 8) {
         __m256 kk = _mm256_loadu_ps(k + i), qq = _mm256_loadu_ps(q + i);
-        __m256 s0 = _mm256_fmadd_ps(kk, d0, _mm256_mul_ps(_mm256_loadu_ps(S0 + i), vdec));
-        __m256 s1 = _mm256_fmadd_ps(kk, d1, _mm256_mul_ps(_mm256_loadu_ps(S1 + i), vdec));
-        __m256 s2 = _mm256_fmadd_ps(kk, d2, _mm256_mul_ps(_mm256_loadu_ps(S2 + i), vdec));
-        __m256 s3 = _mm256_fmadd_ps(kk, d3, _mm256_mul_ps(_mm256_loadu_ps(S3 + i), vdec));
-        _mm256_storeu_ps(S0 + i, s0);
-        _mm256_storeu_ps(S1 + i, s1);
-        _mm256_storeu_ps(S2 + i, s2);
-        _mm256_storeu_ps(S3 + i, s3);
+        __m256 s0 = _mm256_fmadd_ps(kk, d0, _mm256_mul_ps(st_load(S0, i, b16), vdec));
+        __m256 s1 = _mm256_fmadd_ps(kk, d1, _mm256_mul_ps(st_load(S1, i, b16), vdec));
+        __m256 s2 = _mm256_fmadd_ps(kk, d2, _mm256_mul_ps(st_load(S2, i, b16), vdec));
+        __m256 s3 = _mm256_fmadd_ps(kk, d3, _mm256_mul_ps(st_load(S3, i, b16), vdec));
+        st_store(S0, i, s0, b16);
+        st_store(S1, i, s1, b16);
+        st_store(S2, i, s2, b16);
+        st_store(S3, i, s3, b16);
         a0 = _mm256_fmadd_ps(s0, qq, a0);
         a1 = _mm256_fmadd_ps(s1, qq, a1);
         a2 = _mm256_fmadd_ps(s2, qq, a2);
         a3 = _mm256_fmadd_ps(s3, qq, a3);
     }
     float acc[4] = { hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3) };
-    float *Sr[4] = { S0, S1, S2, S3 };
     for (i = n8; i < d_k; i++)
         for (int r = 0; r < 4; r++) {
-            Sr[r][i] = Sr[r][i] * decay + k[i] * dj[r];
-            acc[r] += Sr[r][i] * q[i];
+            const float s = st_get(Sr[r], i, b16) * decay + k[i] * dj[r];
+            st_put(Sr[r], i, s, b16);
+            acc[r] += s * q[i];
         }
     for (int r = 0; r < 4; r++)
         o[r] = acc[r];
@@ -640,16 +708,30 @@ AVX2 static void dnet_row4(int d_k, const float *q, const float *k, const float 
  * against 11.0-11.2 ms), so only the first token of a call asks for them. */
 #define DNET_PF_ROWS 16
 
+AVX2_INLINE void dnet_step(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
+                           float g, void *S, float *o, bool cold, const bool b16)
+{
+    const float decay = expf(g);
+    const size_t row = (size_t)d_k * (b16 ? 2 : 4);
+    char *S8 = S;
+    int j = 0;
+    for (; j + 4 <= d_v; j += 4)
+        dnet_row4(d_k, q, k, v + j, beta, decay, S8 + (size_t)j * row, o + j,
+                  cold && j + DNET_PF_ROWS + 4 <= d_v ? S8 + (size_t)(j + DNET_PF_ROWS) * row : NULL, b16);
+    for (; j < d_v; j++)
+        dnet_row1(d_k, q, k, v[j], beta, decay, S8 + (size_t)j * row, o + j, b16);
+}
+
 AVX2 void avx2_dnet_step(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
                          float g, float *S, float *o, bool cold)
 {
-    const float decay = expf(g);
-    int j = 0;
-    for (; j + 4 <= d_v; j += 4)
-        dnet_row4(d_k, q, k, v + j, beta, decay, S + (size_t)j * d_k, o + j,
-                  cold && j + DNET_PF_ROWS + 4 <= d_v ? S + (size_t)(j + DNET_PF_ROWS) * d_k : NULL);
-    for (; j < d_v; j++)
-        dnet_row1(d_k, q, k, v[j], beta, decay, S + (size_t)j * d_k, o + j);
+    dnet_step(d_k, d_v, q, k, v, beta, g, S, o, cold, false);
+}
+
+AVX2 void avx2_dnet_step_bf16(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
+                              float g, uint16_t *S, float *o)
+{
+    dnet_step(d_k, d_v, q, k, v, beta, g, S, o, true, true);
 }
 
 /* ------------------------------------------------------------------ */

@@ -84,8 +84,19 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int opt_mla_mode = ENGINE_MLA_AUTO, opt_kv_dtype = ENGINE_KV_F32;
+static int opt_mla_mode = ENGINE_MLA_AUTO, opt_kv_dtype = ENGINE_KV_F32, opt_state_dtype = ENGINE_STATE_F32;
 static bool opt_huge_weights;
+
+static bool parse_state_dtype(const char *v, int *out)
+{
+    if (!strcmp(v, "f32")) *out = ENGINE_STATE_F32;
+    else if (!strcmp(v, "bf16")) *out = ENGINE_STATE_BF16;
+    else {
+        fprintf(stderr, "hyserve: --state-dtype must be f32 or bf16, got '%s'\n", v);
+        return false;
+    }
+    return true;
+}
 
 static bool parse_kv_dtype(const char *v, int *out)
 {
@@ -126,6 +137,7 @@ static engine *open_engine(const char *model, int threads, int ctx, int dnet_mod
     p.dnet_mode = dnet_mode;
     p.mla_mode = opt_mla_mode;
     p.kv_dtype = opt_kv_dtype;
+    p.state_dtype = opt_state_dtype;
     p.huge_weights = opt_huge_weights;
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
@@ -164,6 +176,7 @@ static const char generate_help[] =
     "      --seed S           sampling seed (default 42)\n"
     "      --ignore-eos       keep going past end-of-generation tokens\n"
     "      --kv-dtype T       f32 | f16 | bf16 attention cache (default f32)\n"
+    "      --state-dtype T    f32 | bf16 DeltaNet state between steps (default f32)\n"
     "      --huge-pages       read the weights into 2 MiB pages (default: the file mapping)\n"
     "  -c, --ctx N            context size (default min(train, 4096))\n"
     "  -t, --threads N        threads (default: all cores)\n"
@@ -191,6 +204,7 @@ int cli_generate(int argc, char **argv)
         else if (IS("--seed", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 0x7fffffffffffffffL, &seed)) return 2; }
         else if (IS("--ignore-eos", NULL)) ignore_eos = true;
         else if (IS("--kv-dtype", NULL)) { if (!(v = NEXT()) || !parse_kv_dtype(v, &opt_kv_dtype)) return 2; }
+        else if (IS("--state-dtype", NULL)) { if (!(v = NEXT()) || !parse_state_dtype(v, &opt_state_dtype)) return 2; }
         else if (IS("--huge-pages", NULL)) opt_huge_weights = true;
         else { fprintf(stderr, "hyserve: generate: unknown option '%s' (see --help)\n", argv[i]); return 2; }
     }
@@ -312,6 +326,7 @@ static const char logits_help[] =
     "      --dnet-mode M    auto | recurrent | chunked (DeltaNet prefill path)\n"
     "      --mla-mode M     auto | absorbed | expanded (MLA attention path)\n"
     "      --kv-dtype T     f32 | f16 | bf16 attention cache (default f32)\n"
+    "      --state-dtype T  f32 | bf16 DeltaNet state between steps (default f32)\n"
     "      --huge-pages     read the weights into 2 MiB pages (default: the file mapping)\n"
     "      --split N        feed the tokens in pieces of N (exercises decode steps)\n"
     "  -t, --threads N      threads\n"
@@ -333,6 +348,7 @@ int cli_logits(int argc, char **argv)
         else if (IS("--dnet-mode", NULL)) { if (!(v = NEXT()) || !parse_dnet_mode(v, &mode)) return 2; }
         else if (IS("--mla-mode", NULL)) { if (!(v = NEXT()) || !parse_mla_mode(v, &opt_mla_mode)) return 2; }
         else if (IS("--kv-dtype", NULL)) { if (!(v = NEXT()) || !parse_kv_dtype(v, &opt_kv_dtype)) return 2; }
+        else if (IS("--state-dtype", NULL)) { if (!(v = NEXT()) || !parse_state_dtype(v, &opt_state_dtype)) return 2; }
         else if (IS("--huge-pages", NULL)) opt_huge_weights = true;
         else if (IS("--split", NULL)) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1 << 24, &split)) return 2; }
         else if (IS("-t", "--threads")) { if (!(v = NEXT()) || !cli_int(argv[i - 1], v, 0, 1024, &threads)) return 2; }
@@ -528,8 +544,8 @@ int cli_info(int argc, char **argv)
     printf("kv cache:      %llu bytes per token GQA + %llu MLA (%s); MHA on every layer would be %llu\n",
            (unsigned long long)in->kv_bytes_per_token, (unsigned long long)in->mla_bytes_per_token,
            in->kv_dtype, (unsigned long long)in->mha_bytes_per_token);
-    printf("deltanet state: %llu bytes recurrent + %llu bytes conv per sequence\n",
-           (unsigned long long)in->dnet_state_bytes_per_seq,
+    printf("deltanet state: %llu bytes recurrent (%s) + %llu bytes conv per sequence\n",
+           (unsigned long long)in->dnet_state_bytes_per_seq, in->state_dtype,
            (unsigned long long)in->dnet_conv_bytes_per_seq);
     printf("chat template: %s\n", in->chat_template ? "present" : "none");
     engine_close(e);

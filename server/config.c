@@ -70,6 +70,9 @@ static const opt_def OPTS[] = {
      "serve a synthesized model with this preset's (or layout file's) cache layout instead of -m"},
     {"kv-dtype", 0, "HYSERVE_KV_DTYPE", OPT_STR, OFF(kv_dtype), SZ(kv_dtype), "T",
      "attention cache numbers: f32, f16 or bf16 (default f32)"},
+    {"state-dtype", 0, "HYSERVE_STATE_DTYPE", OPT_STR, OFF(state_dtype), SZ(state_dtype), "T",
+     "DeltaNet recurrent state numbers between steps: f32 or bf16 (half the bytes, rounded after every "
+     "step; default f32)"},
     {"page-tokens", 0, "HYSERVE_PAGE_TOKENS", OPT_INT, OFF(page_tokens), 0, "N",
      "tokens per KV cache page (default 16)"},
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
@@ -406,6 +409,10 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     }
     if (c->kv_dtype[0] && strcmp(c->kv_dtype, "f32") && strcmp(c->kv_dtype, "f16") && strcmp(c->kv_dtype, "bf16")) {
         snprintf(err, errlen, "--kv-dtype must be f32, f16 or bf16, got '%s'", c->kv_dtype);
+        return -1;
+    }
+    if (c->state_dtype[0] && strcmp(c->state_dtype, "f32") && strcmp(c->state_dtype, "bf16")) {
+        snprintf(err, errlen, "--state-dtype must be f32 or bf16, got '%s'", c->state_dtype);
         return -1;
     }
     if (c->page_tokens < 0 || c->page_tokens > 4096) {

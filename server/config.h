@@ -42,6 +42,7 @@ typedef struct server_config {
     int max_connections;        /* concurrent HTTP connections */
     char synth[1024];           /* preset name or layout JSON to synthesize and serve */
     char kv_dtype[8];           /* attention cache numbers: f32, f16, bf16 */
+    char state_dtype[8];        /* DeltaNet recurrent state numbers: f32, bf16 */
     int page_tokens;            /* KV page size, 0: engine default */
 } server_config;
 

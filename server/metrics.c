@@ -265,9 +265,10 @@ char *metrics_prometheus(server *srv)
               (unsigned long long)st.rejected_toobig_total);
     if (in) {
         sb_printf(&s, "# HELP hyserve_cache_config_info cache layout\n# TYPE hyserve_cache_config_info gauge\n"
-                      "hyserve_cache_config_info{block_tokens=\"%d\",kv_dtype=\"%s\",state_dtype=\"f32\","
+                      "hyserve_cache_config_info{block_tokens=\"%d\",kv_dtype=\"%s\",state_dtype=\"%s\","
                       "kv_bytes_per_token=\"%llu\",mla_bytes_per_token=\"%llu\",state_bytes_per_seq=\"%llu\"} 1\n",
-                  in->page_tokens, in->kv_dtype ? in->kv_dtype : "f32", (unsigned long long)in->kv_bytes_per_token,
+                  in->page_tokens, in->kv_dtype ? in->kv_dtype : "f32", in->state_dtype ? in->state_dtype : "f32",
+                  (unsigned long long)in->kv_bytes_per_token,
                   (unsigned long long)in->mla_bytes_per_token,
                   (unsigned long long)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
     }
@@ -407,7 +408,8 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         cJSON_AddNumberToObject(r, "layers", in->n_dnet_layers);
         cJSON_AddNumberToObject(r, "ssm_state_bytes_per_seq", (double)in->dnet_state_bytes_per_seq);
         cJSON_AddNumberToObject(r, "conv_state_bytes_per_seq", (double)in->dnet_conv_bytes_per_seq);
-        cJSON_AddStringToObject(r, "dtype", "f32");
+        cJSON_AddStringToObject(r, "dtype", in->state_dtype ? in->state_dtype : "f32");
+        cJSON_AddStringToObject(r, "conv_dtype", "f32");
         cJSON_AddNumberToObject(r, "bytes_per_seq", (double)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
     }
     if (in->n_mla_layers > 0) {

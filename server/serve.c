@@ -163,6 +163,7 @@ int serve_main(int argc, char **argv)
     ep.model_path = cfg.model;
     ep.page_tokens = cfg.page_tokens;
     ep.kv_dtype = !strcmp(cfg.kv_dtype, "f16") ? ENGINE_KV_F16 : !strcmp(cfg.kv_dtype, "bf16") ? ENGINE_KV_BF16 : ENGINE_KV_F32;
+    ep.state_dtype = !strcmp(cfg.state_dtype, "bf16") ? ENGINE_STATE_BF16 : ENGINE_STATE_F32;
     ep.n_threads = cfg.threads;
     ep.n_ctx = cfg.ctx;
     ep.max_seqs = cfg.max_seqs;

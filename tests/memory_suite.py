@@ -210,17 +210,28 @@ def test_metrics(srv):
 
 
 def test_serve_synth():
-    srv = hs.Server("synth", "", "--synth", "qwen3.5-0.8b", "--kv-dtype", "bf16", "--max-seqs", "2", "--ctx", "256",
-                    "-t", "1")
+    # Qwen3.5-0.8B: 18 DeltaNet layers x 16 heads x 128 x 128 state numbers (18,874,368 bytes
+    # in f32) and 18 x 3 x 6144 conv numbers (1,327,104 bytes, always f32); 6 attention layers
+    # x 2 x 2 x 256 KV numbers per token (12,288 bytes in bf16). --state-dtype bf16 halves the
+    # state: 9,437,184 + 1,327,104 = 10,764,288 bytes per sequence.
+    srv = hs.Server("synth", "", "--synth", "qwen3.5-0.8b", "--kv-dtype", "bf16", "--state-dtype", "bf16",
+                    "--max-seqs", "2", "--ctx", "256", "-t", "1")
     try:
         s = srv.stats()
         lay = s["model"]["cache_layout"]
-        check("serve --synth qwen3.5-0.8b: 12,288 KV bytes per token and 20,201,472 state bytes per sequence",
-              lay["attention"]["bytes_per_token"] == 12288 and lay["recurrent"]["bytes_per_seq"] == 20201472,
-              json.dumps(lay))
+        rec = lay["recurrent"]
+        check("serve --synth qwen3.5-0.8b, bf16 KV and state: 12,288 KV bytes per token, 9,437,184 state "
+              "(bf16) + 1,327,104 conv (f32) bytes per sequence",
+              lay["attention"]["bytes_per_token"] == 12288 and rec["ssm_state_bytes_per_seq"] == 9437184 and
+              rec["conv_state_bytes_per_seq"] == 1327104 and rec["bytes_per_seq"] == 10764288 and
+              rec["dtype"] == "bf16" and rec["conv_dtype"] == "f32", json.dumps(lay))
         st, h, j, _ = srv.jreq("POST", "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 4, "return_usage": True}})
-        check("the synthesized preset model generates", st == 200 and j["usage"]["cache"]["peak_total_bytes"] == 20201472 + 16 * 12288,
+        check("the synthesized preset model generates", st == 200 and j["usage"]["cache"]["peak_total_bytes"] == 10764288 + 16 * 12288,
               f"{st} {j}")
+        st, _, b = srv.req("GET", "/metrics")
+        txt = b.decode()
+        check("/metrics labels the cache config with state_dtype=\"bf16\"", st == 200 and 'state_dtype="bf16"' in txt,
+              [l for l in txt.splitlines() if "cache_config_info" in l])
     finally:
         srv.stop()
 

@@ -332,6 +332,120 @@ TEST(test_kernel_avx2_deltanet_step_matches_recurrent_reference)
     }
 }
 
+/* f32 -> bf16 stores (the DeltaNet state's, quantize_row_fast) against
+ * values worked by hand from the format (1 sign, 8 exponent, 7 mantissa
+ * bits; round to nearest, ties to even) and, over random and special bit
+ * patterns, bit for bit against the scalar f32_to_bf16. */
+TEST(test_kernel_bf16_stores_round_to_nearest_even)
+{
+    static const uint32_t in[] = {
+        0x3f800000u, /* 1.0 exact */
+        0x3f808000u, /* 1 + 2^-8: a tie, to the even 1.0 */
+        0x3f818000u, /* 1 + 3 * 2^-8: a tie, to the even 1 + 2^-6 */
+        0x3f808001u, /* just above the tie: up */
+        0xbf80c000u, /* -(1 + 3 * 2^-9): up in magnitude */
+        0x7f7fffffu, /* the largest float: rounds to inf */
+        0x0000ffffu, /* a subnormal: rounds up to the smallest bf16 subnormal */
+        0x00000001u, /* the smallest subnormal: to +0 */
+        0x80000000u, /* -0 */
+        0xff800000u, /* -inf */
+        0x7fc00000u, /* the default quiet NaN */
+        0x7f800001u, /* a NaN whose payload is all below bit 16: stays a NaN */
+    };
+    static const uint16_t want[] = { 0x3f80, 0x3f80, 0x3f82, 0x3f81, 0xbf81, 0x7f80, 0x0001, 0x0000,
+                                     0x8000, 0xff80, 0x7fc0, 0x7fc0 };
+    enum { N = 4096 + 12 + 5 };          /* vector body and a tail */
+    float *x = malloc(sizeof(float) * N);
+    uint16_t *a = malloc(sizeof(uint16_t) * N), *b = malloc(sizeof(uint16_t) * N);
+    rng_state = 17;
+    for (int i = 0; i < N; i++) {
+        rng_state = rng_state * 1664525u + 1013904223u;
+        uint32_t u = i < 12 ? in[i] : rng_state ^ (rng_state >> 13) * 2654435761u;
+        memcpy(&x[i], &u, 4);
+    }
+    quantize_row(GGML_BF16, x, a, N);
+    quantize_row_fast(GGML_BF16, x, b, N);
+    for (int i = 0; i < 12; i++)
+        CHECK_MSG(a[i] == want[i], "0x%08x: 0x%04x, want 0x%04x", in[i], a[i], want[i]);
+    int diff = 0;
+    for (int i = 0; i < N; i++)
+        diff += a[i] != b[i];
+    CHECK_MSG(diff == 0, "%d of %d bf16 stores differ from f32_to_bf16", diff, N);
+    free(x);
+    free(a);
+    free(b);
+}
+
+/* The decode step on a bf16 state (the cache's --state-dtype bf16): from
+ * the same stored state, the scalar recurrence on the widened state with
+ * its result rounded (f32_to_bf16) is the reference. The AVX2 step must be
+ * exactly widen -> avx2_dnet_step -> quantize_row (its contract); both
+ * kernels' o within summation-order error of the reference, and their
+ * stored S equal to the reference's rounding or one bf16 step away where
+ * the reference sits that close to a rounding boundary (rare). */
+TEST(test_kernel_deltanet_step_on_a_bf16_state_matches_the_rounded_reference)
+{
+    if (!simd_avx2())
+        return;
+    static const int dims[][2] = { { 128, 128 }, { 32, 8 }, { 20, 12 } };
+    for (int di = 0; di < 3; di++) {
+        const int dk = dims[di][0], dv = dims[di][1], n = dk * dv, steps = 24;
+        rng_state = 60 + (uint32_t)di;
+        uint16_t *S = malloc(2 * (size_t)n), *Sa = malloc(2 * (size_t)n), *Sr = malloc(2 * (size_t)n);
+        float *Sf = malloc(sizeof(float) * n), *Sg = malloc(sizeof(float) * n);
+        float *q = malloc(sizeof(float) * dk), *k = malloc(sizeof(float) * dk), *v = malloc(sizeof(float) * dv);
+        float *o0 = malloc(sizeof(float) * dv), *o1 = malloc(sizeof(float) * dv), *o2 = malloc(sizeof(float) * dv);
+        fill(Sf, n, 0.1f);
+        quantize_row(GGML_BF16, Sf, S, n);
+        double worst_o = 0.0;
+        long off = 0, far = 0, total = 0;
+        int inexact = 0;
+        for (int t = 0; t < steps; t++) {
+            fill(q, dk, 1.0f);
+            fill(k, dk, 1.0f);
+            fill(v, dv, 1.0f);
+            l2norm(q, dk, 1e-6f);
+            l2norm(k, dk, 1e-6f);
+            float beta = 0.5f + 0.5f * frand(), g = -0.5f + 0.45f * frand();
+            dequant_row(GGML_BF16, S, Sf, n);                  /* the reference, from S */
+            dnet_recurrent_head(1, dk, dv, q, dk, k, dk, v, dv, &beta, &g, Sf, o0, dv);
+            quantize_row(GGML_BF16, Sf, Sr, n);
+            dequant_row(GGML_BF16, S, Sg, n);                  /* the AVX2 step's contract */
+            avx2_dnet_step(dk, dv, q, k, v, beta, g, Sg, o2, true);
+            memcpy(Sa, S, 2 * (size_t)n);
+            avx2_dnet_step_bf16(dk, dv, q, k, v, beta, g, Sa, o1);
+            for (int i = 0; i < n; i++)
+                inexact += Sa[i] != f32_to_bf16(Sg[i]);
+            for (int j = 0; j < dv; j++)
+                inexact += memcmp(&o1[j], &o2[j], 4) != 0;
+            for (int kern = 0; kern < (simd_avx512() && dk % 16 == 0 && dv % 4 == 0 ? 2 : 1); kern++) {
+                if (kern == 1) {
+                    memcpy(Sa, S, 2 * (size_t)n);
+                    avx512_dnet_step_bf16(dk, dv, q, k, v, beta, g, Sa, o1);
+                }
+                for (int j = 0; j < dv; j++)
+                    worst_o = fmax(worst_o, fabs((double)o0[j] - o1[j]));
+                for (int i = 0; i < n; i++) {
+                    const int d = abs((int)(int16_t)Sa[i] - (int)(int16_t)Sr[i]);
+                    off += d == 1;
+                    far += d > 1;
+                }
+                total += n;
+            }
+            memcpy(S, Sr, 2 * (size_t)n);                      /* next step from the reference's state */
+        }
+        free(S); free(Sa); free(Sr); free(Sf); free(Sg); free(q); free(k); free(v); free(o0); free(o1); free(o2);
+        CHECK_MSG(inexact == 0, "d_k %d d_v %d: the AVX2 bf16 step differs from widen + step + round in %d places",
+                  dk, dv, inexact);
+        /* o: as the f32 step's test (|S|, |o| = O(1)); S: a reordered sum moves a value by ~1e-6
+         * relative, so it lands on the other side of a bf16 rounding boundary (spaced 2^-8
+         * relative) for ~1e-6 / 2^-8 ~ 3e-4 of the values at most */
+        CHECK_MSG(worst_o < 1e-4, "d_k %d d_v %d: o differs by %.3g", dk, dv, worst_o);
+        CHECK_MSG(far == 0 && off <= total / 1000 + 1, "d_k %d d_v %d: %ld of %ld stored values one bf16 step off, "
+                  "%ld further", dk, dv, off, total, far);
+    }
+}
+
 /* one weight matrix in memory, every matmul regime against per-row dot_row;
  * decode: as a decode step (matmul_set_decode_step) */
 static void check_matmul_as(uint32_t type, int n_in, int n_out, int n_tok, bool decode, int *failed)

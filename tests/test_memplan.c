@@ -9,6 +9,7 @@
 
 #include "cache.h"
 #include "engine.h"
+#include "gguf.h"
 #include "presets.h"
 #include "synth.h"
 #include "test.h"
@@ -222,7 +223,7 @@ TEST(test_cache_recycles_deltanet_slots_zeroed_and_apart)
     CHECK((uintptr_t)sa->conv >= a0 + c.state_bytes);
     memset(sa->state, 0x7f, c.state_bytes);
     memset(sa->conv, 0x7f, c.conv_bytes);
-    float *old_state = sa->state;
+    void *old_state = sa->state;
     cache_seq_free(&c, a);
     CHECK(c.reserved_bytes == c.state_bytes + c.conv_bytes);
     int a2 = cache_seq_new(&c);
@@ -231,7 +232,7 @@ TEST(test_cache_recycles_deltanet_slots_zeroed_and_apart)
     CHECK(s2->state == old_state);          /* recycled */
     int nz = 0;
     for (uint64_t i = 0; i < c.state_bytes / 4; i++)
-        nz += s2->state[i] != 0.0f;
+        nz += ((const float *)s2->state)[i] != 0.0f;
     for (uint64_t i = 0; i < c.conv_bytes / 4; i++)
         nz += s2->conv[i] != 0.0f;
     CHECK_MSG(nz == 0, "%d numbers of a recycled slot not zeroed", nz);
@@ -239,6 +240,29 @@ TEST(test_cache_recycles_deltanet_slots_zeroed_and_apart)
     cache_seq_free(&c, b);
     CHECK(c.reserved_bytes == 0 && c.n_live == 0);
     cache_deinit(&c);
+}
+
+/* A bf16 recurrent state takes 2 bytes a number (2 layers x 2 heads x
+ * 8 x 8 here), the conv window stays 4, and the budget and /stats counts
+ * follow; the planner's layout says the same. */
+TEST(test_cache_bf16_state_halves_the_recurrent_bytes_only)
+{
+    cache_layout l = { .n_dnet = 2, .conv_kernel = 4, .conv_dim = 32, .n_v = 2, .d_v = 8, .d_k = 8,
+                       .page_tokens = 16, .n_ctx = 64, .max_seqs = 3 };
+    cache c32, c16;
+    CHECK(cache_init(&c32, &l) == 0);
+    l.state_type = GGML_BF16;
+    CHECK(cache_init(&c16, &l) == 0);
+    CHECK(c32.state_bytes == 2 * 2 * 8 * 8 * 4 && c16.state_bytes == 2 * 2 * 8 * 8 * 2);
+    CHECK(c16.conv_bytes == c32.conv_bytes && c16.conv_bytes == 2 * 3 * 32 * 4);
+    CHECK(c16.state_type == GGML_BF16 && c16.state_es == 2 && c32.state_es == 4);
+    const int s = cache_seq_new(&c16);
+    CHECK(s >= 0 && c16.reserved_bytes == c16.state_bytes + c16.conv_bytes);
+    memplan_costs mc;
+    memplan_costs_of(&c16.plan, &mc);
+    CHECK(mc.dnet_state_bytes_per_seq == c16.state_bytes && mc.dnet_conv_bytes_per_seq == c16.conv_bytes);
+    cache_deinit(&c16);
+    cache_deinit(&c32);
 }
 
 static int cmp_ptr(const void *a, const void *b)

@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gguf_io import GGUFReader  # noqa: E402
+from gguf_io import GGUFReader, round_to_dtype  # noqa: E402
 
 ARCH = "qwen35"
 
@@ -336,7 +336,8 @@ class Qwen35Ref:
     def deltanet(self, L, x, chunked=False, chunk=64, cache=None):
         """Gated DeltaNet (1.4, qwen35 layout). x [T, D] (already attn-normed).
         cache: None, or a dict {"conv": [K-1, conv_dim] last inputs oldest first,
-        "S": [n_v, dk, dv]} (missing = zeros), updated in place."""
+        "S": [n_v, dk, dv]} (missing = zeros), updated in place; with "state_dtype": "bf16"
+        S is kept as a bf16 store of it would hold it (rounded at the end of every call)."""
         hp = self.hp
         T = x.shape[0]
         nk, nv, dk, dv, K = hp.n_k, hp.n_v, hp.d_k, hp.d_v, hp.conv_k
@@ -370,7 +371,8 @@ class Qwen35Ref:
         else:
             o, S = delta_rule_recurrent(q, k, v, g, beta, S0)
         if cache is not None:
-            cache["S"] = S
+            sd = cache.get("state_dtype", "f64")
+            cache["S"] = S if sd == "f64" else round_to_dtype(S, sd)
         o = rmsnorm(o, L["norm"], hp.eps) * silu(z)          # gated RMSNorm: norm, then gate
         return linear(o.reshape(T, nv * dv), L["out"])
 
@@ -393,9 +395,11 @@ class Qwen35Ref:
 
     # ---- full forward -------------------------------------------------------
 
-    def new_caches(self):
-        """Per-layer caches for forward(..., caches=...): empty dicts, filled on first use."""
-        return [dict() for _ in self.layers]
+    def new_caches(self, state_dtype="f64"):
+        """Per-layer caches for forward(..., caches=...): empty dicts, filled on first use.
+        state_dtype: how the DeltaNet state is kept between calls ("f64": exactly; "bf16":
+        rounded as a bf16 store of it, as `hyserve --state-dtype bf16` keeps it)."""
+        return [dict(state_dtype=state_dtype) for _ in self.layers]
 
     def forward(self, tokens, chunked=False, chunk=64, caches=None, pos0=0):
         """tokens: list of ids at positions pos0 .. pos0+T-1. Returns logits [T, n_vocab] (float64).
@@ -421,10 +425,10 @@ class Qwen35Ref:
         x = rmsnorm(x, self.output_norm, hp.eps)
         return linear(x, self.output)
 
-    def forward_segments(self, tokens, sizes, chunked=False, chunk=64):
+    def forward_segments(self, tokens, sizes, chunked=False, chunk=64, state_dtype="f64"):
         """Same logits as forward(tokens), computed in segments of the given sizes with the
-        caches carried between them (size 1 = a decode step)."""
-        caches = self.new_caches()
+        caches carried between them (size 1 = a decode step); state_dtype as new_caches."""
+        caches = self.new_caches(state_dtype)
         rows = []
         i = 0
         for n in sizes:
