@@ -385,10 +385,13 @@ static int argmax(const float *x, int n)
     return b;
 }
 
+static int state_dtype = ENGINE_STATE_F32;      /* --state-dtype: the DeltaNet state's numbers */
+
 static int be_open_ex(bench_engine *b, const char *path, int n_ctx, int max_seqs, int dnet_mode, bool huge_weights)
 {
     engine_params p;
     engine_params_default(&p);
+    p.state_dtype = state_dtype;
     p.model_path = path;
     p.huge_weights = huge_weights;
     p.n_threads = 2;                    /* scratch is sized for 2; runs drop to 1 as needed */
@@ -879,11 +882,11 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
     fprintf(f, "\"dtype\": \"%s\", \"file\": \"%s\", \"n_params\": %llu, \"weight_bytes\": %llu, "
                "\"kv_bytes_per_token\": %llu, \"dnet_state_bytes_per_seq\": %llu, "
                "\"dnet_conv_bytes_per_seq\": %llu, \"ssm_conv_kernel\": %d, \"n_layer\": %d, "
-               "\"n_attn_layers\": %d, \"n_embd\": %d, \"n_vocab\": %d,\n",
+               "\"n_attn_layers\": %d, \"n_embd\": %d, \"n_vocab\": %d, \"state_dtype\": \"%s\",\n",
             dtype, path, (unsigned long long)in->n_params, (unsigned long long)in->weight_bytes,
             (unsigned long long)in->kv_bytes_per_token, (unsigned long long)in->dnet_state_bytes_per_seq,
             (unsigned long long)in->dnet_conv_bytes_per_seq, in->ssm_conv_kernel, in->n_layer,
-            in->n_attn_layers, in->n_embd, in->n_vocab);
+            in->n_attn_layers, in->n_embd, in->n_vocab, in->state_dtype);
     /* decode steps of several sequences multiply on AMX tiles (int8 or
      * bf16 products) for these types, not in fp32 */
     const bool amx = (!strcmp(dtype, "q8_0") && simd_amx()) || (!strcmp(dtype, "bf16") && simd_amx_bf16()) ||
@@ -1176,7 +1179,7 @@ static int cmd_kernels(FILE *f, bool quick)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: hyserve-bench [--quick] [--only SECTIONS] [--ctx8k TYPES] [-o OUT.json] COMMAND\n"
+            "usage: hyserve-bench [--quick] [--only SECTIONS] [--ctx8k TYPES] [--state-dtype bf16] [-o OUT.json] COMMAND\n"
             "  info                         OpenBLAS core and CPU features, one line\n"
             "  limits                       triad, sgemv and sgemm at 1 and 2 threads\n"
             "  engine MODEL.gguf DTYPE      prefill, decode and batched decode\n"
@@ -1200,6 +1203,8 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (!strcmp(argv[i], "--ctx8k") && i + 1 < argc)
             ctx8k = argv[++i];
+        else if (!strcmp(argv[i], "--state-dtype") && i + 1 < argc && !strcmp(argv[i + 1], "bf16") && ++i)
+            state_dtype = ENGINE_STATE_BF16;
         else {
             usage();
             return 2;

@@ -76,7 +76,8 @@ def main(argv):
     der = {"decode": [], "prefill": [], "batched": [], "context": [], "targets": []}
     bw_run, gemm_run, upd_run = dict(bw), dict(gemm), dict(upd)
     for m in res["models"]:
-        dt = m["dtype"]
+        # a run with the DeltaNet state in bf16 (--state-dtype bf16) is its own row
+        dt = m["dtype"] + (" (bf16 state)" if m.get("state_dtype") == "bf16" else "")
         # each model's own limits, measured right before its figures (fall back to the run's)
         bw, gemm, upd = dict(bw_run), dict(gemm_run), dict(upd_run)
         if m.get("limits"):

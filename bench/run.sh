@@ -101,6 +101,12 @@ skip kernels || run_part kernels "$BIN" $Q kernels
 for dt in $DTYPES; do
     skip engine || run_part "engine_$dt" "$BIN" $Q --ctx8k "${BENCH_CTX8K:-f32,q8_0}" engine "$MODELS/q35-$dt.gguf" "$dt"
 done
+# Q8_0 batched decode again with the DeltaNet state in bf16 (--state-dtype bf16):
+# the 16-sequence step reads and writes each sequence's state, half the bytes in bf16
+case " $DTYPES " in *" q8_0 "*)
+    skip engine || skip state-bf16 ||
+        run_part engine_q8_0_state_bf16 "$BIN" $Q --only batched --state-dtype bf16 engine "$MODELS/q35-q8_0.gguf" q8_0 ;;
+esac
 skip dnet || run_part dnet "$BIN" $Q dnet
 if [ "$QUICK" != 1 ] && ! skip dnet-model && [ -f "$MODELS/q35-f32.gguf" ]; then
     run_part dnet_model "$BIN" dnet-model "$MODELS/q35-f32.gguf"
