@@ -360,5 +360,4 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
             vec_silu_mul(oh, zh, oh, DV);
         }
     }
-    (void)c;
 }

@@ -3,6 +3,13 @@
 
 static uint64_t u(int x) { return x > 0 ? (uint64_t)x : 0; }
 
+void memplan_set_state_dtype(memplan_layout *l, int bytes)
+{
+    if (l->conv_bytes <= 0)
+        l->conv_bytes = l->state_bytes > 0 ? l->state_bytes : 4;
+    l->state_bytes = bytes;
+}
+
 void memplan_costs_of(const memplan_layout *l, memplan_costs *c)
 {
     const uint64_t kvb = u(l->kv_bytes), sb = u(l->state_bytes), cb = l->conv_bytes > 0 ? u(l->conv_bytes) : sb;
@@ -19,11 +26,11 @@ void memplan_costs_of(const memplan_layout *l, memplan_costs *c)
     c->dnet_conv_bytes_per_seq = u(l->dnet_layers) * (l->dnet_conv > 1 ? u(l->dnet_conv - 1) : 0) * conv_dim * cb;
     /* Mamba-1: d_state x d_inner SSM state + K-1 conv inputs of d_inner */
     c->mamba_bytes_per_seq = u(l->mamba_layers) * u(l->mamba_d_inner) *
-                             (u(l->mamba_d_state) + (l->mamba_conv > 1 ? u(l->mamba_conv - 1) : 0)) * sb;
+                             (u(l->mamba_d_state) * sb + (l->mamba_conv > 1 ? u(l->mamba_conv - 1) : 0) * cb);
     /* KDA: heads x hd x hd state + three short convs (q, k, v) of K-1 inputs */
     uint64_t kda_width = u(l->kda_heads) * u(l->kda_head_dim);
     c->kda_bytes_per_seq = u(l->kda_layers) *
-                           (kda_width * u(l->kda_head_dim) + 3 * (l->kda_conv > 1 ? u(l->kda_conv - 1) : 0) * kda_width) * sb;
+                           (kda_width * u(l->kda_head_dim) * sb + 3 * (l->kda_conv > 1 ? u(l->kda_conv - 1) : 0) * kda_width * cb);
     c->state_bytes_per_seq = c->dnet_state_bytes_per_seq + c->dnet_conv_bytes_per_seq +
                              c->mamba_bytes_per_seq + c->kda_bytes_per_seq;
     c->page_bytes = u(l->page_tokens) * c->cache_bytes_per_token;

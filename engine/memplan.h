@@ -28,7 +28,7 @@ typedef struct memplan_layout {
     int kda_layers, kda_heads, kda_head_dim, kda_conv;
     int kv_bytes;               /* bytes per cached attention number (4 f32, 2 f16/bf16) */
     int state_bytes;            /* bytes per recurrent-state number (4: f32, 2: bf16) */
-    int conv_bytes;             /* bytes per DeltaNet conv-window number; 0: state_bytes */
+    int conv_bytes;             /* bytes per conv-window number (DeltaNet, Mamba, KDA); 0: state_bytes */
     int page_tokens;            /* KV page size in tokens */
     int max_context;            /* the model's trained context, 0 if unknown */
 } memplan_layout;
@@ -49,6 +49,9 @@ typedef struct memplan_costs {
 } memplan_costs;
 
 void memplan_costs_of(const memplan_layout *l, memplan_costs *c);
+/* Recurrent-state numbers of `bytes` each (4: f32, 2: bf16); conv windows
+ * keep what they had (f32 unless set). */
+void memplan_set_state_dtype(memplan_layout *l, int bytes);
 /* Bytes one sequence of n_tokens holds: its state plus whole pages. */
 uint64_t memplan_seq_reserved_bytes(const memplan_layout *l, int64_t n_tokens);
 /* Bytes its filled token slots and state use (no page rounding). */

@@ -22,6 +22,7 @@ static const char mem_help[] =
     "  --context N        tokens per sequence (default: 4096)\n"
     "  --batch B          sequences (default 1)\n"
     "  --kv-dtype T       f32 | f16 | bf16 for attention caches (default: the preset's, f32 for -m)\n"
+    "  --state-dtype T    f32 | bf16 for recurrent states (conv windows stay f32; default f32)\n"
     "  --page-tokens P    KV page size (default 16)\n"
     "  --budget SIZE      cache budget, e.g. 24G: also print the largest batch and context\n"
     "  --json             print JSON (the /v1/memory/estimate response)\n";
@@ -43,7 +44,7 @@ static void fmt_bytes(char *buf, size_t n, uint64_t b)
 
 int cli_mem(int argc, char **argv)
 {
-    const char *preset = NULL, *config = NULL, *model = NULL, *kvd = NULL;
+    const char *preset = NULL, *config = NULL, *model = NULL, *kvd = NULL, *sdt = NULL;
     long context = 4096, batch = 1, page = 0;
     uint64_t budget = 0;
     int json = 0;
@@ -66,6 +67,7 @@ int cli_mem(int argc, char **argv)
         else if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--kv-dtype")) kvd = v;
+        else if (!strcmp(a, "--state-dtype")) sdt = v;
         else if (!strcmp(a, "--context")) { if (!cli_int(a, v, 1, 1L << 30, &context)) return 2; }
         else if (!strcmp(a, "--batch")) { if (!cli_int(a, v, 1, 1L << 20, &batch)) return 2; }
         else if (!strcmp(a, "--page-tokens")) { if (!cli_int(a, v, 1, 1 << 16, &page)) return 2; }
@@ -111,6 +113,13 @@ int cli_mem(int argc, char **argv)
             return 2;
         }
         l.kv_bytes = kv_dtype_bytes(kvd);
+    }
+    if (sdt) {
+        if (strcmp(sdt, "f32") && strcmp(sdt, "bf16")) {
+            fprintf(stderr, "hyserve: --state-dtype must be f32 or bf16, got '%s'\n", sdt);
+            return 2;
+        }
+        memplan_set_state_dtype(&l, !strcmp(sdt, "bf16") ? 2 : 4);
     }
     if (page)
         l.page_tokens = (int)page;

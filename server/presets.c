@@ -205,6 +205,7 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
     cJSON_AddNumberToObject(lay, "layers", l->n_layers);
     cJSON_AddStringToObject(lay, "kv_dtype", l->kv_bytes == 4 ? "f32" : "16-bit");
     cJSON_AddNumberToObject(lay, "kv_bytes_per_number", l->kv_bytes);
+    cJSON_AddStringToObject(lay, "state_dtype", l->state_bytes == 2 ? "bf16" : "f32");
     cJSON_AddNumberToObject(lay, "page_tokens", l->page_tokens);
     if (l->attn_layers) {
         cJSON *a = cJSON_AddObjectToObject(lay, "attention");

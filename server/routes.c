@@ -600,7 +600,8 @@ static int h_tokenize(http_req *hr)
 /* POST /v1/memory/estimate: the planner (memplan.c) over HTTP, no weights.
  * Body: {"preset": NAME} or {"layout": {...preset format...}} or neither
  * (the loaded model's layout), plus optional "context", "batch",
- * "kv_dtype", "page_tokens", "budget" (bytes, or a string like "24G"). */
+ * "kv_dtype", "state_dtype" (recurrent state: f32 or bf16; conv windows stay
+ * f32), "page_tokens", "budget" (bytes, or a string like "24G"). */
 static int h_memory_estimate(http_req *hr)
 {
     server *srv = hr->srv;
@@ -665,6 +666,14 @@ static int h_memory_estimate(http_req *hr)
             rc = -1;
         } else {
             l.kv_bytes = kv_dtype_bytes(v->valuestring);
+        }
+    }
+    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "state_dtype"))) {
+        if (!cJSON_IsString(v) || (strcmp(v->valuestring, "f32") && strcmp(v->valuestring, "bf16"))) {
+            snprintf(err, sizeof(err), "\"state_dtype\" must be \"f32\" or \"bf16\"");
+            rc = -1;
+        } else {
+            memplan_set_state_dtype(&l, !strcmp(v->valuestring, "bf16") ? 2 : 4);
         }
     }
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "page_tokens"))) {

@@ -177,6 +177,13 @@ def test_estimate_route(srv):
     check("estimate: Qwen3-Next state per sequence is 79,036,416 bytes",
           st == 200 and j["per_sequence"]["recurrent_state_bytes"] == 79036416, f"{st} {j}")
     check("estimate: a quarter of all-attention", st == 200 and j["counterfactual"]["actual_over_all_attention"] == 0.25, f"{j}")
+    # 36 DeltaNet layers x 32 heads x 128 x 128 state numbers, 2 bytes each; 36 x 3 x 8192 conv numbers, 4 bytes
+    st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"preset": "qwen3-next-80b-a3b", "state_dtype": "bf16"})
+    check("estimate: Qwen3-Next state per sequence with a bf16 state is 37,748,736 + 3,538,944 bytes",
+          st == 200 and j["per_sequence"]["recurrent_state_bytes"] == 37748736 + 3538944
+          and j["layout"]["state_dtype"] == "bf16", f"{st} {j}")
+    st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"preset": "qwen3-next-80b-a3b", "state_dtype": "f16"})
+    check("estimate: state_dtype f16 is a 400 naming the choices", st == 400 and "bf16" in json.dumps(j), f"{st} {j}")
     st, h, j, _ = srv.jreq("POST", "/v1/memory/estimate", {"preset": "deepseek-v2"})
     check("estimate: DeepSeek-V2 MHA / MLA is about 57",
           st == 200 and 56.5 < j["counterfactual"]["mha_over_actual"] < 57.5, f"{j and j.get('counterfactual')}")
