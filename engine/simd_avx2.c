@@ -456,26 +456,26 @@ AVX2 void avx2_dequant_bf16(const uint16_t *src, float *dst, int n)
         dst[i] = bf16_to_f32(src[i]);
 }
 
-/* f32 -> bf16 as f32_to_bf16: x + 0x7fff + (bit 16 of x), the high half;
- * a NaN keeps its high half with the quiet bit set. 8 at a time, the two
+/* 8 f32 -> 8 bf16 at p as f32_to_bf16: x + 0x7fff + (bit 16 of x), the
+ * high half; a NaN keeps its high half with the quiet bit set. The two
  * 128-bit halves of the rounded words packed to 8 words (packus: each is
  * below 2^16). */
+AVX2 static inline __attribute__((always_inline)) void bf16x8_store(uint16_t *p, __m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x), h = _mm256_srli_epi32(u, 16);
+    const __m256i lsb = _mm256_and_si256(h, _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i w = _mm256_blendv_epi8(r, _mm256_or_si256(h, _mm256_set1_epi32(0x40)), nan);
+    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+}
+
 AVX2 void avx2_quant_bf16(const float *src, uint16_t *dst, int n)
 {
-    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
-    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i quiet = _mm256_set1_epi32(0x40);
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src + i));
-        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
-        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
-        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
-        const __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), quiet);
-        const __m256i w = _mm256_blendv_epi8(r, q, nan);
-        const __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-        _mm_storeu_si128((__m128i *)(dst + i), p);
-    }
+    for (; i + 8 <= n; i += 8)
+        bf16x8_store(dst + i, _mm256_loadu_ps(src + i));
     for (; i < n; i++)
         dst[i] = f32_to_bf16(src[i]);
 }
@@ -572,18 +572,10 @@ AVX2_INLINE __m256 st_load(const void *S, int i, const bool b16)
 
 AVX2_INLINE void st_store(void *S, int i, __m256 x, const bool b16)
 {
-    if (!b16) {
+    if (b16)
+        bf16x8_store((uint16_t *)S + i, x);
+    else
         _mm256_storeu_ps((float *)S + i, x);
-        return;
-    }
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                           _mm256_set1_epi32(0x7f800000));
-    const __m256i w = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
-    _mm_storeu_si128((__m128i *)((uint16_t *)S + i),
-                     _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
 }
 
 static inline float st_get(const void *S, int i, bool b16)
