@@ -420,14 +420,17 @@ INLINEQ void q8p_tile(const char *P, size_t ps, int nb, int b0, int b1, q8_acts 
 #endif
 
 /* panels [p0, p1) of a Q8_0 W x the n_tok tokens of a, pairs of panels in
- * turn. A step of more than Q8P_TG tokens multiplies at about the rate DRAM
- * delivers its weights (16 MACs per weight byte against ~64 per cycle and
- * core), so the two must overlap: each pair goes in chunks of Q8P_KC blocks,
+ * turn. At 16 tokens a weight byte feeds 16 multiply-adds, and the kernel's
+ * ~60-70 per cycle and core (in L2) need about the bytes per second DRAM
+ * gives two cores, so loading and multiplying must overlap: in a step of
+ * more than Q8P_TG tokens each pair goes in chunks of Q8P_KC blocks,
  * every token group on a chunk before the next (a chunk of a pair, 8.5 KiB,
  * stays in L1), and the groups after the first prefetch the next pair into
  * L2. Before, all of a pair for the first group, then the rest: the first
  * group waited on DRAM and the others left it idle. Same FMAs in the same
- * order per output, so the same bits. */
+ * order per output, so the same bits. Measured (16 tokens, 170-600 MB of
+ * weights, 2 threads, alternating binaries): 211-261 -> 277-302 GMAC/s;
+ * chunks of 4-16 blocks alike, 2 worse. */
 AVX512Q static void q8p_rows(const char *W, size_t ps, int p0, int p1, int n_in, q8_acts a, int n_tok, float *Y,
                              int n_out)
 {
