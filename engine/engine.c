@@ -13,6 +13,7 @@
 #include "kernels_attn.h"
 #include "gguf.h"
 #include "ops.h"
+#include "quant.h"
 
 void engine_params_default(engine_params *p)
 {
@@ -319,4 +320,34 @@ void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
 void engine_get_memplan(const engine *e, memplan_layout *out)
 {
     *out = e->kv.plan;
+}
+
+void engine_process_init(char **argv)
+{
+    (void)ops_blas_choose_core(argv);
+}
+
+const char *engine_blas_core(void)
+{
+    return ops_blas_choose_core(NULL);
+}
+
+const char *engine_kernels_name(void)
+{
+    return simd_name();
+}
+
+int engine_threads(void)
+{
+    return ops_get_threads();
+}
+
+bool engine_type_supported(uint32_t type)
+{
+    return quant_supported(type);
+}
+
+void engine_dequant_row(uint32_t type, const void *src, float *dst, int n)
+{
+    dequant_row(type, src, dst, n);
 }

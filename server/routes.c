@@ -18,7 +18,6 @@
 #include "json.h"
 #include "config.h"
 #include "metrics.h"
-#include "presets.h"
 #include "routes.h"
 #include "stream.h"
 

@@ -18,14 +18,11 @@
 #include <unistd.h>
 
 #include "chat.h"
-#include "ops.h"
 #include "config.h"
 #include "http.h"
 #include "metrics.h"
-#include "presets.h"
 #include "serve.h"
 #include "server.h"
-#include "synth.h"
 
 double server_now(void)
 {
@@ -144,18 +141,16 @@ int serve_main(int argc, char **argv)
      * file that is unlinked once mapped */
     char synth_path[512] = "";
     if (cfg.synth[0]) {
-        memplan_layout lay;
-        synth_config sc;
+        char lay_name[128];
         const char *tmp = getenv("TMPDIR");
         snprintf(synth_path, sizeof(synth_path), "%s/hyserve-synth-%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
-        if (preset_load(cfg.synth, &lay, err, sizeof(err)) || synth_from_layout(&lay, &sc, err, sizeof(err)) ||
-            synth_write(&sc, synth_path, err, sizeof(err))) {
+        if (preset_synth_write(cfg.synth, synth_path, lay_name, sizeof lay_name, err, sizeof err)) {
             atomic_store(&srv.state, SERVER_FAILED);
             fprintf(stderr, "hyserve: serve: --synth %s: %s\n", cfg.synth, err);
             goto out_http;
         }
         snprintf(cfg.model, sizeof(cfg.model), "%s", synth_path);
-        fprintf(stderr, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay.name);
+        fprintf(stderr, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay_name);
     }
 
     engine_params ep;
@@ -201,8 +196,8 @@ int serve_main(int argc, char **argv)
     fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
                     "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s%s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
-            srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), ops_get_threads(),
-            ops_blas_choose_core(NULL), simd_name(),
+            srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), engine_threads(),
+            engine_blas_core(), engine_kernels_name(),
             !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file", panels);
     atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);
 

@@ -12,8 +12,6 @@
 #include "cli.h"
 #include "engine.h"
 #include "gguf.h"
-#include "presets.h"
-#include "quant.h"
 #include "sampler.h"
 #include "synth.h"
 #include "tokenizer.h"
@@ -595,7 +593,7 @@ int cli_tensor(int argc, char **argv)
         fprintf(stderr, "hyserve: %s: no tensor named '%s'\n", model, name);
         goto out;
     }
-    if (!quant_supported(t->type)) {
+    if (!engine_type_supported(t->type)) {
         fprintf(stderr, "hyserve: %s: tensor '%s' has type %s, which hyserve cannot decode\n", model,
                 name, ggml_type_name(t->type));
         goto out;
@@ -611,7 +609,7 @@ int cli_tensor(int argc, char **argv)
         printf("%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
     printf("], \"values\": [");
     for (uint64_t r = 0; r < rows; r++) {
-        dequant_row(t->type, (const char *)t->data + r * row_bytes, row, n0);
+        engine_dequant_row(t->type, (const char *)t->data + r * row_bytes, row, n0);
         for (int i = 0; i < n0; i++)
             printf("%s%.9g", r || i ? ", " : "", (double)row[i]);
     }
