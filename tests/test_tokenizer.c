@@ -156,12 +156,13 @@ static tokenizer *std_tokenizer(const char *pre, const char *name)
     return t;
 }
 
-/* encode and compare with expected ids */
-static bool encodes_to(const tokenizer *t, const char *text, bool special,
-                       const int32_t *want, int n_want)
+/* encode with control tokens parsed outside the data spans (tok_encode_data)
+ * and compare with expected ids */
+static bool encodes_data_to(const tokenizer *t, const char *text, const size_t *data, int n_data,
+                            const int32_t *want, int n_want)
 {
     int32_t out[256];
-    int n = tok_encode(t, text, strlen(text), special, out, 256);
+    int n = tok_encode_data(t, text, strlen(text), data, n_data, out, 256);
     bool ok = n == n_want;
     for (int i = 0; ok && i < n; i++)
         ok = out[i] == want[i];
@@ -175,6 +176,15 @@ static bool encodes_to(const tokenizer *t, const char *text, bool special,
         fprintf(stderr, "]\n");
     }
     return ok;
+}
+
+/* the same through tok_encode, with or without control tokens */
+static bool encodes_to(const tokenizer *t, const char *text, bool special, const int32_t *want, int n_want)
+{
+    int32_t out[256];
+    int n = tok_encode(t, text, strlen(text), special, out, 256);
+    int m = tok_encode_data(t, text, strlen(text), NULL, special ? 0 : -1, out, 256);
+    return n == m && encodes_data_to(t, text, NULL, special ? 0 : -1, want, n_want);
 }
 
 #define ENCODES_TO(t, text, special, ...)                                         \
@@ -435,24 +445,6 @@ TEST(test_tokenizer_special_tokens_match_only_with_parse_special)
         CHECK(out[i] == (unsigned char)s[i]);
     ENCODES_TO(t, "<think>", false, '<', 't', 'h', 'i', 'n', 'k', '>');
     tok_free(t);
-}
-
-/* tok_encode_data gives ids; want lists them */
-static bool encodes_data_to(const tokenizer *t, const char *text, const size_t *data, int n_data,
-                            const int32_t *want, int n_want)
-{
-    int32_t out[64];
-    int n = tok_encode_data(t, text, strlen(text), data, n_data, out, 64);
-    bool ok = n == n_want;
-    for (int i = 0; ok && i < n; i++)
-        ok = out[i] == want[i];
-    if (!ok) {
-        fprintf(stderr, "    \"%s\": got", text);
-        for (int i = 0; i < n && i < 64; i++)
-            fprintf(stderr, " %d", out[i]);
-        fprintf(stderr, "\n");
-    }
-    return ok;
 }
 
 TEST(test_tokenizer_control_tokens_in_data_spans_are_text)
