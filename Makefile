@@ -2,25 +2,35 @@
 #
 # SANITIZE=1 builds everything with AddressSanitizer + UndefinedBehaviorSanitizer
 # into build-san/, so a sanitized and a plain build can live side by side.
+# CHECKS=1 (implied by SANITIZE=1) also runs the invariant checkers on the
+# per-step path (engine/invariant.h); alone it builds into build-checks/.
 
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 SANITIZE ?= 0
+CHECKS  ?= $(SANITIZE)
 
 ifeq ($(SANITIZE),1)
 BUILD   := build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT     := -O1 -g
+else ifeq ($(CHECKS),1)
+BUILD   := build-checks
+SANFLAGS :=
+OPT     := -O2 -g
 else
 BUILD   := build
 SANFLAGS :=
 OPT     := -O2 -g
 endif
+ifeq ($(CHECKS),1)
+CHECKFLAGS := -DHYSERVE_CHECKS
+endif
 
 BLAS_INC := $(shell test -d /usr/include/x86_64-linux-gnu/openblas-openmp && echo -I/usr/include/x86_64-linux-gnu/openblas-openmp)
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
            -Wformat=2 -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
-CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP -Iengine -Iserver -Icli $(BLAS_INC) $(SANFLAGS)
+CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(CHECKFLAGS) $(WARN) -fopenmp -pthread -MMD -MP -Iengine -Iserver -Icli $(BLAS_INC) $(SANFLAGS)
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lm
 
@@ -66,7 +76,7 @@ bench: all ## run the benchmarks, results under bench/results/
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh
 
 clean: ## remove build outputs
-	rm -rf build build-san tests/tmp
+	rm -rf build build-san build-checks tests/tmp
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
