@@ -17,7 +17,7 @@ Owns the cases that check the C engine against the independent reference for
   reference self-checks that need no C binary.
 Runs inside tests/test_reference.py (its all_tests() appends these), so the suite's
 last line stays "reference: N passed, N failed"; it can also run alone:
-  /usr/bin/python3 tests/test_reference_arch.py [-v] [-k SUBSTRING] [--keep]
+  /usr/bin/python3 tests/test_reference_arch.py [-v] [-k SUBSTRING] [--list] [--keep]
 Cases that need a C feature that is missing fail with "hyserve lacks ..." (never skip).
 """
 
@@ -132,23 +132,9 @@ def expected_kinds(s):
 # --------------------------------------------------------------------------
 # C feature probes (so a missing feature reads "hyserve lacks ...")
 
-_HELP = {}
-
-
-def c_help(ctx, cmd):
-    if cmd not in _HELP:
-        try:
-            p = subprocess.run([ctx.hyserve, cmd, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               timeout=30, env=tr.c_env())
-            _HELP[cmd] = p.stdout.decode("utf-8", "replace")
-        except (OSError, subprocess.TimeoutExpired):
-            _HELP[cmd] = ""
-    return _HELP[cmd]
-
-
 def need_synth_arch(ctx, s):
     need_hyserve(ctx)
-    h = c_help(ctx, "synth")
+    h = ctx.help_text("synth")
     if "--arch" not in h:
         raise CaseFailure("hyserve lacks `synth --arch` (synth --help does not mention --arch)")
     if s["arch"] == "qwen3next" and "--experts" not in h:
@@ -356,7 +342,7 @@ def t_c_dequant(t):
         name = "deq." + t
         want = r.tensor_f32(name)
         need_hyserve(ctx)
-        h = c_help(ctx, "tensor")
+        h = ctx.help_text("tensor")
         if "--name" not in h:
             raise CaseFailure("hyserve lacks the `tensor -m MODEL --name TENSOR` command")
         out, dt = run([ctx.hyserve, "tensor", "-m", path, "--name", name], "hyserve tensor")
