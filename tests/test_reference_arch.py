@@ -36,6 +36,7 @@ if "test_reference" not in sys.modules and getattr(sys.modules.get("__main__"), 
     sys.modules["test_reference"] = sys.modules["__main__"]
 import test_reference as tr  # noqa: E402  (first: it pins numpy's BLAS to one thread)
 from test_reference import CaseFailure, compare, need_hyserve, prompt, run  # noqa: E402
+from harness import parse_logits  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -252,20 +253,6 @@ def golden(ctx, name, seed, s, writer):
                 raise CaseFailure("panels %s: max_rel_err %.3e (tol %.0e) worst pos %d" % (panels, err2, TOL, worst2))
             msg += ", panels %s %.1e" % (panels, err2)
     return msg
-
-
-def parse_logits(out, tokens):
-    text = out.decode("utf-8", "replace")
-    try:
-        obj = json.loads(text)
-    except ValueError as e:
-        raise CaseFailure("hyserve logits printed invalid JSON (%s): %r" % (e, text[:200]))
-    if not isinstance(obj, dict) or "logits" not in obj:
-        raise CaseFailure("hyserve logits JSON has no \"logits\": %r" % text[:200])
-    try:
-        return np.array(obj["logits"], dtype=np.float64)
-    except (ValueError, TypeError) as e:
-        raise CaseFailure("hyserve logits rows are not a rectangular float array: %s" % e)
 
 
 def weight_noise(path_q, path_f):

@@ -41,6 +41,18 @@ static engine *open_model(const char *tag, uint64_t cache_bytes)
     return e;
 }
 
+static sched_req_params greedy_request(const char *id, const int32_t *prompt, int n_prompt, int max_new)
+{
+    sched_req_params rp = {0};
+    rp.id = id;
+    rp.prompt = prompt;
+    rp.n_prompt = n_prompt;
+    rp.max_new_tokens = max_new;
+    sampler_params_default(&rp.sampling);
+    rp.sampling.greedy = true;
+    return rp;
+}
+
 /* Run one request to the end; returns the text (heap) and the finish. */
 static char *run_one(sched *s, const int32_t *prompt, int n_prompt, int max_new, const char *stop, bool include,
                      uint64_t seed, int *finish, int *n_events)
@@ -145,13 +157,7 @@ TEST(test_scheduler_cancel_frees_the_cache_and_refuses_what_never_fits)
     CHECK(s != NULL && sched_start(s) == 0);
     int32_t prompt[8];
     int np = engine_tokenize(e, "Hello", 5, true, true, prompt, 8);
-    sched_req_params rp = {0};
-    rp.id = "c";
-    rp.prompt = prompt;
-    rp.n_prompt = np;
-    rp.max_new_tokens = 300;
-    sampler_params_default(&rp.sampling);
-    rp.sampling.greedy = true;
+    sched_req_params rp = greedy_request("c", prompt, np, 300);
     sched_req *r = NULL;
     char err[256];
     CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == 0);
@@ -218,12 +224,7 @@ TEST(test_scheduler_check_catches_each_broken_invariant)
     sched *s = sched_new(e, &sp, NULL, 0);
     CHECK(s != NULL);
     int32_t prompt[4] = { 1, 2, 3, 4 };
-    sched_req_params rp = {0};
-    rp.id = "q";
-    rp.prompt = prompt;
-    rp.n_prompt = 4;
-    rp.max_new_tokens = 4;
-    sampler_params_default(&rp.sampling);
+    sched_req_params rp = greedy_request("q", prompt, 4, 4);
     sched_req *q[2] = { NULL, NULL };
     char err[256];
     CHECK(sched_submit(s, &rp, &q[0], err, sizeof err) == 0 && sched_submit(s, &rp, &q[1], err, sizeof err) == 0);

@@ -2,7 +2,8 @@
 `hyserve logits`, comparing logits, and the case loop that prints the report.
 
 Owns: CaseFailure, Ctx, run() / c_env() (the C binary with the caller's BLAS thread
-settings), need_hyserve(), prompt(), c_logits(), compare(), f32_floor(), main().
+settings), need_hyserve(), prompt(), c_logits() / parse_logits(), compare(), f32_floor(),
+main().
 Does not own: the cases or the model specs (tests/test_reference*.py), the reference
 math (qwen35_ref.py, mla_ref.py, models_ref.py).
 
@@ -104,6 +105,11 @@ def c_logits(ctx, model, tokens, extra=(), env_extra=None):
     """`hyserve logits --all` on tokens: the [n_tokens, n_vocab] array and the seconds taken."""
     out, dt = run([ctx.hyserve, "logits", "-m", model, "--tokens", ",".join(map(str, tokens)), "--all"] +
                   list(extra), "hyserve logits", env_extra)
+    return parse_logits(out, tokens), dt
+
+
+def parse_logits(out, tokens):
+    """The logits array of `hyserve logits` output (bytes) for tokens, or CaseFailure."""
     text = out.decode("utf-8", "replace")
     try:
         obj = json.loads(text)
@@ -114,10 +120,9 @@ def c_logits(ctx, model, tokens, extra=(), env_extra=None):
     if obj.get("tokens") is not None and list(obj["tokens"]) != list(tokens):
         raise CaseFailure("hyserve logits echoed tokens %r != %r" % (obj["tokens"][:8], tokens[:8]))
     try:
-        arr = np.array(obj["logits"], dtype=np.float64)
+        return np.array(obj["logits"], dtype=np.float64)
     except (ValueError, TypeError) as e:
         raise CaseFailure("hyserve logits rows are not a rectangular float array: %s" % e)
-    return arr, dt
 
 
 def compare(c, ref):
