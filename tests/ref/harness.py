@@ -4,7 +4,7 @@
 Owns: CaseFailure, Ctx, run() / c_env() (the C binary with the caller's BLAS thread
 settings), need_hyserve(), prompt(), c_logits() / parse_logits(), compare(), f32_floor(),
 main().
-Does not own: the cases or the model specs (tests/test_reference*.py), the reference
+Does not own: the cases or the model specs (tests/suite_reference*.py), the reference
 math (qwen35_ref.py, mla_ref.py, models_ref.py).
 
 Import this module before numpy: it pins numpy's BLAS to one thread. numpy's BLAS

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""test_reference_mla.py - golden test of the C engine's MLA layers against tests/ref/mla_ref.py.
+"""suite_reference_mla.py - golden test of the C engine's MLA layers against tests/ref/mla_ref.py.
 
 Owns: the MLA part of the reference suite (tests/suite_reference.sh runs it after
-tests/test_reference.py). Each golden case builds a small model with MLA layers - a qwen35
+tests/suite_reference.py). Each golden case builds a small model with MLA layers - a qwen35
 hybrid with hyserve.layer_kinds (A GQA / L DeltaNet / M MLA) or a dense deepseek2 file -
 with tests/ref/make_mla_model.py or with `hyserve synth`, runs `hyserve logits --all` on a
 64-token prompt and compares every position with the float64 reference:
@@ -15,7 +15,7 @@ the writer's tensor layout, the CLI. A C feature that is missing makes its cases
 Does not: test quantized MLA weights, tokenization or the server.
 
 Env: HYSERVE (default build/hyserve), TEST_TMPDIR (default: a fresh temp dir).
-Usage: /usr/bin/python3 tests/test_reference_mla.py [-v] [-k SUBSTRING] [--list] [--keep]
+Usage: /usr/bin/python3 tests/suite_reference_mla.py [-v] [-k SUBSTRING] [--list] [--keep]
 The runner, the `hyserve logits` reader and the comparison are tests/ref/harness.py.
 Last line printed: "reference-mla: N passed, N failed"; exit status 1 on any failure.
 """

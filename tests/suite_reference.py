@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_reference.py - golden test: C engine logits vs the numpy float64 reference.
+"""suite_reference.py - golden test: C engine logits vs the numpy float64 reference.
 
 Owns: the reference suite. Each case builds a tiny qwen35 GGUF (with the C
 `hyserve synth` or with tests/ref/make_model.py), runs `hyserve logits --all` on a
@@ -7,12 +7,12 @@ Owns: the reference suite. Each case builds a tiny qwen35 GGUF (with the C
     max_t  max|c_t - ref_t| / max|ref_t|  <=  1e-4
 Also runs the reference's own self-checks (chunked vs recurrent DeltaNet, GGUF
 round trip), which need no C binary, and then the issue-5 cases of
-tests/test_reference_arch.py (dequantization bit-exactness, qwen3next / qwen3 /
+tests/suite_reference_arch.py (dequantization bit-exactness, qwen3next / qwen3 /
 llama, quantized models).
 Does not: test tokenization, sampling or the HTTP server.
 
 Env: HYSERVE (default build/hyserve), TEST_TMPDIR (default: a fresh temp dir).
-Usage: /usr/bin/python3 tests/test_reference.py [-v] [-k SUBSTRING] [--list] [--keep]
+Usage: /usr/bin/python3 tests/suite_reference.py [-v] [-k SUBSTRING] [--list] [--keep]
 The runner, the `hyserve logits` reader and the comparison are tests/ref/harness.py.
 Last line printed: "reference: N passed, N failed"; exit status 1 on any failure.
 """
@@ -371,9 +371,9 @@ def all_tests():
         _, writer, seed, s = by_name[base]
         tests.append((name, make_golden(name, writer, seed, s, extra)))
     # issue 5: weight types and the other architectures (shares this module's helpers)
-    sys.modules.setdefault("test_reference", sys.modules[__name__])
-    import test_reference_arch
-    tests += test_reference_arch.all_tests()
+    sys.modules.setdefault("suite_reference", sys.modules[__name__])
+    import suite_reference_arch
+    tests += suite_reference_arch.all_tests()
     return tests
 
 
