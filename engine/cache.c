@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "fault.h"
 #include "gguf.h"
 #include "invariant.h"
 #include "quant.h"
@@ -119,7 +120,7 @@ int cache_seq_new(cache *c)
         return -1;
     cache_seq *s = &c->seqs[id];
     memset(s, 0, sizeof *s);
-    s->pages = calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(uint8_t *));
+    s->pages = FAULT_OR(calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(uint8_t *)));
     /* The slot of a freed sequence if there is one, else a new one. Zeroed
      * by writing: the recurrent step reads the state before it writes it,
      * and on untouched (calloc'd, mmap'd) pages that read maps the zero
@@ -128,7 +129,7 @@ int cache_seq_new(cache *c)
      * on reused memory (Q8_0 0.8B shape, 2 threads, 10k page faults); now
      * 8.7 ms of memset here, then 121. */
     const size_t sb = slot_bytes(c);
-    uint8_t *slot = c->n_free_slots ? c->free_slots[--c->n_free_slots] : aligned_alloc(64, sb);
+    uint8_t *slot = c->n_free_slots ? c->free_slots[--c->n_free_slots] : FAULT_OR(aligned_alloc(64, sb));
     if (!s->pages || !slot) {
         free(s->pages);
         free(slot);
@@ -199,15 +200,16 @@ static uint8_t *page_new(cache *c)
         }
         if (c->n_regions == c->cap_regions) {
             const int cap = c->cap_regions ? 2 * c->cap_regions : 16;
-            uint8_t **r = realloc(c->regions, (size_t)cap * sizeof *r);
+            uint8_t **r = FAULT_OR(realloc(c->regions, (size_t)cap * sizeof *r));
             if (!r)
                 return NULL;
             c->regions = r;
             c->cap_regions = cap;
         }
         /* over-map by 2 MiB and trim, so the region starts 2 MiB-aligned */
-        uint8_t *m = mmap(NULL, c->region_bytes + REGION_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                          -1, 0);
+        uint8_t *m = fault_now() ? MAP_FAILED
+                                 : mmap(NULL, c->region_bytes + REGION_ALIGN, PROT_READ | PROT_WRITE,
+                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED)
             return NULL;
         uint8_t *a = (uint8_t *)(((uintptr_t)m + REGION_ALIGN - 1) & ~(uintptr_t)(REGION_ALIGN - 1));
@@ -251,7 +253,7 @@ int cache_make_room(cache *c, int n_pages)
      * freeing never allocates */
     const int carved = c->n_pages_carved + n_new;
     if (carved > c->cap_free_pages) {
-        uint8_t **fp = realloc(c->free_pages, (size_t)carved * sizeof *fp);
+        uint8_t **fp = FAULT_OR(realloc(c->free_pages, (size_t)carved * sizeof *fp));
         if (!fp)
             return -1;
         c->free_pages = fp;

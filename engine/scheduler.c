@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "invariant.h"
 #include "scheduler_impl.h"
 #include "tokenizer.h"
@@ -249,7 +250,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
         snprintf(err, errlen, "a request needs at least one prompt token and max_new_tokens >= 1");
         return SCHED_EINVAL;
     }
-    r = calloc(1, sizeof(*r));
+    r = FAULT_OR(calloc(1, sizeof(*r)));
     if (!r)
         goto out_free;
     r->s = s;
@@ -268,26 +269,26 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd < 0)
         goto out_free;
-    r->tokens = malloc(((size_t)p->n_prompt + (size_t)p->max_new_tokens) * sizeof(int32_t));
+    r->tokens = FAULT_OR(malloc(((size_t)p->n_prompt + (size_t)p->max_new_tokens) * sizeof(int32_t)));
     if (!r->tokens)
         goto out_free;
     memcpy(r->tokens, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
     if (p->n_stop > 0) {
-        r->stop = calloc((size_t)p->n_stop, sizeof(char *));
+        r->stop = FAULT_OR(calloc((size_t)p->n_stop, sizeof(char *)));
         if (!r->stop)
             goto out_free;
         for (int i = 0; i < p->n_stop; i++) {
-            r->stop[i] = strdup(p->stop[i]);
+            r->stop[i] = FAULT_OR(strdup(p->stop[i]));
             if (!r->stop[i])
                 goto out_free;
             r->n_stop++;
         }
     }
     r->cap_pending = 256;
-    r->pending = malloc(r->cap_pending);
+    r->pending = FAULT_OR(malloc(r->cap_pending));
     if (!r->pending)
         goto out_free;
-    r->smp = sampler_new(&p->sampling, s->n_vocab);
+    r->smp = FAULT_OR(sampler_new(&p->sampling, s->n_vocab));
     if (!r->smp)
         goto out_free;
     r->t_submit = engine_now_s();

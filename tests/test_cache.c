@@ -1,12 +1,14 @@
 /* test_cache.c - the cache manager (engine/cache.c) on its own: DeltaNet
  * slots recycled zeroed, KV pages carved from regions, reservations that
- * change everything or nothing, and the invariant checker cache_broken,
- * which must hold through normal use and notice each kind of broken pool. */
+ * change everything or nothing, also when memory runs out at any of their
+ * allocations (fault.h), and the invariant checker cache_broken, which must
+ * hold through normal use and notice each kind of broken pool. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache.h"
+#include "fault.h"
 #include "test.h"
 
 /* Attention and DeltaNet: pages of 16 tokens x 1 layer x (K, V) x 2 heads x
@@ -133,5 +135,52 @@ TEST(test_cache_reservations_change_everything_or_nothing)
     CHECK(cache_reserve(&c, a, 40) == 0 && cache_reserve(&c, b, 40) == 0 && c.n_free_pages == 0);
     CHECK(c.reserved_bytes == c.budget_bytes);
     CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    cache_deinit(&c);
+}
+
+/* Out of memory at each allocation of admission in turn (the page table,
+ * the DeltaNet slot, the free list, the region table, a region): the
+ * sequence is refused or its reservation fails, nothing else changes, and
+ * the invariants hold. Pages of 16 tokens x 8 heads x 128 dims x (K, V) x 4
+ * bytes = 128 KiB, 16 to a 2 MiB region: a full context of 256 tokens fills
+ * one region, so each new sequence maps another. */
+TEST(test_cache_out_of_memory_at_each_allocation_changes_nothing)
+{
+    const cache_layout wide = { .n_attn = 1, .n_kv = 8, .head_dim = 128, .n_dnet = 1, .conv_kernel = 4,
+                                .conv_dim = 64, .n_v = 2, .d_v = 16, .d_k = 16, .page_tokens = 16,
+                                .n_ctx = 256, .max_seqs = 4, .budget_bytes = 64u << 20 };
+    cache c;
+    CHECK(cache_init(&c, &wide) == 0);
+    CHECK(c.page_bytes == 128u << 10);
+    const int a = cache_seq_new(&c);
+    CHECK(a >= 0 && cache_reserve(&c, a, 100) == 0);
+    int n_failed = 0, k = 1;
+    for (; k < 100; k++) {
+        const uint64_t reserved = c.reserved_bytes;
+        const int live = c.n_live, used = c.n_pages_used, pages_a = cache_get(&c, a)->n_pages;
+        fault_inject(k);
+        const int b = cache_seq_new(&c);
+        const int rc = b < 0 ? -1 : cache_reserve(&c, b, 256);
+        const int rc_a = rc == 0 ? cache_reserve(&c, a, 256) : -1;
+        const bool fired = fault_fired();
+        fault_inject(0);
+        CHECK_MSG(cache_broken(&c) == NULL, "allocation %d failed: %s", k, cache_broken(&c));
+        if (!fired) {
+            CHECK_MSG(rc == 0 && rc_a == 0, "allocation %d: nothing failed, yet the reservations did", k);
+            break;
+        }
+        n_failed++;
+        if (rc != 0) {
+            CHECK_MSG(b < 0 || cache_get(&c, b)->n_pages == 0, "allocation %d: b kept pages", k);
+            cache_seq_free(&c, b);
+        } else {
+            CHECK_MSG(rc_a != 0 && cache_get(&c, a)->n_pages == pages_a, "allocation %d: a changed", k);
+            cache_seq_free(&c, b);
+        }
+        CHECK_MSG(c.reserved_bytes == reserved && c.n_live == live && c.n_pages_used == used,
+                  "allocation %d failed and left %llu bytes reserved (was %llu)", k,
+                  (unsigned long long)c.reserved_bytes, (unsigned long long)reserved);
+    }
+    CHECK_MSG(n_failed >= 4, "only %d allocations could be failed", n_failed);
     cache_deinit(&c);
 }

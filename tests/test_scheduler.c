@@ -1,14 +1,16 @@
 /* test_scheduler.c - the scheduler (engine/scheduler.c) driven directly on
  * a synthesized model: stop strings held back and cut across tokens,
  * cancellation frees the cache, never-fitting requests are refused with the
- * numbers; and its invariant checker sched_broken, which must notice each
- * kind of broken running set, slot list and wait queue. */
+ * numbers, a submission that runs out of memory anywhere queues nothing;
+ * and its invariant checker sched_broken, which must notice each kind of
+ * broken running set, slot list and wait queue. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
+#include "fault.h"
 #include "scheduler.h"
 #include "scheduler_impl.h"
 #include "synth.h"
@@ -197,6 +199,17 @@ TEST(test_scheduler_cancel_frees_the_cache_and_refuses_what_never_fits)
     engine_close(e);
 }
 
+/* A scheduler whose thread is not started: the calling thread owns the
+ * engine, and nothing moves unless the test moves it. */
+static sched *sched_unstarted(engine *e, int max_queue)
+{
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.max_queue = max_queue;
+    sp.n_threads = 1;
+    return sched_new(e, &sp, NULL, 0);
+}
+
 /* Put r in the running set the way admit() does, on sequence seq. */
 static void run_by_hand(sched *s, sched_req *r, int seq)
 {
@@ -217,11 +230,7 @@ TEST(test_scheduler_check_catches_each_broken_invariant)
 {
     engine *e = open_model("check", 0);
     CHECK(e != NULL);
-    sched_params sp;
-    sched_params_default(&sp);
-    sp.max_queue = 4;
-    sp.n_threads = 1;
-    sched *s = sched_new(e, &sp, NULL, 0);
+    sched *s = sched_unstarted(e, 4);
     CHECK(s != NULL);
     int32_t prompt[4] = { 1, 2, 3, 4 };
     sched_req_params rp = greedy_request("q", prompt, 4, 4);
@@ -297,6 +306,48 @@ TEST(test_scheduler_check_catches_each_broken_invariant)
     s->n_running = 0;
     sched_req_release(q[0]);
     sched_req_release(q[1]);
+    sched_free(s);
+    engine_close(e);
+}
+
+/* Out of memory at each allocation of sched_submit in turn: the request is
+ * refused with SCHED_ENOMEM and a message, nothing is queued, and the
+ * scheduler's invariants hold (under SANITIZE=1 LeakSanitizer also sees
+ * that the half-built request was freed). */
+TEST(test_scheduler_submit_out_of_memory_at_each_allocation_queues_nothing)
+{
+    engine *e = open_model("oom", 0);
+    CHECK(e != NULL);
+    sched *s = sched_unstarted(e, 4);
+    CHECK(s != NULL);
+    int32_t prompt[4] = { 1, 2, 3, 4 };
+    const char *stops[2] = { "ab", "cd" };
+    sched_req_params rp = greedy_request("oom", prompt, 4, 4);
+    rp.stop = stops;
+    rp.n_stop = 2;
+    int n_failed = 0, k = 1;
+    for (; k < 100; k++) {
+        sched_req *r = NULL;
+        char err[256] = "";
+        fault_inject(k);
+        const int rc = sched_submit(s, &rp, &r, err, sizeof err);
+        const bool fired = fault_fired();
+        fault_inject(0);
+        pthread_mutex_lock(&s->mu);
+        const char *why = sched_broken(s);
+        const int n_waiting = s->n_waiting;
+        pthread_mutex_unlock(&s->mu);
+        CHECK_MSG(why == NULL, "allocation %d failed: %s", k, why);
+        if (!fired) {
+            CHECK_MSG(rc == 0 && r != NULL && n_waiting == 1, "allocation %d: nothing failed, rc %d", k, rc);
+            sched_req_release(r);
+            break;
+        }
+        n_failed++;
+        CHECK_MSG(rc == SCHED_ENOMEM && r == NULL && n_waiting == 0 && strstr(err, "out of memory"),
+                  "allocation %d failed: rc %d, %d waiting, '%s'", k, rc, n_waiting, err);
+    }
+    CHECK_MSG(n_failed >= 7, "only %d allocations could be failed", n_failed);
     sched_free(s);
     engine_close(e);
 }
