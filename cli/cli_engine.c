@@ -75,13 +75,6 @@ static bool is_opt(const char *arg, const char *a, const char *b)
     return !strcmp(arg, a) || (b && !strcmp(arg, b));
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int opt_mla_mode = ENGINE_MLA_AUTO, opt_kv_dtype = ENGINE_KV_F32, opt_state_dtype = ENGINE_STATE_F32;
 static bool opt_huge_weights;
 
@@ -253,14 +246,14 @@ int cli_generate(int argc, char **argv)
         goto out;
     }
     char err[256];
-    double t0 = now_s();
+    double t0 = engine_now_s();
     engine_batch_item it = { .seq = seq, .tokens = toks, .n_tokens = n_prompt,
                              .logits = ENGINE_LOGITS_LAST, .out = logits };
     if (engine_forward(e, &it, 1, err, sizeof err) != 0) {
         fprintf(stderr, "hyserve: generate: %s\n", err);
         goto out;
     }
-    double t1 = now_s();
+    double t1 = engine_now_s();
     int n_gen = 0;
     for (; n_gen < n_predict; n_gen++) {
         int32_t tok = sampler_sample(smp, logits, toks, n_prompt + n_gen, NULL);
@@ -296,7 +289,7 @@ int cli_generate(int argc, char **argv)
     else if (n_hold)
         fwrite(hold, 1, n_hold, stdout);
     fflush(stdout);
-    double t2 = now_s();
+    double t2 = engine_now_s();
     int n_out = n_gen + (n_gen < n_predict ? 1 : 0);
     fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
             n_prompt, t1 - t0, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_out, t2 - t1,

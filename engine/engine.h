@@ -80,6 +80,9 @@ const char *engine_blas_core(void);
 const char *engine_kernels_name(void);
 /* Threads the engine's parallel regions and OpenBLAS use now. */
 int engine_threads(void);
+/* Seconds on the monotonic clock: the one clock the scheduler, the server
+ * and the tools stamp and time requests with. */
+double engine_now_s(void);
 
 /* ---- tools (`hyserve tensor`): weight types as the engine reads them ---- */
 
@@ -126,6 +129,7 @@ typedef struct engine_info {
     const uint8_t *layer_kind;  /* [n_layer] enum engine_layer_kind */
     uint64_t n_params;
     uint64_t weight_bytes;
+    const char *weights_dtype;          /* type of the matrices holding most weight bytes ("Q8_0", "BF16"; "Q4_K" for a Q4_K_M file) */
     const char *weights_memory;         /* "mapped" (the file's pages) or "huge_pages" (read into 2 MiB pages) */
     const char *weights_note;           /* "", or why huge_weights fell back to the mapping (one line) */
     int weights_in_panels;              /* BF16/F16/Q8_0 matrices repacked into 16-row panels at load (HYSERVE_PANELS) */

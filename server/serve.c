@@ -24,13 +24,6 @@
 #include "serve.h"
 #include "server.h"
 
-double server_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void fmt_bytes(uint64_t b, char *buf, size_t n)
 {
     if (b >= (1ULL << 30))
@@ -59,7 +52,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
     if (srv->sched)
         sched_drain(srv->sched);
 
-    double deadline = server_now() + srv->cfg->drain_timeout;
+    double deadline = engine_now_s() + srv->cfg->drain_timeout;
     bool cancelled = false;
     double cancel_deadline = 0;
     for (;;) {
@@ -67,7 +60,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
         int inflight = atomic_load(&srv->n_inflight);
         if (active == 0 && inflight == 0)
             break;
-        double now = server_now();
+        double now = engine_now_s();
         if (!cancelled && now >= deadline) {
             fprintf(stderr, "hyserve: drain timeout: cancelling %d requests\n", active > inflight ? active : inflight);
             if (srv->sched)
@@ -118,7 +111,7 @@ int serve_main(int argc, char **argv)
     atomic_init(&srv.next_id, 1);
     if (getrandom(&srv.id_salt, sizeof(srv.id_salt), 0) != (ssize_t)sizeof(srv.id_salt))
         srv.id_salt = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    srv.t_start = server_now();
+    srv.t_start = engine_now_s();
     srv.started_at = time(NULL);
     srv.m = metrics_new();
     if (!srv.m) {
