@@ -252,6 +252,12 @@ const engine_info *engine_get_info(const engine *e)
 int engine_tokenize(const engine *e, const char *text, size_t len, bool add_bos,
                     bool parse_special, int32_t *out, int max_out)
 {
+    return engine_tokenize_chat(e, text, len, add_bos, NULL, parse_special ? 0 : -1, out, max_out);
+}
+
+int engine_tokenize_chat(const engine *e, const char *text, size_t len, bool add_bos, const size_t *data,
+                         int n_data, int32_t *out, int max_out)
+{
     int n0 = 0;
     int32_t bos = tok_bos(e->tok);
     if (add_bos && e->info.add_bos && bos >= 0) {
@@ -259,8 +265,8 @@ int engine_tokenize(const engine *e, const char *text, size_t len, bool add_bos,
             out[0] = bos;
         n0 = 1;
     }
-    int n = tok_encode(e->tok, text, len, parse_special, out + (max_out > 0 ? n0 : 0),
-                       max_out - n0 > 0 ? max_out - n0 : 0);
+    int n = tok_encode_data(e->tok, text, len, data, n_data, out + (max_out > 0 ? n0 : 0),
+                            max_out - n0 > 0 ? max_out - n0 : 0);
     return n < 0 ? n : n + n0;
 }
 

@@ -20,6 +20,12 @@
 #define GGUF_MAGIC 0x46554747u
 #define GGUF_MAX_ARRAY (1ull << 32)
 #define GGUF_MAX_COUNT (1ull << 24)
+/* The fewest bytes one header record can take, to check a count against the
+ * bytes left before allocating for it. A metadata entry: key length (8) +
+ * type (4) + a one-byte value; a tensor record: name length (8) + one name
+ * byte + dims (4) + one extent (8) + type (4) + offset (8). */
+#define GGUF_MIN_KV_BYTES 13u
+#define GGUF_MIN_TENSOR_BYTES 33u
 
 /* ------------------------------------------------------------------ */
 /* Types                                                               */
@@ -276,6 +282,57 @@ static int read_tensor_info(cursor *c, gguf_tensor *t)
     return 0;
 }
 
+static int cmp_by_name(const void *a, const void *b)
+{
+    return strcmp((*(const gguf_tensor *const *)a)->name, (*(const gguf_tensor *const *)b)->name);
+}
+
+static int cmp_by_offset(const void *a, const void *b)
+{
+    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Every name once, and no two tensors sharing bytes of the data section
+ * (a tensor of n bytes owns [offset, offset + n)). Sorted twice, so a file
+ * of many tensors costs n log n, not n^2. 0, or -1 with the cursor failed. */
+static int check_tensor_table(gguf_ctx *g, cursor *c)
+{
+    if (g->n_tensors < 2)
+        return 0;
+    const gguf_tensor **by = malloc((size_t)g->n_tensors * sizeof *by);
+    if (!by) {
+        cur_fail(c, "out of memory");
+        return -1;
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        by[i] = &g->tensors[i];
+    int rc = 0;
+    qsort(by, (size_t)g->n_tensors, sizeof *by, cmp_by_name);
+    for (uint64_t i = 1; i < g->n_tensors && rc == 0; i++)
+        if (strcmp(by[i - 1]->name, by[i]->name) == 0) {
+            cur_fail(c, "tensor '%s' appears twice", by[i]->name);
+            rc = -1;
+        }
+    qsort(by, (size_t)g->n_tensors, sizeof *by, cmp_by_offset);
+    /* the furthest end so far: one tensor may lie inside an earlier, longer one */
+    const gguf_tensor *reach = by[0];
+    for (uint64_t i = 1; i < g->n_tensors && rc == 0; i++) {
+        const gguf_tensor *t = by[i];
+        if (t->n_bytes && reach->n_bytes && t->offset < reach->offset + reach->n_bytes) {
+            cur_fail(c, "tensors '%s' and '%s' overlap (bytes %llu-%llu and %llu-%llu of the data section): "
+                     "the file is corrupt", reach->name, t->name, (unsigned long long)reach->offset,
+                     (unsigned long long)(reach->offset + reach->n_bytes), (unsigned long long)t->offset,
+                     (unsigned long long)(t->offset + t->n_bytes));
+            rc = -1;
+        }
+        if (t->offset + t->n_bytes > reach->offset + reach->n_bytes)
+            reach = t;
+    }
+    free(by);
+    return rc;
+}
+
 gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
 {
     gguf_ctx *g = calloc(1, sizeof *g);
@@ -332,6 +389,16 @@ gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
                  (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
         goto out_fail;
     }
+    /* a file cannot hold more records than its remaining bytes allow: check
+     * the counts against them before anything is allocated for them */
+    const uint64_t left = c.size - c.off;
+    if (g->n_kv > left / GGUF_MIN_KV_BYTES || g->n_tensors > left / GGUF_MIN_TENSOR_BYTES ||
+        g->n_kv * GGUF_MIN_KV_BYTES + g->n_tensors * GGUF_MIN_TENSOR_BYTES > left) {
+        cur_fail(&c, "file is truncated or corrupt: its header claims %llu metadata entries and %llu tensors, "
+                 "more than the %llu bytes after it can hold",
+                 (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, (unsigned long long)left);
+        goto out_fail;
+    }
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors) {
@@ -372,12 +439,9 @@ gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
             goto out_fail;
         }
         t->data = g->base + g->data_offset + t->offset;
-        for (uint64_t j = 0; j < i; j++)
-            if (strcmp(g->tensors[j].name, t->name) == 0) {
-                cur_fail(&c, "tensor '%s' appears twice", t->name);
-                goto out_fail;
-            }
     }
+    if (check_tensor_table(g, &c) != 0)
+        goto out_fail;
     return g;
 
 out_fail:

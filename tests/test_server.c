@@ -139,14 +139,20 @@ TEST(test_chatml_renders_messages_and_the_generation_prompt)
 {
     chat_msg m[2] = {{"system", "Be brief."}, {"user", "Hi"}};
     char *out = NULL, err[256];
+    size_t *data = NULL;
+    int n_data = 0;
     CHECK(chat_detect(NULL) == CHAT_NONE);
     CHECK(chat_detect("{% for m in messages %}{{ m.content }}{% endfor %}") == CHAT_UNKNOWN);
     CHECK(chat_detect("{{'<|im_start|>' + m.role}}...<|im_end|>") == CHAT_CHATML);
-    CHECK(chat_render(CHAT_CHATML, m, 2, &out, err, sizeof(err)) == 0);
+    CHECK(chat_render(CHAT_CHATML, m, 2, &out, &data, &n_data, err, sizeof(err)) == 0);
     CHECK(!strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                        "<|im_start|>assistant\n"));
+    /* the content spans: "Be brief." at 19 and "Hi" at 56 */
+    CHECK(n_data == 2 && data[0] == 19 && data[1] == 28 && data[2] == 56 && data[3] == 58);
+    CHECK(!memcmp(out + data[0], "Be brief.", 9) && !memcmp(out + data[2], "Hi", 2));
     free(out);
-    CHECK(chat_render(CHAT_UNKNOWN, m, 2, &out, err, sizeof(err)) < 0 && strstr(err, "ChatML") && strstr(err, "Llama 3"));
+    free(data);
+    CHECK(chat_render(CHAT_UNKNOWN, m, 2, &out, &data, &n_data, err, sizeof(err)) < 0 && strstr(err, "ChatML") && strstr(err, "Llama 3"));
 }
 
 TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_text)
@@ -154,25 +160,35 @@ TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_
     /* expected strings written out from the Llama 3 and 3.1 Jinja templates */
     chat_msg m[3] = {{"system", "  Be brief. "}, {"user", "Hi\n"}, {"assistant", "Hello"}};
     char *out = NULL, err[256];
+    size_t *data = NULL;
+    int n_data = 0;
     CHECK(chat_detect("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}...<|eot_id|>") ==
           CHAT_LLAMA3);
     CHECK(chat_detect("Cutting Knowledge Date: December 2023 <|start_header_id|> <|end_header_id|> <|eot_id|>") ==
           CHAT_LLAMA31);
-    CHECK(chat_render(CHAT_LLAMA3, m, 3, &out, err, sizeof(err)) == 0);
+    CHECK(chat_render(CHAT_LLAMA3, m, 3, &out, &data, &n_data, err, sizeof(err)) == 0);
     CHECK(!strcmp(out, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                        "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
                        "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    /* content spans cover the trimmed text only */
+    CHECK(n_data == 3 && !memcmp(out + data[0], "Be brief.<", 10) && data[1] - data[0] == 9 &&
+          data[3] - data[2] == 2 && !memcmp(out + data[4], "Hello", 5) && data[5] - data[4] == 5);
     free(out);
-    CHECK(chat_render(CHAT_LLAMA31, m + 1, 1, &out, err, sizeof(err)) == 0);
+    free(data);
+    CHECK(chat_render(CHAT_LLAMA31, m + 1, 1, &out, &data, &n_data, err, sizeof(err)) == 0);
     CHECK(!strcmp(out, "<|start_header_id|>system<|end_header_id|>\n\n"
                        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
                        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                        "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    /* the cutoff lines are the template's, not the request's */
+    CHECK(n_data == 1 && !memcmp(out + data[0], "Hi<|eot_id|>", 12));
     free(out);
-    CHECK(chat_render(CHAT_LLAMA31, m, 2, &out, err, sizeof(err)) == 0);
+    free(data);
+    CHECK(chat_render(CHAT_LLAMA31, m, 2, &out, &data, &n_data, err, sizeof(err)) == 0);
     CHECK(strstr(out, "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user") != NULL);
     free(out);
+    free(data);
 }
 
 /* ---------------------------------------------------------------------- */
