@@ -1040,7 +1040,6 @@ def test_slow_clients(model):
         srv.stop()
 
 
-
 def main(argv=None):
     # in the order they run; test_drain ends the main server, so it is last
     on_main = [("test_basic_routes", lambda: test_basic_routes(srv)),
