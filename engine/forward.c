@@ -29,12 +29,12 @@ static void add_rows(float *restrict x, const float *restrict y, long n)
  * de-interleave the fused ssm_in (per key head g: [q | k | v (r*d_v) |
  * z (r*d_v)]) into [q all | k all | v all] and z.
  * ref: architectures.md 1.4(a) and 2.3 item 5. */
-static void dnet_inputs_qwen3next(const model *m, const layer *L, fwd_scratch *s, int T)
+static void dnet_inputs_qwen3next(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
 {
     const int NK = m->ssm_n_k, NV = m->ssm_n_v, DK = m->ssm_d_k, DV = m->ssm_d_v, r = NV / NK;
     if (L->legacy_ssm_in) {
         const int W = 2 * NK * DK + 2 * NV * DV, G = 2 * DK + 2 * r * DV;
-        matmul(s->t, &L->ssm_in, s->xn, T, s->mm);
+        matmul(s->t, &L->ssm_in, s->xn, T, decode, s->mm);
         for (int row = 0; row < T; row++) {
             const float *src = s->t + (size_t)row * W;
             float *qkv = s->a + (size_t)row * m->conv_dim, *z = s->c + (size_t)row * NV * DV;
@@ -47,10 +47,10 @@ static void dnet_inputs_qwen3next(const model *m, const layer *L, fwd_scratch *s
             }
         }
     } else {
-        matmul(s->a, &L->wqkv, s->xn, T, s->mm);
-        matmul(s->c, &L->wz, s->xn, T, s->mm);
+        matmul(s->a, &L->wqkv, s->xn, T, decode, s->mm);
+        matmul(s->c, &L->wz, s->xn, T, decode, s->mm);
     }
-    matmul(s->t, &L->ssm_ba, s->xn, T, s->mm);
+    matmul(s->t, &L->ssm_ba, s->xn, T, decode, s->mm);
     for (int row = 0; row < T; row++) {
         const float *ba = s->t + (size_t)row * 2 * NV;
         for (int g = 0; g < NK; g++)
@@ -73,10 +73,10 @@ static weight expert_view(const weight *w, size_t stride, int ex)
  *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
  * Rows routed to one expert are gathered so each expert's weights are
  * read once per pass. ref: architectures.md 1.6. */
-static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
+static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
 {
     const int E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FF = m->n_ff_exp;
-    matmul(s->t, &L->router, s->xn, T, s->mm);
+    matmul(s->t, &L->router, s->xn, T, decode, s->mm);
     for (int row = 0; row < T; row++) {
         float *p = s->t + (size_t)row * NE;
         softmax(p, NE);
@@ -114,10 +114,10 @@ static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
         weight wg = expert_view(&L->gate_exps, L->up_gate_stride, ex);
         weight wu = expert_view(&L->up_exps, L->up_gate_stride, ex);
         weight wd = expert_view(&L->down_exps, L->down_stride, ex);
-        matmul(s->a, &wg, s->g, cnt, s->mm);
-        matmul(s->b, &wu, s->g, cnt, s->mm);
+        matmul(s->a, &wg, s->g, cnt, decode, s->mm);
+        matmul(s->b, &wu, s->g, cnt, decode, s->mm);
         vec_silu_mul(s->a, s->a, s->b, (long)cnt * FF);
-        matmul(s->g2, &wd, s->a, cnt, s->mm);
+        matmul(s->g2, &wd, s->a, cnt, decode, s->mm);
         for (int i = 0; i < cnt; i++) {
             float *y = s->y + (size_t)s->rows[i] * E;
             const float *o = s->g2 + (size_t)i * E;
@@ -126,10 +126,10 @@ static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
         }
     }
     /* shared expert, scaled by a scalar sigmoid gate per row */
-    matmul(s->a, &L->gate_shexp, s->xn, T, s->mm);
-    matmul(s->b, &L->up_shexp, s->xn, T, s->mm);
+    matmul(s->a, &L->gate_shexp, s->xn, T, decode, s->mm);
+    matmul(s->b, &L->up_shexp, s->xn, T, decode, s->mm);
     vec_silu_mul(s->a, s->a, s->b, (long)T * m->n_ff_shexp);
-    matmul(s->g2, &L->down_shexp, s->a, T, s->mm);
+    matmul(s->g2, &L->down_shexp, s->a, T, decode, s->mm);
     for (int row = 0; row < T; row++) {
         const float *x = s->xn + (size_t)row * E;
         float gs = 0.0f;
@@ -144,7 +144,7 @@ static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
 }
 
 /* x = x + Mixer(RMSNorm_in(x)); x = x + FFN(RMSNorm_post(x)) for one layer */
-static void layer_forward(engine *e, const layer *L, const fwd_item *items, int n_items, int T)
+static void layer_forward(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
 {
     const model *m = e->m;
     fwd_scratch *s = &e->sc;
@@ -156,35 +156,35 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
 
     if (L->kind == ENGINE_LAYER_ATTN) {
         /* [T][n_head*2*hd], [T][n_kv*hd], [T][n_kv*hd] */
-        matmul_many(3, (float *[]){ s->a, s->b, s->c }, (const weight *[]){ &L->wq, &L->wk, &L->wv }, s->xn, T,
+        matmul_many(3, (float *[]){ s->a, s->b, s->c }, (const weight *[]){ &L->wq, &L->wk, &L->wv }, s->xn, T, decode,
                     s->mm);
         attn_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->c, s->d, s->scores);
-        matmul(s->y, &L->wo, s->d, T, s->mm);
+        matmul(s->y, &L->wo, s->d, T, decode, s->mm);
     } else if (L->kind == ENGINE_LAYER_MLA) {
         if (m->mla_q_lora > 0) {                                    /* q = W_qb RMSNorm(W_qa x) */
-            matmul(s->t, &L->wq_a, s->xn, T, s->mm);
+            matmul(s->t, &L->wq_a, s->xn, T, decode, s->mm);
             for (int r = 0; r < T; r++)
                 rmsnorm(s->t + (size_t)r * m->mla_q_lora, s->t + (size_t)r * m->mla_q_lora,
                         L->q_a_norm, m->mla_q_lora, m->eps);
-            matmul(s->a, &L->wq_b, s->t, T, s->mm);
+            matmul(s->a, &L->wq_b, s->t, T, decode, s->mm);
         } else {
-            matmul(s->a, &L->wq, s->xn, T, s->mm);                  /* [T][n_head*(nope+rope)] */
+            matmul(s->a, &L->wq, s->xn, T, decode, s->mm);                  /* [T][n_head*(nope+rope)] */
         }
-        matmul(s->b, &L->wkv_a, s->xn, T, s->mm);                   /* [T][kv_lora+rope] */
-        mla_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->d, e->params.mla_mode,
+        matmul(s->b, &L->wkv_a, s->xn, T, decode, s->mm);                   /* [T][kv_lora+rope] */
+        mla_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->d, e->params.mla_mode, decode,
                     s->scores, s->mla, s->mm);
-        matmul(s->y, &L->wo, s->d, T, s->mm);
+        matmul(s->y, &L->wo, s->d, T, decode, s->mm);
     } else {
         if (m->dnet_grouped) {
-            dnet_inputs_qwen3next(m, L, s, T);
+            dnet_inputs_qwen3next(m, L, s, T, decode);
         } else {
             /* [T][conv_dim], [T][n_v], [T][n_v], [T][n_v*d_v] */
             matmul_many(4, (float *[]){ s->a, s->b, s->e, s->c },
-                        (const weight *[]){ &L->wqkv, &L->wb, &L->wa, &L->wz }, s->xn, T, s->mm);
+                        (const weight *[]){ &L->wqkv, &L->wb, &L->wa, &L->wz }, s->xn, T, decode, s->mm);
         }
         dnet_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->e, s->c, s->d,
                      e->params.dnet_mode, s->dnet);
-        matmul(s->y, &L->wout, s->d, T, s->mm);
+        matmul(s->y, &L->wout, s->d, T, decode, s->mm);
     }
     add_rows(s->x, s->y, (long)T * E);
 
@@ -193,11 +193,11 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
     for (int r = 0; r < T; r++)
         rmsnorm(s->xn + (size_t)r * E, s->x + (size_t)r * E, L->post_norm, E, m->eps);
     if (L->moe) {
-        moe_forward(m, L, s, T);
+        moe_forward(m, L, s, T, decode);
         add_rows(s->x, s->y, (long)T * E);
         return;
     }
-    matmul_many(2, (float *[]){ s->a, s->b }, (const weight *[]){ &L->ffn_gate, &L->ffn_up }, s->xn, T, s->mm);
+    matmul_many(2, (float *[]){ s->a, s->b }, (const weight *[]){ &L->ffn_gate, &L->ffn_up }, s->xn, T, decode, s->mm);
     const long nf = (long)T * m->n_ff;
     #pragma omp parallel if (T > 1)
     {   /* contiguous, 8-aligned shares: silu(gate) * up */
@@ -205,13 +205,14 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
         const long i0 = nf * it / nt & ~7L, i1 = it == nt - 1 ? nf : nf * (it + 1) / nt & ~7L;
         vec_silu_mul(s->a + i0, s->a + i0, s->b + i0, i1 - i0);
     }
-    matmul(s->y, &L->ffn_down, s->a, T, s->mm);
+    matmul(s->y, &L->ffn_down, s->a, T, decode, s->mm);
     add_rows(s->x, s->y, (long)T * E);
 }
 
-/* One pass over T rows; out_rows[r] receives row r's logits when not NULL. */
+/* One pass over T rows; out_rows[r] receives row r's logits when not NULL.
+ * decode: every item adds one token (matmul.h). */
 static void forward_pass(engine *e, const fwd_item *items, int n_items, const int32_t *tokens,
-                         float *const *out_rows, int T)
+                         float *const *out_rows, int T, bool decode)
 {
     const model *m = e->m;
     fwd_scratch *s = &e->sc;
@@ -222,7 +223,7 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
                     (const char *)m->tok_embd.data + (size_t)tokens[r] * m->tok_embd.row_bytes,
                     s->x + (size_t)r * E, E);
     for (int il = 0; il < m->n_layer; il++)
-        layer_forward(e, &m->layers[il], items, n_items, T);
+        layer_forward(e, &m->layers[il], items, n_items, T, decode);
 
     /* logits = LMHead(RMSNorm_final(x)) for the requested rows, in groups */
     int r = 0;
@@ -235,7 +236,7 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
             continue;
         for (int g = 0; g < ng; g++)
             rmsnorm(s->lx + (size_t)g * E, s->x + (size_t)rows[g] * E, m->output_norm, E, m->eps);
-        matmul(s->logits, &m->output, s->lx, ng, s->mm);
+        matmul(s->logits, &m->output, s->lx, ng, decode, s->mm);
         for (int g = 0; g < ng; g++)
             memcpy(out_rows[rows[g]], s->logits + (size_t)g * NV, (size_t)NV * sizeof(float));
     }
@@ -330,8 +331,7 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
         bool decode = true;                 /* every sequence of the pass adds one token */
         for (int i = 0; i < n_fi; i++)
             decode = decode && fi[i].n == 1;
-        matmul_set_decode_step(decode);
-        forward_pass(e, fi, n_fi, toks, out_rows, T);
+        forward_pass(e, fi, n_fi, toks, out_rows, T, decode);
         for (int i = 0; i < n_fi; i++)
             fi[i].s->n_past += fi[i].n;
     }

@@ -50,10 +50,11 @@ long dnet_scratch_floats(const model *m);
  * Q:   [T][n_head * (nope + rope)] per head [q_nope | q_pe]; q_pe roped in place
  * KVA: [T][kv_lora + rope]; normed/roped in place and cached
  * out: [T][n_head * v_dim]
- * mode: enum engine_mla_mode; scores: n_threads * n_ctx floats;
- * scratch: mla_scratch_floats(); mm: matmul scratch. */
+ * mode: enum engine_mla_mode; decode: the pass is a decode step (matmul.h;
+ * the expanded form's products take it too); scores: n_threads * n_ctx
+ * floats; scratch: mla_scratch_floats(); mm: matmul scratch. */
 void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item *items, int n_items,
-                 float *Q, float *KVA, float *out, int mode, float *scores, float *scratch, float *mm);
+                 float *Q, float *KVA, float *out, int mode, bool decode, float *scores, float *scratch, float *mm);
 long mla_scratch_floats(const model *m, int n_ctx);
 
 /* The two recurrence kernels on one value head, exposed for tests.
