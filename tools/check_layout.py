@@ -49,7 +49,7 @@ STACK = [
     ("panels and attention kernels", ["kernels/panels.h", "kernels/panels.c", "kernels/attn.h", "kernels/attn.c"]),
     ("the kernel table's filler", ["kernels/cpu.c"]),
     ("matmul dispatch", ["matmul.h", "matmul.c"]),
-    ("layers", ["layers.h", "attention.c", "deltanet.c", "mla.c"]),
+    ("layers", ["layers.h", "attention.c", "deltanet.c", "mla.c", "qwen3next.c"]),
     ("forward", ["forward.c", "engine_impl.h"]),
     ("engine", ["engine.c"]),
 ]

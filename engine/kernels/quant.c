@@ -1,4 +1,4 @@
-/* quant.c - block formats: F32, F16, BF16, Q8_0.
+/* quant.c - block formats: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K.
  * ref: ../shared/docs/architectures.md section 5; IEEE 754 binary16. */
 #include "quant.h"
 

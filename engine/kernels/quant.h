@@ -1,7 +1,8 @@
 /* quant.h - weight block formats: row dequantization and dot products.
  *
- * Owns: decoding F32, F16, BF16 and Q8_0 rows (more types come with the
- * real-models work). Does not own: choosing kernels per shape (matmul.c).
+ * Owns: decoding and encoding rows of F32, F16, BF16, Q8_0, Q4_0 and the
+ * K-quants Q4_K, Q5_K, Q6_K (quant_supported). Does not own: choosing
+ * kernels per shape (matmul.c) or the f16 / bf16 numbers (half.h).
  * ref: ../shared/docs/architectures.md section 5 (block layouts).
  */
 #ifndef HYSERVE_QUANT_H
