@@ -10,7 +10,7 @@
 #include "fault.h"
 #include "gguf.h"
 #include "invariant.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 #define DEFAULT_BUDGET_CAP (4ull << 30)
 

@@ -11,10 +11,12 @@
 #include <time.h>
 
 #include "engine_impl.h"
-#include "kernels_attn.h"
 #include "gguf.h"
-#include "ops.h"
-#include "quant.h"
+#include "kernels/attn.h"
+#include "kernels/blas.h"
+#include "kernels/cpu.h"
+#include "kernels/quant.h"
+#include "matmul.h"
 
 void engine_params_default(engine_params *p)
 {
@@ -68,7 +70,7 @@ static int scratch_init(engine *e)
     s->e = alloc_f(UB * m->ssm_n_v);
     s->mm = alloc_f((long)nt * 64 * max_in);
     /* attention scratch per thread: the scores of one row (reference, MLA)
-     * or the tiles of kernels_attn.c, whichever is larger */
+     * or the tiles of kernels/attn.c, whichever is larger */
     const long attn_tile = m->n_head_kv ? attn_scratch_floats(m->head_dim, m->n_head / m->n_head_kv,
                                                               e->kv.page_tokens) : 0;
     s->scores = alloc_f((long)nt * (e->kv.n_ctx > attn_tile ? e->kv.n_ctx : attn_tile));
@@ -173,8 +175,8 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         return NULL;
     }
     e->params = *p;
-    ops_set_threads(p->n_threads);
-    e->n_threads = e->n_threads_max = ops_get_threads();
+    blas_set_threads(p->n_threads);
+    e->n_threads = e->n_threads_max = blas_get_threads();
     e->m = model_load(p->model_path, p->huge_weights, err, errlen);
     if (!e->m)
         goto out_fail;
@@ -240,7 +242,7 @@ void engine_close(engine *e)
 int engine_set_threads(engine *e, int n)
 {
     e->n_threads = n <= 0 || n > e->n_threads_max ? e->n_threads_max : n;
-    ops_set_threads(e->n_threads);
+    blas_set_threads(e->n_threads);
     return e->n_threads;
 }
 
@@ -349,12 +351,12 @@ void engine_get_memplan(const engine *e, memplan_layout *out)
 
 void engine_process_init(char **argv)
 {
-    (void)ops_blas_choose_core(argv);
+    (void)blas_choose_core(argv);
 }
 
 const char *engine_blas_core(void)
 {
-    return ops_blas_choose_core(NULL);
+    return blas_choose_core(NULL);
 }
 
 const char *engine_kernels_name(void)
@@ -364,7 +366,7 @@ const char *engine_kernels_name(void)
 
 int engine_threads(void)
 {
-    return ops_get_threads();
+    return blas_get_threads();
 }
 
 bool engine_type_supported(uint32_t type)

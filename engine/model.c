@@ -15,8 +15,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "panels.h"
-#include "quant.h"
+#include "kernels/panels.h"
+#include "kernels/quant.h"
+#include "kernels/vecmath.h"
 
 typedef struct loader {
     model *m;

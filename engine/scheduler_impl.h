@@ -23,6 +23,7 @@ struct sched_req {
     /* immutable after sched_submit */
     sched *s;
     char id[80];
+    int owner;                  /* sched_req_params.owner */
     int n_prompt;
     int max_new;
     int32_t *tokens;            /* [n_prompt + max_new]: prompt, then generated (scheduler writes) */

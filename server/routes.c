@@ -368,6 +368,7 @@ static int handle_generation(http_req *hr, int api, int mode)
 
     sched_req_params rp = {
         .id = hr->id,
+        .owner = hr->key_id,
         .prompt = toks,
         .n_prompt = n_prompt,
         .max_new_tokens = max_new,
@@ -746,7 +747,9 @@ static int h_cancel(http_req *hr)
         return 0;
     const char *id = hr->path + strlen("/requests/");
     char msg[200];
-    if (!*id || sched_cancel_id(hr->srv->sched, id, "request cancelled by DELETE /requests/{id}") != 0) {
+    /* only the key that made a request may cancel it: another key's
+     * request is as unknown to it as a finished one */
+    if (!*id || sched_cancel_id(hr->srv->sched, id, hr->key_id, "request cancelled by DELETE /requests/{id}") != 0) {
         snprintf(msg, sizeof(msg), "no queued or running request has the id '%.100s'", id);
         return routes_error(hr, ERR_NOT_FOUND, msg);
     }
@@ -790,8 +793,27 @@ static bool route_matches(const route *r, const char *path)
 }
 #define N_ROUTES ((int)(sizeof(ROUTES) / sizeof(ROUTES[0])))
 
+/* 401 for a request without a valid key. The same body whatever was wrong
+ * (absent, malformed, unknown), in OpenAI's shape on every route, so the
+ * answer tells an attacker nothing and an OpenAI client raises its
+ * AuthenticationError. */
+static int send_unauthorized(http_req *hr)
+{
+    static const char body[] = "{\"error\":{\"message\":\"a valid API key is required: send the header "
+                               "'Authorization: Bearer KEY'\",\"type\":\"invalid_request_error\","
+                               "\"param\":null,\"code\":\"invalid_api_key\"}}";
+    static const char *const hdrs[] = {"WWW-Authenticate", "Bearer", NULL};
+    return http_send(hr, 401, "application/json", body, sizeof(body) - 1, hdrs);
+}
+
 int routes_dispatch(http_req *hr)
 {
+    const auth_keys *keys = &hr->srv->keys;
+    if (keys->n && !auth_open_path(hr->path, hr->srv->cfg->metrics_public)) {
+        hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
+        if (!hr->key_id)
+            return send_unauthorized(hr);
+    }
     const char *method = !strcmp(hr->method, "HEAD") ? "GET" : hr->method;
     char allow[64] = "";
     bool path_known = false;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "auth.h"
 #include "config.h"
 #include "engine.h"
 #include "scheduler.h"
@@ -41,6 +42,7 @@ typedef struct server {
     metrics *m;
     double t_start;             /* monotonic seconds at start */
     time_t started_at;          /* wall clock at start */
+    auth_keys keys;             /* loaded before HTTP starts; read-only after */
 } server;
 
 #endif

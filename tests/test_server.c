@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "chat.h"
 #include "config.h"
 #include "engine.h"
@@ -57,6 +58,51 @@ TEST(test_config_precedence_is_flags_then_env_then_file_then_defaults)
     CHECK(!c.log_prompts);                          /* flag turns off what the file set */
     CHECK(c.drain_timeout == 60.0);                 /* default */
     CHECK(!strcmp(c.config_path, path));
+}
+
+TEST(test_api_keys_repeat_and_a_higher_source_replaces_a_lower_ones_list)
+{
+    char path[512], kpath[512], err[256];
+    snprintf(path, sizeof path, "%s/test_keys.conf", test_tmpdir());
+    snprintf(kpath, sizeof kpath, "%s/test_keys.txt", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fprintf(f, "model = m.gguf\napi-key = file-a\napi-key = file-b\n");
+    fclose(f);
+    server_config c;
+    char *a1[] = {"serve", "--config", path, NULL};
+    CHECK(config_load(&c, 3, a1, err, sizeof err) == 0);
+    CHECK(!strcmp(c.api_keys, "file-a\nfile-b\n"));               /* the file's two */
+    setenv("HYSERVE_API_KEY", "env-k", 1);
+    CHECK(config_load(&c, 3, a1, err, sizeof err) == 0);
+    CHECK(!strcmp(c.api_keys, "env-k\n"));                          /* env over file */
+    char *a2[] = {"serve", "--config", path, "--api-key", "flag-1", "--api-key=flag-2", NULL};
+    CHECK(config_load(&c, 6, a2, err, sizeof err) == 0);
+    unsetenv("HYSERVE_API_KEY");
+    CHECK(!strcmp(c.api_keys, "flag-1\nflag-2\n"));                /* flags over both */
+
+    /* the key set: flags and a key file together, comments skipped */
+    f = fopen(kpath, "w");
+    CHECK(f != NULL);
+    fprintf(f, "# ops keys\n\n  file-key-1 \nfile-key-2\n");
+    fclose(f);
+    snprintf(c.api_key_file, sizeof c.api_key_file, "%s", kpath);
+    static auth_keys k;
+    CHECK_MSG(auth_load(&c, &k, err, sizeof err) == 0, "%s", err);
+    CHECK(k.n == 4 && !strcmp(k.key[2], "file-key-1") && !strcmp(k.key[3], "file-key-2"));
+    CHECK(auth_check(&k, "Bearer flag-1") == 1 && auth_check(&k, "Bearer file-key-2") == 4);
+    CHECK(auth_check(&k, "bearer  flag-2 ") == 2);
+    CHECK(auth_check(&k, "Bearer flag-3") == 0 && auth_check(&k, "Bearer flag-") == 0);
+    CHECK(auth_check(&k, "Bearer flag-11") == 0 && auth_check(&k, "flag-1") == 0);
+    CHECK(auth_check(&k, "Basic flag-1") == 0 && auth_check(&k, NULL) == 0 && auth_check(&k, "Bearer ") == 0);
+    /* a key with a space, and a missing file, are errors that quote no key */
+    snprintf(c.api_keys, sizeof c.api_keys, "two words\n");
+    CHECK(auth_load(&c, &k, err, sizeof err) < 0 && strstr(err, "space") && !strstr(err, "two words"));
+    snprintf(c.api_keys, sizeof c.api_keys, "ok\n");
+    snprintf(c.api_key_file, sizeof c.api_key_file, "/nonexistent/keys");
+    CHECK(auth_load(&c, &k, err, sizeof err) < 0 && strstr(err, "/nonexistent/keys"));
+    CHECK(auth_open_path("/ready", false) && !auth_open_path("/metrics", false) && auth_open_path("/metrics", true));
+    CHECK(!auth_open_path("/info", true) && !auth_open_path("/health/x", false));
 }
 
 TEST(test_config_errors_name_the_option)
