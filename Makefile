@@ -6,6 +6,9 @@
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 SANITIZE ?= 0
+# which packages `deps` makes sure of: all (build and tests) or build (only
+# what compiling needs: the Docker image's build stage)
+DEPS    ?= all
 
 ifeq ($(SANITIZE),1)
 BUILD   := build-san
@@ -52,7 +55,7 @@ $(TESTBIN): $(ENGINE_OBJ) $(SERVER_OBJ) $(TEST_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 deps: ## install missing Debian packages (needs root; no-op when present)
-	@sh tools/install-deps.sh
+	@sh tools/install-deps.sh $(DEPS)
 
 run: all ## serve the default model on http://127.0.0.1:8080
 	@sh tools/run.sh $(HYSERVE)
