@@ -23,16 +23,18 @@ endif
 BLAS_INC := $(shell test -d /usr/include/x86_64-linux-gnu/openblas-openmp && echo -I/usr/include/x86_64-linux-gnu/openblas-openmp)
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
            -Wformat=2 -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
-CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP -Iengine -Iserver $(BLAS_INC) $(SANFLAGS)
+CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP -Iengine -Iserver -Icli $(BLAS_INC) $(SANFLAGS)
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lm
 
 ENGINE_SRC := $(sort $(wildcard engine/*.c))
-SERVER_SRC := $(sort $(filter-out server/main.c,$(wildcard server/*.c)))
+SERVER_SRC := $(sort $(wildcard server/*.c))
+CLI_SRC    := $(sort $(wildcard cli/*.c))
 TEST_SRC   := $(sort $(wildcard tests/test_*.c)) tests/runner.c
 
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 HYSERVE := $(BUILD)/hyserve
@@ -48,7 +50,7 @@ $(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(HYSERVE): $(ENGINE_OBJ) $(SERVER_OBJ) $(BUILD)/server/main.o
+$(HYSERVE): $(ENGINE_OBJ) $(SERVER_OBJ) $(CLI_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(TESTBIN): $(ENGINE_OBJ) $(SERVER_OBJ) $(TEST_OBJ)
@@ -72,4 +74,4 @@ clean: ## remove build outputs
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
 
--include $(ENGINE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/server/main.d
+-include $(ENGINE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -41,13 +41,6 @@
 /* ------------------------------------------------------------------ */
 /* timing and statistics                                               */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 typedef struct stats {
     int n;
     double v[MAX_REPS];         /* seconds per repetition */
@@ -173,9 +166,9 @@ static void json_triad(FILE *f, int threads, int reps)
     stats s = {0};
     triad(a, b, c, 3.0, n);                           /* warm-up */
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = engine_now_s();
         triad(a, b, c, 3.0, n);
-        st_add(&s, now_s() - t0);
+        st_add(&s, engine_now_s() - t0);
     }
     fprintf(f, "{\"threads\": %d, \"array_bytes\": %ld, ", threads, n * 8);
     json_rate(f, "gb_s", &s, 3.0 * 8.0 * (double)n / 1e9);
@@ -216,9 +209,9 @@ static void json_update(FILE *f, int threads, int reps)
     stats s = {0};
     update(a, 0.5, 1.0, n);                         /* warm-up */
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = engine_now_s();
         update(a, 0.5, 1.0, n);
-        st_add(&s, now_s() - t0);
+        st_add(&s, engine_now_s() - t0);
     }
     fprintf(f, "{\"threads\": %d, \"array_bytes\": %ld, ", threads, n * 8);
     json_rate(f, "gb_s", &s, 2.0 * 8.0 * (double)n / 1e9);
@@ -245,9 +238,9 @@ static void json_sgemv(FILE *f, int threads, int reps)
     stats s = {0};
     cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, W, n_in, x, 1, 0.0f, y, 1);
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = engine_now_s();
         cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, W, n_in, x, 1, 0.0f, y, 1);
-        st_add(&s, now_s() - t0);
+        st_add(&s, engine_now_s() - t0);
     }
     fprintf(f, "{\"threads\": %d, \"matrix_bytes\": %ld, ", threads, (long)n_in * n_out * 4);
     json_rate(f, "gb_s", &s, 4.0 * (double)n_in * n_out / 1e9);
@@ -268,9 +261,9 @@ static const struct { const char *name; int n_in, n_out; } mm_shapes[] = {
 
 static double sgemm_once(int M, int N, int K, const float *A, const float *B, float *C)
 {
-    double t0 = now_s();
+    double t0 = engine_now_s();
     gemm(false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
-    return now_s() - t0;
+    return engine_now_s() - t0;
 }
 
 static void json_sgemm(FILE *f, int threads, int reps, int T)
@@ -441,9 +434,9 @@ static double be_prefill(bench_engine *b, int seq, int n)
     char err[256];
     engine_batch_item it = { .seq = seq, .tokens = b->toks, .n_tokens = n,
                              .logits = ENGINE_LOGITS_LAST, .out = b->logits };
-    double t0 = now_s();
+    double t0 = engine_now_s();
     must(engine_forward(b->e, &it, 1, err, sizeof err), "prefill", err);
-    return now_s() - t0;
+    return engine_now_s() - t0;
 }
 
 /* n greedy decode steps on seq; returns seconds */
@@ -451,14 +444,14 @@ static double be_decode(bench_engine *b, int seq, int n)
 {
     char err[256];
     int32_t tok = (int32_t)argmax(b->logits, b->info->n_vocab);
-    double t0 = now_s();
+    double t0 = engine_now_s();
     for (int i = 0; i < n; i++) {
         engine_batch_item it = { .seq = seq, .tokens = &tok, .n_tokens = 1,
                                  .logits = ENGINE_LOGITS_LAST, .out = b->logits };
         must(engine_forward(b->e, &it, 1, err, sizeof err), "decode", err);
         tok = (int32_t)argmax(b->logits, b->info->n_vocab);
     }
-    return now_s() - t0;
+    return engine_now_s() - t0;
 }
 
 static int be_seq(bench_engine *b, int n_tokens)
@@ -600,7 +593,7 @@ static double kv_read_once(kv_reader *r)
 {
     const cache_seq *sq = cache_get_const(&r->c, r->seq);
     const int P = r->page, np = (r->ctx + P - 1) / P, half = np / 2, rows = P * r->hd;
-    double t0 = now_s();
+    double t0 = engine_now_s();
     float tot = 0.0f;
     #pragma omp parallel for schedule(dynamic, 1) reduction(+ : tot)
     for (int h = 0; h < r->n_kv; h++)
@@ -615,7 +608,7 @@ static double kv_read_once(kv_reader *r)
                 }
             }
     kv_sink = tot;
-    return now_s() - t0;
+    return engine_now_s() - t0;
 }
 
 /* Decode 128 new tokens after ctx tokens, at 1 and 2 threads, timed as 4
@@ -747,7 +740,7 @@ static void json_batched(FILE *f, bench_engine *b, int threads, const eng_opts *
     for (int r = -1; r < reps; r++)
         for (int g = 0; g < ng; g++) {
             const int B = bs[g], j0 = first[g], n_steps = r < 0 ? warm : steps;
-            double t0 = now_s();
+            double t0 = engine_now_s();
             for (int k = 0; k < n_steps; k++) {
                 for (int j = j0; j < j0 + B; j++) {
                     tok[j] = (int32_t)argmax(lg + (size_t)j * NV, NV);
@@ -757,7 +750,7 @@ static void json_batched(FILE *f, bench_engine *b, int threads, const eng_opts *
                 must(engine_forward(b->e, it + j0, B, err, sizeof err), "batched step", err);
             }
             if (r >= 0)
-                st_add(&st[g], now_s() - t0);
+                st_add(&st[g], engine_now_s() - t0);
         }
     for (int j = 0; j < n; j++)
         engine_seq_free(b->e, seqs[j]);
@@ -820,7 +813,7 @@ static void json_weights_memory(FILE *f, bench_engine *b, const char *path, cons
         for (int r = -1; r < reps; r++) {
             double dt[2];
             for (int e = 0; e < 2; e++) {
-                double t0 = now_s();
+                double t0 = engine_now_s();
                 for (int k = 0; k < steps; k++) {
                     for (int j = 0; j < B; j++) {
                         tok[e][j] = (int32_t)argmax(lg + ((size_t)e * 16 + j) * NV, NV);
@@ -829,7 +822,7 @@ static void json_weights_memory(FILE *f, bench_engine *b, const char *path, cons
                     }
                     must(engine_forward(E[e]->e, it[e], B, err, sizeof err), "weights step", err);
                 }
-                dt[e] = now_s() - t0;
+                dt[e] = engine_now_s() - t0;
             }
             if (r >= 0) {
                 st_add(&st[0], dt[0]);
@@ -935,7 +928,7 @@ static double dnet_run(int variant, int n, int n_h, int d, const float *q, const
 {
     const long scr = dnet_chunk_scratch_floats(d, d);
     memset(S, 0, sizeof(float) * (size_t)n_h * d * d);
-    double t0 = now_s();
+    double t0 = engine_now_s();
     #pragma omp parallel for schedule(dynamic, 1)
     for (int h = 0; h < n_h; h++) {
         const int ld = n_h * d;
@@ -954,7 +947,7 @@ static double dnet_run(int variant, int n, int n_h, int d, const float *q, const
                                 beta + (size_t)h * n, g + (size_t)h * n, S + (size_t)h * d * d,
                                 o + (size_t)h * d, ld);
     }
-    return now_s() - t0;
+    return engine_now_s() - t0;
 }
 
 static int cmd_dnet(FILE *f, bool quick)
@@ -1109,9 +1102,9 @@ static int cmd_kernels(FILE *f, bool quick)
             stats st = {0};
             matmul(y, &w, x, 1, scratch);
             for (int r = 0; r < (quick ? 3 : 7); r++) {
-                double t0 = now_s();
+                double t0 = engine_now_s();
                 matmul(y, &w, x, 1, scratch);
-                st_add(&st, now_s() - t0);
+                st_add(&st, engine_now_s() - t0);
             }
             fprintf(f, "%s{\"type\": \"%s\", \"threads\": %d, \"bytes\": %.6g, ", ti || t > 1 ? ",\n" : "",
                     types[ti].name, t, (double)rb * n_out);
@@ -1150,9 +1143,9 @@ static int cmd_kernels(FILE *f, bool quick)
                 stats st = {0};
                 matmul(y, &w, x, toks[k], scratch);
                 for (int r = 0; r < (quick ? 3 : 9); r++) {
-                    double t0 = now_s();
+                    double t0 = engine_now_s();
                     matmul(y, &w, x, toks[k], scratch);
-                    st_add(&st, now_s() - t0);
+                    st_add(&st, engine_now_s() - t0);
                 }
                 fprintf(f, "%s{\"type\": \"%s\", \"tokens\": %d, \"path\": \"%s\", ", first ? "" : ",\n",
                         types[ti].name, toks[k], path == 0 ? "rows_x_tokens" : "sgemm");

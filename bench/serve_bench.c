@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The engine's engine_now_s() on the same clock: this client is built
+ * alone, without the engine's objects. */
 static double now_s(void)
 {
     struct timespec ts;

@@ -8,11 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine_impl.h"
 #include "kernels_attn.h"
 #include "gguf.h"
 #include "ops.h"
+#include "quant.h"
 
 void engine_params_default(engine_params *p)
 {
@@ -87,6 +89,23 @@ static void scratch_deinit(fwd_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The ggml type of the matrices (tensors of 2 or more dimensions) that
+ * hold the most bytes: what the file is "in", for TGI's model_dtype. */
+static const char *dominant_weight_type(const gguf_ctx *g)
+{
+    uint64_t bytes[64] = { 0 };
+    uint32_t best = GGML_F32;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        if (t->n_dims < 2 || t->type >= 64)
+            continue;
+        bytes[t->type] += t->n_bytes;
+        if (bytes[t->type] > bytes[best])
+            best = t->type;
+    }
+    return ggml_type_name(best);
+}
+
 static void fill_info(engine *e)
 {
     const model *m = e->m;
@@ -123,6 +142,7 @@ static void fill_info(engine *e)
     in->layer_kind = m->kinds;
     in->n_params = m->n_params;
     in->weight_bytes = m->weight_bytes;
+    in->weights_dtype = dominant_weight_type(m->gguf);
     in->weights_memory = m->gguf->data_copy ? "huge_pages" : "mapped";
     in->weights_note = m->huge_note;
     in->weights_in_panels = m->n_panels;
@@ -319,4 +339,41 @@ void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
 void engine_get_memplan(const engine *e, memplan_layout *out)
 {
     *out = e->kv.plan;
+}
+
+void engine_process_init(char **argv)
+{
+    (void)ops_blas_choose_core(argv);
+}
+
+const char *engine_blas_core(void)
+{
+    return ops_blas_choose_core(NULL);
+}
+
+const char *engine_kernels_name(void)
+{
+    return simd_name();
+}
+
+int engine_threads(void)
+{
+    return ops_get_threads();
+}
+
+bool engine_type_supported(uint32_t type)
+{
+    return quant_supported(type);
+}
+
+void engine_dequant_row(uint32_t type, const void *src, float *dst, int n)
+{
+    dequant_row(type, src, dst, n);
+}
+
+double engine_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -1,7 +1,12 @@
 /* engine.h - the public API of the hyserve inference engine.
  *
- * This is the only engine header the server includes (besides the small
- * leaf modules sampler.h and tokenizer.h, which have no engine state).
+ * The boundary: server/ includes this header and scheduler.h (the batching
+ * layer above the engine), and where it needs them the stateless leaf
+ * modules sampler.h and tokenizer.h; nothing else of engine/. The memory
+ * planner (memplan.h, presets.h) comes in through this header: it is a pure
+ * function of a layout and has no engine state. tests/suite_layout.sh fails
+ * the build when a file of server/ includes any other engine header, and
+ * when cli/ reaches further than this header, gguf.h and synth.h.
  *
  * Threading: an engine is NOT thread-safe. One thread (the scheduler)
  * owns it and makes every call that takes a non-const engine pointer.
@@ -21,13 +26,14 @@
 #include <stdint.h>
 
 #include "memplan.h"
+#include "presets.h"
 
 typedef struct engine engine;
 
 enum engine_layer_kind {
     ENGINE_LAYER_ATTN = 0,      /* gated softmax attention, GQA KV cache */
     ENGINE_LAYER_DELTANET = 1,  /* Gated DeltaNet, conv + recurrent state */
-    ENGINE_LAYER_MLA = 2,       /* multi-head latent attention (later) */
+    ENGINE_LAYER_MLA = 2,       /* multi-head latent attention, compressed latent cache */
 };
 
 /* How DeltaNet layers process multi-token inputs. */
@@ -60,6 +66,30 @@ enum engine_state_dtype {
     ENGINE_STATE_F32 = 0,
     ENGINE_STATE_BF16 = 1,
 };
+
+/* ---- the process (call before any engine exists) ---- */
+
+/* Process start-up, first thing in main(): when OpenBLAS's DYNAMIC_ARCH
+ * build did not recognise the CPU and fell back to its SSE3 kernels, set
+ * OPENBLAS_CORETYPE to the AVX2 or AVX-512 core and re-execute argv (on
+ * success this does not return; an explicit OPENBLAS_CORETYPE wins). */
+void engine_process_init(char **argv);
+/* The OpenBLAS core in use ("Haswell", "SkylakeX", ...), for logs. */
+const char *engine_blas_core(void);
+/* The hand-written kernels in use: "avx512+vnni+amx", "avx2", "scalar"... */
+const char *engine_kernels_name(void);
+/* Threads the engine's parallel regions and OpenBLAS use now. */
+int engine_threads(void);
+/* Seconds on the monotonic clock: the one clock the scheduler, the server
+ * and the tools stamp and time requests with. */
+double engine_now_s(void);
+
+/* ---- tools (`hyserve tensor`): weight types as the engine reads them ---- */
+
+/* Whether the engine reads weights of this ggml type (enum ggml_type). */
+bool engine_type_supported(uint32_t type);
+/* n elements of one row stored as `type` blocks -> f32 (exact widening). */
+void engine_dequant_row(uint32_t type, const void *src, float *dst, int n);
 
 typedef struct engine_params {
     const char *model_path;
@@ -99,6 +129,7 @@ typedef struct engine_info {
     const uint8_t *layer_kind;  /* [n_layer] enum engine_layer_kind */
     uint64_t n_params;
     uint64_t weight_bytes;
+    const char *weights_dtype;          /* type of the matrices holding most weight bytes ("Q8_0", "BF16"; "Q4_K" for a Q4_K_M file) */
     const char *weights_memory;         /* "mapped" (the file's pages) or "huge_pages" (read into 2 MiB pages) */
     const char *weights_note;           /* "", or why huge_weights fell back to the mapping (one line) */
     int weights_in_panels;              /* BF16/F16/Q8_0 matrices repacked into 16-row panels at load (HYSERVE_PANELS) */

@@ -119,13 +119,6 @@ struct sched {
     double ema_req_s;           /* smoothed request duration, for Retry-After */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void sched_params_default(sched_params *p)
 {
     p->max_queue = 64;
@@ -310,7 +303,7 @@ void sched_req_release(sched_req *r)
 void sched_req_result(sched_req *r, sched_result *res)
 {
     sched *s = r->s;
-    double now = now_s();
+    double now = engine_now_s();
     memset(res, 0, sizeof(*res));
     pthread_mutex_lock(&s->mu);
     res->n_prompt = r->n_prompt;
@@ -383,7 +376,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->smp = sampler_new(&p->sampling, s->n_vocab);
     if (!r->smp)
         goto out_free;
-    r->t_submit = now_s();
+    r->t_submit = engine_now_s();
 
     pthread_mutex_lock(&s->mu);
     if (s->draining || s->stop) {
@@ -462,7 +455,7 @@ static void run_remove(sched *s, sched_req *r)
     r->slot = -1;
     /* r->usage keeps the last step's numbers for sched_req_result */
     r->state = RS_DONE;
-    r->t_end = now_s();
+    r->t_end = engine_now_s();
 }
 
 /* A running request ended (final token, error or cancel): free its
@@ -513,7 +506,7 @@ static void wait_reject(sched *s, sched_req *r, int status, const char *msg)
 {
     wait_remove(s, r);
     r->state = RS_DONE;
-    r->t_end = now_s();
+    r->t_end = engine_now_s();
     req_push_error(r, status, msg);
     if (status == SCHED_ETIMEOUT)
         s->st.rejected_timeout_total++;
@@ -540,7 +533,7 @@ static void fmt_toobig(const sched *s, const sched_req *r, char *buf, size_t n)
 static void admit(sched *s)
 {
     char msg[256];
-    double now = now_s();
+    double now = engine_now_s();
 
     /* drop cancelled and expired requests first */
     for (sched_req *r = s->wait_head, *next; r; r = next) {
@@ -584,7 +577,7 @@ static void admit(sched *s)
         r->seq = seq;
         r->slot = s->free_slots[--s->n_free_slots];
         r->state = RS_PREFILL;
-        r->t_admit = now_s();
+        r->t_admit = engine_now_s();
         engine_seq_get_usage(s->e, seq, &r->usage);
         if (r->usage.total_reserved_bytes > r->peak_bytes)
             r->peak_bytes = r->usage.total_reserved_bytes;
@@ -674,7 +667,7 @@ static int on_token(sched *s, sched_req *r, int32_t tok, float logprob)
     ev.kind = SCHED_EV_TOKEN;
     ev.token = tok;
     ev.logprob = logprob;
-    ev.t = now_s();
+    ev.t = engine_now_s();
     r->tokens[r->n_prompt + r->n_gen] = tok;
     r->n_gen++;
 
@@ -723,7 +716,7 @@ static int on_token(sched *s, sched_req *r, int32_t tok, float logprob)
     bool final = ev.final;
     pthread_mutex_lock(&s->mu);
     if (r->t_first == 0)
-        r->t_first = now_s();
+        r->t_first = engine_now_s();
     r->pub_n_gen = r->n_gen;
     s->st.generation_tokens_total++;
     pthread_mutex_unlock(&s->mu);
@@ -824,9 +817,9 @@ static void sched_step(sched *s)
         return;
     }
 
-    const double t_fwd = now_s();
+    const double t_fwd = engine_now_s();
     int frc = engine_forward(s->e, s->items, n, err, sizeof(err));
-    const double fwd_s = now_s() - t_fwd;
+    const double fwd_s = engine_now_s() - t_fwd;
     if (frc == 0) {
         for (int i = 0; i < n; i++)
             rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
@@ -1065,7 +1058,7 @@ int sched_retry_after_s(sched *s)
 int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_reqs)
 {
     int rc = 0;
-    double now = now_s();
+    double now = engine_now_s();
     if (reqs) {
         *reqs = NULL;
         *n_reqs = 0;

@@ -158,7 +158,7 @@ void http_req_unref(http_req *hr)
 {
     if (!hr || --hr->refs > 0)
         return;
-    double total = server_now() - hr->t_start;
+    double total = engine_now_s() - hr->t_start;
     log_request(hr, total);
     if (hr->srv->m) {
         metrics_req mr = {
@@ -211,7 +211,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         hr->srv = srv;
         hr->conn = conn;
         hr->refs = 1;
-        hr->t_start = server_now();
+        hr->t_start = engine_now_s();
         hr->queue_ms = hr->ttft_ms = -1;
         snprintf(hr->method, sizeof(hr->method), "%s", method);
         snprintf(hr->path, sizeof(hr->path), "%s", url);

@@ -18,7 +18,6 @@
 #include "json.h"
 #include "config.h"
 #include "metrics.h"
-#include "presets.h"
 #include "routes.h"
 #include "stream.h"
 
@@ -498,7 +497,7 @@ static int h_info(http_req *hr)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_id", in->name);
     cJSON_AddNullToObject(o, "model_sha");
-    cJSON_AddStringToObject(o, "model_dtype", in->kv_dtype ? in->kv_dtype : "f32");
+    cJSON_AddStringToObject(o, "model_dtype", in->weights_dtype);
     cJSON_AddStringToObject(o, "model_pipeline_tag", "text-generation");
     cJSON_AddNumberToObject(o, "max_concurrent_requests", in->max_seqs + srv->cfg->max_queue);
     cJSON_AddNumberToObject(o, "max_best_of", 1);

@@ -18,21 +18,11 @@
 #include <unistd.h>
 
 #include "chat.h"
-#include "ops.h"
 #include "config.h"
 #include "http.h"
 #include "metrics.h"
-#include "presets.h"
 #include "serve.h"
 #include "server.h"
-#include "synth.h"
-
-double server_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void fmt_bytes(uint64_t b, char *buf, size_t n)
 {
@@ -62,7 +52,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
     if (srv->sched)
         sched_drain(srv->sched);
 
-    double deadline = server_now() + srv->cfg->drain_timeout;
+    double deadline = engine_now_s() + srv->cfg->drain_timeout;
     bool cancelled = false;
     double cancel_deadline = 0;
     for (;;) {
@@ -70,7 +60,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
         int inflight = atomic_load(&srv->n_inflight);
         if (active == 0 && inflight == 0)
             break;
-        double now = server_now();
+        double now = engine_now_s();
         if (!cancelled && now >= deadline) {
             fprintf(stderr, "hyserve: drain timeout: cancelling %d requests\n", active > inflight ? active : inflight);
             if (srv->sched)
@@ -121,7 +111,7 @@ int serve_main(int argc, char **argv)
     atomic_init(&srv.next_id, 1);
     if (getrandom(&srv.id_salt, sizeof(srv.id_salt), 0) != (ssize_t)sizeof(srv.id_salt))
         srv.id_salt = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    srv.t_start = server_now();
+    srv.t_start = engine_now_s();
     srv.started_at = time(NULL);
     srv.m = metrics_new();
     if (!srv.m) {
@@ -144,18 +134,16 @@ int serve_main(int argc, char **argv)
      * file that is unlinked once mapped */
     char synth_path[512] = "";
     if (cfg.synth[0]) {
-        memplan_layout lay;
-        synth_config sc;
+        char lay_name[128];
         const char *tmp = getenv("TMPDIR");
         snprintf(synth_path, sizeof(synth_path), "%s/hyserve-synth-%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
-        if (preset_load(cfg.synth, &lay, err, sizeof(err)) || synth_from_layout(&lay, &sc, err, sizeof(err)) ||
-            synth_write(&sc, synth_path, err, sizeof(err))) {
+        if (preset_synth_write(cfg.synth, synth_path, lay_name, sizeof lay_name, err, sizeof err)) {
             atomic_store(&srv.state, SERVER_FAILED);
             fprintf(stderr, "hyserve: serve: --synth %s: %s\n", cfg.synth, err);
             goto out_http;
         }
         snprintf(cfg.model, sizeof(cfg.model), "%s", synth_path);
-        fprintf(stderr, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay.name);
+        fprintf(stderr, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay_name);
     }
 
     engine_params ep;
@@ -201,8 +189,8 @@ int serve_main(int argc, char **argv)
     fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
                     "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s%s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
-            srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), ops_get_threads(),
-            ops_blas_choose_core(NULL), simd_name(),
+            srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), engine_threads(),
+            engine_blas_core(), engine_kernels_name(),
             !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file", panels);
     atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);
 

@@ -43,7 +43,4 @@ typedef struct server {
     time_t started_at;          /* wall clock at start */
 } server;
 
-/* Monotonic seconds. */
-double server_now(void);
-
 #endif

@@ -28,11 +28,11 @@
 
 int stream_next_event(http_req *hr, sched_req *r, sched_event *ev, int timeout_ms)
 {
-    double deadline = server_now() + timeout_ms / 1e3;
+    double deadline = engine_now_s() + timeout_ms / 1e3;
     int sock = http_socket(hr);
     for (;;) {
         int have = sched_req_next(r, ev, 0);
-        double left_ms = have ? 0 : (deadline - server_now()) * 1e3;
+        double left_ms = have ? 0 : (deadline - engine_now_s()) * 1e3;
         struct pollfd p[2] = {
             {.fd = sched_req_event_fd(r), .events = POLLIN},
             {.fd = sock, .events = POLLRDHUP},
@@ -48,7 +48,7 @@ int stream_next_event(http_req *hr, sched_req *r, sched_event *ev, int timeout_m
         }
         if (have)
             return 1;
-        if (n == 0 && server_now() >= deadline)
+        if (n == 0 && engine_now_s() >= deadline)
             return 0;
     }
 }

@@ -54,10 +54,23 @@ def run(args, **kw):
     return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, **kw)
 
 
+def weights_type(path):
+    """The ggml type of the matrices holding most bytes of a GGUF file (TGI's
+    model_dtype), read with the reference GGUF reader of tests/ref."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
+    import gguf_io
+    by_type = {}
+    for t in gguf_io.GGUFReader(path).tensors.values():
+        if len(t.ne) >= 2:
+            by_type[t.type_name] = by_type.get(t.type_name, 0) + t.n_bytes
+    return max(by_type, key=by_type.get)
+
+
 class Server:
     def __init__(self, name, model, *args, env=None):
         self.port = free_port()
         self.name = name
+        self.model = model
         self.log_path = os.path.join(TMP, f"{name}.log")
         self.log = open(self.log_path, "wb")
         e = dict(os.environ)
@@ -228,6 +241,8 @@ def test_basic_routes(srv):
     st, h, j, _ = srv.jreq("GET", "/info")
     check("GET /info has TGI fields", st == 200 and j["max_total_tokens"] > 0 and "model_id" in j
           and j["max_stop_sequences"] == 4 and j["model"]["chat_template"] == "chatml", f"{st} {j}")
+    check("GET /info model_dtype is the weights' type", j.get("model_dtype") == weights_type(srv.model),
+          f"{j.get('model_dtype')} against {weights_type(srv.model)}")
     st, h, j, _ = srv.jreq("GET", "/v1/models")
     check("GET /v1/models lists one model", st == 200 and j["object"] == "list" and len(j["data"]) == 1
           and j["data"][0]["object"] == "model", f"{st} {j}")
@@ -796,8 +811,11 @@ def test_drain_timeout(srv2):
 
 
 def test_log_prompts(model):
-    srv3 = Server("logprompts", model, "--log-prompts", "-t", "1", "--huge-pages")
+    srv3 = Server("logprompts", model, "--log-prompts", "-t", "1", "--huge-pages", "--kv-dtype", "f16")
     try:
+        dt = srv3.jreq("GET", "/info")[2].get("model_dtype")
+        check("GET /info model_dtype names the weights, not the f16 KV cache", dt == weights_type(model) != "F16",
+              f"{dt} against {weights_type(model)}")
         want = "huge_pages" if thp_on() else "mapped"
         mdl = srv3.stats()["model"]
         check(f"--huge-pages: /stats says {want} (transparent huge pages {'on' if thp_on() else 'off'} in this kernel)",

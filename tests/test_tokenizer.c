@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "gguf.h"
 #include "tokenizer.h"
 
@@ -821,13 +822,6 @@ TEST(test_tokenizer_without_token_types_treats_all_as_normal)
 /* ------------------------------------------------------------------ */
 /* Scale                                                               */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A synthetic vocabulary of Qwen size: 256 bytes, all 40x40 two-letter
  * tokens, 200000 four-letter tokens built from pairs of those. */
 TEST(test_tokenizer_loads_and_encodes_a_qwen_sized_vocab_quickly)
@@ -885,9 +879,9 @@ TEST(test_tokenizer_loads_and_encodes_a_qwen_sized_vocab_quickly)
     gguf_ctx *g = gguf_open(path, err, sizeof err);
     CHECK_MSG(g, "%s", err);
 
-    double t0 = now_s();
+    double t0 = engine_now_s();
     tokenizer *t = tok_new_from_gguf(g, err, sizeof err);
-    double t_load = now_s() - t0;
+    double t_load = engine_now_s() - t0;
     gguf_close(g);
     CHECK_MSG(t, "%s", err);
     CHECK(tok_n_vocab(t) == n_tok);
@@ -909,14 +903,14 @@ TEST(test_tokenizer_loads_and_encodes_a_qwen_sized_vocab_quickly)
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         text[i] = (r >> 60) == 0 ? ' ' : alpha[(r >> 33) % A];
     }
-    t0 = now_s();
+    t0 = engine_now_s();
     int n = tok_encode(t, text, len, false, ids, (int)len);
-    double t_enc = now_s() - t0;
+    double t_enc = engine_now_s() - t0;
     CHECK(n > 0);
     memset(text, 'a', 1 << 16);
-    t0 = now_s();
+    t0 = engine_now_s();
     int n_long = tok_encode(t, text, 1 << 16, false, ids, (int)len);
-    double t_long = now_s() - t0;
+    double t_long = engine_now_s() - t0;
     CHECK(n_long == (1 << 16) / 4);
     fprintf(stderr, "    vocab %d merges %d: load %.3f s, encode 1 MiB %.3f s (%d tokens), "
             "64 KiB word %.3f s\n", n_tok, n_merge, t_load, t_enc, n, t_long);

@@ -2,7 +2,7 @@
 """evaluate.py - perplexity and bits per byte of a GGUF model on a text file, in PyTorch.
 
 Owns: the scoring definition shared with `hyserve perplexity`
-(server/cli_perplexity.c); both must compute the same number on the same
+(cli/cli_perplexity.c); both must compute the same number on the same
 token windows:
 
   t      = tokenize(text) without special-token parsing, n tokens

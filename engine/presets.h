@@ -29,6 +29,10 @@ int kv_dtype_bytes(const char *name);
  * evenly spaced, last layer of each group (as in Qwen3.5/Qwen3-Next). */
 struct synth_config;
 int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err, size_t errlen);
+/* Write that model for preset NAME (or a layout JSON file) to path. The
+ * layout's name goes to name_out. 0, or -1 with a message in err. */
+int preset_synth_write(const char *name_or_path, const char *path, char *name_out, size_t name_cap, char *err,
+                       size_t errlen);
 
 /* The estimate: layout, per-token and per-sequence costs, counterfactuals,
  * the totals for batch sequences of context tokens, and (when budget > 0)

@@ -1,6 +1,6 @@
 /* main.c - the hyserve binary: one executable, several subcommands.
  *
- *   hyserve serve     HTTP server (serve.c)
+ *   hyserve serve     HTTP server (server/serve.c)
  *   hyserve generate  stream a completion to stdout
  *   hyserve logits    print logits as JSON, for comparison with references
  *   hyserve info      architecture, layout, shapes, dtypes
@@ -14,7 +14,7 @@
 
 #include "cli.h"
 #include "cli_perplexity.h"
-#include "ops.h"
+#include "engine.h"
 #include "serve.h"
 
 static const struct {
@@ -43,7 +43,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    (void)ops_blas_choose_core(argv);
+    engine_process_init(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -12,8 +12,6 @@
 #include "cli.h"
 #include "engine.h"
 #include "gguf.h"
-#include "presets.h"
-#include "quant.h"
 #include "sampler.h"
 #include "synth.h"
 #include "tokenizer.h"
@@ -75,13 +73,6 @@ bool cli_bytes(const char *opt, const char *val, uint64_t *out)
 static bool is_opt(const char *arg, const char *a, const char *b)
 {
     return !strcmp(arg, a) || (b && !strcmp(arg, b));
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int opt_mla_mode = ENGINE_MLA_AUTO, opt_kv_dtype = ENGINE_KV_F32, opt_state_dtype = ENGINE_STATE_F32;
@@ -255,14 +246,14 @@ int cli_generate(int argc, char **argv)
         goto out;
     }
     char err[256];
-    double t0 = now_s();
+    double t0 = engine_now_s();
     engine_batch_item it = { .seq = seq, .tokens = toks, .n_tokens = n_prompt,
                              .logits = ENGINE_LOGITS_LAST, .out = logits };
     if (engine_forward(e, &it, 1, err, sizeof err) != 0) {
         fprintf(stderr, "hyserve: generate: %s\n", err);
         goto out;
     }
-    double t1 = now_s();
+    double t1 = engine_now_s();
     int n_gen = 0;
     for (; n_gen < n_predict; n_gen++) {
         int32_t tok = sampler_sample(smp, logits, toks, n_prompt + n_gen, NULL);
@@ -298,7 +289,7 @@ int cli_generate(int argc, char **argv)
     else if (n_hold)
         fwrite(hold, 1, n_hold, stdout);
     fflush(stdout);
-    double t2 = now_s();
+    double t2 = engine_now_s();
     int n_out = n_gen + (n_gen < n_predict ? 1 : 0);
     fprintf(stderr, "\nprompt: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
             n_prompt, t1 - t0, n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_out, t2 - t1,
@@ -595,7 +586,7 @@ int cli_tensor(int argc, char **argv)
         fprintf(stderr, "hyserve: %s: no tensor named '%s'\n", model, name);
         goto out;
     }
-    if (!quant_supported(t->type)) {
+    if (!engine_type_supported(t->type)) {
         fprintf(stderr, "hyserve: %s: tensor '%s' has type %s, which hyserve cannot decode\n", model,
                 name, ggml_type_name(t->type));
         goto out;
@@ -611,7 +602,7 @@ int cli_tensor(int argc, char **argv)
         printf("%s%llu", d ? ", " : "", (unsigned long long)t->ne[d]);
     printf("], \"values\": [");
     for (uint64_t r = 0; r < rows; r++) {
-        dequant_row(t->type, (const char *)t->data + r * row_bytes, row, n0);
+        engine_dequant_row(t->type, (const char *)t->data + r * row_bytes, row, n0);
         for (int i = 0; i < n0; i++)
             printf("%s%.9g", r || i ? ", " : "", (double)row[i]);
     }

@@ -52,13 +52,6 @@ static const char perplexity_help[] =
     "the mean loss, perplexity = exp(mean loss) and bits per byte =\n"
     "summed loss / ln 2 / file bytes.\n";
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Whole file into a NUL-terminated buffer; *len gets its size. */
 static char *read_file(const char *path, size_t *len)
 {
@@ -209,7 +202,7 @@ int cli_perplexity(int argc, char **argv)
     const long L = n + 1;
     const long n_windows = L <= ctx ? 1 : 1 + (L - ctx + stride - 1) / stride;
 
-    double nll = 0.0, t0 = now_s();
+    double nll = 0.0, t0 = engine_now_s();
     long n_scored = 0, prev_e = 0, n_fed = 0;
     for (long k = 0; k < n_windows; k++) {
         long b = k * stride;
@@ -238,7 +231,7 @@ int cli_perplexity(int argc, char **argv)
             fprintf(stderr, "\rhyserve: perplexity: window %ld/%ld, running perplexity %.4f", k + 1,
                     n_windows, exp(nll / (double)n_scored));
     }
-    double dt = now_s() - t0;
+    double dt = engine_now_s() - t0;
     fprintf(stderr, "\nhyserve: perplexity: %ld tokens through the model in %.2f s (%.1f tok/s)\n", n_fed, dt,
             n_fed / (dt > 0 ? dt : 1e-9));
     if (n_scored != n) {

@@ -335,3 +335,16 @@ int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err
     c->dtype = GGML_F16;
     return 0;
 }
+
+int preset_synth_write(const char *name_or_path, const char *path, char *name_out, size_t name_cap, char *err,
+                       size_t errlen)
+{
+    memplan_layout lay;
+    synth_config sc;
+    if (preset_load(name_or_path, &lay, err, errlen) || synth_from_layout(&lay, &sc, err, errlen) ||
+        synth_write(&sc, path, err, errlen))
+        return -1;
+    if (name_cap)
+        snprintf(name_out, name_cap, "%s", lay.name);
+    return 0;
+}

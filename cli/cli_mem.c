@@ -12,7 +12,6 @@
 
 #include "cli.h"
 #include "engine.h"
-#include "presets.h"
 
 static const char mem_help[] =
     "usage: hyserve mem (--preset NAME | --config FILE.json | -m MODEL.gguf) [options]\n"

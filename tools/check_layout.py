@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""check_layout.py - the include rules that keep the layers apart.
+
+The rules (README, "The house"; engine/engine.h's header comment):
+  - server/ is the HTTP face: of engine/ it includes only engine.h,
+    scheduler.h and the stateless sampler.h and tokenizer.h;
+  - cli/ includes of engine/ only engine.h and what its tools need (gguf.h
+    for `tensor` and `synth`, synth.h for `synth`, sampler.h and the
+    stateless tokenizer.h for `generate`), and of server/ only serve.h
+    (the `serve` entry point);
+  - engine/ never includes server/ or cli/ headers;
+  - engine/kernels/ is leaf numeric code: its files include only each
+    other (never model.h, engine.h or anything else above them);
+  - no include circle anywhere in engine/, server/ or cli/.
+
+Prints one "ok - ..." or "not ok - ..." line per rule and, last,
+"layout: N passed, N failed". Exit status 1 when a rule fails.
+Usage: check_layout.py [ROOT]   (default: the repository holding this file)
+"""
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+SERVER_MAY = {"engine.h", "scheduler.h", "sampler.h", "tokenizer.h"}
+CLI_MAY = {"engine.h", "gguf.h", "synth.h", "sampler.h", "tokenizer.h", "serve.h"}
+
+
+def sources(root, top):
+    out = []
+    for dirpath, _, files in os.walk(os.path.join(root, top)):
+        for f in sorted(files):
+            if f.endswith((".c", ".h")):
+                out.append(os.path.relpath(os.path.join(dirpath, f), root))
+    return sorted(out)
+
+
+def resolve(root, src, name, by_base):
+    """Path of the header `name` included from src: beside src first, then
+    by the compiler's -I order (engine, server, cli) through its base name."""
+    here = os.path.normpath(os.path.join(os.path.dirname(src), name))
+    if os.path.exists(os.path.join(root, here)):
+        return here
+    hits = by_base.get(os.path.basename(name), [])
+    for top in ("engine/", "server/", "cli/"):
+        for h in hits:
+            if h.startswith(top) and h.endswith(name):
+                return h
+    return None
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = sources(root, "engine") + sources(root, "server") + sources(root, "cli")
+    by_base = {}
+    for f in files:
+        by_base.setdefault(os.path.basename(f), []).append(f)
+    edges = {}
+    for f in files:
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
+            names = INCLUDE.findall(fh.read())
+        edges[f] = [(n, resolve(root, f, n, by_base)) for n in names]
+
+    results = []
+
+    def rule(name, bad):
+        results.append((name, bad))
+
+    def crossing(prefix, allowed_engine, allowed_other=()):
+        bad = []
+        for f, inc in edges.items():
+            if not f.startswith(prefix):
+                continue
+            for n, path in inc:
+                if path is None:
+                    bad.append(f"{f}: {n} (not found)")
+                elif path.startswith(prefix):
+                    continue
+                elif path.startswith("engine/"):
+                    if os.path.basename(path) not in allowed_engine or path.startswith("engine/kernels/"):
+                        bad.append(f"{f} -> {path}")
+                elif os.path.basename(path) not in allowed_other:
+                    bad.append(f"{f} -> {path}")
+        return bad
+
+    rule("server/ includes of engine/ only engine.h, scheduler.h, sampler.h, tokenizer.h",
+         crossing("server/", SERVER_MAY))
+    rule("cli/ includes of engine/ only engine.h, gguf.h, synth.h, sampler.h, tokenizer.h, of server/ only serve.h",
+         crossing("cli/", CLI_MAY - {"serve.h"}, {"serve.h"}))
+    rule("engine/ includes nothing of server/ or cli/",
+         [f"{f} -> {p}" for f, inc in edges.items() if f.startswith("engine/")
+          for _, p in inc if p and not p.startswith("engine/")])
+    kern = [f for f in files if f.startswith("engine/kernels/")]
+    rule("engine/kernels/ includes only engine/kernels/ (no model.h, engine.h or layers above)",
+         [f"{f} -> {p}" for f in kern for _, p in edges[f] if p and not p.startswith("engine/kernels/")])
+
+    # include circles: depth-first search over header edges
+    graph = {f: sorted({p for _, p in inc if p}) for f, inc in edges.items()}
+    cycles, state, stack = [], {}, []
+
+    def visit(u):
+        state[u] = 1
+        stack.append(u)
+        for v in graph.get(u, []):
+            if state.get(v) == 1:
+                cycles.append(" -> ".join(stack[stack.index(v):] + [v]))
+            elif not state.get(v):
+                visit(v)
+        stack.pop()
+        state[u] = 2
+
+    for f in sorted(graph):
+        if not state.get(f):
+            visit(f)
+    rule("no include circle in engine/, server/ or cli/", cycles)
+
+    failed = 0
+    for name, bad in results:
+        if bad:
+            failed += 1
+            print(f"not ok - {name}")
+            for b in bad:
+                print(f"    {b}")
+        else:
+            print(f"ok - {name}")
+    print(f"layout: {len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
