@@ -78,6 +78,8 @@ static const opt_def OPTS[] = {
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
      "read the weights into 2 MiB transparent huge pages instead of serving them from the file "
      "mapping (default off)"},
+    {"replica", 0, "HYSERVE_REPLICA", OPT_STR, OFF(replica), SZ(replica), "NAME",
+     "this replica's name in the X-Hyserve-Replica header and /info (default: the host name)"},
 };
 #define N_OPTS ((int)(sizeof(OPTS) / sizeof(OPTS[0])))
 
@@ -368,7 +370,7 @@ static int scan_args(server_config *c, int argc, char **argv, bool apply, const 
     return 0;
 }
 
-int config_load(server_config *c, int argc, char **argv, char *err, size_t errlen)
+int config_load_address(server_config *c, int argc, char **argv, char *err, size_t errlen)
 {
     const char *config_flag = NULL;
     bool help = false;
@@ -392,13 +394,25 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     for (int i = 0; i < N_OPTS; i++) {
         const opt_def *o = &OPTS[i];
         const char *v = getenv(o->env);
-        if (!v || !strcmp(o->name, "config"))
+        if (!v || !*v || !strcmp(o->name, "config"))
             continue;
         if (opt_set(c, o, v, o->env, err, errlen))
             return -1;
     }
     if (scan_args(c, argc, argv, true, &config_flag, &help, err, errlen))
         return -1;
+    if (c->port < 1 || c->port > 65535) {
+        snprintf(err, errlen, "port %d is out of range 1..65535", c->port);
+        return -1;
+    }
+    return 0;
+}
+
+int config_load(server_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    int rc = config_load_address(c, argc, argv, err, errlen);
+    if (rc != 0)
+        return rc;
     if (!c->model[0] && !c->synth[0]) {
         snprintf(err, errlen, "no model: pass -m FILE (or --synth PRESET), set HYSERVE_MODEL, or put 'model = FILE' in the config file");
         return -1;
@@ -417,10 +431,6 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     }
     if (c->page_tokens < 0 || c->page_tokens > 4096) {
         snprintf(err, errlen, "--page-tokens %d is out of range 1..4096", c->page_tokens);
-        return -1;
-    }
-    if (c->port < 1 || c->port > 65535) {
-        snprintf(err, errlen, "port %d is out of range 1..65535", c->port);
         return -1;
     }
     if (c->max_queue < 1)
