@@ -40,7 +40,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HYSERVE := $(BUILD)/hyserve
 TESTBIN := $(BUILD)/hyserve-tests
 
-.PHONY: all run test test-unit test-ref test-http bench clean help deps
+.PHONY: all run test test-unit test-ref test-http test-deploy bench clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -64,6 +64,9 @@ run: all ## serve the default model on http://127.0.0.1:8080
 
 test: all ## run every test: unit, numpy reference, HTTP black-box
 	@HYSERVE=$(HYSERVE) TESTBIN=$(TESTBIN) PYTHON=$(PYTHON) sh tests/run.sh
+
+test-deploy: ## build the Docker images, run three replicas behind nginx and check them (needs root)
+	@sh tools/test-deploy.sh
 
 bench: all ## run the benchmarks, results under bench/results/
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh
