@@ -340,13 +340,19 @@ def check_4(stack):
     tokens = [e for e in events if "token" in e]
     last = events[-1] if events else {}
     n_gen = ((last.get("details") or {}).get("generated_tokens"))
+    # Streamed, the events arrive over the whole generation and nearly each
+    # at its own moment; through a buffering proxy they come in bursts of a
+    # buffer's worth (8 KiB: some 50 events), or all at the end. So: the
+    # first event well before the last, and the distinct milliseconds they
+    # arrive in at least a quarter of what the events and the span allow.
     span = times[-1] - times[0] if len(times) > 1 else 0.0
     total = times[-1] - t_sent if times else 0.0
-    buckets = len({int((t - t_sent) / 0.01) for t in times})     # distinct 10 ms slots
+    moments = len({int((t - t_sent) * 1000) for t in times})
+    possible = min(len(times), int(span * 1000) + 1)
     ok = (status == 200 and (ctype or "").startswith("text/event-stream") and len(tokens) >= 100
-          and n_gen == len(tokens) and total > 0 and span >= 0.5 * total and buckets >= 10)
-    check("4. SSE through nginx arrives token by token: %d events over %.2f s of %.2f s, in %d distinct 10 ms slots "
-          "(from %s)" % (len(tokens), span, total, buckets, rep), ok,
+          and n_gen == len(tokens) and total > 0 and span >= 0.5 * total and moments >= 0.25 * possible)
+    check("4. SSE through nginx arrives token by token: %d events over %.2f s of %.2f s, at %d distinct "
+          "milliseconds of %d possible (from %s)" % (len(tokens), span, total, moments, possible, rep), ok,
           f"status {status} content-type {ctype} generated_tokens {n_gen}")
 
 
@@ -372,8 +378,9 @@ def check_5(stack):
     # kill once the victim is busy with some of them
     running = wait_until(lambda: (metric(vport, "hyserve_requests_running") or 0) >= 3, 20, 0.02)
     running = metric(vport, "hyserve_requests_running") if running else running
-    rc, out = docker("kill", vid, timeout=30)
     t_kill = time.time()
+    rc, out = docker("kill", vid, timeout=30)
+    took = time.time() - t_kill
     for t in ts:
         t.join(240)
     statuses = [r[0] if r else None for r in results]
@@ -382,10 +389,11 @@ def check_5(stack):
         if r and r[0] == 200:
             by[r[1]] = by.get(r[1], 0) + 1
     ok = rc == 0 and bool(running) and all(s == 200 for s in statuses)
-    check("5. docker kill of %s with %s of 60 concurrent requests running on it: %d/60 got 200 (%s), last %.1f s "
-          "after the kill" % (victim, int(running or 0), statuses.count(200),
-                              ", ".join(f"{k} {v}" for k, v in sorted(by.items(), key=lambda kv: str(kv[0]))),
-                              time.time() - t_kill), ok,
+    check("5. docker kill of %s (%.1f s) with %s of 60 concurrent requests running on it: %d/60 got 200 "
+          "(answered by %s), the last %.1f s after the kill began" %
+          (victim, took, int(running or 0), statuses.count(200),
+           ", ".join(f"{k} {v}" for k, v in sorted(by.items(), key=lambda kv: str(kv[0]))),
+           time.time() - t_kill), ok,
           f"kill rc={rc} {out.strip()[:100]} statuses {sorted(set(map(str, statuses)))}")
     # back to three replicas for what follows
     docker("start", vid, timeout=60)

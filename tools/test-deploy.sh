@@ -92,9 +92,9 @@ build() {
     what=$1
     shift
     log=$STATE/build-$what.log
-    t=$(date +%s)
+    tb=$(date +%s)
     if timeout 1500 docker build --rm --force-rm "$@" . >"$log" 2>&1; then
-        echo "# built $what in $(($(date +%s) - t)) s"
+        echo "# built $what in $(($(date +%s) - tb)) s"
         return 0
     fi
     tail -n 30 "$log" | sed 's/^/#   /'
