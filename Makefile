@@ -27,7 +27,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP -Ien
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lm
 
-ENGINE_SRC := $(sort $(wildcard engine/*.c))
+ENGINE_SRC := $(sort $(wildcard engine/*.c engine/kernels/*.c))
 SERVER_SRC := $(sort $(wildcard server/*.c))
 CLI_SRC    := $(sort $(wildcard cli/*.c))
 TEST_SRC   := $(sort $(wildcard tests/test_*.c)) tests/runner.c

@@ -26,15 +26,18 @@
 #include <unistd.h>
 
 #include "engine.h"
-#include "kernels_attn.h"
-#include "layers.h"
 #include "gguf.h"
-#include "ops.h"
-#include "panels.h"
-#include "quant.h"
-#include "simd.h"
-#include "simd512.h"
-#include "simd_amx.h"
+#include "kernels/attn.h"
+#include "kernels/blas.h"
+#include "kernels/cpu.h"
+#include "kernels/panels.h"
+#include "kernels/quant.h"
+#include "kernels/simd.h"
+#include "kernels/simd512.h"
+#include "kernels/simd_amx.h"
+#include "kernels/vecmath.h"
+#include "layers.h"
+#include "matmul.h"
 
 #define MAX_REPS 32
 
@@ -156,7 +159,7 @@ static void json_triad(FILE *f, int threads, int reps)
         fprintf(stderr, "bench: out of memory for the triad\n");
         exit(1);
     }
-    ops_set_threads(threads);
+    blas_set_threads(threads);
     #pragma omp parallel for schedule(static)         /* first touch by the thread that streams it */
     for (long i = 0; i < n; i++) {
         a[i] = 0.0;
@@ -202,7 +205,7 @@ static void json_update(FILE *f, int threads, int reps)
         fprintf(stderr, "bench: out of memory for the update stream\n");
         exit(1);
     }
-    ops_set_threads(threads);
+    blas_set_threads(threads);
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++)
         a[i] = 1.0;
@@ -229,7 +232,7 @@ static void json_sgemv(FILE *f, int threads, int reps)
         fprintf(stderr, "bench: out of memory for sgemv\n");
         exit(1);
     }
-    ops_set_threads(threads);
+    blas_set_threads(threads);
     #pragma omp parallel for schedule(static)
     for (long i = 0; i < (long)n_in * n_out; i++)
         W[i] = (float)(i % 7) * 0.01f;
@@ -282,7 +285,7 @@ static void json_sgemm(FILE *f, int threads, int reps, int T)
         B[i] = (float)(i % 11) * 0.01f;
     for (long i = 0; i < 2048L * 2048 * 3; i++)
         Q[i] = (float)(i % 5) * 0.01f;
-    ops_set_threads(threads);
+    blas_set_threads(threads);
     fprintf(f, "{\"threads\": %d, \"tokens\": %d, \"shapes\": [", threads, T);
     /* the mix: one repetition runs every shape once; its FLOPs over its time */
     stats mix = {0};
@@ -664,7 +667,7 @@ static void json_decode(FILE *f, bench_engine *b, const char *dtype, const eng_o
                 (void)be_decode(b, s0, warm);
                 const int pos_near0 = engine_seq_len(b->e, s0);
                 if (have_kvr) {
-                    ops_set_threads(threads);
+                    blas_set_threads(threads);
                     (void)kv_read_once(&kvr);
                 }
                 for (int r = 0; r < n_seg; r++) {
@@ -889,7 +892,7 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
      * AMX tiles, int8 on AVX512-VNNI (Q8_0 without AMX), or fp32 */
     const bool vnni = !amx && !strcmp(dtype, "q8_0") && simd_avx512_vnni();
     fprintf(f, "\"batched_products\": \"%s\",\n", amx ? "amx" : vnni ? "vnni-int8" : "fp32");
-    /* BF16/F16/Q8_0 matrices repacked into 16-row panels at load (engine/panels.h) */
+    /* BF16/F16/Q8_0 matrices repacked into 16-row panels at load (engine/kernels/panels.h) */
     fprintf(f, "\"weights_in_panels\": %d,\n", b.info->weights_in_panels);
     fprintf(f, "\"threads\": [");
     for (int t = 1; t <= 2 && want(o, "prefill"); t++) {
@@ -975,7 +978,7 @@ static int cmd_dnet(FILE *f, bool quick)
     fprintf(f, "{\"tokens\": %d, \"heads\": %d, \"d_k\": %d, \"d_v\": %d, \"runs\": [", n, n_h, d, d);
     const int reps = quick ? 2 : 5;
     for (int t = 1; t <= 2; t++) {
-        ops_set_threads(t);
+        blas_set_threads(t);
         static const char *names[] = { "recurrent_ref_tok_s", "chunked_tok_s", "recurrent_avx2_tok_s" };
         stats st[3];
         memset(st, 0, sizeof st);
@@ -1059,7 +1062,7 @@ static char *panels_of(weight *w, char *W, bool want)
 
 static int cmd_kernels(FILE *f, bool quick)
 {
-    /* F16 and BF16 also repacked into 16-row panels (engine/panels.h), where AVX-512 runs them,
+    /* F16 and BF16 also repacked into 16-row panels (engine/kernels/panels.h), where AVX-512 runs them,
      * and Q8_0 where AVX512-VNNI does */
     static const struct { const char *name; uint32_t type; bool panels; } types[] = {
         { "f32", GGML_F32, false }, { "f16", GGML_F16, false }, { "bf16", GGML_BF16, false },
@@ -1091,14 +1094,14 @@ static int cmd_kernels(FILE *f, bool quick)
         }
         for (int i = 0; i < n_in; i++)
             row[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
-        ops_set_threads(2);
+        blas_set_threads(2);
         #pragma omp parallel for schedule(static)
         for (int o = 0; o < n_out; o++)             /* one row pattern, written by the streaming thread */
             quantize_row(type, row, W + (size_t)o * rb, n_in);
         weight w = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
         W = panels_of(&w, W, types[ti].panels);
         for (int t = 1; t <= 2; t++) {
-            ops_set_threads(t);
+            blas_set_threads(t);
             stats st = {0};
             matmul(y, &w, x, 1, scratch);
             for (int r = 0; r < (quick ? 3 : 7); r++) {
@@ -1131,7 +1134,7 @@ static int cmd_kernels(FILE *f, bool quick)
         }
         weight w = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
         W = panels_of(&w, W, types[ti].panels);
-        ops_set_threads(2);
+        blas_set_threads(2);
         static const int toks[] = { 4, 16, 64 };
         for (int k = 0; k < 3; k++) {
             for (int path = 0; path < 2; path++) {      /* 0: rows x tokens kernel, 1: sgemm (tiles) */
@@ -1183,7 +1186,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    (void)ops_blas_choose_core(argv);   /* the kernels hyserve itself would run with */
+    (void)blas_choose_core(argv);   /* the kernels hyserve itself would run with */
     bool quick = false;
     const char *out = NULL, *only = NULL, *ctx8k = "f32,q8_0";
     int i = 1;

@@ -307,7 +307,7 @@ def render(res):
           "bound by it; shown as -); *fp32 + state* adds to those products each sequence's DeltaNet state, read and "
           "written back at the rate of an in-place update stream (limits: update; a layer's state update waits for its projections, and the next layer's "
           "projections for the update). *products*: what the decode step multiplies in (panels: BF16/F16/Q8_0 weights "
-          "repacked into 16-row panels, engine/panels.h).\n")
+          "repacked into 16-row panels, engine/kernels/panels.h).\n")
         w("\"x one sequence\" divides the medians of the two groups (the target's figure); \"x one, per turn\" "
           "is the median, and range, of the same ratio taken turn by turn from segments seconds apart, so the "
           "machine's drift between turns cancels.\n")

@@ -52,12 +52,12 @@ BLAS_INC=
 WARN="-Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wformat=2 -Wvla -Wno-unused-parameter"
 FLAGS="-std=c11 -D_GNU_SOURCE -O2 -g $WARN -fopenmp -pthread -Iengine $BLAS_INC"
 # shellcheck disable=SC2086
-$CC $FLAGS bench/bench.c $(ls "$BUILD"/engine/*.o) -lopenblas -lcjson -lm -o "$BIN" || { log "building $BIN failed"; exit 1; }
+$CC $FLAGS bench/bench.c $(ls "$BUILD"/engine/*.o "$BUILD"/engine/kernels/*.o) -lopenblas -lcjson -lm -o "$BIN" || { log "building $BIN failed"; exit 1; }
 # shellcheck disable=SC2086
 $CC -std=c11 -D_GNU_SOURCE -O2 $WARN -pthread bench/serve_bench.c -o "$SBIN" || { log "building $SBIN failed"; exit 1; }
 
 # ---- OpenBLAS kernels ----
-# hyserve and hyserve-bench both call ops_blas_choose_core(): when OpenBLAS
+# hyserve and hyserve-bench both call blas_choose_core(): when OpenBLAS
 # falls back to its SSE3 Prescott kernels on a CPU it does not recognise,
 # they re-execute themselves with OPENBLAS_CORETYPE set to the AVX-512
 # (SkylakeX) or AVX2 (Haswell) kernels. An explicit OPENBLAS_CORETYPE wins.

@@ -9,9 +9,9 @@
 #include <math.h>
 #include <omp.h>
 
-#include "kernels_attn.h"
+#include "kernels/attn.h"
+#include "kernels/vecmath.h"
 #include "layers.h"
-#include "ops.h"
 
 /* One query row against the first n_keys cached keys of one KV head.
  * scores[j] = (q . k_j) * scale; p = softmax(scores); out = sum_j p_j v_j.
@@ -62,12 +62,12 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
     }
 
     /* 2. a[t,h] = softmax_j(q.k_j * scale), j <= pos  (the causal mask),
-     *    out = sum_j a_j v_j (kernels_attn.c: GQA decode reads each KV head
+     *    out = sum_j a_j v_j (kernels/attn.c: GQA decode reads each KV head
      *    once per query group; prefill is tiled with an online softmax) */
     attn_args aa[ENGINE_UBATCH];
     for (int ii = 0; ii < n_items; ii++) {
         const fwd_item *it = &items[ii];
-        aa[ii] = (attn_args){ .c = c, .s = it->s, .la = la, .n_head = NH, .n_kv = NKV, .head_dim = HD,
+        aa[ii] = (attn_args){ .kv = cache_kv_pages(c, it->s, la), .n_head = NH, .n_kv = NKV, .head_dim = HD,
                               .Q = Q + (size_t)it->row0 * q_stride, .q_stride = q_stride, .q_head = q_head,
                               .out = out + (size_t)it->row0 * NH * HD, .out_stride = NH * HD,
                               .n = it->n, .pos0 = it->pos0, .scale = m->attn_scale };

@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 
 #include "gguf.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 #define DEFAULT_BUDGET_CAP (4ull << 30)
 

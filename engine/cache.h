@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kv_pages.h"
 #include "memplan.h"
 
 typedef struct cache_seq {
@@ -93,10 +94,14 @@ uint64_t cache_bytes_for(const cache *c, int n_tokens);
 /* K (kv = 0) or V (kv = 1) row of attention layer la, kv head h, token t. */
 static inline void *cache_kv(const cache *c, const cache_seq *s, int la, int kv, int h, int t)
 {
-    uint8_t *p = s->pages[t / c->page_tokens];
-    size_t el = ((((size_t)la * 2 + (size_t)kv) * (size_t)c->n_kv + (size_t)h) * (size_t)c->page_tokens +
-                 (size_t)(t % c->page_tokens)) * (size_t)c->head_dim;
-    return p + el * c->kv_es;
+    return kv_pages_row((const uint8_t *const *)s->pages, c->page_tokens, c->n_kv, c->head_dim, c->kv_es, la, kv, h,
+                        t);
+}
+/* The K/V rows of attention layer la of s, as the attention kernels take them */
+static inline kv_pages cache_kv_pages(const cache *c, const cache_seq *s, int la)
+{
+    return (kv_pages){ .pages = s->pages, .page_tokens = c->page_tokens, .n_kv = c->n_kv, .head_dim = c->head_dim,
+                       .type = c->kv_type, .es = c->kv_es, .la = la };
 }
 static inline void *cache_k(const cache *c, const cache_seq *s, int la, int h, int t)
 {

@@ -15,11 +15,12 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "kernels/blas.h"
+#include "kernels/quant.h"
+#include "kernels/simd.h"
+#include "kernels/simd512.h"
+#include "kernels/vecmath.h"
 #include "layers.h"
-#include "ops.h"
-#include "quant.h"
-#include "simd.h"
-#include "simd512.h"
 
 #ifndef DNET_CHUNK
 #define DNET_CHUNK 64

@@ -11,10 +11,12 @@
 #include <time.h>
 
 #include "engine_impl.h"
-#include "kernels_attn.h"
 #include "gguf.h"
-#include "ops.h"
-#include "quant.h"
+#include "kernels/attn.h"
+#include "kernels/blas.h"
+#include "kernels/cpu.h"
+#include "kernels/quant.h"
+#include "matmul.h"
 
 void engine_params_default(engine_params *p)
 {
@@ -68,7 +70,7 @@ static int scratch_init(engine *e)
     s->e = alloc_f(UB * m->ssm_n_v);
     s->mm = alloc_f((long)nt * 64 * max_in);
     /* attention scratch per thread: the scores of one row (reference, MLA)
-     * or the tiles of kernels_attn.c, whichever is larger */
+     * or the tiles of kernels/attn.c, whichever is larger */
     const long attn_tile = m->n_head_kv ? attn_scratch_floats(m->head_dim, m->n_head / m->n_head_kv,
                                                               e->kv.page_tokens) : 0;
     s->scores = alloc_f((long)nt * (e->kv.n_ctx > attn_tile ? e->kv.n_ctx : attn_tile));
@@ -173,8 +175,8 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         return NULL;
     }
     e->params = *p;
-    ops_set_threads(p->n_threads);
-    e->n_threads = e->n_threads_max = ops_get_threads();
+    blas_set_threads(p->n_threads);
+    e->n_threads = e->n_threads_max = blas_get_threads();
     e->m = model_load(p->model_path, p->huge_weights, err, errlen);
     if (!e->m)
         goto out_fail;
@@ -241,7 +243,7 @@ void engine_close(engine *e)
 int engine_set_threads(engine *e, int n)
 {
     e->n_threads = n <= 0 || n > e->n_threads_max ? e->n_threads_max : n;
-    ops_set_threads(e->n_threads);
+    blas_set_threads(e->n_threads);
     return e->n_threads;
 }
 
@@ -253,6 +255,12 @@ const engine_info *engine_get_info(const engine *e)
 int engine_tokenize(const engine *e, const char *text, size_t len, bool add_bos,
                     bool parse_special, int32_t *out, int max_out)
 {
+    return engine_tokenize_chat(e, text, len, add_bos, NULL, parse_special ? 0 : -1, out, max_out);
+}
+
+int engine_tokenize_chat(const engine *e, const char *text, size_t len, bool add_bos, const size_t *data,
+                         int n_data, int32_t *out, int max_out)
+{
     int n0 = 0;
     int32_t bos = tok_bos(e->tok);
     if (add_bos && e->info.add_bos && bos >= 0) {
@@ -260,8 +268,8 @@ int engine_tokenize(const engine *e, const char *text, size_t len, bool add_bos,
             out[0] = bos;
         n0 = 1;
     }
-    int n = tok_encode(e->tok, text, len, parse_special, out + (max_out > 0 ? n0 : 0),
-                       max_out - n0 > 0 ? max_out - n0 : 0);
+    int n = tok_encode_data(e->tok, text, len, data, n_data, out + (max_out > 0 ? n0 : 0),
+                            max_out - n0 > 0 ? max_out - n0 : 0);
     return n < 0 ? n : n + n0;
 }
 
@@ -344,12 +352,12 @@ void engine_get_memplan(const engine *e, memplan_layout *out)
 
 void engine_process_init(char **argv)
 {
-    (void)ops_blas_choose_core(argv);
+    (void)blas_choose_core(argv);
 }
 
 const char *engine_blas_core(void)
 {
-    return ops_blas_choose_core(NULL);
+    return blas_choose_core(NULL);
 }
 
 const char *engine_kernels_name(void)
@@ -359,7 +367,7 @@ const char *engine_kernels_name(void)
 
 int engine_threads(void)
 {
-    return ops_get_threads();
+    return blas_get_threads();
 }
 
 bool engine_type_supported(uint32_t type)

@@ -186,6 +186,13 @@ int engine_set_threads(engine *e, int n);
  * or a negative value on error. */
 int engine_tokenize(const engine *e, const char *text, size_t len,
                     bool add_bos, bool parse_special, int32_t *out, int max_out);
+/* Encode a rendered chat prompt: control tokens are parsed in the
+ * template's markup only, never inside the data spans (byte ranges
+ * data[2i] .. data[2i + 1], sorted and disjoint: the messages' content), so
+ * a user cannot write "<|im_end|><|im_start|>system" into a message and
+ * open a turn of their own. Otherwise as engine_tokenize. */
+int engine_tokenize_chat(const engine *e, const char *text, size_t len, bool add_bos, const size_t *data,
+                         int n_data, int32_t *out, int max_out);
 /* Bytes of one token's text (raw bytes, possibly a partial UTF-8
  * sequence). Returns the byte count (may exceed cap), negative if the id
  * is invalid. */

@@ -12,8 +12,10 @@
 #include <string.h>
 
 #include "engine_impl.h"
-#include "ops.h"
-#include "quant.h"
+#include "kernels/blas.h"
+#include "kernels/quant.h"
+#include "kernels/vecmath.h"
+#include "matmul.h"
 
 static void add_rows(float *restrict x, const float *restrict y, long n)
 {
@@ -246,7 +248,7 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
     cache *c = &e->kv;
     /* OpenMP thread counts are per calling thread: the owner thread may not
      * be the one that opened the engine, and scratch is sized for n_threads */
-    ops_set_threads(e->n_threads);
+    blas_set_threads(e->n_threads);
     if (n_items <= 0) {
         snprintf(err, errlen, "empty batch");
         return -1;

@@ -20,60 +20,12 @@
 #define GGUF_MAGIC 0x46554747u
 #define GGUF_MAX_ARRAY (1ull << 32)
 #define GGUF_MAX_COUNT (1ull << 24)
-
-/* ------------------------------------------------------------------ */
-/* Types                                                               */
-
-static const struct { uint32_t type; const char *name; size_t blck; size_t size; } type_table[] = {
-    { GGML_F32, "F32", 1, 4 },      { GGML_F16, "F16", 1, 2 },
-    { GGML_Q4_0, "Q4_0", 32, 18 },  { GGML_Q4_1, "Q4_1", 32, 20 },
-    { GGML_Q5_0, "Q5_0", 32, 22 },  { GGML_Q5_1, "Q5_1", 32, 24 },
-    { GGML_Q8_0, "Q8_0", 32, 34 },  { GGML_Q8_1, "Q8_1", 32, 36 },
-    { GGML_Q2_K, "Q2_K", 256, 84 }, { GGML_Q3_K, "Q3_K", 256, 110 },
-    { GGML_Q4_K, "Q4_K", 256, 144 }, { GGML_Q5_K, "Q5_K", 256, 176 },
-    { GGML_Q6_K, "Q6_K", 256, 210 }, { GGML_Q8_K, "Q8_K", 256, 292 },
-    { GGML_BF16, "BF16", 1, 2 },
-    { 24, "I8", 1, 1 }, { 25, "I16", 1, 2 }, { 26, "I32", 1, 4 }, { 27, "I64", 1, 8 },
-    { 28, "F64", 1, 8 },
-};
-
-static int type_index(uint32_t type)
-{
-    for (size_t i = 0; i < sizeof type_table / sizeof type_table[0]; i++)
-        if (type_table[i].type == type)
-            return (int)i;
-    return -1;
-}
-
-size_t ggml_type_size(uint32_t type)
-{
-    int i = type_index(type);
-    return i < 0 ? 0 : type_table[i].size;
-}
-
-size_t ggml_block_size(uint32_t type)
-{
-    int i = type_index(type);
-    return i < 0 ? 0 : type_table[i].blck;
-}
-
-const char *ggml_type_name(uint32_t type)
-{
-    static const char *iq[] = { "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
-                                "IQ3_S", "IQ2_S", "IQ4_XS" };
-    int i = type_index(type);
-    if (i >= 0)
-        return type_table[i].name;
-    if (type >= 16 && type <= 23)
-        return iq[type - 16];
-    switch (type) {
-    case 29: return "IQ1_M";
-    case 34: return "TQ1_0";
-    case 35: return "TQ2_0";
-    case 39: return "MXFP4";
-    default: return "unknown";
-    }
-}
+/* The fewest bytes one header record can take, to check a count against the
+ * bytes left before allocating for it. A metadata entry: key length (8) +
+ * type (4) + a one-byte value; a tensor record: name length (8) + one name
+ * byte + dims (4) + one extent (8) + type (4) + offset (8). */
+#define GGUF_MIN_KV_BYTES 13u
+#define GGUF_MIN_TENSOR_BYTES 33u
 
 static size_t vtype_size(uint32_t t)
 {
@@ -276,6 +228,57 @@ static int read_tensor_info(cursor *c, gguf_tensor *t)
     return 0;
 }
 
+static int cmp_by_name(const void *a, const void *b)
+{
+    return strcmp((*(const gguf_tensor *const *)a)->name, (*(const gguf_tensor *const *)b)->name);
+}
+
+static int cmp_by_offset(const void *a, const void *b)
+{
+    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Every name once, and no two tensors sharing bytes of the data section
+ * (a tensor of n bytes owns [offset, offset + n)). Sorted twice, so a file
+ * of many tensors costs n log n, not n^2. 0, or -1 with the cursor failed. */
+static int check_tensor_table(gguf_ctx *g, cursor *c)
+{
+    if (g->n_tensors < 2)
+        return 0;
+    const gguf_tensor **by = malloc((size_t)g->n_tensors * sizeof *by);
+    if (!by) {
+        cur_fail(c, "out of memory");
+        return -1;
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        by[i] = &g->tensors[i];
+    int rc = 0;
+    qsort(by, (size_t)g->n_tensors, sizeof *by, cmp_by_name);
+    for (uint64_t i = 1; i < g->n_tensors && rc == 0; i++)
+        if (strcmp(by[i - 1]->name, by[i]->name) == 0) {
+            cur_fail(c, "tensor '%s' appears twice", by[i]->name);
+            rc = -1;
+        }
+    qsort(by, (size_t)g->n_tensors, sizeof *by, cmp_by_offset);
+    /* the furthest end so far: one tensor may lie inside an earlier, longer one */
+    const gguf_tensor *reach = by[0];
+    for (uint64_t i = 1; i < g->n_tensors && rc == 0; i++) {
+        const gguf_tensor *t = by[i];
+        if (t->n_bytes && reach->n_bytes && t->offset < reach->offset + reach->n_bytes) {
+            cur_fail(c, "tensors '%s' and '%s' overlap (bytes %llu-%llu and %llu-%llu of the data section): "
+                     "the file is corrupt", reach->name, t->name, (unsigned long long)reach->offset,
+                     (unsigned long long)(reach->offset + reach->n_bytes), (unsigned long long)t->offset,
+                     (unsigned long long)(t->offset + t->n_bytes));
+            rc = -1;
+        }
+        if (t->offset + t->n_bytes > reach->offset + reach->n_bytes)
+            reach = t;
+    }
+    free(by);
+    return rc;
+}
+
 gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
 {
     gguf_ctx *g = calloc(1, sizeof *g);
@@ -332,6 +335,16 @@ gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
                  (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv);
         goto out_fail;
     }
+    /* a file cannot hold more records than its remaining bytes allow: check
+     * the counts against them before anything is allocated for them */
+    const uint64_t left = c.size - c.off;
+    if (g->n_kv > left / GGUF_MIN_KV_BYTES || g->n_tensors > left / GGUF_MIN_TENSOR_BYTES ||
+        g->n_kv * GGUF_MIN_KV_BYTES + g->n_tensors * GGUF_MIN_TENSOR_BYTES > left) {
+        cur_fail(&c, "file is truncated or corrupt: its header claims %llu metadata entries and %llu tensors, "
+                 "more than the %llu bytes after it can hold",
+                 (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, (unsigned long long)left);
+        goto out_fail;
+    }
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors) {
@@ -372,12 +385,9 @@ gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
             goto out_fail;
         }
         t->data = g->base + g->data_offset + t->offset;
-        for (uint64_t j = 0; j < i; j++)
-            if (strcmp(g->tensors[j].name, t->name) == 0) {
-                cur_fail(&c, "tensor '%s' appears twice", t->name);
-                goto out_fail;
-            }
     }
+    if (check_tensor_table(g, &c) != 0)
+        goto out_fail;
     return g;
 
 out_fail:

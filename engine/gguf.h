@@ -2,7 +2,8 @@
  *
  * Owns: parsing the GGUF container (header, metadata, tensor infos) and
  * writing one. Does not own: what the keys or tensors mean (model.c) or
- * how block types are decoded (quant.c).
+ * how block types are decoded (kernels/quant.c); the type ids and block
+ * sizes are kernels/ggml_type.h's.
  * ref: ../shared/docs/architectures.md section 5; ggml's gguf.cpp for the
  * field order (read for facts only).
  */
@@ -13,19 +14,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/ggml_type.h"
+
 enum gguf_vtype {
     GGUF_T_U8 = 0, GGUF_T_I8 = 1, GGUF_T_U16 = 2, GGUF_T_I16 = 3,
     GGUF_T_U32 = 4, GGUF_T_I32 = 5, GGUF_T_F32 = 6, GGUF_T_BOOL = 7,
     GGUF_T_STRING = 8, GGUF_T_ARRAY = 9, GGUF_T_U64 = 10, GGUF_T_I64 = 11,
     GGUF_T_F64 = 12,
-};
-
-/* ggml tensor types (the ones we name; others are reported by number). */
-enum ggml_type {
-    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6,
-    GGML_Q5_1 = 7, GGML_Q8_0 = 8, GGML_Q8_1 = 9, GGML_Q2_K = 10, GGML_Q3_K = 11,
-    GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_Q8_K = 15,
-    GGML_BF16 = 30,
 };
 
 /* One string: points into the mapped file (not NUL-terminated). */
@@ -111,11 +106,6 @@ bool gguf_get_bool(const gguf_ctx *g, const char *key, bool *out);
 char *gguf_get_str_dup(const gguf_ctx *g, const char *key);
 /* Element i of an integer/bool array as int64; false if out of range. */
 bool gguf_arr_get_i64(const gguf_kv *kv, uint64_t i, int64_t *out);
-
-/* Bytes per block and elements per block of a tensor type; 0 if unknown. */
-size_t ggml_type_size(uint32_t type);
-size_t ggml_block_size(uint32_t type);
-const char *ggml_type_name(uint32_t type);
 
 /* ------------------------------------------------------------------ */
 /* Writer: collects metadata and tensors in memory, then writes a file. */

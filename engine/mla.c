@@ -15,9 +15,11 @@
 #include <omp.h>
 #include <string.h>
 
+#include "kernels/blas.h"
+#include "kernels/quant.h"
+#include "kernels/vecmath.h"
 #include "layers.h"
-#include "ops.h"
-#include "quant.h"
+#include "matmul.h"
 
 long mla_scratch_floats(const model *m, int n_ctx)
 {

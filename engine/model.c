@@ -15,8 +15,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "panels.h"
-#include "quant.h"
+#include "kernels/panels.h"
+#include "kernels/quant.h"
+#include "kernels/vecmath.h"
 
 typedef struct loader {
     model *m;
@@ -672,6 +673,8 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
     m->chat_template = gguf_get_str_dup(m->gguf, "tokenizer.chat_template");
 
     load_hparams(&ld, a);
+    if (!ld.failed && m->n_ctx_train <= 0)
+        ld_fail(&ld, "metadata %s.context_length is 0: no request could ever fit", m->arch);
     if (!ld.failed)
         bind_tensors(&ld, a);
     if (ld.failed)

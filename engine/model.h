@@ -14,17 +14,7 @@
 
 #include "engine.h"
 #include "gguf.h"
-
-/* A 2-D weight used as y = W x: n_out rows of n_in contiguous elements
- * stored as `type` blocks. GGUF ne = {n_in, n_out}. Points into the mmap
- * (or the huge-page copy); panels: BF16/F16/Q8_0 rows repacked at load. */
-typedef struct weight {
-    const void *data;
-    uint32_t type;              /* enum ggml_type */
-    int n_in, n_out;
-    size_t row_bytes;
-    bool panels;                /* rows repacked in panels of 16 (panels.h) */
-} weight;
+#include "kernels/weight.h"
 
 typedef struct layer {
     uint8_t kind;               /* enum engine_layer_kind */
@@ -79,11 +69,6 @@ typedef struct layer {
     weight down_shexp;          /* n_ff_shexp -> n_embd */
 } layer;
 
-enum rope_type {
-    ROPE_NEOX = 0,              /* pairs (i, i + n_rot/2): qwen35, qwen3next, qwen3 */
-    ROPE_NORM = 1,              /* adjacent pairs (2i, 2i+1): llama */
-};
-
 typedef struct model {
     gguf_ctx *gguf;
     char arch[32];
@@ -93,7 +78,7 @@ typedef struct model {
     float rope_theta, attn_scale, eps;
     int ssm_n_k, ssm_n_v, ssm_d_k, ssm_d_v, ssm_k;  /* DeltaNet shape; ssm_k = conv kernel */
     int conv_dim;               /* 2*n_k*d_k + n_v*d_v */
-    int rope_type;              /* enum rope_type */
+    int rope_type;              /* enum rope_type (kernels/vecmath.h) */
     bool attn_gated;            /* attn_q carries a sigmoid gate half per head */
     bool qk_norm;               /* per-head RMSNorm on q and k */
     bool dnet_grouped;          /* value head h uses key head h / r (else h % n_k) */

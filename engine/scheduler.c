@@ -44,6 +44,7 @@ struct sched_req {
     /* immutable after sched_submit */
     sched *s;
     char id[80];
+    int owner;                  /* sched_req_params.owner */
     int n_prompt;
     int max_new;
     int32_t *tokens;            /* [n_prompt + max_new]: prompt, then generated (scheduler writes) */
@@ -347,6 +348,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     atomic_init(&r->cancel, false);
     atomic_init(&r->refs, 2);
     snprintf(r->id, sizeof(r->id), "%s", p->id ? p->id : "");
+    r->owner = p->owner;
     r->n_prompt = p->n_prompt;
     r->max_new = p->max_new_tokens;
     r->include_stop = p->include_stop;
@@ -1009,12 +1011,12 @@ void sched_cancel_all(sched *s, const char *why)
     pthread_mutex_unlock(&s->mu);
 }
 
-int sched_cancel_id(sched *s, const char *id, const char *why)
+int sched_cancel_id(sched *s, const char *id, int owner, const char *why)
 {
     int rc = -1;
     pthread_mutex_lock(&s->mu);
     for (sched_req *r = s->wait_head; r && rc; r = r->wait_next) {
-        if (!strcmp(r->id, id) && !atomic_load(&r->cancel)) {
+        if (!strcmp(r->id, id) && r->owner == owner && !atomic_load(&r->cancel)) {
             snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
             atomic_store(&r->cancel, true);
             rc = 0;
@@ -1022,7 +1024,7 @@ int sched_cancel_id(sched *s, const char *id, const char *why)
     }
     for (int i = 0; i < s->n_running && rc; i++) {
         sched_req *r = s->running[i];
-        if (!strcmp(r->id, id) && !atomic_load(&r->cancel)) {
+        if (!strcmp(r->id, id) && r->owner == owner && !atomic_load(&r->cancel)) {
             snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
             atomic_store(&r->cancel, true);
             rc = 0;

@@ -62,6 +62,7 @@ void sched_params_default(sched_params *p);
 /* What a submitter asks for. Everything is copied by sched_submit. */
 typedef struct sched_req_params {
     const char *id;             /* request id for /stats and logs */
+    int owner;                  /* who may cancel it by id (the server: its API key; 0 for all) */
     const int32_t *prompt;      /* [n_prompt] token ids, n_prompt >= 1 */
     int n_prompt;
     int max_new_tokens;         /* >= 1 */
@@ -143,9 +144,10 @@ void sched_req_release(sched_req *r);
 void sched_drain(sched *s);
 /* Cancel every queued and running request with the given message. */
 void sched_cancel_all(sched *s, const char *why);
-/* Cancel the live request with this id (as sched_req_cancel, with why as
- * the message its submitter gets). Returns 0, or -1 when none matches. */
-int sched_cancel_id(sched *s, const char *id, const char *why);
+/* Cancel the live request with this id submitted by owner (as
+ * sched_req_cancel, with why as the message its submitter gets). Returns
+ * 0, or -1 when none matches. */
+int sched_cancel_id(sched *s, const char *id, int owner, const char *why);
 /* Queued + running requests. */
 int sched_n_active(sched *s);
 /* Seconds a rejected client should wait before retrying (>= 1). */

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "gguf.h"
-#include "quant.h"
+#include "kernels/quant.h"
 #include "tokenizer.h"
 
 void synth_config_default(synth_config *c)

@@ -84,7 +84,6 @@ struct tokenizer {
     tok_pair_slot *pair_tab;/* [pair_cap], a power of two >= 2*n_merges */
     uint32_t pair_cap;
     int32_t n_merges;       /* merges usable (parts and result in the vocab) */
-    int32_t n_merges_skipped; /* merges naming strings not in the vocab */
 
     int32_t byte_tok[256];  /* token id of the single mapped char of each byte, -1 if none */
 
@@ -915,9 +914,17 @@ tokenizer *tok_new_from_gguf(const gguf_ctx *g, char *err, size_t errlen)
         goto oom;
     for (uint32_t i = 0; i < t->str_cap; i++)
         t->str_tab[i].id = -1;
+    int32_t n_text = 0;
     for (int32_t i = 0; i < t->n_vocab; i++)
-        if (t->tokens[i].text_len > 0)
+        if (t->tokens[i].text_len > 0) {
             str_insert(t, i);
+            n_text++;
+        }
+    if (n_text == 0) {
+        tok_err(err, errlen, "tokenizer.ggml.tokens has %d entries, all empty: no text can be encoded",
+                (int)t->n_vocab);
+        goto fail;
+    }
 
     /* merges "A B" -> (id A, id B) -> rank, id AB */
     t->pair_cap = pow2_at_least(2 * km->arr_n);
@@ -957,9 +964,13 @@ tokenizer *tok_new_from_gguf(const gguf_ctx *g, char *err, size_t errlen)
         int32_t b = str_find(t, sp + 1, nb);
         int32_t ab = str_find(t, mbuf, na + nb);
         if (a < 0 || b < 0 || ab < 0) {
-            /* can never fire: symbols are always vocabulary tokens */
-            t->n_merges_skipped++;
-            continue;
+            /* a BPE merge joins two vocabulary tokens into a third (Hugging
+             * Face's loader refuses any other as MergeTokenOutOfVocabulary):
+             * one that does not is a corrupt file, not a rule to skip */
+            tok_err(err, errlen, "tokenizer.ggml.merges[%llu] \"%s\" names %s, which is not in tokenizer.ggml.tokens",
+                    (unsigned long long)r, tok_excerpt(s->p, n, ex, sizeof ex),
+                    a < 0 ? "its left part" : b < 0 ? "its right part" : "the merged token");
+            goto fail;
         }
         if (pair_insert(t, a, b, (int32_t)r, ab))
             t->n_merges++;
@@ -1280,6 +1291,32 @@ static size_t find_special(const tokenizer *t, const char *text, size_t len, siz
     return len;
 }
 
+/* find_special, but a special token may not touch a data span: pairs
+ * data[2i] .. data[2i + 1] (sorted, disjoint byte ranges [start, end)) are
+ * text from users, never control tokens. *di: the first span not wholly
+ * before from; it only moves forward. */
+static size_t find_special_outside(const tokenizer *t, const char *text, size_t len, size_t from,
+                                   const size_t *data, int n_data, int *di, int32_t *id)
+{
+    size_t q = from;
+    while (q < len) {
+        while (*di < n_data && data[2 * *di + 1] <= q)
+            (*di)++;
+        if (*di < n_data && data[2 * *di] <= q) {
+            q = data[2 * *di + 1];      /* inside a data span: skip to its end */
+            continue;
+        }
+        /* specials may start in [q, limit) and must end by limit */
+        size_t limit = *di < n_data && data[2 * *di] < len ? data[2 * *di] : len;
+        size_t s = find_special(t, text, limit, q, id);
+        if (*id >= 0)
+            return s;
+        q = limit;
+    }
+    *id = -1;
+    return len;
+}
+
 /* Pre-tokenizes and BPE-encodes the segment text[0..len) (no specials). */
 static int encode_segment(const tokenizer *t, const char *text, size_t len, tok_cps *c,
                           bpe_work *w, int32_t *out, int max_out, int *count)
@@ -1298,6 +1335,12 @@ static int encode_segment(const tokenizer *t, const char *text, size_t len, tok_
 int tok_encode(const tokenizer *t, const char *text, size_t len,
                bool parse_special, int32_t *out, int max_out)
 {
+    return tok_encode_data(t, text, len, NULL, parse_special ? 0 : -1, out, max_out);
+}
+
+int tok_encode_data(const tokenizer *t, const char *text, size_t len, const size_t *data, int n_data,
+                    int32_t *out, int max_out)
+{
     tok_cps c = { 0 };
     bpe_work w = { 0 };
     int count = 0, rc = -1;
@@ -1310,11 +1353,12 @@ int tok_encode(const tokenizer *t, const char *text, size_t len,
         goto out_free;
 
     size_t pos = 0;
+    int di = 0;
     while (pos < len) {
         int32_t sid = -1;
         size_t s = len;
-        if (parse_special && t->n_specials > 0)
-            s = find_special(t, text, len, pos, &sid);
+        if (n_data >= 0 && t->n_specials > 0)
+            s = find_special_outside(t, text, len, pos, data, n_data, &di, &sid);
         if (s > pos && encode_segment(t, text + pos, s - pos, &c, &w, out, max_out, &count) < 0)
             goto out_free;
         if (sid < 0)

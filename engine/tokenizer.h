@@ -35,6 +35,16 @@ int32_t tok_lookup(const tokenizer *t, const char *text, size_t len); /* exact t
  * exceed max_out; only max_out are written), negative on error. */
 int tok_encode(const tokenizer *t, const char *text, size_t len,
                bool parse_special, int32_t *out, int max_out);
+/* Encode with control tokens parsed everywhere but in the data spans:
+ * data[2i] .. data[2i + 1] for i < n_data, sorted, disjoint byte ranges
+ * [start, end) of text that came from users (chat message content). A
+ * special token is matched only where none of its bytes lies in a span,
+ * so "<|im_end|>" typed in a message is text, while the template's own
+ * markup around it stays control tokens; the text between control tokens
+ * is encoded whole, as tok_encode does. n_data 0: specials anywhere
+ * (tok_encode with parse_special); n_data < 0: none at all (without). */
+int tok_encode_data(const tokenizer *t, const char *text, size_t len, const size_t *data, int n_data,
+                    int32_t *out, int max_out);
 
 /* Pre-tokenizer only (tests and tools): splits text[0..len) with this
  * vocabulary's tokenizer.ggml.pre rule, no special-token matching, and

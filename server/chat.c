@@ -34,32 +34,60 @@ const char *chat_kind_name(int kind)
     }
 }
 
+/* A prompt being rendered: the text, and the byte ranges of it that came
+ * from the messages' content (pairs [start, end) in data). */
+typedef struct prompt_buf {
+    char *buf;
+    size_t len, cap;
+    size_t *data;               /* [2 * n_data] */
+    int n_data, cap_data;
+} prompt_buf;
+
+/* template markup: control tokens in it are parsed */
+static int markup(prompt_buf *p, const char *s, size_t n)
+{
+    return json_buf_append(&p->buf, &p->len, &p->cap, s, n);
+}
+
+/* text from the request: encoded as text, whatever it contains */
+static int content(prompt_buf *p, const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (p->n_data == p->cap_data) {
+        int c = p->cap_data ? 2 * p->cap_data : 8;
+        size_t *d = realloc(p->data, 2 * (size_t)c * sizeof *d);
+        if (!d)
+            return -1;
+        p->data = d;
+        p->cap_data = c;
+    }
+    p->data[2 * p->n_data] = p->len;
+    p->data[2 * p->n_data + 1] = p->len + n;
+    p->n_data++;
+    return json_buf_append(&p->buf, &p->len, &p->cap, s, n);
+}
+
 static bool is_space(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
 /* One Llama 3 message: header, Jinja-trimmed content, end of turn. */
-static int llama3_msg(char **buf, size_t *len, size_t *cap, const char *role, const char *prefix,
-                      const char *content)
+static int llama3_msg(prompt_buf *p, const char *role, const char *prefix, const char *text)
 {
-    const char *a = content, *b = content + strlen(content);
+    const char *a = text, *b = text + strlen(text);
     while (a < b && is_space(*a))
         a++;
     while (b > a && is_space(b[-1]))
         b--;
-    return json_buf_append(buf, len, cap, "<|start_header_id|>", 19) ||
-           json_buf_append(buf, len, cap, role, strlen(role)) ||
-           json_buf_append(buf, len, cap, "<|end_header_id|>\n\n", 19) ||
-           json_buf_append(buf, len, cap, prefix, strlen(prefix)) ||
-           json_buf_append(buf, len, cap, a, (size_t)(b - a)) ||
-           json_buf_append(buf, len, cap, "<|eot_id|>", 10);
+    return markup(p, "<|start_header_id|>", 19) || markup(p, role, strlen(role)) ||
+           markup(p, "<|end_header_id|>\n\n", 19) || markup(p, prefix, strlen(prefix)) ||
+           content(p, a, (size_t)(b - a)) || markup(p, "<|eot_id|>", 10);
 }
 
-static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, char **out, char *err, size_t errlen)
+static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, prompt_buf *p)
 {
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
     int first = 0;
     if (kind == CHAT_LLAMA31) {
         /* 3.1 always opens with a system message carrying the cutoff lines;
@@ -70,57 +98,58 @@ static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, char **out,
             sys = msgs[0].content;
             first = 1;
         }
-        if (llama3_msg(&buf, &len, &cap, "system", cutoff, sys))
-            goto out_nomem;
+        if (llama3_msg(p, "system", cutoff, sys))
+            return -1;
     }
     for (int i = first; i < n_msgs; i++) {
         const char *role = strcmp(msgs[i].role, "developer") ? msgs[i].role : "system";
-        if (llama3_msg(&buf, &len, &cap, role, "", msgs[i].content))
-            goto out_nomem;
+        if (llama3_msg(p, role, "", msgs[i].content))
+            return -1;
     }
-    if (json_buf_append(&buf, &len, &cap, "<|start_header_id|>assistant<|end_header_id|>\n\n", 47))
-        goto out_nomem;
-    *out = buf;
-    return 0;
-out_nomem:
-    free(buf);
-    snprintf(err, errlen, "out of memory rendering the chat template");
-    return -1;
+    return markup(p, "<|start_header_id|>assistant<|end_header_id|>\n\n", 47);
 }
 
-int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, char *err, size_t errlen)
+static int render_chatml(const chat_msg *msgs, int n_msgs, prompt_buf *p)
 {
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    for (int i = 0; i < n_msgs; i++) {
+        /* "developer" is OpenAI's newer name for the system role */
+        const char *role = strcmp(msgs[i].role, "developer") ? msgs[i].role : "system";
+        if (markup(p, "<|im_start|>", 12) || markup(p, role, strlen(role)) || markup(p, "\n", 1) ||
+            content(p, msgs[i].content, strlen(msgs[i].content)) || markup(p, "<|im_end|>\n", 11))
+            return -1;
+    }
+    return markup(p, "<|im_start|>assistant\n", 22);
+}
+
+int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t **data, int *n_data, char *err,
+                size_t errlen)
+{
     *out = NULL;
+    *data = NULL;
+    *n_data = 0;
     if (kind == CHAT_NONE) {
         snprintf(err, errlen, "the model has no chat template (tokenizer.chat_template is missing from the GGUF); "
                               "send a formatted prompt to /v1/completions instead");
         return -1;
     }
-    if (kind == CHAT_LLAMA3 || kind == CHAT_LLAMA31)
-        return render_llama3(kind, msgs, n_msgs, out, err, errlen);
-    if (kind != CHAT_CHATML) {
+    if (kind != CHAT_CHATML && kind != CHAT_LLAMA3 && kind != CHAT_LLAMA31) {
         snprintf(err, errlen, "the model's chat template is not one this server can render (supported: ChatML, "
                               "Llama 3); send a formatted prompt to /v1/completions instead");
         return -1;
     }
-    for (int i = 0; i < n_msgs; i++) {
-        /* "developer" is OpenAI's newer name for the system role */
-        const char *role = strcmp(msgs[i].role, "developer") ? msgs[i].role : "system";
-        if (json_buf_append(&buf, &len, &cap, "<|im_start|>", 12) ||
-            json_buf_append(&buf, &len, &cap, role, strlen(role)) ||
-            json_buf_append(&buf, &len, &cap, "\n", 1) ||
-            json_buf_append(&buf, &len, &cap, msgs[i].content, strlen(msgs[i].content)) ||
-            json_buf_append(&buf, &len, &cap, "<|im_end|>\n", 11))
-            goto out_nomem;
+    prompt_buf p = { 0 };
+    int rc = kind == CHAT_CHATML ? render_chatml(msgs, n_msgs, &p) : render_llama3(kind, msgs, n_msgs, &p);
+    /* an empty prompt still gets a buffer: callers take a string */
+    if (rc == 0 && !p.buf)
+        rc = markup(&p, "", 0);
+    if (rc != 0) {
+        free(p.buf);
+        free(p.data);
+        snprintf(err, errlen, "out of memory rendering the chat template");
+        return -1;
     }
-    if (json_buf_append(&buf, &len, &cap, "<|im_start|>assistant\n", 22))
-        goto out_nomem;
-    *out = buf;
+    *out = p.buf;
+    *data = p.data;
+    *n_data = p.n_data;
     return 0;
-out_nomem:
-    free(buf);
-    snprintf(err, errlen, "out of memory rendering the chat template");
-    return -1;
 }

@@ -3,7 +3,7 @@
  * Owns: detection of the template family from the GGUF's
  * tokenizer.chat_template text and rendering a message list into a prompt.
  * Does not own: a Jinja interpreter (we recognise common forms instead),
- * tokenization.
+ * tokenization (it says which bytes are content; the engine encodes them).
  * ref: ChatML as used by Qwen: "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per
  * message, then "<|im_start|>assistant\n" as the generation prompt.
  * Llama 3: "<|start_header_id|>ROLE<|end_header_id|>\n\n" + trim(CONTENT) +
@@ -30,7 +30,11 @@ enum chat_kind {
 int chat_detect(const char *tmpl);
 const char *chat_kind_name(int kind);
 /* Render msgs with the generation prompt appended. Returns 0 and a heap
- * string in *out, or -1 with a message in err. */
-int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, char *err, size_t errlen);
+ * string in *out, with the byte ranges of it that are the messages' content
+ * in *data (heap, pairs [start, end), *n_data of them, in order), or -1 with
+ * a message in err. Control tokens are to be parsed outside those ranges
+ * only (engine_tokenize_chat): message text is data, never markup. */
+int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t **data, int *n_data, char *err,
+                size_t errlen);
 
 #endif

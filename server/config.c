@@ -21,6 +21,8 @@ enum opt_type {
     OPT_BYTES,
     OPT_SECONDS,
     OPT_BOOL,
+    OPT_LIST,               /* repeatable: values collect one per line; a source of higher
+                               precedence replaces the lower ones' values */
 };
 
 /* One option, found by its long name in all four sources. */
@@ -77,6 +79,13 @@ static const opt_def OPTS[] = {
      "step; default f32)"},
     {"page-tokens", 0, "HYSERVE_PAGE_TOKENS", OPT_INT, OFF(page_tokens), 0, "N",
      "tokens per KV cache page (default 16)"},
+    {"api-key", 0, "HYSERVE_API_KEY", OPT_LIST, OFF(api_keys), SZ(api_keys), "KEY",
+     "require 'Authorization: Bearer KEY' on every route but /health, /live and /ready (repeatable; "
+     "keys are never logged)"},
+    {"api-key-file", 0, "HYSERVE_API_KEY_FILE", OPT_STR, OFF(api_key_file), SZ(api_key_file), "FILE",
+     "more API keys, one per line ('#' comments)"},
+    {"metrics-public", 0, "HYSERVE_METRICS_PUBLIC", OPT_BOOL, OFF(metrics_public), 0, NULL,
+     "serve /metrics and /stats without a key, for a trusted scraper (default off)"},
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
      "read the weights into 2 MiB transparent huge pages instead of serving them from the file "
      "mapping (default off)"},
@@ -173,6 +182,24 @@ static int opt_set(server_config *c, const opt_def *o, const char *val, const ch
     char *base = (char *)c + o->off;
     char *end;
     switch (o->type) {
+    case OPT_LIST: {
+        /* flags (src "--name") over the environment (src = its variable)
+         * over the file: a higher source starts the list afresh */
+        int from = !strncmp(src, "--", 2) ? 3 : !strcmp(src, o->env) ? 2 : 1;
+        if (from != c->api_keys_from) {
+            base[0] = '\0';
+            c->api_keys_from = from;
+        }
+        size_t have = strlen(base), n = strlen(val);
+        if (have + n + 2 > o->size) {
+            snprintf(err, errlen, "%s: too many values of %s", src, o->name);
+            return -1;
+        }
+        memcpy(base + have, val, n);
+        base[have + n] = '\n';
+        base[have + n + 1] = '\0';
+        return 0;
+    }
     case OPT_STR:
         if (strlen(val) >= o->size) {
             snprintf(err, errlen, "%s: value of %s is too long", src, o->name);

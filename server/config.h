@@ -47,6 +47,10 @@ typedef struct server_config {
     char state_dtype[8];        /* DeltaNet recurrent state numbers: f32, bf16 */
     int page_tokens;            /* KV page size, 0: engine default */
     char replica[256];          /* name in X-Hyserve-Replica and /info, "": the host name */
+    char api_keys[8192];        /* --api-key values, one per line (auth.c reads them) */
+    int api_keys_from;          /* the source they came from: 0 none, 1 file, 2 environment, 3 flags */
+    char api_key_file[1024];    /* more keys, one per line */
+    bool metrics_public;        /* /metrics and /stats answer without a key */
 } server_config;
 
 void config_defaults(server_config *c);

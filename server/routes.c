@@ -8,6 +8,7 @@
  * (stream.c), /stats and /metrics contents (metrics.c).
  * ref: ../shared/docs/serving.md 8.1-8.3, 8.7.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,9 +139,11 @@ static bool check_ready(http_req *hr)
 /* Tokenizing                                                             */
 /* ---------------------------------------------------------------------- */
 
-/* Encode text with the model's BOS rule, control tokens parsed. Returns
- * the count (tokens in *out, heap) or -1. */
-static int tokenize(server *srv, const char *text, int32_t **out)
+/* Encode text with the model's BOS rule, control tokens parsed except in
+ * the data spans (n_data pairs [start, end) of a rendered chat prompt: the
+ * messages' content; none for a raw prompt, whose writer formats it).
+ * Returns the count (tokens in *out, heap) or -1. */
+static int tokenize(server *srv, const char *text, const size_t *data, int n_data, int32_t **out)
 {
     size_t len = strlen(text);
     int cap = (int)(len < 1000000000 ? len : 1000000000) + 8;
@@ -149,7 +152,7 @@ static int tokenize(server *srv, const char *text, int32_t **out)
         int32_t *buf = malloc((size_t)cap * sizeof(int32_t));
         if (!buf)
             return -1;
-        int n = engine_tokenize(srv->eng, text, len, srv->info->add_bos, true, buf, cap);
+        int n = engine_tokenize_chat(srv->eng, text, len, srv->info->add_bos, data, n_data, buf, cap);
         if (n < 0) {
             free(buf);
             return -1;
@@ -284,6 +287,8 @@ static int handle_generation(http_req *hr, int api, int mode)
     gen_result res = {0};
     sched_req *r = NULL;
     int32_t *toks = NULL;
+    size_t *content = NULL;     /* chat: byte ranges of the prompt that are message text */
+    int n_content = 0;
     char err[512], param[64];
     int rc = 0;
 
@@ -303,7 +308,7 @@ static int handle_generation(http_req *hr, int api, int mode)
     if (mode == GEN_COMPAT && g.stream)
         mode = GEN_BODY;
     if (api == API_OAI_CHAT) {
-        if (chat_render(srv->chat_kind, g.msgs, g.n_msgs, &g.prompt, err, sizeof(err))) {
+        if (chat_render(srv->chat_kind, g.msgs, g.n_msgs, &g.prompt, &content, &n_content, err, sizeof(err))) {
             err_extra x = {.param = "messages"};
             rc = send_error(hr, ERR_TEMPLATE, err, &x);
             goto out;
@@ -323,7 +328,7 @@ static int handle_generation(http_req *hr, int api, int mode)
         }
     }
 
-    int n_prompt = tokenize(srv, g.prompt, &toks);
+    int n_prompt = tokenize(srv, g.prompt, content, n_content, &toks);
     if (n_prompt < 0) {
         rc = send_error(hr, ERR_VALIDATION, "the prompt could not be tokenized", NULL);
         goto out;
@@ -363,6 +368,7 @@ static int handle_generation(http_req *hr, int api, int mode)
 
     sched_req_params rp = {
         .id = hr->id,
+        .owner = hr->key_id,
         .prompt = toks,
         .n_prompt = n_prompt,
         .max_new_tokens = max_new,
@@ -453,6 +459,7 @@ out:
     gen_result_free(&res);
     sched_req_release(r);
     free(toks);
+    free(content);
     json_gen_free(&g);
     return rc;
 }
@@ -606,10 +613,19 @@ static int h_tokenize(http_req *hr)
     int jrc = json_parse_tokenize(hr->body, hr->n_body, &inputs, err, sizeof(err));
     if (jrc != JSON_OK)
         return routes_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : ERR_VALIDATION, err);
-    int n = tokenize(srv, inputs, &toks);
+    int n = tokenize(srv, inputs, NULL, 0, &toks);
     free(inputs);
     if (n < 0)
         return routes_error(hr, ERR_VALIDATION, "the input could not be tokenized");
+    /* the answer costs about 80 bytes a token: bound it by what a request
+     * can hold (a 2 MB body of CJK text is over a million tokens) */
+    if (n > srv->info->n_ctx) {
+        free(toks);
+        malloc_trim(0);
+        snprintf(err, sizeof err, "the input is %d tokens, more than the %d a request can hold "
+                                  "(max_input_tokens); /tokenize answers up to that many", n, srv->info->n_ctx);
+        return routes_error(hr, ERR_CONTEXT, err);
+    }
     cJSON *arr = cJSON_CreateArray();
     size_t off = 0;
     char piece[512];
@@ -630,7 +646,11 @@ static int h_tokenize(http_req *hr)
         cJSON_AddNumberToObject(t, "stop", (double)off);
     }
     free(toks);
-    return http_send_json(hr, 200, arr, NULL);
+    int rc = http_send_json(hr, 200, arr, NULL);
+    /* many small nodes were freed: hand the pages back to the system */
+    if (n > 4096)
+        malloc_trim(0);
+    return rc;
 }
 
 /* POST /v1/memory/estimate: the planner (memplan.c) over HTTP, no weights.
@@ -764,7 +784,9 @@ static int h_cancel(http_req *hr)
         return 0;
     const char *id = hr->path + strlen("/requests/");
     char msg[200];
-    if (!*id || sched_cancel_id(hr->srv->sched, id, "request cancelled by DELETE /requests/{id}") != 0) {
+    /* only the key that made a request may cancel it: another key's
+     * request is as unknown to it as a finished one */
+    if (!*id || sched_cancel_id(hr->srv->sched, id, hr->key_id, "request cancelled by DELETE /requests/{id}") != 0) {
         snprintf(msg, sizeof(msg), "no queued or running request has the id '%.100s'", id);
         return routes_error(hr, ERR_NOT_FOUND, msg);
     }
@@ -808,8 +830,27 @@ static bool route_matches(const route *r, const char *path)
 }
 #define N_ROUTES ((int)(sizeof(ROUTES) / sizeof(ROUTES[0])))
 
+/* 401 for a request without a valid key. The same body whatever was wrong
+ * (absent, malformed, unknown), in OpenAI's shape on every route, so the
+ * answer tells an attacker nothing and an OpenAI client raises its
+ * AuthenticationError. */
+static int send_unauthorized(http_req *hr)
+{
+    static const char body[] = "{\"error\":{\"message\":\"a valid API key is required: send the header "
+                               "'Authorization: Bearer KEY'\",\"type\":\"invalid_request_error\","
+                               "\"param\":null,\"code\":\"invalid_api_key\"}}";
+    static const char *const hdrs[] = {"WWW-Authenticate", "Bearer", NULL};
+    return http_send(hr, 401, "application/json", body, sizeof(body) - 1, hdrs);
+}
+
 int routes_dispatch(http_req *hr)
 {
+    const auth_keys *keys = &hr->srv->keys;
+    if (keys->n && !auth_open_path(hr->path, hr->srv->cfg->metrics_public)) {
+        hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
+        if (!hr->key_id)
+            return send_unauthorized(hr);
+    }
     const char *method = !strcmp(hr->method, "HEAD") ? "GET" : hr->method;
     char allow[64] = "";
     bool path_known = false;

@@ -202,6 +202,17 @@ int serve_main(int argc, char **argv)
     atomic_init(&srv.next_id, 1);
     if (getrandom(&srv.id_salt, sizeof(srv.id_salt), 0) != (ssize_t)sizeof(srv.id_salt))
         srv.id_salt = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (auth_load(&cfg, &srv.keys, err, sizeof(err))) {
+        fprintf(stderr, "hyserve: serve: %s\n", err);
+        return 2;
+    }
+    if (srv.keys.n)
+        fprintf(stderr, "hyserve: %d API key%s: every route but /health, /live and /ready%s needs "
+                        "'Authorization: Bearer KEY'\n", srv.keys.n, srv.keys.n > 1 ? "s" : "",
+                cfg.metrics_public ? ", /metrics and /stats" : "");
+    else if (strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") && strcmp(cfg.host, "::1"))
+        fprintf(stderr, "hyserve: warning: no API key and listening on %s: anyone who reaches the port can "
+                        "use the server (--api-key, --api-key-file, HYSERVE_API_KEY)\n", cfg.host);
     srv.t_start = engine_now_s();
     srv.started_at = time(NULL);
     /* the name X-Hyserve-Replica gives from the first response on */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "auth.h"
 #include "cgroup.h"
 #include "config.h"
 #include "engine.h"
@@ -55,6 +56,7 @@ typedef struct server {
     time_t started_at;          /* wall clock at start */
     char replica[256];          /* --replica or the host name: X-Hyserve-Replica, /info */
     server_limits limits;
+    auth_keys keys;             /* loaded before HTTP starts; read-only after */
 } server;
 
 #endif

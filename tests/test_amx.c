@@ -19,10 +19,11 @@
 #include <string.h>
 
 #include "gguf.h"
-#include "ops.h"
-#include "quant.h"
-#include "simd.h"
-#include "simd_amx.h"
+#include "kernels/blas.h"
+#include "kernels/quant.h"
+#include "kernels/simd.h"
+#include "kernels/simd_amx.h"
+#include "matmul.h"
 #include "test.h"
 
 static uint32_t rng_state;
@@ -150,7 +151,7 @@ TEST(test_amx_batched_q8_0_matmul_equals_one_token_products)
         return;
     static const int n_outs[] = { 64, 70 }, n_toks[] = { 16, 70 };     /* 70 tokens: calls of 64 + 6 */
     rng_state = 6;
-    ops_set_threads(2);
+    blas_set_threads(2);
     int bad = 0;
     for (size_t k = 0; k < 2 && !bad; k++) {
         const int n_in = 1024, n_out = n_outs[k], n_tok = n_toks[k];
@@ -329,7 +330,7 @@ TEST(test_amx_bf16_tiles_match_the_rounded_definition)
     if (!have(simd_amx_bf16(), "AMX-BF16"))
         return;
     rng_state = 9;
-    ops_set_threads(2);
+    blas_set_threads(2);
     CHECK(!check_bf16(32, 16, 2, false));
     CHECK(!check_bf16(64, 32, 16, false));
     CHECK(!check_bf16(96, 16, 5, false));          /* an odd number of 32-wide chunks */
@@ -402,7 +403,7 @@ TEST(test_amx_f16_split_tiles_match_the_exact_products)
     if (!have(simd_amx_f16(), "AMX-BF16 with AVX512-BF16"))
         return;
     rng_state = 11;
-    ops_set_threads(2);
+    blas_set_threads(2);
     CHECK(!check_f16(32, 16, 2, false));
     CHECK(!check_f16(96, 16, 5, false));           /* an odd number of 32-wide chunks */
     CHECK(!check_f16(1024, 48, 16, false));

@@ -28,9 +28,9 @@
 #include <string.h>
 
 #include "gguf.h"
-#include "quant.h"
-#include "simd.h"
-#include "simd512.h"
+#include "kernels/quant.h"
+#include "kernels/simd.h"
+#include "kernels/simd512.h"
 #include "test.h"
 
 static uint32_t rng_state;

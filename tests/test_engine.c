@@ -613,6 +613,35 @@ TEST(test_bad_model_files_fail_with_one_clear_line)
     CHECK(fails_with(p, "cannot open"));
 }
 
+TEST(test_model_with_context_length_zero_fails_to_load)
+{
+    /* it would load and then refuse every request: a load error instead */
+    synth_config c;
+    hybrid_config(&c);
+    c.n_ctx = 77;
+    const char *p = model_path("ctx0", &c);
+    CHECK(p);
+    engine *e = open_model(p, ENGINE_DNET_AUTO, 2);
+    CHECK(e);
+    engine_close(e);
+    /* the writer refuses 0, so patch the value in place: the key
+     * "<arch>.context_length", then its u32 type tag (4), then 77 */
+    FILE *f = fopen(p, "r+b");
+    CHECK(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    const char *k = memmem(buf, n, "context_length", 14);
+    CHECK(k && (size_t)(k - buf) + 22 <= n);
+    uint32_t v;
+    memcpy(&v, k + 18, 4);
+    CHECK(v == 77);
+    v = 0;
+    fseek(f, (long)(k - buf) + 18, SEEK_SET);
+    fwrite(&v, 4, 1, f);
+    fclose(f);
+    CHECK(fails_with(p, "context_length is 0"));
+}
+
 /* ---- MLA and cache dtypes --------------------------------------------- */
 
 static engine *open_mode(const char *path, int mla_mode, int kv_dtype)

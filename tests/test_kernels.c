@@ -18,13 +18,15 @@
 #include <string.h>
 
 #include "gguf.h"
-#include "kernels_attn.h"
+#include "kernels/attn.h"
+#include "kernels/blas.h"
+#include "kernels/quant.h"
+#include "kernels/simd_amx.h"
+#include "kernels/simd.h"
+#include "kernels/simd512.h"
+#include "kernels/vecmath.h"
 #include "layers.h"
-#include "ops.h"
-#include "quant.h"
-#include "simd_amx.h"
-#include "simd.h"
-#include "simd512.h"
+#include "matmul.h"
 #include "test.h"
 
 static uint32_t rng_state;
@@ -501,7 +503,7 @@ TEST(test_kernel_matmul_regimes_match_per_row_reference_dots)
     static const int toks[] = { 1, 2, 3, 5, 16, 17, 40 };   /* decode, small batches, tiles/sgemm */
     int failed = 0;
     rng_state = 7;
-    ops_set_threads(2);
+    blas_set_threads(2);
     for (int pass = 0; pass < 2 && !failed; pass++) {
         /* pass 1 runs the scalar route, as on a CPU without AVX2 */
         bool was = simd_avx2();
@@ -528,7 +530,7 @@ TEST(test_kernel_decode_steps_of_any_size_match_per_row_reference_dots)
     static const int toks[] = { 2, 16, 17, 40, 64, 65 };
     int failed = 0;
     rng_state = 29;
-    ops_set_threads(2);
+    blas_set_threads(2);
     const bool amx = simd_amx();
     simd_set_amx(false);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0] && !failed; ti++)
@@ -626,7 +628,7 @@ TEST(test_kernel_q8_0_decode_steps_equal_one_token_each)
     float *scratch = malloc(sizeof(float) * 64 * (size_t)NIN * 4 + 64);
     CHECK(data && wf && X && Y && R && scratch);
     rng_state = 23;
-    ops_set_threads(2);
+    blas_set_threads(2);
     for (int o = 0; o < NOUT; o++) {
         fill(wf, NIN, 0.3f);
         quantize_row(GGML_Q8_0, wf, data + (size_t)o * rb, NIN);
@@ -660,7 +662,7 @@ TEST(test_kernel_matmul_many_equals_one_matmul_per_weight)
 {
     static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_K };
     rng_state = 17;
-    ops_set_threads(2);
+    blas_set_threads(2);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         CHECK(!check_many(types[ti], 1, true));
         CHECK(!check_many(types[ti], 1, false));
@@ -796,7 +798,7 @@ static void check_attn(uint32_t kv_type, int n_head, int n_kv, int hd, int n, in
     const int G = n_head / n_kv;
     float *scratch = malloc(sizeof(float) * 2 * (size_t)attn_scratch_floats(hd, G, page_tokens));
     fill(Q, n * q_stride, 1.0f);
-    attn_args a = { .c = &f.c, .s = cache_get(&f.c, f.seq), .la = 1, .n_head = n_head, .n_kv = n_kv,
+    attn_args a = { .kv = cache_kv_pages(&f.c, cache_get(&f.c, f.seq), 1), .n_head = n_head, .n_kv = n_kv,
                     .head_dim = hd, .Q = Q, .q_stride = q_stride, .q_head = q_head, .out = o_ref,
                     .out_stride = o_stride, .n = n, .pos0 = pos0, .scale = 1.0f / sqrtf((float)hd) };
     attn_gqa_ref(&a, scores);
@@ -827,7 +829,7 @@ TEST(test_kernel_gqa_decode_and_tiled_attention_match_the_reference)
     static const uint32_t kv_types[] = { GGML_F32, GGML_F16, GGML_BF16 };
     int failed = 0;
     rng_state = 8;
-    ops_set_threads(2);
+    blas_set_threads(2);
     for (int pass = 0; pass < 4 && !failed; pass++) {
         bool was = simd_avx2();
         if (pass == 1)

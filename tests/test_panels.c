@@ -1,4 +1,4 @@
-/* test_panels.c - BF16/F16 weights in panels of 16 rows (engine/panels.h).
+/* test_panels.c - BF16/F16 weights in panels of 16 rows (engine/kernels/panels.h).
  *
  * Evidence: the layout as panels.h describes it, recomputed here; and
  * every product (one token, decode steps of any size on the outer-product
@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "gguf.h"
-#include "ops.h"
-#include "panels.h"
-#include "quant.h"
-#include "simd512.h"
+#include "kernels/panels.h"
+#include "kernels/quant.h"
+#include "kernels/simd512.h"
+#include "matmul.h"
 #include "test.h"
 
 static uint32_t rng_state;

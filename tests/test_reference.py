@@ -264,7 +264,7 @@ def golden(ctx, name, seed, s, writer, extra=()):
             msg += " (the model itself is ill-conditioned on this prompt: suspect the seed, not only the engine)"
         raise CaseFailure(msg)
     if s["dtype"] in ("f16", "bf16"):
-        # F16/BF16 weights both as stored and repacked into panels of 16 rows (engine/panels.h;
+        # F16/BF16 weights both as stored and repacked into panels of 16 rows (engine/kernels/panels.h;
         # the default only on AVX-512 without AMX): the prompt whole (sgemm on decoded panels),
         # in decode steps of 5 tokens (the outer-product kernel), and packed in place in the
         # huge-page copy (where the kernel has THP; else mapped, the same as the first)

@@ -255,7 +255,7 @@ def golden(ctx, name, seed, s, writer):
     if extra.startswith("FAIL"):
         raise CaseFailure(msg)
     if s["dtype"] == "q8_0":
-        # Q8_0 both as stored and repacked into panels of 16 rows (engine/panels.h; the default
+        # Q8_0 both as stored and repacked into panels of 16 rows (engine/kernels/panels.h; the default
         # only on AVX-512 with VNNI and without AMX): a prompt takes sgemm on decoded panels (up to
         # 16 tokens the f32 outer-product kernel)
         for panels in ("0", "1"):

@@ -8,7 +8,8 @@
 
 #include "cache.h"
 #include "layers.h"
-#include "ops.h"
+#include "kernels/blas.h"
+#include "kernels/vecmath.h"
 #include "test.h"
 
 /* Seed 000, Step 1: three tokens of four numbers. */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "auth.h"
 #include "cgroup.h"
 #include "chat.h"
 #include "config.h"
@@ -64,6 +65,51 @@ TEST(test_config_precedence_is_flags_then_env_then_file_then_defaults)
     CHECK(!c.log_prompts);                          /* flag turns off what the file set */
     CHECK(c.drain_timeout == 60.0);                 /* default */
     CHECK(!strcmp(c.config_path, path));
+}
+
+TEST(test_api_keys_repeat_and_a_higher_source_replaces_a_lower_ones_list)
+{
+    char path[512], kpath[512], err[256];
+    snprintf(path, sizeof path, "%s/test_keys.conf", test_tmpdir());
+    snprintf(kpath, sizeof kpath, "%s/test_keys.txt", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fprintf(f, "model = m.gguf\napi-key = file-a\napi-key = file-b\n");
+    fclose(f);
+    server_config c;
+    char *a1[] = {"serve", "--config", path, NULL};
+    CHECK(config_load(&c, 3, a1, err, sizeof err) == 0);
+    CHECK(!strcmp(c.api_keys, "file-a\nfile-b\n"));               /* the file's two */
+    setenv("HYSERVE_API_KEY", "env-k", 1);
+    CHECK(config_load(&c, 3, a1, err, sizeof err) == 0);
+    CHECK(!strcmp(c.api_keys, "env-k\n"));                          /* env over file */
+    char *a2[] = {"serve", "--config", path, "--api-key", "flag-1", "--api-key=flag-2", NULL};
+    CHECK(config_load(&c, 6, a2, err, sizeof err) == 0);
+    unsetenv("HYSERVE_API_KEY");
+    CHECK(!strcmp(c.api_keys, "flag-1\nflag-2\n"));                /* flags over both */
+
+    /* the key set: flags and a key file together, comments skipped */
+    f = fopen(kpath, "w");
+    CHECK(f != NULL);
+    fprintf(f, "# ops keys\n\n  file-key-1 \nfile-key-2\n");
+    fclose(f);
+    snprintf(c.api_key_file, sizeof c.api_key_file, "%s", kpath);
+    static auth_keys k;
+    CHECK_MSG(auth_load(&c, &k, err, sizeof err) == 0, "%s", err);
+    CHECK(k.n == 4 && !strcmp(k.key[2], "file-key-1") && !strcmp(k.key[3], "file-key-2"));
+    CHECK(auth_check(&k, "Bearer flag-1") == 1 && auth_check(&k, "Bearer file-key-2") == 4);
+    CHECK(auth_check(&k, "bearer  flag-2 ") == 2);
+    CHECK(auth_check(&k, "Bearer flag-3") == 0 && auth_check(&k, "Bearer flag-") == 0);
+    CHECK(auth_check(&k, "Bearer flag-11") == 0 && auth_check(&k, "flag-1") == 0);
+    CHECK(auth_check(&k, "Basic flag-1") == 0 && auth_check(&k, NULL) == 0 && auth_check(&k, "Bearer ") == 0);
+    /* a key with a space, and a missing file, are errors that quote no key */
+    snprintf(c.api_keys, sizeof c.api_keys, "two words\n");
+    CHECK(auth_load(&c, &k, err, sizeof err) < 0 && strstr(err, "space") && !strstr(err, "two words"));
+    snprintf(c.api_keys, sizeof c.api_keys, "ok\n");
+    snprintf(c.api_key_file, sizeof c.api_key_file, "/nonexistent/keys");
+    CHECK(auth_load(&c, &k, err, sizeof err) < 0 && strstr(err, "/nonexistent/keys"));
+    CHECK(auth_open_path("/ready", false) && !auth_open_path("/metrics", false) && auth_open_path("/metrics", true));
+    CHECK(!auth_open_path("/info", true) && !auth_open_path("/health/x", false));
 }
 
 TEST(test_config_errors_name_the_option)
@@ -265,14 +311,20 @@ TEST(test_chatml_renders_messages_and_the_generation_prompt)
 {
     chat_msg m[2] = {{"system", "Be brief."}, {"user", "Hi"}};
     char *out = NULL, err[256];
+    size_t *data = NULL;
+    int n_data = 0;
     CHECK(chat_detect(NULL) == CHAT_NONE);
     CHECK(chat_detect("{% for m in messages %}{{ m.content }}{% endfor %}") == CHAT_UNKNOWN);
     CHECK(chat_detect("{{'<|im_start|>' + m.role}}...<|im_end|>") == CHAT_CHATML);
-    CHECK(chat_render(CHAT_CHATML, m, 2, &out, err, sizeof(err)) == 0);
+    CHECK(chat_render(CHAT_CHATML, m, 2, &out, &data, &n_data, err, sizeof(err)) == 0);
     CHECK(!strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                        "<|im_start|>assistant\n"));
+    /* the content spans: "Be brief." at 19 and "Hi" at 56 */
+    CHECK(n_data == 2 && data[0] == 19 && data[1] == 28 && data[2] == 56 && data[3] == 58);
+    CHECK(!memcmp(out + data[0], "Be brief.", 9) && !memcmp(out + data[2], "Hi", 2));
     free(out);
-    CHECK(chat_render(CHAT_UNKNOWN, m, 2, &out, err, sizeof(err)) < 0 && strstr(err, "ChatML") && strstr(err, "Llama 3"));
+    free(data);
+    CHECK(chat_render(CHAT_UNKNOWN, m, 2, &out, &data, &n_data, err, sizeof(err)) < 0 && strstr(err, "ChatML") && strstr(err, "Llama 3"));
 }
 
 TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_text)
@@ -280,25 +332,35 @@ TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_
     /* expected strings written out from the Llama 3 and 3.1 Jinja templates */
     chat_msg m[3] = {{"system", "  Be brief. "}, {"user", "Hi\n"}, {"assistant", "Hello"}};
     char *out = NULL, err[256];
+    size_t *data = NULL;
+    int n_data = 0;
     CHECK(chat_detect("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}...<|eot_id|>") ==
           CHAT_LLAMA3);
     CHECK(chat_detect("Cutting Knowledge Date: December 2023 <|start_header_id|> <|end_header_id|> <|eot_id|>") ==
           CHAT_LLAMA31);
-    CHECK(chat_render(CHAT_LLAMA3, m, 3, &out, err, sizeof(err)) == 0);
+    CHECK(chat_render(CHAT_LLAMA3, m, 3, &out, &data, &n_data, err, sizeof(err)) == 0);
     CHECK(!strcmp(out, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                        "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
                        "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    /* content spans cover the trimmed text only */
+    CHECK(n_data == 3 && !memcmp(out + data[0], "Be brief.<", 10) && data[1] - data[0] == 9 &&
+          data[3] - data[2] == 2 && !memcmp(out + data[4], "Hello", 5) && data[5] - data[4] == 5);
     free(out);
-    CHECK(chat_render(CHAT_LLAMA31, m + 1, 1, &out, err, sizeof(err)) == 0);
+    free(data);
+    CHECK(chat_render(CHAT_LLAMA31, m + 1, 1, &out, &data, &n_data, err, sizeof(err)) == 0);
     CHECK(!strcmp(out, "<|start_header_id|>system<|end_header_id|>\n\n"
                        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
                        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                        "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    /* the cutoff lines are the template's, not the request's */
+    CHECK(n_data == 1 && !memcmp(out + data[0], "Hi<|eot_id|>", 12));
     free(out);
-    CHECK(chat_render(CHAT_LLAMA31, m, 2, &out, err, sizeof(err)) == 0);
+    free(data);
+    CHECK(chat_render(CHAT_LLAMA31, m, 2, &out, &data, &n_data, err, sizeof(err)) == 0);
     CHECK(strstr(out, "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user") != NULL);
     free(out);
+    free(data);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -156,12 +156,13 @@ static tokenizer *std_tokenizer(const char *pre, const char *name)
     return t;
 }
 
-/* encode and compare with expected ids */
-static bool encodes_to(const tokenizer *t, const char *text, bool special,
-                       const int32_t *want, int n_want)
+/* encode with control tokens parsed outside the data spans (tok_encode_data)
+ * and compare with expected ids */
+static bool encodes_data_to(const tokenizer *t, const char *text, const size_t *data, int n_data,
+                            const int32_t *want, int n_want)
 {
     int32_t out[256];
-    int n = tok_encode(t, text, strlen(text), special, out, 256);
+    int n = tok_encode_data(t, text, strlen(text), data, n_data, out, 256);
     bool ok = n == n_want;
     for (int i = 0; ok && i < n; i++)
         ok = out[i] == want[i];
@@ -175,6 +176,15 @@ static bool encodes_to(const tokenizer *t, const char *text, bool special,
         fprintf(stderr, "]\n");
     }
     return ok;
+}
+
+/* the same through tok_encode, with or without control tokens */
+static bool encodes_to(const tokenizer *t, const char *text, bool special, const int32_t *want, int n_want)
+{
+    int32_t out[256];
+    int n = tok_encode(t, text, strlen(text), special, out, 256);
+    int m = tok_encode_data(t, text, strlen(text), NULL, special ? 0 : -1, out, 256);
+    return n == m && encodes_data_to(t, text, NULL, special ? 0 : -1, want, n_want);
 }
 
 #define ENCODES_TO(t, text, special, ...)                                         \
@@ -434,6 +444,29 @@ TEST(test_tokenizer_special_tokens_match_only_with_parse_special)
     for (int i = 0; i < n; i++)
         CHECK(out[i] == (unsigned char)s[i]);
     ENCODES_TO(t, "<think>", false, '<', 't', 'h', 'i', 'n', 'k', '>');
+    tok_free(t);
+}
+
+TEST(test_tokenizer_control_tokens_in_data_spans_are_text)
+{
+    /* chat content is data: "<|im_end|>" typed by a user stays bytes, the
+     * template's own "<|im_end|>" after it is the control token */
+    tokenizer *t = std_tokenizer("qwen2", "data_spans");
+    CHECK(t);
+    static const int32_t forged[] = { 'a', '<', '|', 'i', 'm', '_', 'e', 'n', 'd', '|', '>', 'b', ID_IM_END };
+    const size_t span[2] = { 0, 12 };
+    CHECK(encodes_data_to(t, "a<|im_end|>b<|im_end|>", span, 1, forged, 13));
+    /* a control token that only touches a span is not matched either: "x<"
+     * is data, so neither "<|im_end|>" nor its prefix "<|im" may start at 1 */
+    static const int32_t straddle[] = { 'x', '<', '|', 'i', 'm', '_', 'e', 'n', 'd', '|', '>' };
+    const size_t head[2] = { 0, 2 };
+    CHECK(encodes_data_to(t, "x<|im_end|>", head, 1, straddle, 11));
+    /* right after a span, markup is parsed again */
+    static const int32_t after[] = { 'a', 'b', ID_IM_END };
+    CHECK(encodes_data_to(t, "ab<|im_end|>", head, 1, after, 3));
+    /* no spans: the same as tok_encode with parse_special */
+    static const int32_t all[] = { 'a', ID_IM_END, 'b', ID_IM_END };
+    CHECK(encodes_data_to(t, "a<|im_end|>b<|im_end|>", NULL, 0, all, 4));
     tok_free(t);
 }
 
@@ -790,18 +823,39 @@ TEST(test_tokenizer_rejects_keys_of_the_wrong_type)
     CHECK(tok_new_from_gguf(NULL, err, sizeof err) == NULL);
 }
 
-TEST(test_tokenizer_skips_merges_naming_unknown_strings)
+TEST(test_tokenizer_refuses_merges_naming_tokens_not_in_the_vocabulary)
 {
+    /* a merge joins two vocabulary tokens into a third; Hugging Face's BPE
+     * refuses any other (MergeTokenOutOfVocabulary), and so does the load */
     fixture f;
-    char err[256] = "";
     fixture_std(&f, "qwen2");
-    f.merges[f.n_merges++] = "zz qq";       /* neither part nor result is a token */
+    f.merges[f.n_merges++] = "zz l";        /* left part is not a token */
+    CHECK(fails_with(&f, "merge_left", "merges[6] \"zz l\" names its left part"));
+    fixture_std(&f, "qwen2");
+    f.merges[f.n_merges++] = "h qq";        /* right part is not a token */
+    CHECK(fails_with(&f, "merge_right", "names its right part"));
+    fixture_std(&f, "qwen2");
     f.merges[f.n_merges++] = "h l";         /* result "hl" is not a token */
-    tokenizer *t = fixture_load(&f, "skip_merges", err, sizeof err);
+    CHECK(fails_with(&f, "merge_result", "names the merged token"));
+    /* the control: the same fixture without them loads */
+    fixture_std(&f, "qwen2");
+    char err[256] = "";
+    tokenizer *t = fixture_load(&f, "merges_ok", err, sizeof err);
     CHECK_MSG(t, "%s", err);
-    ENCODES_TO(t, "hl", false, 'h', 'l');
     ENCODES_TO(t, "hello", false, ID_HELLO);
     tok_free(t);
+}
+
+TEST(test_tokenizer_refuses_an_all_empty_vocabulary)
+{
+    fixture f;
+    fixture_std(&f, "qwen2");
+    f.n_tokens = 3;
+    f.tokens[0] = f.tokens[1] = f.tokens[2] = "";
+    f.n_types = 3;
+    f.n_merges = 0;
+    f.bos = f.eos = f.eot = -1;
+    CHECK(fails_with(&f, "empty_vocab", "all empty"));
 }
 
 TEST(test_tokenizer_without_token_types_treats_all_as_normal)

@@ -1,186 +1,21 @@
-/* ops.c - norms, RoPE, softmax and the matrix products (OpenBLAS).
- * ref: ../shared/docs/architectures.md sections 1.3 (norms), 1.5 (RoPE). */
-#include "ops.h"
+/* matmul.c - the matrix products: one entry point, the kernel per shape. */
+#include "matmul.h"
 
-#include <cblas.h>
-#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
-#include <strings.h>
-#include <unistd.h>
 
-#include "panels.h"
-#include "quant.h"
-#include "simd.h"
-#include "simd_amx.h"
-#include "simd512.h"
+#include "kernels/blas.h"
+#include "kernels/ggml_type.h"
+#include "kernels/panels.h"
+#include "kernels/quant.h"
+#include "kernels/simd.h"
+#include "kernels/simd_amx.h"
+#include "kernels/simd512.h"
 
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
  * input: each thread turns a tile to f32 and runs sgemm on it. */
 #define MM_TILE_ROWS 64
-
-static int n_threads_set = 1;
-
-void ops_set_threads(int n)
-{
-    if (n <= 0)
-        n = omp_get_num_procs();
-    n_threads_set = n;
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
-}
-
-int ops_get_threads(void)
-{
-    return n_threads_set;
-}
-
-const char *ops_blas_choose_core(char **argv)
-{
-    const char *core = openblas_get_corename();
-    if (!argv || getenv("OPENBLAS_CORETYPE") || !core)
-        return core;
-    static const char *const generic[] = { "prescott", "core2", "penryn", "dunnington", "nehalem", "atom",
-                                           "sandybridge", "katmai", "coppermine", "northwood", "banias" };
-    bool weak = false;
-    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
-        weak |= !strcasecmp(core, generic[i]);
-    __builtin_cpu_init();
-    if (!weak || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-        return core;
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    setenv("OPENBLAS_CORETYPE", avx512 ? "SkylakeX" : "Haswell", 1);
-    execv("/proc/self/exe", argv);
-    unsetenv("OPENBLAS_CORETYPE");     /* exec failed: carry on with what OpenBLAS chose */
-    return core;
-}
-
-const char *simd_name(void)
-{
-    if (simd_amx())
-        return simd_vnni() ? "avx512+vnni+amx" : "avx512+amx";
-    if (simd_avx512())
-        return simd_vnni() ? "avx512+vnni" : "avx512";
-    if (simd_avx2())
-        return simd_vnni() ? "avx2+vnni" : "avx2";
-    return "scalar";
-}
-
-void vec_silu_mul(float *y, const float *x, const float *b, long n)
-{
-    if (simd_avx2()) {
-        avx2_silu_mul(y, x, b, n);
-        return;
-    }
-    for (long i = 0; i < n; i++)
-        y[i] = silu(x[i]) * (b ? b[i] : 1.0f);
-}
-
-void vec_sigmoid_mul(float *y, const float *g, long n)
-{
-    if (simd_avx2()) {
-        avx2_sigmoid_mul(y, g, n);
-        return;
-    }
-    for (long i = 0; i < n; i++)
-        y[i] *= sigmoid(g[i]);
-}
-
-static double sumsq(const float *x, int n)
-{
-    if (simd_avx2())
-        return avx2_sumsq(x, n);
-    double ss = 0.0;
-    for (int i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    return ss;
-}
-
-static void scale(float *y, const float *x, float r, const float *w, int n)
-{
-    if (simd_avx2()) {
-        avx2_scale(y, x, r, w, n);
-        return;
-    }
-    if (w)
-        for (int i = 0; i < n; i++)
-            y[i] = x[i] * r * w[i];
-    else
-        for (int i = 0; i < n; i++)
-            y[i] = x[i] * r;
-}
-
-void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
-{
-    float r = (float)(1.0 / sqrt(sumsq(x, n) / n + eps));
-    scale(y, x, r, w, n);
-}
-
-void l2norm(float *x, int n, float eps)
-{
-    double nrm = sqrt(sumsq(x, n));
-    scale(x, x, (float)(1.0 / (nrm > eps ? nrm : eps)), NULL, n);
-}
-
-void softmax(float *x, int n)
-{
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
-    if (mx == -INFINITY) {              /* every entry masked: no weight anywhere */
-        memset(x, 0, (size_t)n * sizeof *x);
-        return;
-    }
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);         /* exp(-inf) = 0 exactly */
-        sum += x[i];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++)
-        x[i] *= inv;
-}
-
-void rope_neox(float *x, int n_rot, const float *inv_freq, int pos)
-{
-    int half = n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        double ang = (double)pos * inv_freq[i];
-        float c = (float)cos(ang), s = (float)sin(ang);
-        float a = x[i], b = x[i + half];
-        x[i] = a * c - b * s;           /* x'[i]      = x[i] cos - x[i+half] sin */
-        x[i + half] = b * c + a * s;    /* x'[i+half] = x[i+half] cos + x[i] sin */
-    }
-}
-
-void rope_norm(float *x, int n_rot, const float *inv_freq, int pos)
-{
-    for (int i = 0; i < n_rot / 2; i++) {
-        double ang = (double)pos * inv_freq[i];
-        float c = (float)cos(ang), s = (float)sin(ang);
-        float a = x[2 * i], b = x[2 * i + 1];
-        x[2 * i] = a * c - b * s;
-        x[2 * i + 1] = b * c + a * s;
-    }
-}
-
-void rope(float *x, int type, int n_rot, const float *inv_freq, int pos)
-{
-    if (type == ROPE_NORM)
-        rope_norm(x, n_rot, inv_freq, pos);
-    else
-        rope_neox(x, n_rot, inv_freq, pos);
-}
-
-void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
-          const float *B, int ldb, float beta, float *C, int ldc)
-{
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 
 /* ---- matmul: one entry point, three regimes ----
  * n_tok == 1 (decode): one dot product per row, rows split across threads
@@ -216,11 +51,6 @@ void matmul_set_decode_step(bool on)
 void matmul_set_small_max(int n_tok)
 {
     mm_small_max = n_tok;
-}
-
-void trsm_lower_unit(int M, int N, const float *A, int lda, float *B, int ldb)
-{
-    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, M, N, 1.0f, A, lda, B, ldb);
 }
 
 long matmul_scratch_floats(const weight *W, int n_tok)

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "ops.h"
+#include "blas.h"
+#include "ggml_type.h"
 #include "quant.h"
 #include "simd_amx.h"
 #include "simd512.h"

@@ -1,4 +1,4 @@
-/* kernels_attn.h - causal GQA softmax attention over the paged KV cache.
+/* attn.h - causal GQA softmax attention over the paged KV cache.
  *
  * Owns: the attention core softmax(q K^T * scale + causal mask) V for the
  * new rows of one sequence, in three forms that must agree:
@@ -20,20 +20,18 @@
  * Milakov & Gimelshein 2018 (running max m, running sum l, rescale by
  * exp(m_old - m_new) when the max grows).
  */
-#ifndef HYSERVE_KERNELS_ATTN_H
-#define HYSERVE_KERNELS_ATTN_H
+#ifndef HYSERVE_ATTN_H
+#define HYSERVE_ATTN_H
 
 #include <stdbool.h>
 
-#include "cache.h"
+#include "kv_pages.h"
 
 /* One call: n new query rows of one sequence at positions pos0 .. pos0+n-1;
  * row t sees cached keys 0 .. pos0 + t (their K/V must be in the cache,
  * including the new rows' own). Query head h uses KV head h / (n_head / n_kv). */
 typedef struct attn_args {
-    const cache *c;
-    const cache_seq *s;
-    int la;                     /* attention layer index (cache layout) */
+    kv_pages kv;                /* the sequence's cached K/V rows of this layer */
     int n_head, n_kv, head_dim;
     const float *Q;             /* row t, head h: Q + t * q_stride + h * q_head, head_dim floats */
     int q_stride, q_head;
@@ -49,7 +47,7 @@ long attn_scratch_floats(int head_dim, int group, int page_tokens);
 
 /* The fast path: AVX2 kernels when the CPU has them, sgemm for the tiled
  * prefill, OpenMP over work items. scratch: omp_get_max_threads() *
- * attn_scratch_floats(head_dim, n_head / n_kv, c->page_tokens) floats. */
+ * attn_scratch_floats(head_dim, n_head / n_kv, kv.page_tokens) floats. */
 void attn_gqa(const attn_args *a, float *scratch);
 /* attn_gqa over n calls (sequences of one batch): the ones with enough
  * rows run tiled one after another; the others (decode rows) share one

@@ -4,7 +4,7 @@
  * __builtin_cpu_supports) and the declarations of the hand-written AVX2
  * kernels in simd_avx2.c. Every kernel here has a plain scalar reference
  * (named in its comment) and tests/test_kernels.c compares the two.
- * Does not own: choosing a kernel per shape (ops.c, quant.c call these
+ * Does not own: choosing a kernel per shape (matmul.c, quant.c call these
  * only when simd_avx2() says so, so the binary runs on any x86-64).
  *
  * Setting HYSERVE_SIMD=0 in the environment forces the scalar references
@@ -93,11 +93,11 @@ void avx2_dot4_f32(const void *const *w, const float *x, int n, float *y);
  * DeltaNet output gate, the conv's SiLU.
  * y[i] *= sigmoid(g[i]): attention's output gate.
  * exp is a degree-7 polynomial on the reduced range (relative error
- * < 4e-7, as exp256_neg in kernels_attn.c). ref: silu(), sigmoid() in ops.h. */
+ * < 4e-7, as exp256_neg in attn.c). ref: silu(), sigmoid() in vecmath.h. */
 void avx2_silu_mul(float *y, const float *x, const float *b, long n);
 void avx2_sigmoid_mul(float *y, const float *g, long n);
 
-/* ---- the norms' two loops (rmsnorm, l2norm in ops.c) ----
+/* ---- the norms' two loops (rmsnorm, l2norm in vecmath.c) ----
  * avx2_sumsq: sum_i x[i]^2 accumulated in double (in another order than
  * the scalar loop). avx2_scale: y[i] = x[i] * r * (w ? w[i] : 1), bit
  * for bit as the scalar products; y may alias x.

@@ -1,4 +1,4 @@
-/* kernels_attn.c - causal GQA attention kernels (see kernels_attn.h).
+/* attn.c - causal GQA attention kernels (see attn.h).
  *
  * Owns: the reference, the decode path (online softmax over pages, a whole
  * query group per K/V read) and the tiled prefill (sgemm on query x key
@@ -13,18 +13,20 @@
  * p_j = exp(s_j - m'), l += sum p_j, o += sum p_j v_j. At the end o / l.
  * Masked keys (j > pos) are never visited or get p = 0 exactly.
  */
-#include "kernels_attn.h"
+#include "attn.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
-#include "ops.h"
+#include "blas.h"
+#include "ggml_type.h"
 #include "quant.h"
 #include "simd.h"
 #include "simd512.h"
 #include "simd_exp.h"
+#include "vecmath.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX512A __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma")))
@@ -97,7 +99,6 @@ void attn_exp_block(const float *x, float *y, int n)
 
 void attn_gqa_ref(const attn_args *a, float *scores)
 {
-    const cache *c = a->c;
     const int HD = a->head_dim, G = a->n_head / a->n_kv;
     float *vrow = scores + a->pos0 + a->n;          /* [HD], past the scores */
     for (int t = 0; t < a->n; t++) {
@@ -106,12 +107,12 @@ void attn_gqa_ref(const attn_args *a, float *scores)
             const float *q = a->Q + (size_t)t * a->q_stride + (size_t)h * a->q_head;
             float *o = a->out + (size_t)t * a->out_stride + (size_t)h * HD;
             for (int j = 0; j < nk; j++)            /* s_j = (q . k_j) * scale */
-                scores[j] = dot_row(c->kv_type, cache_k(c, a->s, a->la, h / G, j), q, HD) * a->scale;
+                scores[j] = dot_row(a->kv.type, kv_row(&a->kv, 0, h / G, j), q, HD) * a->scale;
             softmax(scores, nk);                    /* p = softmax(s) */
             for (int d = 0; d < HD; d++)
                 o[d] = 0.0f;
             for (int j = 0; j < nk; j++) {          /* o = sum_j p_j v_j */
-                dequant_row(c->kv_type, cache_v(c, a->s, a->la, h / G, j), vrow, HD);
+                dequant_row(a->kv.type, kv_row(&a->kv, 1, h / G, j), vrow, HD);
                 for (int d = 0; d < HD; d++)
                     o[d] += scores[j] * vrow[d];
             }
@@ -127,22 +128,22 @@ void attn_gqa_ref(const attn_args *a, float *scores)
  * into buf */
 static const float *page_rows(const attn_args *a, int kv, int h, int j0, int np, float *buf)
 {
-    const void *p = cache_kv(a->c, a->s, a->la, kv, h, j0);
-    if (a->c->kv_type == GGML_F32)
+    const void *p = kv_row(&a->kv, kv, h, j0);
+    if (a->kv.type == GGML_F32)
         return p;
-    dequant_row_fast(a->c->kv_type, p, buf, np * a->head_dim);
+    dequant_row_fast(a->kv.type, p, buf, np * a->head_dim);
     return buf;
 }
 
 /* rows [j0, j0 + n) of K or V of head h, across pages, into dst [n][HD] */
 static void gather_rows(const attn_args *a, int kv, int h, int j0, int n, float *dst)
 {
-    const int P = a->c->page_tokens, HD = a->head_dim;
+    const int P = a->kv.page_tokens, HD = a->head_dim;
     for (int j = j0; j < j0 + n;) {
         int run = P - j % P;
         if (run > j0 + n - j)
             run = j0 + n - j;
-        dequant_row_fast(a->c->kv_type, cache_kv(a->c, a->s, a->la, kv, h, j), dst + (size_t)(j - j0) * HD,
+        dequant_row_fast(a->kv.type, kv_row(&a->kv, kv, h, j), dst + (size_t)(j - j0) * HD,
                          run * HD);
         j += run;
     }
@@ -498,24 +499,24 @@ static int group_q(const attn_args *a, int t, int kvh, int g, const float **q)
 static void decode_pass(const attn_args *a, int kv, int t, int kvh, int j0, int nb, float *sc, float *acc,
                         float *buf)
 {
-    const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->c->page_tokens, B = ATTN_DEC_PAGES * P;
+    const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->kv.page_tokens, B = ATTN_DEC_PAGES * P;
     const bool avx = simd_avx2() && HD % 8 == 0, a512 = avx && HD % 16 == 0 && simd_avx512();
     const float *q[4];
     int jp = j0;
-    if (avx && decode_pairs && a->c->kv_type == GGML_F32) {
+    if (avx && decode_pairs && a->kv.type == GGML_F32) {
         const int half = (nb + P - 1) / P / 2;
         for (int k = 0; k < half; k++) {
             const int ja = j0 + k * P, jb = j0 + (k + half) * P;
             const int nB = j0 + nb - jb < P ? j0 + nb - jb : P;        /* B may be the last, partial page */
-            const float *RA = cache_kv(a->c, a->s, a->la, kv, kvh, ja), *RB = cache_kv(a->c, a->s, a->la, kv, kvh, jb);
+            const float *RA = kv_row(&a->kv, kv, kvh, ja), *RB = kv_row(&a->kv, kv, kvh, jb);
             for (int g = 0; g < G; g += 4) {
                 const int ng = group_q(a, t, kvh, g, q);
                 float *sA = sc + (size_t)g * B + (ja - j0), *sB = sc + (size_t)g * B + (jb - j0);
                 if (kv == 0) {
                     if (a512)   /* the V rows of these keys, once per page pair (the first group) */
                         qk_pairs512(q, ng, RA, RB, nB, HD, a->scale, sA, sB, B,
-                                    g ? NULL : (const char *)cache_kv(a->c, a->s, a->la, 1, kvh, ja),
-                                    (const char *)cache_kv(a->c, a->s, a->la, 1, kvh, jb));
+                                    g ? NULL : (const char *)kv_row(&a->kv, 1, kvh, ja),
+                                    (const char *)kv_row(&a->kv, 1, kvh, jb));
                     else
                         qk_pairs(q, ng, RA, RB, nB, (size_t)HD, HD, a->scale, sA, sB, 1, B);
                     if (nB < P)
@@ -523,8 +524,8 @@ static void decode_pass(const attn_args *a, int kv, int t, int kvh, int j0, int 
                 } else {
                     if (a512) {     /* the next block's K pages, where the row sees them */
                         const int nk = a->pos0 + t + 1;
-                        const char *pa = !g && ja + B < nk ? (const char *)cache_kv(a->c, a->s, a->la, 0, kvh, ja + B) : NULL;
-                        const char *pb = pa && jb + B < nk ? (const char *)cache_kv(a->c, a->s, a->la, 0, kvh, jb + B) : NULL;
+                        const char *pa = !g && ja + B < nk ? (const char *)kv_row(&a->kv, 0, kvh, ja + B) : NULL;
+                        const char *pb = pa && jb + B < nk ? (const char *)kv_row(&a->kv, 0, kvh, jb + B) : NULL;
                         pv_two512(sA, sB, B, ng, RA, RB, nB, HD, acc + (size_t)g * HD, pa, pb);
                     } else {
                         pv_two(sA, sB, B, ng, RA, RB, nB, HD, acc + (size_t)g * HD);
@@ -558,7 +559,7 @@ static void decode_pass(const attn_args *a, int kv, int t, int kvh, int j0, int 
  * K and V row read once for the G query heads of the group. */
 static void decode_row(const attn_args *a, int t, int kvh, float *scr)
 {
-    const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->c->page_tokens, B = ATTN_DEC_PAGES * P;
+    const int G = a->n_head / a->n_kv, HD = a->head_dim, P = a->kv.page_tokens, B = ATTN_DEC_PAGES * P;
     const int nk = a->pos0 + t + 1;
     float *acc = scr, *sc = acc + (size_t)G * HD, *buf = sc + (size_t)G * B;
     float *m = buf + (size_t)P * HD, *l = m + G;
@@ -633,7 +634,7 @@ static void tiled_block(const attn_args *a, int kvh, int t0, int t1, float *scr)
 void attn_gqa(const attn_args *a, float *scratch)
 {
     const int G = a->n_head / a->n_kv;
-    const long per = attn_scratch_floats(a->head_dim, G, a->c->page_tokens);
+    const long per = attn_scratch_floats(a->head_dim, G, a->kv.page_tokens);
     if (a->n >= tiled_min_rows) {
         /* work items: KV head x query block, the longest (last) blocks first */
         const int nqb = (a->n + ATTN_BQ - 1) / ATTN_BQ, items = nqb * a->n_kv;
@@ -660,7 +661,7 @@ void attn_gqa_batch(attn_args *a, int n, float *scratch)
             attn_gqa(&a[i], scratch);
         } else {
             units += a[i].n * a[i].n_kv;
-            per = attn_scratch_floats(a[i].head_dim, a[i].n_head / a[i].n_kv, a[i].c->page_tokens);
+            per = attn_scratch_floats(a[i].head_dim, a[i].n_head / a[i].n_kv, a[i].kv.page_tokens);
         }
     }
     if (units == 0)

@@ -15,7 +15,7 @@
  */
 #include "simd512.h"
 
-#include "gguf.h"
+#include "ggml_type.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -556,7 +556,7 @@ void avx512_rows_x_tokens_typed(uint32_t type, const void *W, size_t row_bytes, 
 /* ------------------------------------------------------------------ */
 /* Q8_0 rows x int8 activations, decode steps                           */
 
-/* For Q8_0 decode steps (ops.c q8_act_step: 2-4 tokens with AMX, every
+/* For Q8_0 decode steps (matmul.c q8_act_step: 2-4 tokens with AMX, every
  * size without it): the one-token kernel's
  * arithmetic (quant.h: exact int sums per block, then dw d) for several
  * tokens per pass over the weights. Per row and pair of blocks (68 bytes,

@@ -5,7 +5,7 @@
  * (Linux arch_prctl ARCH_REQ_XCOMP_PERM for the tile data, once, in a
  * constructor), laying out activations as tiles, and the rows x tokens
  * products on int8 (Q8_0) and bf16 tiles declared here. Does not own:
- * choosing the kernel per shape (ops.c calls these for decode steps of 2
+ * choosing the kernel per shape (matmul.c calls these for decode steps of 2
  * or more tokens, see matmul_set_decode_step) or quantizing the
  * activations (quant.c: quantize_act_q8, the same int8 activations the
  * one-token matrix-vector product uses, so a sequence decoded alone or in

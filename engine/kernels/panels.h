@@ -43,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "weight.h"
 
 #define PANEL_ROWS 16
 

@@ -1,5 +1,5 @@
 /* simd_exp.h - e^x in AVX2 lanes, shared by the kernels that need it
- * (simd_avx2.c: SiLU and sigmoid gates; kernels_attn.c: softmax).
+ * (simd_avx2.c: SiLU and sigmoid gates; attn.c: softmax).
  *
  * e^x = 2^n e^r, n = round(x / ln 2), r = x - n ln 2 (ln 2 split in a
  * high part exact in few bits and a low correction, so n ln2_hi is exact),

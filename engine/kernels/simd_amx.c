@@ -28,7 +28,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "half.h"
 #include "simd512.h"
 
 #define AMX __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))

@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "ops.h"
-#include "quant.h"
+#include "ggml_type.h"
+#include "half.h"
+#include "vecmath.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))

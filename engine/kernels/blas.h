@@ -1,0 +1,35 @@
+/* blas.h - the one BLAS wrapper.
+ *
+ * Owns: every call into OpenBLAS (sgemm, strsm), the thread count it and
+ * OpenMP run with, and the choice of its core at start-up. Nothing else in
+ * the engine includes cblas.h.
+ */
+#ifndef HYSERVE_BLAS_H
+#define HYSERVE_BLAS_H
+
+#include <stdbool.h>
+
+/* Set the thread count for OpenMP and OpenBLAS once. */
+void blas_set_threads(int n);
+int blas_get_threads(void);
+
+/* OpenBLAS picks its kernels when the library loads. DYNAMIC_ARCH builds
+ * that do not know the CPU (0.3.21 on Sapphire/Emerald Rapids under KVM,
+ * say) fall back to SSE3 "Prescott" kernels, three to five times slower
+ * than the AVX2/AVX-512 ones the CPU can run. If OPENBLAS_CORETYPE is unset
+ * and that happened, set it (SkylakeX with AVX-512 F/BW/VL/DQ, Haswell
+ * with AVX2+FMA) and re-execute the program with the same argv; on
+ * success this does not return. Call first thing in main(). Returns the
+ * core name OpenBLAS runs with otherwise; argv NULL: only that. */
+const char *blas_choose_core(char **argv);
+
+/* C = alpha * op(A) op(B) + beta * C, row-major, op = transpose if ta/tb.
+ * A is M x K after op, B is K x N after op. The one place BLAS is called. */
+void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+          const float *B, int ldb, float beta, float *C, int ldc);
+
+/* B <- A^-1 B with A (M x M) unit lower triangular (diagonal and upper
+ * part never read), B M x N, row-major. BLAS strsm. */
+void trsm_lower_unit(int M, int N, const float *A, int lda, float *B, int ldb);
+
+#endif
