@@ -717,6 +717,20 @@ static int h_memory_estimate(http_req *hr)
     return http_send_json(hr, 200, memplan_estimate_json(&l, (int64_t)context, (int64_t)batch, budget), NULL);
 }
 
+/* GET /v1/memory/presets: the names POST /v1/memory/estimate takes as
+ * "preset" (config/presets/, or $HYSERVE_PRESETS), for the dashboard's
+ * planner. */
+static int h_memory_presets(http_req *hr)
+{
+    char names[64][PRESET_NAME_MAX];
+    int n = preset_list(names, 64);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "presets");
+    for (int i = 0; arr && i < n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+    return http_send_json(hr, 200, o, NULL);
+}
+
 static int h_stats(http_req *hr)
 {
     /* still useful while draining: watch the in-flight work finish */
@@ -780,6 +794,7 @@ static const route ROUTES[] = {
     {"GET", "/info", h_info},
     {"GET", "/stats", h_stats},
     {"POST", "/v1/memory/estimate", h_memory_estimate},
+    {"GET", "/v1/memory/presets", h_memory_presets},
     {"GET", "/metrics", h_metrics},
     {"DELETE", "/requests/", h_cancel},
 };
