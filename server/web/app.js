@@ -432,7 +432,7 @@
     const page = lay.block_tokens || 16;
     const cf = est.counterfactual;
     const s = [
-      { key: 'model', name: 'this model (reserved)', f: (n) => perSeq + Math.ceil(n / page) * page * perTok,
+      { key: 'model', name: 'this model', f: (n) => perSeq + Math.ceil(n / page) * page * perTok,
         per: fmtBytes(perTok) + '/token + ' + fmtBytes(perSeq) },
       { key: 'allattn', name: 'every layer attention', f: (n) => n * cf.all_attention_bytes_per_token,
         per: fmtBytes(cf.all_attention_bytes_per_token) + '/token' },
@@ -514,6 +514,10 @@
       li.append(sw, document.createTextNode(s.name + ': ' + s.per + ' \u00b7 ' + fmtBytes(s.f(ctx)) + ' at ' + fmtTokens(ctx)));
       legend.appendChild(li);
     }
+    const li = el('li');
+    li.append(el('span', 'sw dot'), document.createTextNode('a request: held now; '),
+              el('span', 'sw ring'), document.createTextNode('its reservation (prompt + max new tokens)'));
+    legend.appendChild(li);
     const marks = svg('g', { id: 'chart-marks' });
     g.appendChild(marks);
     g.dataset.ymax = String(yMax);
@@ -529,16 +533,29 @@
     const reqs = st.requests || [];
     while (g.children.length > reqs.length) g.lastChild.remove();
     while (g.children.length < reqs.length) {
-      const c = svg('circle', { class: 'mark', r: 4 });
-      c.appendChild(svg('title', {}));
-      g.appendChild(c);
+      const m = svg('g', { class: 'req' });
+      m.append(svg('line', { class: 'reach' }), svg('circle', { class: 'res', r: 3.5 }),
+               svg('circle', { class: 'mark', r: 4.5 }), svg('title', {}));
+      g.appendChild(m);
     }
     reqs.forEach((r, i) => {
-      const c = g.children[i];
-      c.setAttribute('cx', X(r.attn_kv.tokens).toFixed(1));
-      c.setAttribute('cy', Y(r.total_bytes_owned).toFixed(1));
-      c.dataset.id = r.id;
-      c.firstChild.textContent = r.id + ': ' + r.attn_kv.tokens + ' tokens, ' + fmtBytes(r.total_bytes_owned);
+      /* a dot where the request is (tokens held, bytes used), a ring where
+       * its reservation reaches (tokens reserved, bytes reserved) */
+      const k = r.cache_by_kind;
+      const used = k.gqa_kv.bytes_used + k.mla_latent.bytes_used + k.deltanet_state_bytes + k.deltanet_conv_bytes;
+      const m = g.children[i];
+      const [line, ring, dot, title] = m.children;
+      const x0 = X(r.attn_kv.tokens).toFixed(1);
+      const y0 = Y(used).toFixed(1);
+      const x1 = X(r.attn_kv.tokens_reserved).toFixed(1);
+      const y1 = Y(r.total_bytes_owned).toFixed(1);
+      line.setAttribute('x1', x0); line.setAttribute('y1', y0);
+      line.setAttribute('x2', x1); line.setAttribute('y2', y1);
+      ring.setAttribute('cx', x1); ring.setAttribute('cy', y1);
+      dot.setAttribute('cx', x0); dot.setAttribute('cy', y0);
+      m.dataset.id = r.id;
+      title.textContent = r.id + ': ' + fmtInt(r.attn_kv.tokens) + ' tokens, ' + fmtBytes(used) + ' used; ' +
+        fmtInt(r.attn_kv.tokens_reserved) + ' reserved, ' + fmtBytes(r.total_bytes_owned);
     });
   }
 

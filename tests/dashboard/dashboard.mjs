@@ -23,7 +23,8 @@ const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const PATTERN = 'LLAMLLAM';               // 4 DeltaNet, 2 GQA, 2 MLA
 const MODEL_NAME = '<b>dash</b> & "co"';   // markup in a string from the server
 const API_KEY = 'dash-test-key-7f3a';
-const N_STREAMS = 8;
+const N_STREAMS = 8;                      // decoding; one more waits for room
+const N_ROWS = N_STREAMS + 1;
 
 let passed = 0;
 let failed = 0;
@@ -106,7 +107,7 @@ async function main() {
   let browser = null;
   const streams = [];
   try {
-    srv = await startServer(model, ['--cache-mem', '48M', '--max-seqs', '16'], 'server');
+    srv = await startServer(model, ['--cache-mem', '44M', '--max-seqs', '16', '--queue-timeout', '600'], 'server');
     const { base } = srv;
 
     // the page and its files: open, embedded, with the headers that keep it safe
@@ -131,16 +132,32 @@ async function main() {
     check('GET /v1/memory/presets lists the presets', pr.status === 200 && pr.json.presets.includes('qwen3-next-80b-a3b'),
           JSON.stringify(pr.json).slice(0, 200));
 
-    // 8 streams that outlive the checks (they are aborted at the end)
-    for (let i = 0; i < N_STREAMS; i++) streams.push(startStream(base, `dash-${i}`, 4000));
-    let st = null;
-    const t0 = Date.now();
-    while (Date.now() - t0 < 30000) {
-      st = (await getJson(base, '/stats')).json;
-      if (st.requests.length === N_STREAMS && st.requests.every((q) => q.state === 'decode')) break;
-      await sleep(100);
+    // two short requests that finish: TTFT and ITL have figures
+    for (let i = 0; i < 2; i++) {
+      const g = await fetch(base + '/generate', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ inputs: 'A short one', parameters: { max_new_tokens: 8 } }) });
+      await g.text();
     }
-    check(`${N_STREAMS} streaming requests decode`, st.requests.length === N_STREAMS, st.requests.length);
+    // 8 streams that outlive the checks (they are aborted at the end), and
+    // a ninth that waits: the budget holds 8 of these reservations
+    for (let i = 0; i < N_STREAMS; i++) streams.push(startStream(base, `dash-${i}`, 4000));
+    const waitFor = async (pred) => {
+      let st = null;
+      const t0 = Date.now();
+      while (Date.now() - t0 < 30000) {
+        st = (await getJson(base, '/stats')).json;
+        if (pred(st)) break;
+        await sleep(100);
+      }
+      return st;
+    };
+    let st = await waitFor((x) => x.requests.length === N_STREAMS && x.requests.every((q) => q.state === 'decoding'));
+    check(`${N_STREAMS} streaming requests decode`, st.requests.filter((q) => q.state === 'decoding').length === N_STREAMS,
+          st.requests.map((q) => q.state).join());
+    streams.push(startStream(base, 'dash-waiting', 4000));
+    st = await waitFor((x) => x.requests.some((q) => q.id === 'dash-waiting'));
+    check('a ninth request waits for room', (st.requests.find((q) => q.id === 'dash-waiting') || {}).state === 'queued',
+          JSON.stringify(st.requests.map((q) => q.state)));
 
     // a fresh profile each run; Playwright passes it as --user-data-dir
     browser = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(OUT, 'profile-')), {
@@ -162,9 +179,9 @@ async function main() {
     page.on('request', (q) => { if (!q.url().startsWith(base)) offsite.push(q.url()); });
 
     await page.goto(base + '/');
-    await page.waitForFunction((n) => document.querySelectorAll('#req-body tr').length === n, N_STREAMS,
+    await page.waitForFunction((n) => document.querySelectorAll('#req-body tr').length === n, N_ROWS,
                                { timeout: 20000 });
-    await page.waitForFunction(() => document.querySelectorAll('#chart-marks circle').length > 0, null, { timeout: 10000 });
+    await page.waitForFunction(() => document.querySelectorAll('#chart-marks g.req').length > 0, null, { timeout: 10000 });
     await page.waitForTimeout(1500);    // a few polls: rates and means have two samples
     await shot(page, 1280, 900, 'light', 'wide-light.png');
     await shot(page, 1280, 900, 'dark', 'wide-dark.png');
@@ -195,8 +212,11 @@ async function main() {
       const nameEl = document.getElementById('model-name');
       return { rows, segs, bar, strip, name: nameEl.textContent, nameChildren: nameEl.children.length,
                running: document.getElementById('k-running').textContent,
+               waiting: document.getElementById('k-waiting').textContent,
+               ttft: document.getElementById('k-ttft').textContent,
+               itl95: document.getElementById('k-itl95').textContent,
                lines: [...document.querySelectorAll('#chart polyline')].map((p) => p.dataset.series),
-               marks: [...document.querySelectorAll('#chart-marks circle')].map((c) => c.dataset.id) };
+               marks: [...document.querySelectorAll('#chart-marks g.req')].map((c) => c.dataset.id) };
     });
     const now = (await getJson(base, '/stats')).json;
     const fmt = (b) => page.evaluate((x) => window.hyserveDash.fmtBytes(x), b);
@@ -205,7 +225,7 @@ async function main() {
     check('the page kept a /stats answer', snap && Array.isArray(snap.requests), typeof snap);
     check('rows shown are the requests in /stats (same ids)', ids(dom.rows) === ids(snap.requests) &&
           ids(snap.requests) === ids(now.requests), `${ids(dom.rows)} | ${ids(snap.requests)} | ${ids(now.requests)}`);
-    check('one row per request', dom.rows.length === N_STREAMS && new Set(dom.rows.map((x) => x.id)).size === N_STREAMS);
+    check('one row per request', dom.rows.length === N_ROWS && new Set(dom.rows.map((x) => x.id)).size === N_ROWS);
 
     let bad = [];
     for (const row of dom.rows) {
@@ -238,7 +258,7 @@ async function main() {
       if (live.attn_kv.tokens < q.attn_kv.tokens) bad.push(`${row.id} tokens went back`);
     }
     check('byte figures shown for each request equal /stats\' (data and text)', bad.length === 0, bad.slice(0, 6).join('; '));
-    check('requests hold bytes of every kind', snap.requests.every((q) => q.cache_by_kind.gqa_kv.bytes_reserved > 0 &&
+    check('decoding requests hold bytes of every kind', snap.requests.filter((q) => q.state === 'decoding').every((q) => q.cache_by_kind.gqa_kv.bytes_reserved > 0 &&
           q.cache_by_kind.mla_latent.bytes_reserved > 0 && q.cache_by_kind.deltanet_state_bytes > 0));
 
     const budget = snap.pools.budget_bytes;
@@ -258,7 +278,10 @@ async function main() {
     check('layer strip: each cell has its layer\'s kind', dom.strip.join() === want.join() && snap.model.layers === PATTERN,
           dom.strip.join() + ' / ' + snap.model.layers);
     check('the model name is shown as text, not markup', dom.name === MODEL_NAME && dom.nameChildren === 0, dom.name);
-    check('running count is the scheduler\'s', dom.running === String(snap.scheduler.running), dom.running);
+    check('running and waiting counts are the scheduler\'s', dom.running === String(snap.scheduler.running) &&
+          dom.waiting === String(snap.scheduler.waiting) && dom.waiting === '1', dom.running + ' ' + dom.waiting);
+    check('TTFT and ITL come from /metrics', /^[0-9.]+ m?s$/.test(dom.ttft) && /^[0-9.]+ m?s$/.test(dom.itl95),
+          dom.ttft + ' ' + dom.itl95);
     check('chart: this model, MHA, all-attention, GQA and MLA lines',
           ['model', 'mha', 'allattn', 'gqa', 'mla'].every((s) => dom.lines.includes(s)), dom.lines.join());
     check('chart: a mark per live request', ids(dom.marks.map((id) => ({ id }))) === ids(snap.requests), dom.marks.join());
