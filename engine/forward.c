@@ -4,7 +4,7 @@
  * residual stream, the per-layer switch on kind, the SwiGLU MLP and the LM
  * head. Projections of all sequences in a pass share one matrix product,
  * so a weight is read once per pass whatever the batch size.
- * ref: ../shared/docs/architectures.md section 1.2 (block structure).
+ * ref: docs/models.md section 1.2 (block structure).
  */
 #include <omp.h>
 #include <stdbool.h>
@@ -28,7 +28,7 @@ static void add_rows(float *restrict x, const float *restrict y, long n)
  * into beta/alpha logits by value head g*r + j; for legacy files also
  * de-interleave the fused ssm_in (per key head g: [q | k | v (r*d_v) |
  * z (r*d_v)]) into [q all | k all | v all] and z.
- * ref: architectures.md 1.4(a) and 2.3 item 5. */
+ * ref: docs/models.md 1.4(a) and 2.3 item 5. */
 static void dnet_inputs_qwen3next(const model *m, const layer *L, fwd_scratch *s, int T)
 {
     const int NK = m->ssm_n_k, NV = m->ssm_n_v, DK = m->ssm_d_k, DV = m->ssm_d_v, r = NV / NK;
@@ -72,7 +72,7 @@ static weight expert_view(const weight *w, size_t stride, int ex)
  *   p = softmax(W_r x); top-k; w = p_topk / sum(p_topk)
  *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
  * Rows routed to one expert are gathered so each expert's weights are
- * read once per pass. ref: architectures.md 1.6. */
+ * read once per pass. ref: docs/models.md 1.6. */
 static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
 {
     const int E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FF = m->n_ff_exp;

@@ -9,7 +9,8 @@
  * text release, and freeing sequences the moment they finish or are
  * cancelled.
  * Does not own: tokenizing prompts, request validation, HTTP/JSON.
- * ref: ../shared/docs/serving.md 1.7 (TGI queue), 8.4 and 8.8.
+ * ref: docs/serving.md 5 (admission, the queue), 2.4 (cancel on
+ * disconnect) and 8 (drain).
  *
  * Locking: s->mu guards the wait queue, the running array, the published
  * per-request numbers and the counters; r->mu guards one request's event

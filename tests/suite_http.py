@@ -983,6 +983,63 @@ def test_api_keys(model):
         srv.stop()
 
 
+def test_slow_clients(model):
+    """Connections that send their request too slowly are cut whatever their
+    byte rate, and one client's slow connections cannot lock others out."""
+    srv = Server("slow", model, "-t", "1", "--max-connections", "40", "--max-connections-per-client", "16",
+                 "--idle-timeout", "2", "--request-timeout", "2")
+    socks = []
+    try:
+        def trickler(src, head):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=5, source_address=(src, 0))
+            s.sendall(head)
+            return s
+        # 40 connections from another loopback address, each trickling a head
+        refused = 0
+        for _ in range(40):
+            try:
+                socks.append(trickler("127.0.0.2", b"POST /generate HTTP/1.1\r\nHost: x\r\n"))
+            except OSError:
+                refused += 1
+
+        def alive(s):
+            try:
+                s.sendall(b"X")
+                s.settimeout(0.01)
+                return s.recv(1) != b""
+            except socket.timeout:
+                return True
+            except OSError:
+                return False
+        time.sleep(0.3)
+        held = sum(1 for s in socks if alive(s))
+        st, _, _ = srv.req("GET", "/health", timeout=5)
+        check("40 slow connections from one client hold at most its 16 slots; /health from another is served",
+              held <= 16 and st == 200, f"held {held}, refused {refused}, /health {st}")
+        # they keep sending a byte every 0.2 s: cut within the 2 s head deadline, not kept alive by bytes
+        t0 = time.time()
+        while time.time() - t0 < 10 and any(alive(s) for s in socks):
+            time.sleep(0.2)
+        left = sum(1 for s in socks if alive(s))
+        check("a head trickled a byte at a time is cut at --idle-timeout, not kept alive by its bytes",
+              left == 0, f"{left} still open after {time.time() - t0:.1f} s")
+        # a body trickled after a complete head: cut at --request-timeout
+        s = trickler("127.0.0.3", b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                  b"Content-Length: 100000\r\n\r\n{")
+        t0 = time.time()
+        while time.time() - t0 < 10 and alive(s):
+            time.sleep(0.2)
+        check("a body trickled a byte at a time is cut at --request-timeout", not alive(s),
+              f"open after {time.time() - t0:.1f} s")
+        s.close()
+        st, _, j = gen(srv, "Hi", max_new_tokens=2)
+        check("the server serves normally after the slow clients", st == 200, f"{st} {j}")
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()
+
+
 def main(argv=None):
     # in the order they run; test_drain ends the main server, so it is last
     on_main = [("test_basic_routes", lambda: test_basic_routes(srv)),
@@ -1002,6 +1059,7 @@ def main(argv=None):
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_api_keys", lambda: test_api_keys(model)),
+            ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_drain", lambda: test_drain(srv))]
     names = [n for n, _ in on_main + on_limits + last]
     chosen = select(sys.argv[1:] if argv is None else argv, names, "http")

@@ -4,7 +4,7 @@
 Owns the cases that check the C engine against the independent reference for
   (a) dequantization: a GGUF of random-but-valid blocks of every supported type;
       `hyserve tensor` must print exactly (bit for bit, as float32) what quants.py
-      computes from section 5 of architectures.md;
+      computes from section 5 of docs/models.md;
   (b) qwen3next (current split tensors and legacy fused ssm_in; MoE + shared expert;
       grouped value heads with n_v = 2 n_k), qwen3 and llama models, written by
       tests/ref/make_model.py and by `hyserve synth --arch ...`: logits within 1e-4

@@ -1,8 +1,8 @@
-/* test_memplan.c - the planner against published figures (seed 000,
- * architectures.md section 8, the Jamba paper's 4 GB at 256K) and against
- * a live engine's cache layout. The presets under config/presets/ are the
- * input, so these tests also check the preset files. The cache manager's
- * own tests are tests/test_cache.c. */
+/* test_memplan.c - the planner against published figures (docs/models.md
+ * sections 8 and 9, the Jamba paper's 4 GB at 256K) and against a live
+ * engine's cache layout. The presets under config/presets/ are the input,
+ * so these tests also check the preset files. The cache manager's own
+ * tests are tests/test_cache.c. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -48,7 +48,7 @@ TEST(test_memplan_deepseek_v2_mla_caches_57_times_less_than_mha)
     CHECK(c.mha_bytes_per_token / (uint64_t)l.n_layers / (uint64_t)l.kv_bytes == 32768);  /* 2 x 128 x 128 */
     double r = (double)c.mha_bytes_per_token / (double)c.cache_bytes_per_token;
     CHECK_MSG(r > 56.5 && r < 57.5, "ratio %.2f", r);
-    CHECK(c.cache_bytes_per_token == 69120);          /* architectures.md 8: 60 x 576 x 2 */
+    CHECK(c.cache_bytes_per_token == 69120);          /* docs/models.md 8: 60 x 576 x 2 */
     CHECK(load("deepseek-v2-lite", &l) == 0);
     memplan_costs_of(&l, &c);
     CHECK(c.cache_bytes_per_token == 31104);

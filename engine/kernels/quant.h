@@ -2,7 +2,7 @@
  *
  * Owns: decoding F32, F16, BF16 and Q8_0 rows (more types come with the
  * real-models work). Does not own: choosing kernels per shape (matmul.c).
- * ref: ../shared/docs/architectures.md section 5 (block layouts).
+ * ref: docs/models.md section 5 (block layouts).
  */
 #ifndef HYSERVE_QUANT_H
 #define HYSERVE_QUANT_H
