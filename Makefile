@@ -17,6 +17,9 @@ CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 SANITIZE ?= 0
 CHECKS  ?= $(SANITIZE)
+# which packages `deps` makes sure of: all (build and tests) or build (only
+# what compiling needs: the Docker image's build stage)
+DEPS    ?= all
 
 ifeq ($(SANITIZE),1)
 BUILD   := build-san
@@ -55,7 +58,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HYSERVE := $(BUILD)/hyserve
 TESTBIN := $(BUILD)/hyserve-tests
 
-.PHONY: all run test test-unit test-ref test-http test-memory bench clean help deps
+.PHONY: all run test test-unit test-ref test-http test-memory test-deploy bench clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -72,7 +75,7 @@ $(TESTBIN): $(ENGINE_OBJ) $(SERVER_OBJ) $(TEST_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 deps: ## install missing Debian packages (needs root; no-op when present)
-	@sh tools/install-deps.sh
+	@sh tools/install-deps.sh $(DEPS)
 
 run: all ## serve the default model on http://127.0.0.1:8080
 	@sh tools/run.sh $(HYSERVE)
@@ -96,6 +99,9 @@ test-http: all ## HTTP black-box tests; K=PATTERN picks test functions by name
 
 test-memory: all ## cache memory tests on a live server; K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_memory.sh $(if $(K),-k '$(K)')
+
+test-deploy: ## build the Docker images, run three replicas behind nginx and check them (needs root)
+	@sh tools/test-deploy.sh
 
 bench: all ## run the benchmarks, results under bench/results/
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh

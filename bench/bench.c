@@ -1103,10 +1103,10 @@ static int cmd_kernels(FILE *f, bool quick)
         for (int t = 1; t <= 2; t++) {
             blas_set_threads(t);
             stats st = {0};
-            matmul(y, &w, x, 1, scratch);
+            matmul(y, &w, x, 1, false, scratch);
             for (int r = 0; r < (quick ? 3 : 7); r++) {
                 double t0 = engine_now_s();
-                matmul(y, &w, x, 1, scratch);
+                matmul(y, &w, x, 1, false, scratch);
                 st_add(&st, engine_now_s() - t0);
             }
             fprintf(f, "%s{\"type\": \"%s\", \"threads\": %d, \"bytes\": %.6g, ", ti || t > 1 ? ",\n" : "",
@@ -1142,12 +1142,11 @@ static int cmd_kernels(FILE *f, bool quick)
                     continue;
                 /* path 0 as a decode step: Q8_0 then takes its int8 kernels (the others the same tile) */
                 matmul_set_small_max(path == 0 ? 64 : 1);
-                matmul_set_decode_step(path == 0);
                 stats st = {0};
-                matmul(y, &w, x, toks[k], scratch);
+                matmul(y, &w, x, toks[k], path == 0, scratch);
                 for (int r = 0; r < (quick ? 3 : 9); r++) {
                     double t0 = engine_now_s();
-                    matmul(y, &w, x, toks[k], scratch);
+                    matmul(y, &w, x, toks[k], path == 0, scratch);
                     st_add(&st, engine_now_s() - t0);
                 }
                 fprintf(f, "%s{\"type\": \"%s\", \"tokens\": %d, \"path\": \"%s\", ", first ? "" : ",\n",
@@ -1159,7 +1158,6 @@ static int cmd_kernels(FILE *f, bool quick)
             }
         }
         matmul_set_small_max(16);
-        matmul_set_decode_step(false);
         free(W);
         free(y);
     }

@@ -17,8 +17,7 @@
 #include "gguf.h"
 #include "kernels/blas.h"
 #include "kernels/quant.h"
-#include "kernels/simd.h"
-#include "kernels/simd512.h"
+#include "kernels/cpu.h"
 #include "kernels/vecmath.h"
 #include "layers.h"
 
@@ -166,19 +165,20 @@ void dnet_chunked_head(int n, int d_k, int d_v, const float *q, int q_stride,
     }
 }
 
-/* The recurrent form on the fastest kernel this CPU has: one AVX2 step per
- * token (simd_avx2.c), else the scalar reference above. Same semantics;
+/* The recurrent form on the fastest kernel this CPU has: one step per token
+ * from the kernel table (cpu.h: AVX2, simd_avx2.c), else the scalar
+ * reference above. Same semantics;
  * tests/test_kernels.c compares the step with dnet_recurrent_head. */
 static void dnet_recurrent_fast(int n, int d_k, int d_v, const float *q, int q_stride,
                                 const float *k, int k_stride, const float *v, int v_stride,
                                 const float *beta, const float *g, float *S, float *o, int o_stride)
 {
-    if (!simd_avx2()) {
+    if (!cpu.dnet_step) {
         dnet_recurrent_head(n, d_k, d_v, q, q_stride, k, k_stride, v, v_stride, beta, g, S, o, o_stride);
         return;
     }
     for (int t = 0; t < n; t++)
-        avx2_dnet_step(d_k, d_v, q + (size_t)t * q_stride, k + (size_t)t * k_stride,
+        cpu.dnet_step(d_k, d_v, q + (size_t)t * q_stride, k + (size_t)t * k_stride,
                        v + (size_t)t * v_stride, beta[t], g[t], S, o + (size_t)t * o_stride, t == 0);
 }
 
@@ -316,7 +316,7 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
     for (int w = 0; w < n_items * NV; w++) {
         const fwd_item *it = &items[w / NV];
         const int h = w % NV;
-        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1 && !simd_avx2());
+        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1 && !cpu.dnet_step);
         const int kh = m->dnet_grouped ? h / (NV / NK) : h % NK;
         float *sc = scratch + (size_t)omp_get_thread_num() * dnet_scratch_floats(m);
         const float *base = QKV + (size_t)it->row0 * CD;
@@ -331,12 +331,12 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
         const size_t at = (size_t)ld * NV * DV * DK + (size_t)h * DV * DK;            /* [DV][DK] */
         const bool b16 = c->state_type == GGML_BF16;
         float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
-        if (b16 && it->n == 1 && !chunked && simd_avx2()) {     /* a decode step: in place */
+        if (b16 && it->n == 1 && !chunked && cpu.dnet_step_bf16) {     /* a decode step: in place */
             uint16_t *S16 = (uint16_t *)it->s->state + at;
-            if (simd_avx512() && DK % 16 == 0 && DV % 4 == 0)
-                avx512_dnet_step_bf16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
+            if (cpu.dnet_step_bf16_x16 && DK % 16 == 0 && DV % 4 == 0)
+                cpu.dnet_step_bf16_x16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
             else
-                avx2_dnet_step_bf16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
+                cpu.dnet_step_bf16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
             continue;
         }
         /* else a bf16 state runs in f32 in scratch, rounded back at the end of the call */

@@ -55,39 +55,48 @@ static int scratch_init(engine *e)
     s->x = alloc_f(UB * m->n_embd);
     s->xn = alloc_f(UB * m->n_embd);
     s->y = alloc_f(UB * m->n_embd);
-    s->a = alloc_f(UB * imax(imax(qd, m->conv_dim), imax(ff, mla_q)));
-    s->b = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), imax(ff, mla_kv)));
-    s->t = alloc_f(UB * imax(imax(ssm_in, 2 * m->ssm_n_v), imax(m->n_expert, m->mla_q_lora)));
-    s->mla = alloc_f(mla_scratch_floats(m, e->kv.n_ctx));
-    s->g = alloc_f(UB * m->n_embd);
-    s->g2 = alloc_f(UB * m->n_embd);
-    s->sel = malloc(sizeof(int) * (size_t)UB * (size_t)imax(m->n_expert_used, 1));
-    s->selw = alloc_f(UB * imax(m->n_expert_used, 1));
-    s->rows = malloc(sizeof(int) * (size_t)UB);
-    s->roww = alloc_f(UB);
-    s->c = alloc_f(UB * imax(kvd, vd));
-    s->d = alloc_f(UB * imax(imax(m->n_head * m->head_dim, vd), mla_o));
-    s->e = alloc_f(UB * m->ssm_n_v);
+    s->mix = alloc_f(UB * imax(imax(m->n_head * m->head_dim, vd), mla_o));
+    /* the slabs, each as large as the largest role it holds (engine_impl.h) */
+    s->slab[SLAB_1] = alloc_f(UB * imax(imax(qd, m->conv_dim), imax(ff, mla_q)));
+    s->slab[SLAB_2] = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), imax(ff, mla_kv)));
+    s->slab[SLAB_3] = alloc_f(UB * imax(kvd, vd));
+    s->slab[SLAB_4] = alloc_f(UB * m->ssm_n_v);
+    s->slab[SLAB_5] = alloc_f(UB * imax(imax(ssm_in, 2 * m->ssm_n_v), imax(m->n_expert, m->mla_q_lora)));
+    s->attn.q = s->mla.q = s->dnet.qkv = s->ffn.gate = s->slab[SLAB_1];
+    s->attn.k = s->mla.kv = s->dnet.beta = s->ffn.up = s->slab[SLAB_2];
+    s->attn.v = s->dnet.z = s->slab[SLAB_3];
+    s->dnet.alpha = s->slab[SLAB_4];
+    s->dnet.fused = s->mla.q_lora = s->moe.probs = s->slab[SLAB_5];
+    s->moe.in = alloc_f(UB * m->n_embd);
+    s->moe.out = alloc_f(UB * m->n_embd);
+    s->moe.sel = malloc(sizeof(int) * (size_t)UB * (size_t)imax(m->n_expert_used, 1));
+    s->moe.selw = alloc_f(UB * imax(m->n_expert_used, 1));
+    s->moe.rows = malloc(sizeof(int) * (size_t)UB);
+    s->moe.roww = alloc_f(UB);
+    s->mla_work = alloc_f(mla_scratch_floats(m, e->kv.n_ctx));
     s->mm = alloc_f((long)nt * 64 * max_in);
     /* attention scratch per thread: the scores of one row (reference, MLA)
      * or the tiles of kernels/attn.c, whichever is larger */
     const long attn_tile = m->n_head_kv ? attn_scratch_floats(m->head_dim, m->n_head / m->n_head_kv,
                                                               e->kv.page_tokens) : 0;
     s->scores = alloc_f((long)nt * (e->kv.n_ctx > attn_tile ? e->kv.n_ctx : attn_tile));
-    s->dnet = alloc_f((long)nt * dnet_scratch_floats(m));
+    s->dnet_work = alloc_f((long)nt * dnet_scratch_floats(m));
     s->logits = alloc_f((long)LOGIT_GROUP * m->n_vocab);
     s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);
-    return s->x && s->xn && s->y && s->a && s->b && s->c && s->d && s->e && s->mm &&
-           s->scores && s->dnet && s->logits && s->lx && s->t && s->g && s->g2 && s->sel &&
-           s->selw && s->rows && s->roww && s->mla ? 0 : -1;
+    bool ok = s->x && s->xn && s->y && s->mix && s->moe.in && s->moe.out && s->moe.sel && s->moe.selw &&
+              s->moe.rows && s->moe.roww && s->mla_work && s->mm && s->scores && s->dnet_work && s->logits && s->lx;
+    for (int i = 0; i < N_SLABS; i++)
+        ok = ok && s->slab[i];
+    return ok ? 0 : -1;
 }
 
 static void scratch_deinit(fwd_scratch *s)
 {
-    free(s->x); free(s->xn); free(s->y); free(s->a); free(s->b); free(s->c); free(s->d);
-    free(s->e); free(s->mm); free(s->scores); free(s->dnet); free(s->logits); free(s->lx);
-    free(s->t); free(s->g); free(s->g2); free(s->sel); free(s->selw); free(s->rows); free(s->roww);
-    free(s->mla);
+    free(s->x); free(s->xn); free(s->y); free(s->mix);
+    for (int i = 0; i < N_SLABS; i++)
+        free(s->slab[i]);
+    free(s->moe.in); free(s->moe.out); free(s->moe.sel); free(s->moe.selw); free(s->moe.rows); free(s->moe.roww);
+    free(s->mla_work); free(s->mm); free(s->scores); free(s->dnet_work); free(s->logits); free(s->lx);
     memset(s, 0, sizeof *s);
 }
 
@@ -204,6 +213,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         .n_v = m->ssm_n_v, .d_v = m->ssm_d_v, .d_k = m->ssm_d_k,
         .page_tokens = p->page_tokens, .n_ctx = n_ctx,
         .max_seqs = p->max_seqs > 0 ? p->max_seqs : 64, .budget_bytes = p->cache_bytes,
+        .budget_max_bytes = p->cache_max_bytes,
     };
     if (cache_init(&e->kv, &cl) != 0 || scratch_init(e) != 0) {
         snprintf(err, errlen, "%s: out of memory allocating the cache and scratch", p->model_path);

@@ -8,27 +8,55 @@
 #include "model.h"
 #include "tokenizer.h"
 
-/* Scratch for one internal pass of up to ENGINE_UBATCH rows; allocated at
- * open so that prefill and decode allocate nothing. */
+/* The memory the per-kind scratch roles below share: a layer runs one
+ * mixer kind and then its FFN, so the roles of different kinds (and the
+ * FFN's) point into the same slabs, each sized at open for the largest
+ * role it holds. Owned by fwd_scratch (freed at close). */
+enum { SLAB_1, SLAB_2, SLAB_3, SLAB_4, SLAB_5, N_SLABS };
+
+/* Scratch for one internal pass of up to ENGINE_UBATCH (UB) rows; allocated
+ * at open so that prefill and decode allocate nothing. Owned by the
+ * engine's owner thread. Roles sharing a slab are marked [slab n]. */
 typedef struct fwd_scratch {
     float *x;           /* [UB][n_embd] residual stream */
-    float *xn;          /* [UB][n_embd] normed input */
-    float *a;           /* [UB][max(q_dim, conv_dim, n_ff)] first projection */
-    float *b;           /* [UB][max(kv_dim, 2*n_v, n_ff)] second projection */
-    float *c;           /* [UB][max(kv_dim, v_dim)] third projection */
-    float *d;           /* [UB][max(n_head*head_dim, v_dim)] mixer output */
-    float *e;           /* [UB][n_v] DeltaNet alpha logits -> g */
-    float *y;           /* [UB][n_embd] block output */
-    float *t;           /* [UB][max(ssm_in width, 2*n_v, n_expert)] temporary projections */
-    float *g, *g2;      /* [UB][n_embd] MoE: gathered rows and expert output */
-    int *sel;           /* [UB][n_expert_used] MoE: chosen experts per row */
-    float *selw;        /* [UB][n_expert_used] MoE: their renormalised weights */
-    int *rows;          /* [UB] MoE: rows routed to one expert */
-    float *roww;        /* [UB] MoE: and their weights */
-    float *mla;         /* mla_scratch_floats(): expanded keys/values or absorbed queries */
+    float *xn;          /* [UB][n_embd] normed input of the mixer, then of the FFN */
+    float *mix;         /* [UB][max(n_head*head_dim, n_v*d_v, n_head*mla_v)] the mixer's output, before wo/wout */
+    float *y;           /* [UB][n_embd] block output, added into x */
+    float *slab[N_SLABS];
+    struct {            /* gated attention */
+        float *q;       /* [UB][n_head*2*head_dim] per head [q | gate]  [slab 1] */
+        float *k, *v;   /* [UB][n_kv*head_dim]  [slab 2], [slab 3] */
+    } attn;
+    struct {            /* multi-head latent attention */
+        float *q;       /* [UB][n_head*(nope+rope)] per head [q_nope | q_pe]  [slab 1] */
+        float *kv;      /* [UB][kv_lora+rope] latent c and k_pe  [slab 2] */
+        float *q_lora;  /* [UB][q_lora] W_qa x, normed in place  [slab 5] */
+    } mla;
+    struct {            /* Gated DeltaNet */
+        float *qkv;     /* [UB][conv_dim] conv input  [slab 1] */
+        float *beta;    /* [UB][n_v] beta logits -> beta  [slab 2] */
+        float *z;       /* [UB][n_v*d_v] output gate  [slab 3] */
+        float *alpha;   /* [UB][n_v] alpha logits -> g  [slab 4] */
+        float *fused;   /* [UB][max(ssm_in width, 2*n_v)] qwen3next: fused projections before
+                           de-interleaving  [slab 5] */
+    } dnet;
+    struct {            /* SwiGLU MLP, and each expert's and the shared expert's */
+        float *gate;    /* [UB][max(n_ff, n_ff_exp, n_ff_shexp)] gate(x), then silu(gate) * up  [slab 1] */
+        float *up;      /* [UB][the same] up(x)  [slab 2] */
+    } ffn;
+    struct {            /* mixture of experts */
+        float *probs;   /* [UB][n_expert] router logits -> probabilities  [slab 5] */
+        float *in;      /* [UB][n_embd] the rows routed to one expert, gathered */
+        float *out;     /* [UB][n_embd] an expert's (or the shared expert's) output */
+        int *sel;       /* [UB][n_expert_used] chosen experts per row */
+        float *selw;    /* [UB][n_expert_used] their renormalised weights */
+        int *rows;      /* [UB] rows routed to one expert */
+        float *roww;    /* [UB] and their weights */
+    } moe;
+    float *mla_work;    /* mla_scratch_floats(): expanded keys/values or absorbed queries */
     float *mm;          /* matmul tile scratch */
     float *scores;      /* [n_threads][n_ctx] attention scores */
-    float *dnet;        /* [n_threads][dnet_scratch_floats] */
+    float *dnet_work;   /* [n_threads][dnet_scratch_floats] */
     float *logits;      /* [LOGIT_GROUP][n_vocab] */
     float *lx;          /* [LOGIT_GROUP][n_embd] */
 } fwd_scratch;

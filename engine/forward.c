@@ -1,9 +1,12 @@
 /* forward.c - the layer loop over a batch of sequences.
  *
  * Owns: splitting a batch into passes of at most ENGINE_UBATCH rows, the
- * residual stream, the per-layer switch on kind, the SwiGLU MLP and the LM
- * head. Projections of all sequences in a pass share one matrix product,
- * so a weight is read once per pass whatever the batch size.
+ * residual stream, the per-layer switch on kind with one block function per
+ * kind (the projections around each mixer), the SwiGLU MLP, the mixture of
+ * experts and the LM head. Projections of all sequences in a pass share one
+ * matrix product, so a weight is read once per pass whatever the batch
+ * size. Does not own: the mixers (attention.c, mla.c, deltanet.c) or
+ * qwen3next's order of its DeltaNet projections (qwen3next.c).
  * ref: docs/models.md section 1.2 (block structure).
  */
 #include <omp.h>
@@ -24,41 +27,85 @@ static void add_rows(float *restrict x, const float *restrict y, long n)
         x[i] += y[i];
 }
 
-/* qwen3next DeltaNet inputs: split ssm_ba (per key head g: [b (r) | a (r)])
- * into beta/alpha logits by value head g*r + j; for legacy files also
- * de-interleave the fused ssm_in (per key head g: [q | k | v (r*d_v) |
- * z (r*d_v)]) into [q all | k all | v all] and z.
- * ref: docs/models.md 1.4(a) and 2.3 item 5. */
-static void dnet_inputs_qwen3next(const model *m, const layer *L, fwd_scratch *s, int T)
+/* xn[r] = RMSNorm(x[r]) * w for the T rows */
+static void norm_rows(float *xn, const float *x, const float *w, int T, const model *m)
 {
-    const int NK = m->ssm_n_k, NV = m->ssm_n_v, DK = m->ssm_d_k, DV = m->ssm_d_v, r = NV / NK;
-    if (L->legacy_ssm_in) {
-        const int W = 2 * NK * DK + 2 * NV * DV, G = 2 * DK + 2 * r * DV;
-        matmul(s->t, &L->ssm_in, s->xn, T, s->mm);
-        for (int row = 0; row < T; row++) {
-            const float *src = s->t + (size_t)row * W;
-            float *qkv = s->a + (size_t)row * m->conv_dim, *z = s->c + (size_t)row * NV * DV;
-            for (int g = 0; g < NK; g++) {
-                const float *grp = src + (size_t)g * G;
-                memcpy(qkv + (size_t)g * DK, grp, sizeof(float) * DK);
-                memcpy(qkv + (size_t)(NK + g) * DK, grp + DK, sizeof(float) * DK);
-                memcpy(qkv + (size_t)2 * NK * DK + (size_t)g * r * DV, grp + 2 * DK, sizeof(float) * r * DV);
-                memcpy(z + (size_t)g * r * DV, grp + 2 * DK + r * DV, sizeof(float) * r * DV);
-            }
-        }
+    const int E = m->n_embd;
+    #pragma omp parallel for schedule(static) if (T >= 16)
+    for (int r = 0; r < T; r++)
+        rmsnorm(xn + (size_t)r * E, x + (size_t)r * E, w, E, m->eps);
+}
+
+/* ---- the mixers: xn -> y, one function per layer kind ---- */
+
+/* Gated attention: q (with its gate), k and v; attention over the KV cache
+ * (attention.c); y = W_o out. */
+static void attn_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
+{
+    fwd_scratch *s = &e->sc;
+    /* [T][n_head*2*hd], [T][n_kv*hd], [T][n_kv*hd] */
+    matmul_many(3, (float *[]){ s->attn.q, s->attn.k, s->attn.v }, (const weight *[]){ &L->wq, &L->wk, &L->wv },
+                s->xn, T, decode, s->mm);
+    attn_forward(e->m, L, &e->kv, items, n_items, s->attn.q, s->attn.k, s->attn.v, s->mix, s->scores);
+    matmul(s->y, &L->wo, s->mix, T, decode, s->mm);
+}
+
+/* Multi-head latent attention: q (through the q_lora bottleneck when the
+ * model has one) and the latent kv; attention over the compressed cache
+ * (mla.c); y = W_o out. */
+static void mla_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
+{
+    const model *m = e->m;
+    fwd_scratch *s = &e->sc;
+    if (m->mla_q_lora > 0) {                                    /* q = W_qb RMSNorm(W_qa x) */
+        matmul(s->mla.q_lora, &L->wq_a, s->xn, T, decode, s->mm);
+        for (int r = 0; r < T; r++)
+            rmsnorm(s->mla.q_lora + (size_t)r * m->mla_q_lora, s->mla.q_lora + (size_t)r * m->mla_q_lora,
+                    L->q_a_norm, m->mla_q_lora, m->eps);
+        matmul(s->mla.q, &L->wq_b, s->mla.q_lora, T, decode, s->mm);
     } else {
-        matmul(s->a, &L->wqkv, s->xn, T, s->mm);
-        matmul(s->c, &L->wz, s->xn, T, s->mm);
+        matmul(s->mla.q, &L->wq, s->xn, T, decode, s->mm);      /* [T][n_head*(nope+rope)] */
     }
-    matmul(s->t, &L->ssm_ba, s->xn, T, s->mm);
-    for (int row = 0; row < T; row++) {
-        const float *ba = s->t + (size_t)row * 2 * NV;
-        for (int g = 0; g < NK; g++)
-            for (int j = 0; j < r; j++) {
-                s->b[(size_t)row * NV + g * r + j] = ba[g * 2 * r + j];
-                s->e[(size_t)row * NV + g * r + j] = ba[g * 2 * r + r + j];
-            }
+    matmul(s->mla.kv, &L->wkv_a, s->xn, T, decode, s->mm);      /* [T][kv_lora+rope] */
+    mla_forward(m, L, &e->kv, items, n_items, s->mla.q, s->mla.kv, s->mix, e->params.mla_mode, decode, s->scores,
+                s->mla_work, s->mm);
+    matmul(s->y, &L->wo, s->mix, T, decode, s->mm);
+}
+
+/* Gated DeltaNet: the conv input qkv, beta and alpha logits and the output
+ * gate z (qwen3next orders its projections otherwise: qwen3next.c); the
+ * conv and the delta rule over the recurrent state (deltanet.c);
+ * y = W_out out. */
+static void dnet_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
+{
+    const model *m = e->m;
+    fwd_scratch *s = &e->sc;
+    if (m->dnet_grouped)
+        qwen3next_dnet_inputs(m, L, s->xn, T, decode, s->mm, s->dnet.fused, s->dnet.qkv, s->dnet.z, s->dnet.beta,
+                              s->dnet.alpha);
+    else    /* [T][conv_dim], [T][n_v], [T][n_v], [T][n_v*d_v] */
+        matmul_many(4, (float *[]){ s->dnet.qkv, s->dnet.beta, s->dnet.alpha, s->dnet.z },
+                    (const weight *[]){ &L->wqkv, &L->wb, &L->wa, &L->wz }, s->xn, T, decode, s->mm);
+    dnet_forward(m, L, &e->kv, items, n_items, s->dnet.qkv, s->dnet.beta, s->dnet.alpha, s->dnet.z, s->mix,
+                 e->params.dnet_mode, s->dnet_work);
+    matmul(s->y, &L->wout, s->mix, T, decode, s->mm);
+}
+
+/* ---- the feed-forward blocks: xn -> y ---- */
+
+/* SwiGLU: y = W_down(silu(W_gate x) * W_up x) */
+static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
+{
+    matmul_many(2, (float *[]){ s->ffn.gate, s->ffn.up }, (const weight *[]){ &L->ffn_gate, &L->ffn_up }, s->xn, T,
+                decode, s->mm);
+    const long nf = (long)T * m->n_ff;
+    #pragma omp parallel if (T > 1)
+    {   /* contiguous, 8-aligned shares: silu(gate) * up */
+        const long nt = omp_get_num_threads(), it = omp_get_thread_num();
+        const long i0 = nf * it / nt & ~7L, i1 = it == nt - 1 ? nf : nf * (it + 1) / nt & ~7L;
+        vec_silu_mul(s->ffn.gate + i0, s->ffn.gate + i0, s->ffn.up + i0, i1 - i0);
     }
+    matmul(s->y, &L->ffn_down, s->ffn.gate, T, decode, s->mm);
 }
 
 static weight expert_view(const weight *w, size_t stride, int ex)
@@ -68,20 +115,20 @@ static weight expert_view(const weight *w, size_t stride, int ex)
     return v;
 }
 
-/* Mixture of experts with a gated shared expert (qwen3next), into s->y:
+/* Mixture of experts with a gated shared expert (qwen3next):
  *   p = softmax(W_r x); top-k; w = p_topk / sum(p_topk)
  *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
  * Rows routed to one expert are gathered so each expert's weights are
  * read once per pass. ref: docs/models.md 1.6. */
-static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
+static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
 {
     const int E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FF = m->n_ff_exp;
-    matmul(s->t, &L->router, s->xn, T, s->mm);
+    matmul(s->moe.probs, &L->router, s->xn, T, decode, s->mm);
     for (int row = 0; row < T; row++) {
-        float *p = s->t + (size_t)row * NE;
+        float *p = s->moe.probs + (size_t)row * NE;
         softmax(p, NE);
-        int *sel = s->sel + (size_t)row * K;
-        float *w = s->selw + (size_t)row * K, sum = 0.0f;
+        int *sel = s->moe.sel + (size_t)row * K;
+        float *w = s->moe.selw + (size_t)row * K, sum = 0.0f;
         for (int k = 0; k < K; k++) {              /* top-k, ties to the lower index */
             int best = -1;
             for (int ex = 0; ex < NE; ex++) {
@@ -103,33 +150,33 @@ static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
         int cnt = 0;
         for (int row = 0; row < T; row++)
             for (int k = 0; k < K; k++)
-                if (s->sel[(size_t)row * K + k] == ex) {
-                    s->rows[cnt] = row;
-                    s->roww[cnt++] = s->selw[(size_t)row * K + k];
+                if (s->moe.sel[(size_t)row * K + k] == ex) {
+                    s->moe.rows[cnt] = row;
+                    s->moe.roww[cnt++] = s->moe.selw[(size_t)row * K + k];
                 }
         if (cnt == 0)
             continue;
         for (int i = 0; i < cnt; i++)
-            memcpy(s->g + (size_t)i * E, s->xn + (size_t)s->rows[i] * E, sizeof(float) * E);
+            memcpy(s->moe.in + (size_t)i * E, s->xn + (size_t)s->moe.rows[i] * E, sizeof(float) * E);
         weight wg = expert_view(&L->gate_exps, L->up_gate_stride, ex);
         weight wu = expert_view(&L->up_exps, L->up_gate_stride, ex);
         weight wd = expert_view(&L->down_exps, L->down_stride, ex);
-        matmul(s->a, &wg, s->g, cnt, s->mm);
-        matmul(s->b, &wu, s->g, cnt, s->mm);
-        vec_silu_mul(s->a, s->a, s->b, (long)cnt * FF);
-        matmul(s->g2, &wd, s->a, cnt, s->mm);
+        matmul(s->ffn.gate, &wg, s->moe.in, cnt, decode, s->mm);
+        matmul(s->ffn.up, &wu, s->moe.in, cnt, decode, s->mm);
+        vec_silu_mul(s->ffn.gate, s->ffn.gate, s->ffn.up, (long)cnt * FF);
+        matmul(s->moe.out, &wd, s->ffn.gate, cnt, decode, s->mm);
         for (int i = 0; i < cnt; i++) {
-            float *y = s->y + (size_t)s->rows[i] * E;
-            const float *o = s->g2 + (size_t)i * E;
+            float *y = s->y + (size_t)s->moe.rows[i] * E;
+            const float *o = s->moe.out + (size_t)i * E;
             for (int d = 0; d < E; d++)
-                y[d] += s->roww[i] * o[d];
+                y[d] += s->moe.roww[i] * o[d];
         }
     }
     /* shared expert, scaled by a scalar sigmoid gate per row */
-    matmul(s->a, &L->gate_shexp, s->xn, T, s->mm);
-    matmul(s->b, &L->up_shexp, s->xn, T, s->mm);
-    vec_silu_mul(s->a, s->a, s->b, (long)T * m->n_ff_shexp);
-    matmul(s->g2, &L->down_shexp, s->a, T, s->mm);
+    matmul(s->ffn.gate, &L->gate_shexp, s->xn, T, decode, s->mm);
+    matmul(s->ffn.up, &L->up_shexp, s->xn, T, decode, s->mm);
+    vec_silu_mul(s->ffn.gate, s->ffn.gate, s->ffn.up, (long)T * m->n_ff_shexp);
+    matmul(s->moe.out, &L->down_shexp, s->ffn.gate, T, decode, s->mm);
     for (int row = 0; row < T; row++) {
         const float *x = s->xn + (size_t)row * E;
         float gs = 0.0f;
@@ -137,81 +184,47 @@ static void moe_forward(const model *m, const layer *L, fwd_scratch *s, int T)
             gs += L->shexp_gate[d] * x[d];
         gs = sigmoid(gs);
         float *y = s->y + (size_t)row * E;
-        const float *o = s->g2 + (size_t)row * E;
+        const float *o = s->moe.out + (size_t)row * E;
         for (int d = 0; d < E; d++)
             y[d] += gs * o[d];
     }
 }
 
-/* x = x + Mixer(RMSNorm_in(x)); x = x + FFN(RMSNorm_post(x)) for one layer */
-static void layer_forward(engine *e, const layer *L, const fwd_item *items, int n_items, int T)
+/* One layer, as the block diagram:
+ *   x = x + Mixer(RMSNorm_in(x))      Mixer by kind: attention, MLA, DeltaNet
+ *   x = x + FFN(RMSNorm_post(x))      FFN: SwiGLU, or the mixture of experts */
+static void layer_forward(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
 {
     const model *m = e->m;
     fwd_scratch *s = &e->sc;
-    const int E = m->n_embd;
+    const long n = (long)T * m->n_embd;
 
-    #pragma omp parallel for schedule(static) if (T >= 16)
-    for (int r = 0; r < T; r++)
-        rmsnorm(s->xn + (size_t)r * E, s->x + (size_t)r * E, L->attn_norm, E, m->eps);
+    norm_rows(s->xn, s->x, L->attn_norm, T, m);
+    switch ((enum engine_layer_kind)L->kind) {
+    case ENGINE_LAYER_ATTN:
+        attn_block(e, L, items, n_items, T, decode);
+        break;
+    case ENGINE_LAYER_MLA:
+        mla_block(e, L, items, n_items, T, decode);
+        break;
+    case ENGINE_LAYER_DELTANET:
+        dnet_block(e, L, items, n_items, T, decode);
+        break;
+    }
+    add_rows(s->x, s->y, n);
 
-    if (L->kind == ENGINE_LAYER_ATTN) {
-        /* [T][n_head*2*hd], [T][n_kv*hd], [T][n_kv*hd] */
-        matmul_many(3, (float *[]){ s->a, s->b, s->c }, (const weight *[]){ &L->wq, &L->wk, &L->wv }, s->xn, T,
-                    s->mm);
-        attn_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->c, s->d, s->scores);
-        matmul(s->y, &L->wo, s->d, T, s->mm);
-    } else if (L->kind == ENGINE_LAYER_MLA) {
-        if (m->mla_q_lora > 0) {                                    /* q = W_qb RMSNorm(W_qa x) */
-            matmul(s->t, &L->wq_a, s->xn, T, s->mm);
-            for (int r = 0; r < T; r++)
-                rmsnorm(s->t + (size_t)r * m->mla_q_lora, s->t + (size_t)r * m->mla_q_lora,
-                        L->q_a_norm, m->mla_q_lora, m->eps);
-            matmul(s->a, &L->wq_b, s->t, T, s->mm);
-        } else {
-            matmul(s->a, &L->wq, s->xn, T, s->mm);                  /* [T][n_head*(nope+rope)] */
-        }
-        matmul(s->b, &L->wkv_a, s->xn, T, s->mm);                   /* [T][kv_lora+rope] */
-        mla_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->d, e->params.mla_mode,
-                    s->scores, s->mla, s->mm);
-        matmul(s->y, &L->wo, s->d, T, s->mm);
-    } else {
-        if (m->dnet_grouped) {
-            dnet_inputs_qwen3next(m, L, s, T);
-        } else {
-            /* [T][conv_dim], [T][n_v], [T][n_v], [T][n_v*d_v] */
-            matmul_many(4, (float *[]){ s->a, s->b, s->e, s->c },
-                        (const weight *[]){ &L->wqkv, &L->wb, &L->wa, &L->wz }, s->xn, T, s->mm);
-        }
-        dnet_forward(m, L, &e->kv, items, n_items, s->a, s->b, s->e, s->c, s->d,
-                     e->params.dnet_mode, s->dnet);
-        matmul(s->y, &L->wout, s->d, T, s->mm);
-    }
-    add_rows(s->x, s->y, (long)T * E);
-
-    /* SwiGLU: down(silu(gate(x)) * up(x)), or the mixture of experts */
-    #pragma omp parallel for schedule(static) if (T >= 16)
-    for (int r = 0; r < T; r++)
-        rmsnorm(s->xn + (size_t)r * E, s->x + (size_t)r * E, L->post_norm, E, m->eps);
-    if (L->moe) {
-        moe_forward(m, L, s, T);
-        add_rows(s->x, s->y, (long)T * E);
-        return;
-    }
-    matmul_many(2, (float *[]){ s->a, s->b }, (const weight *[]){ &L->ffn_gate, &L->ffn_up }, s->xn, T, s->mm);
-    const long nf = (long)T * m->n_ff;
-    #pragma omp parallel if (T > 1)
-    {   /* contiguous, 8-aligned shares: silu(gate) * up */
-        const long nt = omp_get_num_threads(), it = omp_get_thread_num();
-        const long i0 = nf * it / nt & ~7L, i1 = it == nt - 1 ? nf : nf * (it + 1) / nt & ~7L;
-        vec_silu_mul(s->a + i0, s->a + i0, s->b + i0, i1 - i0);
-    }
-    matmul(s->y, &L->ffn_down, s->a, T, s->mm);
-    add_rows(s->x, s->y, (long)T * E);
+    norm_rows(s->xn, s->x, L->post_norm, T, m);
+    if (L->moe)
+        moe_block(m, L, s, T, decode);
+    else
+        ffn_block(m, L, s, T, decode);
+    add_rows(s->x, s->y, n);
 }
 
-/* One pass over T rows; out_rows[r] receives row r's logits when not NULL. */
+/* One pass over T rows; out_rows[r] receives row r's logits when not NULL.
+ * decode: every item adds one token (matmul.h). */
 static void forward_pass(engine *e, const fwd_item *items, int n_items, const int32_t *tokens,
-                         float *const *out_rows, int T)
+                         float *const *out_rows, int T, bool decode)
 {
     const model *m = e->m;
     fwd_scratch *s = &e->sc;
@@ -222,7 +235,7 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
                     (const char *)m->tok_embd.data + (size_t)tokens[r] * m->tok_embd.row_bytes,
                     s->x + (size_t)r * E, E);
     for (int il = 0; il < m->n_layer; il++)
-        layer_forward(e, &m->layers[il], items, n_items, T);
+        layer_forward(e, &m->layers[il], items, n_items, T, decode);
 
     /* logits = LMHead(RMSNorm_final(x)) for the requested rows, in groups */
     int r = 0;
@@ -235,7 +248,7 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
             continue;
         for (int g = 0; g < ng; g++)
             rmsnorm(s->lx + (size_t)g * E, s->x + (size_t)rows[g] * E, m->output_norm, E, m->eps);
-        matmul(s->logits, &m->output, s->lx, ng, s->mm);
+        matmul(s->logits, &m->output, s->lx, ng, decode, s->mm);
         for (int g = 0; g < ng; g++)
             memcpy(out_rows[rows[g]], s->logits + (size_t)g * NV, (size_t)NV * sizeof(float));
     }
@@ -345,8 +358,7 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
         bool decode = true;                 /* every sequence of the pass adds one token */
         for (int i = 0; i < n_fi; i++)
             decode = decode && fi[i].n == 1;
-        matmul_set_decode_step(decode);
-        forward_pass(e, fi, n_fi, toks, out_rows, T);
+        forward_pass(e, fi, n_fi, toks, out_rows, T, decode);
         for (int i = 0; i < n_fi; i++)
             fi[i].s->n_past += fi[i].n;
     }

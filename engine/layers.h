@@ -7,6 +7,8 @@
 #ifndef HYSERVE_LAYERS_H
 #define HYSERVE_LAYERS_H
 
+#include <stdbool.h>
+
 #include "cache.h"
 #include "model.h"
 
@@ -46,14 +48,22 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
                   int mode, float *scratch);
 long dnet_scratch_floats(const model *m);
 
+/* qwen3next's DeltaNet inputs (qwen3next.c): the projections of xn [T][n_embd]
+ * into dnet_forward's layout: qkv [T][conv_dim], z [T][n_v*d_v], beta and
+ * alpha logits [T][n_v]. fused: [T][max(ssm_in width, 2*n_v)] scratch for
+ * the projections as the file groups them; decode, mm: as matmul's. */
+void qwen3next_dnet_inputs(const model *m, const layer *L, const float *xn, int T, bool decode, float *mm,
+                           float *fused, float *qkv, float *z, float *beta, float *alpha);
+
 /* Multi-head latent attention, after the projections.
  * Q:   [T][n_head * (nope + rope)] per head [q_nope | q_pe]; q_pe roped in place
  * KVA: [T][kv_lora + rope]; normed/roped in place and cached
  * out: [T][n_head * v_dim]
- * mode: enum engine_mla_mode; scores: n_threads * n_ctx floats;
- * scratch: mla_scratch_floats(); mm: matmul scratch. */
+ * mode: enum engine_mla_mode; decode: the pass is a decode step (matmul.h;
+ * the expanded form's products take it too); scores: n_threads * n_ctx
+ * floats; scratch: mla_scratch_floats(); mm: matmul scratch. */
 void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item *items, int n_items,
-                 float *Q, float *KVA, float *out, int mode, float *scores, float *scratch, float *mm);
+                 float *Q, float *KVA, float *out, int mode, bool decode, float *scores, float *scratch, float *mm);
 long mla_scratch_floats(const model *m, int n_ctx);
 
 /* The two recurrence kernels on one value head, exposed for tests.

@@ -40,13 +40,6 @@
 #define MV_PAR_BYTES (128L * 1024)
 
 static int mm_small_max = 16;
-/* per calling thread: each engine sets it on its owner thread per pass */
-static _Thread_local bool mm_decode_step;
-
-void matmul_set_decode_step(bool on)
-{
-    mm_decode_step = on;
-}
 
 void matmul_set_small_max(int n_tok)
 {
@@ -146,19 +139,19 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
  * sequence's results do not depend on the batch it decodes in. With AMX
  * only steps of fewer than AMX_MIN_TOK_Q8 tokens (with AVX512-VNNI); AMX
  * takes the rest, on the same int8 activations. */
-static bool q8_act_step(const weight *W, int n_tok)
+static bool q8_act_step(const weight *W, int n_tok, bool decode)
 {
-    if (!(mm_decode_step && W->type == GGML_Q8_0 && n_tok > 1 && W->n_in % 32 == 0 && simd_avx2()))
+    if (!(decode && W->type == GGML_Q8_0 && n_tok > 1 && W->n_in % 32 == 0 && simd_avx2()))
         return false;
     return !simd_amx() || (n_tok < AMX_MIN_TOK_Q8 && simd_avx512_vnni());
 }
 
 /* true when a decode step of n_tok tokens on W takes the AMX tiles */
-static bool amx_step(const weight *W, int n_tok)
+static bool amx_step(const weight *W, int n_tok, bool decode)
 {
-    if ((W->type == GGML_F16 && n_tok < AMX_MIN_TOK_F16 && simd_avx512()) || q8_act_step(W, n_tok))
+    if ((W->type == GGML_F16 && n_tok < AMX_MIN_TOK_F16 && simd_avx512()) || q8_act_step(W, n_tok, decode))
         return false;
-    return mm_decode_step && n_tok > 1 &&
+    return decode && n_tok > 1 &&
            ((W->type == GGML_Q8_0 && simd_amx()) || (W->type == GGML_BF16 && W->n_in % 32 == 0 && simd_amx_bf16()) ||
             (W->type == GGML_F16 && W->n_in % 32 == 0 && simd_amx_f16()));
 }
@@ -170,7 +163,7 @@ static int amx_max_tok(const weight *W)
     return W->type == GGML_F16 ? AMX_MAX_TOK / 2 : AMX_MAX_TOK;
 }
 
-/* Decode steps of 2..AMX_MAX_TOK tokens on AMX (see matmul_set_decode_step),
+/* Decode steps of 2..AMX_MAX_TOK tokens on AMX (matmul's decode),
  * for n weights of the same type and width: the activations are prepared
  * once as tiles - Q8_0: quantized to int8 per token as for one token
  * (quantize_act_q8); BF16: rounded to bf16; F16: rounded to bf16 and the
@@ -385,14 +378,14 @@ static void matmul_shared(int n, float *const *Y, const weight *const *W, const 
  * decode steps (Q8_0 on int8 activations, as the rows'), and on f32
  * activations for short prompts (as the rows' tile); sgemm on decoded
  * panels for longer prompts */
-static int panels_path(int n_tok)
+static int panels_path(int n_tok, bool decode)
 {
-    if (n_tok == 1 || mm_decode_step)
+    if (n_tok == 1 || decode)
         return PANELS_DECODE;
     return n_tok <= mm_small_max ? PANELS_OUTER : PANELS_SGEMM;
 }
 
-void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok, bool decode,
                  float *scratch)
 {
     /* packed weights of one type and width on the outer-product kernel
@@ -402,7 +395,7 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
     int f = 0;                  /* the first packed weight: the group's type and width */
     while (f < n && !W[f]->panels)
         f++;
-    const int path = panels_path(n_tok);
+    const int path = panels_path(n_tok, decode);
     if (n >= 2 && n <= MATMUL_MANY_MAX && f < n && panels_kernel(W[f]) && path != PANELS_SGEMM) {
         const weight *P[MATMUL_MANY_MAX];
         float *YP[MATMUL_MANY_MAX];
@@ -419,11 +412,11 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
             panels_matmul_many(np, YP, P, X, n_tok, path == PANELS_DECODE, scratch);
             for (int i = 0; i < n; i++)
                 if (!in[i])
-                    matmul(Y[i], W[i], X, n_tok, scratch);
+                    matmul(Y[i], W[i], X, n_tok, decode, scratch);
             return;
         }
     }
-    bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || amx_step(W[0], n_tok));
+    bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || amx_step(W[0], n_tok, decode));
     for (int i = 0; i < n && shared; i++)
         shared = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in && !W[i]->panels;
     if (shared) {
@@ -431,22 +424,22 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
         return;
     }
     for (int i = 0; i < n; i++)
-        matmul(Y[i], W[i], X, n_tok, scratch);
+        matmul(Y[i], W[i], X, n_tok, decode, scratch);
 }
 
-void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
+void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool decode, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
     if (W->panels) {        /* BF16/F16/Q8_0 in panels: the outer-product kernel, sgemm for prompts */
-        panels_matmul(Y, W, X, n_tok, panels_path(n_tok), scratch);
+        panels_matmul(Y, W, X, n_tok, panels_path(n_tok, decode), scratch);
         return;
     }
-    if (n_tok == 1 || amx_step(W, n_tok)) {
+    if (n_tok == 1 || amx_step(W, n_tok, decode)) {
         float *y = Y;
         matmul_shared(1, &y, &W, X, n_tok, scratch);
         return;
     }
-    if (q8_act_step(W, n_tok)) {
+    if (q8_act_step(W, n_tok, decode)) {
         matmul_q8_act(Y, W, X, n_tok, scratch);
         return;
     }
@@ -456,7 +449,7 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
      * 2 threads, 115 -> 148 tok/s (BF16) and 115 -> 132 (F16) over
      * decoding tiles for sgemm. F32 needs no decoding: sgemm keeps its
      * steps past small_max (140 against 126-131 tok/s on the tile). */
-    if ((n_tok <= mm_small_max || (mm_decode_step && W->type != GGML_F32)) && simd_avx512()) {
+    if ((n_tok <= mm_small_max || (decode && W->type != GGML_F32)) && simd_avx512()) {
         matmul_small512(Y, W, X, n_tok, scratch);
         return;
     }

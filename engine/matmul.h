@@ -14,8 +14,18 @@
 
 /* Y[t][o] = sum_i W[o][i] X[t][i] for t < n_tok. X: [n_tok][W->n_in],
  * Y: [n_tok][W->n_out], both row-major and dense. scratch must hold
- * matmul_scratch_floats() floats. Uses all threads. */
-void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch);
+ * matmul_scratch_floats() floats. Uses all threads.
+ * decode: the n_tok rows are a decode step, one new token of each of n_tok
+ * sequences (the engine passes it for passes where every sequence adds one
+ * token, false for prompts). Q8_0 weights always meet int8 activations for
+ * one token (quantized per block of 32, as llama.cpp does); in a decode
+ * step of several tokens too (int8 tiles on AMX, the int8 kernels
+ * elsewhere), so a sequence decoded in a batch sees the same int8 inputs
+ * as decoded alone. BF16 weights in a decode step of several tokens on
+ * AMX-BF16 meet activations rounded to bf16 (as llama.cpp rounds them for
+ * every BF16 product); one token keeps f32 activations. Other batches keep
+ * f32 activations. */
+void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool decode, float *scratch);
 long matmul_scratch_floats(const weight *W, int n_tok);
 /* Y[i] = X W[i]^T for i < n <= MATMUL_MANY_MAX: what n matmul() calls give
  * (the same kernels and activation rounding), but weights of one type and
@@ -23,20 +33,10 @@ long matmul_scratch_floats(const weight *W, int n_tok);
  * region and one preparation of X. scratch: the largest of the n
  * matmul_scratch_floats(). */
 #define MATMUL_MANY_MAX 8
-void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok, bool decode,
                  float *scratch);
 /* Tuning and tests: batches of up to n_tok tokens (default 16) take the
  * small-batch kernel instead of sgemm; 1 turns it off. */
 void matmul_set_small_max(int n_tok);
-/* Decode steps (the engine turns this on for passes where every sequence
- * adds one token, off for prompts; per calling thread, default off).
- * Q8_0 weights always meet int8 activations for one token (quantized per
- * block of 32, as llama.cpp does); on CPUs with AMX, in a decode step of
- * several tokens too, on int8 tiles, so a sequence decoded in a batch sees
- * the same int8 inputs as decoded alone. BF16 weights in a decode step of
- * several tokens on AMX-BF16 meet activations rounded to bf16 (as
- * llama.cpp rounds them for every BF16 product); one token keeps f32
- * activations. Without AMX, batches keep f32 activations. */
-void matmul_set_decode_step(bool on);
 
 #endif

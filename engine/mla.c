@@ -43,7 +43,7 @@ static weight head_view(const weight *w, size_t stride, int h)
 
 /* Rebuild k_nope and v for context tokens [0, n_ctx) of one sequence. */
 static void mla_expand(const model *m, const layer *L, const cache *c, const cache_seq *s, int n_ctx,
-                       float *lat, float *kn, float *vv, float *kb, float *vtmp, float *mm)
+                       float *lat, float *kn, float *vv, float *kb, float *vtmp, bool decode, float *mm)
 {
     const int R = m->mla_kv_lora, NH = m->n_head, DN = m->mla_nope, DV = m->mla_v;
     const int lm = L->kind_idx;
@@ -57,14 +57,14 @@ static void mla_expand(const model *m, const layer *L, const cache *c, const cac
         gemm(false, false, n_ctx, DN, R, 1.0f, lat, R, kb, DN, 0.0f, kn + (size_t)h * DN, NH * DN);
         /* v_h(t) = W_vb,h c(t): [n_ctx][DV] for head h, scattered into [t][h][DV] */
         weight vb = head_view(&L->wv_b, L->v_b_stride, h);
-        matmul(vtmp, &vb, lat, n_ctx, mm);
+        matmul(vtmp, &vb, lat, n_ctx, decode, mm);
         for (int t = 0; t < n_ctx; t++)
             memcpy(vv + ((size_t)t * NH + h) * DV, vtmp + (size_t)t * DV, sizeof(float) * DV);
     }
 }
 
 void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item *items, int n_items,
-                 float *Q, float *KVA, float *out, int mode, float *scores, float *scratch, float *mm)
+                 float *Q, float *KVA, float *out, int mode, bool decode, float *scores, float *scratch, float *mm)
 {
     const int R = m->mla_kv_lora, DR = m->mla_rope, DN = m->mla_nope, DV = m->mla_v;
     const int NH = m->n_head, QK = DN + DR, lm = L->kind_idx;
@@ -120,7 +120,7 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
             float *lat = scratch, *kn = lat + (size_t)c->n_ctx * R;
             float *vv = kn + (size_t)c->n_ctx * NH * DN, *kb = vv + (size_t)c->n_ctx * NH * DV;
             float *vtmp = kb + (size_t)R * DN;
-            mla_expand(m, L, c, it->s, n_ctx, lat, kn, vv, kb, vtmp, mm);
+            mla_expand(m, L, c, it->s, n_ctx, lat, kn, vv, kb, vtmp, decode, mm);
             #pragma omp parallel for collapse(2) schedule(dynamic, 1)
             for (int t = 0; t < it->n; t++) {
                 for (int h = 0; h < NH; h++) {

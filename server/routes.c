@@ -495,6 +495,41 @@ static int h_ready(http_req *hr)
     return http_send_json(hr, 503, o, st == SERVER_FAILED ? NULL : hdrs);
 }
 
+/* /info "container": the limits seen at start and the defaults they gave
+ * (serve.c apply_limits). A missing limit is null. */
+static void info_add_container(cJSON *o, const server *srv)
+{
+    const server_limits *lim = &srv->limits;
+    cJSON *k = cJSON_AddObjectToObject(o, "container");
+    if (!k)
+        return;
+    if (lim->cg.version)
+        cJSON_AddNumberToObject(k, "cgroup_version", lim->cg.version);
+    else
+        cJSON_AddNullToObject(k, "cgroup_version");
+    if (lim->cg.cpus > 0)
+        cJSON_AddNumberToObject(k, "cpu_limit", lim->cg.cpus);
+    else
+        cJSON_AddNullToObject(k, "cpu_limit");
+    if (lim->cg.memory_bytes)
+        cJSON_AddNumberToObject(k, "memory_limit_bytes", (double)lim->cg.memory_bytes);
+    else
+        cJSON_AddNullToObject(k, "memory_limit_bytes");
+    cJSON_AddNumberToObject(k, "threads", engine_threads());
+    cJSON_AddStringToObject(k, "threads_from", lim->threads_from ? lim->threads_from : "");
+    cJSON_AddNumberToObject(k, "cache_budget_bytes", (double)srv->info->cache_budget_bytes);
+    cJSON_AddStringToObject(k, "cache_budget_from", lim->cache_from ? lim->cache_from : "");
+    if (lim->cache_fit_bytes) {
+        cJSON_AddNumberToObject(k, "cache_fit_bytes", (double)lim->cache_fit_bytes);
+        cJSON_AddNumberToObject(k, "headroom_bytes", (double)lim->headroom_bytes);
+    } else {
+        cJSON_AddNullToObject(k, "cache_fit_bytes");
+        cJSON_AddNullToObject(k, "headroom_bytes");
+    }
+    cJSON_AddNumberToObject(k, "model_file_bytes", (double)lim->model_file_bytes);
+    cJSON_AddStringToObject(k, "kernels", engine_kernels_name());
+}
+
 static int h_info(http_req *hr)
 {
     if (!check_ready(hr))
@@ -540,6 +575,8 @@ static int h_info(http_req *hr)
     cJSON_AddNumberToObject(c, "mha_bytes_per_token", (double)in->mha_bytes_per_token);
     cJSON_AddNumberToObject(c, "budget_bytes", (double)in->cache_budget_bytes);
     cJSON_AddNumberToObject(c, "max_seqs", in->max_seqs);
+    cJSON_AddStringToObject(o, "replica", srv->replica);
+    info_add_container(o, srv);
     return http_send_json(hr, 200, o, NULL);
 }
 

@@ -171,14 +171,12 @@ TEST(test_amx_batched_q8_0_matmul_equals_one_token_products)
         for (int i = 0; i < n_in * n_tok; i++)
             X[i] = ((float)(rnd() % 2001) - 1000.0f) / 500.0f;
         weight W = { .data = data, .type = GGML_Q8_0, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
-        matmul_set_decode_step(true);
-        matmul(Yb, &W, X, n_tok, scratch);
-        matmul_set_decode_step(false);
+        matmul(Yb, &W, X, n_tok, true, scratch);
         const int nb = n_in / 32;
         int8_t *q = malloc(n_in);
         float *d = malloc(sizeof(float) * nb);
         for (int t = 0; t < n_tok && !bad; t++) {
-            matmul(Y1, &W, X + (size_t)t * n_in, 1, scratch);
+            matmul(Y1, &W, X + (size_t)t * n_in, 1, false, scratch);
             quantize_act_q8_ref(X + (size_t)t * n_in, n_in, q, d);
             for (int o = 0; o < n_out; o++) {
                 /* the same exact block sums scaled and added in two float
@@ -272,9 +270,7 @@ static int check_16bit(uint32_t type, int n_in, int n_out, int n_tok, bool via_m
         Y[i] = -777.0f;
     if (via_matmul) {
         weight Wt = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
-        matmul_set_decode_step(true);
-        matmul(Y, &Wt, X, n_tok, scratch);
-        matmul_set_decode_step(false);
+        matmul(Y, &Wt, X, n_tok, true, scratch);
     } else if (f16) {
         amx_f16_prepare(X, n_in, n_tok, prep);
         amx_f16_rows_x_tokens(W, rb, n_out, n_in, prep, n_tok, Y, ldy);

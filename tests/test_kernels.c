@@ -449,7 +449,7 @@ TEST(test_kernel_deltanet_step_on_a_bf16_state_matches_the_rounded_reference)
 }
 
 /* one weight matrix in memory, every matmul regime against per-row dot_row;
- * decode: as a decode step (matmul_set_decode_step) */
+ * decode: as a decode step (matmul's decode) */
 static void check_matmul_as(uint32_t type, int n_in, int n_out, int n_tok, bool decode, int *failed)
 {
     const size_t rb = row_bytes(type, n_in);
@@ -462,9 +462,7 @@ static void check_matmul_as(uint32_t type, int n_in, int n_out, int n_tok, bool 
     for (int o = 0; o < n_out; o++)
         quantize_row(type, wf + (size_t)o * n_in, data + (size_t)o * rb, n_in);
     weight W = { .data = data, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
-    matmul_set_decode_step(decode);
-    matmul(Y, &W, X, n_tok, scratch);
-    matmul_set_decode_step(false);
+    matmul(Y, &W, X, n_tok, decode, scratch);
     for (int t = 0; t < n_tok && !*failed; t++)
         for (int o = 0; o < n_out; o++) {
             const char *row = data + (size_t)o * rb;
@@ -576,11 +574,9 @@ static int check_many(uint32_t type, int n_tok, bool decode)
         R[i] = malloc(sizeof(float) * (size_t)n_out[i] * n_tok);
         Y[i][(size_t)n_out[i] * n_tok] = -777.0f;
     }
-    matmul_set_decode_step(decode);
     for (int i = 0; i < N; i++)
-        matmul(R[i], &W[i], X, n_tok, scratch);
-    matmul_many(N, Y, Wp, X, n_tok, scratch);
-    matmul_set_decode_step(false);
+        matmul(R[i], &W[i], X, n_tok, decode, scratch);
+    matmul_many(N, Y, Wp, X, n_tok, decode, scratch);
     int bad = 0;
     for (int i = 0; i < N && !bad; i++) {
         if (Y[i][(size_t)n_out[i] * n_tok] != -777.0f) {
@@ -638,10 +634,9 @@ TEST(test_kernel_q8_0_decode_steps_equal_one_token_each)
     int bad = 0;
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && !bad; ci++) {
         const int n_tok = counts[ci];
-        matmul_set_decode_step(true);
-        matmul(Y, &W, X, n_tok, scratch);
+        matmul(Y, &W, X, n_tok, true, scratch);
         for (int t = 0; t < n_tok && !bad; t++) {
-            matmul(R, &W, X + (size_t)t * NIN, 1, scratch);
+            matmul(R, &W, X + (size_t)t * NIN, 1, true, scratch);
             for (int o = 0; o < NOUT && !bad; o++) {
                 const double tol = 4.0 * gamma_n(NIN + NIN / 32 + 8) *
                                    abs_terms(GGML_Q8_0, data + (size_t)o * rb, X + (size_t)t * NIN, NIN);
@@ -652,7 +647,6 @@ TEST(test_kernel_q8_0_decode_steps_equal_one_token_each)
                 }
             }
         }
-        matmul_set_decode_step(false);
     }
     CHECK(!bad);
     free(data); free(wf); free(X); free(Y); free(R); free(scratch);

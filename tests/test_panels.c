@@ -130,11 +130,9 @@ enum { N_MODES = 5 };
 static void run_mode(float *Y, const weight *w, const float *X, int n_tok, int mode, float *scratch)
 {
     if (mode == 0) {
-        matmul(Y, w, X, n_tok, scratch);
+        matmul(Y, w, X, n_tok, false, scratch);
     } else if (mode == 1) {
-        matmul_set_decode_step(true);
-        matmul(Y, w, X, n_tok, scratch);
-        matmul_set_decode_step(false);
+        matmul(Y, w, X, n_tok, true, scratch);
     } else {
         panels_matmul(Y, w, X, n_tok, mode == 2 ? PANELS_DECODE : mode == 3 ? PANELS_OUTER : PANELS_SGEMM, scratch);
     }
@@ -268,9 +266,7 @@ TEST(test_panels_matmul_many_takes_packed_weights)
     float *scratch = malloc(sizeof(float) * (size_t)matmul_scratch_floats(&w[2], T_MAX));
     CHECK(scratch);
     for (int n_tok = 1; scratch && n_tok <= T_MAX; n_tok += T_MAX - 1) {
-        matmul_set_decode_step(n_tok > 1);
-        matmul_many(3, Yp, W, X, n_tok, scratch);
-        matmul_set_decode_step(false);
+        matmul_many(3, Yp, W, X, n_tok, n_tok > 1, scratch);
         for (int m = 0; m < 3; m++)
             for (int t = 0; t < n_tok; t++)
                 for (int r = 0; r < n_out[m]; r++) {

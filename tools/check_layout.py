@@ -11,6 +11,11 @@ The rules (docs/architecture.md section 2; engine/engine.h's header comment):
   - engine/ never includes server/ or cli/ headers;
   - engine/kernels/ is leaf numeric code: its files include only each
     other (never model.h, engine.h or anything else above them);
+  - the numeric code is one stack, each level built on the ones below and
+    including nothing above it (STACK below: the BLAS wrapper, the plain
+    views and the kernel table's type; math; SIMD; block formats; panels
+    and attention kernels; the table's filler; matmul dispatch; layers;
+    forward; engine);
   - no include circle anywhere in engine/, server/ or cli/.
 
 Prints one "ok - ..." or "not ok - ..." line per rule and, last,
@@ -25,6 +30,29 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 SERVER_MAY = {"engine.h", "scheduler.h", "sampler.h", "tokenizer.h"}
 CLI_MAY = {"engine.h", "gguf.h", "synth.h", "sampler.h", "tokenizer.h", "serve.h"}
+
+# The levels of the numeric stack, lowest first. A file of a level includes
+# files of its own level or lower ones only. kernels/cpu.h (the kernel
+# table's type) is at the bottom so every level can call through the table;
+# kernels/cpu.c, which fills the table with every level's kernels, is the
+# top of kernels/. engine_impl.h is the engine struct forward.c reads.
+# Files not named here (cache, model, gguf, tokenizer, ...) sit beside the
+# stack and are not ranked; every file of engine/kernels/ must be.
+STACK = [
+    ("BLAS wrapper, plain views and types",
+     ["kernels/blas.h", "kernels/blas.c", "kernels/cpu.h", "kernels/ggml_type.h", "kernels/ggml_type.c",
+      "kernels/half.h", "kernels/half.c", "kernels/weight.h", "kernels/kv_pages.h"]),
+    ("math", ["kernels/vecmath.h", "kernels/vecmath.c"]),
+    ("SIMD", ["kernels/simd.h", "kernels/simd512.h", "kernels/simd_amx.h", "kernels/simd_exp.h",
+              "kernels/simd_avx2.c", "kernels/simd_avx512.c", "kernels/simd_amx.c"]),
+    ("block formats", ["kernels/quant.h", "kernels/quant.c"]),
+    ("panels and attention kernels", ["kernels/panels.h", "kernels/panels.c", "kernels/attn.h", "kernels/attn.c"]),
+    ("the kernel table's filler", ["kernels/cpu.c"]),
+    ("matmul dispatch", ["matmul.h", "matmul.c"]),
+    ("layers", ["layers.h", "attention.c", "deltanet.c", "mla.c", "qwen3next.c"]),
+    ("forward", ["forward.c", "engine_impl.h"]),
+    ("engine", ["engine.c"]),
+]
 
 
 def sources(root, top):
@@ -94,6 +122,14 @@ def main():
     kern = [f for f in files if f.startswith("engine/kernels/")]
     rule("engine/kernels/ includes only engine/kernels/ (no model.h, engine.h or layers above)",
          [f"{f} -> {p}" for f in kern for _, p in edges[f] if p and not p.startswith("engine/kernels/")])
+
+    level = {"engine/" + f: i for i, (_, fs) in enumerate(STACK) for f in fs}
+    rule("the numeric stack is one way: no file includes one of a higher level (" +
+         " <- ".join(name for name, _ in STACK) + ")",
+         [f"{f} ({STACK[level[f]][0]}) -> {p} ({STACK[level[p]][0]})" for f in level if f in edges
+          for _, p in edges[f] if p in level and level[p] > level[f]] +
+         [f"{f}: named in STACK but not found" for f in level if f not in edges] +
+         [f"{f}: a file of engine/kernels/ without a level in STACK" for f in kern if f not in level])
 
     # include circles: depth-first search over header edges
     graph = {f: sorted({p for _, p in inc if p}) for f, inc in edges.items()}

@@ -71,7 +71,7 @@ static inline float exp_neg_scalar(float x)
     return x < -87.0f ? 0.0f : expf(x);
 }
 
-AVX2 static void exp_block_avx2(const float *x, float *y, int n)
+AVX2 void attn_exp_block_avx2(const float *x, float *y, int n)
 {
     int i = 0;
     for (; i + 8 <= n; i += 8)
@@ -84,14 +84,15 @@ AVX2 static void exp_block_avx2(const float *x, float *y, int n)
     }
 }
 
-void attn_exp_block(const float *x, float *y, int n)
+void attn_exp_block_ref(const float *x, float *y, int n)
 {
-    if (simd_avx2()) {
-        exp_block_avx2(x, y, n);
-        return;
-    }
     for (int i = 0; i < n; i++)
         y[i] = exp_neg_scalar(x[i]);
+}
+
+void attn_exp_block(const float *x, float *y, int n)
+{
+    cpu.exp_block(x, y, n);
 }
 
 /* ------------------------------------------------------------------ */

@@ -67,7 +67,10 @@ void attn_set_tiled_min_rows(int n);
 void attn_set_decode_pairs(bool on);
 
 /* e^x for x <= 0 in f32 lanes, |relative error| < 4e-7 against expf for
- * x >= -87; 0 below (where expf is subnormal or 0). Exposed for tests. */
+ * x >= -87; 0 below (where expf is subnormal or 0). Exposed for tests.
+ * Through the kernel table (cpu.h): the AVX2 form or the scalar one. */
 void attn_exp_block(const float *x, float *y, int n);
+void attn_exp_block_ref(const float *x, float *y, int n);
+void attn_exp_block_avx2(const float *x, float *y, int n);
 
 #endif

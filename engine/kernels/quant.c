@@ -1,10 +1,11 @@
-/* quant.c - block formats: F32, F16, BF16, Q8_0.
+/* quant.c - block formats: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K.
  * ref: docs/models.md section 5; IEEE 754 binary16. */
 #include "quant.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "ggml_type.h"
 #include "simd.h"
 #include "simd512.h"
@@ -385,46 +386,59 @@ void quantize_row(uint32_t type, const float *src, void *dst, int n)
 
 /* ---- fast paths and the int8-activation references ---- */
 
+/* The fast paths go through the kernel table (cpu.h), filled with the
+ * per-level entry points below. */
 void quantize_row_fast(uint32_t type, const float *src, void *dst, int n)
 {
-    if (type == GGML_BF16 && simd_avx2())
+    cpu.quantize_row(type, src, dst, n);
+}
+
+void dequant_row_fast(uint32_t type, const void *src, float *dst, int n)
+{
+    cpu.dequant_row(type, src, dst, n);
+}
+
+float dot_row_fast(uint32_t type, const void *row, const float *x, int n)
+{
+    return cpu.dot_row(type, row, x, n);
+}
+
+void quantize_row_avx2(uint32_t type, const float *src, void *dst, int n)
+{
+    if (type == GGML_BF16)
         avx2_quant_bf16(src, dst, n);
     else
         quantize_row(type, src, dst, n);
 }
 
-void dequant_row_fast(uint32_t type, const void *src, float *dst, int n)
+void dequant_row_avx2(uint32_t type, const void *src, float *dst, int n)
 {
-    if (simd_avx512() && (type == GGML_F16 || type == GGML_BF16)) {
-        if (type == GGML_F16)
-            avx512_dequant_f16(src, dst, n);
-        else
-            avx512_dequant_bf16(src, dst, n);
-        return;
+    switch (type) {
+    case GGML_F16: avx2_dequant_f16(src, dst, n); return;
+    case GGML_BF16: avx2_dequant_bf16(src, dst, n); return;
+    case GGML_Q8_0: avx2_dequant_q8_0(src, dst, n); return;
+    default: dequant_row(type, src, dst, n); return;
     }
-    if (simd_avx2()) {
-        switch (type) {
-        case GGML_F16: avx2_dequant_f16(src, dst, n); return;
-        case GGML_BF16: avx2_dequant_bf16(src, dst, n); return;
-        case GGML_Q8_0: avx2_dequant_q8_0(src, dst, n); return;
-        default: break;
-        }
-    }
-    dequant_row(type, src, dst, n);
 }
 
-float dot_row_fast(uint32_t type, const void *row, const float *x, int n)
+void dequant_row_avx512(uint32_t type, const void *src, float *dst, int n)
 {
-    if (simd_avx2()) {
-        switch (type) {
-        case GGML_F32: return avx2_dot_f32(row, x, n);
-        case GGML_F16: return avx2_dot_f16(row, x, n);
-        case GGML_BF16: return avx2_dot_bf16(row, x, n);
-        case GGML_Q8_0: return avx2_dot_q8_0(row, x, n);
-        default: break;
-        }
+    switch (type) {
+    case GGML_F16: avx512_dequant_f16(src, dst, n); return;
+    case GGML_BF16: avx512_dequant_bf16(src, dst, n); return;
+    default: dequant_row_avx2(type, src, dst, n); return;
     }
-    return dot_row(type, row, x, n);
+}
+
+float dot_row_avx2(uint32_t type, const void *row, const float *x, int n)
+{
+    switch (type) {
+    case GGML_F32: return avx2_dot_f32(row, x, n);
+    case GGML_F16: return avx2_dot_f16(row, x, n);
+    case GGML_BF16: return avx2_dot_bf16(row, x, n);
+    case GGML_Q8_0: return avx2_dot_q8_0(row, x, n);
+    default: return dot_row(type, row, x, n);
+    }
 }
 
 void quantize_act_q8_ref(const float *x, int n, int8_t *q, float *d)
@@ -455,13 +469,10 @@ float dot_q8_0_act_ref(const void *row, const int8_t *q, const float *d, int n)
 
 void quantize_act_q8(const float *x, int n, int8_t *q, float *d)
 {
-    if (simd_avx2())
-        avx2_quantize_act_q8(x, n, q, d);
-    else
-        quantize_act_q8_ref(x, n, q, d);
+    cpu.quantize_act_q8(x, n, q, d);
 }
 
 float dot_q8_0_act(const void *row, const int8_t *q, const float *d, int n)
 {
-    return simd_avx2() ? avx2_dot_q8_0_act(row, q, d, n) : dot_q8_0_act_ref(row, q, d, n);
+    return cpu.dot_q8_0_act(row, q, d, n);
 }

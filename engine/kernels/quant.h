@@ -1,7 +1,8 @@
 /* quant.h - weight block formats: row dequantization and dot products.
  *
- * Owns: decoding F32, F16, BF16 and Q8_0 rows (more types come with the
- * real-models work). Does not own: choosing kernels per shape (matmul.c).
+ * Owns: decoding and encoding rows of F32, F16, BF16, Q8_0, Q4_0 and the
+ * K-quants Q4_K, Q5_K, Q6_K (quant_supported). Does not own: choosing
+ * kernels per shape (matmul.c) or the f16 / bf16 numbers (half.h).
  * ref: docs/models.md section 5 (block layouts).
  */
 #ifndef HYSERVE_QUANT_H
@@ -27,12 +28,19 @@ void quantize_row(uint32_t type, const float *src, void *dst, int n);
  * Same contracts as dequant_row / dot_row, which stay the references:
  * AVX2 kernels (simd_avx2.c) for F32, F16, BF16 and Q8_0 when the CPU has
  * them, the references otherwise and for every other type. Results agree
- * with the references up to float summation order (tests/test_kernels.c). */
+ * with the references up to float summation order (tests/test_kernels.c).
+ * Each goes through the kernel table (cpu.h). */
 void dequant_row_fast(uint32_t type, const void *src, float *dst, int n);
 /* quantize_row's contract, bit for bit; AVX2 for BF16 (the DeltaNet state's
  * store), the reference otherwise. */
 void quantize_row_fast(uint32_t type, const float *src, void *dst, int n);
 float dot_row_fast(uint32_t type, const void *row, const float *x, int n);
+/* The per-level entry points the table holds: the AVX2 (AVX-512) kernel
+ * for the types that have one, the next level down for the others. */
+void dequant_row_avx2(uint32_t type, const void *src, float *dst, int n);
+void dequant_row_avx512(uint32_t type, const void *src, float *dst, int n);
+float dot_row_avx2(uint32_t type, const void *row, const float *x, int n);
+void quantize_row_avx2(uint32_t type, const float *src, void *dst, int n);
 
 /* ---- Q8_0 weights against int8 activations ----
  * An activation vector is quantized once per token in blocks of 32:

@@ -1,11 +1,11 @@
-/* simd.h - AVX2/FMA/F16C fast paths, chosen once at startup.
+/* simd.h - AVX2/FMA/F16C fast paths.
  *
- * Owns: the CPU feature check (run once, in a constructor, through
- * __builtin_cpu_supports) and the declarations of the hand-written AVX2
- * kernels in simd_avx2.c. Every kernel here has a plain scalar reference
+ * Owns: the declarations of the hand-written AVX2 kernels in simd_avx2.c
+ * (the CPU feature check and the choice of kernels per level are cpu.h's). Every kernel here has a plain scalar reference
  * (named in its comment) and tests/test_kernels.c compares the two.
- * Does not own: choosing a kernel per shape (matmul.c, quant.c call these
- * only when simd_avx2() says so, so the binary runs on any x86-64).
+ * Does not own: choosing a kernel (the table of cpu.h holds these where
+ * simd_avx2() says so, and matmul.c calls them only then, so the binary
+ * runs on any x86-64).
  *
  * Setting HYSERVE_SIMD=0 in the environment forces the scalar references
  * (for comparisons and for bisecting a numerical difference).
@@ -17,18 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* true when the CPU has AVX2, FMA and F16C and they are not disabled */
-bool simd_avx2(void);
-/* Tests and benchmarks: turn the fast paths off (false) or back on; on
- * only takes effect when the CPU supports them. Not thread-safe: call
- * between forward passes. */
-void simd_set_enabled(bool on);
-
-/* true when the CPU also has AVX-VNNI (and HYSERVE_SIMD is not "avx2" or
- * "0"): the Q8_0 matrix-vector product then uses vpdpbusd. Tests turn it
- * off to compare the two routes. */
-bool simd_vnni(void);
-void simd_set_vnni(bool on);
+/* simd_avx2(), simd_vnni() (the Q8_0 matrix-vector product then uses
+ * vpdpbusd) and the switches tests use, simd_set_enabled, simd_set_vnni */
+#include "cpu.h"
 
 /* ---- dot products of one weight row with f32 activations ----
  * sum_i w[i] x[i] over n elements (any n; tails handled).

@@ -1,12 +1,11 @@
-/* simd512.h - AVX-512 fast paths, chosen once at startup.
+/* simd512.h - AVX-512 fast paths.
  *
- * Owns: the AVX-512 feature check (run once, in a constructor, through
- * __builtin_cpu_supports) and the declarations of the kernels in
- * simd_avx512.c. Every kernel here has the same contract as an AVX2 kernel
+ * Owns: the declarations of the kernels in simd_avx512.c (the feature
+ * check, simd_avx512(), is cpu.h's). Every kernel here has the same contract as an AVX2 kernel
  * of simd.h (named in its comment), which keeps its scalar reference;
  * tests/test_avx512.c checks them against plain double-precision sums.
- * Does not own: choosing a kernel per shape (callers branch on
- * simd_avx512(), so the binary runs on any x86-64).
+ * Does not own: choosing a kernel (the table of cpu.h, and callers that
+ * branch on simd_avx512(), so the binary runs on any x86-64).
  *
  * HYSERVE_SIMD=avx2 in the environment forces the AVX2 kernels,
  * HYSERVE_SIMD=0 the scalar references (simd_avx2() is false then, and
@@ -20,16 +19,6 @@
 #include <stdint.h>
 
 #include "simd.h"
-
-/* true when the CPU has AVX-512 F, BW, VL and DQ, simd_avx2() is true (so
- * simd_set_enabled(false) turns these off too) and HYSERVE_SIMD is not
- * "avx2". Cheap: two loads. */
-bool simd_avx512(void);
-/* simd_avx512() and simd_vnni() and the CPU has AVX512-VNNI */
-bool simd_avx512_vnni(void);
-/* Tests: turn the AVX-512 kernels off (and back on where the CPU has them)
- * to compare them with the AVX2 ones. Call only while no kernel runs. */
-void simd_set_avx512(bool on);
 
 /* ---- small batches: many rows x 1..many tokens, decoded to f32 ----
  * Y[t * ldy + r] = sum_{i<n} W[r * ldw + i] X[t * ldx + i]

@@ -25,16 +25,11 @@
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "half.h"
 #include "simd512.h"
 
 #define AMX __attribute__((target("amx-tile,amx-int8,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
 
 enum { QK = 32, BLK = 34 };     /* Q8_0: 32 weights and an f16 scale per block */
 
@@ -72,48 +67,6 @@ AMX static inline void store_transposed(const float *c, float *Y, size_t ldy, in
                                            _mm512_set1_epi32(16));
     for (int t = 0; t < nt; t++)
         _mm512_storeu_ps(Y + (size_t)t * ldy, _mm512_i32gather_ps(_mm512_add_epi32(col, _mm512_set1_epi32(t)), c, 4));
-}
-
-static bool amx_ok;             /* set once at startup, read-only after */
-static bool amx_bf16_ok;
-static bool amx_f16_ok;          /* AMX-BF16 and AVX512-BF16 (the weights' split) */
-static bool amx_on;
-
-__attribute__((constructor)) static void simd_amx_init(void)
-{
-    __builtin_cpu_init();
-    const char *env = getenv("HYSERVE_SIMD");
-    if (env && (!strcmp(env, "0") || !strcmp(env, "avx2") || !strcmp(env, "avx512")))
-        return;
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8") ||
-        !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw"))
-        return;
-    /* Linux hands out the 8 KiB tile state only on request (5.16+);
-     * without it the first tile instruction would kill the process */
-    amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-    amx_bf16_ok = amx_ok && __builtin_cpu_supports("amx-bf16");
-    amx_f16_ok = amx_bf16_ok && __builtin_cpu_supports("avx512bf16");
-    amx_on = amx_ok;
-}
-
-bool simd_amx_bf16(void)
-{
-    return amx_bf16_ok && simd_amx();
-}
-
-bool simd_amx_f16(void)
-{
-    return amx_f16_ok && simd_amx();
-}
-
-bool simd_amx(void)
-{
-    return amx_on && simd_avx512();
-}
-
-void simd_set_amx(bool on)
-{
-    amx_on = on && amx_ok;
 }
 
 /* prep, per group of 16 tokens: [nb] B tiles of 8 rows x 64 bytes (row

@@ -1,12 +1,11 @@
 /* simd_amx.h - Intel AMX (tile) fast paths for Q8_0 and BF16 weights in
  * decode steps of several sequences.
  *
- * Owns: the AMX feature checks and the per-process permission request
- * (Linux arch_prctl ARCH_REQ_XCOMP_PERM for the tile data, once, in a
- * constructor), laying out activations as tiles, and the rows x tokens
+ * Owns: laying out activations as tiles (the AMX feature checks and the
+ * tile permission request are cpu.c's), and the rows x tokens
  * products on int8 (Q8_0) and bf16 tiles declared here. Does not own:
  * choosing the kernel per shape (matmul.c calls these for decode steps of 2
- * or more tokens, see matmul_set_decode_step) or quantizing the
+ * or more tokens of a decode step) or quantizing the
  * activations (quant.c: quantize_act_q8, the same int8 activations the
  * one-token matrix-vector product uses, so a sequence decoded alone or in
  * a batch sees the same int8 inputs).
@@ -24,12 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* true when the CPU has AMX-TILE and AMX-INT8 and AVX-512, the kernel
- * granted the tile state, simd_avx512() is true and tests have not turned
- * it off. Cheap. */
-bool simd_amx(void);
-/* Tests: turn the AMX path off (false) or back on (when available). */
-void simd_set_amx(bool on);
+/* simd_amx(), simd_amx_bf16(), simd_amx_f16() and simd_set_amx */
+#include "cpu.h"
 
 /* Bytes of shared scratch amx_q8_0_prepare needs for n_tok tokens of n_in
  * inputs (18 n_in per group of 16 tokens, plus 64). */
@@ -53,9 +48,7 @@ void amx_q8_0_prepare(const int8_t *xq, const float *xd, int n_in, int n_tok, vo
 void amx_q8_0_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
                             int n_tok, float *Y, int ldy);
 
-/* ---- BF16 weights ----
- * true when simd_amx() is and the CPU also has AMX-BF16 */
-bool simd_amx_bf16(void);
+/* ---- BF16 weights (where simd_amx_bf16()) ---- */
 size_t amx_bf16_prep_bytes(int n_in, int n_tok);  /* 32 n_in per group of 16 tokens, plus 64 */
 /* n_tok tokens of f32 activations (token t at X + t * n_in, n_in a
  * multiple of 32) rounded to bf16 (nearest even) and laid out as B tiles
@@ -71,9 +64,7 @@ void amx_bf16_prepare(const float *X, int n_in, int n_tok, void *prep, void *pre
 void amx_bf16_rows_x_tokens(const void *W, size_t row_bytes, int n_rows, int n_in, const void *prep,
                             int n_tok, float *Y, int ldy);
 
-/* ---- F16 weights, on the bf16 tiles ----
- * true when simd_amx_bf16() is and the CPU has AVX512-BF16 */
-bool simd_amx_f16(void);
+/* ---- F16 weights, on the bf16 tiles (where simd_amx_f16()) ---- */
 /* both activation layouts of amx_bf16_prepare (x rounded, residual) */
 size_t amx_f16_prep_bytes(int n_in, int n_tok);
 void amx_f16_prepare(const float *X, int n_in, int n_tok, void *prep);

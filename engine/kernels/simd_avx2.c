@@ -3,8 +3,8 @@
  * Owns: hand-written x86 kernels for decode matrix-vector products (f32,
  * f16, bf16, Q8_0 with f32 or int8 activations), row decoding for the
  * prefill tiles, the small-batch rows x tokens product and the one-token
- * gated delta rule. Does not own: dispatch (simd_avx2() below is the only
- * check; callers branch on it) or the scalar references (quant.c,
+ * gated delta rule. Does not own: dispatch (cpu.c puts these in the kernel
+ * table where simd_avx2(); matmul.c branches on it) or the scalar references (quant.c,
  * deltanet.c), which define the results these must reproduce up to float
  * summation order.
  *
@@ -27,46 +27,6 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-
-/* ------------------------------------------------------------------ */
-/* dispatch                                                            */
-
-static bool cpu_has_avx2;       /* set once at startup, read-only after */
-static bool simd_on;
-static bool cpu_has_vnni;       /* AVX-VNNI (VEX vpdpbusd), allowed by HYSERVE_SIMD */
-static bool vnni_on;
-
-__attribute__((constructor)) static void simd_init(void)
-{
-    __builtin_cpu_init();
-    cpu_has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c");
-    const char *env = getenv("HYSERVE_SIMD");
-    simd_on = cpu_has_avx2 && !(env && !strcmp(env, "0"));
-    /* HYSERVE_SIMD=avx2 means the AVX2 baseline: no AVX-512, no VNNI */
-    cpu_has_vnni = cpu_has_avx2 && __builtin_cpu_supports("avxvnni") && !(env && !strcmp(env, "avx2"));
-    vnni_on = cpu_has_vnni;
-}
-
-bool simd_vnni(void)
-{
-    return vnni_on && simd_on;
-}
-
-void simd_set_vnni(bool on)
-{
-    vnni_on = on && cpu_has_vnni;
-}
-
-bool simd_avx2(void)
-{
-    return simd_on;
-}
-
-void simd_set_enabled(bool on)
-{
-    simd_on = on && cpu_has_avx2;
-}
 
 /* ------------------------------------------------------------------ */
 /* helpers                                                             */
@@ -412,7 +372,7 @@ void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, con
         case GGML_F16: rows4_f16(w, x, n, r); break;
         case GGML_BF16: rows4_bf16(w, x, n, r); break;
         default:
-            if (simd_vnni())
+            if (cpu.on.vnni)
                 rows4_q8_0_vnni(w, xq, xd, n, r);
             else
                 rows4_q8_0_act(w, xq, xd, n, r);

@@ -1,8 +1,8 @@
 /* simd_avx512.c - the AVX-512 kernels declared in simd512.h.
  *
- * Owns: the AVX-512 dispatch check, the small-batch rows x tokens product
- * and f16 / bf16 row decoding. Does not own: choosing kernels per shape
- * (callers branch on simd_avx512()) or the references (quant.c and the
+ * Owns: the small-batch rows x tokens product and f16 / bf16 row
+ * decoding. Does not own: the AVX-512 check (cpu.c) or choosing kernels
+ * per shape (callers branch on simd_avx512()) or the references (quant.c and the
  * AVX2 kernels of simd_avx2.c define the results these must reproduce, up
  * to float summation order for the product and bit for bit for decoding).
  *
@@ -30,42 +30,6 @@
  * FMA in the 4 x 4 tile, load-bound); an empty asm that "changes" the
  * register keeps it in the register. */
 #define PIN(v) __asm__("" : "+v"(v))
-
-/* ------------------------------------------------------------------ */
-/* dispatch                                                            */
-
-static bool cpu_has_avx512;     /* set once at startup, read-only after */
-static bool cpu_has_avx512_vnni;
-static bool avx512_allowed;
-
-__attribute__((constructor)) static void simd512_init(void)
-{
-    __builtin_cpu_init();
-    cpu_has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    const char *env = getenv("HYSERVE_SIMD");
-    avx512_allowed = cpu_has_avx512 && !(env && !strcmp(env, "avx2"));
-    cpu_has_avx512_vnni = cpu_has_avx512 && __builtin_cpu_supports("avx512vnni");
-}
-
-/* simd_vnni() too, so simd_set_vnni(false) turns this off with the rest */
-bool simd_avx512_vnni(void)
-{
-    return cpu_has_avx512_vnni && simd_avx512() && simd_vnni();
-}
-
-/* simd_avx2() is re-read on every call: simd_set_enabled(false) (tests,
- * HYSERVE_SIMD=0) must turn these off as well */
-bool simd_avx512(void)
-{
-    return avx512_allowed && simd_avx2();
-}
-
-void simd_set_avx512(bool on)
-{
-    const char *env = getenv("HYSERVE_SIMD");
-    avx512_allowed = on && cpu_has_avx512 && !(env && !strcmp(env, "avx2"));
-}
 
 /* ------------------------------------------------------------------ */
 /* small batches                                                        */

@@ -5,44 +5,42 @@
 #include <math.h>
 #include <string.h>
 
-#include "simd.h"
+#include "cpu.h"
 
+/* The fast forms go through the kernel table (cpu.h): the AVX2 kernels of
+ * simd.h where they are in use, the references below otherwise. */
 void vec_silu_mul(float *y, const float *x, const float *b, long n)
 {
-    if (simd_avx2()) {
-        avx2_silu_mul(y, x, b, n);
-        return;
-    }
-    for (long i = 0; i < n; i++)
-        y[i] = silu(x[i]) * (b ? b[i] : 1.0f);
+    cpu.silu_mul(y, x, b, n);
 }
 
 void vec_sigmoid_mul(float *y, const float *g, long n)
 {
-    if (simd_avx2()) {
-        avx2_sigmoid_mul(y, g, n);
-        return;
-    }
+    cpu.sigmoid_mul(y, g, n);
+}
+
+void silu_mul_ref(float *y, const float *x, const float *b, long n)
+{
+    for (long i = 0; i < n; i++)
+        y[i] = silu(x[i]) * (b ? b[i] : 1.0f);
+}
+
+void sigmoid_mul_ref(float *y, const float *g, long n)
+{
     for (long i = 0; i < n; i++)
         y[i] *= sigmoid(g[i]);
 }
 
-static double sumsq(const float *x, int n)
+double sumsq_ref(const float *x, int n)
 {
-    if (simd_avx2())
-        return avx2_sumsq(x, n);
     double ss = 0.0;
     for (int i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
     return ss;
 }
 
-static void scale(float *y, const float *x, float r, const float *w, int n)
+void scale_ref(float *y, const float *x, float r, const float *w, int n)
 {
-    if (simd_avx2()) {
-        avx2_scale(y, x, r, w, n);
-        return;
-    }
     if (w)
         for (int i = 0; i < n; i++)
             y[i] = x[i] * r * w[i];
@@ -53,14 +51,14 @@ static void scale(float *y, const float *x, float r, const float *w, int n)
 
 void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {
-    float r = (float)(1.0 / sqrt(sumsq(x, n) / n + eps));
-    scale(y, x, r, w, n);
+    float r = (float)(1.0 / sqrt(cpu.sumsq(x, n) / n + eps));
+    cpu.scale(y, x, r, w, n);
 }
 
 void l2norm(float *x, int n, float eps)
 {
-    double nrm = sqrt(sumsq(x, n));
-    scale(x, x, (float)(1.0 / (nrm > eps ? nrm : eps)), NULL, n);
+    double nrm = sqrt(cpu.sumsq(x, n));
+    cpu.scale(x, x, (float)(1.0 / (nrm > eps ? nrm : eps)), NULL, n);
 }
 
 void softmax(float *x, int n)

@@ -28,9 +28,16 @@ void rope(float *x, int type, int n_rot, const float *inv_freq, int pos);
 static inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 /* y[i] = silu(x[i]) * (b ? b[i] : 1), y may alias x or b; y[i] *= sigmoid(g[i]).
- * Vectorized when the CPU allows (simd.h), one thread. */
+ * Vectorized when the CPU allows (the kernel table, cpu.h), one thread. */
 void vec_silu_mul(float *y, const float *x, const float *b, long n);
 void vec_sigmoid_mul(float *y, const float *g, long n);
+/* Their scalar references, and those of the norms' two loops: sumsq_ref
+ * sum_i x[i]^2 in double; scale_ref y[i] = x[i] * r * (w ? w[i] : 1), y may
+ * alias x. The kernel table (cpu.h) holds these or their AVX2 forms. */
+void silu_mul_ref(float *y, const float *x, const float *b, long n);
+void sigmoid_mul_ref(float *y, const float *g, long n);
+double sumsq_ref(const float *x, int n);
+void scale_ref(float *y, const float *x, float r, const float *w, int n);
 /* PyTorch softplus (beta 1, threshold 20) */
 static inline float softplus(float x) { return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x)); }
 
