@@ -2,25 +2,43 @@
 #
 # SANITIZE=1 builds everything with AddressSanitizer + UndefinedBehaviorSanitizer
 # into build-san/, so a sanitized and a plain build can live side by side.
+# CHECKS=1 (implied by SANITIZE=1) also runs the invariant checkers on the
+# per-step path (engine/invariant.h); alone it builds into build-checks/.
+#
+# One test at a time (each target builds first; `make help` lists them):
+#   make test-unit T=NAME     C unit tests: T is a full test name, a part of
+#                             names, or several; T='-m cache' one module;
+#                             T=--list prints the names
+#   make test-ref K=PATTERN   reference cases whose name contains PATTERN
+#   make test-http K=PATTERN  HTTP tests (functions of tests/suite_http.py)
+#   make test-memory K=PATTERN  cache memory tests (tests/suite_memory.py)
 
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 SANITIZE ?= 0
+CHECKS  ?= $(SANITIZE)
 
 ifeq ($(SANITIZE),1)
 BUILD   := build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT     := -O1 -g
+else ifeq ($(CHECKS),1)
+BUILD   := build-checks
+SANFLAGS :=
+OPT     := -O2 -g
 else
 BUILD   := build
 SANFLAGS :=
 OPT     := -O2 -g
 endif
+ifeq ($(CHECKS),1)
+CHECKFLAGS := -DHYSERVE_CHECKS
+endif
 
 BLAS_INC := $(shell test -d /usr/include/x86_64-linux-gnu/openblas-openmp && echo -I/usr/include/x86_64-linux-gnu/openblas-openmp)
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
            -Wformat=2 -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
-CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP -Iengine -Iserver -Icli $(BLAS_INC) $(SANFLAGS)
+CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(CHECKFLAGS) $(WARN) -fopenmp -pthread -MMD -MP -Iengine -Iserver -Icli $(BLAS_INC) $(SANFLAGS)
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lm
 
@@ -37,7 +55,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HYSERVE := $(BUILD)/hyserve
 TESTBIN := $(BUILD)/hyserve-tests
 
-.PHONY: all run test test-unit test-ref test-http bench clean help deps
+.PHONY: all run test test-unit test-ref test-http test-memory bench clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -62,13 +80,30 @@ run: all ## serve the default model on http://127.0.0.1:8080
 test: all ## run every test: unit, numpy reference, HTTP black-box
 	@HYSERVE=$(HYSERVE) TESTBIN=$(TESTBIN) PYTHON=$(PYTHON) sh tests/run.sh
 
+# the environment tests/run.sh gives every suite
+TESTENV := HYSERVE=$(HYSERVE) TESTBIN=$(TESTBIN) PYTHON=$(PYTHON) OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE}
+
+test-unit: all ## C unit tests; T=NAME (full name or part), T='-m MODULE', T=--list
+	@case " $(T) " in *" --list "*) ;; *) [ -f tests/tmp/qwen3-tokenizer.gguf ] || \
+	    sh tools/qwen3-tokenizer-gguf.sh || echo "warning: no Qwen3 tokenizer fixture; its test will fail" >&2 ;; esac
+	@$(TESTENV) $(TESTBIN) $(T)
+
+test-ref: all ## numpy reference cases; K=PATTERN picks by name
+	@$(TESTENV) sh tests/suite_reference.sh $(if $(K),-k '$(K)')
+
+test-http: all ## HTTP black-box tests; K=PATTERN picks test functions by name
+	@$(TESTENV) sh tests/suite_http.sh $(if $(K),-k '$(K)')
+
+test-memory: all ## cache memory tests on a live server; K=PATTERN picks by name
+	@$(TESTENV) sh tests/suite_memory.sh $(if $(K),-k '$(K)')
+
 bench: all ## run the benchmarks, results under bench/results/
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh
 
 clean: ## remove build outputs
-	rm -rf build build-san tests/tmp
+	rm -rf build build-san build-checks tests/tmp
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
+	@grep -hE '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 12
 
 -include $(ENGINE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,7 +1,7 @@
 /* serve_bench.c - streaming clients against a running `hyserve serve`.
  *
  * Owns: N concurrent clients, each sending POST /generate_stream (TGI SSE,
- * docs/serving.md section 8) requests one after another over plain HTTP/1.1
+ * docs/serving.md section 2.3) requests one after another over plain HTTP/1.1
  * sockets, and timing every token event as it arrives: time to first token
  * (from the request's first byte sent), inter-token latency between token
  * events, and aggregate tokens/s over the run's wall time. Writes one JSON

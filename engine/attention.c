@@ -3,7 +3,7 @@
  * Owns: q/k RMSNorm, partial NeoX RoPE, writing K/V into the cache, the
  * causal softmax over cached keys, and the sigmoid output gate.
  * Does not own: the projections (forward.c) or page allocation (cache.c).
- * ref: ../shared/docs/architectures.md section 1.5; seed 000 (the causal
+ * ref: docs/models.md section 1.5; section 9 (the causal
  * mask as minus infinity: a query at position p sees keys 0..p only).
  */
 #include <math.h>

@@ -1,13 +1,15 @@
 /* cache.c - KV page pool and per-sequence DeltaNet state slots.
- * Invariant: reserved_bytes == sum over live seqs of
- *            conv_bytes + state_bytes + n_pages * page_bytes <= budget_bytes. */
+ * Invariants: above struct cache in cache.h; cache_broken checks them. */
 #include "cache.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "fault.h"
 #include "gguf.h"
+#include "invariant.h"
 #include "kernels/quant.h"
 
 #define DEFAULT_BUDGET_CAP (4ull << 30)
@@ -118,7 +120,7 @@ int cache_seq_new(cache *c)
         return -1;
     cache_seq *s = &c->seqs[id];
     memset(s, 0, sizeof *s);
-    s->pages = calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(uint8_t *));
+    s->pages = FAULT_OR(calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(uint8_t *)));
     /* The slot of a freed sequence if there is one, else a new one. Zeroed
      * by writing: the recurrent step reads the state before it writes it,
      * and on untouched (calloc'd, mmap'd) pages that read maps the zero
@@ -127,7 +129,7 @@ int cache_seq_new(cache *c)
      * on reused memory (Q8_0 0.8B shape, 2 threads, 10k page faults); now
      * 8.7 ms of memset here, then 121. */
     const size_t sb = slot_bytes(c);
-    uint8_t *slot = c->n_free_slots ? c->free_slots[--c->n_free_slots] : aligned_alloc(64, sb);
+    uint8_t *slot = c->n_free_slots ? c->free_slots[--c->n_free_slots] : FAULT_OR(aligned_alloc(64, sb));
     if (!s->pages || !slot) {
         free(s->pages);
         free(slot);
@@ -140,6 +142,7 @@ int cache_seq_new(cache *c)
     s->live = true;
     c->reserved_bytes += c->conv_bytes + c->state_bytes;
     c->n_live++;
+    INVARIANT(cache_check(c));
     return id;
 }
 
@@ -160,6 +163,7 @@ void cache_seq_free(cache *c, int id)
         free(s->state);
     memset(s, 0, sizeof *s);
     c->n_live--;
+    INVARIANT(cache_check(c));
 }
 
 cache_seq *cache_get(cache *c, int id)
@@ -196,15 +200,16 @@ static uint8_t *page_new(cache *c)
         }
         if (c->n_regions == c->cap_regions) {
             const int cap = c->cap_regions ? 2 * c->cap_regions : 16;
-            uint8_t **r = realloc(c->regions, (size_t)cap * sizeof *r);
+            uint8_t **r = FAULT_OR(realloc(c->regions, (size_t)cap * sizeof *r));
             if (!r)
                 return NULL;
             c->regions = r;
             c->cap_regions = cap;
         }
         /* over-map by 2 MiB and trim, so the region starts 2 MiB-aligned */
-        uint8_t *m = mmap(NULL, c->region_bytes + REGION_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                          -1, 0);
+        uint8_t *m = fault_now() ? MAP_FAILED
+                                 : mmap(NULL, c->region_bytes + REGION_ALIGN, PROT_READ | PROT_WRITE,
+                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED)
             return NULL;
         uint8_t *a = (uint8_t *)(((uintptr_t)m + REGION_ALIGN - 1) & ~(uintptr_t)(REGION_ALIGN - 1));
@@ -220,39 +225,131 @@ static uint8_t *page_new(cache *c)
     return p;
 }
 
+/* Pages s lacks to hold n_tokens. */
+static int pages_short(const cache *c, const cache_seq *s, int n_tokens)
+{
+    if (c->page_bytes == 0)
+        return 0;
+    const int need = (n_tokens + c->page_tokens - 1) / c->page_tokens;
+    return need > s->n_pages ? need - s->n_pages : 0;
+}
+
+int cache_pages_short(const cache *c, int id, int n_tokens)
+{
+    const cache_seq *s = cache_get_const(c, id);
+    return s ? pages_short(c, s, n_tokens) : 0;
+}
+
+int cache_make_room(cache *c, int n_pages)
+{
+    if (n_pages <= 0)
+        return 0;
+    if (c->reserved_bytes + (uint64_t)n_pages * c->page_bytes > c->budget_bytes)
+        return -1;
+    const int n_new = n_pages - c->n_free_pages;
+    if (n_new <= 0)
+        return 0;
+    /* grow the free list first, to hold every page that will exist, so
+     * freeing never allocates */
+    const int carved = c->n_pages_carved + n_new;
+    if (carved > c->cap_free_pages) {
+        uint8_t **fp = FAULT_OR(realloc(c->free_pages, (size_t)carved * sizeof *fp));
+        if (!fp)
+            return -1;
+        c->free_pages = fp;
+        c->cap_free_pages = carved;
+    }
+    /* New pages go under the recycled ones, the first carved nearest the
+     * top: reservations take recycled pages first, then new ones in the
+     * order they were carved (ascending addresses within a region). */
+    memmove(c->free_pages + n_new, c->free_pages, (size_t)c->n_free_pages * sizeof *c->free_pages);
+    int got = 0;
+    for (; got < n_new; got++) {
+        uint8_t *p = page_new(c);
+        if (!p)
+            break;
+        c->free_pages[n_new - 1 - got] = p;
+    }
+    if (got < n_new)    /* out of memory: keep what was carved, free, and close the gap */
+        memmove(c->free_pages, c->free_pages + n_new - got,
+                (size_t)(c->n_free_pages + got) * sizeof *c->free_pages);
+    c->n_free_pages += got;
+    c->n_pages_carved += got;
+    return got == n_new ? 0 : -1;
+}
+
 int cache_reserve(cache *c, int id, int n_tokens)
 {
     cache_seq *s = cache_get(c, id);
     if (!s || n_tokens > c->n_ctx)
         return -1;
-    if (c->page_bytes == 0)
+    const int k = pages_short(c, s, n_tokens);
+    if (k == 0)
         return 0;
-    int need = (n_tokens + c->page_tokens - 1) / c->page_tokens;
-    if (need <= s->n_pages)
-        return 0;
-    uint64_t extra = (uint64_t)(need - s->n_pages) * c->page_bytes;
-    if (c->reserved_bytes + extra > c->budget_bytes)
+    if (cache_make_room(c, k) != 0)
         return -1;
-    /* grow the free list's capacity first so freeing never allocates */
-    int total = c->n_pages_used + (need - s->n_pages);
-    if (total > c->cap_free_pages) {
-        uint8_t **fp = realloc(c->free_pages, (size_t)total * sizeof *fp);
-        if (!fp)
-            return -1;
-        c->free_pages = fp;
-        c->cap_free_pages = total;
+    for (int i = 0; i < k; i++)         /* cannot fail now */
+        s->pages[s->n_pages++] = c->free_pages[--c->n_free_pages];
+    c->n_pages_used += k;
+    c->reserved_bytes += (uint64_t)k * c->page_bytes;
+    INVARIANT_STEP(cache_check(c));
+    return 0;
+}
+
+const char *cache_broken(const cache *c)
+{
+    if (c->max_seqs > 0 && (!c->seqs || !c->free_slots))
+        return "seqs and free_slots are allocated";
+    uint64_t reserved = 0;
+    int n_live = 0, n_pages = 0;
+    const size_t conv_off = (size_t)((c->state_bytes + 63) & ~(uint64_t)63);
+    for (int i = 0; i < c->max_seqs; i++) {
+        const cache_seq *s = &c->seqs[i];
+        if (!s->live) {
+            if (s->n_past || s->n_pages || s->pages || s->state || s->conv)
+                return "a sequence that is not live is all zero";
+            continue;
+        }
+        n_live++;
+        if (!s->pages || !s->state || (uint8_t *)s->conv != (uint8_t *)s->state + conv_off)
+            return "a live sequence has its page table and its slot (state, then conv)";
+        if (s->n_pages < 0 || s->n_pages > c->max_pages || (c->page_bytes == 0 && s->n_pages != 0))
+            return "a live sequence holds 0..max_pages pages (none without attention)";
+        if (s->n_past < 0 || s->n_past > c->n_ctx ||
+            (c->page_bytes && s->n_past > s->n_pages * c->page_tokens))
+            return "a live sequence's tokens fit its pages and n_ctx";
+        for (int p = 0; p < s->n_pages; p++)
+            if (!s->pages[p])
+                return "a live sequence's pages are not NULL";
+        n_pages += s->n_pages;
+        reserved += c->state_bytes + c->conv_bytes + (uint64_t)s->n_pages * c->page_bytes;
     }
-    int got = s->n_pages;
-    while (got < need) {
-        uint8_t *p = c->n_free_pages ? c->free_pages[--c->n_free_pages] : page_new(c);
-        if (!p)
-            break;
-        s->pages[got++] = p;
-    }
-    c->n_pages_used += got - s->n_pages;
-    c->reserved_bytes += (uint64_t)(got - s->n_pages) * c->page_bytes;
-    s->n_pages = got;
-    return got == need ? 0 : -1;
+    if (n_live != c->n_live || n_live > c->max_seqs)
+        return "n_live counts the live sequences";
+    if (reserved != c->reserved_bytes)
+        return "reserved_bytes is the sum over live sequences";
+    if (c->reserved_bytes > c->budget_bytes)
+        return "reserved_bytes <= budget_bytes";
+    if (n_pages != c->n_pages_used)
+        return "n_pages_used is the sum of the live sequences' pages";
+    if (c->n_free_pages < 0 || c->n_pages_used + c->n_free_pages != c->n_pages_carved)
+        return "used plus free pages are the carved pages";
+    if (c->n_pages_carved > c->cap_free_pages)
+        return "the free list can hold every carved page";
+    for (int p = 0; p < c->n_free_pages; p++)
+        if (!c->free_pages[p])
+            return "free pages are not NULL";
+    if (c->n_free_slots < 0 || c->n_live + c->n_free_slots > c->max_seqs)
+        return "live plus free DeltaNet slots are at most max_seqs";
+    return NULL;
+}
+
+bool cache_check(const cache *c)
+{
+    const char *why = cache_broken(c);
+    if (why)
+        fprintf(stderr, "cache invariant broken: %s\n", why);
+    return why == NULL;
 }
 
 void cache_store(const cache *c, void *dst, const float *src, int n)

@@ -20,6 +20,11 @@
 #include "kernels/kv_pages.h"
 #include "memplan.h"
 
+/* One sequence's share of the cache. Invariants (cache_broken checks them):
+ * a live sequence holds its DeltaNet slot (state, then conv, 64-byte
+ * aligned in one block) and n_pages non-NULL pages, enough for n_past
+ * tokens (n_past <= n_pages * page_tokens <= max_pages * page_tokens,
+ * n_past <= n_ctx); a sequence that is not live is all zero. */
 typedef struct cache_seq {
     bool live;
     int n_past;                 /* tokens whose K/V and state are in the cache */
@@ -29,6 +34,18 @@ typedef struct cache_seq {
     float *conv;                /* [n_dnet][K-1][conv_dim], a ring: input x_p in row p % (K-1); in the slot after the state */
 } cache_seq;
 
+/* The pool. Owned by the engine's owner thread. Invariants (cache_broken
+ * checks them, under assert at every sequence new/free, and with
+ * HYSERVE_CHECKS at every reservation):
+ *   reserved_bytes == sum over live sequences of
+ *                     state_bytes + conv_bytes + n_pages * page_bytes
+ *                  <= budget_bytes;
+ *   n_pages_used == sum over live sequences of n_pages;
+ *   n_pages_used + n_free_pages == n_pages_carved <= cap_free_pages
+ *                  (every page is held or free, and the free list can take
+ *                  all of them back, so freeing never allocates);
+ *   n_live == the live sequences <= max_seqs, and
+ *   n_live + n_free_slots <= max_seqs (a slot is held or on its free list). */
 typedef struct cache {
     /* layout */
     int n_attn, n_kv, head_dim;         /* attention KV shape */
@@ -50,7 +67,8 @@ typedef struct cache {
     uint64_t budget_bytes;
     uint64_t reserved_bytes;            /* held by live sequences */
     int n_pages_used;
-    uint8_t **free_pages;               /* recycled pages */
+    int n_pages_carved;                 /* pages ever carved from the regions */
+    uint8_t **free_pages;               /* [cap_free_pages] recycled and carved, not held */
     int n_free_pages, cap_free_pages;
     uint8_t **regions;                  /* where pages are carved from (cache.c) */
     int n_regions, cap_regions;
@@ -80,8 +98,23 @@ int cache_seq_new(cache *c);                    /* id or -1 */
 void cache_seq_free(cache *c, int id);
 cache_seq *cache_get(cache *c, int id);         /* NULL unless live */
 const cache_seq *cache_get_const(const cache *c, int id);
-/* Ensure capacity for n_tokens; 0 or -1 (over budget or n_ctx). */
+/* Ensure capacity for n_tokens; 0, or -1 (over budget or n_ctx, or out of
+ * memory) and then nothing changed. */
 int cache_reserve(cache *c, int id, int n_tokens);
+/* Pages sequence id lacks to hold n_tokens (0 when it has them or is not live). */
+int cache_pages_short(const cache *c, int id, int n_tokens);
+/* Make n_pages more pages fit the budget and wait on the free list, so that
+ * reservations adding up to n_pages pages cannot fail: 0, or -1 (over
+ * budget or out of memory) and no sequence changed. For all-or-nothing
+ * batches (engine_forward). */
+int cache_make_room(cache *c, int n_pages);
+
+/* Invariants of the pool (see struct cache): NULL when they all hold, else
+ * the first broken one, as a static string. */
+const char *cache_broken(const cache *c);
+/* cache_broken(c) == NULL; else says which invariant broke on stderr. For
+ * assert() (invariant.h). */
+bool cache_check(const cache *c);
 /* Bytes a sequence holding n_tokens reserves (state + whole pages). */
 uint64_t cache_bytes_for(const cache *c, int n_tokens);
 

@@ -4,7 +4,7 @@
  * beta/g, the recurrence per value head (two paths that must agree: token
  * by token, and the chunked WY/UT form built on matrix products), and the
  * gated RMSNorm. Does not own: the projections (forward.c).
- * ref: ../shared/docs/architectures.md section 1.4 (a)-(i).
+ * ref: docs/models.md section 1.4 (a)-(i).
  *
  * State layout (llama.cpp's): S[h][j][i] with j over d_v and i over d_k,
  * i.e. the transpose of HF's [d_k][d_v]. Then S^T k and the rank-1 update

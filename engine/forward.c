@@ -7,7 +7,7 @@
  * matrix product, so a weight is read once per pass whatever the batch
  * size. Does not own: the mixers (attention.c, mla.c, deltanet.c) or
  * qwen3next's order of its DeltaNet projections (qwen3next.c).
- * ref: ../shared/docs/architectures.md section 1.2 (block structure).
+ * ref: docs/models.md section 1.2 (block structure).
  */
 #include <omp.h>
 #include <stdbool.h>
@@ -119,7 +119,7 @@ static weight expert_view(const weight *w, size_t stride, int ex)
  *   p = softmax(W_r x); top-k; w = p_topk / sum(p_topk)
  *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
  * Rows routed to one expert are gathered so each expert's weights are
- * read once per pass. ref: architectures.md 1.6. */
+ * read once per pass. ref: docs/models.md 1.6. */
 static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
 {
     const int E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FF = m->n_ff_exp;
@@ -299,11 +299,26 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
             return -1;
         }
     }
+    /* Pages for every item or for none (engine.h: on error no sequence is
+     * modified): count what the items lack, make room for all of it at
+     * once, and only then hand the pages out, which cannot fail. */
+    int n_short = 0, first_short = -1;
+    for (int i = 0; i < n_items; i++) {
+        const int k = cache_pages_short(c, items[i].seq, cache_get(c, items[i].seq)->n_past + items[i].n_tokens);
+        if (k > 0 && first_short < 0)
+            first_short = i;
+        n_short += k;
+    }
+    if (cache_make_room(c, n_short) != 0) {
+        const engine_batch_item *it = &items[first_short];
+        snprintf(err, errlen, "cache budget exhausted: sequence %d needs room for %d tokens",
+                 it->seq, cache_get(c, it->seq)->n_past + it->n_tokens);
+        return -1;
+    }
     for (int i = 0; i < n_items; i++) {
         cache_seq *sq = cache_get(c, items[i].seq);
         if (cache_reserve(c, items[i].seq, sq->n_past + items[i].n_tokens) != 0) {
-            snprintf(err, errlen, "cache budget exhausted: sequence %d needs room for %d tokens",
-                     items[i].seq, sq->n_past + items[i].n_tokens);
+            snprintf(err, errlen, "cache: sequence %d lost the room made for it", items[i].seq);
             return -1;
         }
     }

@@ -3,7 +3,7 @@
  * The reader walks the header through a cursor that keeps the first error:
  * every read checks the remaining bytes, so a truncated or hostile file
  * yields one message and never a read past the mapping.
- * ref: ../shared/docs/architectures.md section 5.
+ * ref: docs/models.md section 5.
  */
 #include "gguf.h"
 

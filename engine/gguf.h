@@ -4,7 +4,7 @@
  * writing one. Does not own: what the keys or tensors mean (model.c) or
  * how block types are decoded (kernels/quant.c); the type ids and block
  * sizes are kernels/ggml_type.h's.
- * ref: ../shared/docs/architectures.md section 5; ggml's gguf.cpp for the
+ * ref: docs/models.md section 5; ggml's gguf.cpp for the
  * field order (read for facts only).
  */
 #ifndef HYSERVE_GGUF_H

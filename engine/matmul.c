@@ -390,9 +390,8 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
 {
     /* packed weights of one type and width on the outer-product kernel
      * share one parallel region (their panels split between the threads);
-     * the rest go on one by one. One-token decode of the BF16 model, old
-     * (one region per weight) and new binaries in turn, 5 pairs, mean
-     * ms per token: 42.8/42.2, 45.1/41.8, 43.5/46.7, 47.2/44.9, 46.8/44.3. */
+     * the rest go on one by one (one region per weight measured a little
+     * slower: docs/performance.md section 11). */
     int f = 0;                  /* the first packed weight: the group's type and width */
     while (f < n && !W[f]->panels)
         f++;

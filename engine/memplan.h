@@ -6,7 +6,7 @@
  * planner questions (largest batch for a context, largest context for a
  * batch, within a budget). The live cache (cache.c) sizes itself with these
  * same functions, so /stats, admission and the planner can never disagree.
- * ref: ../shared/docs/architectures.md section 8; serving.md section 6.1.
+ * ref: docs/models.md section 8; docs/serving.md section 6.
  */
 #ifndef HYSERVE_MEMPLAN_H
 #define HYSERVE_MEMPLAN_H

@@ -8,7 +8,7 @@
  *   q_abs_h = W_kb,h^T q_nope_h;  s_h(t) = (q_abs_h . c_t + q_pe_h . k_pe_t) * scale
  *   ctx_h = sum_t p_h(t) c_t;     out_h = W_vb,h ctx_h
  * Does not own: the q / kv_a projections and attn_output (forward.c).
- * ref: ../shared/docs/architectures.md section 3.2; RoPE on adjacent pairs
+ * ref: docs/models.md section 3.2; RoPE on adjacent pairs
  * (llama.cpp NORM for deepseek2).
  */
 #include <math.h>

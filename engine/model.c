@@ -3,7 +3,7 @@
  * Every tensor is checked for presence, shape and type before use, so a
  * broken file fails here with a message naming the file and the tensor,
  * never later inside a kernel.
- * ref: ../shared/docs/architectures.md sections 1.2, 2.2-2.4.
+ * ref: docs/models.md sections 1.2, 2.2-2.4.
  */
 #include "model.h"
 

@@ -3,7 +3,7 @@
  * Owns: reading an architecture's metadata keys and binding its tensors
  * (shape-checked) to struct fields. Does not own: the math (forward.c,
  * attention.c, deltanet.c, mla.c) or caches (cache.c).
- * ref: ../shared/docs/architectures.md sections 1.2-2.4.
+ * ref: docs/models.md sections 1.2-2.4.
  */
 #ifndef HYSERVE_MODEL_H
 #define HYSERVE_MODEL_H

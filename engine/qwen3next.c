@@ -7,7 +7,7 @@
  * [b (r) | a (r)], and legacy files fuse q, k, v and z into ssm_in, per key
  * head g [q | k | v (r*d_v) | z (r*d_v)].
  * Does not own: binding those weights (model.c) or the mixer (deltanet.c).
- * ref: architectures.md 1.4(a) and 2.3 item 5.
+ * ref: docs/models.md 1.4(a) and 2.3 item 5.
  */
 #include <string.h>
 

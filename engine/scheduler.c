@@ -9,7 +9,8 @@
  * text release, and freeing sequences the moment they finish or are
  * cancelled.
  * Does not own: tokenizing prompts, request validation, HTTP/JSON.
- * ref: ../shared/docs/serving.md 1.7 (TGI queue), 8.4 and 8.8.
+ * ref: docs/serving.md 5 (admission, the queue), 2.4 (cancel on
+ * disconnect) and 8 (drain).
  *
  * Locking: s->mu guards the wait queue, the running array, the published
  * per-request numbers and the counters; r->mu guards one request's event
@@ -29,96 +30,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "scheduler.h"
+#include "fault.h"
+#include "invariant.h"
+#include "scheduler_impl.h"
 #include "tokenizer.h"
-
-enum req_state {
-    RS_QUEUED = 0,
-    RS_PREFILL = 1,
-    RS_DECODE = 2,
-    RS_DONE = 3,
-};
-
-/* One request. Shared by the submitter and the scheduler (refs). */
-struct sched_req {
-    /* immutable after sched_submit */
-    sched *s;
-    char id[80];
-    int owner;                  /* sched_req_params.owner */
-    int n_prompt;
-    int max_new;
-    int32_t *tokens;            /* [n_prompt + max_new]: prompt, then generated (scheduler writes) */
-    sampler *smp;               /* used by the scheduler thread only */
-    uint64_t seed;
-    char **stop;                /* [n_stop] NUL-terminated copies */
-    int n_stop;
-    bool include_stop;
-    double t_submit;            /* seconds, monotonic */
-
-    /* scheduler thread only */
-    int seq;                    /* engine sequence id, -1 when none */
-    int slot;                   /* logits slot, -1 when none */
-    int n_fed;                  /* tokens already in the engine cache */
-    int n_gen;                  /* tokens sampled */
-    char *pending;              /* [cap_pending] decoded bytes not yet released */
-    size_t n_pending, cap_pending;
-    sched_event final_ev;       /* the last token's event, pushed once the sequence is freed */
-
-    /* under s->mu */
-    sched_req *wait_next;       /* wait queue link */
-    int state;                  /* enum req_state */
-    engine_seq_usage usage;     /* at the last step */
-    uint64_t peak_bytes;
-    double t_admit, t_first, t_end;   /* 0 until reached */
-    int pub_n_gen;              /* n_gen as of the last event */
-    int pub_n_fed;
-    char cancel_msg[128];       /* why, when cancelled by the server */
-
-    /* under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int efd;                    /* eventfd: readable while events are pending */
-    sched_event *q;             /* [q_cap] ring of pending events */
-    int q_head, q_len, q_cap;
-
-    atomic_bool cancel;
-    atomic_int refs;            /* submitter + scheduler */
-};
-
-/* The scheduler. Owned by the control thread that made it; the engine is
- * used only by the scheduler thread between sched_start and sched_free. */
-struct sched {
-    engine *e;
-    const engine_info *info;
-    sched_params p;
-    int max_seqs;
-    int n_vocab;
-
-    pthread_t thread;
-    bool started;
-
-    /* scheduler thread only */
-    float *logits;              /* [max_seqs][n_vocab] one slot per running request */
-    int *free_slots;            /* [max_seqs] stack of free slot indices */
-    int n_free_slots;
-    engine_batch_item *items;   /* [max_seqs] */
-    sched_req **item_req;       /* [max_seqs] request of items[i] */
-    sched_req **ended;          /* [max_seqs] requests that ended this step, not yet told */
-    sched_event *ended_ev;      /* [max_seqs] their last event */
-    int n_ended;
-
-    /* under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;          /* the scheduler sleeps here when idle */
-    bool stop;
-    bool draining;
-    sched_req *wait_head, *wait_tail;
-    int n_waiting;
-    sched_req **running;        /* [max_seqs], admission order */
-    int n_running;
-    sched_stats st;
-    double ema_req_s;           /* smoothed request duration, for Retry-After */
-};
 
 void sched_params_default(sched_params *p)
 {
@@ -336,7 +251,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
         snprintf(err, errlen, "a request needs at least one prompt token and max_new_tokens >= 1");
         return SCHED_EINVAL;
     }
-    r = calloc(1, sizeof(*r));
+    r = FAULT_OR(calloc(1, sizeof(*r)));
     if (!r)
         goto out_free;
     r->s = s;
@@ -356,26 +271,26 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd < 0)
         goto out_free;
-    r->tokens = malloc(((size_t)p->n_prompt + (size_t)p->max_new_tokens) * sizeof(int32_t));
+    r->tokens = FAULT_OR(malloc(((size_t)p->n_prompt + (size_t)p->max_new_tokens) * sizeof(int32_t)));
     if (!r->tokens)
         goto out_free;
     memcpy(r->tokens, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
     if (p->n_stop > 0) {
-        r->stop = calloc((size_t)p->n_stop, sizeof(char *));
+        r->stop = FAULT_OR(calloc((size_t)p->n_stop, sizeof(char *)));
         if (!r->stop)
             goto out_free;
         for (int i = 0; i < p->n_stop; i++) {
-            r->stop[i] = strdup(p->stop[i]);
+            r->stop[i] = FAULT_OR(strdup(p->stop[i]));
             if (!r->stop[i])
                 goto out_free;
             r->n_stop++;
         }
     }
     r->cap_pending = 256;
-    r->pending = malloc(r->cap_pending);
+    r->pending = FAULT_OR(malloc(r->cap_pending));
     if (!r->pending)
         goto out_free;
-    r->smp = sampler_new(&p->sampling, s->n_vocab);
+    r->smp = FAULT_OR(sampler_new(&p->sampling, s->n_vocab));
     if (!r->smp)
         goto out_free;
     r->t_submit = engine_now_s();
@@ -495,6 +410,11 @@ static void run_fail(sched *s, sched_req *r, int status, const char *msg)
  * that ended and drop the scheduler's references. Caller holds s->mu. */
 static void tell_ended(sched *s)
 {
+    if (s->n_ended == 0) {
+        engine_get_pool_usage(s->e, &s->st.pool);
+        return;
+    }
+    INVARIANT(sched_check(s));
     engine_get_pool_usage(s->e, &s->st.pool);
     for (int i = 0; i < s->n_ended; i++) {
         req_push(s->ended[i], &s->ended_ev[i]);
@@ -585,6 +505,7 @@ static void admit(sched *s)
             r->peak_bytes = r->usage.total_reserved_bytes;
         s->running[s->n_running++] = r;
         s->st.admitted_total++;
+        INVARIANT(sched_check(s));
         sched_event ev = {0};
         ev.kind = SCHED_EV_ADMITTED;
         req_push(r, &ev);
@@ -807,18 +728,7 @@ static void sched_step(sched *s)
     if (n == 0)
         return;
 
-    int *rcs = calloc((size_t)n, sizeof(int));
-    if (!rcs) {
-        /* cannot even record results: fail the whole step */
-        pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < n; i++) {
-            run_fail(s, s->item_req[i], SCHED_ENOMEM, "out of memory in the scheduler");
-        }
-        tell_ended(s);
-        pthread_mutex_unlock(&s->mu);
-        return;
-    }
-
+    int *rcs = s->rcs;      /* every branch below sets rcs[0..n) */
     const double t_fwd = engine_now_s();
     int frc = engine_forward(s->e, s->items, n, err, sizeof(err));
     const double fwd_s = engine_now_s() - t_fwd;
@@ -874,8 +784,8 @@ static void sched_step(sched *s)
         }
     }
     tell_ended(s);
+    INVARIANT_STEP(sched_check(s));
     pthread_mutex_unlock(&s->mu);
-    free(rcs);
 }
 
 static void *sched_main(void *arg)
@@ -898,6 +808,68 @@ static void *sched_main(void *arg)
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Invariants                                                             */
+/* ---------------------------------------------------------------------- */
+
+enum { MARK_SLOT = 1, MARK_SEQ = 2 };
+
+const char *sched_broken(const sched *s)
+{
+    if (s->n_running < 0 || s->n_running > s->max_seqs)
+        return "0 <= n_running <= max_seqs";
+    if (s->n_free_slots < 0 || s->n_running + s->n_free_slots != s->max_seqs)
+        return "running requests plus free logits slots are max_seqs";
+    uint8_t *mark = s->check_marks;
+    memset(mark, 0, (size_t)s->max_seqs);
+    for (int i = 0; i < s->n_running; i++) {
+        const sched_req *r = s->running[i];
+        if (!r || (r->state != RS_PREFILL && r->state != RS_DECODE))
+            return "a running request is prefilling or decoding";
+        if (r->slot < 0 || r->slot >= s->max_seqs || (mark[r->slot] & MARK_SLOT))
+            return "every running request holds a logits slot of its own";
+        mark[r->slot] |= MARK_SLOT;
+        if (r->seq < 0 || r->seq >= s->max_seqs || (mark[r->seq] & MARK_SEQ))
+            return "every running request owns a sequence of its own";
+        mark[r->seq] |= MARK_SEQ;
+        if (engine_seq_len(s->e, r->seq) != r->n_fed)
+            return "a running request's sequence is live and holds the tokens fed to it";
+        if (r->n_gen < 0 || r->n_gen > r->max_new || r->n_fed > r->n_prompt + r->n_gen)
+            return "a running request was fed only its prompt and its generated tokens";
+    }
+    for (int i = 0; i < s->n_free_slots; i++) {
+        const int slot = s->free_slots[i];
+        if (slot < 0 || slot >= s->max_seqs || (mark[slot] & MARK_SLOT))
+            return "a free logits slot is held by nobody and free once";
+        mark[slot] |= MARK_SLOT;
+    }
+    engine_pool_usage pu;
+    engine_get_pool_usage(s->e, &pu);
+    if (pu.n_seqs != s->n_running)
+        return "the engine's live sequences are the running requests'";
+    int n_wait = 0;
+    const sched_req *last = NULL;
+    for (const sched_req *r = s->wait_head; r; last = r, r = r->wait_next) {
+        if (++n_wait > s->n_waiting)
+            return "the wait queue holds n_waiting requests";
+        if (r->state != RS_QUEUED || r->seq != -1 || r->slot != -1)
+            return "a waiting request is queued, without a sequence or a slot";
+    }
+    if (n_wait != s->n_waiting || last != s->wait_tail)
+        return "the wait queue holds n_waiting requests, wait_tail the last";
+    if (s->n_waiting > s->p.max_queue)
+        return "n_waiting <= max_queue";
+    return NULL;
+}
+
+bool sched_check(const sched *s)
+{
+    const char *why = sched_broken(s);
+    if (why)
+        fprintf(stderr, "scheduler invariant broken: %s\n", why);
+    return why == NULL;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -934,8 +906,10 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     s->ended = calloc((size_t)s->max_seqs, sizeof(*s->ended));
     s->ended_ev = calloc((size_t)s->max_seqs, sizeof(*s->ended_ev));
     s->running = calloc((size_t)s->max_seqs, sizeof(*s->running));
+    s->rcs = calloc((size_t)s->max_seqs, sizeof(*s->rcs));
+    s->check_marks = calloc((size_t)s->max_seqs, sizeof(*s->check_marks));
     if (!s->logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
-        !s->ended_ev) {
+        !s->ended_ev || !s->rcs || !s->check_marks) {
         snprintf(err, errlen, "out of memory for %d sequence slots of %d logits", s->max_seqs, s->n_vocab);
         sched_free(s);
         return NULL;
@@ -984,6 +958,8 @@ void sched_free(sched *s)
     free(s->ended);
     free(s->ended_ev);
     free(s->running);
+    free(s->rcs);
+    free(s->check_marks);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

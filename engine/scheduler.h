@@ -8,7 +8,7 @@
  * Does not own: tokenization of the prompt and validation of request
  * fields (the HTTP side does both before sched_submit), chat templates,
  * HTTP or JSON.
- * ref: ../shared/docs/serving.md sections 1.7 and 8.8 (admission), 8.4
+ * ref: docs/serving.md section 5 (admission), 2.3 and 2.4
  * (UTF-8 hold-back, cancel on disconnect).
  *
  * Threads: sched_new/sched_start/sched_free from one control thread.

@@ -4,7 +4,7 @@
  * so a tensor does not change when another one is added. Projections have
  * variance 1/fan_in, norms sit near 1, ssm_a = -exp(A_log) with A_log in
  * [0, ln 16], like the models it imitates.
- * ref: ../shared/docs/architectures.md sections 2.2-2.4 and 6.
+ * ref: docs/models.md sections 2.2-2.4 and 6.
  */
 #include "synth.h"
 

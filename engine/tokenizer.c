@@ -5,7 +5,7 @@
  * pre-tokenizer splitters, the BPE merge loop, and per-token decoding.
  * Does not own: chat templates, BOS insertion (the caller prepends tok_bos()
  * when tok_add_bos() says so), sampling.
- * ref: ../shared/docs/architectures.md section 6; the pre-tokenizer regexes
+ * ref: docs/models.md section 6; the pre-tokenizer regexes
  * of Hugging Face tokenizer.json (qwen2, qwen35, llama-bpe, gpt2) are
  * implemented as hand-written leftmost-first matchers over code points;
  * Unicode categories come from unicode_tables.h (tools/gen_unicode.py).

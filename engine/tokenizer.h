@@ -3,7 +3,7 @@
  * Owns: vocabulary, merge ranks, the GPT-2 byte<->unicode mapping, special
  * token matching, pre-tokenizer splitting, encode and decode.
  * Does not own: chat templates (server) or sampling.
- * ref: ../shared/docs/architectures.md section 6.
+ * ref: docs/models.md section 6.
  * Immutable after tok_new_from_gguf(): any thread may call encode/decode.
  */
 #ifndef HYSERVE_TOKENIZER_H

@@ -82,6 +82,14 @@ static const opt_def OPTS[] = {
      "keys are never logged)"},
     {"api-key-file", 0, "HYSERVE_API_KEY_FILE", OPT_STR, OFF(api_key_file), SZ(api_key_file), "FILE",
      "more API keys, one per line ('#' comments)"},
+    {"idle-timeout", 0, "HYSERVE_IDLE_TIMEOUT", OPT_SECONDS, OFF(idle_timeout), 0, "SEC",
+     "a connection must send a whole request head within this, counted from its opening or its last "
+     "response, not restarted by each byte (default 60)"},
+    {"request-timeout", 0, "HYSERVE_REQUEST_TIMEOUT", OPT_SECONDS, OFF(request_timeout), 0, "SEC",
+     "a request body must arrive within this after its head (default 30)"},
+    {"max-connections-per-client", 0, "HYSERVE_MAX_CONNECTIONS_PER_CLIENT", OPT_INT, OFF(max_conn_per_client), 0,
+     "N", "open connections from one client address; 0: no limit (default 64; behind a load balancer every "
+     "connection comes from it: raise it to --max-connections)"},
     {"metrics-public", 0, "HYSERVE_METRICS_PUBLIC", OPT_BOOL, OFF(metrics_public), 0, NULL,
      "serve /metrics and /stats without a key, for a trusted scraper (default off)"},
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
@@ -104,6 +112,9 @@ void config_defaults(server_config *c)
     c->max_stop = 4;
     c->default_max_tokens = 256;
     c->max_connections = 256;
+    c->idle_timeout = 60.0;
+    c->request_timeout = 30.0;
+    c->max_conn_per_client = 64;
 }
 
 void config_usage(FILE *f)

@@ -21,6 +21,7 @@
 
 #include <microhttpd.h>
 
+#include "guard.h"
 #include "http.h"
 #include "metrics.h"
 #include "routes.h"
@@ -190,7 +191,26 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !hr->failure && hr->generation && !hr->finish)
         hr->failure = "cancelled";
+    /* the connection waits for its next request, under --idle-timeout */
+    if (hr->srv->guard)
+        guard_idle(hr->srv->guard, hr->gconn);
     http_req_unref(hr);
+}
+
+/* Every connection gets a deadline record while it is open (guard.h). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    server *srv = cls;
+    if (!srv->guard)
+        return;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? guard_open(srv->guard, (int)ci->connect_fd) : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        guard_close(srv->guard, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -217,6 +237,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         snprintf(hr->path, sizeof(hr->path), "%s", url);
         set_request_id(hr);
         *con_cls = hr;
+        if (srv->guard) {
+            const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+            hr->gconn = ci ? ci->socket_context : NULL;
+            guard_head_done(srv->guard, hr->gconn);
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
             char *end;
@@ -262,6 +287,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     hr->body_done = true;
+    if (srv->guard)
+        guard_busy(srv->guard, hr->gconn);
     return routes_dispatch(hr) == 0 ? MHD_YES : MHD_NO;
 }
 
@@ -283,6 +310,12 @@ int http_start(server *srv, char *err, size_t errlen)
         snprintf(err, errlen, "cannot resolve --host '%s': %s", c->host, gai_strerror(grc));
         return -1;
     }
+    srv->guard = guard_new(c->idle_timeout, c->request_timeout);
+    if (!srv->guard) {
+        freeaddrinfo(ai);
+        snprintf(err, errlen, "out of memory (or no thread) for the connection guard");
+        return -1;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6)
@@ -290,11 +323,16 @@ int http_start(server *srv, char *err, size_t errlen)
     srv->daemon = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, srv,
                                    MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                   MHD_OPTION_CONNECTION_TIMEOUT,
+                                   (unsigned)(c->idle_timeout >= 1 ? c->idle_timeout + 0.5 : 120),
+                                   MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)c->max_conn_per_client,
                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
                                    MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->daemon) {
+        guard_free(srv->guard);
+        srv->guard = NULL;
         snprintf(err, errlen, "cannot listen on %s:%d (in use, or not a local address?)", c->host, c->port);
         return -1;
     }
@@ -306,6 +344,8 @@ void http_stop(server *srv)
     if (srv->daemon)
         MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
+    guard_free(srv->guard);     /* after the daemon: no connection is left to report */
+    srv->guard = NULL;
 }
 
 unsigned http_n_connections(server *srv)

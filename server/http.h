@@ -28,6 +28,7 @@ typedef struct http_req {
     int refs;                   /* request + streaming response; same thread, no lock */
     char id[80];                /* X-Request-Id (client's, if sane) */
     int key_id;                 /* 1 + index of the API key the request carried; 0: none (or keys off) */
+    struct guard_conn *gconn;   /* the connection's deadline record (guard.h), or NULL */
     char method[16];
     char path[256];
     double t_start;             /* monotonic seconds */

@@ -4,7 +4,7 @@
  * list), error envelopes, SSE framing of a JSON object, UTF-8 repair.
  * Does not own: chat templates (chat.c), what the numbers mean to the
  * scheduler.
- * ref: ../shared/docs/serving.md 8.2 (validation rules and wording, after
+ * ref: docs/serving.md 2.1 (validation rules and wording, after
  * TGI's router/src/validation.rs), 3.1 (OpenAI request fields).
  */
 #include <math.h>

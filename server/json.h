@@ -6,7 +6,7 @@
  * the JSON of responses, stream events and error envelopes; making text
  * valid UTF-8 before it goes into JSON.
  * Does not own: tokenization, admission, HTTP.
- * ref: ../shared/docs/serving.md 1.2-1.5 (TGI), 3.1 (OpenAI), 8.2-8.4, 8.7.
+ * ref: docs/serving.md 2 (TGI), 3 (OpenAI), 4 (errors).
  */
 #ifndef HYSERVE_JSON_H
 #define HYSERVE_JSON_H

@@ -4,7 +4,7 @@
  * threads when a request ends, under one mutex), and rendering them with
  * the scheduler's published numbers. Never includes prompt or output text.
  * Does not own: the cache numbers (engine, published by the scheduler).
- * ref: ../shared/docs/serving.md 8.5 (/stats shape) and 8.6 (metric names).
+ * ref: docs/serving.md 6 (/stats shape) and 7 (metric names).
  */
 #include <pthread.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
  * rendering of /stats (JSON) and /metrics (Prometheus text) from them plus
  * the scheduler's published numbers.
  * Does not own: the cache accounting itself (engine) or scheduling.
- * ref: ../shared/docs/serving.md 8.5 and 8.6.
+ * ref: docs/serving.md 6 and 7.
  */
 #ifndef HYSERVE_METRICS_H
 #define HYSERVE_METRICS_H

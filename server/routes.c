@@ -6,7 +6,7 @@
  * the mapping of every error kind to a status and an envelope.
  * Does not own: libmicrohttpd (http.c), field rules (json.c), SSE
  * (stream.c), /stats and /metrics contents (metrics.c).
- * ref: ../shared/docs/serving.md 8.1-8.3, 8.7.
+ * ref: docs/serving.md 1 (routes), 2 (TGI shapes), 4 (errors).
  */
 #include <malloc.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * from error kinds (validation, overload, draining, ...) to HTTP statuses
  * and JSON envelopes (TGI shape, OpenAI shape on /v1/ routes).
  * Does not own: libmicrohttpd (http.c), JSON field rules (json.c).
- * ref: ../shared/docs/serving.md 8.1 and 8.7.
+ * ref: docs/serving.md 1 and 4.
  */
 #ifndef HYSERVE_ROUTES_H
 #define HYSERVE_ROUTES_H

@@ -6,7 +6,7 @@
  * work is refused, in-flight requests finish up to --drain-timeout, then
  * exit 0; a second signal exits at once).
  * Does not own: options (config.c), HTTP (http.c), scheduling.
- * ref: ../shared/docs/serving.md 7 (health vs readiness, drain) and 8.8.
+ * ref: docs/serving.md 8 (health vs readiness, drain).
  */
 #include <pthread.h>
 #include <signal.h>

@@ -23,6 +23,7 @@ enum server_state {
 };
 
 typedef struct metrics metrics;
+typedef struct guard guard;
 struct MHD_Daemon;
 
 /* Owned by serve_main. eng, info, sched and chat_kind are written once
@@ -43,6 +44,7 @@ typedef struct server {
     double t_start;             /* monotonic seconds at start */
     time_t started_at;          /* wall clock at start */
     auth_keys keys;             /* loaded before HTTP starts; read-only after */
+    guard *guard;               /* connection deadlines (http.c) */
 } server;
 
 #endif

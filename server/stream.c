@@ -7,8 +7,8 @@
  * --keepalive seconds of silence, an error event on mid-stream failure),
  * and the per-API frame shapes.
  * Does not own: admission or validation (done before the stream starts).
- * ref: ../shared/docs/serving.md 1.4 (TGI events), 3.1 (OpenAI chunks),
- * 8.4 (headers, pings, disconnect).
+ * ref: docs/serving.md 2.3 (TGI events), 3.2 (OpenAI chunks),
+ * 2.4 (headers, pings, disconnect).
  */
 #include <errno.h>
 #include <poll.h>

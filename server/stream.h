@@ -8,7 +8,7 @@
  * events), flushing every event.
  * Does not own: admission (done before a stream starts, so a stream only
  * ever starts with 200), JSON field rules (json.c).
- * ref: ../shared/docs/serving.md 1.4, 3.1 and 8.4.
+ * ref: docs/serving.md 2.3, 3.2 and 2.4.
  */
 #ifndef HYSERVE_STREAM_H
 #define HYSERVE_STREAM_H

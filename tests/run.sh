@@ -5,6 +5,12 @@
 # suite prints, as its last line, "<suite>: N passed, N failed". This script
 # adds them up and prints the total last. Exit status is non-zero if any
 # test failed or a suite did not report.
+#
+# The names: C unit tests are tests/test_<module>.c, one file per module
+# (test_cache.c for engine/cache.c), all in build/hyserve-tests; every other
+# suite is tests/suite_<name>.sh, and its Python body, where it has one,
+# tests/suite_<name>.py (and suite_<name>_<part>.py). One at a time:
+# make test-unit T=..., make test-ref / test-http / test-memory K=...
 set -u
 : "${HYSERVE:=build/hyserve}" "${TESTBIN:=build/hyserve-tests}" "${PYTHON:=/usr/bin/python3}"
 export HYSERVE TESTBIN PYTHON

@@ -2,9 +2,11 @@
 # tests/suite_http.sh - HTTP black-box tests of `hyserve serve` (issue 3).
 #
 # Starts the real server on 127.0.0.1 with small synthesized models and
-# drives it with tests/http_suite.py (Python standard library only) and the
+# drives it with tests/suite_http.py (Python standard library only) and the
 # `openai` npm package (tests/client, installed with `npm ci` when missing).
 # The last line is "http: N passed, N failed"; exit status non-zero on failure.
+# Arguments go to the Python suite: -k PATTERN runs only the test functions
+# whose name contains PATTERN (e.g. -k stop_sequences), --list names them.
 set -u
 : "${HYSERVE:=build/hyserve}" "${PYTHON:=/usr/bin/python3}" "${TEST_TMPDIR:=tests/tmp}"
 export HYSERVE TEST_TMPDIR
@@ -23,4 +25,4 @@ export OMP_WAIT_POLICY
 # under ASan, leaks are reported at exit of each server; keep the report in its log
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export ASAN_OPTIONS
-exec "$PYTHON" tests/http_suite.py
+exec "$PYTHON" tests/suite_http.py "$@"

@@ -3,6 +3,8 @@
 # (issue 4): /stats bytes vs layout arithmetic vs the planner, admission
 # against the budget, /v1/memory/estimate, /metrics, serve --synth.
 # The last line is "memory: N passed, N failed"; non-zero exit on failure.
+# Arguments go to the Python suite: -k PATTERN runs only the test functions
+# whose name contains PATTERN (e.g. -k admission), --list names them.
 set -u
 : "${HYSERVE:=build/hyserve}" "${PYTHON:=/usr/bin/python3}" "${TEST_TMPDIR:=tests/tmp}"
 export HYSERVE TEST_TMPDIR
@@ -14,4 +16,4 @@ fi
 cd "$(dirname "$0")/.." || exit 1
 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export OMP_WAIT_POLICY
-exec "$PYTHON" tests/memory_suite.py
+exec "$PYTHON" tests/suite_memory.py "$@"

@@ -1,10 +1,13 @@
 #!/bin/sh
 # tests/suite_reference.sh - golden test of the C engine against the numpy
-# float64 reference (tests/ref/). Runs tests/test_reference.py, then
-# tests/test_reference_mla.py (MLA layers, tests/ref/mla_ref.py), which print
+# float64 reference (tests/ref/). Runs tests/suite_reference.py, then
+# tests/suite_reference_mla.py (MLA layers, tests/ref/mla_ref.py), which print
 # one line per case (with its max relative error); the suite's last line sums
 # them: "reference: N passed, N failed". Exit status is non-zero on any failure,
 # including a missing $HYSERVE binary (the C cases fail, they are not skipped).
+#
+# Arguments go to each script: -k PATTERN runs the cases whose name contains
+# PATTERN (`--list` on a script itself names them).
 #
 # Env: HYSERVE (default build/hyserve), PYTHON (default /usr/bin/python3),
 #      TEST_TMPDIR (default tests/tmp).
@@ -25,7 +28,7 @@ fi
 # Each script below prints its own "<name>: N passed, N failed" last; those lines are held
 # back and their counts summed into this suite's single last line (a script that exits
 # non-zero with no failure counted, or prints no such line, adds one failure).
-scripts="tests/test_reference.py tests/test_reference_mla.py"
+scripts="tests/suite_reference.py tests/suite_reference_mla.py"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/suite_reference.XXXXXX") || { echo "reference: 0 passed, 1 failed"; exit 1; }
 summary='^[A-Za-z0-9_.-]*: [0-9][0-9]* passed, [0-9][0-9]* failed'
 passed=0 failed=0

@@ -1,7 +1,8 @@
 /* test.h - a tiny test registry. Each TEST() registers itself at load
- * time (constructor), so test files need no central list. The runner
- * (tests/runner.c) runs them all, or those whose name contains argv[1],
- * and prints "N passed, N failed" last. */
+ * time (constructor), with its file, so test files need no central list.
+ * The runner (tests/runner.c) runs them all, or those named on its command
+ * line (a full name, a part of names, or -m MODULE for tests/test_MODULE.c;
+ * --list prints them), and prints "unit: N passed, N failed" last. */
 #ifndef HYSERVE_TEST_H
 #define HYSERVE_TEST_H
 
@@ -9,7 +10,7 @@
 #include <stdio.h>
 
 typedef void (*test_fn)(void);
-void test_register(const char *name, test_fn fn);
+void test_register(const char *name, test_fn fn, const char *file);
 void test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 extern int test_current_failed;
@@ -17,7 +18,7 @@ extern int test_current_failed;
 #define TEST(name)                                                        \
     static void name(void);                                               \
     __attribute__((constructor)) static void name##_reg(void)             \
-    { test_register(#name, name); }                                       \
+    { test_register(#name, name, __FILE__); }                             \
     static void name(void)
 
 #define CHECK(cond)                                                       \

@@ -483,6 +483,66 @@ TEST(test_cache_accounting_reconciles_with_the_layout)
     engine_close(e);
 }
 
+/* engine.h: "on error no sequence is modified". A batch whose second item
+ * does not fit the budget fails, and the first item, which alone would
+ * fit, keeps its reservation, its length and its cache; the pool is as it
+ * was. Then the first item alone runs. */
+TEST(test_forward_that_fails_on_the_second_item_leaves_the_first_unchanged)
+{
+    synth_config c;
+    hybrid_config(&c);
+    const char *p = model_path("allornone", &c);
+    CHECK(p);
+    engine *e = open_model(p, ENGINE_DNET_AUTO, 2);
+    CHECK(e);
+    const engine_info *in = engine_get_info(e);
+    const uint64_t slot = in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq;
+    const uint64_t page = (uint64_t)in->page_tokens * in->kv_bytes_per_token;
+    const int V = in->n_vocab, PT = in->page_tokens;
+    engine_close(e);
+    /* two sequences' slots and 4 pages: a holds 1 page, wants 2 more; b wants 3 */
+    engine_params ep;
+    engine_params_default(&ep);
+    ep.model_path = p;
+    ep.n_threads = 2;
+    ep.n_ctx = 512;
+    ep.max_seqs = 2;
+    ep.cache_bytes = 2 * slot + 4 * page;
+    char err[256];
+    e = engine_open(&ep, err, sizeof err);
+    CHECK_MSG(e, "%s", err);
+    int32_t toks[64];
+    prompt_tokens(toks, 64, V, 5);
+    float *out = malloc(sizeof(float) * (size_t)V);
+    const int a = engine_seq_new(e), b = engine_seq_new(e);
+    CHECK(out && a >= 0 && b >= 0);
+    engine_batch_item first = { a, toks, PT / 2, ENGINE_LOGITS_NONE, NULL };
+    CHECK(engine_forward(e, &first, 1, err, sizeof err) == 0);
+    engine_seq_usage ua0, ua1;
+    engine_pool_usage p0, p1;
+    CHECK(engine_seq_get_usage(e, a, &ua0) == 0);
+    engine_get_pool_usage(e, &p0);
+    CHECK(ua0.n_tokens == PT / 2 && ua0.n_reserved_tokens == PT);
+    engine_batch_item batch[2] = {
+        { a, toks + PT / 2, 2 * PT, ENGINE_LOGITS_LAST, out },        /* 1 page -> 3 */
+        { b, toks, 3 * PT, ENGINE_LOGITS_LAST, out },                 /* 0 pages -> 3 */
+    };
+    CHECK(engine_forward(e, batch, 2, err, sizeof err) != 0);
+    CHECK_MSG(strstr(err, "budget"), "%s", err);
+    CHECK(engine_seq_get_usage(e, a, &ua1) == 0);
+    engine_get_pool_usage(e, &p1);
+    CHECK_MSG(ua1.n_tokens == ua0.n_tokens && ua1.n_reserved_tokens == ua0.n_reserved_tokens &&
+              ua1.total_reserved_bytes == ua0.total_reserved_bytes,
+              "a: %d tokens in %d reserved, was %d in %d", ua1.n_tokens, ua1.n_reserved_tokens, ua0.n_tokens,
+              ua0.n_reserved_tokens);
+    CHECK(p1.reserved_bytes == p0.reserved_bytes && p1.n_pages_used == p0.n_pages_used);
+    CHECK(engine_seq_len(e, b) == 0);
+    CHECK(engine_forward(e, &batch[0], 1, err, sizeof err) == 0);
+    CHECK(engine_seq_len(e, a) == PT / 2 + 2 * PT);
+    free(out);
+    engine_close(e);
+}
+
 /* ---- broken files ---------------------------------------------------- */
 
 /* Rewrite src into dst, changing one tensor: drop it, reshape it, or

@@ -1,15 +1,14 @@
-/* test_memplan.c - the planner against published figures (seed 000,
- * architectures.md section 8, the Jamba paper's 4 GB at 256K) and against
- * the live cache manager. The presets under config/presets/ are the input,
- * so these tests also check the preset files. */
+/* test_memplan.c - the planner against published figures (docs/models.md
+ * sections 8 and 9, the Jamba paper's 4 GB at 256K) and against a live
+ * engine's cache layout. The presets under config/presets/ are the input,
+ * so these tests also check the preset files. The cache manager's own
+ * tests are tests/test_cache.c. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cache.h"
 #include "engine.h"
-#include "gguf.h"
 #include "presets.h"
 #include "synth.h"
 #include "test.h"
@@ -49,7 +48,7 @@ TEST(test_memplan_deepseek_v2_mla_caches_57_times_less_than_mha)
     CHECK(c.mha_bytes_per_token / (uint64_t)l.n_layers / (uint64_t)l.kv_bytes == 32768);  /* 2 x 128 x 128 */
     double r = (double)c.mha_bytes_per_token / (double)c.cache_bytes_per_token;
     CHECK_MSG(r > 56.5 && r < 57.5, "ratio %.2f", r);
-    CHECK(c.cache_bytes_per_token == 69120);          /* architectures.md 8: 60 x 576 x 2 */
+    CHECK(c.cache_bytes_per_token == 69120);          /* docs/models.md 8: 60 x 576 x 2 */
     CHECK(load("deepseek-v2-lite", &l) == 0);
     memplan_costs_of(&l, &c);
     CHECK(c.cache_bytes_per_token == 31104);
@@ -201,105 +200,4 @@ TEST(test_synth_from_a_preset_has_exactly_the_preset_cache_layout)
     /* Mamba layers have no engine implementation: a clear refusal */
     CHECK(load("jamba-v0.1", &want) == 0);
     CHECK(synth_from_layout(&want, &sc, err, sizeof err) == -1 && strstr(err, "Mamba"));
-}
-
-/* A freed sequence's DeltaNet slot (state and conv ring) goes to the next
- * sequence, zeroed (a new sequence starts from S = 0 and an empty conv
- * window); live sequences' slots never overlap; the budget counts live
- * sequences only. */
-TEST(test_cache_recycles_deltanet_slots_zeroed_and_apart)
-{
-    cache_layout l = { .n_dnet = 2, .conv_kernel = 4, .conv_dim = 24, .n_v = 2, .d_v = 8, .d_k = 8,
-                       .page_tokens = 16, .n_ctx = 64, .max_seqs = 3 };
-    cache c;
-    CHECK(cache_init(&c, &l) == 0);
-    CHECK(c.state_bytes == 2 * 2 * 8 * 8 * 4 && c.conv_bytes > 0);
-    int a = cache_seq_new(&c), b = cache_seq_new(&c);
-    CHECK(a >= 0 && b >= 0);
-    cache_seq *sa = cache_get(&c, a), *sb = cache_get(&c, b);
-    const uintptr_t a0 = (uintptr_t)sa->state, a1 = (uintptr_t)sa->conv + c.conv_bytes;
-    const uintptr_t b0 = (uintptr_t)sb->state, b1 = (uintptr_t)sb->conv + c.conv_bytes;
-    CHECK(a1 <= b0 || b1 <= a0);
-    CHECK((uintptr_t)sa->conv >= a0 + c.state_bytes);
-    memset(sa->state, 0x7f, c.state_bytes);
-    memset(sa->conv, 0x7f, c.conv_bytes);
-    void *old_state = sa->state;
-    cache_seq_free(&c, a);
-    CHECK(c.reserved_bytes == c.state_bytes + c.conv_bytes);
-    int a2 = cache_seq_new(&c);
-    CHECK(a2 >= 0);
-    cache_seq *s2 = cache_get(&c, a2);
-    CHECK(s2->state == old_state);          /* recycled */
-    int nz = 0;
-    for (uint64_t i = 0; i < c.state_bytes / 4; i++)
-        nz += ((const float *)s2->state)[i] != 0.0f;
-    for (uint64_t i = 0; i < c.conv_bytes / 4; i++)
-        nz += s2->conv[i] != 0.0f;
-    CHECK_MSG(nz == 0, "%d numbers of a recycled slot not zeroed", nz);
-    cache_seq_free(&c, a2);
-    cache_seq_free(&c, b);
-    CHECK(c.reserved_bytes == 0 && c.n_live == 0);
-    cache_deinit(&c);
-}
-
-/* A bf16 recurrent state takes 2 bytes a number (2 layers x 2 heads x
- * 8 x 8 here), the conv window stays 4, and the budget and /stats counts
- * follow; the planner's layout says the same. */
-TEST(test_cache_bf16_state_halves_the_recurrent_bytes_only)
-{
-    cache_layout l = { .n_dnet = 2, .conv_kernel = 4, .conv_dim = 32, .n_v = 2, .d_v = 8, .d_k = 8,
-                       .page_tokens = 16, .n_ctx = 64, .max_seqs = 3 };
-    cache c32, c16;
-    CHECK(cache_init(&c32, &l) == 0);
-    l.state_type = GGML_BF16;
-    CHECK(cache_init(&c16, &l) == 0);
-    CHECK(c32.state_bytes == 2 * 2 * 8 * 8 * 4 && c16.state_bytes == 2 * 2 * 8 * 8 * 2);
-    CHECK(c16.conv_bytes == c32.conv_bytes && c16.conv_bytes == 2 * 3 * 32 * 4);
-    CHECK(c16.state_type == GGML_BF16 && c16.state_es == 2 && c32.state_es == 4);
-    const int s = cache_seq_new(&c16);
-    CHECK(s >= 0 && c16.reserved_bytes == c16.state_bytes + c16.conv_bytes);
-    memplan_costs mc;
-    memplan_costs_of(&c16.plan, &mc);
-    CHECK(mc.dnet_state_bytes_per_seq == c16.state_bytes && mc.dnet_conv_bytes_per_seq == c16.conv_bytes);
-    cache_deinit(&c16);
-    cache_deinit(&c32);
-}
-
-static int cmp_ptr(const void *a, const void *b)
-{
-    const uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* KV pages carved from regions: every page whole and apart from the
- * others, 64-byte aligned, across more than one region; a freed
- * sequence's pages go to the next without new regions. */
-TEST(test_cache_pages_from_regions_are_whole_apart_and_recycled)
-{
-    cache_layout l = { .n_attn = 1, .n_kv = 1, .head_dim = 64, .page_tokens = 16, .n_ctx = 8192, .max_seqs = 2,
-                       .budget_bytes = 64ull << 20 };
-    cache c;
-    CHECK(cache_init(&c, &l) == 0);
-    const int n_tok = 300 * 16;                 /* 300 pages of 8 KiB: two 2 MiB regions */
-    int a = cache_seq_new(&c);
-    CHECK(a >= 0 && cache_reserve(&c, a, n_tok) == 0);
-    cache_seq *s = cache_get(&c, a);
-    CHECK(s->n_pages == 300 && c.n_regions >= 2);
-    uintptr_t p[300];
-    for (int i = 0; i < 300; i++) {
-        p[i] = (uintptr_t)s->pages[i];
-        CHECK(p[i] % 64 == 0);
-        memset(s->pages[i], i & 0xff, c.page_bytes);        /* whole page writable */
-    }
-    qsort(p, 300, sizeof p[0], cmp_ptr);
-    for (int i = 1; i < 300; i++)
-        CHECK_MSG(p[i] >= p[i - 1] + c.page_bytes, "pages %d and %d overlap", i - 1, i);
-    const int regions = c.n_regions;
-    cache_seq_free(&c, a);
-    int b = cache_seq_new(&c);
-    CHECK(b >= 0 && cache_reserve(&c, b, n_tok) == 0);
-    CHECK(c.n_regions == regions);
-    cache_seq_free(&c, b);
-    CHECK(c.reserved_bytes == 0);
-    cache_deinit(&c);
 }

@@ -1,4 +1,4 @@
-/* test_seeds.c - the worked numbers of seed 000 ("The Math of Attention")
+/* test_seeds.c - the worked numbers of docs/models.md 9 ("The Math of Attention")
  * as tests of the engine's own kernels: softmax, attn_row over the paged
  * KV cache, gemm, and the DeltaNet recurrence in both forms.
  * The expected values are the seed's printed numbers, not ours. */

@@ -1,10 +1,9 @@
-/* test_server.c - unit tests of the server's pure pieces and the scheduler.
+/* test_server.c - unit tests of the server's pure pieces.
  *
  * Config precedence and size parsing, request validation, UTF-8 repair,
- * the ChatML renderer, and the scheduler driven directly on a synthesized
- * model (stop strings held back across tokens, cancellation frees the
- * cache, never-fitting requests are refused with the numbers).
- * The HTTP surface itself is tested black-box by tests/suite_http.sh.
+ * the ChatML and Llama 3 renderers. The scheduler under them has its own
+ * tests/test_scheduler.c; the HTTP surface itself is tested black-box by
+ * tests/suite_http.sh.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +14,6 @@
 #include "config.h"
 #include "engine.h"
 #include "json.h"
-#include "scheduler.h"
-#include "synth.h"
 #include "test.h"
 
 /* ---------------------------------------------------------------------- */
@@ -235,185 +232,4 @@ TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_
     CHECK(strstr(out, "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user") != NULL);
     free(out);
     free(data);
-}
-
-/* ---------------------------------------------------------------------- */
-/* scheduler                                                              */
-/* ---------------------------------------------------------------------- */
-
-static engine *open_model(const char *tag, uint64_t cache_bytes)
-{
-    static char path[512];
-    char err[256];
-    synth_config c;
-    synth_config_default(&c);
-    c.seed = 1;
-    c.n_layer = 4;
-    c.attn_every = 2;
-    c.n_vocab = 300;
-    snprintf(path, sizeof(path), "%s/sched_%s.gguf", test_tmpdir(), tag);
-    if (synth_write(&c, path, err, sizeof(err)) != 0) {
-        fprintf(stderr, "synth: %s\n", err);
-        return NULL;
-    }
-    engine_params p;
-    engine_params_default(&p);
-    p.model_path = path;
-    p.n_threads = 1;
-    p.max_seqs = 4;
-    p.cache_bytes = cache_bytes;
-    engine *e = engine_open(&p, err, sizeof(err));
-    if (!e)
-        fprintf(stderr, "engine_open: %s\n", err);
-    return e;
-}
-
-/* Run one request to the end; returns the text (heap) and the finish. */
-static char *run_one(sched *s, const int32_t *prompt, int n_prompt, int max_new, const char *stop, bool include,
-                     uint64_t seed, int *finish, int *n_events)
-{
-    sched_req_params rp = {0};
-    sched_req *r = NULL;
-    char err[256];
-    const char *stops[1] = {stop};
-    rp.id = "t";
-    rp.prompt = prompt;
-    rp.n_prompt = n_prompt;
-    rp.max_new_tokens = max_new;
-    sampler_params_default(&rp.sampling);
-    rp.sampling.temperature = 10.0f;
-    rp.sampling.seed = seed;
-    rp.stop = stop ? stops : NULL;
-    rp.n_stop = stop ? 1 : 0;
-    rp.include_stop = include;
-    if (sched_submit(s, &rp, &r, err, sizeof(err)) != 0)
-        return NULL;
-    char *text = calloc(1, 1);
-    size_t len = 0;
-    *finish = SCHED_FINISH_NONE;
-    *n_events = 0;
-    for (;;) {
-        sched_event ev;
-        if (!sched_req_next(r, &ev, 5000))
-            break;
-        if (ev.kind == SCHED_EV_TOKEN) {
-            (*n_events)++;
-            char *t = realloc(text, len + ev.text_len + 1);
-            if (!t) {
-                sched_event_clear(&ev);
-                break;
-            }
-            text = t;
-            memcpy(text + len, ev.text, ev.text_len + 1);
-            len += ev.text_len;
-            if (ev.final)
-                *finish = ev.finish;
-        }
-        int kind = ev.kind;
-        bool final = ev.final;
-        sched_event_clear(&ev);
-        if (kind == SCHED_EV_ERROR || final)
-            break;
-    }
-    sched_req_release(r);
-    return text;
-}
-
-TEST(test_scheduler_stop_strings_hold_back_and_cut_across_tokens)
-{
-    engine *e = open_model("stop", 0);
-    CHECK(e != NULL);
-    sched_params sp;
-    sched_params_default(&sp);
-    sp.n_threads = 1;     /* the engine's -t: OpenMP counts are per thread */
-    sched *s = sched_new(e, &sp, NULL, 0);
-    CHECK(s != NULL && sched_start(s) == 0);
-    int32_t prompt[4];
-    int np = engine_tokenize(e, "Once", 4, true, true, prompt, 4);
-    int fin, nev;
-    char *base = run_one(s, prompt, np, 40, NULL, false, 5, &fin, &nev);
-    CHECK(base != NULL && fin == SCHED_FINISH_LENGTH && nev == 40);
-    /* a two-byte stop from the middle: with a byte-level vocabulary it
-     * always spans two tokens */
-    size_t bl = strlen(base), at = 0;
-    char stop[3] = {0};
-    for (size_t i = 8; i + 2 < bl; i++) {
-        if (base[i] > 32 && base[i] < 127 && base[i + 1] > 32 && base[i + 1] < 127) {
-            memcpy(stop, base + i, 2);
-            at = (size_t)(strstr(base, stop) - base);
-            break;
-        }
-    }
-    if (stop[0]) {
-        char *cut = run_one(s, prompt, np, 40, stop, false, 5, &fin, &nev);
-        CHECK(cut && fin == SCHED_FINISH_STOP && strlen(cut) == at && !strncmp(cut, base, at));
-        free(cut);
-        char *kept = run_one(s, prompt, np, 40, stop, true, 5, &fin, &nev);
-        CHECK(kept && fin == SCHED_FINISH_STOP && strlen(kept) == at + 2 && !strncmp(kept, base, at + 2));
-        free(kept);
-    }
-    free(base);
-    sched_stats st;
-    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
-    CHECK(st.running == 0 && st.pool.reserved_bytes == 0);
-    sched_free(s);
-    engine_close(e);
-}
-
-TEST(test_scheduler_cancel_frees_the_cache_and_refuses_what_never_fits)
-{
-    engine *e = open_model("cancel", 256 * 1024);
-    CHECK(e != NULL);
-    sched_params sp;
-    sched_params_default(&sp);
-    sp.max_queue = 2;
-    sp.n_threads = 1;
-    sched *s = sched_new(e, &sp, NULL, 0);
-    CHECK(s != NULL && sched_start(s) == 0);
-    int32_t prompt[8];
-    int np = engine_tokenize(e, "Hello", 5, true, true, prompt, 8);
-    sched_req_params rp = {0};
-    rp.id = "c";
-    rp.prompt = prompt;
-    rp.n_prompt = np;
-    rp.max_new_tokens = 300;
-    sampler_params_default(&rp.sampling);
-    rp.sampling.greedy = true;
-    sched_req *r = NULL;
-    char err[256];
-    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == 0);
-    sched_event ev;
-    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
-    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_TOKEN);
-    sched_event_clear(&ev);
-    sched_req_cancel(r);
-    bool cancelled = false;
-    while (sched_req_next(r, &ev, 5000) == 1) {
-        int kind = ev.kind, error = ev.error;
-        bool final = ev.final;
-        sched_event_clear(&ev);
-        if (kind == SCHED_EV_ERROR) {
-            cancelled = error == SCHED_ECANCELLED;
-            break;
-        }
-        if (final)
-            break;
-    }
-    CHECK(cancelled);
-    sched_stats st;
-    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
-    CHECK(st.running == 0 && st.pool.reserved_bytes == 0 && st.cancelled_total == 1);
-    sched_req_release(r);
-
-    /* 3000 tokens cannot fit a 256 KiB budget: refused with the numbers */
-    rp.max_new_tokens = 3000;
-    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == 0);
-    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_ERROR && ev.error == SCHED_ETOOBIG);
-    CHECK_MSG(strstr(ev.message, "3000") && strstr(ev.message, "bytes"), "%s", ev.message);
-    sched_req_release(r);
-
-    sched_drain(s);
-    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == SCHED_EDRAINING);
-    sched_free(s);
-    engine_close(e);
 }

@@ -3,7 +3,7 @@
  * Fixtures are written with gguf_writer: a 256-token byte vocabulary (token
  * id b is the GPT-2 stand-in char of byte b), a few merges, special tokens.
  * Expected ids and pre-tokenizer splits below were worked out by hand from
- * the merge ranks and the regexes of architectures.md section 6.
+ * the merge ranks and the regexes of docs/models.md section 6.
  */
 #include "test.h"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_layout.py - the include rules that keep the layers apart.
 
-The rules (README, "The house"; engine/engine.h's header comment):
+The rules (docs/architecture.md section 2; engine/engine.h's header comment):
   - server/ is the HTTP face: of engine/ it includes only engine.h,
     scheduler.h and the stateless sampler.h and tokenizer.h;
   - cli/ includes of engine/ only engine.h and what its tools need (gguf.h

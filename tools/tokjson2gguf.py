@@ -5,7 +5,7 @@ Owns: turning a byte-level BPE tokenizer.json (+ optional tokenizer_config.json)
 into the tokenizer.ggml.* metadata that engine/tokenizer.c loads, so the C
 tokenizer can be checked against a real vocabulary without model weights.
 Does not own: tensors (none are written), non-BPE tokenizers.
-ref: ../shared/docs/architectures.md sections 5 (container) and 6 (keys). The
+ref: docs/models.md sections 5 (container) and 6 (keys). The
 key choices follow what llama.cpp's converter writes for gpt2-style vocabularies:
   tokens      id order; ids missing from the JSON become "[PAD<id>]" (UNUSED)
   token_type  1 NORMAL, 3 CONTROL (added + special, or shaped "<|...|>"),

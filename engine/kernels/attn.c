@@ -4,7 +4,7 @@
  * query group per K/V read) and the tiled prefill (sgemm on query x key
  * blocks, online softmax). Does not own: anything attention.c does before
  * or after the softmax(q K^T) V core.
- * ref: architectures.md 1.5; Milakov & Gimelshein, "Online normalizer
+ * ref: docs/models.md 1.5; Milakov & Gimelshein, "Online normalizer
  * calculation for softmax" (2018); FlashAttention's tiling (Dao 2022).
  *
  * Online softmax, per query row: m = running max of the scores seen,

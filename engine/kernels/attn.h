@@ -16,7 +16,7 @@
  * query row or block) across OpenMP threads.
  * Does not own: q/k norms, RoPE, writing K/V into the cache, the output
  * gate (attention.c), or page allocation (cache.c).
- * ref: ../shared/docs/architectures.md section 1.5; online softmax as in
+ * ref: docs/models.md section 1.5; online softmax as in
  * Milakov & Gimelshein 2018 (running max m, running sum l, rescale by
  * exp(m_old - m_new) when the max grows).
  */

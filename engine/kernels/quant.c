@@ -1,5 +1,5 @@
 /* quant.c - block formats: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K.
- * ref: ../shared/docs/architectures.md section 5; IEEE 754 binary16. */
+ * ref: docs/models.md section 5; IEEE 754 binary16. */
 #include "quant.h"
 
 #include <math.h>

@@ -3,7 +3,7 @@
  * Owns: decoding and encoding rows of F32, F16, BF16, Q8_0, Q4_0 and the
  * K-quants Q4_K, Q5_K, Q6_K (quant_supported). Does not own: choosing
  * kernels per shape (matmul.c) or the f16 / bf16 numbers (half.h).
- * ref: ../shared/docs/architectures.md section 5 (block layouts).
+ * ref: docs/models.md section 5 (block layouts).
  */
 #ifndef HYSERVE_QUANT_H
 #define HYSERVE_QUANT_H

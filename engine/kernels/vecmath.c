@@ -1,5 +1,5 @@
 /* vecmath.c - norms, RoPE, softmax and the elementwise gates.
- * ref: ../shared/docs/architectures.md sections 1.3 (norms), 1.5 (RoPE). */
+ * ref: docs/models.md sections 1.3 (norms), 1.5 (RoPE). */
 #include "vecmath.h"
 
 #include <math.h>

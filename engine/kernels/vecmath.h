@@ -2,7 +2,7 @@
  * activations.
  *
  * Kernels are leaf functions on restrict pointers; they never allocate.
- * ref: ../shared/docs/architectures.md sections 1.3-1.6.
+ * ref: docs/models.md sections 1.3-1.6.
  */
 #ifndef HYSERVE_VECMATH_H
 #define HYSERVE_VECMATH_H

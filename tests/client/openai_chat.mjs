@@ -2,7 +2,7 @@
 //
 // usage: node openai_chat.mjs BASE_URL
 // Prints one JSON object on stdout with what the client saw; the Python
-// suite (tests/http_suite.py) checks it against its own requests.
+// suite (tests/suite_http.py) checks it against its own requests.
 import OpenAI from 'openai';
 
 const base = process.argv[2];

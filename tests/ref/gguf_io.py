@@ -1,6 +1,6 @@
 """gguf_io.py - a small, independent GGUF v3 reader and writer (numpy only).
 
-Owns: the GGUF container format of architectures.md section 5 (header, typed
+Owns: the GGUF container format of docs/models.md section 5 (header, typed
 metadata including arrays and arrays of strings, tensor infos, alignment,
 data section) and reading / writing tensors of every type quants.py handles
 (F32, F16, BF16, F64, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): quantized data is kept as

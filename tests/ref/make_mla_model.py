@@ -9,7 +9,7 @@ Owns: the two MLA file flavours mla_ref.py reads:
                     attention.kv_lora_rank,
                     attention.q_lora_rank (only when > 0), attention.key_length_mla (nope + rope),
                     attention.value_length_mla, rope.dimension_count_mla; the GQA / DeltaNet keys
-                    and tensors are those of make_model.py (architectures.md 2.2, 2.4).
+                    and tensors are those of make_model.py (docs/models.md 2.2, 2.4).
   --arch deepseek2  dense DeepSeek-V2 layout (section 3.3): every layer attn_norm, MLA, ffn_norm,
                     dense SwiGLU; head_count_kv 1, key_length R + rope, value_length R,
                     leading_dense_block_count = block_count, no rope scaling, no experts.

@@ -3,7 +3,7 @@
 with gguf_io's writer.
 
 Owns: a second, independent GGUF producer for the C engine's loader: every tensor
-of architectures.md section 2.4 for both layer kinds (exact names, ne shapes),
+of docs/models.md section 2.4 for both layer kinds (exact names, ne shapes),
 hyperparameter keys of section 2.2, and GPT-2 byte-level tokenizer metadata
 (section 6; token id = byte value); for qwen3next the MoE tensors and either the
 current (attn_qkv + attn_gate + ssm_ba) or the legacy (ssm_in + ssm_ba) DeltaNet

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """mla_ref.py - float64 numpy reference of DeepSeek-V2 multi-head latent attention (MLA).
 
-Owns: the MLA mixer of architectures.md section 3.2 in two independent forms, and the
+Owns: the MLA mixer of docs/models.md section 3.2 in two independent forms, and the
 two file flavours hyserve loads MLA layers from:
   - hybrid `qwen35` files with the extension key `hyserve.layer_kinds` (UINT8 array, one
     per trunk layer: 0 = gated GQA attention, 1 = Gated DeltaNet, 2 = MLA; it overrides
@@ -30,7 +30,7 @@ MLA math, per token x and head h:
   The per-layer cache is the latent one of section 3.2: c (after its norm) and k_pe (after
   RoPE), R + d_rope numbers per token; both forms read it.
 Does not: YaRN / rope scaling, MoE deepseek2 layers, legacy attn_kv_b files, tokenize, sample.
-Written from architectures.md and the hyserve brief only (no engine code read).
+Written from the math notes (now docs/models.md) and the hyserve brief only (no engine code read).
 
 CLI:
   /usr/bin/python3 tests/ref/mla_ref.py MODEL.gguf --tokens 1,2,3 [--all] [--mla-mode absorbed]

@@ -4,7 +4,7 @@
 Owns:
   qwen3next  Qwen3-Next: qwen35's hybrid layout and gated attention, but
              - DeltaNet inputs `attn_qkv` + `attn_gate` + `ssm_ba` (current files) or the
-               fused legacy `ssm_in` + `ssm_ba` (architectures.md 1.4(a), 2.3 item 5),
+               fused legacy `ssm_in` + `ssm_ba` (docs/models.md 1.4(a), 2.3 item 5),
              - value heads in HF grouped order: value head h uses key head h // r (1.4(e)),
              - every FFN a mixture of experts with a sigmoid-gated shared expert (1.6).
   qwen3      dense Qwen3: plain GQA attention every layer, per-head q/k RMSNorm before RoPE,

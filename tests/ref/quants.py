@@ -1,7 +1,7 @@
 """quants.py - independent numpy reference of the ggml weight block formats.
 
 Owns: dequantization (raw GGUF tensor bytes -> float32) of F32, F16, BF16, Q8_0,
-Q4_0, Q4_K, Q5_K and Q6_K, written from architectures.md section 5 (block table
+Q4_0, Q4_K, Q5_K and Q6_K, written from docs/models.md section 5 (block table
 and the K-quant 6-bit scale unpacking), vectorized over blocks; plus simple
 quantizers (float -> valid blocks) for the same types, so tests can write
 quantized model files.

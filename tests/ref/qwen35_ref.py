@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """qwen35_ref.py - float64 numpy reference forward pass of a `qwen35` GGUF model.
 
-Owns: the Qwen3.5 (dense) math of architectures.md sections 1.2-1.6 as read from
+Owns: the Qwen3.5 (dense) math of docs/models.md sections 1.2-1.6 as read from
 a GGUF file laid out per section 2 (hyperparameter keys 2.2, converter
 transforms 2.3, tensor names 2.4): gated softmax attention, Gated DeltaNet in
 two forms (token-by-token recurrence of 1.4(f) and the chunked WY/UT form of
@@ -11,7 +11,7 @@ interleaved MRoPE collapses to plain NeoX RoPE, section 1.5). Weight types are
 whatever gguf_io / quants.py dequantize. The other architectures (qwen3next MoE
 with grouped value heads, qwen3, llama) live in models_ref.py, which subclasses
 Qwen35Ref; the CLI below runs any of them.
-Written from the math in architectures.md only; it is the golden reference the
+Written from the math notes (now docs/models.md) only; it is the golden reference the
 C engine is tested against, so it favours obviousness over speed.
 
 CLI:
@@ -88,7 +88,7 @@ def rope_neox(x, pos, n_rot, theta):
 # gated delta rule, two independent formulations
 
 def delta_rule_recurrent(q, k, v, g, beta, state=None):
-    """Token-by-token gated delta rule (architectures.md 1.4(f)), all heads at once.
+    """Token-by-token gated delta rule (docs/models.md 1.4(f)), all heads at once.
 
     q, k:  [T, H, dk]  (already l2-normed, q already scaled; expanded to value heads)
     v:     [T, H, dv]
@@ -123,7 +123,7 @@ def _unit_lower_inverse(L):
 
 
 def delta_rule_chunked_head(q, k, v, g, beta, state=None, chunk=64):
-    """Chunked (WY / UT transform) gated delta rule for ONE head (architectures.md 1.4(g)).
+    """Chunked (WY / UT transform) gated delta rule for ONE head (docs/models.md 1.4(g)).
 
     q, k [T, dk]; v [T, dv]; g, beta [T]; state [dk, dv] or None.
     returns o [T, dv], final state [dk, dv]

@@ -1,12 +1,12 @@
 """bpe.py - byte-level BPE for the default model: pre-tokenizer, trainer, encoder.
 
-Owns: the "qwen2" pre-tokenizer split of architectures.md section 6, written
+Owns: the "qwen2" pre-tokenizer split of docs/models.md section 6, written
 with Python's unicodedata (Python's re has no \\p{L}); GPT-2's byte-to-unicode
 map; training merges on a corpus; encoding text to ids and decoding back; the
 GGUF tokenizer metadata (tokens, token_type, merges, specials, chat template).
 Does not: know about models or files other than through the Tokenizer object.
 
-ref: architectures.md section 6. The C tokenizer (engine/tokenizer.c) must
+ref: docs/models.md section 6. The C tokenizer (engine/tokenizer.c) must
 produce the same ids for the same text; train.py checks that on the held-out
 text through `hyserve perplexity`'s token count, and `tokenizer_selftest()`
 checks the splitter on the tricky whitespace / contraction cases.

@@ -1,7 +1,7 @@
 """export.py - write the trained model as a `qwen35` GGUF, and read it back.
 
 Owns: the mapping between model.py's parameters and the GGUF tensors and
-metadata of architectures.md section 2 (names 2.4, ne shapes, keys 2.2), in
+metadata of docs/models.md section 2 (names 2.4, ne shapes, keys 2.2), in
 exactly the form llama.cpp's converter writes for Qwen3.5:
   - 2-D projections in --dtype (F16 by default), token_embd included; no
     output.weight (tied embeddings);

@@ -1,6 +1,6 @@
 """model.py - the qwen35 hybrid model in PyTorch, parameterised like the GGUF file.
 
-Owns: the forward pass of architectures.md sections 1.2-1.6 (Qwen3.5 dense
+Owns: the forward pass of docs/models.md sections 1.2-1.6 (Qwen3.5 dense
 layout, text only) for training and evaluation: Gated DeltaNet layers
 (causal depthwise conv + SiLU, l2-normed q/k, gated delta rule in its chunked
 WY form 1.4(g), gated RMSNorm, output projection), gated softmax attention

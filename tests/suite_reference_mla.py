@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""test_reference_mla.py - golden test of the C engine's MLA layers against tests/ref/mla_ref.py.
+"""suite_reference_mla.py - golden test of the C engine's MLA layers against tests/ref/mla_ref.py.
 
 Owns: the MLA part of the reference suite (tests/suite_reference.sh runs it after
-tests/test_reference.py). Each golden case builds a small model with MLA layers - a qwen35
+tests/suite_reference.py). Each golden case builds a small model with MLA layers - a qwen35
 hybrid with hyserve.layer_kinds (A GQA / L DeltaNet / M MLA) or a dense deepseek2 file -
 with tests/ref/make_mla_model.py or with `hyserve synth`, runs `hyserve logits --all` on a
 64-token prompt and compares every position with the float64 reference:
@@ -15,25 +15,23 @@ the writer's tensor layout, the CLI. A C feature that is missing makes its cases
 Does not: test quantized MLA weights, tokenization or the server.
 
 Env: HYSERVE (default build/hyserve), TEST_TMPDIR (default: a fresh temp dir).
-Usage: /usr/bin/python3 tests/test_reference_mla.py [-v] [-k SUBSTRING] [--keep]
+Usage: /usr/bin/python3 tests/suite_reference_mla.py [-v] [-k SUBSTRING] [--list] [--keep]
+The runner, the `hyserve logits` reader and the comparison are tests/ref/harness.py.
 Last line printed: "reference-mla: N passed, N failed"; exit status 1 on any failure.
 """
 
-import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
-import traceback
-
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "ref"))
 sys.dont_write_bytecode = True
+
+import harness  # noqa: E402  (first: it pins numpy's BLAS to one thread)
+from harness import CaseFailure, compare, f32_floor, need_hyserve, run  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 import gguf_io  # noqa: E402
 import make_mla_model  # noqa: E402
@@ -41,59 +39,14 @@ import mla_ref  # noqa: E402
 import qwen35_ref  # noqa: E402
 
 TOL = 1e-4
-N_PROMPT = 64
-TIMEOUT = 120
 SUMMARY = "reference-mla"
 
 
-class CaseFailure(Exception):
-    pass
-
-
 # --------------------------------------------------------------------------
-# helpers
+# helpers (the rest are tests/ref/harness.py's)
 
-class Ctx:
-    def __init__(self, hyserve, tmpdir, verbose):
-        self.hyserve = hyserve
-        self.tmpdir = tmpdir
-        self.verbose = verbose
-        self._help = {}
-        self._models = {}   # path -> (reference model, tokens, reference logits, f32 floor)
-
-    def help_text(self, cmd):
-        """`hyserve CMD --help` output (stdout + stderr), '' when it cannot run."""
-        if cmd not in self._help:
-            try:
-                p = subprocess.run([self.hyserve, cmd, "--help"], stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, timeout=30)
-                self._help[cmd] = p.stdout.decode("utf-8", "replace")
-            except (OSError, subprocess.TimeoutExpired):
-                self._help[cmd] = ""
-        return self._help[cmd]
-
-    def has_mla(self):
-        return "mla" in self.help_text("synth").lower() or "mla" in self.help_text("logits").lower()
-
-
-def run(argv, what):
-    t0 = time.time()
-    try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise CaseFailure("%s timed out after %ds: %s" % (what, TIMEOUT, " ".join(argv)))
-    except OSError as e:
-        raise CaseFailure("%s could not start: %s" % (what, e))
-    if p.returncode != 0:
-        err = p.stderr.decode("utf-8", "replace").strip()[-600:]
-        raise CaseFailure("%s exited with %d: %s\n      stderr: %s" % (what, p.returncode, " ".join(argv), err))
-    return p.stdout, time.time() - t0
-
-
-def need_hyserve(ctx):
-    if not os.path.isfile(ctx.hyserve) or not os.access(ctx.hyserve, os.X_OK):
-        raise CaseFailure("C binary HYSERVE=%s does not exist or is not executable (build it with `make`)"
-                          % ctx.hyserve)
+def has_mla(ctx):
+    return "mla" in ctx.help_text("synth").lower() or "mla" in ctx.help_text("logits").lower()
 
 
 def need_option(ctx, cmd, opt, what=None):
@@ -104,60 +57,16 @@ def need_option(ctx, cmd, opt, what=None):
 
 
 def prompt(seed, vocab):
-    rng = np.random.default_rng(2000 + seed)
-    return [int(t) for t in rng.integers(0, vocab, N_PROMPT)]
+    return harness.prompt(seed, vocab, 2000)
 
 
 def c_logits(ctx, model, tokens, extra=()):
-    argv = [ctx.hyserve, "logits", "-m", model, "--tokens", ",".join(map(str, tokens)), "--all"] + list(extra)
     try:
-        out, dt = run(argv, "hyserve logits")
+        return harness.c_logits(ctx, model, tokens, extra)
     except CaseFailure as e:
-        if not ctx.has_mla():
+        if any(w in str(e) for w in ("exited with", "timed out", "could not start")) and not has_mla(ctx):
             raise CaseFailure("hyserve lacks MLA layers (no MLA option in `synth --help` / `logits --help`); %s" % e)
         raise
-    text = out.decode("utf-8", "replace")
-    try:
-        obj = json.loads(text)
-    except ValueError as e:
-        raise CaseFailure("hyserve logits printed invalid JSON (%s): %r" % (e, text[:200]))
-    if not isinstance(obj, dict) or "logits" not in obj:
-        raise CaseFailure("hyserve logits JSON has no \"logits\": %r" % text[:200])
-    if obj.get("tokens") is not None and list(obj["tokens"]) != list(tokens):
-        raise CaseFailure("hyserve logits echoed tokens %r != %r" % (obj["tokens"][:8], tokens[:8]))
-    try:
-        arr = np.array(obj["logits"], dtype=np.float64)
-    except (ValueError, TypeError) as e:
-        raise CaseFailure("hyserve logits rows are not a rectangular float array: %s" % e)
-    return arr, dt
-
-
-def compare(c, ref):
-    """Per-row relative error: (max, worst row, rows)."""
-    if c.shape != ref.shape:
-        raise CaseFailure("logits shape %s != reference %s" % (c.shape, ref.shape))
-    if not np.all(np.isfinite(c)):
-        bad = np.argwhere(~np.isfinite(c))[0]
-        raise CaseFailure("logits not finite (first at position %d, token %d)" % (bad[0], bad[1]))
-    rows = np.abs(c - ref).max(axis=1) / np.abs(ref).max(axis=1)
-    return float(rows.max()), int(rows.argmax()), rows
-
-
-def f32_floor(m, tokens, ref):
-    """How much the logits move when every weight gets a random relative perturbation of f32
-    rounding size (2^-24): what an exact f32 engine can be expected to reach on this model."""
-    rng = np.random.default_rng(0)
-
-    def jig(a):
-        return a * (1.0 + 2.0 ** -24 * rng.standard_normal(a.shape))
-
-    saved = (m.layers, m.tok_embd, m.output, m.output_norm)
-    m.layers = [{k: (jig(v) if isinstance(v, np.ndarray) else v) for k, v in L.items()} for L in saved[0]]
-    m.tok_embd, m.output, m.output_norm = jig(saved[1]), jig(saved[2]), jig(saved[3])
-    try:
-        return compare(m.forward(tokens), ref)[0]
-    finally:
-        m.layers, m.tok_embd, m.output, m.output_norm = saved
 
 
 # --------------------------------------------------------------------------
@@ -252,12 +161,12 @@ def check_layout(path, s):
 
 def reference_for(ctx, path, seed, s):
     """(model, tokens, reference logits, f32 floor), computed once per file."""
-    if path not in ctx._models:
+    if path not in ctx.models:
         m = check_layout(path, s)
         tokens = prompt(seed, s["vocab"])
         ref = m.forward(tokens)
-        ctx._models[path] = (m, tokens, ref, f32_floor(m, tokens, ref))
-    return ctx._models[path]
+        ctx.models[path] = (m, tokens, ref, f32_floor(m, tokens, ref))
+    return ctx.models[path]
 
 
 def build_model(ctx, name, seed, s, writer):
@@ -284,7 +193,7 @@ def golden(ctx, model, seed, s, writer, extra=()):
         msg += "; first position over tol: %d" % int(np.argmax(rows > TOL))
         if floor > TOL / 10:
             msg += " (the model itself is ill-conditioned on this prompt: suspect the seed, not only the engine)"
-        if not ctx.has_mla():
+        if not has_mla(ctx):
             msg = "hyserve lacks MLA layers (no MLA option in `synth --help` / `logits --help`): " + msg
         raise CaseFailure(msg)
     return msg
@@ -499,54 +408,7 @@ def all_tests():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-v", "--verbose", action="store_true")
-    ap.add_argument("-k", dest="filter", default=None, help="run only tests whose name contains this")
-    ap.add_argument("--keep", action="store_true", help="keep the generated models")
-    args = ap.parse_args(argv)
-
-    hyserve = os.path.abspath(os.environ.get("HYSERVE") or "build/hyserve")
-    base = os.environ.get("TEST_TMPDIR")
-    if base:
-        os.makedirs(base, exist_ok=True)
-        tmpdir = tempfile.mkdtemp(prefix="reference-mla.", dir=base)
-    else:
-        tmpdir = tempfile.mkdtemp(prefix="hyserve-reference-mla.")
-    ctx = Ctx(hyserve, tmpdir, args.verbose)
-    if not os.path.isfile(hyserve):
-        print("%s: HYSERVE=%s does not exist; every C golden case will FAIL (build with `make`)" % (SUMMARY, hyserve))
-    sys.stdout.flush()
-
-    passed = failed = 0
-    failures = []
-    t0 = time.time()
-    for name, fn in all_tests():
-        if args.filter and args.filter not in name:
-            continue
-        try:
-            msg = fn(ctx)
-            ok = True
-        except CaseFailure as e:
-            ok, msg = False, str(e)
-        except Exception as e:  # a bug or a malformed file: report, keep going
-            ok, msg = False, "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc(limit=4))
-        print("%s %-55s %s" % ("ok  " if ok else "FAIL", name, msg))
-        sys.stdout.flush()
-        if ok:
-            passed += 1
-        else:
-            failed += 1
-            failures.append(name)
-    if args.keep or failed:
-        print("%s: models kept in %s" % (SUMMARY, tmpdir))
-    else:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-    if failures:
-        print("%s: failed cases: %s" % (SUMMARY, ", ".join(failures)))
-    print("%s: %.1fs" % (SUMMARY, time.time() - t0))
-    print("%s: %d passed, %d failed" % (SUMMARY, passed, failed))
-    sys.stdout.flush()
-    return 1 if failed else 0
+    return harness.main(argv, all_tests(), SUMMARY)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,23 @@
 #!/usr/bin/python3
-"""test_reference_arch.py - golden cases for issue 5: weight types and architectures.
+"""suite_reference_arch.py - golden cases for issue 5: weight types and architectures.
 
 Owns the cases that check the C engine against the independent reference for
   (a) dequantization: a GGUF of random-but-valid blocks of every supported type;
       `hyserve tensor` must print exactly (bit for bit, as float32) what quants.py
-      computes from section 5 of architectures.md;
+      computes from section 5 of docs/models.md;
   (b) qwen3next (current split tensors and legacy fused ssm_in; MoE + shared expert;
       grouped value heads with n_v = 2 n_k), qwen3 and llama models, written by
       tests/ref/make_model.py and by `hyserve synth --arch ...`: logits within 1e-4
-      relative (the metric of test_reference.py);
+      relative (the metric of suite_reference.py);
   (c) quantized models (q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m written by make_model.py;
       q8_0 / q4_k written by `hyserve synth`): C logits vs the reference run on the SAME
       file within 1e-4; the distance to the f32 twin of the same seed is reported and
       held to a loose bound (see QUANT_BOUND);
   plus clear load errors for an unsupported tensor type and architecture, and
   reference self-checks that need no C binary.
-Runs inside tests/test_reference.py (its all_tests() appends these), so the suite's
+Runs inside tests/suite_reference.py (its all_tests() appends these), so the suite's
 last line stays "reference: N passed, N failed"; it can also run alone:
-  /usr/bin/python3 tests/test_reference_arch.py [-v] [-k SUBSTRING] [--keep]
+  /usr/bin/python3 tests/suite_reference_arch.py [-v] [-k SUBSTRING] [--list] [--keep]
 Cases that need a C feature that is missing fail with "hyserve lacks ..." (never skip).
 """
 
@@ -31,11 +31,12 @@ sys.path.insert(0, os.path.join(HERE, "ref"))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
 
-if "test_reference" not in sys.modules and getattr(sys.modules.get("__main__"), "__file__", "").endswith(
-        "test_reference.py"):
-    sys.modules["test_reference"] = sys.modules["__main__"]
-import test_reference as tr  # noqa: E402  (first: it pins numpy's BLAS to one thread)
-from test_reference import CaseFailure, compare, need_hyserve, prompt, run  # noqa: E402
+if "suite_reference" not in sys.modules and getattr(sys.modules.get("__main__"), "__file__", "").endswith(
+        "suite_reference.py"):
+    sys.modules["suite_reference"] = sys.modules["__main__"]
+import suite_reference as tr  # noqa: E402  (first: it pins numpy's BLAS to one thread)
+from suite_reference import CaseFailure, compare, need_hyserve, prompt, run  # noqa: E402
+from harness import parse_logits  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -132,23 +133,9 @@ def expected_kinds(s):
 # --------------------------------------------------------------------------
 # C feature probes (so a missing feature reads "hyserve lacks ...")
 
-_HELP = {}
-
-
-def c_help(ctx, cmd):
-    if cmd not in _HELP:
-        try:
-            p = subprocess.run([ctx.hyserve, cmd, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               timeout=30, env=tr.c_env())
-            _HELP[cmd] = p.stdout.decode("utf-8", "replace")
-        except (OSError, subprocess.TimeoutExpired):
-            _HELP[cmd] = ""
-    return _HELP[cmd]
-
-
 def need_synth_arch(ctx, s):
     need_hyserve(ctx)
-    h = c_help(ctx, "synth")
+    h = ctx.help_text("synth")
     if "--arch" not in h:
         raise CaseFailure("hyserve lacks `synth --arch` (synth --help does not mention --arch)")
     if s["arch"] == "qwen3next" and "--experts" not in h:
@@ -268,20 +255,6 @@ def golden(ctx, name, seed, s, writer):
     return msg
 
 
-def parse_logits(out, tokens):
-    text = out.decode("utf-8", "replace")
-    try:
-        obj = json.loads(text)
-    except ValueError as e:
-        raise CaseFailure("hyserve logits printed invalid JSON (%s): %r" % (e, text[:200]))
-    if not isinstance(obj, dict) or "logits" not in obj:
-        raise CaseFailure("hyserve logits JSON has no \"logits\": %r" % text[:200])
-    try:
-        return np.array(obj["logits"], dtype=np.float64)
-    except (ValueError, TypeError) as e:
-        raise CaseFailure("hyserve logits rows are not a rectangular float array: %s" % e)
-
-
 def weight_noise(path_q, path_f):
     """RMS relative difference of all 2-D/3-D weights between a quantized file and its f32 twin."""
     rq, rf = gguf_io.GGUFReader(path_q), gguf_io.GGUFReader(path_f)
@@ -356,7 +329,7 @@ def t_c_dequant(t):
         name = "deq." + t
         want = r.tensor_f32(name)
         need_hyserve(ctx)
-        h = c_help(ctx, "tensor")
+        h = ctx.help_text("tensor")
         if "--name" not in h:
             raise CaseFailure("hyserve lacks the `tensor -m MODEL --name TENSOR` command")
         out, dt = run([ctx.hyserve, "tensor", "-m", path, "--name", name], "hyserve tensor")

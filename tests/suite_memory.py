@@ -10,6 +10,9 @@ the cache manager keeps. Then: pools return to zero, a budget sized for
 exactly K requests admits K and makes the next one wait, /metrics carries
 the bytes by kind, and `serve --synth PRESET` shows a preset's numbers.
 Prints "memory: N passed, N failed" last.
+
+Usage: suite_memory.py [-k PATTERN] [--list]   (as tests/suite_http.py; test_metrics
+counts the decode steps of test_live_request_bytes, so select both)
 """
 import json
 import os
@@ -19,7 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import http_suite as hs  # noqa: E402  (Server, stream, check helpers)
+import suite_http as hs  # noqa: E402  (Server, stream, check helpers)
 
 HYSERVE = hs.HYSERVE
 TMP = os.path.abspath(os.path.join(os.environ.get("TEST_TMPDIR", "tests/tmp"), "memory"))
@@ -243,7 +246,14 @@ def test_serve_synth():
         srv.stop()
 
 
-def main():
+def main(argv=None):
+    on_server = [("test_live_request_bytes", lambda: test_live_request_bytes(srv)),
+                 ("test_estimate_route", lambda: test_estimate_route(srv)),
+                 ("test_metrics", lambda: test_metrics(srv))]
+    alone = [("test_admission", lambda: test_admission(model)),
+             ("test_serve_synth", test_serve_synth)]
+    chosen = hs.select(sys.argv[1:] if argv is None else argv, [n for n, _ in on_server + alone], "memory")
+
     os.makedirs(TMP, exist_ok=True)
     model = os.path.join(TMP, "llam.gguf")
     r = subprocess.run([HYSERVE, "synth", "-o", model] + SYNTH, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -252,14 +262,16 @@ def main():
         sys.exit(1)
     srv = None
     try:
-        srv = hs.Server("memory", model, "--kv-dtype", "f16", "--max-seqs", "4", "-t", "1")
-        test_live_request_bytes(srv)
-        test_estimate_route(srv)
-        test_metrics(srv)
-        srv.stop()
-        srv = None
-        test_admission(model)
-        test_serve_synth()
+        if any(name in chosen for name, _ in on_server):
+            srv = hs.Server("memory", model, "--kv-dtype", "f16", "--max-seqs", "4", "-t", "1")
+            for name, t in on_server:
+                if name in chosen:
+                    t()
+            srv.stop()
+            srv = None
+        for name, t in alone:
+            if name in chosen:
+                t()
     except Exception as e:  # noqa: BLE001 - a crash in a test is a failure
         import traceback
         traceback.print_exc()

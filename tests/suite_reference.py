@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_reference.py - golden test: C engine logits vs the numpy float64 reference.
+"""suite_reference.py - golden test: C engine logits vs the numpy float64 reference.
 
 Owns: the reference suite. Each case builds a tiny qwen35 GGUF (with the C
 `hyserve synth` or with tests/ref/make_model.py), runs `hyserve logits --all` on a
@@ -7,39 +7,29 @@ Owns: the reference suite. Each case builds a tiny qwen35 GGUF (with the C
     max_t  max|c_t - ref_t| / max|ref_t|  <=  1e-4
 Also runs the reference's own self-checks (chunked vs recurrent DeltaNet, GGUF
 round trip), which need no C binary, and then the issue-5 cases of
-tests/test_reference_arch.py (dequantization bit-exactness, qwen3next / qwen3 /
+tests/suite_reference_arch.py (dequantization bit-exactness, qwen3next / qwen3 /
 llama, quantized models).
 Does not: test tokenization, sampling or the HTTP server.
 
 Env: HYSERVE (default build/hyserve), TEST_TMPDIR (default: a fresh temp dir).
-Usage: /usr/bin/python3 tests/test_reference.py [-v] [-k SUBSTRING] [--keep]
+Usage: /usr/bin/python3 tests/suite_reference.py [-v] [-k SUBSTRING] [--list] [--keep]
+The runner, the `hyserve logits` reader and the comparison are tests/ref/harness.py.
 Last line printed: "reference: N passed, N failed"; exit status 1 on any failure.
 """
 
-import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
-import traceback
-
-# numpy's BLAS here is Debian's openblas-openmp: on this 2-core machine its OpenMP threads
-# spin against each other and the C engine, and a 64x256 @ 256x256 product takes ~8 ms
-# instead of ~0.2 ms single-threaded. So the reference runs single-threaded (set before
-# numpy loads); the C binary gets the caller's own settings back (c_env()).
-_BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-CALLER_ENV = {k: os.environ.get(k) for k in _BLAS_ENV}
-for _k in _BLAS_ENV:
-    os.environ[_k] = "1"
-
-import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "ref"))
 sys.dont_write_bytecode = True
+
+import harness  # noqa: E402  (first: it pins numpy's BLAS to one thread)
+from harness import (CaseFailure, TIMEOUT, N_PROMPT, c_env, c_logits, compare,  # noqa: E402,F401
+                     f32_floor, need_hyserve, run)
+
+import numpy as np  # noqa: E402
 
 import gguf_io  # noqa: E402
 import make_model  # noqa: E402
@@ -54,12 +44,6 @@ TOL = 1e-4
 # unrounded state. So: max within 3e-3, and the RMS over positions under a quarter of the
 # RMS distance to the unrounded reference (measured ratio ~1/8).
 STATE_BF16_TOL = 3e-3
-N_PROMPT = 64
-TIMEOUT = 120  # seconds per C invocation
-
-
-class CaseFailure(Exception):
-    pass
 
 
 # --------------------------------------------------------------------------
@@ -120,99 +104,8 @@ def expected_kinds(s):
 # --------------------------------------------------------------------------
 # helpers
 
-class Ctx:
-    def __init__(self, hyserve, tmpdir, verbose):
-        self.hyserve = hyserve
-        self.tmpdir = tmpdir
-        self.verbose = verbose
-
-
-def c_env():
-    """The environment for the C binary: the caller's, with its own BLAS/OpenMP thread settings."""
-    env = dict(os.environ)
-    for k, v in CALLER_ENV.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    return env
-
-
-def run(argv, what, env_extra=None):
-    t0 = time.time()
-    env = None if argv[0] == sys.executable else c_env()
-    if env is not None and env_extra:
-        env.update(env_extra)
-    try:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT, env=env)
-    except subprocess.TimeoutExpired:
-        raise CaseFailure("%s timed out after %ds: %s" % (what, TIMEOUT, " ".join(argv)))
-    except OSError as e:
-        raise CaseFailure("%s could not start: %s" % (what, e))
-    if p.returncode != 0:
-        err = p.stderr.decode("utf-8", "replace").strip()[-600:]
-        raise CaseFailure("%s exited with %d: %s\n      stderr: %s" % (what, p.returncode, " ".join(argv), err))
-    return p.stdout, time.time() - t0
-
-
-def need_hyserve(ctx):
-    if not os.path.isfile(ctx.hyserve) or not os.access(ctx.hyserve, os.X_OK):
-        raise CaseFailure("C binary HYSERVE=%s does not exist or is not executable (build it with `make`)"
-                          % ctx.hyserve)
-
-
 def prompt(seed, vocab):
-    rng = np.random.default_rng(1000 + seed)
-    return [int(t) for t in rng.integers(0, vocab, N_PROMPT)]
-
-
-def c_logits(ctx, model, tokens, extra=(), env_extra=None):
-    out, dt = run([ctx.hyserve, "logits", "-m", model, "--tokens", ",".join(map(str, tokens)), "--all"] +
-                  list(extra), "hyserve logits", env_extra)
-    text = out.decode("utf-8", "replace")
-    try:
-        obj = json.loads(text)
-    except ValueError as e:
-        raise CaseFailure("hyserve logits printed invalid JSON (%s): %r" % (e, text[:200]))
-    if not isinstance(obj, dict) or "logits" not in obj:
-        raise CaseFailure("hyserve logits JSON has no \"logits\": %r" % text[:200])
-    if obj.get("tokens") is not None and list(obj["tokens"]) != list(tokens):
-        raise CaseFailure("hyserve logits echoed tokens %r != %r" % (obj["tokens"][:8], tokens[:8]))
-    try:
-        arr = np.array(obj["logits"], dtype=np.float64)
-    except (ValueError, TypeError) as e:
-        raise CaseFailure("hyserve logits rows are not a rectangular float array: %s" % e)
-    return arr, dt
-
-
-def compare(c, ref):
-    """Per-row relative error; returns (max err, worst row, per-row errors)."""
-    if c.shape != ref.shape:
-        raise CaseFailure("C logits shape %s != reference %s" % (c.shape, ref.shape))
-    if not np.all(np.isfinite(c)):
-        bad = np.argwhere(~np.isfinite(c))[0]
-        raise CaseFailure("C logits not finite (first at position %d, token %d)" % (bad[0], bad[1]))
-    rows = np.abs(c - ref).max(axis=1) / np.abs(ref).max(axis=1)
-    return float(rows.max()), int(rows.argmax()), rows
-
-
-def f32_floor(m, tokens, ref):
-    """Conditioning of the model on this prompt: the logits change (same metric as the test)
-    when every weight gets a random relative perturbation of f32 rounding size (2^-24).
-    An f32 engine cannot be expected to do much better than this; a failure with a
-    floor near TOL points at the model, not the engine."""
-    rng = np.random.default_rng(0)
-
-    def jig(a):
-        return a * (1.0 + 2.0 ** -24 * rng.standard_normal(a.shape))
-
-    saved = (m.layers, m.tok_embd, m.output, m.output_norm)
-    m.layers = [{k: (jig(v) if isinstance(v, np.ndarray) else v) for k, v in L.items()} for L in saved[0]]
-    m.tok_embd, m.output, m.output_norm = jig(saved[1]), jig(saved[2]), jig(saved[3])
-    try:
-        return compare(m.forward(tokens), ref)[0]
-    finally:
-        m.layers, m.tok_embd, m.output, m.output_norm = saved
+    return harness.prompt(seed, vocab, 1000)
 
 
 def check_layout(path, s):
@@ -478,61 +371,14 @@ def all_tests():
         _, writer, seed, s = by_name[base]
         tests.append((name, make_golden(name, writer, seed, s, extra)))
     # issue 5: weight types and the other architectures (shares this module's helpers)
-    sys.modules.setdefault("test_reference", sys.modules[__name__])
-    import test_reference_arch
-    tests += test_reference_arch.all_tests()
+    sys.modules.setdefault("suite_reference", sys.modules[__name__])
+    import suite_reference_arch
+    tests += suite_reference_arch.all_tests()
     return tests
 
 
 def main(argv=None, tests=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-v", "--verbose", action="store_true")
-    ap.add_argument("-k", dest="filter", default=None, help="run only tests whose name contains this")
-    ap.add_argument("--keep", action="store_true", help="keep the generated models")
-    args = ap.parse_args(argv)
-
-    hyserve = os.path.abspath(os.environ.get("HYSERVE") or "build/hyserve")
-    base = os.environ.get("TEST_TMPDIR")
-    if base:
-        os.makedirs(base, exist_ok=True)
-        tmpdir = tempfile.mkdtemp(prefix="reference.", dir=base)
-    else:
-        tmpdir = tempfile.mkdtemp(prefix="hyserve-reference.")
-    ctx = Ctx(hyserve, tmpdir, args.verbose)
-    if not os.path.isfile(hyserve):
-        print("reference: HYSERVE=%s does not exist; every C golden case will FAIL (build with `make`)" % hyserve)
-    sys.stdout.flush()
-
-    passed = failed = 0
-    failures = []
-    t0 = time.time()
-    for name, fn in (tests if tests is not None else all_tests()):
-        if args.filter and args.filter not in name:
-            continue
-        try:
-            msg = fn(ctx)
-            ok = True
-        except CaseFailure as e:
-            ok, msg = False, str(e)
-        except Exception as e:  # a bug or a malformed file: report, keep going
-            ok, msg = False, "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc(limit=4))
-        print("%s %-55s %s" % ("ok  " if ok else "FAIL", name, msg))
-        sys.stdout.flush()
-        if ok:
-            passed += 1
-        else:
-            failed += 1
-            failures.append(name)
-    if args.keep or failed:
-        print("reference: models kept in %s" % tmpdir)
-    else:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-    if failures:
-        print("reference: failed cases: %s" % ", ".join(failures))
-    print("reference: %.1fs" % (time.time() - t0))
-    print("reference: %d passed, %d failed" % (passed, failed))
-    sys.stdout.flush()
-    return 1 if failed else 0
+    return harness.main(argv, tests if tests is not None else all_tests(), "reference")
 
 
 if __name__ == "__main__":

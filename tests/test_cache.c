@@ -1,0 +1,289 @@
+/* test_cache.c - the cache manager (engine/cache.c) on its own: DeltaNet
+ * slots recycled zeroed, a bf16 state at half the bytes, KV pages carved
+ * from regions, reservations that
+ * change everything or nothing, also when memory runs out at any of their
+ * allocations (fault.h), and the invariant checker cache_broken, which must
+ * hold through normal use and notice each kind of broken pool. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "fault.h"
+#include "gguf.h"
+#include "test.h"
+
+/* Attention and DeltaNet: pages of 16 tokens x 1 layer x (K, V) x 2 heads x
+ * 16 dims x 4 bytes = 4 KiB; per sequence a recurrent state of 1 layer x 2
+ * heads x 16 x 16 x 4 bytes = 2 KiB and a conv window of 3 rows x (2 x 16 +
+ * 2 x 16) channels x 4 bytes = 768 bytes. */
+static const cache_layout hybrid = { .n_attn = 1, .n_kv = 2, .head_dim = 16, .n_dnet = 1, .conv_kernel = 4,
+                                     .conv_dim = 64, .n_v = 2, .d_v = 16, .d_k = 16, .page_tokens = 16,
+                                     .n_ctx = 256, .max_seqs = 4, .budget_bytes = 1u << 20 };
+
+/* A pool in use: sequence a holds 40 tokens in 3 pages, b 16 tokens in 1,
+ * and a freed sequence left 2 pages and its slot on the free lists. */
+static int busy_pool(cache *c, int *a, int *b)
+{
+    if (cache_init(c, &hybrid) != 0)
+        return -1;
+    const int gone = cache_seq_new(c);
+    *a = cache_seq_new(c);
+    *b = cache_seq_new(c);
+    if (gone < 0 || *a < 0 || *b < 0 || cache_reserve(c, gone, 32) != 0 || cache_reserve(c, *a, 40) != 0 ||
+        cache_reserve(c, *b, 16) != 0)
+        return -1;
+    cache_seq_free(c, gone);
+    cache_get(c, *a)->n_past = 40;
+    cache_get(c, *b)->n_past = 16;
+    return 0;
+}
+
+TEST(test_cache_invariants_hold_through_new_reserve_and_free)
+{
+    cache c;
+    int a, b;
+    CHECK(busy_pool(&c, &a, &b) == 0);
+    CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    CHECK(c.n_pages_used == 4 && c.n_free_pages == 2 && c.n_pages_carved == 6 && c.n_free_slots == 1);
+    CHECK(cache_reserve(&c, b, 100) == 0 && c.n_free_pages == 0 && c.n_pages_carved == 10);
+    CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    cache_seq_free(&c, a);
+    cache_seq_free(&c, b);
+    CHECK(c.reserved_bytes == 0 && c.n_pages_used == 0 && c.n_free_pages == 10);
+    CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    cache_deinit(&c);
+}
+
+/* Each corruption of a copy of a good pool is caught, and named. */
+TEST(test_cache_check_catches_each_broken_invariant)
+{
+    cache c;
+    int a, b;
+    CHECK(busy_pool(&c, &a, &b) == 0);
+    CHECK(cache_broken(&c) == NULL);
+    cache_seq seqs[4];
+    uint8_t *pages[16];
+    struct { const char *what, *says; } cases[] = {
+        { "reserved bytes one more", "reserved_bytes is the sum" },
+        { "budget below the reservations", "budget_bytes" },
+        { "a page more in use", "n_pages_used" },
+        { "a free page lost", "carved" },
+        { "free list too short for every page", "free list can hold" },
+        { "a sequence more counted live", "n_live" },
+        { "a slot both live and free", "slots" },
+        { "a sequence's page count one more", "sum" },
+        { "a sequence past its pages", "tokens fit its pages" },
+        { "a sequence past n_ctx", "tokens fit its pages" },
+        { "a NULL page", "pages are not NULL" },
+        { "a conv ring away from its state", "slot (state, then conv)" },
+        { "a dead sequence with tokens", "all zero" },
+    };
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int k = 0; k < n_cases; k++) {
+        cache bad = c;
+        memcpy(seqs, c.seqs, sizeof seqs);
+        bad.seqs = seqs;
+        cache_seq *sa = &seqs[a];
+        memcpy(pages, sa->pages, (size_t)sa->n_pages * sizeof *pages);
+        sa->pages = pages;
+        switch (k) {
+        case 0: bad.reserved_bytes++; break;
+        case 1: bad.budget_bytes = bad.reserved_bytes - 1; break;
+        case 2: bad.n_pages_used++; break;
+        case 3: bad.n_free_pages--; break;
+        case 4: bad.cap_free_pages = bad.n_pages_carved - 1; break;
+        case 5: bad.n_live++; break;
+        case 6: bad.n_free_slots = bad.max_seqs; break;
+        case 7: pages[sa->n_pages] = pages[0]; sa->n_pages++; break;
+        case 8: sa->n_past = sa->n_pages * bad.page_tokens + 1; break;
+        case 9: sa->n_past = bad.n_ctx + 1; break;
+        case 10: pages[1] = NULL; break;
+        case 11: sa->conv++; break;
+        case 12:
+            for (int i = 0; i < bad.max_seqs; i++)
+                if (!seqs[i].live) {
+                    seqs[i].n_past = 1;
+                    break;
+                }
+            break;
+        }
+        const char *why = cache_broken(&bad);
+        CHECK_MSG(why != NULL, "%s: not noticed", cases[k].what);
+        CHECK_MSG(strstr(why, cases[k].says), "%s: noticed as '%s', expected '%s'", cases[k].what, why,
+                  cases[k].says);
+    }
+    CHECK(cache_broken(&c) == NULL);        /* the copies shared nothing that was changed */
+    cache_deinit(&c);
+}
+
+/* A reservation over the budget changes nothing: not the sequence's pages,
+ * not the pool's counts; room made for several sequences at once is either
+ * all there or not made. */
+TEST(test_cache_reservations_change_everything_or_nothing)
+{
+    cache c;
+    CHECK(cache_init(&c, &hybrid) == 0);
+    CHECK(c.page_bytes == 4096 && c.state_bytes == 2048 && c.conv_bytes == 768);
+    c.budget_bytes = 2 * (2048 + 768) + 6 * 4096;       /* 2 slots (state + conv) + 6 pages */
+    const int a = cache_seq_new(&c), b = cache_seq_new(&c);
+    CHECK(a >= 0 && b >= 0 && cache_reserve(&c, a, 20) == 0);
+    const uint64_t reserved = c.reserved_bytes;
+    CHECK(cache_reserve(&c, b, 5 * 16) == -1);                  /* 5 pages, 4 left */
+    CHECK(cache_get(&c, b)->n_pages == 0 && c.reserved_bytes == reserved && c.n_pages_used == 2);
+    CHECK(cache_pages_short(&c, a, 40) == 1 && cache_pages_short(&c, b, 40) == 3);
+    CHECK(cache_make_room(&c, 5) == -1 && c.n_free_pages == 0);
+    CHECK(cache_make_room(&c, 4) == 0 && c.n_free_pages == 4 && c.reserved_bytes == reserved);
+    CHECK(cache_reserve(&c, a, 40) == 0 && cache_reserve(&c, b, 40) == 0 && c.n_free_pages == 0);
+    CHECK(c.reserved_bytes == c.budget_bytes);
+    CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    cache_deinit(&c);
+}
+
+/* A freed sequence's DeltaNet slot (state and conv ring) goes to the next
+ * sequence, zeroed (a new sequence starts from S = 0 and an empty conv
+ * window); live sequences' slots never overlap; the budget counts live
+ * sequences only. */
+TEST(test_cache_recycles_deltanet_slots_zeroed_and_apart)
+{
+    cache_layout l = { .n_dnet = 2, .conv_kernel = 4, .conv_dim = 24, .n_v = 2, .d_v = 8, .d_k = 8,
+                       .page_tokens = 16, .n_ctx = 64, .max_seqs = 3 };
+    cache c;
+    CHECK(cache_init(&c, &l) == 0);
+    CHECK(c.state_bytes == 2 * 2 * 8 * 8 * 4 && c.conv_bytes > 0);
+    int a = cache_seq_new(&c), b = cache_seq_new(&c);
+    CHECK(a >= 0 && b >= 0);
+    cache_seq *sa = cache_get(&c, a), *sb = cache_get(&c, b);
+    const uintptr_t a0 = (uintptr_t)sa->state, a1 = (uintptr_t)sa->conv + c.conv_bytes;
+    const uintptr_t b0 = (uintptr_t)sb->state, b1 = (uintptr_t)sb->conv + c.conv_bytes;
+    CHECK(a1 <= b0 || b1 <= a0);
+    CHECK((uintptr_t)sa->conv >= a0 + c.state_bytes);
+    memset(sa->state, 0x7f, c.state_bytes);
+    memset(sa->conv, 0x7f, c.conv_bytes);
+    void *old_state = sa->state;
+    cache_seq_free(&c, a);
+    CHECK(c.reserved_bytes == c.state_bytes + c.conv_bytes);
+    int a2 = cache_seq_new(&c);
+    CHECK(a2 >= 0);
+    cache_seq *s2 = cache_get(&c, a2);
+    CHECK(s2->state == old_state);          /* recycled */
+    int nz = 0;
+    for (uint64_t i = 0; i < c.state_bytes / 4; i++)
+        nz += ((const float *)s2->state)[i] != 0.0f;
+    for (uint64_t i = 0; i < c.conv_bytes / 4; i++)
+        nz += s2->conv[i] != 0.0f;
+    CHECK_MSG(nz == 0, "%d numbers of a recycled slot not zeroed", nz);
+    cache_seq_free(&c, a2);
+    cache_seq_free(&c, b);
+    CHECK(c.reserved_bytes == 0 && c.n_live == 0);
+    cache_deinit(&c);
+}
+
+/* A bf16 recurrent state takes 2 bytes a number (2 layers x 2 heads x
+ * 8 x 8 here), the conv window stays 4, and the budget and /stats counts
+ * follow; the planner's layout says the same. */
+TEST(test_cache_bf16_state_halves_the_recurrent_bytes_only)
+{
+    cache_layout l = { .n_dnet = 2, .conv_kernel = 4, .conv_dim = 32, .n_v = 2, .d_v = 8, .d_k = 8,
+                       .page_tokens = 16, .n_ctx = 64, .max_seqs = 3 };
+    cache c32, c16;
+    CHECK(cache_init(&c32, &l) == 0);
+    l.state_type = GGML_BF16;
+    CHECK(cache_init(&c16, &l) == 0);
+    CHECK(c32.state_bytes == 2 * 2 * 8 * 8 * 4 && c16.state_bytes == 2 * 2 * 8 * 8 * 2);
+    CHECK(c16.conv_bytes == c32.conv_bytes && c16.conv_bytes == 2 * 3 * 32 * 4);
+    CHECK(c16.state_type == GGML_BF16 && c16.state_es == 2 && c32.state_es == 4);
+    const int s = cache_seq_new(&c16);
+    CHECK(s >= 0 && c16.reserved_bytes == c16.state_bytes + c16.conv_bytes);
+    memplan_costs mc;
+    memplan_costs_of(&c16.plan, &mc);
+    CHECK(mc.dnet_state_bytes_per_seq == c16.state_bytes && mc.dnet_conv_bytes_per_seq == c16.conv_bytes);
+    cache_deinit(&c16);
+    cache_deinit(&c32);
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    const uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* KV pages carved from regions: every page whole and apart from the
+ * others, 64-byte aligned, across more than one region; a freed
+ * sequence's pages go to the next without new regions. */
+TEST(test_cache_pages_from_regions_are_whole_apart_and_recycled)
+{
+    cache_layout l = { .n_attn = 1, .n_kv = 1, .head_dim = 64, .page_tokens = 16, .n_ctx = 8192, .max_seqs = 2,
+                       .budget_bytes = 64ull << 20 };
+    cache c;
+    CHECK(cache_init(&c, &l) == 0);
+    const int n_tok = 300 * 16;                 /* 300 pages of 8 KiB: two 2 MiB regions */
+    int a = cache_seq_new(&c);
+    CHECK(a >= 0 && cache_reserve(&c, a, n_tok) == 0);
+    cache_seq *s = cache_get(&c, a);
+    CHECK(s->n_pages == 300 && c.n_regions >= 2);
+    uintptr_t p[300];
+    for (int i = 0; i < 300; i++) {
+        p[i] = (uintptr_t)s->pages[i];
+        CHECK(p[i] % 64 == 0);
+        memset(s->pages[i], i & 0xff, c.page_bytes);        /* whole page writable */
+    }
+    qsort(p, 300, sizeof p[0], cmp_ptr);
+    for (int i = 1; i < 300; i++)
+        CHECK_MSG(p[i] >= p[i - 1] + c.page_bytes, "pages %d and %d overlap", i - 1, i);
+    const int regions = c.n_regions;
+    cache_seq_free(&c, a);
+    int b = cache_seq_new(&c);
+    CHECK(b >= 0 && cache_reserve(&c, b, n_tok) == 0);
+    CHECK(c.n_regions == regions);
+    cache_seq_free(&c, b);
+    CHECK(c.reserved_bytes == 0);
+    cache_deinit(&c);
+}
+
+/* Out of memory at each allocation of admission in turn (the page table,
+ * the DeltaNet slot, the free list, the region table, a region): the
+ * sequence is refused or its reservation fails, nothing else changes, and
+ * the invariants hold. Pages of 16 tokens x 8 heads x 128 dims x (K, V) x 4
+ * bytes = 128 KiB, 16 to a 2 MiB region: a full context of 256 tokens fills
+ * one region, so each new sequence maps another. */
+TEST(test_cache_out_of_memory_at_each_allocation_changes_nothing)
+{
+    const cache_layout wide = { .n_attn = 1, .n_kv = 8, .head_dim = 128, .n_dnet = 1, .conv_kernel = 4,
+                                .conv_dim = 64, .n_v = 2, .d_v = 16, .d_k = 16, .page_tokens = 16,
+                                .n_ctx = 256, .max_seqs = 4, .budget_bytes = 64u << 20 };
+    cache c;
+    CHECK(cache_init(&c, &wide) == 0);
+    CHECK(c.page_bytes == 128u << 10);
+    const int a = cache_seq_new(&c);
+    CHECK(a >= 0 && cache_reserve(&c, a, 100) == 0);
+    int n_failed = 0, k = 1;
+    for (; k < 100; k++) {
+        const uint64_t reserved = c.reserved_bytes;
+        const int live = c.n_live, used = c.n_pages_used, pages_a = cache_get(&c, a)->n_pages;
+        fault_inject(k);
+        const int b = cache_seq_new(&c);
+        const int rc = b < 0 ? -1 : cache_reserve(&c, b, 256);
+        const int rc_a = rc == 0 ? cache_reserve(&c, a, 256) : -1;
+        const bool fired = fault_fired();
+        fault_inject(0);
+        CHECK_MSG(cache_broken(&c) == NULL, "allocation %d failed: %s", k, cache_broken(&c));
+        if (!fired) {
+            CHECK_MSG(rc == 0 && rc_a == 0, "allocation %d: nothing failed, yet the reservations did", k);
+            break;
+        }
+        n_failed++;
+        if (rc != 0) {
+            CHECK_MSG(b < 0 || cache_get(&c, b)->n_pages == 0, "allocation %d: b kept pages", k);
+            cache_seq_free(&c, b);
+        } else {
+            CHECK_MSG(rc_a != 0 && cache_get(&c, a)->n_pages == pages_a, "allocation %d: a changed", k);
+            cache_seq_free(&c, b);
+        }
+        CHECK_MSG(c.reserved_bytes == reserved && c.n_live == live && c.n_pages_used == used,
+                  "allocation %d failed and left %llu bytes reserved (was %llu)", k,
+                  (unsigned long long)c.reserved_bytes, (unsigned long long)reserved);
+    }
+    CHECK_MSG(n_failed >= 4, "only %d allocations could be failed", n_failed);
+    cache_deinit(&c);
+}

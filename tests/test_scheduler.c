@@ -1,0 +1,353 @@
+/* test_scheduler.c - the scheduler (engine/scheduler.c) driven directly on
+ * a synthesized model: stop strings held back and cut across tokens,
+ * cancellation frees the cache, never-fitting requests are refused with the
+ * numbers, a submission that runs out of memory anywhere queues nothing;
+ * and its invariant checker sched_broken, which must notice each kind of
+ * broken running set, slot list and wait queue. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "fault.h"
+#include "scheduler.h"
+#include "scheduler_impl.h"
+#include "synth.h"
+#include "test.h"
+
+static engine *open_model(const char *tag, uint64_t cache_bytes)
+{
+    static char path[512];
+    char err[256];
+    synth_config c;
+    synth_config_default(&c);
+    c.seed = 1;
+    c.n_layer = 4;
+    c.attn_every = 2;
+    c.n_vocab = 300;
+    snprintf(path, sizeof(path), "%s/sched_%s.gguf", test_tmpdir(), tag);
+    if (synth_write(&c, path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "synth: %s\n", err);
+        return NULL;
+    }
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 1;
+    p.max_seqs = 4;
+    p.cache_bytes = cache_bytes;
+    engine *e = engine_open(&p, err, sizeof(err));
+    if (!e)
+        fprintf(stderr, "engine_open: %s\n", err);
+    return e;
+}
+
+static sched_req_params greedy_request(const char *id, const int32_t *prompt, int n_prompt, int max_new)
+{
+    sched_req_params rp = {0};
+    rp.id = id;
+    rp.prompt = prompt;
+    rp.n_prompt = n_prompt;
+    rp.max_new_tokens = max_new;
+    sampler_params_default(&rp.sampling);
+    rp.sampling.greedy = true;
+    return rp;
+}
+
+/* Run one request to the end; returns the text (heap) and the finish. */
+static char *run_one(sched *s, const int32_t *prompt, int n_prompt, int max_new, const char *stop, bool include,
+                     uint64_t seed, int *finish, int *n_events)
+{
+    sched_req_params rp = {0};
+    sched_req *r = NULL;
+    char err[256];
+    const char *stops[1] = {stop};
+    rp.id = "t";
+    rp.prompt = prompt;
+    rp.n_prompt = n_prompt;
+    rp.max_new_tokens = max_new;
+    sampler_params_default(&rp.sampling);
+    rp.sampling.temperature = 10.0f;
+    rp.sampling.seed = seed;
+    rp.stop = stop ? stops : NULL;
+    rp.n_stop = stop ? 1 : 0;
+    rp.include_stop = include;
+    if (sched_submit(s, &rp, &r, err, sizeof(err)) != 0)
+        return NULL;
+    char *text = calloc(1, 1);
+    size_t len = 0;
+    *finish = SCHED_FINISH_NONE;
+    *n_events = 0;
+    for (;;) {
+        sched_event ev;
+        if (!sched_req_next(r, &ev, 5000))
+            break;
+        if (ev.kind == SCHED_EV_TOKEN) {
+            (*n_events)++;
+            char *t = realloc(text, len + ev.text_len + 1);
+            if (!t) {
+                sched_event_clear(&ev);
+                break;
+            }
+            text = t;
+            memcpy(text + len, ev.text, ev.text_len + 1);
+            len += ev.text_len;
+            if (ev.final)
+                *finish = ev.finish;
+        }
+        int kind = ev.kind;
+        bool final = ev.final;
+        sched_event_clear(&ev);
+        if (kind == SCHED_EV_ERROR || final)
+            break;
+    }
+    sched_req_release(r);
+    return text;
+}
+
+TEST(test_scheduler_stop_strings_hold_back_and_cut_across_tokens)
+{
+    engine *e = open_model("stop", 0);
+    CHECK(e != NULL);
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.n_threads = 1;     /* the engine's -t: OpenMP counts are per thread */
+    sched *s = sched_new(e, &sp, NULL, 0);
+    CHECK(s != NULL && sched_start(s) == 0);
+    int32_t prompt[4];
+    int np = engine_tokenize(e, "Once", 4, true, true, prompt, 4);
+    int fin, nev;
+    char *base = run_one(s, prompt, np, 40, NULL, false, 5, &fin, &nev);
+    CHECK(base != NULL && fin == SCHED_FINISH_LENGTH && nev == 40);
+    /* a two-byte stop from the middle: with a byte-level vocabulary it
+     * always spans two tokens */
+    size_t bl = strlen(base), at = 0;
+    char stop[3] = {0};
+    for (size_t i = 8; i + 2 < bl; i++) {
+        if (base[i] > 32 && base[i] < 127 && base[i + 1] > 32 && base[i + 1] < 127) {
+            memcpy(stop, base + i, 2);
+            at = (size_t)(strstr(base, stop) - base);
+            break;
+        }
+    }
+    if (stop[0]) {
+        char *cut = run_one(s, prompt, np, 40, stop, false, 5, &fin, &nev);
+        CHECK(cut && fin == SCHED_FINISH_STOP && strlen(cut) == at && !strncmp(cut, base, at));
+        free(cut);
+        char *kept = run_one(s, prompt, np, 40, stop, true, 5, &fin, &nev);
+        CHECK(kept && fin == SCHED_FINISH_STOP && strlen(kept) == at + 2 && !strncmp(kept, base, at + 2));
+        free(kept);
+    }
+    free(base);
+    sched_stats st;
+    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
+    CHECK(st.running == 0 && st.pool.reserved_bytes == 0);
+    sched_free(s);
+    engine_close(e);
+}
+
+TEST(test_scheduler_cancel_frees_the_cache_and_refuses_what_never_fits)
+{
+    engine *e = open_model("cancel", 256 * 1024);
+    CHECK(e != NULL);
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.max_queue = 2;
+    sp.n_threads = 1;
+    sched *s = sched_new(e, &sp, NULL, 0);
+    CHECK(s != NULL && sched_start(s) == 0);
+    int32_t prompt[8];
+    int np = engine_tokenize(e, "Hello", 5, true, true, prompt, 8);
+    sched_req_params rp = greedy_request("c", prompt, np, 300);
+    sched_req *r = NULL;
+    char err[256];
+    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == 0);
+    sched_event ev;
+    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
+    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_TOKEN);
+    sched_event_clear(&ev);
+    sched_req_cancel(r);
+    bool cancelled = false;
+    while (sched_req_next(r, &ev, 5000) == 1) {
+        int kind = ev.kind, error = ev.error;
+        bool final = ev.final;
+        sched_event_clear(&ev);
+        if (kind == SCHED_EV_ERROR) {
+            cancelled = error == SCHED_ECANCELLED;
+            break;
+        }
+        if (final)
+            break;
+    }
+    CHECK(cancelled);
+    sched_stats st;
+    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
+    CHECK(st.running == 0 && st.pool.reserved_bytes == 0 && st.cancelled_total == 1);
+    sched_req_release(r);
+
+    /* 3000 tokens cannot fit a 256 KiB budget: refused with the numbers */
+    rp.max_new_tokens = 3000;
+    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == 0);
+    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_ERROR && ev.error == SCHED_ETOOBIG);
+    CHECK_MSG(strstr(ev.message, "3000") && strstr(ev.message, "bytes"), "%s", ev.message);
+    sched_req_release(r);
+
+    sched_drain(s);
+    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == SCHED_EDRAINING);
+    sched_free(s);
+    engine_close(e);
+}
+
+/* A scheduler whose thread is not started: the calling thread owns the
+ * engine, and nothing moves unless the test moves it. */
+static sched *sched_unstarted(engine *e, int max_queue)
+{
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.max_queue = max_queue;
+    sp.n_threads = 1;
+    return sched_new(e, &sp, NULL, 0);
+}
+
+/* Put r in the running set the way admit() does, on sequence seq. */
+static void run_by_hand(sched *s, sched_req *r, int seq)
+{
+    memset(r, 0, sizeof *r);
+    r->s = s;
+    r->seq = seq;
+    r->slot = s->free_slots[--s->n_free_slots];
+    r->state = RS_PREFILL;
+    r->n_prompt = 4;
+    r->max_new = 4;
+    s->running[s->n_running++] = r;
+}
+
+/* A scheduler that is made but not started (so this thread owns the
+ * engine) with two requests queued through sched_submit and two running,
+ * put there by hand; each corruption of a copy of it is caught and named. */
+TEST(test_scheduler_check_catches_each_broken_invariant)
+{
+    engine *e = open_model("check", 0);
+    CHECK(e != NULL);
+    sched *s = sched_unstarted(e, 4);
+    CHECK(s != NULL);
+    int32_t prompt[4] = { 1, 2, 3, 4 };
+    sched_req_params rp = greedy_request("q", prompt, 4, 4);
+    sched_req *q[2] = { NULL, NULL };
+    char err[256];
+    CHECK(sched_submit(s, &rp, &q[0], err, sizeof err) == 0 && sched_submit(s, &rp, &q[1], err, sizeof err) == 0);
+    sched_req run[2];
+    run_by_hand(s, &run[0], engine_seq_new(e));
+    run_by_hand(s, &run[1], engine_seq_new(e));
+    engine_batch_item it = { run[1].seq, prompt, 3, ENGINE_LOGITS_NONE, NULL };
+    CHECK(engine_forward(e, &it, 1, err, sizeof err) == 0);
+    run[1].n_fed = 3;
+    pthread_mutex_lock(&s->mu);
+    const char *good = sched_broken(s);
+    pthread_mutex_unlock(&s->mu);
+    CHECK_MSG(good == NULL, "%s", good);
+
+    struct { const char *what, *says; } cases[] = {
+        { "more running than max_seqs", "n_running <= max_seqs" },
+        { "a logits slot lost", "free logits slots" },
+        { "two requests on one sequence", "sequence of its own" },
+        { "two requests on one logits slot", "slot of its own" },
+        { "fed more than the sequence holds", "holds the tokens fed" },
+        { "a running request marked queued", "prefilling or decoding" },
+        { "more generated than max_new_tokens", "prompt and its generated" },
+        { "a free slot that is held", "free logits slot" },
+        { "n_waiting one more", "wait queue holds" },
+        { "wait_tail not the last", "wait_tail" },
+        { "a waiting request with a sequence", "without a sequence" },
+        { "more waiting than max_queue", "max_queue" },
+        { "a live sequence nobody runs", "running requests'" },
+    };
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int k = 0; k < n_cases; k++) {
+        sched bad = *s;
+        sched_req rc[2] = { run[0], run[1] }, qc = *q[0];
+        sched_req *running[2] = { &rc[0], &rc[1] };
+        int free_slots[4];
+        memcpy(free_slots, s->free_slots, sizeof free_slots);
+        bad.running = running;
+        bad.free_slots = free_slots;
+        bad.wait_head = &qc;
+        int extra = -1;
+        switch (k) {
+        case 0: bad.n_running = bad.max_seqs + 1; break;
+        case 1: bad.n_free_slots--; break;
+        case 2: rc[1].seq = rc[0].seq; break;
+        case 3: rc[1].slot = rc[0].slot; break;
+        case 4: rc[0].n_fed = 1; break;
+        case 5: rc[0].state = RS_QUEUED; break;
+        case 6: rc[0].n_gen = rc[0].max_new + 1; break;
+        case 7: free_slots[0] = rc[0].slot; break;
+        case 8: bad.n_waiting++; break;
+        case 9: bad.wait_tail = &qc; break;
+        case 10: qc.seq = 0; break;
+        case 11: bad.p.max_queue = 1; break;
+        case 12: extra = engine_seq_new(e); break;
+        }
+        const char *why = sched_broken(&bad);
+        if (extra >= 0)
+            engine_seq_free(e, extra);
+        CHECK_MSG(why != NULL, "%s: not noticed", cases[k].what);
+        CHECK_MSG(strstr(why, cases[k].says), "%s: noticed as '%s', expected '%s'", cases[k].what, why,
+                  cases[k].says);
+    }
+    CHECK(sched_broken(s) == NULL);
+
+    /* take the hand-made requests out again, then shut down as usual */
+    for (int i = 1; i >= 0; i--) {
+        engine_seq_free(e, run[i].seq);
+        s->free_slots[s->n_free_slots++] = run[i].slot;
+    }
+    s->n_running = 0;
+    sched_req_release(q[0]);
+    sched_req_release(q[1]);
+    sched_free(s);
+    engine_close(e);
+}
+
+/* Out of memory at each allocation of sched_submit in turn: the request is
+ * refused with SCHED_ENOMEM and a message, nothing is queued, and the
+ * scheduler's invariants hold (under SANITIZE=1 LeakSanitizer also sees
+ * that the half-built request was freed). */
+TEST(test_scheduler_submit_out_of_memory_at_each_allocation_queues_nothing)
+{
+    engine *e = open_model("oom", 0);
+    CHECK(e != NULL);
+    sched *s = sched_unstarted(e, 4);
+    CHECK(s != NULL);
+    int32_t prompt[4] = { 1, 2, 3, 4 };
+    const char *stops[2] = { "ab", "cd" };
+    sched_req_params rp = greedy_request("oom", prompt, 4, 4);
+    rp.stop = stops;
+    rp.n_stop = 2;
+    int n_failed = 0, k = 1;
+    for (; k < 100; k++) {
+        sched_req *r = NULL;
+        char err[256] = "";
+        fault_inject(k);
+        const int rc = sched_submit(s, &rp, &r, err, sizeof err);
+        const bool fired = fault_fired();
+        fault_inject(0);
+        pthread_mutex_lock(&s->mu);
+        const char *why = sched_broken(s);
+        const int n_waiting = s->n_waiting;
+        pthread_mutex_unlock(&s->mu);
+        CHECK_MSG(why == NULL, "allocation %d failed: %s", k, why);
+        if (!fired) {
+            CHECK_MSG(rc == 0 && r != NULL && n_waiting == 1, "allocation %d: nothing failed, rc %d", k, rc);
+            sched_req_release(r);
+            break;
+        }
+        n_failed++;
+        CHECK_MSG(rc == SCHED_ENOMEM && r == NULL && n_waiting == 0 && strstr(err, "out of memory"),
+                  "allocation %d failed: rc %d, %d waiting, '%s'", k, rc, n_waiting, err);
+    }
+    CHECK_MSG(n_failed >= 7, "only %d allocations could be failed", n_failed);
+    sched_free(s);
+    engine_close(e);
+}
