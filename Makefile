@@ -17,6 +17,9 @@ CC      ?= cc
 PYTHON  ?= /usr/bin/python3
 SANITIZE ?= 0
 CHECKS  ?= $(SANITIZE)
+# which packages `deps` makes sure of: all (build and tests) or build (only
+# what compiling needs: the Docker image's build stage)
+DEPS    ?= all
 
 ifeq ($(SANITIZE),1)
 BUILD   := build-san
@@ -46,16 +49,18 @@ ENGINE_SRC := $(sort $(wildcard engine/*.c engine/kernels/*.c))
 SERVER_SRC := $(sort $(wildcard server/*.c))
 CLI_SRC    := $(sort $(wildcard cli/*.c))
 TEST_SRC   := $(sort $(wildcard tests/test_*.c)) tests/runner.c
+# the dashboard (GET /): its files become C arrays in build/gen/ at build time
+WEB_SRC    := $(sort $(wildcard server/web/*.html server/web/*.js server/web/*.css server/web/*.svg))
 
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
-SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/web_assets.o
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 HYSERVE := $(BUILD)/hyserve
 TESTBIN := $(BUILD)/hyserve-tests
 
-.PHONY: all run test test-unit test-ref test-http test-memory bench clean help deps
+.PHONY: all run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -65,6 +70,13 @@ $(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/gen/web_assets.c: $(WEB_SRC) tools/embed_web.py | deps
+	@mkdir -p $(dir $@)
+	$(PYTHON) tools/embed_web.py -o $@ $(WEB_SRC)
+
+$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
 $(HYSERVE): $(ENGINE_OBJ) $(SERVER_OBJ) $(CLI_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
@@ -72,7 +84,7 @@ $(TESTBIN): $(ENGINE_OBJ) $(SERVER_OBJ) $(TEST_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 deps: ## install missing Debian packages (needs root; no-op when present)
-	@sh tools/install-deps.sh
+	@sh tools/install-deps.sh $(DEPS)
 
 run: all ## serve the default model on http://127.0.0.1:8080
 	@sh tools/run.sh $(HYSERVE)
@@ -96,6 +108,12 @@ test-http: all ## HTTP black-box tests; K=PATTERN picks test functions by name
 
 test-memory: all ## cache memory tests on a live server; K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_memory.sh $(if $(K),-k '$(K)')
+
+test-dashboard: all ## the dashboard (GET /) in headless Chromium; screenshots in tests/tmp/dashboard/
+	@$(TESTENV) sh tests/suite_dashboard.sh
+
+test-deploy: ## build the Docker images, run three replicas behind nginx and check them (needs root)
+	@sh tools/test-deploy.sh
 
 bench: all ## run the benchmarks, results under bench/results/
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh

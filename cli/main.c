@@ -1,6 +1,7 @@
 /* main.c - the hyserve binary: one executable, several subcommands.
  *
  *   hyserve serve     HTTP server (server/serve.c)
+ *   hyserve health    probe the local server's /ready (server/health.c)
  *   hyserve generate  stream a completion to stdout
  *   hyserve logits    print logits as JSON, for comparison with references
  *   hyserve info      architecture, layout, shapes, dtypes
@@ -23,6 +24,7 @@ static const struct {
     const char *help;
 } commands[] = {
     { "serve", serve_main, "run the HTTP server (TGI and OpenAI compatible)" },
+    { "health", serve_health, "exit 0 when the local server's /ready answers 200 (a HEALTHCHECK)" },
     { "generate", cli_generate, "generate text from a prompt, streamed to stdout" },
     { "logits", cli_logits, "print next-token logits as JSON" },
     { "info", cli_info, "describe a model file: architecture, layout, shapes, dtypes" },

@@ -75,6 +75,8 @@ int cache_init(cache *c, const cache_layout *l)
         c->budget_bytes = cache_bytes_for(c, c->n_ctx) * (uint64_t)c->max_seqs;
         if (c->budget_bytes > DEFAULT_BUDGET_CAP)
             c->budget_bytes = DEFAULT_BUDGET_CAP;
+        if (l->budget_max_bytes && c->budget_bytes > l->budget_max_bytes)
+            c->budget_bytes = l->budget_max_bytes;
     }
     c->seqs = calloc((size_t)c->max_seqs, sizeof *c->seqs);
     c->free_slots = calloc((size_t)c->max_seqs, sizeof *c->free_slots);

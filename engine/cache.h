@@ -89,6 +89,7 @@ typedef struct cache_layout {
     int n_dnet, conv_kernel, conv_dim, n_v, d_v, d_k;
     int page_tokens, n_ctx, max_seqs;
     uint64_t budget_bytes;              /* 0: room for max_seqs full contexts, capped */
+    uint64_t budget_max_bytes;          /* with budget_bytes 0: a lower cap than 4 GiB; 0: none */
 } cache_layout;
 
 int cache_init(cache *c, const cache_layout *l);

@@ -213,6 +213,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         .n_v = m->ssm_n_v, .d_v = m->ssm_d_v, .d_k = m->ssm_d_k,
         .page_tokens = p->page_tokens, .n_ctx = n_ctx,
         .max_seqs = p->max_seqs > 0 ? p->max_seqs : 64, .budget_bytes = p->cache_bytes,
+        .budget_max_bytes = p->cache_max_bytes,
     };
     if (cache_init(&e->kv, &cl) != 0 || scratch_init(e) != 0) {
         snprintf(err, errlen, "%s: out of memory allocating the cache and scratch", p->model_path);

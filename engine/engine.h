@@ -97,6 +97,8 @@ typedef struct engine_params {
     int n_ctx;                  /* max tokens per sequence; <= 0: min(train ctx, 4096) */
     int max_seqs;               /* max live sequences; <= 0: 64 */
     uint64_t cache_bytes;       /* cache budget; 0: enough for max_seqs full contexts, capped at 4 GiB */
+    uint64_t cache_max_bytes;   /* with cache_bytes 0: a lower cap on that default (a memory limit's
+                                   room beside the weights); 0: none */
     int page_tokens;            /* tokens per KV page; <= 0: 16 */
     int dnet_mode;              /* enum engine_dnet_mode */
     int mla_mode;               /* enum engine_mla_mode */

@@ -46,11 +46,13 @@ static const opt_def OPTS[] = {
     {"port", 0, "HYSERVE_PORT", OPT_INT, OFF(port), 0, "N", "TCP port (default 8080)"},
     {"config", 0, "HYSERVE_CONFIG", OPT_STR, OFF(config_path), SZ(config_path), "FILE",
      "config file (default " CONFIG_DEFAULT_PATH " when present)"},
-    {"threads", 't', "HYSERVE_THREADS", OPT_INT, OFF(threads), 0, "N", "engine threads (default: all cores)"},
+    {"threads", 't', "HYSERVE_THREADS", OPT_INT, OFF(threads), 0, "N",
+     "engine threads (default: the cgroup CPU limit rounded down, else all cores)"},
     {"ctx", 'c', "HYSERVE_CTX", OPT_INT, OFF(ctx), 0, "N", "max tokens per sequence (default: model, capped at 4096)"},
     {"max-seqs", 0, "HYSERVE_MAX_SEQS", OPT_INT, OFF(max_seqs), 0, "N", "sequences decoded together (default 64)"},
     {"cache-mem", 0, "HYSERVE_CACHE_MEM", OPT_BYTES, OFF(cache_mem), 0, "BYTES",
-     "cache budget, K/M/G suffixes (default: max-seqs full contexts, at most 4G)"},
+     "cache budget, K/M/G suffixes (default: max-seqs full contexts, at most 4G and at most what fits "
+     "beside the weights in a cgroup memory limit)"},
     {"max-queue", 0, "HYSERVE_MAX_QUEUE", OPT_INT, OFF(max_queue), 0, "N", "waiting requests before 429 (default 64)"},
     {"queue-timeout", 0, "HYSERVE_QUEUE_TIMEOUT", OPT_SECONDS, OFF(queue_timeout), 0, "SEC",
      "longest wait for admission before 429 (default 30)"},
@@ -95,6 +97,8 @@ static const opt_def OPTS[] = {
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
      "read the weights into 2 MiB transparent huge pages instead of serving them from the file "
      "mapping (default off)"},
+    {"replica", 0, "HYSERVE_REPLICA", OPT_STR, OFF(replica), SZ(replica), "NAME",
+     "this replica's name in the X-Hyserve-Replica header and /info (default: the host name)"},
 };
 #define N_OPTS ((int)(sizeof(OPTS) / sizeof(OPTS[0])))
 
@@ -406,7 +410,7 @@ static int scan_args(server_config *c, int argc, char **argv, bool apply, const 
     return 0;
 }
 
-int config_load(server_config *c, int argc, char **argv, char *err, size_t errlen)
+int config_load_address(server_config *c, int argc, char **argv, char *err, size_t errlen)
 {
     const char *config_flag = NULL;
     bool help = false;
@@ -430,13 +434,25 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     for (int i = 0; i < N_OPTS; i++) {
         const opt_def *o = &OPTS[i];
         const char *v = getenv(o->env);
-        if (!v || !strcmp(o->name, "config"))
+        if (!v || !*v || !strcmp(o->name, "config"))
             continue;
         if (opt_set(c, o, v, o->env, err, errlen))
             return -1;
     }
     if (scan_args(c, argc, argv, true, &config_flag, &help, err, errlen))
         return -1;
+    if (c->port < 1 || c->port > 65535) {
+        snprintf(err, errlen, "port %d is out of range 1..65535", c->port);
+        return -1;
+    }
+    return 0;
+}
+
+int config_load(server_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    int rc = config_load_address(c, argc, argv, err, errlen);
+    if (rc != 0)
+        return rc;
     if (!c->model[0] && !c->synth[0]) {
         snprintf(err, errlen, "no model: pass -m FILE (or --synth PRESET), set HYSERVE_MODEL, or put 'model = FILE' in the config file");
         return -1;
@@ -455,10 +471,6 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     }
     if (c->page_tokens < 0 || c->page_tokens > 4096) {
         snprintf(err, errlen, "--page-tokens %d is out of range 1..4096", c->page_tokens);
-        return -1;
-    }
-    if (c->port < 1 || c->port > 65535) {
-        snprintf(err, errlen, "port %d is out of range 1..65535", c->port);
         return -1;
     }
     if (c->max_queue < 1)

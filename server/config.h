@@ -5,6 +5,8 @@
  * environment variable, config-file key, type, help), parsing of sizes
  * ("512M") and durations, the usage text.
  * Does not own: what the options mean (serve.c and friends read them).
+ * An empty HYSERVE_* variable counts as unset (an image can declare every
+ * variable and still let a mounted config file decide).
  * Config file format: "key = value" lines, '#' comments, keys are the long
  * flag names without dashes ("port = 8080", "cache-mem = 2G").
  */
@@ -44,6 +46,7 @@ typedef struct server_config {
     char kv_dtype[8];           /* attention cache numbers: f32, f16, bf16 */
     char state_dtype[8];        /* DeltaNet recurrent state numbers: f32, bf16 */
     int page_tokens;            /* KV page size, 0: engine default */
+    char replica[256];          /* name in X-Hyserve-Replica and /info, "": the host name */
     char api_keys[8192];        /* --api-key values, one per line (auth.c reads them) */
     int api_keys_from;          /* the source they came from: 0 none, 1 file, 2 environment, 3 flags */
     char api_key_file[1024];    /* more keys, one per line */
@@ -60,6 +63,9 @@ void config_defaults(server_config *c);
  * is the subcommand name). Returns 0, 1 when --help was printed, or a
  * negative value with one line in err. */
 int config_load(server_config *c, int argc, char **argv, char *err, size_t errlen);
+/* The same sources, without requiring a model: for `hyserve health`,
+ * which needs only the address the server listens on. */
+int config_load_address(server_config *c, int argc, char **argv, char *err, size_t errlen);
 
 /* Parse "123", "64K", "512M", "2G", "1T" (binary units, optional "B"/"iB").
  * Returns 0 or -1. */

@@ -61,6 +61,15 @@ static void set_request_id(http_req *hr)
 /* Response helpers                                                       */
 /* ---------------------------------------------------------------------- */
 
+void http_add_common_headers(http_req *hr, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-Id", hr->id);
+    if (hr->srv->replica[0])
+        MHD_add_response_header(resp, "X-Hyserve-Replica", hr->srv->replica);
+    if (atomic_load(&hr->srv->state) == SERVER_DRAINING)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 int http_send(http_req *hr, int status, const char *content_type, const char *body, size_t len,
               const char *const *headers)
 {
@@ -70,7 +79,7 @@ int http_send(http_req *hr, int status, const char *content_type, const char *bo
         return -1;
     if (content_type)
         MHD_add_response_header(resp, "Content-Type", content_type);
-    MHD_add_response_header(resp, "X-Request-Id", hr->id);
+    http_add_common_headers(hr, resp);
     for (int i = 0; headers && headers[i] && headers[i + 1]; i += 2)
         MHD_add_response_header(resp, headers[i], headers[i + 1]);
     enum MHD_Result ok = MHD_queue_response(hr->conn, (unsigned)status, resp);

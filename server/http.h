@@ -4,7 +4,8 @@
  * its request generates), body collection with the size limit, request
  * ids, the per-request state and its completion (one log line and the
  * metrics record per request), response helpers that always add
- * X-Request-Id, and detecting that a client went away.
+ * X-Request-Id and X-Hyserve-Replica (and Connection: close while
+ * draining), and detecting that a client went away.
  * Does not own: routing (routes.c), JSON shapes (json.c), SSE (stream.c).
  */
 #ifndef HYSERVE_HTTP_H
@@ -19,6 +20,7 @@
 #include "server.h"
 
 struct MHD_Connection;
+struct MHD_Response;
 
 /* One HTTP request. Owned by its connection thread; freed when both the
  * request is complete and any streaming response is done (refs). */
@@ -53,6 +55,13 @@ int http_start(server *srv, char *err, size_t errlen);
 void http_stop(server *srv);
 /* Connections currently open. */
 unsigned http_n_connections(server *srv);
+
+/* The headers every response carries: X-Request-Id, X-Hyserve-Replica
+ * (which replica answered, for a load balancer's spread to be seen), and
+ * once the server drains, Connection: close (a balancer's keep-alive
+ * connection is closed after this response, so its next request goes to
+ * a replica that is staying). */
+void http_add_common_headers(http_req *hr, struct MHD_Response *resp);
 
 /* Queue a response. headers: NULL or a NULL-terminated list of name,
  * value pairs. Returns 0 or -1 (then close the connection). */

@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "routes.h"
 #include "stream.h"
+#include "web.h"
 
 #define HYSERVE_VERSION "0.1.0"
 
@@ -495,6 +496,41 @@ static int h_ready(http_req *hr)
     return http_send_json(hr, 503, o, st == SERVER_FAILED ? NULL : hdrs);
 }
 
+/* /info "container": the limits seen at start and the defaults they gave
+ * (serve.c apply_limits). A missing limit is null. */
+static void info_add_container(cJSON *o, const server *srv)
+{
+    const server_limits *lim = &srv->limits;
+    cJSON *k = cJSON_AddObjectToObject(o, "container");
+    if (!k)
+        return;
+    if (lim->cg.version)
+        cJSON_AddNumberToObject(k, "cgroup_version", lim->cg.version);
+    else
+        cJSON_AddNullToObject(k, "cgroup_version");
+    if (lim->cg.cpus > 0)
+        cJSON_AddNumberToObject(k, "cpu_limit", lim->cg.cpus);
+    else
+        cJSON_AddNullToObject(k, "cpu_limit");
+    if (lim->cg.memory_bytes)
+        cJSON_AddNumberToObject(k, "memory_limit_bytes", (double)lim->cg.memory_bytes);
+    else
+        cJSON_AddNullToObject(k, "memory_limit_bytes");
+    cJSON_AddNumberToObject(k, "threads", engine_threads());
+    cJSON_AddStringToObject(k, "threads_from", lim->threads_from ? lim->threads_from : "");
+    cJSON_AddNumberToObject(k, "cache_budget_bytes", (double)srv->info->cache_budget_bytes);
+    cJSON_AddStringToObject(k, "cache_budget_from", lim->cache_from ? lim->cache_from : "");
+    if (lim->cache_fit_bytes) {
+        cJSON_AddNumberToObject(k, "cache_fit_bytes", (double)lim->cache_fit_bytes);
+        cJSON_AddNumberToObject(k, "headroom_bytes", (double)lim->headroom_bytes);
+    } else {
+        cJSON_AddNullToObject(k, "cache_fit_bytes");
+        cJSON_AddNullToObject(k, "headroom_bytes");
+    }
+    cJSON_AddNumberToObject(k, "model_file_bytes", (double)lim->model_file_bytes);
+    cJSON_AddStringToObject(k, "kernels", engine_kernels_name());
+}
+
 static int h_info(http_req *hr)
 {
     if (!check_ready(hr))
@@ -540,6 +576,8 @@ static int h_info(http_req *hr)
     cJSON_AddNumberToObject(c, "mha_bytes_per_token", (double)in->mha_bytes_per_token);
     cJSON_AddNumberToObject(c, "budget_bytes", (double)in->cache_budget_bytes);
     cJSON_AddNumberToObject(c, "max_seqs", in->max_seqs);
+    cJSON_AddStringToObject(o, "replica", srv->replica);
+    info_add_container(o, srv);
     return http_send_json(hr, 200, o, NULL);
 }
 
@@ -717,6 +755,20 @@ static int h_memory_estimate(http_req *hr)
     return http_send_json(hr, 200, memplan_estimate_json(&l, (int64_t)context, (int64_t)batch, budget), NULL);
 }
 
+/* GET /v1/memory/presets: the names POST /v1/memory/estimate takes as
+ * "preset" (config/presets/, or $HYSERVE_PRESETS), for the dashboard's
+ * planner. */
+static int h_memory_presets(http_req *hr)
+{
+    char names[64][PRESET_NAME_MAX];
+    int n = preset_list(names, 64);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "presets");
+    for (int i = 0; arr && i < n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+    return http_send_json(hr, 200, o, NULL);
+}
+
 static int h_stats(http_req *hr)
 {
     /* still useful while draining: watch the in-flight work finish */
@@ -756,6 +808,31 @@ static int h_cancel(http_req *hr)
     return http_send(hr, 204, NULL, "", 0, NULL);
 }
 
+/* GET / and GET /web/NAME: the dashboard, embedded at build time (web.h).
+ * Static files that hold no data, so they are served without a key and
+ * before the model is loaded; the page asks the API for everything it
+ * shows. The policy allows only this origin's scripts, styles and API
+ * calls: the page has no inline script or style to allow. */
+static int h_web(http_req *hr)
+{
+    const web_asset *a = web_find(hr->path);
+    if (!a) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "no dashboard file %s", hr->path);
+        return routes_error(hr, ERR_NOT_FOUND, msg);
+    }
+    static const char *const hdrs[] = {
+        "Cache-Control", "no-store",
+        "Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
+                                   "connect-src 'self'; img-src 'self'; base-uri 'none'; "
+                                   "form-action 'none'; frame-ancestors 'none'",
+        "X-Content-Type-Options", "nosniff",
+        "Referrer-Policy", "no-referrer",
+        NULL,
+    };
+    return http_send(hr, 200, a->content_type, (const char *)a->data, a->len, hdrs);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The table                                                              */
 /* ---------------------------------------------------------------------- */
@@ -770,6 +847,8 @@ static const route ROUTES[] = {
     {"POST", "/generate", h_generate},
     {"POST", "/generate_stream", h_generate_stream},
     {"POST", "/", h_compat},
+    {"GET", "/", h_web},
+    {"GET", "/web/", h_web},
     {"POST", "/v1/completions", h_completions},
     {"POST", "/v1/chat/completions", h_chat},
     {"GET", "/v1/models", h_models},
@@ -780,6 +859,7 @@ static const route ROUTES[] = {
     {"GET", "/info", h_info},
     {"GET", "/stats", h_stats},
     {"POST", "/v1/memory/estimate", h_memory_estimate},
+    {"GET", "/v1/memory/presets", h_memory_presets},
     {"GET", "/metrics", h_metrics},
     {"DELETE", "/requests/", h_cancel},
 };
@@ -809,7 +889,7 @@ static int send_unauthorized(http_req *hr)
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
-    if (keys->n && !auth_open_path(hr->path, hr->srv->cfg->metrics_public)) {
+    if (keys->n && !auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public)) {
         hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
         if (!hr->key_id)
             return send_unauthorized(hr);

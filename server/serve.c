@@ -4,16 +4,20 @@
  * Owns: the process lifecycle of the server: the order things start and
  * stop in, signal handling (SIGTERM/SIGINT drain: /ready turns 503, new
  * work is refused, in-flight requests finish up to --drain-timeout, then
- * exit 0; a second signal exits at once).
+ * exit 0; a second signal exits at once); the defaults that follow the
+ * container's limits (threads from a CPU quota, the cache budget from a
+ * memory limit: cgroup.c reads them); the replica's name.
  * Does not own: options (config.c), HTTP (http.c), scheduling.
  * ref: docs/serving.md 8 (health vs readiness, drain).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +36,93 @@ static void fmt_bytes(uint64_t b, char *buf, size_t n)
         snprintf(buf, n, "%.2f MiB", (double)b / (double)(1ULL << 20));
     else
         snprintf(buf, n, "%.1f KiB", (double)b / 1024.0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Container limits                                                       */
+/* ---------------------------------------------------------------------- */
+
+/* CPUs this process may run on (its affinity mask), as the engine counts
+ * them for its default thread count. */
+static int n_cpus_allowed(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Defaults from the cgroup limits, where no flag or HYSERVE_* variable set
+ * them: threads for a CPU quota, and a cap on the default cache budget so
+ * that weights, cache and headroom fit in a memory limit (a replica on its
+ * defaults is neither throttled by too many threads nor OOM-killed).
+ * HYSERVE_CGROUP_ROOT names another cgroup tree (tests). Fills srv->limits,
+ * ep and sp. */
+static void apply_limits(server *srv, const server_config *cfg, engine_params *ep, sched_params *sp)
+{
+    server_limits *lim = &srv->limits;
+    const char *root = getenv("HYSERVE_CGROUP_ROOT");
+    cgroup_read(root && *root ? root : CGROUP_ROOT_DEFAULT, NULL, &lim->cg);
+
+    int threads = cfg->threads;
+    lim->threads_from = "--threads";
+    if (threads <= 0) {
+        threads = cgroup_threads(&lim->cg, n_cpus_allowed());
+        lim->threads_from = threads > 0 ? "cgroup cpu limit" : "all cpus";
+    }
+    ep->n_threads = threads;
+    sp->n_threads = threads;
+
+    struct stat st;
+    lim->model_file_bytes = stat(ep->model_path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    if (cfg->cache_mem) {
+        lim->cache_from = "--cache-mem";
+    } else if (lim->cg.memory_bytes) {
+        lim->headroom_bytes = cgroup_headroom_bytes(lim->cg.memory_bytes);
+        lim->cache_fit_bytes = cgroup_cache_fit(lim->cg.memory_bytes, lim->model_file_bytes);
+        if (lim->cache_fit_bytes < (1ULL << 20)) {
+            char l[32], w[32];
+            fmt_bytes(lim->cg.memory_bytes, l, sizeof l);
+            fmt_bytes(lim->model_file_bytes, w, sizeof w);
+            fprintf(stderr, "hyserve: serve: warning: the memory limit (%s) leaves no room for a cache beside "
+                            "the weights (%s) and the headroom; using 1 MiB (set --cache-mem)\n", l, w);
+            lim->cache_fit_bytes = 1ULL << 20;
+        }
+        ep->cache_max_bytes = lim->cache_fit_bytes;
+        lim->cache_from = "cgroup memory limit";     /* "engine default" once open, if that is smaller */
+    } else {
+        lim->cache_from = "engine default";
+    }
+}
+
+/* The ready line's account of the limits: ", no container limits (cgroup
+ * v1)" or ", container limits (cgroup v2): 1 CPUs -> 1 threads, memory
+ * 1.00 GiB -> cache budget up to 823 MiB beside 8.50 MiB of weights". */
+static void fmt_limits(const server *srv, char *buf, size_t n)
+{
+    const server_limits *lim = &srv->limits;
+    char ver[16] = "none", cpu[96] = "", mem[256] = "";
+    if (lim->cg.version)
+        snprintf(ver, sizeof ver, "v%d", lim->cg.version);
+    if (lim->cg.cpus <= 0 && !lim->cg.memory_bytes) {
+        snprintf(buf, n, ", no container limits (cgroup %s)", ver);
+        return;
+    }
+    if (lim->cg.cpus > 0)
+        snprintf(cpu, sizeof cpu, " %.2f CPUs -> %d threads (%s)", lim->cg.cpus, engine_threads(), lim->threads_from);
+    if (lim->cg.memory_bytes) {
+        char l[32], f[32], w[32];
+        fmt_bytes(lim->cg.memory_bytes, l, sizeof l);
+        fmt_bytes(lim->cache_fit_bytes, f, sizeof f);
+        fmt_bytes(lim->model_file_bytes, w, sizeof w);
+        if (lim->cache_fit_bytes)
+            snprintf(mem, sizeof mem, "%s memory %s -> cache budget up to %s beside %s of weights (%s)",
+                     cpu[0] ? "," : "", l, f, w, lim->cache_from);
+        else
+            snprintf(mem, sizeof mem, "%s memory %s (cache budget from %s)", cpu[0] ? "," : "", l, lim->cache_from);
+    }
+    snprintf(buf, n, ", container limits (cgroup %s):%s%s", ver, cpu, mem);
 }
 
 /* Wait for the first signal while serving, then drain. Returns when the
@@ -124,6 +215,12 @@ int serve_main(int argc, char **argv)
                         "use the server (--api-key, --api-key-file, HYSERVE_API_KEY)\n", cfg.host);
     srv.t_start = engine_now_s();
     srv.started_at = time(NULL);
+    /* the name X-Hyserve-Replica gives from the first response on */
+    if (cfg.replica[0])
+        snprintf(srv.replica, sizeof srv.replica, "%s", cfg.replica);
+    else if (gethostname(srv.replica, sizeof srv.replica) != 0)
+        srv.replica[0] = '\0';
+    srv.replica[sizeof srv.replica - 1] = '\0';
     srv.m = metrics_new();
     if (!srv.m) {
         fprintf(stderr, "hyserve: serve: out of memory\n");
@@ -163,11 +260,13 @@ int serve_main(int argc, char **argv)
     ep.page_tokens = cfg.page_tokens;
     ep.kv_dtype = !strcmp(cfg.kv_dtype, "f16") ? ENGINE_KV_F16 : !strcmp(cfg.kv_dtype, "bf16") ? ENGINE_KV_BF16 : ENGINE_KV_F32;
     ep.state_dtype = !strcmp(cfg.state_dtype, "bf16") ? ENGINE_STATE_BF16 : ENGINE_STATE_F32;
-    ep.n_threads = cfg.threads;
     ep.n_ctx = cfg.ctx;
     ep.max_seqs = cfg.max_seqs;
     ep.cache_bytes = cfg.cache_mem;
     ep.huge_weights = cfg.huge_weights;
+    sched_params sp;
+    sched_params_default(&sp);
+    apply_limits(&srv, &cfg, &ep, &sp);
     srv.eng = engine_open(&ep, err, sizeof(err));
     if (synth_path[0])
         unlink(synth_path);     /* the mapping keeps the data */
@@ -180,29 +279,31 @@ int serve_main(int argc, char **argv)
     srv.chat_kind = chat_detect(srv.info->chat_template);
     if (srv.info->weights_note[0])
         fprintf(stderr, "hyserve: serve: warning: --huge-pages: %s\n", srv.info->weights_note);
+    if (ep.cache_max_bytes && srv.info->cache_budget_bytes < ep.cache_max_bytes)
+        srv.limits.cache_from = "engine default";   /* it fits the limit by itself */
 
-    sched_params sp;
-    sched_params_default(&sp);
     sp.max_queue = cfg.max_queue;
     sp.queue_timeout_s = cfg.queue_timeout;
     sp.prefill_chunk = cfg.prefill_chunk;
-    sp.n_threads = cfg.threads;
     srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
     if (!srv.sched || sched_start(srv.sched)) {
         atomic_store(&srv.state, SERVER_FAILED);
         fprintf(stderr, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
         goto out_engine;
     }
-    char budget[32], panels[96] = "";
+    char budget[32], panels[96] = "", limits[400];
+    fmt_limits(&srv, limits, sizeof limits);
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     if (srv.info->weights_in_panels)
         snprintf(panels, sizeof panels, ", %d BF16/F16/Q8_0 matrices in 16-row panels", srv.info->weights_in_panels);
     fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
-                    "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s%s\n",
+                    "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s%s%s, "
+                    "replica %s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
             srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), engine_threads(),
             engine_blas_core(), engine_kernels_name(),
-            !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file", panels);
+            !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file", panels,
+            limits, srv.replica[0] ? srv.replica : "(unnamed)");
     atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);
 
     wait_and_drain(&srv, &set);

@@ -1,9 +1,14 @@
-/* serve.h - the `hyserve serve` subcommand (HTTP server). */
+/* serve.h - the `hyserve serve` subcommand (HTTP server) and `hyserve
+ * health`, its probe for a container's HEALTHCHECK. */
 #ifndef HYSERVE_SERVE_H
 #define HYSERVE_SERVE_H
 
 /* Parses its own options (argv[0] is "serve"), runs until drained.
  * Returns the process exit code. */
 int serve_main(int argc, char **argv);
+
+/* GET /ready of the server this machine runs (address as serve_main finds
+ * it). Returns 0 when it answered 200, else 1 (health.c). */
+int serve_health(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "cgroup.h"
 #include "config.h"
 #include "engine.h"
 #include "scheduler.h"
@@ -25,6 +26,17 @@ enum server_state {
 typedef struct metrics metrics;
 typedef struct guard guard;
 struct MHD_Daemon;
+
+/* What the container's limits made of the defaults (serve.c), for /info
+ * and the ready log line. Written once before SERVER_READY. */
+typedef struct server_limits {
+    cgroup_limits cg;           /* as read at start */
+    const char *threads_from;   /* "--threads", "cgroup cpu limit" or "all cpus" */
+    const char *cache_from;     /* "--cache-mem", "cgroup memory limit" or "engine default" */
+    uint64_t cache_fit_bytes;   /* room beside the weights in the memory limit; 0: no limit */
+    uint64_t headroom_bytes;    /* kept back from the memory limit; 0: no limit */
+    uint64_t model_file_bytes;  /* the weights' file, counted against the limit */
+} server_limits;
 
 /* Owned by serve_main. eng, info, sched and chat_kind are written once
  * before state becomes SERVER_READY (release store) and never after, so
@@ -43,6 +55,8 @@ typedef struct server {
     metrics *m;
     double t_start;             /* monotonic seconds at start */
     time_t started_at;          /* wall clock at start */
+    char replica[256];          /* --replica or the host name: X-Hyserve-Replica, /info */
+    server_limits limits;
     auth_keys keys;             /* loaded before HTTP starts; read-only after */
     guard *guard;               /* connection deadlines (http.c) */
 } server;

@@ -424,7 +424,7 @@ int stream_start(http_req *hr, sched_req *r, gen_request *g, int n_prompt)
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    MHD_add_response_header(resp, "X-Request-Id", hr->id);
+    http_add_common_headers(hr, resp);
     enum MHD_Result ok = MHD_queue_response(hr->conn, 200, resp);
     MHD_destroy_response(resp);     /* stream_free runs when MHD is done with it */
     hr->status = 200;

@@ -257,6 +257,8 @@ def test_basic_routes(srv):
     st, h, j, _ = srv.jreq("GET", "/health")
     check("GET /health is 200 ok", st == 200 and j == {"status": "ok"}, f"{st} {j}")
     check("every response has X-Request-Id", bool(h.get("x-request-id")))
+    check("every response names the replica (the host name by default)",
+          h.get("x-hyserve-replica") == socket.gethostname(), f"{h.get('x-hyserve-replica')!r}")
     st, h, j, _ = srv.jreq("GET", "/live")
     check("GET /live is 200", st == 200)
     st, h, j, _ = srv.jreq("GET", "/ready")
@@ -266,6 +268,10 @@ def test_basic_routes(srv):
           and j["max_stop_sequences"] == 4 and j["model"]["chat_template"] == "chatml", f"{st} {j}")
     check("GET /info model_dtype is the weights' type", j.get("model_dtype") == weights_type(srv.model),
           f"{j.get('model_dtype')} against {weights_type(srv.model)}")
+    k = j.get("container") or {}
+    check("GET /info names the replica and what the limits made of the defaults",
+          j.get("replica") == socket.gethostname() and k.get("threads") == 2 and k.get("threads_from") == "--threads"
+          and k.get("cache_budget_bytes") == j["cache_layout"]["budget_bytes"] and k.get("kernels"), f"{j.get('replica')} {k}")
     st, h, j, _ = srv.jreq("GET", "/v1/models")
     check("GET /v1/models lists one model", st == 200 and j["object"] == "list" and len(j["data"]) == 1
           and j["data"][0]["object"] == "model", f"{st} {j}")
@@ -717,6 +723,78 @@ def test_openai_client(srv):
           and out["error"]["type"] == "invalid_request_error", f"{out['error']}")
 
 
+def raw_get(sock, path):
+    """GET path on an open keep-alive socket: (status, headers with lower-case
+    names). Reads exactly one response (Content-Length bodies)."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise OSError("connection closed before the response headers")
+        buf += chunk
+    head, body = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    h = {}
+    for l in lines[1:]:
+        k, _, v = l.partition(":")
+        h[k.strip().lower()] = v.strip()
+    n = int(h.get("content-length", "0"))
+    while len(body) < n:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        body += chunk
+    return int(lines[0].split()[1]), h
+
+
+def health(port, *extra):
+    """`hyserve health --port PORT`: (exit code, output)."""
+    r = run([HYSERVE, "health", "--config", "/dev/null", "--port", str(port)] + list(extra))
+    return r.returncode, (r.stdout + r.stderr).decode("utf-8", "replace")
+
+
+def test_container_limits(model):
+    """A fake cgroup v2 tree (HYSERVE_CGROUP_ROOT) with 1 CPU and 128 MiB:
+    one thread, the cache budget sized to fit beside the weights."""
+    root = os.path.join(TMP, "cgroup")
+    limit = 128 << 20
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    # as a container sees its own cgroup (a cgroup namespace): the limits at
+    # the mount's root, whatever this process's cgroup path on the host is
+    for rel, text in (("cgroup.controllers", "cpu memory\n"), ("cpu.max", "100000 100000\n"),
+                      ("memory.max", f"{limit}\n")):
+        with open(os.path.join(root, rel), "w") as f:
+            f.write(text)
+    srv = Server("limits-cgroup", model, "--replica", "replica-7", env={"HYSERVE_CGROUP_ROOT": root})
+    try:
+        st, h, j, _ = srv.jreq("GET", "/info")
+        k = j.get("container") or {}
+        fit = limit - (64 << 20) - limit // 8 - os.path.getsize(model)
+        check("cgroup v2 limits: 1 CPU gives 1 thread", k.get("cgroup_version") == 2 and k.get("cpu_limit") == 1
+              and k.get("threads") == 1 and k.get("threads_from") == "cgroup cpu limit", str(k))
+        check("cgroup v2 limits: the cache budget fits beside the weights with headroom",
+              k.get("memory_limit_bytes") == limit and k.get("cache_fit_bytes") == fit
+              and k.get("cache_budget_bytes") == fit == j["cache_layout"]["budget_bytes"]
+              and k.get("cache_budget_from") == "cgroup memory limit"
+              and fit + k["headroom_bytes"] + k["model_file_bytes"] == limit, str(k))
+        check("--replica names the replica in the header and /info", h.get("x-hyserve-replica") == "replica-7"
+              and j.get("replica") == "replica-7", f"{h.get('x-hyserve-replica')} {j.get('replica')}")
+        rc, out = health(srv.port)
+        check("hyserve health exits 0 on a ready server", rc == 0 and "answered 200" in out, f"{rc} {out}")
+        rc, out = health(free_port())
+        check("hyserve health exits 1 when nothing listens", rc == 1 and "cannot connect" in out, f"{rc} {out}")
+    finally:
+        srv.stop()
+    with open(srv.log_path, "rb") as f:
+        log = f.read().decode("utf-8", "replace")
+    ready = [l for l in log.splitlines() if l.startswith("hyserve: ready:")]
+    check("the ready line says what the limits gave", ready and "1 threads" in ready[0]
+          and "container limits (cgroup v2): 1.00 CPUs -> 1 threads" in ready[0]
+          and "cache budget up to" in ready[0] and "replica replica-7" in ready[0], str(ready))
+
+
 def test_drain(srv):
     """Last test on the main server: SIGTERM while streams run."""
     n = 3
@@ -746,9 +824,25 @@ def test_drain(srv):
     ts = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
     for t in ts:
         t.start()
+    # a load balancer's idle keep-alive connection, opened before the drain
+    # (a raw socket: http.client would close it itself on Connection: close)
+    ka = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    st, h = raw_get(ka, "/health")
+    check("before draining a response keeps the connection", st == 200 and h.get("connection", "") != "close", f"{st} {h}")
     started.wait(20)
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(0.05)
+    try:
+        st, h = raw_get(ka, "/health")
+        check("while draining a keep-alive connection gets Connection: close",
+              st == 200 and h.get("connection", "").lower() == "close", f"{st} {h}")
+        check("... and the server closes it after that response", ka.recv(1) == b"")
+    except OSError as e:
+        check("the keep-alive connection answers while draining", False, repr(e))
+    finally:
+        ka.close()
+    rc, out = health(srv.port)
+    check("hyserve health exits 1 while draining", rc == 1 and "answered 503" in out, f"{rc} {out}")
     try:
         st, h, j, _ = srv.jreq("GET", "/ready", timeout=5)
         check("while draining /ready is 503 draining", st == 503 and j["status"] == "draining", f"{st} {j}")
@@ -1058,6 +1152,7 @@ def main(argv=None):
                  ("test_limits", lambda: test_limits(srv2)),
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
+            ("test_container_limits", lambda: test_container_limits(model)),
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_drain", lambda: test_drain(srv))]

@@ -29,7 +29,7 @@ static const char *model_path(const char *tag, synth_config *c)
     return p;
 }
 
-static engine *open_model_ex(const char *path, int mode, int max_seqs, bool huge_weights)
+static engine *open_model_ex(const char *path, int mode, int max_seqs, bool huge_weights, uint64_t cache_bytes)
 {
     engine_params p;
     engine_params_default(&p);
@@ -39,6 +39,7 @@ static engine *open_model_ex(const char *path, int mode, int max_seqs, bool huge
     p.max_seqs = max_seqs;
     p.dnet_mode = mode;
     p.huge_weights = huge_weights;
+    p.cache_bytes = cache_bytes;
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
     if (!e)
@@ -48,7 +49,7 @@ static engine *open_model_ex(const char *path, int mode, int max_seqs, bool huge
 
 static engine *open_model(const char *path, int mode, int max_seqs)
 {
-    return open_model_ex(path, mode, max_seqs, false);
+    return open_model_ex(path, mode, max_seqs, false, 0);
 }
 
 static void prompt_tokens(int32_t *t, int n, int vocab, uint32_t seed)
@@ -375,7 +376,7 @@ TEST(test_weights_in_huge_pages_match_the_mapped_file)
     gguf_close(g);
     gguf_close(h);
 
-    engine *em = open_model_ex(p, ENGINE_DNET_AUTO, 1, false), *eh = open_model_ex(p, ENGINE_DNET_AUTO, 1, true);
+    engine *em = open_model_ex(p, ENGINE_DNET_AUTO, 1, false, 0), *eh = open_model_ex(p, ENGINE_DNET_AUTO, 1, true, 0);
     CHECK(eh && em);
     CHECK(!strcmp(engine_get_info(em)->weights_memory, "mapped"));
     CHECK(!strcmp(engine_get_info(eh)->weights_memory, thp_on() ? "huge_pages" : "mapped"));
@@ -501,16 +502,9 @@ TEST(test_forward_that_fails_on_the_second_item_leaves_the_first_unchanged)
     const int V = in->n_vocab, PT = in->page_tokens;
     engine_close(e);
     /* two sequences' slots and 4 pages: a holds 1 page, wants 2 more; b wants 3 */
-    engine_params ep;
-    engine_params_default(&ep);
-    ep.model_path = p;
-    ep.n_threads = 2;
-    ep.n_ctx = 512;
-    ep.max_seqs = 2;
-    ep.cache_bytes = 2 * slot + 4 * page;
+    e = open_model_ex(p, ENGINE_DNET_AUTO, 2, false, 2 * slot + 4 * page);
+    CHECK(e);
     char err[256];
-    e = engine_open(&ep, err, sizeof err);
-    CHECK_MSG(e, "%s", err);
     int32_t toks[64];
     prompt_tokens(toks, 64, V, 5);
     float *out = malloc(sizeof(float) * (size_t)V);

@@ -1,15 +1,19 @@
 /* test_server.c - unit tests of the server's pure pieces.
  *
- * Config precedence and size parsing, request validation, UTF-8 repair,
- * the ChatML and Llama 3 renderers. The scheduler under them has its own
+ * Config precedence and size parsing, container limits from fake cgroup
+ * v1 and v2 trees, request validation, UTF-8 repair, the ChatML and
+ * Llama 3 renderers. The scheduler under them has its own
  * tests/test_scheduler.c; the HTTP surface itself is tested black-box by
  * tests/suite_http.sh.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "auth.h"
+#include "cgroup.h"
 #include "chat.h"
 #include "config.h"
 #include "engine.h"
@@ -101,8 +105,14 @@ TEST(test_api_keys_repeat_and_a_higher_source_replaces_a_lower_ones_list)
     snprintf(c.api_keys, sizeof c.api_keys, "ok\n");
     snprintf(c.api_key_file, sizeof c.api_key_file, "/nonexistent/keys");
     CHECK(auth_load(&c, &k, err, sizeof err) < 0 && strstr(err, "/nonexistent/keys"));
-    CHECK(auth_open_path("/ready", false) && !auth_open_path("/metrics", false) && auth_open_path("/metrics", true));
-    CHECK(!auth_open_path("/info", true) && !auth_open_path("/health/x", false));
+    CHECK(auth_open_path("GET", "/ready", false) && !auth_open_path("GET", "/metrics", false) &&
+          auth_open_path("GET", "/metrics", true));
+    CHECK(!auth_open_path("GET", "/info", true) && !auth_open_path("GET", "/health/x", false));
+    /* the dashboard's page and files are open to GET; POST / is TGI's generate */
+    CHECK(auth_open_path("GET", "/", false) && auth_open_path("HEAD", "/", false) &&
+          auth_open_path("GET", "/web/app.js", false));
+    CHECK(!auth_open_path("POST", "/", true) && !auth_open_path("GET", "/web/", false) &&
+          !auth_open_path("GET", "/web/nothing.js", false) && !auth_open_path("GET", "/web/../stats", false));
 }
 
 TEST(test_config_errors_name_the_option)
@@ -117,6 +127,128 @@ TEST(test_config_errors_name_the_option)
     CHECK(config_load(&c, 3, a3, err, sizeof(err)) < 0 && strstr(err, "/nonexistent/x.conf"));
     char *a4[] = {"serve", "--config", "/dev/null", NULL};
     CHECK(config_load(&c, 3, a4, err, sizeof(err)) < 0 && strstr(err, "no model"));
+}
+
+TEST(test_config_empty_env_counts_as_unset_and_the_address_needs_no_model)
+{
+    char path[512], err[256];
+    snprintf(path, sizeof(path), "%s/test_server_env.conf", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fprintf(f, "port = 1111\nmax-queue = 7\n");
+    fclose(f);
+    /* an image declares every variable; empty ones leave the file in charge */
+    setenv("HYSERVE_MAX_QUEUE", "", 1);
+    setenv("HYSERVE_PORT", "", 1);
+    setenv("HYSERVE_REPLICA", "replica-a", 1);
+    char *argv[] = {"health", "--config", path, NULL};
+    server_config c;
+    int rc = config_load_address(&c, 3, argv, err, sizeof(err));
+    unsetenv("HYSERVE_MAX_QUEUE");
+    unsetenv("HYSERVE_PORT");
+    unsetenv("HYSERVE_REPLICA");
+    CHECK_MSG(rc == 0, "config_load_address: %s", err);
+    CHECK(c.port == 1111 && c.max_queue == 7);
+    CHECK(!strcmp(c.replica, "replica-a"));
+    CHECK(!c.model[0]);
+}
+
+/* ---------------------------------------------------------------------- */
+/* cgroup limits                                                          */
+/* ---------------------------------------------------------------------- */
+
+/* Write text to root/rel, making the directories on the way. */
+static int put_file(const char *root, const char *rel, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+TEST(test_cgroup_v2_takes_the_tightest_level_from_the_process_cgroup_up)
+{
+    char root[512];
+    snprintf(root, sizeof root, "%s/cgroup_v2", test_tmpdir());
+    mkdir(root, 0755);
+    /* a pod level with 2 CPUs and 1 GiB, the container below it with 1.5
+     * CPUs and no memory limit of its own */
+    CHECK(put_file(root, "cgroup.controllers", "cpuset cpu io memory pids\n") == 0);
+    CHECK(put_file(root, "cpu.max", "max 100000\n") == 0);
+    CHECK(put_file(root, "memory.max", "max\n") == 0);
+    CHECK(put_file(root, "kubepods/pod1/cpu.max", "200000 100000\n") == 0);
+    CHECK(put_file(root, "kubepods/pod1/memory.max", "1073741824\n") == 0);
+    CHECK(put_file(root, "kubepods/pod1/ctr/cpu.max", "150000 100000\n") == 0);
+    CHECK(put_file(root, "kubepods/pod1/ctr/memory.max", "max\n") == 0);
+    cgroup_limits l;
+    cgroup_read(root, "0::/kubepods/pod1/ctr\n", &l);
+    CHECK(l.version == 2);
+    CHECK_NEAR(l.cpus, 1.5, 1e-9);
+    CHECK(l.memory_bytes == 1073741824ULL);
+    CHECK(cgroup_threads(&l, 8) == 1);          /* 1.5 CPUs: one thread is never throttled */
+    /* a cgroup namespace shows the container as "/": the mount's own files */
+    cgroup_read(root, "0::/\n", &l);
+    CHECK(l.version == 2 && l.cpus == 0 && l.memory_bytes == 0);
+    CHECK(cgroup_threads(&l, 8) == 0);          /* no limit: the engine takes every CPU */
+}
+
+TEST(test_cgroup_v1_reads_cfs_quota_and_memory_limit_at_the_mount)
+{
+    char root[512];
+    snprintf(root, sizeof root, "%s/cgroup_v1", test_tmpdir());
+    mkdir(root, 0755);
+    /* docker on v1: the container's own cgroup is mounted, /proc/self/cgroup
+     * still names the host's path, which does not exist under the mount */
+    CHECK(put_file(root, "cpu,cpuacct/cpu.cfs_quota_us", "100000\n") == 0);
+    CHECK(put_file(root, "cpu,cpuacct/cpu.cfs_period_us", "100000\n") == 0);
+    CHECK(put_file(root, "memory/memory.limit_in_bytes", "1073741824\n") == 0);
+    const char *self = "12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n";
+    cgroup_limits l;
+    cgroup_read(root, self, &l);
+    CHECK(l.version == 1);
+    CHECK_NEAR(l.cpus, 1.0, 1e-9);
+    CHECK(l.memory_bytes == 1073741824ULL);
+    CHECK(cgroup_threads(&l, 2) == 1);
+    /* no limits: quota -1, and the huge page-aligned "unlimited" */
+    CHECK(put_file(root, "cpu,cpuacct/cpu.cfs_quota_us", "-1\n") == 0);
+    CHECK(put_file(root, "memory/memory.limit_in_bytes", "9223372036854771712\n") == 0);
+    cgroup_read(root, self, &l);
+    CHECK(l.version == 1 && l.cpus == 0 && l.memory_bytes == 0);
+    /* a quota above the CPUs there are gives them all; a small one gives 1 */
+    l.cpus = 6;
+    CHECK(cgroup_threads(&l, 4) == 4);
+    l.cpus = 0.25;
+    CHECK(cgroup_threads(&l, 4) == 1);
+}
+
+TEST(test_cgroup_cache_fits_beside_the_weights_with_headroom)
+{
+    const uint64_t MiB = 1ULL << 20;
+    /* 1 GiB: 64 MiB + 128 MiB kept back, 100 MiB of weights */
+    CHECK(cgroup_headroom_bytes(1024 * MiB) == 192 * MiB);
+    CHECK(cgroup_cache_fit(1024 * MiB, 100 * MiB) == 732 * MiB);
+    CHECK(cgroup_cache_fit(1024 * MiB, 100 * MiB) + 100 * MiB + cgroup_headroom_bytes(1024 * MiB) == 1024 * MiB);
+    /* weights that do not fit leave no room */
+    CHECK(cgroup_cache_fit(128 * MiB, 200 * MiB) == 0);
+    CHECK(cgroup_cache_fit(64 * MiB, 0) == 0);
+}
+
+TEST(test_cgroup_nothing_mounted_means_no_limits)
+{
+    cgroup_limits l;
+    cgroup_read("/nonexistent/cgroup", "0::/\n", &l);
+    CHECK(l.version == 0 && l.cpus == 0 && l.memory_bytes == 0);
 }
 
 /* ---------------------------------------------------------------------- */

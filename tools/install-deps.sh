@@ -1,8 +1,21 @@
 #!/bin/sh
-# Install the Debian packages hyserve needs to build and test, if any are missing.
+# Install the Debian packages hyserve needs, if any are missing.
 # Safe to run repeatedly: does nothing when everything is present.
+#
+# usage: sh tools/install-deps.sh [build|all]
+#   build  what compiling build/hyserve needs (the Docker image's build stage)
+#   all    that, and what the test suites need (default; `make` and `make test`)
 set -e
-PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libopenblas-openmp-dev python3-numpy curl nodejs npm unicode-data"
+BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libopenblas-openmp-dev"
+TEST_PKGS="python3-numpy python3-yaml curl nodejs npm unicode-data"
+case "${1:-all}" in
+build) PKGS=$BUILD_PKGS ;;
+all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
+*)
+    echo "usage: sh tools/install-deps.sh [build|all]" >&2
+    exit 2
+    ;;
+esac
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
