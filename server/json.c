@@ -7,6 +7,7 @@
  * ref: docs/serving.md 2.1 (validation rules and wording, after
  * TGI's router/src/validation.rs), 3.1 (OpenAI request fields).
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -243,6 +244,154 @@ static int get_str(const cJSON *obj, const char *name, const char **out, perr *p
     return 1;
 }
 
+/* ---------------------------------------------------------------------- */
+/* 64-bit integers from the body text                                     */
+/* ---------------------------------------------------------------------- */
+
+/* cJSON keeps numbers as doubles, which hold integers exactly only up to
+ * 2^53; a seed is a 64-bit integer, so its digits are read from the body
+ * text instead. The body has already parsed as JSON, so the scanner below
+ * only walks it: it finds the first member named path[0] of the root
+ * object, then path[1] inside that, and returns the value's token. Keys
+ * written with escapes do not match (the caller reports that the number
+ * could not be read rather than guess). */
+
+static size_t raw_ws(const char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
+        i++;
+    return i;
+}
+
+/* s[i] is '"': the index just past the closing quote */
+static size_t raw_string_end(const char *s, size_t n, size_t i)
+{
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\')
+            i++;
+    return i < n ? i + 1 : n;
+}
+
+/* the index just past the value starting at s[i] */
+static size_t raw_value_end(const char *s, size_t n, size_t i)
+{
+    if (i >= n)
+        return n;
+    if (s[i] == '"')
+        return raw_string_end(s, n, i);
+    if (s[i] == '{' || s[i] == '[') {
+        int depth = 0;
+        while (i < n) {
+            if (s[i] == '"') {
+                i = raw_string_end(s, n, i);
+                continue;
+            }
+            if (s[i] == '{' || s[i] == '[')
+                depth++;
+            else if ((s[i] == '}' || s[i] == ']') && --depth == 0)
+                return i + 1;
+            i++;
+        }
+        return n;
+    }
+    while (i < n && !strchr(",}] \t\r\n", s[i]))
+        i++;
+    return i;
+}
+
+/* The token of the value at path (n_path keys from the root object), or
+ * NULL if the walk does not find it. */
+static const char *raw_lookup(const char *s, size_t n, const char *const *path, int n_path, size_t *tlen)
+{
+    size_t i = raw_ws(s, n, 0);
+    for (int d = 0; d < n_path; d++) {
+        if (i >= n || s[i] != '{')
+            return NULL;
+        i = raw_ws(s, n, i + 1);
+        size_t klen = strlen(path[d]);
+        for (;;) {
+            if (i >= n || s[i] != '"')
+                return NULL;
+            size_t kend = raw_string_end(s, n, i);
+            bool match = kend - i == klen + 2 && !memcmp(s + i + 1, path[d], klen);
+            i = raw_ws(s, n, kend);
+            if (i >= n || s[i] != ':')
+                return NULL;
+            i = raw_ws(s, n, i + 1);
+            if (match)
+                break;
+            i = raw_ws(s, n, raw_value_end(s, n, i));
+            if (i >= n || s[i] != ',')
+                return NULL;
+            i = raw_ws(s, n, i + 1);
+        }
+    }
+    size_t end = raw_value_end(s, n, i);
+    *tlen = end - i;
+    return s + i;
+}
+
+/* A JSON number token as an unsigned 64-bit integer: digits, optionally
+ * a fraction of zeros ("7.0" is the integer 7). 0, or -1 if not an
+ * integer written in digits, -2 if an integer outside 0..2^64-1. */
+static int raw_u64(const char *t, size_t len, uint64_t *out)
+{
+    size_t i = 0;
+    bool neg = false;
+    uint64_t v = 0;
+    bool overflow = false;
+    if (i < len && t[i] == '-') {
+        neg = true;
+        i++;
+    }
+    if (i >= len || t[i] < '0' || t[i] > '9')
+        return -1;
+    for (; i < len && t[i] >= '0' && t[i] <= '9'; i++) {
+        unsigned dgt = (unsigned)(t[i] - '0');
+        if (v > (UINT64_MAX - dgt) / 10)
+            overflow = true;
+        v = v * 10 + dgt;
+    }
+    if (i < len && t[i] == '.') {
+        for (i++; i < len && t[i] == '0'; i++)
+            ;
+    }
+    if (i != len)
+        return -1;      /* a non-zero fraction or an exponent */
+    if (overflow || (neg && v != 0))
+        return -2;
+    *out = v;
+    return 0;
+}
+
+/* The seed: an integer in 0..2^64-1, read from the body text. where is
+ * the object holding it (the root or "parameters"); path locates the same
+ * member in the text. */
+static int get_seed(const cJSON *where, const char *body, size_t len, const char *const *path, int n_path,
+                    uint64_t *out, perr *pe)
+{
+    const cJSON *it = field(where, "seed");
+    if (!it)
+        return 0;
+    if (!cJSON_IsNumber(it))
+        return fail(pe, "seed", "expected an integer in 0..18446744073709551615");
+    size_t tlen = 0;
+    const char *tok = raw_lookup(body, len, path, n_path, &tlen);
+    int rc = tok ? raw_u64(tok, tlen, out) : -1;
+    if (rc == -2)
+        return fail(pe, "seed", "must be in 0..18446744073709551615");
+    if (rc < 0)
+        return fail(pe, "seed", "expected an integer in 0..18446744073709551615, written in digits");
+    return 1;
+}
+
+cJSON *json_add_u64(cJSON *obj, const char *name, uint64_t v)
+{
+    char digits[24];
+    snprintf(digits, sizeof(digits), "%" PRIu64, v);
+    return cJSON_AddRawToObject(obj, name, digits);
+}
+
 /* stop: a string or an array of strings (the string form only when
  * allow_string). */
 static int get_stop(gen_request *g, const cJSON *obj, bool allow_string, int max_stop, perr *pe)
@@ -305,7 +454,8 @@ static int unsupported(const cJSON *obj, const char *name, perr *pe)
 /* ---------------------------------------------------------------------- */
 
 /* Sampling fields shared by the OpenAI routes. */
-static int parse_oai_sampling(gen_request *g, const cJSON *root, int max_stop, perr *pe)
+static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *body, size_t len, int max_stop,
+                              perr *pe)
 {
     double v;
     g->sp.temperature = 1.0f;
@@ -345,12 +495,11 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, int max_stop, p
             return fail(pe, "repetition_penalty", "must be strictly positive");
         g->sp.repetition_penalty = (float)v;
     }
-    if ((rc = get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &v, pe)) < 0)
+    static const char *const seed_path[] = {"seed"};
+    if ((rc = get_seed(root, body, len, seed_path, 1, &g->sp.seed, pe)) < 0)
         return -1;
-    if (rc) {
-        g->sp.seed = (uint64_t)(int64_t)v;
+    if (rc)
         g->seed_given = true;
-    }
     if (get_stop(g, root, true, max_stop, pe) < 0)
         return -1;
     if (get_bool(root, "stream", &g->stream, pe) < 0)
@@ -382,7 +531,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, int max_stop, p
     return 0;
 }
 
-static int parse_tgi(gen_request *g, const cJSON *root, int max_stop, perr *pe)
+static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t len, int max_stop, perr *pe)
 {
     const char *inputs = NULL;
     double v;
@@ -460,12 +609,11 @@ static int parse_tgi(gen_request *g, const cJSON *root, int max_stop, perr *pe)
             return fail(pe, "truncate", "must be strictly positive");
         g->truncate = v > 1e9 ? 1000000000 : (int)v;
     }
-    if ((rc = get_int(p, "seed", 0, 18446744073709551615.0, &v, pe)) < 0)
+    static const char *const seed_path[] = {"parameters", "seed"};
+    if ((rc = get_seed(p, body, len, seed_path, 2, &g->sp.seed, pe)) < 0)
         return -1;
-    if (rc) {
-        g->sp.seed = v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+    if (rc)
         g->seed_given = true;
-    }
     if (get_stop(g, p, false, max_stop, pe) < 0)
         return -1;
     if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
@@ -571,10 +719,10 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
         goto out;
     }
     if (api == API_TGI) {
-        if (parse_tgi(g, root, max_stop, &pe))
+        if (parse_tgi(g, root, body, len, max_stop, &pe))
             goto out;
     } else {
-        if (parse_oai_sampling(g, root, max_stop, &pe))
+        if (parse_oai_sampling(g, root, body, len, max_stop, &pe))
             goto out;
         int r2 = get_int(root, "max_tokens", -1e18, 1e18, &v, &pe);
         if (r2 < 0)

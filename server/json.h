@@ -74,6 +74,10 @@ cJSON *json_text(const char *s, size_t len);
 /* The same, added to an object. Returns the item or NULL. */
 cJSON *json_add_text(cJSON *obj, const char *name, const char *s, size_t len);
 
+/* A 64-bit integer member written in full digits (a cJSON number is a
+ * double, exact only to 2^53). Returns the item or NULL. */
+cJSON *json_add_u64(cJSON *obj, const char *name, uint64_t v);
+
 /* Error bodies. TGI: {"error": msg, "error_type": type}. OpenAI:
  * {"error": {"message","type","param","code"}}. */
 cJSON *json_error_tgi(const char *msg, const char *error_type);

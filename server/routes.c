@@ -172,7 +172,7 @@ static uint64_t random_seed(void)
     uint64_t s = 0;
     if (getrandom(&s, sizeof(s), 0) != (ssize_t)sizeof(s))
         s = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL;
-    return s & ((1ULL << 53) - 1);  /* exact as a JSON number */
+    return s;   /* all 64 bits: details.seed is written in full digits */
 }
 
 /* ---------------------------------------------------------------------- */
@@ -205,7 +205,7 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         if (g->sp.greedy)
             cJSON_AddNullToObject(d, "seed");
         else
-            cJSON_AddNumberToObject(d, "seed", (double)g->sp.seed);
+            json_add_u64(d, "seed", g->sp.seed);
         cJSON_AddArrayToObject(d, "prefill");
         cJSON *toks = cJSON_AddArrayToObject(d, "tokens");
         for (int i = 0; i < res->n_toks; i++) {

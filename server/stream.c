@@ -248,7 +248,7 @@ static int on_event_tgi(stream *st, const sched_event *ev)
         if (st->g.sp.greedy)
             cJSON_AddNullToObject(d, "seed");
         else
-            cJSON_AddNumberToObject(d, "seed", (double)st->g.sp.seed);
+            json_add_u64(d, "seed", st->g.sp.seed);
         cJSON_AddNumberToObject(d, "input_length", st->n_prompt);
     } else {
         cJSON_AddNullToObject(o, "details");

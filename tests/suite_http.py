@@ -554,6 +554,50 @@ def test_seeds_and_cli(srv, model):
           f"{out!r} vs {j['generated_text']!r}")
 
 
+def test_seed_64bit(srv):
+    """Seeds are read from the body text as 64-bit integers and echoed in full digits."""
+    big = 18446744073709551557              # the largest prime below 2^64: no double holds it
+    near = big - 1                          # the same double as big; a double-parsed seed would merge them
+    body = lambda seed: ('{"inputs":"The quick brown fox","parameters":{"max_new_tokens":30,'
+                         '"temperature":10.0,"details":true,"seed":%s}}' % seed).encode()
+    st, _, raw = srv.req("POST", "/generate", raw=body(big))
+    check("seed above 2^53 answers 200", st == 200, raw[:200])
+    echoed = raw.decode().split('"seed":', 1)[1].split(",", 1)[0].split("}", 1)[0] if st == 200 else ""
+    check("details.seed echoes 18446744073709551557 digit for digit", echoed == str(big), echoed)
+    text = json.loads(raw)["generated_text"] if st == 200 else None
+    st2, _, raw2 = srv.req("POST", "/generate", raw=body(echoed or big))
+    check("replaying the echoed seed reproduces the text", st2 == 200 and json.loads(raw2)["generated_text"] == text)
+    st3, _, raw3 = srv.req("POST", "/generate", raw=body(near))
+    check("seeds one apart above 2^53 give different texts",
+          st3 == 200 and json.loads(raw3)["generated_text"] != text)
+    # the OpenAI route parses the same way: replay gives the same choice text
+    ob = ('{"prompt":"Once","max_tokens":20,"temperature":2.0,"seed":%d}' % big).encode()
+    a = json.loads(srv.req("POST", "/v1/completions", raw=ob)[2])["choices"][0]["text"]
+    b = json.loads(srv.req("POST", "/v1/completions", raw=ob)[2])["choices"][0]["text"]
+    c = json.loads(srv.req("POST", "/v1/completions", raw=ob.replace(b"557", b"556"))[2])["choices"][0]["text"]
+    check("OpenAI seed above 2^53 replays and differs from its neighbour", a == b and a != c, f"{a!r} {b!r} {c!r}")
+    # a random seed keeps all 64 bits and is echoed exactly
+    seeds = []
+    for _ in range(6):
+        st, _, raw = srv.req("POST", "/generate", raw=b'{"inputs":"Hi","parameters":{"max_new_tokens":2,'
+                                                      b'"temperature":1.0,"details":true}}')
+        seeds.append(int(raw.decode().split('"seed":', 1)[1].split(",", 1)[0]))
+    check("random seeds use all 64 bits", any(x >= 2 ** 53 for x in seeds), seeds)
+    # wrong values: 4xx naming the range, on both APIs
+    for seed in ("18446744073709551616", "-1", "1.5", "1e3", '"7"', "99999999999999999999999"):
+        st, _, b = srv.req("POST", "/generate", raw=body(seed))
+        msg = json.loads(b).get("error", "") if b else ""
+        check(f"TGI seed {seed} is a 4xx naming 0..18446744073709551615",
+              400 <= st < 500 and "0..18446744073709551615" in msg, f"{st} {b[:200]}")
+        st, _, b = srv.req("POST", "/v1/completions",
+                           raw=('{"prompt":"Once","max_tokens":2,"seed":%s}' % seed).encode())
+        e = json.loads(b).get("error", {}) if b else {}
+        check(f"OpenAI seed {seed} is a 400 naming the range", st == 400 and e.get("param") == "seed"
+              and "0..18446744073709551615" in e.get("message", ""), f"{st} {b[:200]}")
+    st, _, b = srv.req("POST", "/generate", raw=body("7.0"))
+    check("seed 7.0 is the integer 7", st == 200 and '"seed":7,' in b.decode(), b[:300])
+
+
 def test_concurrency(srv):
     n = 16
     bodies = []
@@ -1143,6 +1187,7 @@ def main(argv=None):
                ("test_sse_openai", lambda: test_sse_openai(srv)),
                ("test_stop_sequences", lambda: test_stop_sequences(srv, model)),
                ("test_seeds_and_cli", lambda: test_seeds_and_cli(srv, model)),
+               ("test_seed_64bit", lambda: test_seed_64bit(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
