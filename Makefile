@@ -49,16 +49,18 @@ ENGINE_SRC := $(sort $(wildcard engine/*.c engine/kernels/*.c))
 SERVER_SRC := $(sort $(wildcard server/*.c))
 CLI_SRC    := $(sort $(wildcard cli/*.c))
 TEST_SRC   := $(sort $(wildcard tests/test_*.c)) tests/runner.c
+# the dashboard (GET /): its files become C arrays in build/gen/ at build time
+WEB_SRC    := $(sort $(wildcard server/web/*.html server/web/*.js server/web/*.css server/web/*.svg))
 
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
-SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/web_assets.o
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 HYSERVE := $(BUILD)/hyserve
 TESTBIN := $(BUILD)/hyserve-tests
 
-.PHONY: all run test test-unit test-ref test-http test-memory test-deploy bench clean help deps
+.PHONY: all run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -66,6 +68,13 @@ all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test ru
 # packages (and so the headers) it needs are installed
 $(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/gen/web_assets.c: $(WEB_SRC) tools/embed_web.py | deps
+	@mkdir -p $(dir $@)
+	$(PYTHON) tools/embed_web.py -o $@ $(WEB_SRC)
+
+$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(HYSERVE): $(ENGINE_OBJ) $(SERVER_OBJ) $(CLI_OBJ)
@@ -99,6 +108,9 @@ test-http: all ## HTTP black-box tests; K=PATTERN picks test functions by name
 
 test-memory: all ## cache memory tests on a live server; K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_memory.sh $(if $(K),-k '$(K)')
+
+test-dashboard: all ## the dashboard (GET /) in headless Chromium; screenshots in tests/tmp/dashboard/
+	@$(TESTENV) sh tests/suite_dashboard.sh
 
 test-deploy: ## build the Docker images, run three replicas behind nginx and check them (needs root)
 	@sh tools/test-deploy.sh

@@ -49,6 +49,10 @@ void memplan_costs_of(const memplan_layout *l, memplan_costs *c)
     uint64_t own = l->attn_layers > 0 ? c->gqa_numbers_per_token_layer : c->mla_numbers_per_token_layer;
     c->all_attention_bytes_per_token = (u(l->attn_layers) * c->gqa_numbers_per_token_layer +
                                         u(l->mla_layers) * c->mla_numbers_per_token_layer + n_other * own) * kvb;
+    /* the same layer count with one kind throughout, for comparing kinds
+     * (the seeds' GQA-vs-MLA factors); a kind the layout lacks has none */
+    c->gqa_all_layers_bytes_per_token = l->attn_layers > 0 ? u(l->n_layers) * c->gqa_numbers_per_token_layer * kvb : 0;
+    c->mla_all_layers_bytes_per_token = l->mla_layers > 0 ? u(l->n_layers) * c->mla_numbers_per_token_layer * kvb : 0;
 }
 
 static uint64_t pages_for(const memplan_layout *l, int64_t n_tokens)

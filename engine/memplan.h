@@ -46,6 +46,8 @@ typedef struct memplan_costs {
     /* counterfactuals per token, same number format as the cache */
     uint64_t mha_bytes_per_token;           /* every layer plain MHA with the model's query heads */
     uint64_t all_attention_bytes_per_token; /* every layer one of the model's own attention layers */
+    uint64_t gqa_all_layers_bytes_per_token; /* every layer one of its GQA layers (0 without any) */
+    uint64_t mla_all_layers_bytes_per_token; /* every layer one of its MLA layers (0 without any) */
 } memplan_costs;
 
 void memplan_costs_of(const memplan_layout *l, memplan_costs *c);

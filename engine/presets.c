@@ -126,35 +126,41 @@ static char *read_file(const char *path, size_t *n)
     return buf;
 }
 
-const char *preset_names(void)
+static int cmp_name(const void *a, const void *b)
 {
-    static char names[1024];
-    names[0] = 0;
+    return strcmp((const char *)a, (const char *)b);
+}
+
+int preset_list(char (*names)[PRESET_NAME_MAX], int cap)
+{
     DIR *d = opendir(preset_dir());
     if (!d)
-        return "(no presets found)";
+        return 0;
     struct dirent *de;
-    char *list[64];
     int n = 0;
-    while ((de = readdir(d)) && n < 64) {
+    while ((de = readdir(d)) && n < cap) {
         size_t len = strlen(de->d_name);
-        if (len > 5 && !strcmp(de->d_name + len - 5, ".json"))
-            list[n++] = strndup(de->d_name, len - 5);
+        if (len > 5 && len - 5 < PRESET_NAME_MAX && !strcmp(de->d_name + len - 5, ".json")) {
+            memcpy(names[n], de->d_name, len - 5);
+            names[n++][len - 5] = '\0';
+        }
     }
     closedir(d);
-    for (int i = 0; i < n; i++)          /* sort for a stable message */
-        for (int k = i + 1; k < n; k++)
-            if (strcmp(list[k], list[i]) < 0) {
-                char *t = list[i];
-                list[i] = list[k];
-                list[k] = t;
-            }
-    for (int i = 0; i < n; i++) {
-        if (list[i])
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", list[i]);
-        free(list[i]);
-    }
-    return names;
+    qsort(names, (size_t)n, sizeof names[0], cmp_name);     /* a stable order */
+    return n;
+}
+
+const char *preset_names(void)
+{
+    static char out[1024];
+    char list[64][PRESET_NAME_MAX];
+    int n = preset_list(list, 64);
+    if (!n)
+        return "(no presets found)";
+    out[0] = '\0';
+    for (int i = 0; i < n; i++)
+        snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", i ? ", " : "", list[i]);
+    return out;
 }
 
 int preset_load(const char *name_or_path, memplan_layout *l, char *err, size_t errlen)
@@ -253,6 +259,8 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
     cJSON_AddNumberToObject(cf, "mha_over_actual", ratio(c.mha_bytes_per_token, c.cache_bytes_per_token));
     add_u64(cf, "all_attention_bytes_per_token", c.all_attention_bytes_per_token);
     cJSON_AddNumberToObject(cf, "actual_over_all_attention", ratio(c.cache_bytes_per_token, c.all_attention_bytes_per_token));
+    add_u64(cf, "gqa_all_layers_bytes_per_token", c.gqa_all_layers_bytes_per_token);
+    add_u64(cf, "mla_all_layers_bytes_per_token", c.mla_all_layers_bytes_per_token);
     if (context > 0 && batch > 0) {
         cJSON *t = cJSON_AddObjectToObject(r, "total");
         cJSON_AddNumberToObject(t, "context", (double)context);

@@ -16,6 +16,10 @@ const char *preset_dir(void);
 int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen);
 /* Load preset NAME (config/presets/NAME.json) or a path to a JSON file. */
 int preset_load(const char *name_or_path, memplan_layout *l, char *err, size_t errlen);
+#define PRESET_NAME_MAX 64
+/* The preset names (file names without .json), sorted, at most cap of
+ * them, into caller storage. Returns how many. */
+int preset_list(char (*names)[PRESET_NAME_MAX], int cap);
 /* Comma-separated preset names, for error messages (static buffer). */
 const char *preset_names(void);
 /* kv dtype name -> bytes per number (f32 4, f16/bf16 2); 0 if unknown. */

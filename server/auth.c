@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "web.h"
+
 static int add_key(auth_keys *k, const char *s, size_t n, const char *where, char *err, size_t errlen)
 {
     if (n == 0)
@@ -117,9 +119,13 @@ int auth_check(const auth_keys *k, const char *authorization)
     return found;
 }
 
-bool auth_open_path(const char *path, bool metrics_public)
+bool auth_open_path(const char *method, const char *path, bool metrics_public)
 {
     if (!strcmp(path, "/health") || !strcmp(path, "/live") || !strcmp(path, "/ready"))
+        return true;
+    /* the dashboard's files: static, no data in them (the page asks for the
+     * key when the API answers 401); POST / is TGI's generate and stays shut */
+    if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) && web_find(path))
         return true;
     return metrics_public && (!strcmp(path, "/metrics") || !strcmp(path, "/stats"));
 }

@@ -41,8 +41,9 @@ int auth_load(const server_config *c, auth_keys *k, char *err, size_t errlen);
  * is compared in full, in time that depends only on the stored keys. */
 int auth_check(const auth_keys *k, const char *authorization);
 
-/* Whether a path is served without a key (probes; /metrics and /stats with
- * metrics_public). */
-bool auth_open_path(const char *path, bool metrics_public);
+/* Whether a request is served without a key: the probes; GET of the
+ * dashboard's embedded files (web.h: "/", "/web/NAME"), not POST /; /metrics
+ * and /stats with metrics_public. */
+bool auth_open_path(const char *method, const char *path, bool metrics_public);
 
 #endif

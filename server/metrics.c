@@ -384,6 +384,16 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddStringToObject(model, "id", in->name);
     cJSON_AddStringToObject(model, "arch", in->arch);
     cJSON_AddNumberToObject(model, "weights_bytes", (double)in->weight_bytes);
+    cJSON_AddStringToObject(model, "weights_dtype", in->weights_dtype);
+    /* the layout one letter a layer, as `hyserve info` and synth --pattern
+     * write it: A attention (GQA KV), L Gated DeltaNet, M MLA */
+    char layers[1024];
+    int nl = in->n_layer < (int)sizeof(layers) - 1 ? in->n_layer : (int)sizeof(layers) - 1;
+    for (int il = 0; il < nl; il++)
+        layers[il] = in->layer_kind[il] == ENGINE_LAYER_DELTANET ? 'L' : in->layer_kind[il] == ENGINE_LAYER_MLA ? 'M' : 'A';
+    layers[nl] = '\0';
+    cJSON_AddNumberToObject(model, "n_layer", in->n_layer);
+    cJSON_AddStringToObject(model, "layers", layers);
     cJSON_AddStringToObject(model, "weights_memory", in->weights_memory);
     cJSON_AddNumberToObject(model, "weights_in_panels", in->weights_in_panels);
     if (in->weights_note[0])    /* --huge-pages asked for, and why the weights stayed mapped */

@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "routes.h"
 #include "stream.h"
+#include "web.h"
 
 #define HYSERVE_VERSION "0.1.0"
 
@@ -754,6 +755,20 @@ static int h_memory_estimate(http_req *hr)
     return http_send_json(hr, 200, memplan_estimate_json(&l, (int64_t)context, (int64_t)batch, budget), NULL);
 }
 
+/* GET /v1/memory/presets: the names POST /v1/memory/estimate takes as
+ * "preset" (config/presets/, or $HYSERVE_PRESETS), for the dashboard's
+ * planner. */
+static int h_memory_presets(http_req *hr)
+{
+    char names[64][PRESET_NAME_MAX];
+    int n = preset_list(names, 64);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "presets");
+    for (int i = 0; arr && i < n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+    return http_send_json(hr, 200, o, NULL);
+}
+
 static int h_stats(http_req *hr)
 {
     /* still useful while draining: watch the in-flight work finish */
@@ -793,6 +808,31 @@ static int h_cancel(http_req *hr)
     return http_send(hr, 204, NULL, "", 0, NULL);
 }
 
+/* GET / and GET /web/NAME: the dashboard, embedded at build time (web.h).
+ * Static files that hold no data, so they are served without a key and
+ * before the model is loaded; the page asks the API for everything it
+ * shows. The policy allows only this origin's scripts, styles and API
+ * calls: the page has no inline script or style to allow. */
+static int h_web(http_req *hr)
+{
+    const web_asset *a = web_find(hr->path);
+    if (!a) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "no dashboard file %s", hr->path);
+        return routes_error(hr, ERR_NOT_FOUND, msg);
+    }
+    static const char *const hdrs[] = {
+        "Cache-Control", "no-store",
+        "Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
+                                   "connect-src 'self'; img-src 'self'; base-uri 'none'; "
+                                   "form-action 'none'; frame-ancestors 'none'",
+        "X-Content-Type-Options", "nosniff",
+        "Referrer-Policy", "no-referrer",
+        NULL,
+    };
+    return http_send(hr, 200, a->content_type, (const char *)a->data, a->len, hdrs);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The table                                                              */
 /* ---------------------------------------------------------------------- */
@@ -807,6 +847,8 @@ static const route ROUTES[] = {
     {"POST", "/generate", h_generate},
     {"POST", "/generate_stream", h_generate_stream},
     {"POST", "/", h_compat},
+    {"GET", "/", h_web},
+    {"GET", "/web/", h_web},
     {"POST", "/v1/completions", h_completions},
     {"POST", "/v1/chat/completions", h_chat},
     {"GET", "/v1/models", h_models},
@@ -817,6 +859,7 @@ static const route ROUTES[] = {
     {"GET", "/info", h_info},
     {"GET", "/stats", h_stats},
     {"POST", "/v1/memory/estimate", h_memory_estimate},
+    {"GET", "/v1/memory/presets", h_memory_presets},
     {"GET", "/metrics", h_metrics},
     {"DELETE", "/requests/", h_cancel},
 };
@@ -846,7 +889,7 @@ static int send_unauthorized(http_req *hr)
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
-    if (keys->n && !auth_open_path(hr->path, hr->srv->cfg->metrics_public)) {
+    if (keys->n && !auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public)) {
         hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
         if (!hr->key_id)
             return send_unauthorized(hr);

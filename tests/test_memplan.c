@@ -66,6 +66,29 @@ TEST(test_memplan_qwen3_next_caches_a_quarter_of_all_attention)
     CHECK(c.dnet_state_bytes_per_seq == 75497472 && c.dnet_conv_bytes_per_seq == 3538944);
 }
 
+/* The dashboard's chart compares kinds on one layer count: every layer the
+ * model's GQA (2 n_kv d_head numbers, seed 000 step 6: 2,048 for Llama 3.1
+ * 8B) or its MLA (kv_lora + rope: 576 for DeepSeek-V2); a kind the layout
+ * lacks has no such line. */
+TEST(test_memplan_gqa_and_mla_on_every_layer_for_the_chart)
+{
+    memplan_layout l;
+    memplan_costs c;
+    CHECK(load("llama-3.1-8b", &l) == 0);
+    memplan_costs_of(&l, &c);
+    CHECK(c.gqa_all_layers_bytes_per_token == (uint64_t)l.n_layers * 2048 * (uint64_t)l.kv_bytes);
+    CHECK(c.gqa_all_layers_bytes_per_token == c.cache_bytes_per_token);
+    CHECK(c.mla_all_layers_bytes_per_token == 0);
+    CHECK(load("deepseek-v2", &l) == 0);
+    memplan_costs_of(&l, &c);
+    CHECK(c.mla_all_layers_bytes_per_token == 60 * 576 * 2);
+    CHECK(c.gqa_all_layers_bytes_per_token == 0);
+    CHECK(load("qwen3-next-80b-a3b", &l) == 0);
+    memplan_costs_of(&l, &c);
+    CHECK(c.gqa_all_layers_bytes_per_token == c.all_attention_bytes_per_token);
+    CHECK(c.gqa_all_layers_bytes_per_token == 4 * c.attn_kv_bytes_per_token);
+}
+
 TEST(test_memplan_qwen3_5_state_and_other_published_figures)
 {
     memplan_layout l;

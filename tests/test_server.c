@@ -105,8 +105,14 @@ TEST(test_api_keys_repeat_and_a_higher_source_replaces_a_lower_ones_list)
     snprintf(c.api_keys, sizeof c.api_keys, "ok\n");
     snprintf(c.api_key_file, sizeof c.api_key_file, "/nonexistent/keys");
     CHECK(auth_load(&c, &k, err, sizeof err) < 0 && strstr(err, "/nonexistent/keys"));
-    CHECK(auth_open_path("/ready", false) && !auth_open_path("/metrics", false) && auth_open_path("/metrics", true));
-    CHECK(!auth_open_path("/info", true) && !auth_open_path("/health/x", false));
+    CHECK(auth_open_path("GET", "/ready", false) && !auth_open_path("GET", "/metrics", false) &&
+          auth_open_path("GET", "/metrics", true));
+    CHECK(!auth_open_path("GET", "/info", true) && !auth_open_path("GET", "/health/x", false));
+    /* the dashboard's page and files are open to GET; POST / is TGI's generate */
+    CHECK(auth_open_path("GET", "/", false) && auth_open_path("HEAD", "/", false) &&
+          auth_open_path("GET", "/web/app.js", false));
+    CHECK(!auth_open_path("POST", "/", true) && !auth_open_path("GET", "/web/", false) &&
+          !auth_open_path("GET", "/web/nothing.js", false) && !auth_open_path("GET", "/web/../stats", false));
 }
 
 TEST(test_config_errors_name_the_option)
