@@ -240,6 +240,31 @@ void sched_req_result(sched_req *r, sched_result *res)
 /* Submission (any thread)                                                */
 /* ---------------------------------------------------------------------- */
 
+/* The request's sampler. With ignore_eos every end-of-generation token is
+ * banned by a -inf bias, as llama-server does: the text never holds one
+ * and the request runs to max_new_tokens (vLLM instead samples past an
+ * EOS and keeps it in the text; a ban keeps the text clean and the length
+ * fixed, which is what benchmarks ask ignore_eos for). */
+static sampler *new_sampler(const sched *s, const sched_req_params *p)
+{
+    if (!p->ignore_eos || s->n_eog == 0)
+        return sampler_new(&p->sampling, s->n_vocab);
+    sampler_params sp = p->sampling;
+    int n = sp.n_bias + s->n_eog;
+    sampler_bias *b = malloc((size_t)n * sizeof(*b));
+    if (!b)
+        return NULL;
+    if (sp.n_bias > 0)
+        memcpy(b, sp.bias, (size_t)sp.n_bias * sizeof(*b));
+    for (int i = 0; i < s->n_eog; i++)
+        b[sp.n_bias + i] = (sampler_bias){.id = s->eog[i], .bias = -INFINITY};
+    sp.bias = b;
+    sp.n_bias = n;
+    sampler *smp = sampler_new(&sp, s->n_vocab);   /* copies the biases */
+    free(b);
+    return smp;
+}
+
 int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
                  char *err, size_t errlen)
 {
@@ -290,7 +315,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->pending = FAULT_OR(malloc(r->cap_pending));
     if (!r->pending)
         goto out_free;
-    r->smp = FAULT_OR(sampler_new(&p->sampling, s->n_vocab));
+    r->smp = FAULT_OR(new_sampler(s, p));
     if (!r->smp)
         goto out_free;
     r->t_submit = engine_now_s();
@@ -908,12 +933,16 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     s->running = calloc((size_t)s->max_seqs, sizeof(*s->running));
     s->rcs = calloc((size_t)s->max_seqs, sizeof(*s->rcs));
     s->check_marks = calloc((size_t)s->max_seqs, sizeof(*s->check_marks));
+    s->eog = malloc((size_t)s->n_vocab * sizeof(*s->eog));
     if (!s->logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
-        !s->ended_ev || !s->rcs || !s->check_marks) {
+        !s->ended_ev || !s->rcs || !s->check_marks || !s->eog) {
         snprintf(err, errlen, "out of memory for %d sequence slots of %d logits", s->max_seqs, s->n_vocab);
         sched_free(s);
         return NULL;
     }
+    for (int32_t t = 0; t < s->n_vocab; t++)     /* before sched_start: the engine is still ours */
+        if (engine_token_is_eog(e, t))
+            s->eog[s->n_eog++] = t;
     for (int i = 0; i < s->max_seqs; i++)
         s->free_slots[i] = s->max_seqs - 1 - i;
     s->n_free_slots = s->max_seqs;
@@ -952,6 +981,7 @@ void sched_free(sched *s)
     engine_get_pool_usage(s->e, &s->st.pool);
     pthread_mutex_unlock(&s->mu);
     free(s->logits);
+    free(s->eog);
     free(s->free_slots);
     free(s->items);
     free(s->item_req);

@@ -70,6 +70,7 @@ typedef struct sched_req_params {
     const char *const *stop;    /* [n_stop] non-empty stop strings */
     int n_stop;
     bool include_stop;          /* keep the matched stop string in the text (TGI) or cut it (OpenAI) */
+    bool ignore_eos;            /* ban end-of-generation tokens: generate to max_new_tokens (or a stop string) */
 } sched_req_params;
 
 enum sched_event_kind {

@@ -81,6 +81,8 @@ struct sched {
     sched_params p;
     int max_seqs;
     int n_vocab;
+    int32_t *eog;               /* [n_eog] the end-of-generation token ids, listed at sched_new for ignore_eos */
+    int n_eog;
 
     pthread_t thread;
     bool started;

@@ -432,6 +432,43 @@ static int get_stop(gen_request *g, const cJSON *obj, bool allow_string, int max
     return 1;
 }
 
+/* OpenAI logit_bias: {"token id": bias in -100..100}. The bias is added
+ * to the logit; -100 bans the token outright (-inf), as OpenAI documents
+ * ("-100 should result in a ban") and as llama-server does, rather than
+ * leaving a finite, possibly still drawn, logit. Ids are checked against
+ * the vocabulary by the route, which knows it. */
+static int get_logit_bias(gen_request *g, const cJSON *root, perr *pe)
+{
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb)
+        return 0;
+    if (!cJSON_IsObject(lb))
+        return fail(pe, "logit_bias", "expected an object mapping token ids to biases");
+    int n = cJSON_GetArraySize(lb);
+    if (n == 0)
+        return 0;
+    g->bias = calloc((size_t)n, sizeof(*g->bias));
+    if (!g->bias)
+        return fail(pe, "logit_bias", "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, lb)
+    {
+        const char *k = it->string;
+        char *end = NULL;
+        long id = k && *k >= '0' && *k <= '9' ? strtol(k, &end, 10) : -1;
+        if (id < 0 || id > INT32_MAX || !end || *end)
+            return fail(pe, "logit_bias", "keys must be token ids (non-negative integers); got '%s'", k ? k : "");
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
+            return fail(pe, "logit_bias", "the bias of token %ld must be a number in -100..100", id);
+        g->bias[g->n_bias].id = (int32_t)id;
+        g->bias[g->n_bias].bias = it->valuedouble <= -100 ? -INFINITY : (float)it->valuedouble;
+        g->n_bias++;
+    }
+    g->sp.bias = g->bias;
+    g->sp.n_bias = g->n_bias;
+    return 1;
+}
+
 /* A known field we do not implement: reject it when set to anything but
  * its neutral value, rather than silently ignoring it. */
 static int unsupported(const cJSON *obj, const char *name, perr *pe)
@@ -495,6 +532,19 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
             return fail(pe, "repetition_penalty", "must be strictly positive");
         g->sp.repetition_penalty = (float)v;
     }
+    static const char *const penalties[] = {"frequency_penalty", "presence_penalty"};
+    for (int i = 0; i < 2; i++) {
+        if ((rc = get_num(root, penalties[i], &v, pe)) < 0)
+            return -1;
+        if (rc && !(v >= -2 && v <= 2))
+            return fail(pe, penalties[i], "must be between -2 and 2");
+        if (rc && i == 0)
+            g->sp.frequency_penalty = (float)v;
+        else if (rc)
+            g->sp.presence_penalty = (float)v;
+    }
+    if (get_logit_bias(g, root, pe) < 0 || get_bool(root, "ignore_eos", &g->ignore_eos, pe) < 0)
+        return -1;
     static const char *const seed_path[] = {"seed"};
     if ((rc = get_seed(root, body, len, seed_path, 1, &g->sp.seed, pe)) < 0)
         return -1;
@@ -516,8 +566,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
         return -1;
     if (model)
         snprintf(g->model, sizeof(g->model), "%s", model);
-    static const char *const unsup[] = {"n", "best_of", "logprobs", "top_logprobs", "echo", "suffix",
-                                        "presence_penalty", "frequency_penalty", "logit_bias", "tools",
+    static const char *const unsup[] = {"n", "best_of", "logprobs", "top_logprobs", "echo", "suffix", "tools",
                                         "functions", "tool_choice", "function_call", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(root, unsup[i], pe))
@@ -600,6 +649,16 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
             return fail(pe, "repetition_penalty", "must be strictly positive");
         g->sp.repetition_penalty = (float)v;
     }
+    if ((rc = get_num(p, "typical_p", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (!(v > 0 && v < 1))
+            return fail(pe, "typical_p", "must be > 0.0 and < 1.0");
+        g->sp.typical_p = (float)v;
+        sample = true;      /* a warper, as in TGI: it turns sampling on */
+    }
+    if (get_bool(p, "ignore_eos", &g->ignore_eos, pe) < 0)
+        return -1;
     if (get_bool(p, "do_sample", &do_sample, pe) < 0)
         return -1;
     if ((rc = get_int(p, "truncate", -1e18, 1e18, &v, pe)) < 0)
@@ -619,7 +678,7 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
     if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
         get_bool(p, "return_usage", &g->return_usage, pe) < 0)
         return -1;
-    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id", "typical_p",
+    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id",
                                         "top_n_tokens", "decoder_input_details", "frequency_penalty", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(p, unsup[i], pe))
@@ -783,6 +842,7 @@ void json_gen_free(gen_request *g)
     for (int i = 0; i < g->n_stop; i++)
         free(g->stop[i]);
     free(g->stop);
+    free(g->bias);
     memset(g, 0, sizeof(*g));
 }
 

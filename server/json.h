@@ -50,6 +50,9 @@ typedef struct gen_request {
     int truncate;               /* TGI: keep only the last N prompt tokens; 0: off */
     sampler_params sp;
     bool seed_given;
+    sampler_bias *bias;         /* [n_bias] OpenAI logit_bias; sp.bias points here */
+    int n_bias;
+    bool ignore_eos;            /* keep generating past end-of-generation tokens (vLLM, llama-server) */
     char **stop;                /* [n_stop] non-empty strings */
     int n_stop;
     bool details;               /* TGI: token details */

@@ -364,6 +364,15 @@ static int handle_generation(http_req *hr, int api, int mode)
         rc = send_error(hr, ERR_CONTEXT, err, &x);
         goto out;
     }
+    for (int i = 0; i < g.n_bias; i++) {
+        if (g.bias[i].id >= srv->info->n_vocab) {
+            err_extra x = {.param = "logit_bias"};
+            snprintf(err, sizeof(err), "`logit_bias`: token %d is not in the vocabulary (0..%d)", (int)g.bias[i].id,
+                     srv->info->n_vocab - 1);
+            rc = send_error(hr, ERR_VALIDATION, err, &x);
+            goto out;
+        }
+    }
     if (!g.sp.greedy && !g.seed_given)
         g.sp.seed = random_seed();
 
@@ -377,6 +386,7 @@ static int handle_generation(http_req *hr, int api, int mode)
         .stop = (const char *const *)g.stop,
         .n_stop = g.n_stop,
         .include_stop = api == API_TGI,
+        .ignore_eos = g.ignore_eos,
     };
     http_inflight_begin(hr);
     int src = sched_submit(srv->sched, &rp, &r, err, sizeof(err));

@@ -598,6 +598,66 @@ def test_seed_64bit(srv):
     check("seed 7.0 is the integer 7", st == 200 and '"seed":7,' in b.decode(), b[:300])
 
 
+def test_sampling_params(srv, model):
+    """logit_bias, ignore_eos, frequency/presence penalties, typical_p and min_p over HTTP
+    (their distributions against the formulas are in tests/test_sampler.c)."""
+    sys.path.insert(0, os.path.join(HERE, "ref"))
+    import gguf_io
+    eos = int(gguf_io.GGUFReader(model).kv["tokenizer.ggml.eos_token_id"])
+    comp = lambda **b: srv.jreq("POST", "/v1/completions", dict({"prompt": "Once upon a time"}, **b))
+    # +100 on one token makes it the only likely choice: the text is that token's piece, repeated
+    st, _, tk, _ = srv.jreq("POST", "/tokenize", {"inputs": "Hello"})
+    t0 = tk[-1] if isinstance(tk, list) else None
+    piece = "Hello"[t0["start"]:t0["stop"]] if t0 else None
+    st, _, j, b = comp(max_tokens=6, temperature=1.0, seed=3, logit_bias={str(t0["id"]): 100})
+    check("logit_bias +100 makes every token that token", st == 200 and j["choices"][0]["text"] == piece * 6,
+          f"{st} {piece!r} {b[:200]}")
+    # +100 on the end-of-generation token ends at once; ignore_eos bans it and runs to max_tokens
+    st, _, j, b = comp(max_tokens=12, temperature=0, logit_bias={str(eos): 100})
+    check("logit_bias +100 on EOS stops after one token", st == 200 and j["choices"][0]["finish_reason"] == "stop"
+          and j["usage"]["completion_tokens"] == 1, b[:300])
+    st, _, j, b = comp(max_tokens=12, temperature=0, logit_bias={str(eos): 100}, ignore_eos=True)
+    check("ignore_eos generates to max_tokens past a forced EOS", st == 200 and
+          j["choices"][0]["finish_reason"] == "length" and j["usage"]["completion_tokens"] == 12, b[:300])
+    st, _, j = gen(srv, "Once upon a time", max_new_tokens=12, ignore_eos=True, details=True)
+    check("TGI ignore_eos: 12 tokens, none an end-of-generation token", st == 200
+          and j["details"]["generated_tokens"] == 12 and all(not t["special"] for t in j["details"]["tokens"]), f"{j}")
+    # -100 bans: the greedy first token is never produced
+    st, _, j = gen(srv, "Once upon a time", max_new_tokens=8, details=True)
+    first = j["details"]["tokens"][0]
+    st, _, j2, b = comp(max_tokens=8, temperature=0, logit_bias={str(first["id"]): -100})
+    plain = comp(max_tokens=8, temperature=0)[2]["choices"][0]["text"]
+    check("logit_bias -100 bans the greedy first token", st == 200 and plain.startswith(first["text"])
+          and not j2["choices"][0]["text"].startswith(first["text"]), f"{first} {plain!r} {b[:200]}")
+    # penalties change greedy text once tokens repeat, and replay exactly
+    body = dict(max_tokens=40, temperature=0, frequency_penalty=2.0, presence_penalty=2.0)
+    a, bb = comp(**body)[2], comp(**body)[2]
+    plain40 = comp(max_tokens=40, temperature=0)[2]["choices"][0]["text"]
+    check("frequency/presence penalties are deterministic and change a greedy text",
+          a["choices"][0]["text"] == bb["choices"][0]["text"] and a["choices"][0]["text"] != plain40,
+          f"{a['choices'][0]['text']!r} vs {plain40!r}")
+    # min_p: with min_p near 1, only the most likely token survives, so a hot sample is the greedy text
+    greedy = gen(srv, "The quick brown fox", max_new_tokens=20)[2]["generated_text"]
+    hot = gen(srv, "The quick brown fox", max_new_tokens=20, temperature=5.0, min_p=0.99999, seed=11)[2]
+    hot2 = gen(srv, "The quick brown fox", max_new_tokens=20, temperature=5.0, seed=11)[2]
+    check("min_p keeps only tokens near the best: min_p ~1 samples the greedy text",
+          hot["generated_text"] == greedy and hot2["generated_text"] != greedy, f"{hot} {greedy!r}")
+    # typical_p turns sampling on (as in TGI) and replays with its seed
+    p = dict(max_new_tokens=20, typical_p=0.5, seed=4, details=True)
+    x, y = gen(srv, "The quick brown fox", **p)[2], gen(srv, "The quick brown fox", **p)[2]
+    check("TGI typical_p samples (seed echoed) and replays", x["details"]["seed"] == 4
+          and x["generated_text"] == y["generated_text"], f"{x}")
+    # validation: ranges named, ids checked against the vocabulary
+    for bad, field in (({"frequency_penalty": 2.5}, "frequency_penalty"), ({"presence_penalty": -3}, "presence_penalty"),
+                       ({"logit_bias": {"5": 101}}, "logit_bias"), ({"logit_bias": {"x": 1}}, "logit_bias"),
+                       ({"logit_bias": {"100000": 1}}, "logit_bias"), ({"logit_bias": [1]}, "logit_bias"),
+                       ({"ignore_eos": 1}, "ignore_eos")):
+        st, _, j, b = comp(max_tokens=2, **bad)
+        check(f"OpenAI {bad} is a 400 naming {field}", st == 400 and j["error"]["param"] == field, f"{st} {b[:200]}")
+    st, _, j = gen(srv, "Hi", max_new_tokens=2, typical_p=1.0)
+    check("TGI typical_p 1.0 is a 422 naming the range", st == 422 and "typical_p" in j["error"], f"{st} {j}")
+
+
 def test_concurrency(srv):
     n = 16
     bodies = []
@@ -1188,6 +1248,7 @@ def main(argv=None):
                ("test_stop_sequences", lambda: test_stop_sequences(srv, model)),
                ("test_seeds_and_cli", lambda: test_seeds_and_cli(srv, model)),
                ("test_seed_64bit", lambda: test_seed_64bit(srv)),
+               ("test_sampling_params", lambda: test_sampling_params(srv, model)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
