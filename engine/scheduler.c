@@ -73,6 +73,7 @@ const char *sched_status_name(int status)
     case SCHED_ENOMEM: return "out_of_memory";
     case SCHED_EENGINE: return "generation";
     case SCHED_ECANCELLED: return "cancelled";
+    case SCHED_EDELETED: return "cancelled";
     case SCHED_EINVAL: return "validation";
     default: return "internal";
     }
@@ -412,7 +413,7 @@ static void run_finish(sched *s, sched_req *r, int status, sched_event *ev)
     s->ema_req_s = s->ema_req_s > 0 ? 0.8 * s->ema_req_s + 0.2 * dur : dur;
     if (status == SCHED_OK)
         s->st.finished_total++;
-    else if (status == SCHED_ECANCELLED)
+    else if (status == SCHED_ECANCELLED || status == SCHED_EDELETED)
         s->st.cancelled_total++;
     else
         s->st.failed_total++;
@@ -448,6 +449,13 @@ static void tell_ended(sched *s)
     s->n_ended = 0;
 }
 
+/* The error of a cancelled request: by its id, or otherwise (its client
+ * went away, shutdown). Caller holds s->mu, under which cancel_by_id is set. */
+static int cancel_status(const sched_req *r)
+{
+    return r->cancel_by_id ? SCHED_EDELETED : SCHED_ECANCELLED;
+}
+
 /* Reject a queued request with an error event. Caller holds s->mu. */
 static void wait_reject(sched *s, sched_req *r, int status, const char *msg)
 {
@@ -459,7 +467,7 @@ static void wait_reject(sched *s, sched_req *r, int status, const char *msg)
         s->st.rejected_timeout_total++;
     else if (status == SCHED_ETOOBIG)
         s->st.rejected_toobig_total++;
-    else if (status == SCHED_ECANCELLED)
+    else if (status == SCHED_ECANCELLED || status == SCHED_EDELETED)
         s->st.cancelled_total++;
     req_unref(r);
 }
@@ -486,7 +494,7 @@ static void admit(sched *s)
     for (sched_req *r = s->wait_head, *next; r; r = next) {
         next = r->wait_next;
         if (atomic_load(&r->cancel)) {
-            wait_reject(s, r, SCHED_ECANCELLED, r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
+            wait_reject(s, r, cancel_status(r), r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
         } else if (now - r->t_submit > s->p.queue_timeout_s) {
             snprintf(msg, sizeof(msg),
                      "request waited %.1f s without the cache budget to admit it (queue timeout %.0f s); retry later",
@@ -686,7 +694,7 @@ static void reap_cancelled(sched *s)
         sched_req *r = s->running[i];
         if (!atomic_load(&r->cancel))
             continue;
-        run_fail(s, r, SCHED_ECANCELLED, r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
+        run_fail(s, r, cancel_status(r), r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
     }
     tell_ended(s);
 }
@@ -1024,6 +1032,7 @@ int sched_cancel_id(sched *s, const char *id, int owner, const char *why)
     for (sched_req *r = s->wait_head; r && rc; r = r->wait_next) {
         if (!strcmp(r->id, id) && r->owner == owner && !atomic_load(&r->cancel)) {
             snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
+            r->cancel_by_id = true;
             atomic_store(&r->cancel, true);
             rc = 0;
         }
@@ -1032,6 +1041,7 @@ int sched_cancel_id(sched *s, const char *id, int owner, const char *why)
         sched_req *r = s->running[i];
         if (!strcmp(r->id, id) && r->owner == owner && !atomic_load(&r->cancel)) {
             snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
+            r->cancel_by_id = true;
             atomic_store(&r->cancel, true);
             rc = 0;
         }

@@ -52,6 +52,7 @@ struct sched_req {
     int pub_n_gen;              /* n_gen as of the last event */
     int pub_n_fed;
     char cancel_msg[128];       /* why, when cancelled by the server */
+    bool cancel_by_id;          /* set before cancel by sched_cancel_id: the error is SCHED_EDELETED */
 
     /* under mu */
     pthread_mutex_t mu;

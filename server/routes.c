@@ -48,6 +48,15 @@ static const err_map ERRS[] = {
     {ERR_LOADING, 503, "not_ready", "server_error"},
     {ERR_DRAINING, 503, "draining", "server_error"},
     {ERR_GENERATION, 424, "generation", "server_error"},
+    /* A request cancelled by DELETE /requests/{id} must not come back: the
+     * official clients retry 408, 409, 429 and every 5xx (the openai
+     * package re-ran the whole generation on the 503 this used to be).
+     * 499 is nginx's "client closed request", the status logs and proxies
+     * already use for a request ended from the client's side; as a 4xx it
+     * is not retried by the openai or huggingface clients, and unlike a
+     * 400 (vLLM's answer to an aborted request) it does not say the
+     * request was malformed. The body names the cancellation. */
+    {ERR_CANCELLED, 499, "cancelled", "cancelled"},
     {ERR_INTERNAL, 500, "internal", "server_error"},
 };
 
@@ -95,6 +104,7 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
             hr->failure = "validation";
             break;
         case ERR_OVERLOADED: hr->failure = "overloaded"; break;
+        case ERR_CANCELLED: hr->failure = "cancelled"; break;
         case ERR_LOADING: case ERR_DRAINING: hr->failure = "unavailable"; break;
         case ERR_NOT_FOUND: case ERR_METHOD: hr->failure = "not_found"; break;
         default: hr->failure = "internal"; break;
@@ -273,6 +283,7 @@ static int sched_err_kind(int status)
     switch (status) {
     case SCHED_EFULL: case SCHED_ETIMEOUT: return ERR_OVERLOADED;
     case SCHED_EDRAINING: case SCHED_ECANCELLED: return ERR_DRAINING;
+    case SCHED_EDELETED: return ERR_CANCELLED;
     case SCHED_ETOOBIG: return ERR_CONTEXT;
     case SCHED_EINVAL: return ERR_VALIDATION;
     case SCHED_EENGINE: return ERR_GENERATION;
@@ -435,7 +446,10 @@ static int handle_generation(http_req *hr, int api, int mode)
     hr->ttft_ms = sr.ttft_ms;
     hr->cache_bytes = sr.peak_cache_bytes;
     if (res.error) {
-        rc = send_error(hr, res.error == SCHED_ECANCELLED ? ERR_DRAINING : ERR_GENERATION, res.message, NULL);
+        rc = send_error(hr, res.error == SCHED_ECANCELLED  ? ERR_DRAINING
+                           : res.error == SCHED_EDELETED ? ERR_CANCELLED
+                                                         : ERR_GENERATION,
+                        res.message, NULL);
         goto out;
     }
     hr->finish = sched_finish_name(res.finish);

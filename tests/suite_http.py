@@ -797,6 +797,41 @@ def test_delete_request(srv):
           st == 204 and last.get("error_type") == "cancelled", f"{st} {rest[-1:]}")
     st, h, j, b = srv.jreq("DELETE", "/requests/delete-me-1")
     check("DELETE of an unknown request id is 404", st == 404 and "delete-me-1" in j["error"], f"{st} {b}")
+    # a non-streamed request cancelled by its id: 499 without Retry-After, booked as cancelled
+    for path, body in (("/generate", {"inputs": "Delete me", "parameters": {"max_new_tokens": 3000}}),
+                       ("/v1/completions", {"prompt": "Delete me", "max_tokens": 3000})):
+        rid = "delete-me-" + path.strip("/").replace("/", "-")
+        before = failures(srv)
+        box = {}
+        t = threading.Thread(target=lambda: box.update(r=srv.req("POST", path, body, headers={"X-Request-Id": rid})))
+        t.start()
+        deadline = time.time() + 20
+        while time.time() < deadline and srv.req("DELETE", "/requests/" + rid)[0] == 404:
+            time.sleep(0.02)
+        t.join(60)
+        st, h, b = box.get("r", (None, {}, b""))
+        j = json.loads(b) if b else {}
+        kind = j.get("error_type") if path == "/generate" else j.get("error", {}).get("type")
+        check(f"{path} cancelled by DELETE answers 499 'cancelled' without Retry-After",
+              st == 499 and kind == "cancelled" and "retry-after" not in h, f"{st} {h} {b[:200]}")
+        after = failures(srv)
+        check(f"{path} cancelled is counted as cancelled in /metrics, not unavailable",
+              after.get("cancelled", 0) == before.get("cancelled", 0) + 1
+              and after.get("unavailable", 0) == before.get("unavailable", 0), f"{before} {after}")
+        log = open(srv.log_path, "rb").read().decode("utf-8", "replace")
+        line = [l for l in log.splitlines() if f"id={rid} POST" in l]
+        check(f"{path} cancelled: its log line says status=499 finish=cancelled",
+              len(line) == 1 and " status=499" in line[0] and "finish=cancelled" in line[0], line)
+
+
+def failures(srv):
+    """hyserve_request_failure_total by reason, from /metrics."""
+    body = srv.req("GET", "/metrics")[2].decode()
+    out = {}
+    for l in body.splitlines():
+        if l.startswith("hyserve_request_failure_total{reason=\""):
+            out[l.split('"')[1]] = float(l.rsplit(" ", 1)[1])
+    return out
 
 
 def test_openai_client(srv):
@@ -825,6 +860,18 @@ def test_openai_client(srv):
     check("openai client: streamed completion text", out["completion_stream"]["text"] == j["choices"][0]["text"])
     check("openai client: our 400 becomes its typed error", out["error"]["status"] == 400
           and out["error"]["type"] == "invalid_request_error", f"{out['error']}")
+    # a request cancelled by its id is not retried: one POST with that id reaches the server
+    rid = "openai-cancel-1"
+    r = run([node, os.path.join(cdir, "openai_cancel.mjs"), srv.url, rid])
+    out = json.loads(r.stdout.decode().strip().splitlines()[-1]) if r.returncode == 0 else {}
+    res = out.get("result", {})
+    check("openai client: a cancelled completion surfaces as a 499 'cancelled' error",
+          out.get("deleteStatus") == 204 and res.get("status") == 499 and res.get("type") == "cancelled",
+          f"{out} {r.stderr.decode()[-300:]}")
+    time.sleep(0.3)     # the log line is written when the connection's request completes
+    log = open(srv.log_path, "rb").read().decode("utf-8", "replace")
+    posts = [l for l in log.splitlines() if f"id={rid} POST" in l]
+    check("openai client: the cancelled request was sent once, not retried", len(posts) == 1, posts)
 
 
 def raw_get(sock, path):
