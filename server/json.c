@@ -469,6 +469,25 @@ static int get_logit_bias(gen_request *g, const cJSON *root, perr *pe)
     return 1;
 }
 
+/* A completion prompt given as token ids: [1, 2, 3], each an integer
+ * 0..2^31-1 (the route checks them against the vocabulary). */
+static int get_prompt_ids(gen_request *g, const cJSON *arr, perr *pe)
+{
+    int n = cJSON_GetArraySize(arr);
+    g->prompt_ids = malloc((size_t)n * sizeof(*g->prompt_ids));
+    if (!g->prompt_ids)
+        return fail(pe, "prompt", "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (!(v >= 0 && v <= INT32_MAX && v == floor(v)))
+            return fail(pe, "prompt", "a token-id prompt must hold only integers 0..2147483647");
+        g->prompt_ids[g->n_prompt_ids++] = (int32_t)v;
+    }
+    return 0;
+}
+
 /* A known field we do not implement: reject it when set to anything but
  * its neutral value, rather than silently ignoring it. */
 static int unsupported(const cJSON *obj, const char *name, perr *pe)
@@ -800,14 +819,24 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
         }
         if (api == API_OAI_COMPLETION) {
             const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-            if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
-                p = cJSON_GetArrayItem(p, 0);
+            if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
+                p = cJSON_GetArrayItem(p, 0);   /* a batch of one: a string or a token-id array */
             if (!p || cJSON_IsNull(p)) {
                 fail(&pe, "prompt", "missing field (expected a string)");
                 goto out;
             }
+            if (cJSON_IsArray(p) && p->child && cJSON_IsNumber(p->child)) {
+                if (get_prompt_ids(g, p, &pe) < 0)
+                    goto out;
+                rc = JSON_OK;
+                goto out;
+            }
+            if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 1) {
+                fail(&pe, "prompt", "several prompts in one request are not supported yet; send one request per prompt");
+                goto out;
+            }
             if (!cJSON_IsString(p)) {
-                fail(&pe, "prompt", "expected a string (or an array of exactly one string)");
+                fail(&pe, "prompt", "expected a string or an array of token ids (or an array of exactly one of those)");
                 goto out;
             }
             if (!p->valuestring[0]) {
@@ -843,6 +872,7 @@ void json_gen_free(gen_request *g)
         free(g->stop[i]);
     free(g->stop);
     free(g->bias);
+    free(g->prompt_ids);
     memset(g, 0, sizeof(*g));
 }
 

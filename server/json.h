@@ -43,7 +43,9 @@ typedef struct chat_msg {
 typedef struct gen_request {
     int api;                    /* enum api_kind */
     bool stream;
-    char *prompt;               /* TGI inputs / completion prompt; the rendered chat prompt for chat */
+    char *prompt;               /* TGI inputs / completion prompt; the rendered chat prompt for chat; NULL with prompt_ids */
+    int32_t *prompt_ids;        /* [n_prompt_ids] completions: the prompt given as token ids */
+    int n_prompt_ids;
     chat_msg *msgs;             /* [n_msgs] chat only */
     int n_msgs;
     int max_new_tokens;         /* -1: not given */

@@ -340,7 +340,28 @@ static int handle_generation(http_req *hr, int api, int mode)
         }
     }
 
-    int n_prompt = tokenize(srv, g.prompt, content, n_content, &toks);
+    int n_prompt;
+    if (g.prompt_ids) {
+        /* completions with token ids: the prompt as given, no BOS added */
+        for (int i = 0; i < g.n_prompt_ids; i++) {
+            if (g.prompt_ids[i] >= srv->info->n_vocab) {
+                err_extra x = {.param = "prompt"};
+                snprintf(err, sizeof(err), "`prompt`: token %d is not in the vocabulary (0..%d)",
+                         (int)g.prompt_ids[i], srv->info->n_vocab - 1);
+                rc = send_error(hr, ERR_VALIDATION, err, &x);
+                goto out;
+            }
+        }
+        toks = malloc((size_t)g.n_prompt_ids * sizeof(*toks));
+        if (!toks) {
+            rc = send_error(hr, ERR_INTERNAL, "out of memory", NULL);
+            goto out;
+        }
+        memcpy(toks, g.prompt_ids, (size_t)g.n_prompt_ids * sizeof(*toks));
+        n_prompt = g.n_prompt_ids;
+    } else {
+        n_prompt = tokenize(srv, g.prompt, content, n_content, &toks);
+    }
     if (n_prompt < 0) {
         rc = send_error(hr, ERR_VALIDATION, "the prompt could not be tokenized", NULL);
         goto out;

@@ -658,6 +658,21 @@ def test_sampling_params(srv, model):
     check("TGI typical_p 1.0 is a 422 naming the range", st == 422 and "typical_p" in j["error"], f"{st} {j}")
 
 
+def test_completion_prompt_forms(srv):
+    """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
+    comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
+    want = comp("Once upon a time")[2]["choices"][0]["text"]
+    ids = [t["id"] for t in srv.jreq("POST", "/tokenize", {"inputs": "Once upon a time"})[2]]
+    for form, prompt in (("a token-id array", ids), ("a batch of one token-id array", [ids]),
+                         ("a batch of one string", ["Once upon a time"])):
+        st, _, j, b = comp(prompt)
+        check(f"completions prompt as {form} gives the string's text", st == 200
+              and j["choices"][0]["text"] == want and j["usage"]["prompt_tokens"] == len(ids), f"{st} {b[:200]}")
+    for bad in ([], [1.5], [10 ** 6], [-1], [1, "a"]):
+        st, _, j, b = comp(bad)
+        check(f"completions prompt {bad} is a 400 on prompt", st == 400 and j["error"]["param"] == "prompt", f"{st} {b[:200]}")
+
+
 def test_concurrency(srv):
     n = 16
     bodies = []
@@ -1296,6 +1311,7 @@ def main(argv=None):
                ("test_seeds_and_cli", lambda: test_seeds_and_cli(srv, model)),
                ("test_seed_64bit", lambda: test_seed_64bit(srv)),
                ("test_sampling_params", lambda: test_sampling_params(srv, model)),
+               ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
