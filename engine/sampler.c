@@ -1,23 +1,31 @@
 /* sampler.c - turning logits into the next token, seeded per request.
  *
- * Owns: the sampling chain (repetition penalty, top-k, temperature softmax,
- * top-p, min-p, draw), greedy argmax, and a per-sampler xoshiro256** PRNG
+ * Owns: the sampling chain (logit bias, repetition penalty, frequency and
+ * presence penalties, top-k, temperature softmax, top-p, typical-p, min-p,
+ * draw), the counts of the tokens drawn so far, greedy argmax, and a per-sampler xoshiro256** PRNG
  * seeded through splitmix64, so the same seed gives the same choices.
  * Does not own: stop strings (server), logits (engine), the seed policy
  * for requests without one (server).
  * ref: CTRL (Keskar et al. 2019) for the penalty; Holtzman et al. 2019 for
- * top-p; "min-p" as in llama.cpp/HF (keep p >= min_p * p_max); xoshiro256**
+ * top-p; OpenAI's API reference for frequency/presence penalties and
+ * logit_bias; Meister et al. 2022 ("Locally Typical Sampling") and HF's
+ * TypicalLogitsWarper for typical-p; "min-p" as in llama.cpp/HF (keep p >= min_p * p_max); xoshiro256**
  * and splitmix64 by Blackman and Vigna.
  *
- * Order of the chain (as the brief fixes it): penalty -> top-k ->
- * temperature softmax -> top-p -> min-p -> draw. Top-k before the softmax
+ * Order of the chain (as the brief fixes it): bias -> repetition penalty
+ * -> frequency/presence penalties -> top-k -> temperature softmax -> top-p
+ * -> typical-p -> min-p -> draw. The bias comes first, as an edit of the
+ * model's logits (vLLM applies logit_bias as a logits processor before its
+ * penalties); typical-p follows top-p as in TGI's and HF's warper order. Top-k before the softmax
  * is free (it ranks logits, which temperature does not reorder); top-p and
  * min-p see the tempered distribution, as in Hugging Face's order
  * (llama.cpp applies temperature last instead, so its top-p/min-p cut on
  * T = 1 probabilities).
  *
  * All memory is allocated in sampler_new(); sampler_sample() allocates
- * nothing.
+ * nothing, and the frequency/presence penalties cost O(distinct tokens
+ * drawn) per step, not O(vocab): the sampler keeps a count per token and
+ * the list of tokens with a non-zero count.
  */
 #include "sampler.h"
 
@@ -30,6 +38,7 @@
 typedef struct samp_cand {
     int32_t id;
     float v;
+    float aux;              /* typical-p: the probability while v holds the sort key */
 } samp_cand;
 
 /* A sampler. Owned by one request (the scheduler thread drives it); not
@@ -40,6 +49,11 @@ struct sampler {
     uint64_t rng[4];        /* xoshiro256** state, never all zero */
     samp_cand *cand;        /* [n_vocab] scratch */
     uint8_t *seen;          /* [n_vocab] penalty de-dup marks, all 0 between calls */
+    sampler_bias *bias;     /* [n_bias] copy of p.bias (p.bias is cleared) */
+    int n_bias;
+    uint32_t *count;        /* [n_vocab] times each token was drawn; NULL without freq/presence penalty */
+    int32_t *drawn;         /* [n_drawn] tokens with count > 0, in first-drawn order; NULL likewise */
+    int n_drawn;
 };
 
 /* ------------------------------------------------------------------ */
@@ -91,6 +105,11 @@ void sampler_params_default(sampler_params *p)
     p->top_p = 1.0f;
     p->min_p = 0.0f;
     p->repetition_penalty = 1.0f;
+    p->frequency_penalty = 0.0f;
+    p->presence_penalty = 0.0f;
+    p->typical_p = 1.0f;
+    p->bias = NULL;
+    p->n_bias = 0;
     p->greedy = false;
     p->seed = 0;
 }
@@ -109,6 +128,21 @@ sampler *sampler_new(const sampler_params *p, int n_vocab)
     s->seen = calloc((size_t)n_vocab, 1);
     if (!s->cand || !s->seen)
         goto fail;
+    s->p.bias = NULL;
+    s->p.n_bias = 0;
+    if (p->n_bias > 0 && p->bias) {
+        s->bias = malloc((size_t)p->n_bias * sizeof *s->bias);
+        if (!s->bias)
+            goto fail;
+        memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
+        s->n_bias = p->n_bias;
+    }
+    if (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f) {
+        s->count = calloc((size_t)n_vocab, sizeof *s->count);
+        s->drawn = malloc((size_t)n_vocab * sizeof *s->drawn);
+        if (!s->count || !s->drawn)
+            goto fail;
+    }
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&x);     /* splitmix64 never yields four zeros in a row */
@@ -125,6 +159,9 @@ void sampler_free(sampler *s)
         return;
     free(s->cand);
     free(s->seen);
+    free(s->bias);
+    free(s->count);
+    free(s->drawn);
     free(s);
 }
 
@@ -217,11 +254,90 @@ static void apply_penalty(sampler *s, float *logits, const int32_t *history, int
     }
 }
 
+/* l[id] += bias for each biased token; a bias of -inf bans. */
+static void apply_bias(const sampler *s, float *logits)
+{
+    for (int i = 0; i < s->n_bias; i++) {
+        int32_t id = s->bias[i].id;
+        if (id >= 0 && id < s->n_vocab)
+            logits[id] += s->bias[i].bias;
+    }
+}
+
+/* OpenAI's penalties over the tokens drawn so far:
+ * l[t] -= count[t] * frequency_penalty + (count[t] > 0) * presence_penalty.
+ * O(distinct tokens drawn). */
+static void apply_oai_penalties(const sampler *s, float *logits)
+{
+    if (!s->count)
+        return;
+    const float f = s->p.frequency_penalty, pres = s->p.presence_penalty;
+    for (int i = 0; i < s->n_drawn; i++) {
+        int32_t id = s->drawn[i];
+        logits[id] -= (float)s->count[id] * f + pres;
+    }
+}
+
+/* Counts a returned token for the penalties. */
+static void record_draw(sampler *s, int32_t id)
+{
+    if (!s->count || id < 0 || id >= s->n_vocab)
+        return;
+    if (s->count[id]++ == 0)
+        s->drawn[s->n_drawn++] = id;    /* at most n_vocab distinct ids */
+}
+
+/* Locally typical sampling over c[0..n_c) holding probabilities: with
+ * q_i = p_i / sum p and H = -sum q log q, keep the tokens whose surprise
+ * -log q_i is closest to H, in that order, until their mass reaches
+ * typical_p (at least one). Returns the new count; c[0..count) hold the
+ * probabilities again, most typical first. ref: HF TypicalLogitsWarper. */
+static size_t typical_cut(samp_cand *c, size_t n_c, double typical_p)
+{
+    double mass = 0.0, h = 0.0;
+    for (size_t i = 0; i < n_c; i++)
+        mass += c[i].v;
+    for (size_t i = 0; i < n_c; i++) {
+        double q = c[i].v / mass;
+        if (q > 0.0)
+            h -= q * log(q);
+    }
+    /* sort key: -|(-log q) - H|, so the most typical ranks best */
+    for (size_t i = 0; i < n_c; i++) {
+        double q = c[i].v / mass;
+        c[i].aux = c[i].v;
+        c[i].v = q > 0.0 ? (float)-fabs(-log(q) - h) : -INFINITY;
+    }
+    select_top_sorted(c, n_c, n_c);
+    double cum = 0.0;
+    size_t keep = 0;
+    while (keep < n_c) {
+        cum += c[keep].aux / mass;
+        keep++;
+        if (cum >= typical_p)
+            break;
+    }
+    for (size_t i = 0; i < n_c; i++)
+        c[i].v = c[i].aux;
+    return keep;
+}
+
+static int32_t sample_chain(sampler *s, float *logits, const int32_t *history,
+                            int n_history, float *logprob);
+
 int32_t sampler_sample(sampler *s, float *logits, const int32_t *history,
                        int n_history, float *logprob)
 {
     if (!s || !logits)
         return -1;
+    int32_t id = sample_chain(s, logits, history, n_history, logprob);
+    record_draw(s, id);
+    return id;
+}
+
+static int32_t sample_chain(sampler *s, float *logits, const int32_t *history,
+                            int n_history, float *logprob)
+{
     const int n = s->n_vocab;
     const sampler_params *p = &s->p;
 
@@ -233,8 +349,10 @@ int32_t sampler_sample(sampler *s, float *logits, const int32_t *history,
             logits[i] = FLT_MAX;
     }
 
-    /* 1. repetition penalty */
+    /* 1. logit bias, repetition penalty, frequency and presence penalties */
+    apply_bias(s, logits);
     apply_penalty(s, logits, history, n_history);
+    apply_oai_penalties(s, logits);
 
     /* greedy: argmax; logprob is log softmax at T = 1 (the model's own
      * distribution), since the "final distribution" of argmax is a point */
@@ -318,7 +436,16 @@ int32_t sampler_sample(sampler *s, float *logits, const int32_t *history,
         n_c = keep > 0 ? keep : 1;
     }
 
-    /* 5. min-p: drop tokens with p < min_p * p_max (the best always stays) */
+    /* 5. typical-p (the best may leave here, so min-p's p_max is re-read) */
+    if (p->typical_p < 1.0f && p->typical_p > 0.0f && n_c > 1) {
+        n_c = typical_cut(c, n_c, p->typical_p);
+        p_max = 0.0;
+        for (size_t i = 0; i < n_c; i++)
+            if (c[i].v > p_max)
+                p_max = c[i].v;
+    }
+
+    /* 6. min-p: drop tokens with p < min_p * p_max (the best always stays) */
     if (p->min_p > 0.0f) {
         const double thr = (double)p->min_p * p_max;
         size_t k = 0;
@@ -328,7 +455,7 @@ int32_t sampler_sample(sampler *s, float *logits, const int32_t *history,
         n_c = k;
     }
 
-    /* 6. draw from what is left, renormalised */
+    /* 7. draw from what is left, renormalised */
     double total = 0.0;
     for (size_t i = 0; i < n_c; i++)
         total += c[i].v;

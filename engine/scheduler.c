@@ -73,6 +73,7 @@ const char *sched_status_name(int status)
     case SCHED_ENOMEM: return "out_of_memory";
     case SCHED_EENGINE: return "generation";
     case SCHED_ECANCELLED: return "cancelled";
+    case SCHED_EDELETED: return "cancelled";
     case SCHED_EINVAL: return "validation";
     default: return "internal";
     }
@@ -240,6 +241,31 @@ void sched_req_result(sched_req *r, sched_result *res)
 /* Submission (any thread)                                                */
 /* ---------------------------------------------------------------------- */
 
+/* The request's sampler. With ignore_eos every end-of-generation token is
+ * banned by a -inf bias, as llama-server does: the text never holds one
+ * and the request runs to max_new_tokens (vLLM instead samples past an
+ * EOS and keeps it in the text; a ban keeps the text clean and the length
+ * fixed, which is what benchmarks ask ignore_eos for). */
+static sampler *new_sampler(const sched *s, const sched_req_params *p)
+{
+    if (!p->ignore_eos || s->n_eog == 0)
+        return sampler_new(&p->sampling, s->n_vocab);
+    sampler_params sp = p->sampling;
+    int n = sp.n_bias + s->n_eog;
+    sampler_bias *b = malloc((size_t)n * sizeof(*b));
+    if (!b)
+        return NULL;
+    if (sp.n_bias > 0)
+        memcpy(b, sp.bias, (size_t)sp.n_bias * sizeof(*b));
+    for (int i = 0; i < s->n_eog; i++)
+        b[sp.n_bias + i] = (sampler_bias){.id = s->eog[i], .bias = -INFINITY};
+    sp.bias = b;
+    sp.n_bias = n;
+    sampler *smp = sampler_new(&sp, s->n_vocab);   /* copies the biases */
+    free(b);
+    return smp;
+}
+
 int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
                  char *err, size_t errlen)
 {
@@ -290,7 +316,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->pending = FAULT_OR(malloc(r->cap_pending));
     if (!r->pending)
         goto out_free;
-    r->smp = FAULT_OR(sampler_new(&p->sampling, s->n_vocab));
+    r->smp = FAULT_OR(new_sampler(s, p));
     if (!r->smp)
         goto out_free;
     r->t_submit = engine_now_s();
@@ -387,7 +413,7 @@ static void run_finish(sched *s, sched_req *r, int status, sched_event *ev)
     s->ema_req_s = s->ema_req_s > 0 ? 0.8 * s->ema_req_s + 0.2 * dur : dur;
     if (status == SCHED_OK)
         s->st.finished_total++;
-    else if (status == SCHED_ECANCELLED)
+    else if (status == SCHED_ECANCELLED || status == SCHED_EDELETED)
         s->st.cancelled_total++;
     else
         s->st.failed_total++;
@@ -423,6 +449,13 @@ static void tell_ended(sched *s)
     s->n_ended = 0;
 }
 
+/* The error of a cancelled request: by its id, or otherwise (its client
+ * went away, shutdown). Caller holds s->mu, under which cancel_by_id is set. */
+static int cancel_status(const sched_req *r)
+{
+    return r->cancel_by_id ? SCHED_EDELETED : SCHED_ECANCELLED;
+}
+
 /* Reject a queued request with an error event. Caller holds s->mu. */
 static void wait_reject(sched *s, sched_req *r, int status, const char *msg)
 {
@@ -434,7 +467,7 @@ static void wait_reject(sched *s, sched_req *r, int status, const char *msg)
         s->st.rejected_timeout_total++;
     else if (status == SCHED_ETOOBIG)
         s->st.rejected_toobig_total++;
-    else if (status == SCHED_ECANCELLED)
+    else if (status == SCHED_ECANCELLED || status == SCHED_EDELETED)
         s->st.cancelled_total++;
     req_unref(r);
 }
@@ -461,7 +494,7 @@ static void admit(sched *s)
     for (sched_req *r = s->wait_head, *next; r; r = next) {
         next = r->wait_next;
         if (atomic_load(&r->cancel)) {
-            wait_reject(s, r, SCHED_ECANCELLED, r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
+            wait_reject(s, r, cancel_status(r), r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
         } else if (now - r->t_submit > s->p.queue_timeout_s) {
             snprintf(msg, sizeof(msg),
                      "request waited %.1f s without the cache budget to admit it (queue timeout %.0f s); retry later",
@@ -661,7 +694,7 @@ static void reap_cancelled(sched *s)
         sched_req *r = s->running[i];
         if (!atomic_load(&r->cancel))
             continue;
-        run_fail(s, r, SCHED_ECANCELLED, r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
+        run_fail(s, r, cancel_status(r), r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
     }
     tell_ended(s);
 }
@@ -908,12 +941,16 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     s->running = calloc((size_t)s->max_seqs, sizeof(*s->running));
     s->rcs = calloc((size_t)s->max_seqs, sizeof(*s->rcs));
     s->check_marks = calloc((size_t)s->max_seqs, sizeof(*s->check_marks));
+    s->eog = malloc((size_t)s->n_vocab * sizeof(*s->eog));
     if (!s->logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
-        !s->ended_ev || !s->rcs || !s->check_marks) {
+        !s->ended_ev || !s->rcs || !s->check_marks || !s->eog) {
         snprintf(err, errlen, "out of memory for %d sequence slots of %d logits", s->max_seqs, s->n_vocab);
         sched_free(s);
         return NULL;
     }
+    for (int32_t t = 0; t < s->n_vocab; t++)     /* before sched_start: the engine is still ours */
+        if (engine_token_is_eog(e, t))
+            s->eog[s->n_eog++] = t;
     for (int i = 0; i < s->max_seqs; i++)
         s->free_slots[i] = s->max_seqs - 1 - i;
     s->n_free_slots = s->max_seqs;
@@ -952,6 +989,7 @@ void sched_free(sched *s)
     engine_get_pool_usage(s->e, &s->st.pool);
     pthread_mutex_unlock(&s->mu);
     free(s->logits);
+    free(s->eog);
     free(s->free_slots);
     free(s->items);
     free(s->item_req);
@@ -994,6 +1032,7 @@ int sched_cancel_id(sched *s, const char *id, int owner, const char *why)
     for (sched_req *r = s->wait_head; r && rc; r = r->wait_next) {
         if (!strcmp(r->id, id) && r->owner == owner && !atomic_load(&r->cancel)) {
             snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
+            r->cancel_by_id = true;
             atomic_store(&r->cancel, true);
             rc = 0;
         }
@@ -1002,6 +1041,7 @@ int sched_cancel_id(sched *s, const char *id, int owner, const char *why)
         sched_req *r = s->running[i];
         if (!strcmp(r->id, id) && r->owner == owner && !atomic_load(&r->cancel)) {
             snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
+            r->cancel_by_id = true;
             atomic_store(&r->cancel, true);
             rc = 0;
         }

@@ -41,6 +41,7 @@ enum sched_status {
     SCHED_EENGINE = -6,     /* engine_forward failed */
     SCHED_ECANCELLED = -7,  /* cancelled (client gone or shutdown) */
     SCHED_EINVAL = -8,      /* bad parameters */
+    SCHED_EDELETED = -9,    /* cancelled by its id (sched_cancel_id: DELETE /requests/{id}) */
 };
 
 enum sched_finish {
@@ -70,6 +71,7 @@ typedef struct sched_req_params {
     const char *const *stop;    /* [n_stop] non-empty stop strings */
     int n_stop;
     bool include_stop;          /* keep the matched stop string in the text (TGI) or cut it (OpenAI) */
+    bool ignore_eos;            /* ban end-of-generation tokens: generate to max_new_tokens (or a stop string) */
 } sched_req_params;
 
 enum sched_event_kind {
@@ -145,7 +147,8 @@ void sched_drain(sched *s);
 /* Cancel every queued and running request with the given message. */
 void sched_cancel_all(sched *s, const char *why);
 /* Cancel the live request with this id submitted by owner (as
- * sched_req_cancel, with why as the message its submitter gets). Returns
+ * sched_req_cancel, but its error is SCHED_EDELETED, with why as the
+ * message its submitter gets). Returns
  * 0, or -1 when none matches. */
 int sched_cancel_id(sched *s, const char *id, int owner, const char *why);
 /* Queued + running requests. */

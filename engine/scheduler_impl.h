@@ -52,6 +52,7 @@ struct sched_req {
     int pub_n_gen;              /* n_gen as of the last event */
     int pub_n_fed;
     char cancel_msg[128];       /* why, when cancelled by the server */
+    bool cancel_by_id;          /* set before cancel by sched_cancel_id: the error is SCHED_EDELETED */
 
     /* under mu */
     pthread_mutex_t mu;
@@ -81,6 +82,8 @@ struct sched {
     sched_params p;
     int max_seqs;
     int n_vocab;
+    int32_t *eog;               /* [n_eog] the end-of-generation token ids, listed at sched_new for ignore_eos */
+    int n_eog;
 
     pthread_t thread;
     bool started;

@@ -7,6 +7,7 @@
  * ref: docs/serving.md 2.1 (validation rules and wording, after
  * TGI's router/src/validation.rs), 3.1 (OpenAI request fields).
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -243,6 +244,154 @@ static int get_str(const cJSON *obj, const char *name, const char **out, perr *p
     return 1;
 }
 
+/* ---------------------------------------------------------------------- */
+/* 64-bit integers from the body text                                     */
+/* ---------------------------------------------------------------------- */
+
+/* cJSON keeps numbers as doubles, which hold integers exactly only up to
+ * 2^53; a seed is a 64-bit integer, so its digits are read from the body
+ * text instead. The body has already parsed as JSON, so the scanner below
+ * only walks it: it finds the first member named path[0] of the root
+ * object, then path[1] inside that, and returns the value's token. Keys
+ * written with escapes do not match (the caller reports that the number
+ * could not be read rather than guess). */
+
+static size_t raw_ws(const char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
+        i++;
+    return i;
+}
+
+/* s[i] is '"': the index just past the closing quote */
+static size_t raw_string_end(const char *s, size_t n, size_t i)
+{
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\')
+            i++;
+    return i < n ? i + 1 : n;
+}
+
+/* the index just past the value starting at s[i] */
+static size_t raw_value_end(const char *s, size_t n, size_t i)
+{
+    if (i >= n)
+        return n;
+    if (s[i] == '"')
+        return raw_string_end(s, n, i);
+    if (s[i] == '{' || s[i] == '[') {
+        int depth = 0;
+        while (i < n) {
+            if (s[i] == '"') {
+                i = raw_string_end(s, n, i);
+                continue;
+            }
+            if (s[i] == '{' || s[i] == '[')
+                depth++;
+            else if ((s[i] == '}' || s[i] == ']') && --depth == 0)
+                return i + 1;
+            i++;
+        }
+        return n;
+    }
+    while (i < n && !strchr(",}] \t\r\n", s[i]))
+        i++;
+    return i;
+}
+
+/* The token of the value at path (n_path keys from the root object), or
+ * NULL if the walk does not find it. */
+static const char *raw_lookup(const char *s, size_t n, const char *const *path, int n_path, size_t *tlen)
+{
+    size_t i = raw_ws(s, n, 0);
+    for (int d = 0; d < n_path; d++) {
+        if (i >= n || s[i] != '{')
+            return NULL;
+        i = raw_ws(s, n, i + 1);
+        size_t klen = strlen(path[d]);
+        for (;;) {
+            if (i >= n || s[i] != '"')
+                return NULL;
+            size_t kend = raw_string_end(s, n, i);
+            bool match = kend - i == klen + 2 && !memcmp(s + i + 1, path[d], klen);
+            i = raw_ws(s, n, kend);
+            if (i >= n || s[i] != ':')
+                return NULL;
+            i = raw_ws(s, n, i + 1);
+            if (match)
+                break;
+            i = raw_ws(s, n, raw_value_end(s, n, i));
+            if (i >= n || s[i] != ',')
+                return NULL;
+            i = raw_ws(s, n, i + 1);
+        }
+    }
+    size_t end = raw_value_end(s, n, i);
+    *tlen = end - i;
+    return s + i;
+}
+
+/* A JSON number token as an unsigned 64-bit integer: digits, optionally
+ * a fraction of zeros ("7.0" is the integer 7). 0, or -1 if not an
+ * integer written in digits, -2 if an integer outside 0..2^64-1. */
+static int raw_u64(const char *t, size_t len, uint64_t *out)
+{
+    size_t i = 0;
+    bool neg = false;
+    uint64_t v = 0;
+    bool overflow = false;
+    if (i < len && t[i] == '-') {
+        neg = true;
+        i++;
+    }
+    if (i >= len || t[i] < '0' || t[i] > '9')
+        return -1;
+    for (; i < len && t[i] >= '0' && t[i] <= '9'; i++) {
+        unsigned dgt = (unsigned)(t[i] - '0');
+        if (v > (UINT64_MAX - dgt) / 10)
+            overflow = true;
+        v = v * 10 + dgt;
+    }
+    if (i < len && t[i] == '.') {
+        for (i++; i < len && t[i] == '0'; i++)
+            ;
+    }
+    if (i != len)
+        return -1;      /* a non-zero fraction or an exponent */
+    if (overflow || (neg && v != 0))
+        return -2;
+    *out = v;
+    return 0;
+}
+
+/* The seed: an integer in 0..2^64-1, read from the body text. where is
+ * the object holding it (the root or "parameters"); path locates the same
+ * member in the text. */
+static int get_seed(const cJSON *where, const char *body, size_t len, const char *const *path, int n_path,
+                    uint64_t *out, perr *pe)
+{
+    const cJSON *it = field(where, "seed");
+    if (!it)
+        return 0;
+    if (!cJSON_IsNumber(it))
+        return fail(pe, "seed", "expected an integer in 0..18446744073709551615");
+    size_t tlen = 0;
+    const char *tok = raw_lookup(body, len, path, n_path, &tlen);
+    int rc = tok ? raw_u64(tok, tlen, out) : -1;
+    if (rc == -2)
+        return fail(pe, "seed", "must be in 0..18446744073709551615");
+    if (rc < 0)
+        return fail(pe, "seed", "expected an integer in 0..18446744073709551615, written in digits");
+    return 1;
+}
+
+cJSON *json_add_u64(cJSON *obj, const char *name, uint64_t v)
+{
+    char digits[24];
+    snprintf(digits, sizeof(digits), "%" PRIu64, v);
+    return cJSON_AddRawToObject(obj, name, digits);
+}
+
 /* stop: a string or an array of strings (the string form only when
  * allow_string). */
 static int get_stop(gen_request *g, const cJSON *obj, bool allow_string, int max_stop, perr *pe)
@@ -283,6 +432,62 @@ static int get_stop(gen_request *g, const cJSON *obj, bool allow_string, int max
     return 1;
 }
 
+/* OpenAI logit_bias: {"token id": bias in -100..100}. The bias is added
+ * to the logit; -100 bans the token outright (-inf), as OpenAI documents
+ * ("-100 should result in a ban") and as llama-server does, rather than
+ * leaving a finite, possibly still drawn, logit. Ids are checked against
+ * the vocabulary by the route, which knows it. */
+static int get_logit_bias(gen_request *g, const cJSON *root, perr *pe)
+{
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb)
+        return 0;
+    if (!cJSON_IsObject(lb))
+        return fail(pe, "logit_bias", "expected an object mapping token ids to biases");
+    int n = cJSON_GetArraySize(lb);
+    if (n == 0)
+        return 0;
+    g->bias = calloc((size_t)n, sizeof(*g->bias));
+    if (!g->bias)
+        return fail(pe, "logit_bias", "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, lb)
+    {
+        const char *k = it->string;
+        char *end = NULL;
+        long id = k && *k >= '0' && *k <= '9' ? strtol(k, &end, 10) : -1;
+        if (id < 0 || id > INT32_MAX || !end || *end)
+            return fail(pe, "logit_bias", "keys must be token ids (non-negative integers); got '%s'", k ? k : "");
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
+            return fail(pe, "logit_bias", "the bias of token %ld must be a number in -100..100", id);
+        g->bias[g->n_bias].id = (int32_t)id;
+        g->bias[g->n_bias].bias = it->valuedouble <= -100 ? -INFINITY : (float)it->valuedouble;
+        g->n_bias++;
+    }
+    g->sp.bias = g->bias;
+    g->sp.n_bias = g->n_bias;
+    return 1;
+}
+
+/* A completion prompt given as token ids: [1, 2, 3], each an integer
+ * 0..2^31-1 (the route checks them against the vocabulary). */
+static int get_prompt_ids(gen_request *g, const cJSON *arr, perr *pe)
+{
+    int n = cJSON_GetArraySize(arr);
+    g->prompt_ids = malloc((size_t)n * sizeof(*g->prompt_ids));
+    if (!g->prompt_ids)
+        return fail(pe, "prompt", "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (!(v >= 0 && v <= INT32_MAX && v == floor(v)))
+            return fail(pe, "prompt", "a token-id prompt must hold only integers 0..2147483647");
+        g->prompt_ids[g->n_prompt_ids++] = (int32_t)v;
+    }
+    return 0;
+}
+
 /* A known field we do not implement: reject it when set to anything but
  * its neutral value, rather than silently ignoring it. */
 static int unsupported(const cJSON *obj, const char *name, perr *pe)
@@ -305,7 +510,8 @@ static int unsupported(const cJSON *obj, const char *name, perr *pe)
 /* ---------------------------------------------------------------------- */
 
 /* Sampling fields shared by the OpenAI routes. */
-static int parse_oai_sampling(gen_request *g, const cJSON *root, int max_stop, perr *pe)
+static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *body, size_t len, int max_stop,
+                              perr *pe)
 {
     double v;
     g->sp.temperature = 1.0f;
@@ -345,12 +551,24 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, int max_stop, p
             return fail(pe, "repetition_penalty", "must be strictly positive");
         g->sp.repetition_penalty = (float)v;
     }
-    if ((rc = get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &v, pe)) < 0)
-        return -1;
-    if (rc) {
-        g->sp.seed = (uint64_t)(int64_t)v;
-        g->seed_given = true;
+    static const char *const penalties[] = {"frequency_penalty", "presence_penalty"};
+    for (int i = 0; i < 2; i++) {
+        if ((rc = get_num(root, penalties[i], &v, pe)) < 0)
+            return -1;
+        if (rc && !(v >= -2 && v <= 2))
+            return fail(pe, penalties[i], "must be between -2 and 2");
+        if (rc && i == 0)
+            g->sp.frequency_penalty = (float)v;
+        else if (rc)
+            g->sp.presence_penalty = (float)v;
     }
+    if (get_logit_bias(g, root, pe) < 0 || get_bool(root, "ignore_eos", &g->ignore_eos, pe) < 0)
+        return -1;
+    static const char *const seed_path[] = {"seed"};
+    if ((rc = get_seed(root, body, len, seed_path, 1, &g->sp.seed, pe)) < 0)
+        return -1;
+    if (rc)
+        g->seed_given = true;
     if (get_stop(g, root, true, max_stop, pe) < 0)
         return -1;
     if (get_bool(root, "stream", &g->stream, pe) < 0)
@@ -367,8 +585,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, int max_stop, p
         return -1;
     if (model)
         snprintf(g->model, sizeof(g->model), "%s", model);
-    static const char *const unsup[] = {"n", "best_of", "logprobs", "top_logprobs", "echo", "suffix",
-                                        "presence_penalty", "frequency_penalty", "logit_bias", "tools",
+    static const char *const unsup[] = {"n", "best_of", "logprobs", "top_logprobs", "echo", "suffix", "tools",
                                         "functions", "tool_choice", "function_call", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(root, unsup[i], pe))
@@ -382,7 +599,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, int max_stop, p
     return 0;
 }
 
-static int parse_tgi(gen_request *g, const cJSON *root, int max_stop, perr *pe)
+static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t len, int max_stop, perr *pe)
 {
     const char *inputs = NULL;
     double v;
@@ -451,6 +668,16 @@ static int parse_tgi(gen_request *g, const cJSON *root, int max_stop, perr *pe)
             return fail(pe, "repetition_penalty", "must be strictly positive");
         g->sp.repetition_penalty = (float)v;
     }
+    if ((rc = get_num(p, "typical_p", &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        if (!(v > 0 && v < 1))
+            return fail(pe, "typical_p", "must be > 0.0 and < 1.0");
+        g->sp.typical_p = (float)v;
+        sample = true;      /* a warper, as in TGI: it turns sampling on */
+    }
+    if (get_bool(p, "ignore_eos", &g->ignore_eos, pe) < 0)
+        return -1;
     if (get_bool(p, "do_sample", &do_sample, pe) < 0)
         return -1;
     if ((rc = get_int(p, "truncate", -1e18, 1e18, &v, pe)) < 0)
@@ -460,18 +687,17 @@ static int parse_tgi(gen_request *g, const cJSON *root, int max_stop, perr *pe)
             return fail(pe, "truncate", "must be strictly positive");
         g->truncate = v > 1e9 ? 1000000000 : (int)v;
     }
-    if ((rc = get_int(p, "seed", 0, 18446744073709551615.0, &v, pe)) < 0)
+    static const char *const seed_path[] = {"parameters", "seed"};
+    if ((rc = get_seed(p, body, len, seed_path, 2, &g->sp.seed, pe)) < 0)
         return -1;
-    if (rc) {
-        g->sp.seed = v >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)v;
+    if (rc)
         g->seed_given = true;
-    }
     if (get_stop(g, p, false, max_stop, pe) < 0)
         return -1;
     if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
         get_bool(p, "return_usage", &g->return_usage, pe) < 0)
         return -1;
-    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id", "typical_p",
+    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id",
                                         "top_n_tokens", "decoder_input_details", "frequency_penalty", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(p, unsup[i], pe))
@@ -571,10 +797,10 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
         goto out;
     }
     if (api == API_TGI) {
-        if (parse_tgi(g, root, max_stop, &pe))
+        if (parse_tgi(g, root, body, len, max_stop, &pe))
             goto out;
     } else {
-        if (parse_oai_sampling(g, root, max_stop, &pe))
+        if (parse_oai_sampling(g, root, body, len, max_stop, &pe))
             goto out;
         int r2 = get_int(root, "max_tokens", -1e18, 1e18, &v, &pe);
         if (r2 < 0)
@@ -593,14 +819,24 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
         }
         if (api == API_OAI_COMPLETION) {
             const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-            if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
-                p = cJSON_GetArrayItem(p, 0);
+            if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
+                p = cJSON_GetArrayItem(p, 0);   /* a batch of one: a string or a token-id array */
             if (!p || cJSON_IsNull(p)) {
                 fail(&pe, "prompt", "missing field (expected a string)");
                 goto out;
             }
+            if (cJSON_IsArray(p) && p->child && cJSON_IsNumber(p->child)) {
+                if (get_prompt_ids(g, p, &pe) < 0)
+                    goto out;
+                rc = JSON_OK;
+                goto out;
+            }
+            if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 1) {
+                fail(&pe, "prompt", "several prompts in one request are not supported yet; send one request per prompt");
+                goto out;
+            }
             if (!cJSON_IsString(p)) {
-                fail(&pe, "prompt", "expected a string (or an array of exactly one string)");
+                fail(&pe, "prompt", "expected a string or an array of token ids (or an array of exactly one of those)");
                 goto out;
             }
             if (!p->valuestring[0]) {
@@ -635,6 +871,8 @@ void json_gen_free(gen_request *g)
     for (int i = 0; i < g->n_stop; i++)
         free(g->stop[i]);
     free(g->stop);
+    free(g->bias);
+    free(g->prompt_ids);
     memset(g, 0, sizeof(*g));
 }
 

@@ -43,13 +43,18 @@ typedef struct chat_msg {
 typedef struct gen_request {
     int api;                    /* enum api_kind */
     bool stream;
-    char *prompt;               /* TGI inputs / completion prompt; the rendered chat prompt for chat */
+    char *prompt;               /* TGI inputs / completion prompt; the rendered chat prompt for chat; NULL with prompt_ids */
+    int32_t *prompt_ids;        /* [n_prompt_ids] completions: the prompt given as token ids */
+    int n_prompt_ids;
     chat_msg *msgs;             /* [n_msgs] chat only */
     int n_msgs;
     int max_new_tokens;         /* -1: not given */
     int truncate;               /* TGI: keep only the last N prompt tokens; 0: off */
     sampler_params sp;
     bool seed_given;
+    sampler_bias *bias;         /* [n_bias] OpenAI logit_bias; sp.bias points here */
+    int n_bias;
+    bool ignore_eos;            /* keep generating past end-of-generation tokens (vLLM, llama-server) */
     char **stop;                /* [n_stop] non-empty strings */
     int n_stop;
     bool details;               /* TGI: token details */
@@ -73,6 +78,10 @@ int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, 
 cJSON *json_text(const char *s, size_t len);
 /* The same, added to an object. Returns the item or NULL. */
 cJSON *json_add_text(cJSON *obj, const char *name, const char *s, size_t len);
+
+/* A 64-bit integer member written in full digits (a cJSON number is a
+ * double, exact only to 2^53). Returns the item or NULL. */
+cJSON *json_add_u64(cJSON *obj, const char *name, uint64_t v);
 
 /* Error bodies. TGI: {"error": msg, "error_type": type}. OpenAI:
  * {"error": {"message","type","param","code"}}. */

@@ -48,6 +48,15 @@ static const err_map ERRS[] = {
     {ERR_LOADING, 503, "not_ready", "server_error"},
     {ERR_DRAINING, 503, "draining", "server_error"},
     {ERR_GENERATION, 424, "generation", "server_error"},
+    /* A request cancelled by DELETE /requests/{id} must not come back: the
+     * official clients retry 408, 409, 429 and every 5xx (the openai
+     * package re-ran the whole generation on the 503 this used to be).
+     * 499 is nginx's "client closed request", the status logs and proxies
+     * already use for a request ended from the client's side; as a 4xx it
+     * is not retried by the openai or huggingface clients, and unlike a
+     * 400 (vLLM's answer to an aborted request) it does not say the
+     * request was malformed. The body names the cancellation. */
+    {ERR_CANCELLED, 499, "cancelled", "cancelled"},
     {ERR_INTERNAL, 500, "internal", "server_error"},
 };
 
@@ -95,6 +104,7 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
             hr->failure = "validation";
             break;
         case ERR_OVERLOADED: hr->failure = "overloaded"; break;
+        case ERR_CANCELLED: hr->failure = "cancelled"; break;
         case ERR_LOADING: case ERR_DRAINING: hr->failure = "unavailable"; break;
         case ERR_NOT_FOUND: case ERR_METHOD: hr->failure = "not_found"; break;
         default: hr->failure = "internal"; break;
@@ -173,7 +183,7 @@ static uint64_t random_seed(void)
     uint64_t s = 0;
     if (getrandom(&s, sizeof(s), 0) != (ssize_t)sizeof(s))
         s = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL;
-    return s & ((1ULL << 53) - 1);  /* exact as a JSON number */
+    return s;   /* all 64 bits: details.seed is written in full digits */
 }
 
 /* ---------------------------------------------------------------------- */
@@ -206,7 +216,7 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         if (g->sp.greedy)
             cJSON_AddNullToObject(d, "seed");
         else
-            cJSON_AddNumberToObject(d, "seed", (double)g->sp.seed);
+            json_add_u64(d, "seed", g->sp.seed);
         cJSON_AddArrayToObject(d, "prefill");
         cJSON *toks = cJSON_AddArrayToObject(d, "tokens");
         for (int i = 0; i < res->n_toks; i++) {
@@ -273,6 +283,7 @@ static int sched_err_kind(int status)
     switch (status) {
     case SCHED_EFULL: case SCHED_ETIMEOUT: return ERR_OVERLOADED;
     case SCHED_EDRAINING: case SCHED_ECANCELLED: return ERR_DRAINING;
+    case SCHED_EDELETED: return ERR_CANCELLED;
     case SCHED_ETOOBIG: return ERR_CONTEXT;
     case SCHED_EINVAL: return ERR_VALIDATION;
     case SCHED_EENGINE: return ERR_GENERATION;
@@ -329,7 +340,28 @@ static int handle_generation(http_req *hr, int api, int mode)
         }
     }
 
-    int n_prompt = tokenize(srv, g.prompt, content, n_content, &toks);
+    int n_prompt;
+    if (g.prompt_ids) {
+        /* completions with token ids: the prompt as given, no BOS added */
+        for (int i = 0; i < g.n_prompt_ids; i++) {
+            if (g.prompt_ids[i] >= srv->info->n_vocab) {
+                err_extra x = {.param = "prompt"};
+                snprintf(err, sizeof(err), "`prompt`: token %d is not in the vocabulary (0..%d)",
+                         (int)g.prompt_ids[i], srv->info->n_vocab - 1);
+                rc = send_error(hr, ERR_VALIDATION, err, &x);
+                goto out;
+            }
+        }
+        toks = malloc((size_t)g.n_prompt_ids * sizeof(*toks));
+        if (!toks) {
+            rc = send_error(hr, ERR_INTERNAL, "out of memory", NULL);
+            goto out;
+        }
+        memcpy(toks, g.prompt_ids, (size_t)g.n_prompt_ids * sizeof(*toks));
+        n_prompt = g.n_prompt_ids;
+    } else {
+        n_prompt = tokenize(srv, g.prompt, content, n_content, &toks);
+    }
     if (n_prompt < 0) {
         rc = send_error(hr, ERR_VALIDATION, "the prompt could not be tokenized", NULL);
         goto out;
@@ -364,6 +396,15 @@ static int handle_generation(http_req *hr, int api, int mode)
         rc = send_error(hr, ERR_CONTEXT, err, &x);
         goto out;
     }
+    for (int i = 0; i < g.n_bias; i++) {
+        if (g.bias[i].id >= srv->info->n_vocab) {
+            err_extra x = {.param = "logit_bias"};
+            snprintf(err, sizeof(err), "`logit_bias`: token %d is not in the vocabulary (0..%d)", (int)g.bias[i].id,
+                     srv->info->n_vocab - 1);
+            rc = send_error(hr, ERR_VALIDATION, err, &x);
+            goto out;
+        }
+    }
     if (!g.sp.greedy && !g.seed_given)
         g.sp.seed = random_seed();
 
@@ -377,6 +418,7 @@ static int handle_generation(http_req *hr, int api, int mode)
         .stop = (const char *const *)g.stop,
         .n_stop = g.n_stop,
         .include_stop = api == API_TGI,
+        .ignore_eos = g.ignore_eos,
     };
     http_inflight_begin(hr);
     int src = sched_submit(srv->sched, &rp, &r, err, sizeof(err));
@@ -425,7 +467,10 @@ static int handle_generation(http_req *hr, int api, int mode)
     hr->ttft_ms = sr.ttft_ms;
     hr->cache_bytes = sr.peak_cache_bytes;
     if (res.error) {
-        rc = send_error(hr, res.error == SCHED_ECANCELLED ? ERR_DRAINING : ERR_GENERATION, res.message, NULL);
+        rc = send_error(hr, res.error == SCHED_ECANCELLED  ? ERR_DRAINING
+                           : res.error == SCHED_EDELETED ? ERR_CANCELLED
+                                                         : ERR_GENERATION,
+                        res.message, NULL);
         goto out;
     }
     hr->finish = sched_finish_name(res.finish);

@@ -23,6 +23,7 @@ enum route_err {
     ERR_LOADING,            /* 503 + Retry-After */
     ERR_DRAINING,           /* 503 + Retry-After */
     ERR_GENERATION,         /* 424: the engine failed before anything was sent */
+    ERR_CANCELLED,          /* 499: cancelled by DELETE /requests/{id}; not retried by clients */
     ERR_INTERNAL,           /* 500 */
 };
 

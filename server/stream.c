@@ -140,6 +140,7 @@ typedef struct stream {
     bool done;                  /* the last frame is in out */
     bool ok;                    /* ended with a final token */
     bool gone;                  /* the client went away */
+    int error;                  /* enum sched_status of the error event that ended it; 0 if none */
     int finish;
     int keepalive_ms;
     char oai_id[128];
@@ -248,7 +249,7 @@ static int on_event_tgi(stream *st, const sched_event *ev)
         if (st->g.sp.greedy)
             cJSON_AddNullToObject(d, "seed");
         else
-            cJSON_AddNumberToObject(d, "seed", (double)st->g.sp.seed);
+            json_add_u64(d, "seed", st->g.sp.seed);
         cJSON_AddNumberToObject(d, "input_length", st->n_prompt);
     } else {
         cJSON_AddNullToObject(o, "details");
@@ -303,7 +304,8 @@ static int on_event_oai(stream *st, const sched_event *ev)
 
 static int on_error(stream *st, const sched_event *ev)
 {
-    const char *type = ev->error == SCHED_ECANCELLED ? "cancelled" : "generation";
+    bool cancelled = ev->error == SCHED_ECANCELLED || ev->error == SCHED_EDELETED;
+    const char *type = cancelled ? "cancelled" : "generation";
     if (st->g.api == API_TGI)
         return frame(st, json_error_tgi(ev->message, type), false);
     if (frame(st, json_error_oai(ev->message, "server_error", NULL, type), true))
@@ -316,6 +318,7 @@ static int on_event(stream *st, sched_event *ev)
 {
     if (ev->kind == SCHED_EV_ERROR) {
         st->done = true;
+        st->error = ev->error;
         return on_error(st, ev);
     }
     if (ev->kind != SCHED_EV_TOKEN)
@@ -381,7 +384,9 @@ static void stream_free(void *cls)
     if (st->ok)
         hr->finish = sched_finish_name(st->finish);
     else if (!hr->failure)
-        hr->failure = st->gone || !st->done ? "cancelled" : "generation";
+        hr->failure = st->gone || !st->done || st->error == SCHED_ECANCELLED || st->error == SCHED_EDELETED
+                          ? "cancelled"
+                          : "generation";
     sched_req_release(st->r);
     json_gen_free(&st->g);
     free(st->out);

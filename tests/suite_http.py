@@ -554,6 +554,125 @@ def test_seeds_and_cli(srv, model):
           f"{out!r} vs {j['generated_text']!r}")
 
 
+def test_seed_64bit(srv):
+    """Seeds are read from the body text as 64-bit integers and echoed in full digits."""
+    big = 18446744073709551557              # the largest prime below 2^64: no double holds it
+    near = big - 1                          # the same double as big; a double-parsed seed would merge them
+    body = lambda seed: ('{"inputs":"The quick brown fox","parameters":{"max_new_tokens":30,'
+                         '"temperature":10.0,"details":true,"seed":%s}}' % seed).encode()
+    st, _, raw = srv.req("POST", "/generate", raw=body(big))
+    check("seed above 2^53 answers 200", st == 200, raw[:200])
+    echoed = raw.decode().split('"seed":', 1)[1].split(",", 1)[0].split("}", 1)[0] if st == 200 else ""
+    check("details.seed echoes 18446744073709551557 digit for digit", echoed == str(big), echoed)
+    text = json.loads(raw)["generated_text"] if st == 200 else None
+    st2, _, raw2 = srv.req("POST", "/generate", raw=body(echoed or big))
+    check("replaying the echoed seed reproduces the text", st2 == 200 and json.loads(raw2)["generated_text"] == text)
+    st3, _, raw3 = srv.req("POST", "/generate", raw=body(near))
+    check("seeds one apart above 2^53 give different texts",
+          st3 == 200 and json.loads(raw3)["generated_text"] != text)
+    # the OpenAI route parses the same way: replay gives the same choice text
+    ob = ('{"prompt":"Once","max_tokens":20,"temperature":2.0,"seed":%d}' % big).encode()
+    a = json.loads(srv.req("POST", "/v1/completions", raw=ob)[2])["choices"][0]["text"]
+    b = json.loads(srv.req("POST", "/v1/completions", raw=ob)[2])["choices"][0]["text"]
+    c = json.loads(srv.req("POST", "/v1/completions", raw=ob.replace(b"557", b"556"))[2])["choices"][0]["text"]
+    check("OpenAI seed above 2^53 replays and differs from its neighbour", a == b and a != c, f"{a!r} {b!r} {c!r}")
+    # a random seed keeps all 64 bits and is echoed exactly
+    seeds = []
+    for _ in range(6):
+        st, _, raw = srv.req("POST", "/generate", raw=b'{"inputs":"Hi","parameters":{"max_new_tokens":2,'
+                                                      b'"temperature":1.0,"details":true}}')
+        seeds.append(int(raw.decode().split('"seed":', 1)[1].split(",", 1)[0]))
+    check("random seeds use all 64 bits", any(x >= 2 ** 53 for x in seeds), seeds)
+    # wrong values: 4xx naming the range, on both APIs
+    for seed in ("18446744073709551616", "-1", "1.5", "1e3", '"7"', "99999999999999999999999"):
+        st, _, b = srv.req("POST", "/generate", raw=body(seed))
+        msg = json.loads(b).get("error", "") if b else ""
+        check(f"TGI seed {seed} is a 4xx naming 0..18446744073709551615",
+              400 <= st < 500 and "0..18446744073709551615" in msg, f"{st} {b[:200]}")
+        st, _, b = srv.req("POST", "/v1/completions",
+                           raw=('{"prompt":"Once","max_tokens":2,"seed":%s}' % seed).encode())
+        e = json.loads(b).get("error", {}) if b else {}
+        check(f"OpenAI seed {seed} is a 400 naming the range", st == 400 and e.get("param") == "seed"
+              and "0..18446744073709551615" in e.get("message", ""), f"{st} {b[:200]}")
+    st, _, b = srv.req("POST", "/generate", raw=body("7.0"))
+    check("seed 7.0 is the integer 7", st == 200 and '"seed":7,' in b.decode(), b[:300])
+
+
+def test_sampling_params(srv, model):
+    """logit_bias, ignore_eos, frequency/presence penalties, typical_p and min_p over HTTP
+    (their distributions against the formulas are in tests/test_sampler.c)."""
+    sys.path.insert(0, os.path.join(HERE, "ref"))
+    import gguf_io
+    eos = int(gguf_io.GGUFReader(model).kv["tokenizer.ggml.eos_token_id"])
+    comp = lambda **b: srv.jreq("POST", "/v1/completions", dict({"prompt": "Once upon a time"}, **b))
+    # +100 on one token makes it the only likely choice: the text is that token's piece, repeated
+    st, _, tk, _ = srv.jreq("POST", "/tokenize", {"inputs": "Hello"})
+    t0 = tk[-1] if isinstance(tk, list) else None
+    piece = "Hello"[t0["start"]:t0["stop"]] if t0 else None
+    st, _, j, b = comp(max_tokens=6, temperature=1.0, seed=3, logit_bias={str(t0["id"]): 100})
+    check("logit_bias +100 makes every token that token", st == 200 and j["choices"][0]["text"] == piece * 6,
+          f"{st} {piece!r} {b[:200]}")
+    # +100 on the end-of-generation token ends at once; ignore_eos bans it and runs to max_tokens
+    st, _, j, b = comp(max_tokens=12, temperature=0, logit_bias={str(eos): 100})
+    check("logit_bias +100 on EOS stops after one token", st == 200 and j["choices"][0]["finish_reason"] == "stop"
+          and j["usage"]["completion_tokens"] == 1, b[:300])
+    st, _, j, b = comp(max_tokens=12, temperature=0, logit_bias={str(eos): 100}, ignore_eos=True)
+    check("ignore_eos generates to max_tokens past a forced EOS", st == 200 and
+          j["choices"][0]["finish_reason"] == "length" and j["usage"]["completion_tokens"] == 12, b[:300])
+    st, _, j = gen(srv, "Once upon a time", max_new_tokens=12, ignore_eos=True, details=True)
+    check("TGI ignore_eos: 12 tokens, none an end-of-generation token", st == 200
+          and j["details"]["generated_tokens"] == 12 and all(not t["special"] for t in j["details"]["tokens"]), f"{j}")
+    # -100 bans: the greedy first token is never produced
+    st, _, j = gen(srv, "Once upon a time", max_new_tokens=8, details=True)
+    first = j["details"]["tokens"][0]
+    st, _, j2, b = comp(max_tokens=8, temperature=0, logit_bias={str(first["id"]): -100})
+    plain = comp(max_tokens=8, temperature=0)[2]["choices"][0]["text"]
+    check("logit_bias -100 bans the greedy first token", st == 200 and plain.startswith(first["text"])
+          and not j2["choices"][0]["text"].startswith(first["text"]), f"{first} {plain!r} {b[:200]}")
+    # penalties change greedy text once tokens repeat, and replay exactly
+    body = dict(max_tokens=40, temperature=0, frequency_penalty=2.0, presence_penalty=2.0)
+    a, bb = comp(**body)[2], comp(**body)[2]
+    plain40 = comp(max_tokens=40, temperature=0)[2]["choices"][0]["text"]
+    check("frequency/presence penalties are deterministic and change a greedy text",
+          a["choices"][0]["text"] == bb["choices"][0]["text"] and a["choices"][0]["text"] != plain40,
+          f"{a['choices'][0]['text']!r} vs {plain40!r}")
+    # min_p: with min_p near 1, only the most likely token survives, so a hot sample is the greedy text
+    greedy = gen(srv, "The quick brown fox", max_new_tokens=20)[2]["generated_text"]
+    hot = gen(srv, "The quick brown fox", max_new_tokens=20, temperature=5.0, min_p=0.99999, seed=11)[2]
+    hot2 = gen(srv, "The quick brown fox", max_new_tokens=20, temperature=5.0, seed=11)[2]
+    check("min_p keeps only tokens near the best: min_p ~1 samples the greedy text",
+          hot["generated_text"] == greedy and hot2["generated_text"] != greedy, f"{hot} {greedy!r}")
+    # typical_p turns sampling on (as in TGI) and replays with its seed
+    p = dict(max_new_tokens=20, typical_p=0.5, seed=4, details=True)
+    x, y = gen(srv, "The quick brown fox", **p)[2], gen(srv, "The quick brown fox", **p)[2]
+    check("TGI typical_p samples (seed echoed) and replays", x["details"]["seed"] == 4
+          and x["generated_text"] == y["generated_text"], f"{x}")
+    # validation: ranges named, ids checked against the vocabulary
+    for bad, field in (({"frequency_penalty": 2.5}, "frequency_penalty"), ({"presence_penalty": -3}, "presence_penalty"),
+                       ({"logit_bias": {"5": 101}}, "logit_bias"), ({"logit_bias": {"x": 1}}, "logit_bias"),
+                       ({"logit_bias": {"100000": 1}}, "logit_bias"), ({"logit_bias": [1]}, "logit_bias"),
+                       ({"ignore_eos": 1}, "ignore_eos")):
+        st, _, j, b = comp(max_tokens=2, **bad)
+        check(f"OpenAI {bad} is a 400 naming {field}", st == 400 and j["error"]["param"] == field, f"{st} {b[:200]}")
+    st, _, j = gen(srv, "Hi", max_new_tokens=2, typical_p=1.0)
+    check("TGI typical_p 1.0 is a 422 naming the range", st == 422 and "typical_p" in j["error"], f"{st} {j}")
+
+
+def test_completion_prompt_forms(srv):
+    """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
+    comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
+    want = comp("Once upon a time")[2]["choices"][0]["text"]
+    ids = [t["id"] for t in srv.jreq("POST", "/tokenize", {"inputs": "Once upon a time"})[2]]
+    for form, prompt in (("a token-id array", ids), ("a batch of one token-id array", [ids]),
+                         ("a batch of one string", ["Once upon a time"])):
+        st, _, j, b = comp(prompt)
+        check(f"completions prompt as {form} gives the string's text", st == 200
+              and j["choices"][0]["text"] == want and j["usage"]["prompt_tokens"] == len(ids), f"{st} {b[:200]}")
+    for bad in ([], [1.5], [10 ** 6], [-1], [1, "a"]):
+        st, _, j, b = comp(bad)
+        check(f"completions prompt {bad} is a 400 on prompt", st == 400 and j["error"]["param"] == "prompt", f"{st} {b[:200]}")
+
+
 def test_concurrency(srv):
     n = 16
     bodies = []
@@ -693,6 +812,41 @@ def test_delete_request(srv):
           st == 204 and last.get("error_type") == "cancelled", f"{st} {rest[-1:]}")
     st, h, j, b = srv.jreq("DELETE", "/requests/delete-me-1")
     check("DELETE of an unknown request id is 404", st == 404 and "delete-me-1" in j["error"], f"{st} {b}")
+    # a non-streamed request cancelled by its id: 499 without Retry-After, booked as cancelled
+    for path, body in (("/generate", {"inputs": "Delete me", "parameters": {"max_new_tokens": 3000}}),
+                       ("/v1/completions", {"prompt": "Delete me", "max_tokens": 3000})):
+        rid = "delete-me-" + path.strip("/").replace("/", "-")
+        before = failures(srv)
+        box = {}
+        t = threading.Thread(target=lambda: box.update(r=srv.req("POST", path, body, headers={"X-Request-Id": rid})))
+        t.start()
+        deadline = time.time() + 20
+        while time.time() < deadline and srv.req("DELETE", "/requests/" + rid)[0] == 404:
+            time.sleep(0.02)
+        t.join(60)
+        st, h, b = box.get("r", (None, {}, b""))
+        j = json.loads(b) if b else {}
+        kind = j.get("error_type") if path == "/generate" else j.get("error", {}).get("type")
+        check(f"{path} cancelled by DELETE answers 499 'cancelled' without Retry-After",
+              st == 499 and kind == "cancelled" and "retry-after" not in h, f"{st} {h} {b[:200]}")
+        after = failures(srv)
+        check(f"{path} cancelled is counted as cancelled in /metrics, not unavailable",
+              after.get("cancelled", 0) == before.get("cancelled", 0) + 1
+              and after.get("unavailable", 0) == before.get("unavailable", 0), f"{before} {after}")
+        log = open(srv.log_path, "rb").read().decode("utf-8", "replace")
+        line = [l for l in log.splitlines() if f"id={rid} POST" in l]
+        check(f"{path} cancelled: its log line says status=499 finish=cancelled",
+              len(line) == 1 and " status=499" in line[0] and "finish=cancelled" in line[0], line)
+
+
+def failures(srv):
+    """hyserve_request_failure_total by reason, from /metrics."""
+    body = srv.req("GET", "/metrics")[2].decode()
+    out = {}
+    for l in body.splitlines():
+        if l.startswith("hyserve_request_failure_total{reason=\""):
+            out[l.split('"')[1]] = float(l.rsplit(" ", 1)[1])
+    return out
 
 
 def test_openai_client(srv):
@@ -721,6 +875,18 @@ def test_openai_client(srv):
     check("openai client: streamed completion text", out["completion_stream"]["text"] == j["choices"][0]["text"])
     check("openai client: our 400 becomes its typed error", out["error"]["status"] == 400
           and out["error"]["type"] == "invalid_request_error", f"{out['error']}")
+    # a request cancelled by its id is not retried: one POST with that id reaches the server
+    rid = "openai-cancel-1"
+    r = run([node, os.path.join(cdir, "openai_cancel.mjs"), srv.url, rid])
+    out = json.loads(r.stdout.decode().strip().splitlines()[-1]) if r.returncode == 0 else {}
+    res = out.get("result", {})
+    check("openai client: a cancelled completion surfaces as a 499 'cancelled' error",
+          out.get("deleteStatus") == 204 and res.get("status") == 499 and res.get("type") == "cancelled",
+          f"{out} {r.stderr.decode()[-300:]}")
+    time.sleep(0.3)     # the log line is written when the connection's request completes
+    log = open(srv.log_path, "rb").read().decode("utf-8", "replace")
+    posts = [l for l in log.splitlines() if f"id={rid} POST" in l]
+    check("openai client: the cancelled request was sent once, not retried", len(posts) == 1, posts)
 
 
 def raw_get(sock, path):
@@ -1143,6 +1309,9 @@ def main(argv=None):
                ("test_sse_openai", lambda: test_sse_openai(srv)),
                ("test_stop_sequences", lambda: test_stop_sequences(srv, model)),
                ("test_seeds_and_cli", lambda: test_seeds_and_cli(srv, model)),
+               ("test_seed_64bit", lambda: test_seed_64bit(srv)),
+               ("test_sampling_params", lambda: test_sampling_params(srv, model)),
+               ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),

@@ -360,3 +360,189 @@ TEST(test_sampler_masked_and_nan_logits_are_never_drawn)
     CHECK(sampler_sample(NULL, inf, NULL, 0, NULL) < 0);
     sampler_free(s);
 }
+
+/* ---------------------------------------------------------------------- */
+/* Bias, OpenAI penalties, typical-p, min-p: the logprob of every draw is  */
+/* compared with the same distribution computed here from the formula.    */
+/* ---------------------------------------------------------------------- */
+
+/* log of softmax(l / temp) restricted to keep[] (NULL: all), at token t */
+static double formula_logprob(const double *l, const bool *keep, int n, double temp, int t)
+{
+    double m = -INFINITY, z = 0.0;
+    for (int i = 0; i < n; i++)
+        if ((!keep || keep[i]) && l[i] > m)
+            m = l[i];
+    for (int i = 0; i < n; i++)
+        if (!keep || keep[i])
+            z += exp((l[i] - m) / temp);
+    return (l[t] - m) / temp - log(z);
+}
+
+/* Draws n times from base (copied fresh each time) and returns the largest
+ * |logprob - formula| over the draws, or +inf if a token outside keep is
+ * drawn; counts (may be NULL) receives the draws. */
+static double worst_logprob_error(sampler *s, const float *base, int n_vocab, const double *l, const bool *keep,
+                                  double temp, int n, int *counts)
+{
+    double worst = 0.0;
+    for (int i = 0; i < n; i++) {
+        float tmp[64], lp = 0.0f;
+        memcpy(tmp, base, sizeof(float) * (size_t)n_vocab);
+        int32_t t = sampler_sample(s, tmp, NULL, 0, &lp);
+        if (t < 0 || t >= n_vocab || (keep && !keep[t]))
+            return INFINITY;
+        if (counts)
+            counts[t]++;
+        double d = fabs(lp - formula_logprob(l, keep, n_vocab, temp, t));
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+TEST(test_sampler_frequency_and_presence_penalties_follow_openai_formula)
+{
+    /* l'[t] = l[t] - count[t] * f - (count[t] > 0) * p over the tokens drawn so far */
+    const float base[6] = { 1.0f, 0.5f, 0.2f, 0.0f, -0.3f, 0.8f };
+    const double f = 0.7, pres = 0.4, temp = 0.8;
+    sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = (float)temp;
+    p.frequency_penalty = (float)f;
+    p.presence_penalty = (float)pres;
+    p.seed = 31;
+    sampler *s = sampler_new(&p, 6);
+    CHECK(s);
+    int count[6] = {0};
+    double worst = 0.0;
+    for (int step = 0; step < 300; step++) {
+        float tmp[6];
+        double want[6];
+        memcpy(tmp, base, sizeof tmp);
+        for (int i = 0; i < 6; i++)
+            want[i] = base[i] - count[i] * f - (count[i] > 0 ? pres : 0.0);
+        float lp = 0.0f;
+        int32_t t = sampler_sample(s, tmp, NULL, 0, &lp);
+        CHECK(t >= 0 && t < 6);
+        double d = fabs(lp - formula_logprob(want, NULL, 6, temp, t));
+        worst = d > worst ? d : worst;
+        count[t]++;
+    }
+    CHECK(worst < 1e-4);
+    /* the penalty spreads the draws: every token was drawn (the frequency term grows with each draw) */
+    for (int i = 0; i < 6; i++)
+        CHECK(count[i] > 10);
+    sampler_free(s);
+
+    /* greedy: the argmax of the penalized logits, so a frequency penalty walks through the tokens */
+    p.greedy = true;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 2.0f;
+    s = sampler_new(&p, 6);
+    CHECK(s);
+    int32_t seq[4];
+    for (int i = 0; i < 4; i++) {
+        float tmp[6];
+        memcpy(tmp, base, sizeof tmp);
+        seq[i] = sampler_sample(s, tmp, NULL, 0, NULL);
+    }
+    /* 1.0 -> (0: -1.0) 0.8 -> (5: -1.2) 0.5 -> (1: -1.5) 0.2 */
+    CHECK(seq[0] == 0 && seq[1] == 5 && seq[2] == 1 && seq[3] == 2);
+    sampler_free(s);
+}
+
+TEST(test_sampler_logit_bias_is_added_and_minus_infinity_bans)
+{
+    const float base[5] = { 0.3f, 1.2f, -0.5f, 0.7f, 0.0f };
+    sampler_bias b[3] = { {1, -INFINITY}, {2, 2.0f}, {4, -1.5f} };
+    sampler_params p;
+    sampler_params_default(&p);
+    p.bias = b;
+    p.n_bias = 3;
+    p.seed = 77;
+    sampler *s = sampler_new(&p, 5);
+    CHECK(s);
+    b[2].bias = 50.0f;      /* the sampler holds its own copy */
+    const double want[5] = { 0.3, -INFINITY, 1.5, 0.7, -1.5 };
+    bool keep[5] = { true, false, true, true, true };
+    int counts[5] = {0};
+    CHECK(worst_logprob_error(s, base, 5, want, keep, 1.0, 4000, counts) < 1e-5);
+    CHECK(counts[1] == 0);
+    CHECK_NEAR(counts[2] / 4000.0, exp(formula_logprob(want, keep, 5, 1.0, 2)), 0.03);
+    CHECK_NEAR(counts[4] / 4000.0, exp(formula_logprob(want, keep, 5, 1.0, 4)), 0.02);
+    sampler_free(s);
+    /* greedy sees the biased logits: token 1 is banned, 2 (1.5) wins */
+    p.greedy = true;
+    b[2].bias = -1.5f;
+    s = sampler_new(&p, 5);
+    float tmp[5];
+    memcpy(tmp, base, sizeof tmp);
+    CHECK(s && sampler_sample(s, tmp, NULL, 0, NULL) == 2);
+    sampler_free(s);
+}
+
+TEST(test_sampler_typical_p_keeps_the_tokens_nearest_the_entropy)
+{
+    /* q = softmax(l); H = -sum q log q; rank by |-log q - H|; keep the
+     * shortest prefix of that ranking with mass >= typical_p */
+    const float base[6] = { 2.0f, 1.6f, 1.0f, 0.3f, -0.5f, -2.0f };
+    const double tp = 0.55;
+    double l[6], q[6], h = 0.0, shift[6];
+    for (int i = 0; i < 6; i++)
+        l[i] = base[i];
+    softmax_d(base, 6, 1.0, q);
+    for (int i = 0; i < 6; i++)
+        h -= q[i] * log(q[i]);
+    int order[6] = { 0, 1, 2, 3, 4, 5 };
+    for (int i = 0; i < 6; i++)
+        shift[i] = fabs(-log(q[i]) - h);
+    for (int i = 1; i < 6; i++)         /* insertion sort by shift */
+        for (int j = i; j > 0 && shift[order[j]] < shift[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    bool keep[6] = { false };
+    double cum = 0.0;
+    int n_keep = 0;
+    for (int i = 0; i < 6 && cum < tp; i++) {
+        keep[order[i]] = true;
+        cum += q[order[i]];
+        n_keep++;
+    }
+    CHECK(n_keep >= 2 && n_keep < 6);
+    CHECK(!keep[0] || !keep[5]);        /* the case is not trivial: something is cut */
+    sampler_params p;
+    sampler_params_default(&p);
+    p.typical_p = (float)tp;
+    p.seed = 5;
+    sampler *s = sampler_new(&p, 6);
+    CHECK(s);
+    int counts[6] = {0};
+    CHECK(worst_logprob_error(s, base, 6, l, keep, 1.0, 3000, counts) < 1e-5);
+    for (int i = 0; i < 6; i++)
+        CHECK(keep[i] ? counts[i] > 0 : counts[i] == 0);
+    sampler_free(s);
+}
+
+TEST(test_sampler_min_p_renormalizes_over_tokens_above_min_p_times_p_max)
+{
+    /* min-p at temperature 0.7: keep p_i >= min_p * p_max of the tempered softmax, renormalized */
+    const float base[5] = { 1.5f, 1.2f, 0.4f, 0.1f, -1.0f };
+    const double temp = 0.7, min_p = 0.3;
+    double q[5], l[5], pmax = 0.0;
+    softmax_d(base, 5, temp, q);
+    bool keep[5];
+    for (int i = 0; i < 5; i++) {
+        l[i] = base[i];
+        pmax = q[i] > pmax ? q[i] : pmax;
+    }
+    int n_keep = 0;
+    for (int i = 0; i < 5; i++)
+        n_keep += keep[i] = q[i] >= min_p * pmax;
+    CHECK(n_keep == 2);
+    sampler *s = make((float)temp, 0, 1.0f, (float)min_p, 1.0f, false, 9, 5);
+    CHECK(s);
+    CHECK(worst_logprob_error(s, base, 5, l, keep, temp, 2000, NULL) < 1e-5);
+    sampler_free(s);
+}

@@ -147,6 +147,58 @@ TEST(test_scheduler_stop_strings_hold_back_and_cut_across_tokens)
     engine_close(e);
 }
 
+/* The last event of r: its error (0 after a final token). */
+static int last_error(sched_req *r)
+{
+    sched_event ev;
+    int error = -100;
+    while (sched_req_next(r, &ev, 5000) == 1) {
+        int kind = ev.kind;
+        bool final = ev.final;
+        error = kind == SCHED_EV_ERROR ? ev.error : 0;
+        sched_event_clear(&ev);
+        if (kind == SCHED_EV_ERROR || final)
+            break;
+    }
+    return error;
+}
+
+TEST(test_scheduler_cancel_by_id_ends_with_deleted_and_counts_as_cancelled)
+{
+    engine *e = open_model("cancel-id", 256 * 1024);
+    CHECK(e != NULL);
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.n_threads = 1;
+    sched *s = sched_new(e, &sp, NULL, 0);
+    CHECK(s != NULL && sched_start(s) == 0);
+    int32_t prompt[8];
+    int np = engine_tokenize(e, "Hello", 5, true, true, prompt, 8);
+    sched_req_params rp = greedy_request("by-id", prompt, np, 300);
+    rp.owner = 7;
+    sched_req *r = NULL, *r2 = NULL;
+    char err[256];
+    CHECK(sched_submit(s, &rp, &r, err, sizeof(err)) == 0);
+    sched_event ev;
+    CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
+    CHECK(sched_cancel_id(s, "by-id", 8, "x") != 0);        /* another owner may not */
+    CHECK(sched_cancel_id(s, "by-id", 7, "cancelled by its id") == 0);
+    CHECK(last_error(r) == SCHED_EDELETED);
+    /* sched_req_cancel (a client gone) stays SCHED_ECANCELLED */
+    rp.id = "gone";
+    CHECK(sched_submit(s, &rp, &r2, err, sizeof(err)) == 0);
+    CHECK(sched_req_next(r2, &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
+    sched_req_cancel(r2);
+    CHECK(last_error(r2) == SCHED_ECANCELLED);
+    sched_stats st;
+    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
+    CHECK(st.cancelled_total == 2 && st.failed_total == 0);
+    sched_req_release(r);
+    sched_req_release(r2);
+    sched_free(s);
+    engine_close(e);
+}
+
 TEST(test_scheduler_cancel_frees_the_cache_and_refuses_what_never_fits)
 {
     engine *e = open_model("cancel", 256 * 1024);
@@ -168,19 +220,7 @@ TEST(test_scheduler_cancel_frees_the_cache_and_refuses_what_never_fits)
     CHECK(sched_req_next(r, &ev, 5000) == 1 && ev.kind == SCHED_EV_TOKEN);
     sched_event_clear(&ev);
     sched_req_cancel(r);
-    bool cancelled = false;
-    while (sched_req_next(r, &ev, 5000) == 1) {
-        int kind = ev.kind, error = ev.error;
-        bool final = ev.final;
-        sched_event_clear(&ev);
-        if (kind == SCHED_EV_ERROR) {
-            cancelled = error == SCHED_ECANCELLED;
-            break;
-        }
-        if (final)
-            break;
-    }
-    CHECK(cancelled);
+    CHECK(last_error(r) == SCHED_ECANCELLED);
     sched_stats st;
     CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
     CHECK(st.running == 0 && st.pool.reserved_bytes == 0 && st.cancelled_total == 1);

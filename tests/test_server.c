@@ -277,6 +277,34 @@ TEST(test_tgi_request_defaults_to_greedy_and_samples_when_asked)
     json_gen_free(&g);
 }
 
+TEST(test_seed_is_read_from_the_body_text_as_a_64_bit_integer)
+{
+    gen_request g;
+    char err[256];
+    /* 2^64 - 59 and its neighbour are the same double; the text tells them apart */
+    CHECK(parse(&g, API_TGI, "{\"inputs\":\"hi\", \"parameters\" : {\"stop\":[\"}\"],\"x\":{\"seed\":1},"
+                "\"seed\" : 18446744073709551557, \"temperature\":1}}", err, sizeof(err)) == JSON_OK);
+    CHECK(g.sp.seed == 18446744073709551557ull && g.seed_given);
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":18446744073709551556}", err, sizeof(err)) == JSON_OK);
+    CHECK(g.sp.seed == 18446744073709551556ull);
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":18446744073709551615}", err, sizeof(err)) == JSON_OK);
+    CHECK(g.sp.seed == UINT64_MAX);
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"a\",\"seed\":12.000}", err, sizeof(err)) == JSON_OK);
+    CHECK(g.sp.seed == 12);
+    json_gen_free(&g);
+    static const char *const bad[] = {"18446744073709551616", "-1", "0.5", "1e3", "\"1\"", "true"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char body[128];
+        snprintf(body, sizeof(body), "{\"prompt\":\"a\",\"seed\":%s}", bad[i]);
+        CHECK(parse(&g, API_OAI_COMPLETION, body, err, sizeof(err)) == JSON_EINVALID);
+        CHECK(strstr(err, "0..18446744073709551615") != NULL);
+        json_gen_free(&g);
+    }
+}
+
 TEST(test_request_validation_rejects_with_the_field_named)
 {
     gen_request g;
