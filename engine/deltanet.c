@@ -173,12 +173,12 @@ static void dnet_recurrent_fast(int n, int d_k, int d_v, const float *q, int q_s
                                 const float *k, int k_stride, const float *v, int v_stride,
                                 const float *beta, const float *g, float *S, float *o, int o_stride)
 {
-    if (!cpu.dnet_step) {
+    if (!cpu_kern.dnet_step) {
         dnet_recurrent_head(n, d_k, d_v, q, q_stride, k, k_stride, v, v_stride, beta, g, S, o, o_stride);
         return;
     }
     for (int t = 0; t < n; t++)
-        cpu.dnet_step(d_k, d_v, q + (size_t)t * q_stride, k + (size_t)t * k_stride,
+        cpu_kern.dnet_step(d_k, d_v, q + (size_t)t * q_stride, k + (size_t)t * k_stride,
                        v + (size_t)t * v_stride, beta[t], g[t], S, o + (size_t)t * o_stride, t == 0);
 }
 
@@ -316,7 +316,7 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
     for (int w = 0; w < n_items * NV; w++) {
         const fwd_item *it = &items[w / NV];
         const int h = w % NV;
-        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1 && !cpu.dnet_step);
+        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1 && !cpu_kern.dnet_step);
         const int kh = m->dnet_grouped ? h / (NV / NK) : h % NK;
         float *sc = scratch + (size_t)omp_get_thread_num() * dnet_scratch_floats(m);
         const float *base = QKV + (size_t)it->row0 * CD;
@@ -331,12 +331,12 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
         const size_t at = (size_t)ld * NV * DV * DK + (size_t)h * DV * DK;            /* [DV][DK] */
         const bool b16 = c->state_type == GGML_BF16;
         float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
-        if (b16 && it->n == 1 && !chunked && cpu.dnet_step_bf16) {     /* a decode step: in place */
+        if (b16 && it->n == 1 && !chunked && cpu_kern.dnet_step_bf16) {     /* a decode step: in place */
             uint16_t *S16 = (uint16_t *)it->s->state + at;
-            if (cpu.dnet_step_bf16_x16 && DK % 16 == 0 && DV % 4 == 0)
-                cpu.dnet_step_bf16_x16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
+            if (cpu_kern.dnet_step_bf16_x16 && DK % 16 == 0 && DV % 4 == 0)
+                cpu_kern.dnet_step_bf16_x16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
             else
-                cpu.dnet_step_bf16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
+                cpu_kern.dnet_step_bf16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
             continue;
         }
         /* else a bf16 state runs in f32 in scratch, rounded back at the end of the call */

@@ -108,13 +108,6 @@ static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
     matmul(s->y, &L->ffn_down, s->ffn.gate, T, decode, s->mm);
 }
 
-static weight expert_view(const weight *w, size_t stride, int ex)
-{
-    weight v = *w;
-    v.data = (const char *)w->data + stride * (size_t)ex;
-    return v;
-}
-
 /* Mixture of experts with a gated shared expert (qwen3next):
  *   p = softmax(W_r x); top-k; w = p_topk / sum(p_topk)
  *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
@@ -158,9 +151,9 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
             continue;
         for (int i = 0; i < cnt; i++)
             memcpy(s->moe.in + (size_t)i * E, s->xn + (size_t)s->moe.rows[i] * E, sizeof(float) * E);
-        weight wg = expert_view(&L->gate_exps, L->up_gate_stride, ex);
-        weight wu = expert_view(&L->up_exps, L->up_gate_stride, ex);
-        weight wd = expert_view(&L->down_exps, L->down_stride, ex);
+        weight wg = weight_slab(&L->gate_exps, L->up_gate_stride, ex);
+        weight wu = weight_slab(&L->up_exps, L->up_gate_stride, ex);
+        weight wd = weight_slab(&L->down_exps, L->down_stride, ex);
         matmul(s->ffn.gate, &wg, s->moe.in, cnt, decode, s->mm);
         matmul(s->ffn.up, &wu, s->moe.in, cnt, decode, s->mm);
         vec_silu_mul(s->ffn.gate, s->ffn.gate, s->ffn.up, (long)cnt * FF);

@@ -34,13 +34,6 @@ long mla_scratch_floats(const model *m, int n_ctx)
     return expanded > absorbed ? expanded : absorbed;
 }
 
-static weight head_view(const weight *w, size_t stride, int h)
-{
-    weight v = *w;
-    v.data = (const char *)w->data + stride * (size_t)h;
-    return v;
-}
-
 /* Rebuild k_nope and v for context tokens [0, n_ctx) of one sequence. */
 static void mla_expand(const model *m, const layer *L, const cache *c, const cache_seq *s, int n_ctx,
                        float *lat, float *kn, float *vv, float *kb, float *vtmp, bool decode, float *mm)
@@ -51,12 +44,12 @@ static void mla_expand(const model *m, const layer *L, const cache *c, const cac
         cache_load(c, cache_mla(c, s, lm, t), lat + (size_t)t * R, R);
     for (int h = 0; h < NH; h++) {
         /* k_nope_h(t) = W_kb,h c(t); the file holds W_kb,h^T as R rows of DN */
-        const char *kb_h = (const char *)L->wk_b.data + L->k_b_stride * (size_t)h;
+        const char *kb_h = weight_slab(&L->wk_b, L->k_b_stride, h).data;
         for (int r = 0; r < R; r++)
             dequant_row(L->wk_b.type, kb_h + (size_t)r * L->wk_b.row_bytes, kb + (size_t)r * DN, DN);
         gemm(false, false, n_ctx, DN, R, 1.0f, lat, R, kb, DN, 0.0f, kn + (size_t)h * DN, NH * DN);
         /* v_h(t) = W_vb,h c(t): [n_ctx][DV] for head h, scattered into [t][h][DV] */
-        weight vb = head_view(&L->wv_b, L->v_b_stride, h);
+        weight vb = weight_slab(&L->wv_b, L->v_b_stride, h);
         matmul(vtmp, &vb, lat, n_ctx, decode, mm);
         for (int t = 0; t < n_ctx; t++)
             memcpy(vv + ((size_t)t * NH + h) * DV, vtmp + (size_t)t * DV, sizeof(float) * DV);
@@ -96,7 +89,7 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
                     float *qa = scratch + (size_t)omp_get_thread_num() * 2 * R, *ctx = qa + R;
                     float *sc = scores + (size_t)omp_get_thread_num() * c->n_ctx;
                     /* q_abs[r] = sum_i W_kb,h[i][r] q_nope[i]: row r of the stored W_kb,h^T */
-                    const char *kb_h = (const char *)L->wk_b.data + L->k_b_stride * (size_t)h;
+                    const char *kb_h = weight_slab(&L->wk_b, L->k_b_stride, h).data;
                     for (int r = 0; r < R; r++)
                         qa[r] = dot_row(L->wk_b.type, kb_h + (size_t)r * L->wk_b.row_bytes, q, DN);
                     for (int j = 0; j <= pos; j++) {
@@ -109,7 +102,7 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
                     for (int j = 0; j <= pos; j++)
                         cache_axpy(c, ctx, sc[j], cache_mla(c, it->s, lm, j), R);
                     /* out_h = W_vb,h ctx */
-                    weight vb = head_view(&L->wv_b, L->v_b_stride, h);
+                    weight vb = weight_slab(&L->wv_b, L->v_b_stride, h);
                     float *o = out + (size_t)row * NH * DV + (size_t)h * DV;
                     for (int d = 0; d < DV; d++)
                         o[d] = dot_row(vb.type, (const char *)vb.data + (size_t)d * vb.row_bytes, ctx, R);

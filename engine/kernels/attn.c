@@ -92,7 +92,7 @@ void attn_exp_block_ref(const float *x, float *y, int n)
 
 void attn_exp_block(const float *x, float *y, int n)
 {
-    cpu.exp_block(x, y, n);
+    cpu_kern.exp_block(x, y, n);
 }
 
 /* ------------------------------------------------------------------ */

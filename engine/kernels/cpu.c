@@ -1,7 +1,7 @@
 /* cpu.c - probing the CPU and filling the kernel table of cpu.h.
  *
  * The level is a set of switches (what the CPU has, less what HYSERVE_SIMD
- * and the tests turn off); cpu_select turns them into `cpu`, and runs at
+ * and the tests turn off); cpu_select turns them into `cpu_kern`, and runs at
  * start-up and after every switch.
  * ref: Linux Documentation/arch/x86/xstate.rst (ARCH_REQ_XCOMP_PERM).
  */
@@ -28,7 +28,7 @@
     .quantize_act_q8 = quantize_act_q8_ref, .dot_q8_0_act = dot_q8_0_act_ref, .exp_block = attn_exp_block_ref
 
 /* The scalar references until the constructor has probed the CPU. */
-cpu_kernels cpu = { .name = "scalar", SCALAR_KERNELS };
+cpu_kernels cpu_kern = { .name = "scalar", SCALAR_KERNELS };
 
 /* what the CPU has (set once by the constructor, read-only after) */
 static bool has_avx2, has_vnni, has_avx512, has_avx512_vnni, has_amx, has_amx_bf16, has_amx_f16;
@@ -83,7 +83,7 @@ static void cpu_select(void)
         k.dequant_row = dequant_row_avx512;
         k.dnet_step_bf16_x16 = avx512_dnet_step_bf16;
     }
-    cpu = k;
+    cpu_kern = k;
 }
 
 __attribute__((constructor)) static void cpu_init(void)
@@ -137,5 +137,5 @@ void simd_set_amx(bool on)
 
 const char *simd_name(void)
 {
-    return cpu.name;
+    return cpu_kern.name;
 }

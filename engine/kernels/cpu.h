@@ -3,11 +3,12 @@
  *
  * Owns: probing the CPU (once, in a constructor: __builtin_cpu_supports and
  * Linux's AMX tile permission), reading HYSERVE_SIMD, the switches tests use
- * to lower the level (simd_set_*), and `cpu`: the features in use and the
- * kernels every caller goes through. The table is filled at start-up and
- * rebuilt by each switch, so a level change takes effect on the next call.
- * Does not own: the kernels (vecmath.c, simd_*.c, quant.c, attn.c) or the
- * choice of a kernel by shape (matmul.c, panels.c read `cpu.on` for that).
+ * to lower the level (simd_set_*), and `cpu_kern`: the features in use and
+ * the kernels every caller goes through. The table is filled at start-up
+ * and rebuilt by each switch, so a level change takes effect on the next
+ * call. Does not own: the kernels (vecmath.c, simd_*.c, quant.c, attn.c)
+ * or the choice of a kernel by shape (matmul.c, panels.c and attn.c read
+ * the features, simd_avx2() and the like below, for that).
  *
  * This header is the bottom of the kernel stack: it includes no other file
  * of kernels/, so every level may read the table; cpu.c, which fills it
@@ -69,23 +70,23 @@ typedef struct cpu_kernels {
 
 /* Read by every kernel call; written only at start-up and by the switches
  * below (call those while no kernel runs: not thread-safe). */
-extern cpu_kernels cpu;
+extern cpu_kernels cpu_kern;
 
 /* true when the AVX2 kernels are in use (the CPU has AVX2, FMA and F16C and
  * they are not turned off) */
-static inline bool simd_avx2(void) { return cpu.on.avx2; }
+static inline bool simd_avx2(void) { return cpu_kern.on.avx2; }
 /* true when the Q8_0 matrix-vector product uses AVX-VNNI's vpdpbusd */
-static inline bool simd_vnni(void) { return cpu.on.vnni; }
+static inline bool simd_vnni(void) { return cpu_kern.on.vnni; }
 /* true when the AVX-512 kernels are in use (simd_avx2() too) */
-static inline bool simd_avx512(void) { return cpu.on.avx512; }
-static inline bool simd_avx512_vnni(void) { return cpu.on.avx512_vnni; }
+static inline bool simd_avx512(void) { return cpu_kern.on.avx512; }
+static inline bool simd_avx512_vnni(void) { return cpu_kern.on.avx512_vnni; }
 /* true when the AMX tiles are in use (simd_avx512() too) */
-static inline bool simd_amx(void) { return cpu.on.amx; }
-static inline bool simd_amx_bf16(void) { return cpu.on.amx_bf16; }
-static inline bool simd_amx_f16(void) { return cpu.on.amx_f16; }
+static inline bool simd_amx(void) { return cpu_kern.on.amx; }
+static inline bool simd_amx_bf16(void) { return cpu_kern.on.amx_bf16; }
+static inline bool simd_amx_f16(void) { return cpu_kern.on.amx_f16; }
 
 /* Tests and benchmarks: turn the fast paths off (false) or back on; on only
- * takes effect where the CPU has them. Each rebuilds `cpu`.
+ * takes effect where the CPU has them. Each rebuilds `cpu_kern`.
  *   simd_set_enabled: every hand-written kernel (AVX2 and all above it);
  *   simd_set_vnni:    AVX-VNNI and AVX512-VNNI;
  *   simd_set_avx512:  AVX-512 (stays off under HYSERVE_SIMD=avx2);

@@ -390,17 +390,17 @@ void quantize_row(uint32_t type, const float *src, void *dst, int n)
  * per-level entry points below. */
 void quantize_row_fast(uint32_t type, const float *src, void *dst, int n)
 {
-    cpu.quantize_row(type, src, dst, n);
+    cpu_kern.quantize_row(type, src, dst, n);
 }
 
 void dequant_row_fast(uint32_t type, const void *src, float *dst, int n)
 {
-    cpu.dequant_row(type, src, dst, n);
+    cpu_kern.dequant_row(type, src, dst, n);
 }
 
 float dot_row_fast(uint32_t type, const void *row, const float *x, int n)
 {
-    return cpu.dot_row(type, row, x, n);
+    return cpu_kern.dot_row(type, row, x, n);
 }
 
 void quantize_row_avx2(uint32_t type, const float *src, void *dst, int n)
@@ -469,10 +469,10 @@ float dot_q8_0_act_ref(const void *row, const int8_t *q, const float *d, int n)
 
 void quantize_act_q8(const float *x, int n, int8_t *q, float *d)
 {
-    cpu.quantize_act_q8(x, n, q, d);
+    cpu_kern.quantize_act_q8(x, n, q, d);
 }
 
 float dot_q8_0_act(const void *row, const int8_t *q, const float *d, int n)
 {
-    return cpu.dot_q8_0_act(row, q, d, n);
+    return cpu_kern.dot_q8_0_act(row, q, d, n);
 }

@@ -372,7 +372,7 @@ void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, con
         case GGML_F16: rows4_f16(w, x, n, r); break;
         case GGML_BF16: rows4_bf16(w, x, n, r); break;
         default:
-            if (cpu.on.vnni)
+            if (cpu_kern.on.vnni)
                 rows4_q8_0_vnni(w, xq, xd, n, r);
             else
                 rows4_q8_0_act(w, xq, xd, n, r);

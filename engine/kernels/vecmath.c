@@ -11,12 +11,12 @@
  * simd.h where they are in use, the references below otherwise. */
 void vec_silu_mul(float *y, const float *x, const float *b, long n)
 {
-    cpu.silu_mul(y, x, b, n);
+    cpu_kern.silu_mul(y, x, b, n);
 }
 
 void vec_sigmoid_mul(float *y, const float *g, long n)
 {
-    cpu.sigmoid_mul(y, g, n);
+    cpu_kern.sigmoid_mul(y, g, n);
 }
 
 void silu_mul_ref(float *y, const float *x, const float *b, long n)
@@ -51,14 +51,14 @@ void scale_ref(float *y, const float *x, float r, const float *w, int n)
 
 void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {
-    float r = (float)(1.0 / sqrt(cpu.sumsq(x, n) / n + eps));
-    cpu.scale(y, x, r, w, n);
+    float r = (float)(1.0 / sqrt(cpu_kern.sumsq(x, n) / n + eps));
+    cpu_kern.scale(y, x, r, w, n);
 }
 
 void l2norm(float *x, int n, float eps)
 {
-    double nrm = sqrt(cpu.sumsq(x, n));
-    cpu.scale(x, x, (float)(1.0 / (nrm > eps ? nrm : eps)), NULL, n);
+    double nrm = sqrt(cpu_kern.sumsq(x, n));
+    cpu_kern.scale(x, x, (float)(1.0 / (nrm > eps ? nrm : eps)), NULL, n);
 }
 
 void softmax(float *x, int n)

@@ -22,4 +22,14 @@ typedef struct weight {
     bool panels;                /* rows repacked in panels of 16 (panels.h) */
 } weight;
 
+/* Slab i of a weight stored as equal slabs one after another (experts, MLA
+ * heads; model.c binds the first and the stride): the same view, stride
+ * bytes further on per slab. */
+static inline weight weight_slab(const weight *w, size_t stride, int i)
+{
+    weight v = *w;
+    v.data = (const char *)w->data + stride * (size_t)i;
+    return v;
+}
+
 #endif
