@@ -17,13 +17,15 @@ name used is one the server reads, and the Dockerfile sets every option;
 the grace periods exceed the drain timeout (with the preStop pause);
 non-root, read-only root, a writable /tmp; selectors match the pods; the HPA
 scales the Deployment on a metric the server exports and the adapter rule
-serves; the memory limit holds the model's default cache beside its weights.
+serves; .dockerignore lets in every file the image's `make` uses (`make -n`);
+the memory limit holds the model's default cache beside its weights.
 
 Prints "ok - ..." or "not ok - ..." per check and, last,
 "k8s: N passed, N failed". Exit status 1 when a check fails.
 usage: check_k8s.py [ROOT]   (default: the repository holding this file);
 HYSERVE names the binary for `hyserve mem` (default ROOT/build/hyserve).
 """
+import fnmatch
 import glob
 import json
 import os
@@ -92,6 +94,44 @@ def dockerfile(root):
         elif s.startswith("USER "):
             user = s.split()[1]
     return env, expose, user
+
+
+def dockerignore_keeps(rules, path):
+    """Whether a .dockerignore (rules: its lines in order) lets path into the
+    build context: the last rule that matches the path, or a folder above
+    it, decides; '!' lets in."""
+    keep = True
+    for rule in rules:
+        neg = rule.startswith("!")
+        pat = rule[1:] if neg else rule
+        pat = pat.rstrip("/")
+        if pat.startswith("**/"):
+            hit = fnmatch.fnmatch(path, pat) or fnmatch.fnmatch(os.path.basename(path), pat[3:])
+        else:
+            parts = path.split("/")
+            hit = any(fnmatch.fnmatch("/".join(parts[:i]), pat) for i in range(1, len(parts) + 1))
+        if hit:
+            keep = neg
+    return keep
+
+
+def build_inputs(root):
+    """The tracked files the image's build stage uses: those `make -n`
+    names for build/hyserve (as docker/Dockerfile runs it), and everything
+    under the folders it passes with -I (the headers)."""
+    out = subprocess.run(["make", "-n", "-B", "-C", root, "DEPS=build", "OPT=-O2", "build/hyserve"],
+                         capture_output=True, text=True, timeout=120).stdout
+    tracked = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True,
+                             timeout=60).stdout.split()
+    tracked_set = set(tracked)
+    used = set()
+    for tok in out.split():
+        if tok.startswith("-I") and not tok.startswith("-I/"):
+            d = tok[2:].rstrip("/") + "/"
+            used |= {f for f in tracked if f.startswith(d)}
+        elif tok in tracked_set:
+            used.add(tok)
+    return used
 
 
 def seconds(v):
@@ -265,6 +305,17 @@ def main():
         seen.append(f"{conf}: {len(ups)}")
         ups_ok &= len(ups) >= 2 and all(n in svc_names and int(p) == cport for n, p in ups)
     check("nginx's upstreams are the compose replicas on port %s (%s)" % (cport, ", ".join(seen)), ups_ok)
+
+    # the build context: every file the build stage's make uses gets in
+    rules = [l.strip() for l in read(root, ".dockerignore").splitlines() if l.strip() and not l.startswith("#")]
+    try:
+        used = build_inputs(root)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        used = set()
+        print(f"# make -n failed: {e!r}")
+    left_out = sorted(f for f in used if not dockerignore_keeps(rules, f))
+    check(f"the Docker build context (.dockerignore) holds the {len(used)} files `make build/hyserve` uses",
+          len(used) > 10 and not left_out, f"left out: {left_out}")
 
     # memory: the default cache of the image's model beside its weights, under the limit
     hyserve = os.environ.get("HYSERVE") or os.path.join(root, "build", "hyserve")

@@ -3,10 +3,11 @@
 # Safe to run repeatedly: does nothing when everything is present.
 #
 # usage: sh tools/install-deps.sh [build|all]
-#   build  what compiling build/hyserve needs (the Docker image's build stage)
+#   build  what compiling build/hyserve needs (the Docker image's build stage;
+#          python3-minimal runs tools/embed_web.py, the dashboard's files as C)
 #   all    that, and what the test suites need (default; `make` and `make test`)
 set -e
-BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libopenblas-openmp-dev"
+BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libopenblas-openmp-dev python3-minimal"
 TEST_PKGS="python3-numpy python3-yaml curl nodejs npm unicode-data"
 case "${1:-all}" in
 build) PKGS=$BUILD_PKGS ;;
