@@ -119,8 +119,11 @@ def build_inputs(root):
     """The tracked files the image's build stage uses: those `make -n`
     names for build/hyserve (as docker/Dockerfile runs it), and everything
     under the folders it passes with -I (the headers)."""
-    out = subprocess.run(["make", "-n", "-B", "-C", root, "DEPS=build", "OPT=-O2", "build/hyserve"],
-                         capture_output=True, text=True, timeout=120).stdout
+    # the image's plain build, whatever make runs this suite: under `make test
+    # SANITIZE=1` the parent's MAKEFLAGS would carry SANITIZE=1 down
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    out = subprocess.run(["make", "-n", "-B", "-C", root, "DEPS=build", "OPT=-O2", "SANITIZE=0", "build/hyserve"],
+                         capture_output=True, text=True, timeout=120, env=env).stdout
     tracked = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True,
                              timeout=60).stdout.split()
     tracked_set = set(tracked)

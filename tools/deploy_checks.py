@@ -325,6 +325,19 @@ def check_3(stack):
           all(s == 200 for s in statuses) and set(seen) == set(REPLICAS), f"statuses {sorted(set(statuses))}")
 
 
+def check_dashboard(stack):
+    """The dashboard (GET /) through the load balancer: the page, its
+    script and the /stats it polls all come through nginx."""
+    st, h, page = request(stack.lb_port, "GET", "/")
+    st_js, h_js, _ = request(stack.lb_port, "GET", "/web/app.js")
+    st_stats, stats = jget(stack.lb_port, "/stats")
+    check("the dashboard page, its script and the /stats it polls pass through nginx",
+          st == 200 and h.get("content-type", "").startswith("text/html") and b"app.js" in page
+          and st_js == 200 and "javascript" in h_js.get("content-type", "")
+          and st_stats == 200 and isinstance(stats, dict) and "model" in stats,
+          f"/ {st} {h.get('content-type')}, /web/app.js {st_js} {h_js.get('content-type')}, /stats {st_stats}")
+
+
 def check_4(stack):
     times = []
     t_sent = time.monotonic()
@@ -557,6 +570,7 @@ def main():
         else:
             note(f"compose stack up in {time.time() - t0:.1f} s, nginx on 127.0.0.1:{stack.lb_port}")
             check_3(stack)
+            check_dashboard(stack)
             check_4(stack)
             check_5(stack)
             check_6(stack)
