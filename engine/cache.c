@@ -89,6 +89,50 @@ static size_t slot_bytes(const cache *c)
     return (size_t)((c->state_bytes + c->conv_bytes + 63) & ~(uint64_t)63) + 64;
 }
 
+/* A page's bytes, rounded to 64, then a 64-byte trailer holding its
+ * reference count (the sequences that hold it). */
+static size_t page_body(const cache *c)
+{
+    return (size_t)((c->page_bytes + 63) & ~(uint64_t)63);
+}
+
+static size_t page_stride(const cache *c)
+{
+    return page_body(c) + 64;
+}
+
+static int32_t *page_refs(const cache *c, uint8_t *p)
+{
+    return (int32_t *)(void *)(p + page_body(c));
+}
+
+static const int32_t *page_refs_const(const cache *c, const uint8_t *p)
+{
+    return (const int32_t *)(const void *)(p + page_body(c));
+}
+
+/* One holder less of page p; at none it goes back to the free list. */
+static void page_unref(cache *c, uint8_t *p)
+{
+    int32_t *r = page_refs(c, p);
+    if (--*r > 0)
+        return;
+    if (c->n_free_pages < c->cap_free_pages)     /* sized when the page was carved */
+        c->free_pages[c->n_free_pages++] = p;
+    c->n_pages_used--;
+    c->reserved_bytes -= c->page_bytes;
+}
+
+/* A page off the free list for one holder (cache_make_room made room). */
+static uint8_t *page_take(cache *c)
+{
+    uint8_t *p = c->free_pages[--c->n_free_pages];
+    *page_refs(c, p) = 1;
+    c->n_pages_used++;
+    c->reserved_bytes += c->page_bytes;
+    return p;
+}
+
 void cache_deinit(cache *c)
 {
     if (c->seqs)
@@ -153,11 +197,9 @@ void cache_seq_free(cache *c, int id)
     if (id < 0 || id >= c->max_seqs || !c->seqs[id].live)
         return;
     cache_seq *s = &c->seqs[id];
-    for (int i = 0; i < s->n_pages; i++)     /* recycle; the free list was sized at reservation */
-        if (c->n_free_pages < c->cap_free_pages)
-            c->free_pages[c->n_free_pages++] = s->pages[i];
-    c->n_pages_used -= s->n_pages;
-    c->reserved_bytes -= c->conv_bytes + c->state_bytes + (uint64_t)s->n_pages * c->page_bytes;
+    for (int i = 0; i < s->n_pages; i++)     /* recycled when no other sequence holds it */
+        page_unref(c, s->pages[i]);
+    c->reserved_bytes -= c->conv_bytes + c->state_bytes;
     free(s->pages);
     if (c->n_free_slots < c->max_seqs)                     /* the slot, for the next sequence */
         c->free_slots[c->n_free_slots++] = (uint8_t *)s->state;
@@ -194,7 +236,7 @@ const cache_seq *cache_get_const(const cache *c, int id)
 #define REGION_ALIGN (2u << 20)
 static uint8_t *page_new(cache *c)
 {
-    const size_t stride = (c->page_bytes + 63) & ~(uint64_t)63;
+    const size_t stride = page_stride(c);
     if (c->n_regions == 0 || c->region_used + stride > c->region_bytes) {
         if (c->region_bytes == 0) {           /* 16 pages or 2 MiB, whichever is more, in whole 2 MiB */
             const size_t want = stride * 16 > REGION_ALIGN ? stride * 16 : REGION_ALIGN;
@@ -291,10 +333,138 @@ int cache_reserve(cache *c, int id, int n_tokens)
     if (cache_make_room(c, k) != 0)
         return -1;
     for (int i = 0; i < k; i++)         /* cannot fail now */
-        s->pages[s->n_pages++] = c->free_pages[--c->n_free_pages];
-    c->n_pages_used += k;
-    c->reserved_bytes += (uint64_t)k * c->page_bytes;
+        s->pages[s->n_pages++] = page_take(c);
     INVARIANT_STEP(cache_check(c));
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Sharing: forks, truncation, DeltaNet snapshots                         */
+/* ---------------------------------------------------------------------- */
+
+int cache_seq_fork(cache *c, int src, int n_tokens)
+{
+    const cache_seq *a = cache_get_const(c, src);
+    if (!a || n_tokens < 0 || n_tokens > a->n_past)
+        return -1;
+    const int pt = c->page_tokens;
+    const int n_full = c->page_bytes ? n_tokens / pt : 0;
+    const bool part = c->page_bytes && n_tokens % pt != 0;
+    /* the copy of a partly filled page first: after cache_seq_new the
+     * budget has the slot in it */
+    if (part && cache_make_room(c, 1) != 0)
+        return -1;
+    if (part && c->reserved_bytes + c->conv_bytes + c->state_bytes + c->page_bytes > c->budget_bytes)
+        return -1;
+    const int id = cache_seq_new(c);
+    if (id < 0)
+        return -1;
+    cache_seq *s = &c->seqs[id];
+    a = &c->seqs[src];
+    for (int i = 0; i < n_full; i++) {
+        s->pages[i] = a->pages[i];
+        (*page_refs(c, a->pages[i]))++;
+    }
+    s->n_pages = n_full;
+    if (part) {     /* copy-on-write: the tokens past n_tokens in it are never read */
+        uint8_t *p = page_take(c);
+        memcpy(p, a->pages[n_full], (size_t)c->page_bytes);
+        s->pages[s->n_pages++] = p;
+    }
+    memcpy(s->state, a->state, slot_bytes(c));
+    s->n_past = n_tokens;
+    INVARIANT(cache_check(c));
+    return id;
+}
+
+int cache_seq_truncate(cache *c, int id, int n_tokens)
+{
+    cache_seq *s = cache_get(c, id);
+    if (!s || n_tokens < 0 || n_tokens > s->n_past)
+        return -1;
+    if (c->page_bytes == 0) {
+        s->n_past = n_tokens;
+        return 0;
+    }
+    const int pt = c->page_tokens;
+    const int keep = (n_tokens + pt - 1) / pt;          /* pages holding tokens below n_tokens */
+    const int wr = n_tokens / pt;                       /* the page the next token goes to */
+    const bool cow = n_tokens % pt != 0 && *page_refs(c, s->pages[wr]) > 1;
+    if (cow) {      /* room for the copy, counting the pages released below */
+        int freed = 0;
+        for (int i = keep; i < s->n_pages; i++)
+            freed += *page_refs(c, s->pages[i]) == 1;
+        if (c->reserved_bytes + c->page_bytes > c->budget_bytes + (uint64_t)freed * c->page_bytes)
+            return -1;
+    }
+    while (s->n_pages > keep)
+        page_unref(c, s->pages[--s->n_pages]);
+    if (cow) {
+        if (cache_make_room(c, 1) != 0)     /* only out of memory now: the pages are released, tokens kept */
+            return -1;
+        uint8_t *p = page_take(c);
+        memcpy(p, s->pages[wr], (size_t)c->page_bytes);
+        page_unref(c, s->pages[wr]);
+        s->pages[wr] = p;
+    }
+    s->n_past = n_tokens;
+    INVARIANT(cache_check(c));
+    return 0;
+}
+
+int cache_seq_shared_pages(const cache *c, int id)
+{
+    const cache_seq *s = cache_get_const(c, id);
+    int n = 0;
+    for (int i = 0; s && i < s->n_pages; i++)
+        n += *page_refs_const(c, s->pages[i]) > 1;
+    return n;
+}
+
+cache_snap *cache_snap_new(cache *c)
+{
+    if (c->reserved_bytes + c->state_bytes + c->conv_bytes > c->budget_bytes)
+        return NULL;
+    cache_snap *s = FAULT_OR(calloc(1, sizeof *s));
+    uint8_t *slot = FAULT_OR(aligned_alloc(64, slot_bytes(c)));
+    if (!s || !slot) {
+        free(s);
+        free(slot);
+        return NULL;
+    }
+    s->slot = slot;
+    s->n_tokens = -1;
+    c->reserved_bytes += c->state_bytes + c->conv_bytes;
+    c->n_snaps++;
+    return s;
+}
+
+void cache_snap_free(cache *c, cache_snap *s)
+{
+    if (!s)
+        return;
+    free(s->slot);
+    free(s);
+    c->reserved_bytes -= c->state_bytes + c->conv_bytes;
+    c->n_snaps--;
+}
+
+int cache_snap_save(cache *c, int id, cache_snap *s)
+{
+    const cache_seq *q = cache_get_const(c, id);
+    if (!q || !s)
+        return -1;
+    memcpy(s->slot, q->state, slot_bytes(c));
+    s->n_tokens = q->n_past;
+    return 0;
+}
+
+int cache_snap_restore(cache *c, int id, const cache_snap *s)
+{
+    cache_seq *q = cache_get(c, id);
+    if (!q || !s || q->n_past != s->n_tokens)
+        return -1;
+    memcpy(q->state, s->slot, slot_bytes(c));
     return 0;
 }
 
@@ -324,16 +494,43 @@ const char *cache_broken(const cache *c)
             if (!s->pages[p])
                 return "a live sequence's pages are not NULL";
         n_pages += s->n_pages;
-        reserved += c->state_bytes + c->conv_bytes + (uint64_t)s->n_pages * c->page_bytes;
+        for (int p = 0; p < s->n_pages; p++)
+            if (*page_refs_const(c, s->pages[p]) < 1)
+                return "a page a live sequence holds has a count of at least 1";
+        reserved += c->state_bytes + c->conv_bytes;
     }
+    /* every carved page, region by region: counts add up to the holders */
+    int n_held = 0, n_carved = 0;
+    int64_t n_refs = 0;
+    if (c->page_bytes && c->n_regions) {
+        const size_t stride = page_stride(c), per = c->region_bytes / stride;
+        for (int r = 0; r < c->n_regions; r++) {
+            const size_t k = r == c->n_regions - 1 ? c->region_used / stride : per;
+            for (size_t i = 0; i < k; i++) {
+                const int32_t n = *page_refs_const(c, c->regions[r] + i * stride);
+                if (n < 0)
+                    return "page counts are not negative";
+                n_held += n > 0;
+                n_refs += n;
+                n_carved++;
+            }
+        }
+    }
+    if (n_carved != c->n_pages_carved)
+        return "the regions hold the carved pages";
+    if (n_refs != n_pages)
+        return "page counts sum to the pages the live sequences hold";
+    if (n_held != c->n_pages_used)
+        return "n_pages_used counts the held pages";
+    if (c->n_snaps < 0)
+        return "n_snaps is not negative";
+    reserved += (uint64_t)n_held * c->page_bytes + (uint64_t)c->n_snaps * (c->state_bytes + c->conv_bytes);
     if (n_live != c->n_live || n_live > c->max_seqs)
         return "n_live counts the live sequences";
     if (reserved != c->reserved_bytes)
         return "reserved_bytes is the sum over live sequences";
     if (c->reserved_bytes > c->budget_bytes)
         return "reserved_bytes <= budget_bytes";
-    if (n_pages != c->n_pages_used)
-        return "n_pages_used is the sum of the live sequences' pages";
     if (c->n_free_pages < 0 || c->n_pages_used + c->n_free_pages != c->n_pages_carved)
         return "used plus free pages are the carved pages";
     if (c->n_pages_carved > c->cap_free_pages)
@@ -341,6 +538,8 @@ const char *cache_broken(const cache *c)
     for (int p = 0; p < c->n_free_pages; p++)
         if (!c->free_pages[p])
             return "free pages are not NULL";
+        else if (*page_refs_const(c, c->free_pages[p]) != 0)
+            return "free pages have a count of 0";
     if (c->n_free_slots < 0 || c->n_live + c->n_free_slots > c->max_seqs)
         return "live plus free DeltaNet slots are at most max_seqs";
     return NULL;

@@ -34,13 +34,31 @@ typedef struct cache_seq {
     float *conv;                /* [n_dnet][K-1][conv_dim], a ring: input x_p in row p % (K-1); in the slot after the state */
 } cache_seq;
 
+/* A copy of one sequence's DeltaNet slot (recurrent state, then conv
+ * ring) as it was after n_tokens tokens: restoring it into a sequence of
+ * the same length makes that sequence's DeltaNet layers continue exactly
+ * as the original's would. Counted in the pool (reserved_bytes) like a
+ * slot. Owned by whoever took it (the prefix store); freed with
+ * cache_snap_free. */
+typedef struct cache_snap {
+    int n_tokens;               /* the length of the sequence it was taken from */
+    uint8_t *slot;              /* [slot_bytes] state, then conv, as in a sequence */
+} cache_snap;
+
 /* The pool. Owned by the engine's owner thread. Invariants (cache_broken
  * checks them, under assert at every sequence new/free, and with
  * HYSERVE_CHECKS at every reservation):
- *   reserved_bytes == sum over live sequences of
- *                     state_bytes + conv_bytes + n_pages * page_bytes
+ *   reserved_bytes == sum over live sequences of (state_bytes + conv_bytes)
+ *                     + n_pages_used * page_bytes
+ *                     + n_snaps * (state_bytes + conv_bytes)
  *                  <= budget_bytes;
- *   n_pages_used == sum over live sequences of n_pages;
+ *   pages are reference counted (a count in each page's trailer, past
+ *   page_bytes): a page held by k live sequences has count k, and a
+ *   sequence never writes a page whose count is above 1 (only full pages
+ *   below its n_past are shared; cache_seq_fork and cache_seq_truncate
+ *   copy a partly filled page before sharing it);
+ *   n_pages_used == the pages with a count above 0 (shared pages once),
+ *   and the counts add up to the sum over live sequences of n_pages;
  *   n_pages_used + n_free_pages == n_pages_carved <= cap_free_pages
  *                  (every page is held or free, and the free list can take
  *                  all of them back, so freeing never allocates);
@@ -77,6 +95,7 @@ typedef struct cache {
     int n_free_slots;                   /* at most max_seqs */
     cache_seq *seqs;                    /* [max_seqs] */
     int n_live;
+    int n_snaps;                        /* DeltaNet snapshots held (cache_snap_new) */
     memplan_layout plan;                /* the layout every byte count above comes from */
 } cache;
 
@@ -109,6 +128,33 @@ int cache_pages_short(const cache *c, int id, int n_tokens);
  * budget or out of memory) and no sequence changed. For all-or-nothing
  * batches (engine_forward). */
 int cache_make_room(cache *c, int n_pages);
+
+/* ---- sharing: forks, truncation, DeltaNet snapshots (the prefix store) ---- */
+
+/* A new sequence holding the first n_tokens tokens of src (n_tokens <=
+ * src's n_past): src's whole pages below n_tokens are shared (counts go
+ * up), a partly filled page at n_tokens is copied into a page of its own,
+ * and src's DeltaNet slot is copied (the state after src's n_past tokens:
+ * right when n_tokens == src's n_past, else the caller restores a snapshot
+ * taken at n_tokens). Returns the id, or -1 (no free sequence, over
+ * budget, out of memory) and nothing changed. */
+int cache_seq_fork(cache *c, int src, int n_tokens);
+/* Drop the tokens of sequence id from n_tokens on (n_tokens <= n_past):
+ * pages wholly past n_tokens are released, a shared page that would be
+ * written next is copied first. The DeltaNet slot is not touched (the
+ * caller restores a snapshot taken at n_tokens). 0, or -1 (out of budget
+ * for that copy, bad arguments) and nothing changed. */
+int cache_seq_truncate(cache *c, int id, int n_tokens);
+/* Pages of sequence id that another sequence also holds. */
+int cache_seq_shared_pages(const cache *c, int id);
+/* A snapshot buffer, counted in the pool: NULL when the budget cannot
+ * hold state_bytes + conv_bytes more, or out of memory. */
+cache_snap *cache_snap_new(cache *c);
+void cache_snap_free(cache *c, cache_snap *s);
+/* Copy sequence id's DeltaNet slot into s (s->n_tokens = its n_past). */
+int cache_snap_save(cache *c, int id, cache_snap *s);
+/* Copy s into sequence id's slot; -1 unless id's n_past == s->n_tokens. */
+int cache_snap_restore(cache *c, int id, const cache_snap *s);
 
 /* Invariants of the pool (see struct cache): NULL when they all hold, else
  * the first broken one, as a static string. */

@@ -340,6 +340,8 @@ int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u)
     u->dnet_conv_bytes = c->conv_bytes;
     u->total_reserved_bytes = u->kv_reserved_bytes + u->mla_reserved_bytes + u->dnet_state_bytes +
                               u->dnet_conv_bytes;
+    u->n_shared_pages = cache_seq_shared_pages(c, seq);
+    u->shared_bytes = (uint64_t)u->n_shared_pages * c->page_bytes;
     return 0;
 }
 
@@ -352,6 +354,58 @@ void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
     u->n_seqs = c->n_live;
     u->n_pages_total = c->page_bytes ? (int)(c->budget_bytes / c->page_bytes) : 0;
     u->n_pages_used = c->n_pages_used;
+    u->n_snaps = c->n_snaps;
+    u->snap_state_bytes = (uint64_t)c->n_snaps * c->state_bytes;
+    u->snap_conv_bytes = (uint64_t)c->n_snaps * c->conv_bytes;
+}
+
+int engine_seq_fork(engine *e, int src, int n_tokens)
+{
+    return cache_seq_fork(&e->kv, src, n_tokens);
+}
+
+int engine_seq_truncate(engine *e, int seq, int n_tokens, const engine_snap *snap)
+{
+    cache *c = &e->kv;
+    const cache_seq *s = cache_get_const(c, seq);
+    if (!s || n_tokens < 0 || n_tokens > s->n_past)
+        return -1;
+    const bool need_snap = c->n_dnet > 0 && n_tokens < s->n_past;
+    if (need_snap && (!snap || snap->n_tokens != n_tokens))
+        return -1;
+    if (cache_seq_truncate(c, seq, n_tokens) != 0)
+        return -1;
+    return need_snap ? cache_snap_restore(c, seq, snap) : 0;
+}
+
+engine_snap *engine_snap_take(engine *e, int seq)
+{
+    if (!cache_get_const(&e->kv, seq))
+        return NULL;
+    cache_snap *s = cache_snap_new(&e->kv);
+    if (s)
+        cache_snap_save(&e->kv, seq, s);
+    return s;
+}
+
+int engine_snap_restore(engine *e, int seq, const engine_snap *snap)
+{
+    return cache_snap_restore(&e->kv, seq, snap);
+}
+
+void engine_snap_free(engine *e, engine_snap *snap)
+{
+    cache_snap_free(&e->kv, snap);
+}
+
+int engine_snap_tokens(const engine_snap *snap)
+{
+    return snap ? snap->n_tokens : -1;
+}
+
+uint64_t engine_snap_bytes(const engine *e)
+{
+    return e->kv.n_dnet ? e->kv.state_bytes + e->kv.conv_bytes : 0;
 }
 
 void engine_get_memplan(const engine *e, memplan_layout *out)

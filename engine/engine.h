@@ -160,6 +160,8 @@ typedef struct engine_seq_usage {
     uint64_t mla_reserved_bytes, mla_used_bytes;
     uint64_t dnet_state_bytes, dnet_conv_bytes;
     uint64_t total_reserved_bytes;      /* everything this sequence holds */
+    int n_shared_pages;                 /* of its pages, those another sequence also holds (prefix cache) */
+    uint64_t shared_bytes;              /* their bytes: counted once in the pool, not owned by this sequence */
 } engine_seq_usage;
 
 typedef struct engine_pool_usage {
@@ -167,7 +169,10 @@ typedef struct engine_pool_usage {
     uint64_t reserved_bytes;            /* sum over live sequences */
     uint64_t free_bytes;
     int n_seqs;
-    int n_pages_total, n_pages_used;
+    int n_pages_total, n_pages_used;    /* pages used: held by one sequence or more, each counted once */
+    int n_snaps;                        /* DeltaNet snapshots held (engine_snap_take) */
+    uint64_t snap_state_bytes;          /* their recurrent state */
+    uint64_t snap_conv_bytes;           /* their conv windows */
 } engine_pool_usage;
 
 engine *engine_open(const engine_params *p, char *err, size_t errlen);
@@ -216,6 +221,36 @@ uint64_t engine_bytes_for_tokens(const engine *e, int n_tokens);
 int engine_seq_len(const engine *e, int seq);
 int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u);
 void engine_get_pool_usage(const engine *e, engine_pool_usage *u);
+/* ---- sharing: forks, truncation, DeltaNet snapshots (owner thread only) ----
+ * Used by the prefix store and by n > 1 choices. Pages are reference
+ * counted: a fork shares its source's whole pages (counted once in the
+ * pool) and copies a partly filled last page; a DeltaNet layer's state
+ * cannot be rebuilt from the KV, so going back to an earlier length needs
+ * a snapshot taken at that length. */
+typedef struct cache_snap engine_snap;
+/* A new sequence holding the first n_tokens of src: whole pages shared,
+ * a partly filled page copied, the DeltaNet conv and recurrent state
+ * copied (the state after src's length: when n_tokens is shorter, restore
+ * a snapshot taken at n_tokens with engine_snap_restore). Id or -1 (no
+ * sequence free, over budget). */
+int engine_seq_fork(engine *e, int src, int n_tokens);
+/* Shorten seq to n_tokens. Attention layers drop the tokens; DeltaNet
+ * layers need snap, taken at n_tokens (NULL is enough for a model without
+ * DeltaNet layers or when n_tokens is the length). 0 or -1 (nothing
+ * changed, except on out of memory: released pages stay released). */
+int engine_seq_truncate(engine *e, int seq, int n_tokens, const engine_snap *snap);
+/* A copy of seq's DeltaNet conv window and recurrent state, counted in the
+ * pool. NULL when the budget cannot hold engine_snap_bytes() more. */
+engine_snap *engine_snap_take(engine *e, int seq);
+/* Put a snapshot back into seq, whose length must be the snapshot's. 0 or -1. */
+int engine_snap_restore(engine *e, int seq, const engine_snap *snap);
+void engine_snap_free(engine *e, engine_snap *snap);
+/* The sequence length a snapshot was taken at. */
+int engine_snap_tokens(const engine_snap *snap);
+/* Bytes of one snapshot: every DeltaNet layer's state and conv window
+ * (the planner's dnet state + conv per sequence); 0 without DeltaNet layers. */
+uint64_t engine_snap_bytes(const engine *e);
+
 /* The loaded model's cache layout in the planner's terms (memplan.h): the
  * same numbers /v1/memory/estimate and `hyserve mem` compute. */
 void engine_get_memplan(const engine *e, memplan_layout *out);

@@ -778,3 +778,162 @@ TEST(test_f16_and_bf16_kv_cache_stay_close_to_f32)
     engine_close(e16);
     engine_close(e32);
 }
+
+/* ---- sharing: forks, snapshots and truncation equal a cold run ---- */
+
+/* One forward of n tokens on seq with every position's logits. */
+static int feed(engine *e, int seq, const int32_t *toks, int n, float *out)
+{
+    char err[256];
+    engine_batch_item it = { seq, toks, n, out ? ENGINE_LOGITS_ALL : ENGINE_LOGITS_NONE, out };
+    int rc = engine_forward(e, &it, 1, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "    forward: %s\n", err);
+    return rc;
+}
+
+/* For a cut P: the cold run feeds toks[0..P) then toks[P..N) and keeps the
+ * logits of the second piece. A source sequence feeds toks[0..P), takes a
+ * snapshot, then runs on with other tokens (so its state and pages move
+ * past P). Three warm runs then feed the same second piece, each with the
+ * same calls as the cold one: a fork of the source at P with the snapshot
+ * restored, the source itself truncated to P, and a fork of a sequence
+ * whose whole length is P (no snapshot). Each must equal the cold logits
+ * to the bit: the same kernels ran on the same bytes. The pool returns to
+ * zero afterwards. */
+static void check_fork_equals_cold(const char *tag, synth_config *c, int P)
+{
+    const char *p = model_path(tag, c);
+    CHECK(p);
+    engine *e = open_model(p, ENGINE_DNET_AUTO, 6);
+    CHECK(e);
+    enum { N = 45, X = 60 };
+    const int V = engine_get_info(e)->n_vocab;
+    int32_t toks[N], other[X];
+    prompt_tokens(toks, N, V, 11);
+    prompt_tokens(other, X, V, 12);
+    float *cold = malloc(sizeof(float) * (size_t)N * V), *warm = malloc(sizeof(float) * (size_t)N * V);
+    CHECK(cold && warm);
+    int s0 = engine_seq_new(e);
+    CHECK(s0 >= 0 && feed(e, s0, toks, P, NULL) == 0 && feed(e, s0, toks + P, N - P, cold) == 0);
+    engine_seq_free(e, s0);
+
+    int src = engine_seq_new(e);
+    CHECK(src >= 0 && feed(e, src, toks, P, NULL) == 0);
+    engine_snap *snap = engine_snap_take(e, src);
+    CHECK(snap && engine_snap_tokens(snap) == P);
+    int whole = engine_seq_fork(e, src, P);         /* a sequence of length exactly P */
+    CHECK(whole >= 0);
+    CHECK(feed(e, src, other, X - P, NULL) == 0);   /* the source moves on */
+
+    const char *how[3] = { "fork at the snapshot", "truncate to the snapshot", "fork of the whole sequence" };
+    for (int k = 0; k < 3; k++) {
+        int w = -1;
+        if (k == 0) {
+            w = engine_seq_fork(e, src, P);
+            CHECK(w >= 0 && engine_snap_restore(e, w, snap) == 0);
+        } else if (k == 1) {
+            w = src;
+            CHECK(engine_seq_truncate(e, w, P, snap) == 0);
+        } else {
+            w = engine_seq_fork(e, whole, P);
+            CHECK(w >= 0);
+        }
+        CHECK(engine_seq_len(e, w) == P);
+        engine_seq_usage u;
+        CHECK(engine_seq_get_usage(e, w, &u) == 0);
+        if (engine_get_info(e)->n_attn_layers + engine_get_info(e)->n_mla_layers > 0)
+            CHECK_MSG(u.n_shared_pages == P / 16, "%s: %d shared pages, expected %d", how[k], u.n_shared_pages,
+                      P / 16);
+        memset(warm, 0, sizeof(float) * (size_t)N * V);
+        CHECK(feed(e, w, toks + P, N - P, warm) == 0);
+        CHECK_MSG(memcmp(warm, cold, sizeof(float) * (size_t)(N - P) * V) == 0,
+                  "%s (%s, P = %d): logits differ from the cold run, max relative %g", how[k], tag, P,
+                  max_rel_diff(warm, cold, (long)(N - P) * V));
+        if (k != 1)
+            engine_seq_free(e, w);
+    }
+    /* the source, truncated, no longer shares a page it will write */
+    engine_seq_free(e, src);
+    engine_seq_free(e, whole);
+    engine_pool_usage pu;
+    engine_get_pool_usage(e, &pu);
+    CHECK(pu.n_snaps == 1 && pu.snap_state_bytes + pu.snap_conv_bytes == engine_snap_bytes(e));
+    CHECK(pu.reserved_bytes == pu.snap_state_bytes + pu.snap_conv_bytes && pu.n_pages_used == 0);
+    engine_snap_free(e, snap);
+    engine_get_pool_usage(e, &pu);
+    CHECK_MSG(pu.reserved_bytes == 0 && pu.n_seqs == 0 && pu.n_snaps == 0, "pool left %llu bytes",
+              (unsigned long long)pu.reserved_bytes);
+    free(cold);
+    free(warm);
+    engine_close(e);
+}
+
+static void layout_config(synth_config *c, const char *pattern)
+{
+    synth_config_default(c);
+    c->n_layer = 4;
+    snprintf(c->pattern, sizeof c->pattern, "%s", pattern);
+    c->dnet_n_k = 2;
+    c->dnet_n_v = 4;
+    c->seed = 9;
+}
+
+TEST(test_fork_snapshot_and_truncate_equal_a_cold_run_bit_for_bit)
+{
+    static const struct { const char *tag, *pattern; } layouts[] = {
+        { "fork_attn", "A" },       /* pure attention */
+        { "fork_hyb", "LLLA" },     /* 3:1 hybrid */
+        { "fork_dnet", "L" },       /* DeltaNet only */
+        { "fork_mla", "LAML" },     /* MLA with GQA and DeltaNet */
+    };
+    static const int cuts[] = { 20, 32, 1 };       /* mid-page, a page boundary, one token */
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+            synth_config c;
+            layout_config(&c, layouts[i].pattern);
+            check_fork_equals_cold(layouts[i].tag, &c, cuts[k]);
+        }
+}
+
+/* A truncation to a length inside a page another sequence holds copies
+ * that page before writing: the other sequence's tokens stay as they were. */
+TEST(test_truncate_into_a_shared_page_leaves_the_other_holder_unchanged)
+{
+    synth_config c;
+    layout_config(&c, "A");
+    const char *p = model_path("trunc_cow", &c);
+    CHECK(p);
+    engine *e = open_model(p, ENGINE_DNET_AUTO, 4);
+    CHECK(e);
+    enum { N = 40 };
+    const int V = engine_get_info(e)->n_vocab;
+    int32_t toks[N], other[N];
+    prompt_tokens(toks, N, V, 21);
+    prompt_tokens(other, N, V, 22);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    CHECK(a && b);
+    int s = engine_seq_new(e);
+    CHECK(s >= 0 && feed(e, s, toks, 32, NULL) == 0);
+    int f = engine_seq_fork(e, s, 32);              /* shares both pages */
+    CHECK(f >= 0);
+    engine_seq_usage u;
+    CHECK(engine_seq_get_usage(e, f, &u) == 0 && u.n_shared_pages == 2);
+    CHECK(engine_seq_truncate(e, f, 20, NULL) == 0);   /* page 1 copied, then overwritten */
+    CHECK(feed(e, f, other, 12, NULL) == 0);
+    CHECK(engine_seq_get_usage(e, f, &u) == 0 && u.n_shared_pages == 1);
+    char err[256];
+    engine_batch_item it = { s, toks + 32, 1, ENGINE_LOGITS_LAST, a };
+    CHECK(engine_forward(e, &it, 1, err, sizeof err) == 0);
+    engine_seq_free(e, f);
+    engine_seq_free(e, s);
+    int cold = engine_seq_new(e);
+    CHECK(cold >= 0 && feed(e, cold, toks, 32, NULL) == 0);
+    it = (engine_batch_item){ cold, toks + 32, 1, ENGINE_LOGITS_LAST, b };
+    CHECK(engine_forward(e, &it, 1, err, sizeof err) == 0);
+    CHECK(memcmp(a, b, sizeof(float) * V) == 0);
+    engine_seq_free(e, cold);
+    free(a);
+    free(b);
+    engine_close(e);
+}
