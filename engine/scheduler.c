@@ -41,6 +41,9 @@ void sched_params_default(sched_params *p)
     p->queue_timeout_s = 30.0;
     p->prefill_chunk = 512;
     p->n_threads = 0;
+    p->prefix_cache = false;
+    p->prefix_budget_bytes = 0;
+    p->prefix_snap_interval = 0;
 }
 
 void sched_event_clear(sched_event *ev)
@@ -94,6 +97,9 @@ static void req_free(sched_req *r)
         free(r->stop[i]);
     free(r->stop);
     free(r->pending);
+    free(r->salt);
+    free(r->snap_at);
+    free(r->snaps);             /* empty: run_remove gave the snapshots back on the scheduler thread */
     sched_event_clear(&r->final_ev);
     free(r->tokens);
     sampler_free(r->smp);
@@ -234,6 +240,9 @@ void sched_req_result(sched_req *r, sched_result *res)
     res->kv_bytes = r->usage.kv_reserved_bytes + r->usage.mla_reserved_bytes;
     res->state_bytes = r->usage.dnet_state_bytes + r->usage.dnet_conv_bytes;
     res->seed = r->seed;
+    res->cached_tokens = r->pm.n_cached;
+    res->prefix_reason = r->pm.reason;
+    res->prefix_diverged_at = r->pm.diverged_at;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -294,6 +303,10 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->max_new = p->max_new_tokens;
     r->include_stop = p->include_stop;
     r->seed = p->sampling.seed;
+    r->pm = (prefix_match){ .reason = PREFIX_OFF, .entry = -1 };
+    r->salt = FAULT_OR(strdup(p->cache_salt ? p->cache_salt : ""));
+    if (!r->salt)
+        goto out_free;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd < 0)
         goto out_free;
@@ -357,6 +370,128 @@ out_free:
 }
 
 /* ---------------------------------------------------------------------- */
+/* Prefix cache: admission from the store, snapshots, keeping the result  */
+/* ---------------------------------------------------------------------- */
+
+/* Publish the pool (and the prefix store's numbers) for sched_get_stats.
+ * Caller holds s->mu. */
+static void publish_pool(sched *s)
+{
+    engine_get_pool_usage(s->e, &s->st.pool);
+    if (s->prefix)
+        prefix_get_stats(s->prefix, &s->st.prefix);
+}
+
+/* A new sequence for r reserved for total tokens. With the prefix store:
+ * r's longest cached prefix restored into it, and store entries evicted,
+ * least recently used first, while the cache cannot hold the reservation
+ * (a request always wins over cached entries). -1 when it does not fit
+ * even so. Sets r->pm and the snapshot lengths of r's prefill. Caller
+ * holds s->mu. */
+static int prefix_admit_seq(sched *s, sched_req *r, int total)
+{
+    int seq = -1;
+    for (;;) {
+        if (s->prefix)
+            r->pm = prefix_lookup(s->prefix, r->salt, r->owner, r->tokens, r->n_prompt);
+        seq = r->pm.entry >= 0 ? prefix_fork(s->prefix, &r->pm) : engine_seq_new(s->e);
+        if (seq >= 0 && engine_seq_reserve(s->e, seq, total) == 0)
+            break;
+        engine_seq_free(s->e, seq);
+        seq = -1;
+        if (!s->prefix || !prefix_evict_one(s->prefix))
+            break;
+    }
+    if (seq < 0 || !s->prefix)
+        return seq;
+    if (r->pm.entry < 0)
+        r->pm.n_cached = 0;
+    prefix_count(s->prefix, &r->pm);
+    /* where r's prefill stops for a DeltaNet snapshot: the point where it
+     * diverged from a cached entry (the next request sharing that prefix
+     * hits there), every snap_interval tokens, and the end of the prompt */
+    if (!prefix_needs_snapshots(s->prefix))
+        return seq;
+    const int iv = prefix_snap_interval(s->prefix), from = r->pm.n_cached;
+    const int n_max = (iv > 0 ? r->n_prompt / iv : 0) + 3;
+    free(r->snap_at);
+    free(r->snaps);
+    r->snap_at = FAULT_OR(malloc((size_t)n_max * sizeof *r->snap_at));
+    r->snaps = FAULT_OR(calloc((size_t)n_max, sizeof *r->snaps));
+    r->n_snap_at = r->i_snap_at = r->n_snaps = 0;
+    if (!r->snap_at || !r->snaps)
+        return seq;     /* no snapshots: only the end of the output is kept */
+    /* the lengths past from: the multiples of iv, the divergence point,
+     * and one short of the prompt (the same prompt again leaves its last
+     * token to prefill, for the logits; a longer one that extends it
+     * restores there and recomputes one token); ascending, once each */
+    const int last = r->n_prompt - 1;
+    int *at = r->snap_at, n = 0;
+    for (int t = iv > 0 ? (from / iv + 1) * iv : last; iv > 0 && t < last; t += iv)
+        at[n++] = t;
+    if (r->pm.diverged_at > from && r->pm.diverged_at < last)
+        at[n++] = r->pm.diverged_at;
+    if (last > from)
+        at[n++] = last;
+    for (int i = 1; i < n; i++)         /* insertion sort: all but one are in order */
+        for (int j = i; j > 0 && at[j - 1] > at[j]; j--) {
+            const int t = at[j];
+            at[j] = at[j - 1];
+            at[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++)
+        if (r->n_snap_at == 0 || at[i] != at[r->n_snap_at - 1])
+            at[r->n_snap_at++] = at[i];
+    return seq;
+}
+
+/* The prompt tokens r may prefill this step (at most k): up to its next
+ * snapshot length. */
+static int prefix_chunk_end(const sched_req *r, int k)
+{
+    if (r->i_snap_at < r->n_snap_at) {
+        const int stop = r->snap_at[r->i_snap_at] - r->n_fed;
+        if (stop > 0 && stop < k)
+            return stop;
+    }
+    return k;
+}
+
+/* After a step: take the snapshot r's prefill stopped for. A snapshot the
+ * budget cannot hold is skipped (the store then restores an earlier one). */
+static void prefix_snap_due(sched *s, sched_req *r)
+{
+    while (r->i_snap_at < r->n_snap_at && r->snap_at[r->i_snap_at] <= r->n_fed) {
+        if (r->snap_at[r->i_snap_at] == r->n_fed && r->snaps) {
+            engine_snap *sn = engine_snap_take(s->e, r->seq);
+            if (sn)
+                r->snaps[r->n_snaps++] = sn;
+        }
+        r->i_snap_at++;
+    }
+}
+
+/* Give back the snapshots r holds (it failed, or the store took the
+ * rest). Caller holds s->mu. */
+static void prefix_drop_snaps(sched *s, sched_req *r)
+{
+    for (int i = 0; i < r->n_snaps; i++)
+        engine_snap_free(s->e, r->snaps[i]);
+    r->n_snaps = 0;
+}
+
+/* r finished: the store keeps its sequence (prompt and the output fed
+ * back, with its state at the end) and its snapshots. Caller holds s->mu. */
+static void prefix_keep(sched *s, sched_req *r)
+{
+    if (!s->prefix || r->seq < 0)
+        return;
+    prefix_insert(s->prefix, r->salt, r->owner, r->tokens, r->n_fed, r->seq, r->snaps, r->n_snaps);
+    r->seq = -1;
+    r->n_snaps = 0;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Scheduler thread: admission, finishing                                 */
 /* ---------------------------------------------------------------------- */
 
@@ -393,6 +528,7 @@ static void run_remove(sched *s, sched_req *r)
     if (r->seq >= 0)
         engine_seq_free(s->e, r->seq);
     r->seq = -1;
+    prefix_drop_snaps(s, r);
     if (r->slot >= 0)
         s->free_slots[s->n_free_slots++] = r->slot;
     r->slot = -1;
@@ -408,6 +544,8 @@ static void run_remove(sched *s, sched_req *r)
  * from /stats. Caller holds s->mu. */
 static void run_finish(sched *s, sched_req *r, int status, sched_event *ev)
 {
+    if (status == SCHED_OK)
+        prefix_keep(s, r);
     run_remove(s, r);
     double dur = r->t_end - r->t_submit;
     s->ema_req_s = s->ema_req_s > 0 ? 0.8 * s->ema_req_s + 0.2 * dur : dur;
@@ -437,11 +575,11 @@ static void run_fail(sched *s, sched_req *r, int status, const char *msg)
 static void tell_ended(sched *s)
 {
     if (s->n_ended == 0) {
-        engine_get_pool_usage(s->e, &s->st.pool);
+        publish_pool(s);
         return;
     }
     INVARIANT(sched_check(s));
-    engine_get_pool_usage(s->e, &s->st.pool);
+    publish_pool(s);
     for (int i = 0; i < s->n_ended; i++) {
         req_push(s->ended[i], &s->ended_ev[i]);
         req_unref(s->ended[i]);
@@ -514,11 +652,7 @@ static void admit(sched *s)
         }
         if (s->n_running >= s->max_seqs || s->n_free_slots == 0)
             break;
-        int seq = engine_seq_new(s->e);
-        if (seq >= 0 && engine_seq_reserve(s->e, seq, total) < 0) {
-            engine_seq_free(s->e, seq);
-            seq = -1;
-        }
+        int seq = prefix_admit_seq(s, r, total);
         if (seq < 0) {
             if (s->n_running == 0) {
                 /* nothing else holds cache: it will never fit */
@@ -530,6 +664,7 @@ static void admit(sched *s)
         }
         wait_remove(s, r);
         r->seq = seq;
+        r->n_fed = engine_seq_len(s->e, seq);  /* the tokens the prefix store restored */
         r->slot = s->free_slots[--s->n_free_slots];
         r->state = RS_PREFILL;
         r->t_admit = engine_now_s();
@@ -719,6 +854,7 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
         } else {
             int left = r->n_prompt - r->n_fed;
             int k = left < budget ? left : budget;
+            k = prefix_chunk_end(r, k);
             if (k <= 0)
                 continue;
             budget -= k;
@@ -736,6 +872,7 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
 static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
 {
     r->n_fed += it->n_tokens;
+    prefix_snap_due(s, r);
     if (it->logits == ENGINE_LOGITS_NONE)
         return 0;
     float lp = 0.0f;
@@ -755,7 +892,7 @@ static void sched_step(sched *s)
     admit(s);
     /* publish the pool together with the admissions, so a /stats snapshot
      * never lists an admitted request's cache without it in the pool */
-    engine_get_pool_usage(s->e, &s->st.pool);
+    publish_pool(s);
     int n = build_batch(s, &n_decode, &n_prefill_tok);
     pthread_mutex_unlock(&s->mu);
     if (n == 0)
@@ -880,8 +1017,8 @@ const char *sched_broken(const sched *s)
     }
     engine_pool_usage pu;
     engine_get_pool_usage(s->e, &pu);
-    if (pu.n_seqs != s->n_running)
-        return "the engine's live sequences are the running requests'";
+    if (pu.n_seqs != s->n_running + prefix_n_entries(s->prefix))
+        return "the engine's live sequences are the running requests' and the prefix store's";
     int n_wait = 0;
     const sched_req *last = NULL;
     for (const sched_req *r = s->wait_head; r; last = r, r = r->wait_next) {
@@ -927,6 +1064,9 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         if (p->prefill_chunk > 0)
             s->p.prefill_chunk = p->prefill_chunk;
         s->p.n_threads = p->n_threads;
+        s->p.prefix_cache = p->prefix_cache;
+        s->p.prefix_budget_bytes = p->prefix_budget_bytes;
+        s->p.prefix_snap_interval = p->prefix_snap_interval > 0 ? p->prefix_snap_interval : 0;
     }
     s->max_seqs = s->info->max_seqs > 0 ? s->info->max_seqs : 1;
     s->n_vocab = s->info->n_vocab;
@@ -951,6 +1091,20 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     for (int32_t t = 0; t < s->n_vocab; t++)     /* before sched_start: the engine is still ours */
         if (engine_token_is_eog(e, t))
             s->eog[s->n_eog++] = t;
+    if (s->p.prefix_cache) {
+        const uint64_t budget = s->info->cache_budget_bytes;
+        prefix_params pp = { .budget_bytes = s->p.prefix_budget_bytes ? s->p.prefix_budget_bytes : budget / 4,
+                             .snap_interval = s->p.prefix_snap_interval };
+        if (pp.budget_bytes > budget)
+            pp.budget_bytes = budget;
+        s->prefix = prefix_new(e, &pp);
+        if (!s->prefix) {
+            snprintf(err, errlen, "out of memory for the prefix store");
+            sched_free(s);
+            return NULL;
+        }
+        s->st.prefix_on = true;
+    }
     for (int i = 0; i < s->max_seqs; i++)
         s->free_slots[i] = s->max_seqs - 1 - i;
     s->n_free_slots = s->max_seqs;
@@ -986,7 +1140,9 @@ void sched_free(sched *s)
     }
     while (s->wait_head)
         wait_reject(s, s->wait_head, SCHED_ECANCELLED, "the server is shutting down");
-    engine_get_pool_usage(s->e, &s->st.pool);
+    prefix_free(s->prefix);     /* its sequences and snapshots: the engine outlives the scheduler */
+    s->prefix = NULL;
+    publish_pool(s);
     pthread_mutex_unlock(&s->mu);
     free(s->logits);
     free(s->eog);
@@ -1107,6 +1263,9 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
             q->generated_tokens = r->pub_n_gen;
             q->max_new_tokens = r->max_new;
             q->usage = r->usage;
+            q->cached_tokens = r->pm.n_cached;
+            q->prefix_reason = r->pm.reason;
+            q->prefix_diverged_at = r->pm.diverged_at;
         }
         for (const sched_req *r = s->wait_head; r; r = r->wait_next) {
             sched_req_stats *q = &a[k++];

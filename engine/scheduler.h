@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "prefix.h"
 #include "sampler.h"
 
 typedef struct sched sched;
@@ -56,6 +57,9 @@ typedef struct sched_params {
     double queue_timeout_s;     /* longest wait before admission; <= 0: 30 */
     int prefill_chunk;          /* prompt tokens per step over all sequences; <= 0: 512 */
     int n_threads;              /* OpenMP threads of the scheduler thread (the engine's -t); <= 0: default */
+    bool prefix_cache;          /* keep finished requests' caches for reuse (prefix.h); false: none */
+    uint64_t prefix_budget_bytes; /* the prefix store's bytes at most; 0: a quarter of the cache budget */
+    int prefix_snap_interval;   /* with DeltaNet layers: a snapshot every this many prompt tokens; 0: none */
 } sched_params;
 
 void sched_params_default(sched_params *p);
@@ -72,6 +76,7 @@ typedef struct sched_req_params {
     int n_stop;
     bool include_stop;          /* keep the matched stop string in the text (TGI) or cut it (OpenAI) */
     bool ignore_eos;            /* ban end-of-generation tokens: generate to max_new_tokens (or a stop string) */
+    const char *cache_salt;     /* prefix cache isolation: entries match only under the same salt and owner; NULL: "" */
 } sched_req_params;
 
 enum sched_event_kind {
@@ -110,6 +115,9 @@ typedef struct sched_result {
     uint64_t kv_bytes;          /* attention KV reserved at the last step it ran */
     uint64_t state_bytes;       /* DeltaNet state + conv at the last step it ran */
     uint64_t seed;
+    int cached_tokens;          /* prompt tokens restored from the prefix cache, not prefilled */
+    int prefix_reason;          /* enum prefix_reason: why no more were (PREFIX_HIT when all shared were) */
+    int prefix_diverged_at;     /* prompt tokens shared with the best cached entry */
 } sched_result;
 
 sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen);
@@ -163,6 +171,9 @@ typedef struct sched_req_stats {
     double age_ms;
     int prompt_tokens, prefilled_tokens, generated_tokens, max_new_tokens;
     engine_seq_usage usage;     /* zero while queued */
+    int cached_tokens;          /* as in sched_result */
+    int prefix_reason;
+    int prefix_diverged_at;
 } sched_req_stats;
 
 /* Scheduler-wide numbers, updated after every step. */
@@ -182,6 +193,8 @@ typedef struct sched_stats {
     uint64_t generation_tokens_total;
     uint64_t admitted_total, finished_total, cancelled_total, failed_total;
     uint64_t rejected_full_total, rejected_timeout_total, rejected_toobig_total;
+    bool prefix_on;                 /* the prefix cache is on */
+    prefix_stats prefix;            /* its numbers as of the last step */
 } sched_stats;
 
 /* Copy the numbers; with reqs != NULL also a malloc'd array of the live

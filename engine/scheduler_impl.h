@@ -42,6 +42,12 @@ struct sched_req {
     char *pending;              /* [cap_pending] decoded bytes not yet released */
     size_t n_pending, cap_pending;
     sched_event final_ev;       /* the last token's event, pushed once the sequence is freed */
+    char *salt;                 /* sched_req_params.cache_salt, copied ("" for none) */
+    prefix_match pm;            /* what admission found in the prefix store */
+    int *snap_at;               /* [n_snap_at] ascending prompt lengths to snapshot at (prefill stops there) */
+    int n_snap_at, i_snap_at;   /* i_snap_at: the next one */
+    engine_snap **snaps;        /* [n_snap_at] taken so far, handed to the store at the end */
+    int n_snaps;
 
     /* under s->mu */
     sched_req *wait_next;       /* wait queue link */
@@ -72,8 +78,9 @@ struct sched_req {
  *   0 <= n_running <= max_seqs, and n_running + n_free_slots == max_seqs:
  *   every logits slot is held by one running request or free;
  *   every running request is prefilling or decoding and owns one live
- *   engine sequence holding exactly its n_fed tokens, and the engine has
- *   no other live sequence (the scheduler owns every sequence);
+ *   engine sequence holding exactly its n_fed tokens, and the engine's
+ *   other live sequences are the prefix store's entries (the scheduler owns
+ *   every sequence);
  *   the wait queue holds n_waiting <= max_queue requests, all queued,
  *   none with a sequence or a slot, wait_tail its last. */
 struct sched {
@@ -110,6 +117,7 @@ struct sched {
     sched_req **running;        /* [max_seqs], admission order */
     int n_running;
     sched_stats st;
+    prefix_store *prefix;       /* NULL when the prefix cache is off; scheduler thread only */
     double ema_req_s;           /* smoothed request duration, for Retry-After */
 };
 

@@ -97,6 +97,15 @@ static const opt_def OPTS[] = {
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
      "read the weights into 2 MiB transparent huge pages instead of serving them from the file "
      "mapping (default off)"},
+    {"prefix-cache", 0, "HYSERVE_PREFIX_CACHE", OPT_STR, OFF(prefix_cache), SZ(prefix_cache), "on|off",
+     "keep finished requests' attention KV and DeltaNet state snapshots and reuse the longest cached "
+     "prefix of a new prompt (default on; off: every prompt is prefilled whole)"},
+    {"prefix-cache-mem", 0, "HYSERVE_PREFIX_CACHE_MEM", OPT_BYTES, OFF(prefix_cache_mem), 0, "BYTES",
+     "the prefix store's budget inside --cache-mem, evicted least recently used; a request's reservation "
+     "always wins (default: a quarter of the cache budget)"},
+    {"prefix-snapshot-interval", 0, "HYSERVE_PREFIX_SNAPSHOT_INTERVAL", OPT_INT, OFF(prefix_snap_interval), 0,
+     "N", "with DeltaNet layers, also snapshot the state every N prompt tokens (default 0: at the end of "
+     "the prompt and of the output, and where a prompt left a cached one)"},
     {"replica", 0, "HYSERVE_REPLICA", OPT_STR, OFF(replica), SZ(replica), "NAME",
      "this replica's name in the X-Hyserve-Replica header and /info (default: the host name)"},
 };
@@ -119,6 +128,7 @@ void config_defaults(server_config *c)
     c->idle_timeout = 60.0;
     c->request_timeout = 30.0;
     c->max_conn_per_client = 64;
+    snprintf(c->prefix_cache, sizeof(c->prefix_cache), "on");
 }
 
 void config_usage(FILE *f)
@@ -471,6 +481,14 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     }
     if (c->page_tokens < 0 || c->page_tokens > 4096) {
         snprintf(err, errlen, "--page-tokens %d is out of range 1..4096", c->page_tokens);
+        return -1;
+    }
+    if (strcmp(c->prefix_cache, "on") && strcmp(c->prefix_cache, "off")) {
+        snprintf(err, errlen, "--prefix-cache must be on or off, got '%s'", c->prefix_cache);
+        return -1;
+    }
+    if (c->prefix_snap_interval < 0) {
+        snprintf(err, errlen, "--prefix-snapshot-interval %d must be 0 (none) or more", c->prefix_snap_interval);
         return -1;
     }
     if (c->max_queue < 1)

@@ -54,6 +54,9 @@ typedef struct server_config {
     double idle_timeout;        /* seconds a connection may take to send a whole request head (or idle between requests) */
     double request_timeout;     /* seconds a request body may take to arrive after its head */
     int max_conn_per_client;    /* open connections from one address, 0: no limit */
+    char prefix_cache[8];       /* "on" (default) or "off": keep finished requests' caches for reuse */
+    uint64_t prefix_cache_mem;  /* the prefix store's bytes, inside cache_mem; 0: a quarter of the budget */
+    int prefix_snap_interval;   /* DeltaNet snapshot every N prompt tokens; 0: only at the end and branch points */
 } server_config;
 
 void config_defaults(server_config *c);

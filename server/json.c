@@ -244,6 +244,20 @@ static int get_str(const cJSON *obj, const char *name, const char **out, perr *p
     return 1;
 }
 
+/* cache_salt (vLLM's field, OpenAI bodies and TGI parameters): requests
+ * share prefix cache entries only under the same salt (and API key). */
+static int get_cache_salt(gen_request *g, const cJSON *obj, perr *pe)
+{
+    const char *salt = NULL;
+    int rc = get_str(obj, "cache_salt", &salt, pe);
+    if (rc <= 0)
+        return rc;
+    if (!salt[0] || strlen(salt) >= sizeof(g->cache_salt))
+        return fail(pe, "cache_salt", "must be a non-empty string of at most 255 bytes");
+    snprintf(g->cache_salt, sizeof(g->cache_salt), "%s", salt);
+    return 1;
+}
+
 /* ---------------------------------------------------------------------- */
 /* 64-bit integers from the body text                                     */
 /* ---------------------------------------------------------------------- */
@@ -571,7 +585,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
         g->seed_given = true;
     if (get_stop(g, root, true, max_stop, pe) < 0)
         return -1;
-    if (get_bool(root, "stream", &g->stream, pe) < 0)
+    if (get_bool(root, "stream", &g->stream, pe) < 0 || get_cache_salt(g, root, pe) < 0)
         return -1;
     const cJSON *so = field(root, "stream_options");
     if (so) {
@@ -695,7 +709,7 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
     if (get_stop(g, p, false, max_stop, pe) < 0)
         return -1;
     if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
-        get_bool(p, "return_usage", &g->return_usage, pe) < 0)
+        get_bool(p, "return_usage", &g->return_usage, pe) < 0 || get_cache_salt(g, p, pe) < 0)
         return -1;
     static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id",
                                         "top_n_tokens", "decoder_input_details", "frequency_penalty", NULL};
@@ -856,6 +870,14 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
 out:
     cJSON_Delete(root);
     return rc;
+}
+
+cJSON *json_add_cached_tokens(cJSON *usage, int cached_tokens)
+{
+    cJSON *d = usage ? cJSON_AddObjectToObject(usage, "prompt_tokens_details") : NULL;
+    if (d)
+        cJSON_AddNumberToObject(d, "cached_tokens", cached_tokens);
+    return usage;
 }
 
 void json_gen_free(gen_request *g)

@@ -62,6 +62,7 @@ typedef struct gen_request {
     bool return_usage;          /* TGI extension: usage block */
     bool include_usage;         /* OpenAI stream_options.include_usage */
     char model[128];            /* OpenAI: echoed back */
+    char cache_salt[256];       /* prefix cache isolation (OpenAI body, TGI parameters); "" for none */
 } gen_request;
 
 /* Parse and validate body for the given API. max_stop bounds the stop
@@ -78,6 +79,10 @@ int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, 
 cJSON *json_text(const char *s, size_t len);
 /* The same, added to an object. Returns the item or NULL. */
 cJSON *json_add_text(cJSON *obj, const char *name, const char *s, size_t len);
+
+/* usage.prompt_tokens_details.cached_tokens (OpenAI): prompt tokens the
+ * prefix cache restored instead of prefilling. Returns usage. */
+cJSON *json_add_cached_tokens(cJSON *usage, int cached_tokens);
 
 /* A 64-bit integer member written in full digits (a cJSON number is a
  * double, exact only to 2^53). Returns the item or NULL. */

@@ -187,6 +187,26 @@ static void prom_counter(sbuf *s, const char *name, const char *help, double v)
     sb_printf(s, "# HELP %s %s\n# TYPE %s counter\n%s %.17g\n", name, help, name, name, v);
 }
 
+/* The prefix cache's counters (docs/serving.md 9). */
+static void prom_prefix_cache(sbuf *s, const sched_stats *st)
+{
+    const prefix_stats *p = &st->prefix;
+    prom_counter(s, "hyserve_prefix_cache_hits_total", "admissions that restored some prompt tokens from the prefix cache",
+                 (double)p->hits);
+    sb_printf(s, "# HELP hyserve_prefix_cache_misses_total admissions that reused nothing or less than the shared "
+                 "prefix, by reason\n# TYPE hyserve_prefix_cache_misses_total counter\n");
+    for (int r = 1; r < PREFIX_N_REASONS; r++)
+        if (r != PREFIX_OFF)
+            sb_printf(s, "hyserve_prefix_cache_misses_total{reason=\"%s\"} %llu\n", prefix_reason_name(r),
+                      (unsigned long long)p->misses[r]);
+    prom_counter(s, "hyserve_prefix_cache_recomputed_tokens_total",
+                 "prompt tokens shared with a cached entry but recomputed from an earlier snapshot",
+                 (double)p->recomputed_tokens);
+    prom_counter(s, "hyserve_prefix_cache_evictions_total", "prefix cache entries evicted", (double)p->evictions);
+    prom_gauge(s, "hyserve_prefix_cache_bytes", "bytes held by the prefix cache's entries", (double)p->bytes);
+    prom_gauge(s, "hyserve_prefix_cache_entries", "prefix cache entries", p->n_entries);
+}
+
 char *metrics_prometheus(server *srv)
 {
     sbuf s = {0};
@@ -230,9 +250,9 @@ char *metrics_prometheus(server *srv)
                   "hyserve_cache_bytes{kind=\"recurrent_state\"} %llu\n"
                   "hyserve_cache_bytes{kind=\"conv_state\"} %llu\n"
                   "hyserve_cache_bytes{kind=\"checkpoint\"} 0\n"
-                  "hyserve_cache_bytes{kind=\"prefix_cache\"} 0\n",
+                  "hyserve_cache_bytes{kind=\"prefix_cache\"} %llu\n",
               (unsigned long long)b_kv, (unsigned long long)b_mla, (unsigned long long)b_state,
-              (unsigned long long)b_conv);
+              (unsigned long long)b_conv, (unsigned long long)st.prefix.bytes);
     double tok_cap = in ? (double)st.pool.n_pages_total * in->page_tokens : 0.0;
     prom_gauge(&s, "hyserve_attn_kv_token_usage_ratio", "filled token slots / token capacity of the KV pool",
                tok_cap > 0 ? (double)tok_used / tok_cap : 0.0);
@@ -254,7 +274,9 @@ char *metrics_prometheus(server *srv)
                  st.decode_forward_seconds);
     prom_counter(&s, "hyserve_prompt_tokens_total", "prompt tokens prefilled", (double)st.prompt_tokens_total);
     prom_counter(&s, "hyserve_generation_tokens_total", "tokens generated", (double)st.generation_tokens_total);
-    prom_counter(&s, "hyserve_cached_tokens_total", "prompt tokens served from a prefix cache", 0);
+    prom_counter(&s, "hyserve_cached_tokens_total", "prompt tokens served from a prefix cache",
+                 (double)st.prefix.reused_tokens);
+    prom_prefix_cache(&s, &st);
     prom_counter(&s, "hyserve_preemptions_total", "requests preempted", 0);
     sb_printf(&s, "# HELP hyserve_rejected_total requests refused before admission\n"
                   "# TYPE hyserve_rejected_total counter\n"
@@ -305,6 +327,38 @@ char *metrics_prometheus(server *srv)
 /* /stats                                                                 */
 /* ---------------------------------------------------------------------- */
 
+/* The prefix cache's /stats object: the store, its snapshots by kind, and
+ * why lookups reused what they did. */
+static void prefix_cache_json(cJSON *pc, const sched_stats *st, const engine_info *in)
+{
+    if (!pc)
+        return;
+    const prefix_stats *p = &st->prefix;
+    cJSON_AddBoolToObject(pc, "enabled", st->prefix_on);
+    if (!st->prefix_on)
+        return;
+    cJSON_AddNumberToObject(pc, "entries", p->n_entries);
+    cJSON_AddNumberToObject(pc, "bytes", (double)p->bytes);
+    cJSON_AddNumberToObject(pc, "budget_bytes", (double)p->budget_bytes);
+    cJSON_AddNumberToObject(pc, "attn_kv_bytes", (double)p->kv_bytes);
+    cJSON_AddNumberToObject(pc, "recurrent_state_bytes", (double)p->state_bytes);
+    cJSON_AddNumberToObject(pc, "conv_state_bytes", (double)p->conv_bytes);
+    cJSON_AddNumberToObject(pc, "snapshots", p->n_snapshots);
+    cJSON_AddNumberToObject(pc, "snapshot_bytes_each",
+                            (double)(in->n_dnet_layers ? in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq : 0));
+    cJSON_AddNumberToObject(pc, "snapshot_state_bytes_held", (double)st->pool.snap_state_bytes);
+    cJSON_AddNumberToObject(pc, "snapshot_conv_bytes_held", (double)st->pool.snap_conv_bytes);
+    cJSON_AddNumberToObject(pc, "lookups", (double)p->lookups);
+    cJSON_AddNumberToObject(pc, "hits", (double)p->hits);
+    cJSON *m = cJSON_AddObjectToObject(pc, "misses_by_reason");
+    for (int r = 1; r < PREFIX_N_REASONS; r++)
+        if (r != PREFIX_OFF)
+            cJSON_AddNumberToObject(m, prefix_reason_name(r), (double)p->misses[r]);
+    cJSON_AddNumberToObject(pc, "reused_tokens", (double)p->reused_tokens);
+    cJSON_AddNumberToObject(pc, "recomputed_tokens", (double)p->recomputed_tokens);
+    cJSON_AddNumberToObject(pc, "evictions", (double)p->evictions);
+}
+
 static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
 {
     cJSON *o = cJSON_CreateObject();
@@ -317,7 +371,14 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     cJSON_AddNumberToObject(o, "prefilled_tokens", q->prefilled_tokens);
     cJSON_AddNumberToObject(o, "generated_tokens", q->generated_tokens);
     cJSON_AddNumberToObject(o, "max_new_tokens", q->max_new_tokens);
-    cJSON_AddNumberToObject(o, "cached_tokens", 0);
+    cJSON_AddNumberToObject(o, "cached_tokens", q->cached_tokens);
+    if (q->prefix_reason != PREFIX_OFF && strcmp(q->state, "queued")) {
+        cJSON *pc = cJSON_AddObjectToObject(o, "prefix_cache");
+        cJSON_AddStringToObject(pc, "result", prefix_reason_name(q->prefix_reason));
+        cJSON_AddNumberToObject(pc, "shared_prefix_tokens", q->prefix_diverged_at);
+        cJSON_AddNumberToObject(pc, "recomputed_tokens", q->prefix_diverged_at > q->cached_tokens
+                                                              ? q->prefix_diverged_at - q->cached_tokens : 0);
+    }
     const engine_seq_usage *u = &q->usage;
     /* reserved = whole pages held; used = filled token slots */
     cJSON *kv = cJSON_AddObjectToObject(o, "attn_kv");
@@ -326,7 +387,8 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     cJSON_AddNumberToObject(kv, "tokens_reserved", u->n_reserved_tokens);
     cJSON_AddNumberToObject(kv, "bytes_reserved", (double)(u->kv_reserved_bytes + u->mla_reserved_bytes));
     cJSON_AddNumberToObject(kv, "bytes_used", (double)(u->kv_used_bytes + u->mla_used_bytes));
-    cJSON_AddNumberToObject(kv, "bytes_shared", 0);
+    cJSON_AddNumberToObject(kv, "bytes_shared", (double)u->shared_bytes);
+    cJSON_AddNumberToObject(kv, "bytes_owned", (double)(u->kv_reserved_bytes + u->mla_reserved_bytes - u->shared_bytes));
     cJSON *rec = cJSON_AddObjectToObject(o, "recurrent");
     bool has_state = u->dnet_state_bytes + u->dnet_conv_bytes > 0;
     cJSON_AddNumberToObject(rec, "slots", has_state ? 1 : 0);
@@ -489,8 +551,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(rec, "slots_used", in->n_dnet_layers > 0 ? st.pool.n_seqs : 0);
     cJSON_AddNumberToObject(rec, "usage_ratio",
                             in->n_dnet_layers > 0 && in->max_seqs ? (double)st.pool.n_seqs / in->max_seqs : 0.0);
-    cJSON *pc = cJSON_AddObjectToObject(pools, "prefix_cache");
-    cJSON_AddBoolToObject(pc, "enabled", false);
+    prefix_cache_json(cJSON_AddObjectToObject(pools, "prefix_cache"), &st, in);
 
     cJSON *sc = cJSON_AddObjectToObject(o, "scheduler");
     cJSON_AddNumberToObject(sc, "running", st.running);

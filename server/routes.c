@@ -213,6 +213,8 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         cJSON *d = cJSON_AddObjectToObject(o, "details");
         cJSON_AddStringToObject(d, "finish_reason", sched_finish_name(res->finish));
         cJSON_AddNumberToObject(d, "generated_tokens", res->n_toks);
+        cJSON_AddNumberToObject(d, "cached_tokens", sr->cached_tokens);     /* hyserve: prefix cache */
+        cJSON_AddStringToObject(d, "prefix_cache", prefix_reason_name(sr->prefix_reason));
         if (g->sp.greedy)
             cJSON_AddNullToObject(d, "seed");
         else
@@ -235,7 +237,7 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         cJSON *u = cJSON_AddObjectToObject(o, "usage");
         cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
         cJSON_AddNumberToObject(u, "completion_tokens", res->n_toks);
-        cJSON_AddNumberToObject(u, "cached_tokens", 0);
+        cJSON_AddNumberToObject(u, "cached_tokens", sr->cached_tokens);
         cJSON *c = cJSON_AddObjectToObject(u, "cache");
         cJSON_AddNumberToObject(c, "attn_kv_bytes", (double)sr->kv_bytes);
         cJSON_AddNumberToObject(c, "recurrent_state_bytes", (double)sr->state_bytes);
@@ -245,7 +247,8 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
     return o;
 }
 
-static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, const gen_result *res, int n_prompt)
+static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, const gen_result *res, int n_prompt,
+                           int cached_tokens)
 {
     bool chat = g->api == API_OAI_CHAT;
     cJSON *o = cJSON_CreateObject();
@@ -274,6 +277,7 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
     cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", res->n_toks);
     cJSON_AddNumberToObject(u, "total_tokens", n_prompt + res->n_toks);
+    json_add_cached_tokens(u, cached_tokens);
     return o;
 }
 
@@ -419,6 +423,7 @@ static int handle_generation(http_req *hr, int api, int mode)
         .n_stop = g.n_stop,
         .include_stop = api == API_TGI,
         .ignore_eos = g.ignore_eos,
+        .cache_salt = g.cache_salt,
     };
     http_inflight_begin(hr);
     int src = sched_submit(srv->sched, &rp, &r, err, sizeof(err));
@@ -486,7 +491,7 @@ static int handle_generation(http_req *hr, int api, int mode)
             body = arr;
         }
     } else {
-        body = oai_response(srv, hr, &g, &res, n_prompt);
+        body = oai_response(srv, hr, &g, &res, n_prompt, sr.cached_tokens);
     }
     char h_prompt[24], h_gen[24], h_queue[32], h_inf[32], h_tpt[32], h_total[32], h_cache[32];
     double total_ms = sr.total_ms, inf_ms = total_ms - sr.queue_ms;

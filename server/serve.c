@@ -285,6 +285,9 @@ int serve_main(int argc, char **argv)
     sp.max_queue = cfg.max_queue;
     sp.queue_timeout_s = cfg.queue_timeout;
     sp.prefill_chunk = cfg.prefill_chunk;
+    sp.prefix_cache = strcmp(cfg.prefix_cache, "off") != 0;
+    sp.prefix_budget_bytes = cfg.prefix_cache_mem;
+    sp.prefix_snap_interval = cfg.prefix_snap_interval;
     srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
     if (!srv.sched || sched_start(srv.sched)) {
         atomic_store(&srv.state, SERVER_FAILED);

@@ -251,6 +251,9 @@ static int on_event_tgi(stream *st, const sched_event *ev)
         else
             json_add_u64(d, "seed", st->g.sp.seed);
         cJSON_AddNumberToObject(d, "input_length", st->n_prompt);
+        sched_result pr;
+        sched_req_result(st->r, &pr);
+        cJSON_AddNumberToObject(d, "cached_tokens", pr.cached_tokens);     /* hyserve: prefix cache */
     } else {
         cJSON_AddNullToObject(o, "details");
     }
@@ -259,6 +262,7 @@ static int on_event_tgi(stream *st, const sched_event *ev)
         sched_req_result(st->r, &res);
         cJSON *u = usage_obj(st->n_prompt, st->n_gen);
         cJSON_AddItemToObject(o, "usage", u);
+        cJSON_AddNumberToObject(u, "cached_tokens", res.cached_tokens);
         cJSON *cache = cJSON_AddObjectToObject(u, "cache");
         cJSON_AddNumberToObject(cache, "attn_kv_bytes", (double)res.kv_bytes);
         cJSON_AddNumberToObject(cache, "recurrent_state_bytes", (double)res.state_bytes);
@@ -295,7 +299,10 @@ static int on_event_oai(stream *st, const sched_event *ev)
         if (!o)
             return -1;
         cJSON_AddArrayToObject(o, "choices");
-        cJSON_AddItemToObject(o, "usage", usage_obj(st->n_prompt, st->n_gen));
+        sched_result res;
+        sched_req_result(st->r, &res);
+        cJSON_AddItemToObject(o, "usage", json_add_cached_tokens(usage_obj(st->n_prompt, st->n_gen),
+                                                                 res.cached_tokens));
         if (frame(st, o, true))
             return -1;
     }

@@ -1,0 +1,103 @@
+/* prefix.h - the prefix store: finished requests' caches kept for reuse.
+ *
+ * Owns: entries of (salt, token sequence) -> a parked engine sequence (its
+ * attention KV pages, shared by reference count with whoever forks it, and
+ * its DeltaNet state at its full length) plus DeltaNet snapshots at
+ * earlier lengths; lookup of the longest cached prefix of a prompt that
+ * ends where the DeltaNet state is known; LRU eviction within its own byte
+ * budget; the counters behind /metrics and /stats.
+ * Does not own: when to snapshot or when to look up (the scheduler), the
+ * pages and snapshots themselves (engine cache, engine.h).
+ * A hit is always verified on the full token sequence and the salt
+ * string, never on a hash. Entries of different salts never match.
+ * ref: docs/serving.md section 9 (prefix caching).
+ *
+ * Owned by the scheduler thread (like the engine it calls). The numbers
+ * (prefix_stats) are copied under the scheduler's lock.
+ */
+#ifndef HYSERVE_PREFIX_H
+#define HYSERVE_PREFIX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+typedef struct prefix_store prefix_store;
+
+/* Why a lookup reused what it did. */
+enum prefix_reason {
+    PREFIX_HIT = 0,             /* the whole shared prefix was restored */
+    PREFIX_NO_ENTRY = 1,        /* nothing cached under this salt shares a token */
+    PREFIX_EVICTED = 2,         /* a matching entry was evicted */
+    PREFIX_SALT_DIFFERS = 3,    /* only entries under other salts share a prefix (metrics only) */
+    PREFIX_DIVERGED = 4,        /* shared diverged_at tokens, but no state at or before that but 0 */
+    PREFIX_EARLIER_SNAPSHOT = 5, /* shared diverged_at tokens, restored the snapshot at n_cached, recomputed the gap */
+    PREFIX_OFF = 6,             /* the store is off */
+    PREFIX_N_REASONS
+};
+
+typedef struct prefix_params {
+    uint64_t budget_bytes;      /* the store's bytes at most (entries' KV pages, slots, snapshots) */
+    int snap_interval;          /* a DeltaNet snapshot every this many prompt tokens; 0: none */
+} prefix_params;
+
+/* What a lookup found. */
+typedef struct prefix_match {
+    int reason;                 /* enum prefix_reason */
+    int n_cached;               /* tokens restored from the store */
+    int diverged_at;            /* tokens the prompt shares with the best entry */
+    int entry;                  /* internal: the entry to fork, -1 for none */
+} prefix_match;
+
+typedef struct prefix_stats {
+    int n_entries;
+    uint64_t bytes;             /* held by the entries, each counted whole (shared pages per entry) */
+    uint64_t budget_bytes;
+    uint64_t kv_bytes;          /* of it, the entries' attention KV and MLA pages */
+    uint64_t state_bytes, conv_bytes;   /* DeltaNet state and conv: parked slots and snapshots */
+    int n_snapshots;            /* snapshots besides the parked sequences' own state */
+    uint64_t lookups, hits;     /* hits: some tokens reused */
+    uint64_t misses[PREFIX_N_REASONS];  /* lookups that reused less than the shared prefix or nothing, by reason
+                                           (PREFIX_EARLIER_SNAPSHOT ones are hits too) */
+    uint64_t reused_tokens;     /* tokens restored instead of prefilled */
+    uint64_t recomputed_tokens; /* tokens shared with an entry but recomputed from an earlier snapshot */
+    uint64_t evictions;
+    uint64_t inserted;
+} prefix_stats;
+
+prefix_store *prefix_new(engine *e, const prefix_params *p);
+/* Frees every entry's sequence and snapshots. Accepts NULL. */
+void prefix_free(prefix_store *ps);
+
+/* The longest prefix of prompt[0..n_prompt-1) (one token is always left
+ * to prefill, for the logits) cached under (salt, owner) that ends where
+ * every layer's state is known. */
+prefix_match prefix_lookup(prefix_store *ps, const char *salt, int owner, const int32_t *prompt, int n_prompt);
+/* A new sequence holding m's n_cached tokens (pages shared, state
+ * restored), or -1 when the engine cannot hold one more sequence now.
+ * Marks the entry used. */
+int prefix_fork(prefix_store *ps, const prefix_match *m);
+/* Count the lookup a request was admitted with: a hit (tokens reused,
+ * recomputed) or a miss by its reason. */
+void prefix_count(prefix_store *ps, const prefix_match *m);
+
+/* Keep a finished sequence: tokens[0..n_tokens) are in seq (its length),
+ * snaps[0..n_snaps) are snapshots taken at shorter lengths of it. The
+ * store takes seq and the snapshots (on every path: it frees what it does
+ * not keep). Entries this one extends are merged into it. */
+void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t *tokens, int n_tokens, int seq,
+                   engine_snap **snaps, int n_snaps);
+/* Evict the least recently used entry; false when the store is empty. */
+bool prefix_evict_one(prefix_store *ps);
+/* Evict everything (tests, drain). */
+void prefix_clear(prefix_store *ps);
+
+int prefix_n_entries(const prefix_store *ps);
+void prefix_get_stats(const prefix_store *ps, prefix_stats *st);
+const char *prefix_reason_name(int reason);
+/* Whether the model needs snapshots (has DeltaNet layers). */
+bool prefix_needs_snapshots(const prefix_store *ps);
+int prefix_snap_interval(const prefix_store *ps);
+
+#endif
