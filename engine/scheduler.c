@@ -382,6 +382,8 @@ static void publish_pool(sched *s)
         prefix_get_stats(s->prefix, &s->st.prefix);
 }
 
+static bool prefix_drop_running_snaps(sched *s);
+
 /* A new sequence for r reserved for total tokens. With the prefix store:
  * r's longest cached prefix restored into it, and store entries evicted,
  * least recently used first, while the cache cannot hold the reservation
@@ -399,7 +401,7 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
             break;
         engine_seq_free(s->e, seq);
         seq = -1;
-        if (!s->prefix || !prefix_evict_one(s->prefix))
+        if (!s->prefix || (!prefix_evict_one(s->prefix) && !prefix_drop_running_snaps(s)))
             break;
     }
     if (seq < 0 || !s->prefix)
@@ -477,7 +479,22 @@ static void prefix_drop_snaps(sched *s, sched_req *r)
 {
     for (int i = 0; i < r->n_snaps; i++)
         engine_snap_free(s->e, r->snaps[i]);
-    r->n_snaps = 0;
+    r->n_snaps = r->pub_n_snaps = 0;
+    r->i_snap_at = r->n_snap_at;        /* and takes no more */
+}
+
+/* The cache cannot admit the next request even with the store empty:
+ * give back the snapshots the running requests took for the store (a
+ * reservation wins over cached state). Returns whether any were held.
+ * Caller holds s->mu. */
+static bool prefix_drop_running_snaps(sched *s)
+{
+    bool any = false;
+    for (int i = 0; i < s->n_running; i++) {
+        any = any || s->running[i]->n_snaps > 0;
+        prefix_drop_snaps(s, s->running[i]);
+    }
+    return any;
 }
 
 /* r finished: the store keeps its sequence (prompt and the output fed
@@ -936,6 +953,7 @@ static void sched_step(sched *s)
     for (int i = 0; i < n; i++) {
         sched_req *r = s->item_req[i];
         r->pub_n_fed = r->n_fed;
+        r->pub_n_snaps = r->n_snaps;
         if (rcs[i] == 0 && s->items[i].logits != ENGINE_LOGITS_NONE)
             r->state = RS_DECODE;
         if (rcs[i] == 0) {
@@ -1266,6 +1284,8 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
             q->cached_tokens = r->pm.n_cached;
             q->prefix_reason = r->pm.reason;
             q->prefix_diverged_at = r->pm.diverged_at;
+            q->n_snapshots = r->pub_n_snaps;
+            q->snapshot_bytes = (uint64_t)r->pub_n_snaps * engine_snap_bytes(s->e);
         }
         for (const sched_req *r = s->wait_head; r; r = r->wait_next) {
             sched_req_stats *q = &a[k++];

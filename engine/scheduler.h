@@ -174,6 +174,8 @@ typedef struct sched_req_stats {
     int cached_tokens;          /* as in sched_result */
     int prefix_reason;
     int prefix_diverged_at;
+    int n_snapshots;            /* DeltaNet snapshots it took for the prefix store, held until it ends */
+    uint64_t snapshot_bytes;    /* their bytes (in the pool, not in usage) */
 } sched_req_stats;
 
 /* Scheduler-wide numbers, updated after every step. */

@@ -48,6 +48,7 @@ struct sched_req {
     int n_snap_at, i_snap_at;   /* i_snap_at: the next one */
     engine_snap **snaps;        /* [n_snap_at] taken so far, handed to the store at the end */
     int n_snaps;
+    int pub_n_snaps;            /* under s->mu: n_snaps as of the last step, for /stats */
 
     /* under s->mu */
     sched_req *wait_next;       /* wait queue link */

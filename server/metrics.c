@@ -395,8 +395,8 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     cJSON_AddNumberToObject(rec, "state_bytes", (double)u->dnet_state_bytes);
     cJSON_AddNumberToObject(rec, "conv_bytes", (double)u->dnet_conv_bytes);
     cJSON_AddNumberToObject(rec, "bytes", (double)(u->dnet_state_bytes + u->dnet_conv_bytes));
-    cJSON_AddNumberToObject(rec, "checkpoints", 0);
-    cJSON_AddNumberToObject(rec, "checkpoint_bytes", 0);
+    cJSON_AddNumberToObject(rec, "checkpoints", q->n_snapshots);      /* DeltaNet snapshots for the prefix cache */
+    cJSON_AddNumberToObject(rec, "checkpoint_bytes", (double)q->snapshot_bytes);
     /* the same bytes by layer kind, and what plain MHA would hold */
     cJSON *by = cJSON_AddObjectToObject(o, "cache_by_kind");
     cJSON *g = cJSON_AddObjectToObject(by, "gqa_kv");
@@ -506,7 +506,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
 
     /* totals by kind over the live requests (computed first: the device and
      * pool sections use them) */
-    uint64_t t_kv = 0, t_mla = 0, t_state = 0, t_conv = 0, t_all = 0, t_tok = 0;
+    uint64_t t_kv = 0, t_mla = 0, t_state = 0, t_conv = 0, t_all = 0, t_tok = 0, t_snap = 0;
     for (int i = 0; i < n_reqs; i++) {
         const engine_seq_usage *u = &reqs[i].usage;
         t_kv += u->kv_reserved_bytes;
@@ -515,6 +515,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         t_conv += u->dnet_conv_bytes;
         t_all += u->total_reserved_bytes;
         t_tok += (uint64_t)u->n_tokens;
+        t_snap += reqs[i].snapshot_bytes;
     }
     uint64_t mem_total, mem_avail;
     mem_info(&mem_total, &mem_avail);
@@ -589,7 +590,8 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(tot, "recurrent_state_bytes", (double)(t_state + t_conv));
     cJSON_AddNumberToObject(tot, "deltanet_state_bytes", (double)t_state);
     cJSON_AddNumberToObject(tot, "deltanet_conv_bytes", (double)t_conv);
-    cJSON_AddNumberToObject(tot, "checkpoint_bytes", 0);
+    cJSON_AddNumberToObject(tot, "checkpoint_bytes", (double)t_snap);
+    cJSON_AddNumberToObject(tot, "prefix_cache_bytes", (double)st.prefix.bytes);
     cJSON_AddNumberToObject(tot, "all_requests_bytes", (double)t_all);
 out:
     free(reqs);

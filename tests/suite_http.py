@@ -103,6 +103,8 @@ class Server:
         e.update(env or {})
         if "--config" not in args:
             args = ("--config", "/dev/null") + tuple(args)   # not the repo's config/server.conf
+        if "--prefix-cache" not in args and os.environ.get("TEST_PREFIX_CACHE"):
+            args = tuple(args) + ("--prefix-cache", os.environ["TEST_PREFIX_CACHE"])   # the suites run on and off
         cmd = [HYSERVE, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(self.port)] + list(args)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=e)
         deadline = time.time() + 60
