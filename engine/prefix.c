@@ -177,7 +177,7 @@ prefix_match prefix_lookup(prefix_store *ps, const char *salt, int owner, const 
         const prefix_entry *x = ps->entries[i];
         const int n = x->n_tokens < cap ? x->n_tokens : cap;
         if (!same_salt(x, salt, owner)) {
-            other_salt = other_salt || (n > 0 && x->tokens[0] == prompt[0]);
+            other_salt = other_salt || common_prefix(x->tokens, prompt, n) > 0;
             continue;
         }
         const int lcp = common_prefix(x->tokens, prompt, n);

@@ -409,6 +409,10 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
     if (r->pm.entry < 0)
         r->pm.n_cached = 0;
     prefix_count(s->prefix, &r->pm);
+    /* another tenant's entry is none of this one's business: the request
+     * hears "no entry" (the counters in /metrics keep the reason) */
+    if (r->pm.reason == PREFIX_SALT_DIFFERS)
+        r->pm.reason = PREFIX_NO_ENTRY;
     /* where r's prefill stops for a DeltaNet snapshot: the point where it
      * diverged from a cached entry (the next request sharing that prefix
      * hits there), every snap_interval tokens, and the end of the prompt */

@@ -163,6 +163,30 @@ class Server:
         return self.proc.returncode
 
 
+def run_watched(srv, fns, period=0.002):
+    """Run each of fns in a thread of its own while polling /stats; returns
+    every /stats answer seen until they all ended (suite_memory, suite_prefix)."""
+    stop, seen = threading.Event(), []
+
+    def watch():
+        while not stop.is_set():
+            st, _, j, _ = srv.jreq("GET", "/stats")
+            if st == 200 and j:
+                seen.append(j)
+            time.sleep(period)
+
+    w = threading.Thread(target=watch)
+    w.start()
+    ts = [threading.Thread(target=f) for f in fns]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    stop.set()
+    w.join()
+    return seen
+
+
 def sse_events(resp):
     """Yield (kind, payload) from an http.client response: ('data', str) or ('comment', str)."""
     buf = b""

@@ -148,21 +148,12 @@ def test_admission(model):
     srv = hs.Server("admit", model, "--kv-dtype", "f16", "--cache-mem", str(budget), "--max-seqs", "8",
                     "--queue-timeout", "60", "-t", "1")
     try:
-        stop, seen = threading.Event(), []
-        w = threading.Thread(target=watch_request, args=(srv, stop, seen))
-        w.start()
         results = [None] * (K + 1)
 
         def one(i):
             results[i] = hs.stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {"max_new_tokens": max_new}}, timeout=120)
 
-        ts = [threading.Thread(target=one, args=(i,)) for i in range(K + 1)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        stop.set()
-        w.join()
+        seen = hs.run_watched(srv, [lambda i=i: one(i) for i in range(K + 1)])
         ok = all(r and r[0] == 200 for r in results)
         check(f"all {K + 1} requests finish (the last one waited)", ok, str([r and r[0] for r in results]))
         max_running = max((s["scheduler"]["running"] for s in seen), default=0)
