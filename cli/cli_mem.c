@@ -175,5 +175,12 @@ int cli_mem(int argc, char **argv)
                b1, (long long)memplan_max_batch(&l, budget, context), context,
                (long long)memplan_max_context(&l, budget, batch), batch);
     }
+    if (c.state_bytes_per_seq) {
+        fmt_bytes(b1, sizeof b1, c.state_bytes_per_seq);
+        printf("prefix snapshot:   %s (the recurrent state at one cached length)", b1);
+        if (budget)
+            printf("; the budget holds %llu", (unsigned long long)(budget / c.state_bytes_per_seq));
+        printf("\n");
+    }
     return 0;
 }

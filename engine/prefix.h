@@ -10,7 +10,7 @@
  * pages and snapshots themselves (engine cache, engine.h).
  * A hit is always verified on the full token sequence and the salt
  * string, never on a hash. Entries of different salts never match.
- * ref: docs/serving.md section 9 (prefix caching).
+ * ref: docs/serving.md section 11 (prefix caching).
  *
  * Owned by the scheduler thread (like the engine it calls). The numbers
  * (prefix_stats) are copied under the scheduler's lock.

@@ -274,6 +274,12 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
         add_u64(t, "recurrent_state_bytes", c.state_bytes_per_seq * (uint64_t)batch);
         add_u64(t, "mha_kv_bytes", c.mha_bytes_per_token * (uint64_t)context * (uint64_t)batch);
     }
+    /* the prefix cache keeps the recurrent state at chosen lengths: one
+     * snapshot is a sequence's state (the KV of a cached prefix is its pages) */
+    cJSON *pc = cJSON_AddObjectToObject(r, "prefix_cache");
+    add_u64(pc, "snapshot_bytes", c.state_bytes_per_seq);
+    if (budget > 0 && c.state_bytes_per_seq > 0)
+        add_u64(pc, "snapshots_in_budget", budget / c.state_bytes_per_seq);
     if (budget > 0) {
         cJSON *f = cJSON_AddObjectToObject(r, "fits");
         add_u64(f, "budget_bytes", budget);

@@ -1,0 +1,216 @@
+/* test_prefix.c - the prefix store (engine/prefix.c) over a real engine:
+ * lookups verified token by token and by salt, the longest restorable
+ * length (a snapshot's or an entry's end with DeltaNet layers, any length
+ * without), entries merged when one extends another, and a randomized run
+ * of inserts, forks and evictions that never takes the store past its
+ * budget and leaves the pool empty at the end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prefix.h"
+#include "synth.h"
+#include "test.h"
+
+static engine *open_synth(const char *tag, const char *pattern, uint64_t cache_bytes)
+{
+    synth_config c;
+    synth_config_default(&c);
+    c.n_layer = 4;
+    snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
+    c.seed = 3;
+    char path[512], err[256];
+    snprintf(path, sizeof path, "%s/prefix_%s.gguf", test_tmpdir(), tag);
+    if (synth_write(&c, path, err, sizeof err) != 0) {
+        fprintf(stderr, "    synth: %s\n", err);
+        return NULL;
+    }
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 1;
+    p.n_ctx = 256;
+    p.max_seqs = 32;
+    p.cache_bytes = cache_bytes;
+    engine *e = engine_open(&p, err, sizeof err);
+    if (!e)
+        fprintf(stderr, "    engine_open: %s\n", err);
+    return e;
+}
+
+/* A sequence holding toks[0..n), with snapshots at the lengths in at[]
+ * (ascending, < n) put in snaps. */
+static int run_seq(engine *e, const int32_t *toks, int n, const int *at, int n_at, engine_snap **snaps)
+{
+    int seq = engine_seq_new(e), done = 0;
+    char err[256];
+    if (seq < 0 || engine_seq_reserve(e, seq, n) != 0)
+        return -1;
+    for (int k = 0; k <= n_at; k++) {
+        const int upto = k < n_at ? at[k] : n;
+        engine_batch_item it = { seq, toks + done, upto - done, ENGINE_LOGITS_NONE, NULL };
+        if (upto > done && engine_forward(e, &it, 1, err, sizeof err) != 0)
+            return -1;
+        done = upto;
+        if (k < n_at && !(snaps[k] = engine_snap_take(e, seq)))
+            return -1;
+    }
+    return seq;
+}
+
+static void tokens(int32_t *t, int n, uint32_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (int32_t)(32 + (seed >> 8) % 200);
+    }
+}
+
+TEST(test_prefix_lookup_restores_at_snapshots_and_never_across_salts)
+{
+    engine *e = open_synth("hyb", "LLLA", 0);
+    CHECK(e);
+    prefix_params pp = { .budget_bytes = 1u << 30 };
+    prefix_store *ps = prefix_new(e, &pp);
+    CHECK(ps && prefix_needs_snapshots(ps));
+    int32_t a[60], q[60];
+    tokens(a, 60, 1);
+    const int at[2] = { 16, 33 };
+    engine_snap *snaps[2];
+    int seq = run_seq(e, a, 50, at, 2, snaps);
+    CHECK(seq >= 0);
+    prefix_insert(ps, "s1", 7, a, 50, seq, snaps, 2);
+    CHECK(prefix_n_entries(ps) == 1);
+
+    memcpy(q, a, sizeof q);
+    q[40] = a[40] + 1;                                  /* shares 40: restores the snapshot at 33 */
+    prefix_match m = prefix_lookup(ps, "s1", 7, q, 60);
+    CHECK_MSG(m.n_cached == 33 && m.diverged_at == 40 && m.reason == PREFIX_EARLIER_SNAPSHOT,
+              "%d %d %s", m.n_cached, m.diverged_at, prefix_reason_name(m.reason));
+    int f = prefix_fork(ps, &m);
+    CHECK(f >= 0 && engine_seq_len(e, f) == 33);
+    engine_seq_free(e, f);
+    m = prefix_lookup(ps, "s1", 7, a, 60);              /* extends the entry: its own end */
+    CHECK(m.n_cached == 50 && m.reason == PREFIX_HIT);
+    m = prefix_lookup(ps, "s1", 7, a, 34);              /* one token left to prefill: 33 */
+    CHECK(m.n_cached == 33 && m.reason == PREFIX_HIT);
+    m = prefix_lookup(ps, "s1", 7, q, 15);              /* nothing known below 16 */
+    CHECK(m.n_cached == 0 && m.reason == PREFIX_DIVERGED && m.diverged_at == 14);
+    m = prefix_lookup(ps, "s2", 7, a, 60);              /* another salt */
+    CHECK(m.n_cached == 0 && m.entry < 0 && m.reason == PREFIX_SALT_DIFFERS);
+    m = prefix_lookup(ps, "s1", 8, a, 60);              /* another API key */
+    CHECK(m.n_cached == 0 && m.entry < 0 && m.reason == PREFIX_SALT_DIFFERS);
+    q[0] = a[0] + 1;
+    m = prefix_lookup(ps, "s1", 7, q, 60);
+    CHECK(m.n_cached == 0 && m.reason == PREFIX_NO_ENTRY);
+
+    /* an entry extending the first absorbs it: one entry, the old end a snapshot */
+    int32_t b[80];
+    memcpy(b, a, 50 * sizeof *b);
+    tokens(b + 50, 30, 2);
+    seq = run_seq(e, b, 70, NULL, 0, NULL);
+    CHECK(seq >= 0);
+    prefix_insert(ps, "s1", 7, b, 70, seq, NULL, 0);
+    prefix_stats st;
+    prefix_get_stats(ps, &st);
+    CHECK_MSG(st.n_entries == 1 && st.n_snapshots == 3, "%d entries, %d snapshots", st.n_entries, st.n_snapshots);
+    m = prefix_lookup(ps, "s1", 7, a, 60);
+    CHECK(m.n_cached == 50);
+    prefix_free(ps);
+    engine_pool_usage pu;
+    engine_get_pool_usage(e, &pu);
+    CHECK(pu.reserved_bytes == 0 && pu.n_seqs == 0 && pu.n_snaps == 0);
+    engine_close(e);
+}
+
+TEST(test_prefix_attention_only_restores_at_any_token)
+{
+    engine *e = open_synth("attn", "A", 0);
+    CHECK(e);
+    prefix_params pp = { .budget_bytes = 1u << 30 };
+    prefix_store *ps = prefix_new(e, &pp);
+    CHECK(ps && !prefix_needs_snapshots(ps));
+    int32_t a[40], q[40];
+    tokens(a, 40, 3);
+    int seq = run_seq(e, a, 40, NULL, 0, NULL);
+    CHECK(seq >= 0);
+    prefix_insert(ps, "", 0, a, 40, seq, NULL, 0);
+    memcpy(q, a, sizeof q);
+    q[21] = a[21] + 1;
+    prefix_match m = prefix_lookup(ps, "", 0, q, 40);
+    CHECK(m.n_cached == 21 && m.reason == PREFIX_HIT);
+    int f = prefix_fork(ps, &m);
+    engine_seq_usage u;
+    CHECK(f >= 0 && engine_seq_get_usage(e, f, &u) == 0 && u.n_shared_pages == 1 && u.n_tokens == 21);
+    engine_seq_free(e, f);
+    prefix_free(ps);
+    engine_close(e);
+}
+
+/* Random prompts from three stems: look up, fork (or start cold), run
+ * the rest, insert; sometimes evict. The store stays within its budget,
+ * the engine's pool within its own, and everything returns at the end. */
+TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
+{
+    engine *e = open_synth("rand", "LLAL", 24u << 20);
+    CHECK(e);
+    const uint64_t budget = 4u << 20;
+    prefix_params pp = { .budget_bytes = budget, .snap_interval = 0 };
+    prefix_store *ps = prefix_new(e, &pp);
+    CHECK(ps);
+    int32_t stems[3][100];
+    for (int i = 0; i < 3; i++)
+        tokens(stems[i], 100, 10u + (uint32_t)i);
+    uint32_t r = 99;
+    char err[256];
+    uint64_t hits = 0;
+    for (int it = 0; it < 60; it++) {
+        r = r * 1664525u + 1013904223u;
+        int32_t p[120];
+        const int stem = (int)(r >> 8) % 3, keep = 1 + (int)((r >> 12) % 90), n = keep + 1 + (int)((r >> 20) % 20);
+        memcpy(p, stems[stem], (size_t)keep * sizeof *p);
+        tokens(p + keep, n - keep, r);
+        const char *salt = (r >> 28) & 1 ? "x" : "y";
+        prefix_match m = prefix_lookup(ps, salt, 0, p, n);
+        int seq = m.entry >= 0 ? prefix_fork(ps, &m) : -1;
+        while (seq < 0 && (seq = engine_seq_new(e)) < 0 && prefix_evict_one(ps))
+            ;
+        CHECK(seq >= 0);
+        while (engine_seq_reserve(e, seq, n) != 0)
+            CHECK(prefix_evict_one(ps));
+        hits += m.entry >= 0;
+        /* the rest, with a snapshot every 8 tokens and one short of the end */
+        engine_snap *snap[16];
+        int n_snap = 0;
+        for (int done = engine_seq_len(e, seq); done < n;) {
+            int upto = (done / 8 + 1) * 8;
+            if (upto >= n - 1)
+                upto = done < n - 1 ? n - 1 : n;
+            engine_batch_item bi = { seq, p + done, upto - done, ENGINE_LOGITS_NONE, NULL };
+            CHECK(engine_forward(e, &bi, 1, err, sizeof err) == 0);
+            done = upto;
+            if (done < n && (snap[n_snap] = engine_snap_take(e, seq)))
+                n_snap++;
+        }
+        prefix_insert(ps, salt, 0, p, n, seq, snap, n_snap);
+        prefix_stats st;
+        prefix_get_stats(ps, &st);
+        engine_pool_usage pu;
+        engine_get_pool_usage(e, &pu);
+        CHECK_MSG(st.bytes <= budget, "store %llu bytes over its budget %llu", (unsigned long long)st.bytes,
+                  (unsigned long long)budget);
+        CHECK(pu.reserved_bytes <= pu.budget_bytes && pu.n_seqs == st.n_entries);
+        if (it % 17 == 16)
+            prefix_evict_one(ps);
+    }
+    prefix_stats st;
+    prefix_get_stats(ps, &st);
+    CHECK_MSG(hits > 10 && st.evictions > 0, "%llu hits, %llu evictions, %d entries of %llu bytes",
+              (unsigned long long)hits, (unsigned long long)st.evictions, st.n_entries, (unsigned long long)st.bytes);
+    prefix_clear(ps);
+    engine_pool_usage pu;
+    engine_get_pool_usage(e, &pu);
+    CHECK(pu.reserved_bytes == 0 && pu.n_seqs == 0 && pu.n_snaps == 0 && pu.n_pages_used == 0);
+    prefix_free(ps);
+    engine_close(e);
+}
