@@ -60,7 +60,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HYSERVE := $(BUILD)/hyserve
 TESTBIN := $(BUILD)/hyserve-tests
 
-.PHONY: all run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench clean help deps
+.PHONY: all run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -117,6 +117,9 @@ test-deploy: ## build the Docker images, run three replicas behind nginx and che
 
 bench: all ## run the benchmarks, results under bench/results/
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh
+
+bench-prefix: all ## the prefix cache on vs off: multi-turn TTFT, a shared system prompt (bench/results/prefix-latest.md)
+	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/prefix.sh
 
 clean: ## remove build outputs
 	rm -rf build build-san build-checks tests/tmp

@@ -5,7 +5,7 @@
 #   HYSERVE=build/hyserve PYTHON=python3 sh bench/run.sh
 #   BENCH_QUICK=1      smoke test: fewer sizes and repetitions (~3 minutes)
 #   BENCH_DTYPES="f32 q8_0"   weight types to run (default f32 f16 bf16 q8_0)
-#   BENCH_SKIP="server dnet-model"   sections to leave out
+#   BENCH_SKIP="server dnet-model"   sections to leave out (prefix: bench/prefix.sh)
 #   BENCH_NOTE="text"  a line for the report (what was special about this run)
 #   BENCH_CTX8K="f32,q8_0"   weight types that also decode after an 8K context
 #                      (each costs an 8K-token prefill, ~2.5 minutes here)
@@ -165,6 +165,12 @@ if ! skip server; then
     else
         log "server: '$HYSERVE serve' is not available; skipped"
     fi
+fi
+
+# ---- the prefix cache, on vs off (its own report: bench/results/prefix-latest.md) ----
+if ! skip prefix; then
+    log "prefix ..."
+    HYSERVE=$HYSERVE PYTHON=$PYTHON sh bench/prefix.sh >&2 || log "prefix FAILED"
 fi
 
 # ---- merge ----

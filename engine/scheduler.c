@@ -415,7 +415,8 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
         r->pm.reason = PREFIX_NO_ENTRY;
     /* where r's prefill stops for a DeltaNet snapshot: the point where it
      * diverged from a cached entry (the next request sharing that prefix
-     * hits there), every snap_interval tokens, and the end of the prompt */
+     * hits there), every snap_interval tokens, and one short of the end of
+     * the prompt */
     if (!prefix_needs_snapshots(s->prefix))
         return seq;
     const int iv = prefix_snap_interval(s->prefix), from = r->pm.n_cached;
