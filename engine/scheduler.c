@@ -96,6 +96,7 @@ static void req_free(sched_req *r)
     free(r->pending);
     sched_event_clear(&r->final_ev);
     free(r->tokens);
+    free(r->plp_logits);
     sampler_free(r->smp);
     if (r->efd >= 0)
         close(r->efd);
@@ -293,6 +294,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->n_prompt = p->n_prompt;
     r->max_new = p->max_new_tokens;
     r->include_stop = p->include_stop;
+    r->top_logprobs = p->top_logprobs < 0 ? 0 : p->top_logprobs > SAMPLER_MAX_TOP ? SAMPLER_MAX_TOP : p->top_logprobs;
     r->seed = p->sampling.seed;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd < 0)
@@ -311,6 +313,11 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
                 goto out_free;
             r->n_stop++;
         }
+    }
+    if (p->prompt_logprobs && p->n_prompt > 1) {
+        r->plp_logits = FAULT_OR(malloc((size_t)SCHED_PLP_ROWS * (size_t)s->n_vocab * sizeof(float)));
+        if (!r->plp_logits)
+            goto out_free;
     }
     r->cap_pending = 256;
     r->pending = FAULT_OR(malloc(r->cap_pending));
@@ -616,13 +623,15 @@ static char *pending_take(sched_req *r, size_t n)
 
 /* A token was sampled for r. Emit its event; returns SCHED_OK when the
  * request continues, 1 when it finished, or a negative error. */
-static int on_token(sched *s, sched_req *r, int32_t tok, float logprob)
+static int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sampler_top *top)
 {
     sched_event ev = {0};
     char piece[256];
     ev.kind = SCHED_EV_TOKEN;
     ev.token = tok;
     ev.logprob = logprob;
+    if (top)
+        ev.top = *top;
     ev.t = engine_now_s();
     r->tokens[r->n_prompt + r->n_gen] = tok;
     r->n_gen++;
@@ -699,6 +708,52 @@ static void reap_cancelled(sched *s)
     tell_ended(s);
 }
 
+/* ---- prompt logprobs (OpenAI echo, TGI decoder_input_details) ----
+ * A request that asks for them prefills in chunks of at most
+ * SCHED_PLP_ROWS tokens with ENGINE_LOGITS_ALL into its own buffer: row j
+ * of a chunk starting at prompt position a is the model's distribution of
+ * the token at a + j + 1. The last prompt row is the first decode step's
+ * logits. */
+
+/* Shape a prefill item of r as a prompt-logprob chunk of at most k tokens.
+ * Returns the chunk's token count. */
+static int prompt_lp_chunk(const sched_req *r, engine_batch_item *it, int k)
+{
+    if (k > SCHED_PLP_ROWS)
+        k = SCHED_PLP_ROWS;
+    it->logits = ENGINE_LOGITS_ALL;
+    it->out = r->plp_logits;
+    return k;
+}
+
+/* The chunk it ran (r->n_fed already counts it): one PROMPT event per
+ * prompt token it predicts, log softmax at T = 1. When the chunk ended the
+ * prompt, *first points at the row to sample the first token from (copied
+ * into r's logits slot), else it stays NULL. Returns 0 or SCHED_ENOMEM. */
+static int prompt_lp_emit(sched *s, sched_req *r, const engine_batch_item *it, float **first)
+{
+    const int start = r->n_fed - it->n_tokens;
+    const size_t nv = (size_t)s->n_vocab;
+    for (int j = 0; j < it->n_tokens; j++) {
+        const int pos = start + j + 1;
+        const float *row = r->plp_logits + (size_t)j * nv;
+        if (pos >= r->n_prompt) {
+            float *slot = s->logits + (size_t)r->slot * nv;
+            memcpy(slot, row, nv * sizeof(float));
+            *first = slot;
+            return 0;
+        }
+        sched_event ev = {0};
+        ev.kind = SCHED_EV_PROMPT;
+        ev.pos = pos;
+        ev.token = r->tokens[pos];
+        ev.logprob = sampler_logprobs(row, s->n_vocab, 1.0f, ev.token, r->top_logprobs, &ev.top);
+        if (req_push(r, &ev))
+            return SCHED_ENOMEM;
+    }
+    return 0;
+}
+
 /* Fill s->items for this step. Returns the item count; *n_decode and
  * *n_prefill_tok count decoding sequences and prompt tokens. */
 static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
@@ -721,10 +776,13 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
             int k = left < budget ? left : budget;
             if (k <= 0)
                 continue;
+            if (r->plp_logits)
+                k = prompt_lp_chunk(r, it, k);
             budget -= k;
             *n_prefill_tok += k;
             it->n_tokens = k;
-            it->logits = k == left ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
+            if (!r->plp_logits)
+                it->logits = k == left ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
         }
         s->item_req[n++] = r;
     }
@@ -735,14 +793,23 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
  * not hold s->mu. Returns 0, 1 (finished) or a negative error. */
 static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
 {
+    float *logits = it->out;
     r->n_fed += it->n_tokens;
-    if (it->logits == ENGINE_LOGITS_NONE)
+    if (it->logits == ENGINE_LOGITS_ALL) {
+        logits = NULL;
+        int rc = prompt_lp_emit(s, r, it, &logits);
+        if (rc || !logits)
+            return rc;
+    } else if (it->logits == ENGINE_LOGITS_NONE) {
         return 0;
+    }
     float lp = 0.0f;
-    int32_t tok = sampler_sample(r->smp, it->out, r->tokens, r->n_prompt + r->n_gen, &lp);
+    int32_t tok = sampler_sample(r->smp, logits, r->tokens, r->n_prompt + r->n_gen, &lp);
     if (tok < 0 || tok >= s->n_vocab)
         return SCHED_EENGINE;
-    return on_token(s, r, tok, lp);
+    sampler_top top;
+    sampler_last_top(r->smp, logits, r->top_logprobs, &top);
+    return on_token(s, r, tok, lp, &top);
 }
 
 static void sched_step(sched *s)
@@ -799,7 +866,7 @@ static void sched_step(sched *s)
     for (int i = 0; i < n; i++) {
         sched_req *r = s->item_req[i];
         r->pub_n_fed = r->n_fed;
-        if (rcs[i] == 0 && s->items[i].logits != ENGINE_LOGITS_NONE)
+        if (rcs[i] == 0 && s->items[i].logits != ENGINE_LOGITS_NONE && r->n_fed >= r->n_prompt)
             r->state = RS_DECODE;
         if (rcs[i] == 0) {
             engine_seq_get_usage(s->e, r->seq, &r->usage);

@@ -11,6 +11,10 @@
 
 #include "scheduler.h"
 
+/* Prompt tokens per step of a request that asked for prompt logprobs:
+ * their logits come back for every position, SCHED_PLP_ROWS rows at a time. */
+#define SCHED_PLP_ROWS 8
+
 enum req_state {
     RS_QUEUED = 0,
     RS_PREFILL = 1,
@@ -32,6 +36,8 @@ struct sched_req {
     char **stop;                /* [n_stop] NUL-terminated copies */
     int n_stop;
     bool include_stop;
+    int top_logprobs;           /* sched_req_params.top_logprobs */
+    float *plp_logits;          /* [SCHED_PLP_ROWS][n_vocab] prompt logits for prompt logprobs; NULL without */
     double t_submit;            /* seconds, monotonic */
 
     /* scheduler thread only */

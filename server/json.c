@@ -509,6 +509,37 @@ static int unsupported(const cJSON *obj, const char *name, perr *pe)
 /* Generation requests                                                    */
 /* ---------------------------------------------------------------------- */
 
+/* OpenAI logprobs. Chat: "logprobs": bool and "top_logprobs": 0..20,
+ * which needs logprobs true. Completions: "logprobs": 0..5 (the top count;
+ * 0 lists only the chosen tokens) and "echo": bool; echo with logprobs
+ * also scores the prompt. ref: OpenAI's API reference. */
+static int get_oai_logprobs(gen_request *g, const cJSON *root, int api, perr *pe)
+{
+    double v;
+    int rc;
+    if (api == API_OAI_CHAT) {
+        if (get_bool(root, "logprobs", &g->logprobs, pe) < 0)
+            return -1;
+        if ((rc = get_int(root, "top_logprobs", 0, SAMPLER_MAX_TOP, &v, pe)) < 0)
+            return -1;
+        if (rc && !g->logprobs)
+            return fail(pe, "top_logprobs", "requires `logprobs` to be true");
+        if (rc)
+            g->top_logprobs = (int)v;
+        return 0;
+    }
+    if ((rc = get_int(root, "logprobs", 0, 5, &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        g->logprobs = true;
+        g->top_logprobs = (int)v;
+    }
+    if (get_bool(root, "echo", &g->echo, pe) < 0)
+        return -1;
+    g->prompt_logprobs = g->echo && g->logprobs;
+    return 0;
+}
+
 /* Sampling fields shared by the OpenAI routes. */
 static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *body, size_t len, int max_stop,
                               perr *pe)
@@ -585,7 +616,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
         return -1;
     if (model)
         snprintf(g->model, sizeof(g->model), "%s", model);
-    static const char *const unsup[] = {"n", "best_of", "logprobs", "top_logprobs", "echo", "suffix", "tools",
+    static const char *const unsup[] = {"n", "best_of", "suffix", "tools",
                                         "functions", "tool_choice", "function_call", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(root, unsup[i], pe))
@@ -697,8 +728,16 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
     if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
         get_bool(p, "return_usage", &g->return_usage, pe) < 0)
         return -1;
-    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id",
-                                        "top_n_tokens", "decoder_input_details", "frequency_penalty", NULL};
+    /* top_n_tokens: TGI's limit is its --max-top-n-tokens, 5 by default */
+    if ((rc = get_int(p, "top_n_tokens", 0, 5, &v, pe)) < 0)
+        return -1;
+    if (rc)
+        g->top_logprobs = (int)v;
+    if (get_bool(p, "decoder_input_details", &g->prompt_logprobs, pe) < 0)
+        return -1;
+    if (g->prompt_logprobs && g->stream)
+        return fail(pe, "decoder_input_details", "decoder_input_details == true is not supported when streaming tokens");
+    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id", "frequency_penalty", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(p, unsup[i], pe))
             return -1;
@@ -800,7 +839,7 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
         if (parse_tgi(g, root, body, len, max_stop, &pe))
             goto out;
     } else {
-        if (parse_oai_sampling(g, root, body, len, max_stop, &pe))
+        if (parse_oai_sampling(g, root, body, len, max_stop, &pe) || get_oai_logprobs(g, root, api, &pe))
             goto out;
         int r2 = get_int(root, "max_tokens", -1e18, 1e18, &v, &pe);
         if (r2 < 0)

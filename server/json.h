@@ -61,6 +61,11 @@ typedef struct gen_request {
     bool return_full_text;      /* TGI: prepend the prompt */
     bool return_usage;          /* TGI extension: usage block */
     bool include_usage;         /* OpenAI stream_options.include_usage */
+    bool logprobs;              /* OpenAI: logprobs of the generated tokens (TGI: always in details) */
+    int top_logprobs;           /* 0..SAMPLER_MAX_TOP: chat top_logprobs, completions logprobs N, TGI top_n_tokens */
+    bool echo;                  /* completions: the prompt before the completion */
+    bool prompt_logprobs;       /* logprobs of the prompt's tokens: completions echo + logprobs, TGI
+                                 * decoder_input_details */
     char model[128];            /* OpenAI: echoed back */
 } gen_request;
 

@@ -9,6 +9,7 @@
  * ref: docs/serving.md 1 (routes), 2 (TGI shapes), 4 (errors).
  */
 #include <malloc.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,7 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
         case ERR_CANCELLED: hr->failure = "cancelled"; break;
         case ERR_LOADING: case ERR_DRAINING: hr->failure = "unavailable"; break;
         case ERR_NOT_FOUND: case ERR_METHOD: hr->failure = "not_found"; break;
+        case ERR_GENERATION: hr->failure = "generation"; break;
         default: hr->failure = "internal"; break;
         }
     }
@@ -196,8 +198,27 @@ enum gen_mode {
     GEN_COMPAT = 2,             /* POST /: like /generate, the answer is an array of one */
 };
 
+/* TGI details.prefill: every prompt token {id, text, logprob}, the first
+ * with a null logprob (nothing predicts it); [] unless
+ * decoder_input_details. */
+static void tgi_prefill(server *srv, cJSON *d, const gen_request *g, const gen_result *res, const int32_t *toks,
+                        int n_prompt)
+{
+    cJSON *pre = cJSON_AddArrayToObject(d, "prefill");
+    if (!pre || !g->prompt_logprobs)
+        return;
+    for (int i = 0; i < n_prompt; i++) {
+        float lp = i > 0 && i - 1 < res->prompt_lp.n ? res->prompt_lp.v[i - 1].logprob : NAN;
+        cJSON *t = lp_tgi_token(srv->eng, toks[i], lp, false);
+        if (!t)
+            return;
+        cJSON_DeleteItemFromObjectCaseSensitive(t, "special");   /* TGI's PrefillToken has none */
+        cJSON_AddItemToArray(pre, t);
+    }
+}
+
 static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *res, const sched_result *sr,
-                           int n_prompt)
+                           const int32_t *toks, int n_prompt)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -217,18 +238,23 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
             cJSON_AddNullToObject(d, "seed");
         else
             json_add_u64(d, "seed", g->sp.seed);
-        cJSON_AddArrayToObject(d, "prefill");
-        cJSON *toks = cJSON_AddArrayToObject(d, "tokens");
+        tgi_prefill(srv, d, g, res, toks, n_prompt);
+        cJSON *gtoks = cJSON_AddArrayToObject(d, "tokens");
         for (int i = 0; i < res->n_toks; i++) {
             const gen_token *t = &res->toks[i];
             cJSON *to = cJSON_CreateObject();
             if (!to)
                 break;
-            cJSON_AddItemToArray(toks, to);
+            cJSON_AddItemToArray(gtoks, to);
             cJSON_AddNumberToObject(to, "id", t->id);
             json_add_text(to, "text", res->text + t->off, t->len);
             cJSON_AddNumberToObject(to, "logprob", t->logprob);
             cJSON_AddBoolToObject(to, "special", t->special);
+        }
+        if (g->top_logprobs > 0) {
+            cJSON *tt = cJSON_AddArrayToObject(d, "top_tokens");
+            for (int i = 0; tt && i < res->lp.n; i++)
+                cJSON_AddItemToArray(tt, lp_tgi_top(srv->eng, &res->lp.v[i].top));
         }
     }
     if (g->return_usage) {
@@ -241,11 +267,52 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         cJSON_AddNumberToObject(c, "recurrent_state_bytes", (double)sr->state_bytes);
         cJSON_AddNumberToObject(c, "peak_total_bytes", (double)sr->peak_cache_bytes);
     }
-    (void)srv;
     return o;
 }
 
-static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, const gen_result *res, int n_prompt)
+/* Completions: the echoed prompt's text (the prompt string, or the token
+ * ids' text) and, with prompt logprobs, its tokens first in lp (the
+ * first with a null logprob). Returns 0 or -1. */
+static int oai_echo(server *srv, const gen_request *g, const gen_result *res, const int32_t *toks, int n_prompt,
+                    char **text, size_t *len, size_t *cap, lp_list *lp)
+{
+    if (g->prompt) {
+        if (json_buf_append(text, len, cap, g->prompt, strlen(g->prompt)))
+            return -1;
+    } else {
+        for (int i = 0; i < n_prompt; i++) {
+            char b[256];
+            int n = engine_token_piece(srv->eng, toks[i], b, sizeof(b));
+            if (n > 0 && json_buf_append(text, len, cap, b, (size_t)n < sizeof(b) ? (size_t)n : sizeof(b)))
+                return -1;
+        }
+    }
+    if (!g->prompt_logprobs)
+        return 0;
+    for (int i = 0; i < n_prompt; i++) {
+        const lp_token *p = i > 0 && i - 1 < res->prompt_lp.n ? &res->prompt_lp.v[i - 1] : NULL;
+        if (lp_list_push(lp, toks[i], p ? p->logprob : NAN, false, p ? &p->top : NULL))
+            return -1;
+    }
+    return 0;
+}
+
+/* choices[0].logprobs of a whole answer: chat's content list, or
+ * completions' parallel arrays over the echoed prompt and the generated
+ * tokens (end-of-generation tokens left out, as from the text). */
+static cJSON *oai_logprobs(server *srv, const gen_request *g, const gen_result *res, lp_list *lp)
+{
+    if (g->api == API_OAI_CHAT)
+        return lp_oai_chat(srv->eng, res->lp.v, res->lp.n);
+    for (int i = 0; i < res->lp.n; i++)
+        if (!res->lp.v[i].special && lp_list_push(lp, res->lp.v[i].id, res->lp.v[i].logprob, false,
+                                                  &res->lp.v[i].top))
+            return NULL;
+    return lp_oai_completion(srv->eng, lp->v, lp->n, g->top_logprobs > 0, 0, NULL);
+}
+
+static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, const gen_result *res,
+                           const int32_t *toks, int n_prompt)
 {
     bool chat = g->api == API_OAI_CHAT;
     cJSON *o = cJSON_CreateObject();
@@ -265,16 +332,33 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
         json_add_text(msg, "content", res->text ? res->text : "", res->len);
-    } else {
-        json_add_text(c, "text", res->text ? res->text : "", res->len);
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    lp_list lp = {0};
+    if (!chat) {
+        char *text = NULL;
+        size_t tl = 0, tc = 0;
+        if (g->echo && oai_echo(srv, g, res, toks, n_prompt, &text, &tl, &tc, &lp))
+            goto out_nomem;
+        if (json_buf_append(&text, &tl, &tc, res->text ? res->text : "", res->len))
+            goto out_nomem;
+        json_add_text(c, "text", text, tl);
+        free(text);
+    }
+    if (g->logprobs)
+        cJSON_AddItemToObject(c, "logprobs", oai_logprobs(srv, g, res, &lp));
+    else
+        cJSON_AddNullToObject(c, "logprobs");
+    lp_list_free(&lp);
     cJSON_AddStringToObject(c, "finish_reason", stream_oai_finish(res->finish));
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", res->n_toks);
     cJSON_AddNumberToObject(u, "total_tokens", n_prompt + res->n_toks);
     return o;
+out_nomem:
+    lp_list_free(&lp);
+    cJSON_Delete(o);
+    return NULL;
 }
 
 /* Status for a scheduler error that arrived before anything was sent. */
@@ -317,6 +401,12 @@ static int handle_generation(http_req *hr, int api, int mode)
     }
     if (mode == GEN_STREAM)
         g.stream = true;
+    if (g.stream && g.prompt_logprobs && api == API_TGI) {
+        err_extra x = {.param = "decoder_input_details"};
+        rc = send_error(hr, ERR_VALIDATION, "decoder_input_details == true is not supported when streaming tokens",
+                        &x);
+        goto out;
+    }
     if (mode == GEN_COMPAT && g.stream)
         mode = GEN_BODY;
     if (api == API_OAI_CHAT) {
@@ -419,6 +509,8 @@ static int handle_generation(http_req *hr, int api, int mode)
         .n_stop = g.n_stop,
         .include_stop = api == API_TGI,
         .ignore_eos = g.ignore_eos,
+        .top_logprobs = g.top_logprobs,
+        .prompt_logprobs = g.prompt_logprobs,
     };
     http_inflight_begin(hr);
     int src = sched_submit(srv->sched, &rp, &r, err, sizeof(err));
@@ -450,7 +542,7 @@ static int handle_generation(http_req *hr, int api, int mode)
     }
 
     if (g.stream) {
-        rc = stream_start(hr, r, &g, n_prompt);
+        rc = stream_start(hr, r, &g, toks, n_prompt);
         r = NULL;       /* the stream owns it now */
         goto out;
     }
@@ -476,7 +568,7 @@ static int handle_generation(http_req *hr, int api, int mode)
     hr->finish = sched_finish_name(res.finish);
     cJSON *body;
     if (api == API_TGI) {
-        body = tgi_response(srv, &g, &res, &sr, n_prompt);
+        body = tgi_response(srv, &g, &res, &sr, toks, n_prompt);
         if (body && mode == GEN_COMPAT) {
             cJSON *arr = cJSON_CreateArray();
             if (arr)
@@ -486,7 +578,7 @@ static int handle_generation(http_req *hr, int api, int mode)
             body = arr;
         }
     } else {
-        body = oai_response(srv, hr, &g, &res, n_prompt);
+        body = oai_response(srv, hr, &g, &res, toks, n_prompt);
     }
     char h_prompt[24], h_gen[24], h_queue[32], h_inf[32], h_tpt[32], h_total[32], h_cache[32];
     double total_ms = sr.total_ms, inf_ms = total_ms - sr.queue_ms;

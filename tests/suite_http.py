@@ -658,6 +658,120 @@ def test_sampling_params(srv, model):
     check("TGI typical_p 1.0 is a 422 naming the range", st == 422 and "typical_p" in j["error"], f"{st} {j}")
 
 
+def log_softmax(row, temp=1.0):
+    """log softmax(row / temp), written from the formula: the reference for every logprob."""
+    import math
+    z = [x / temp for x in row]
+    m = max(z)
+    lse = m + math.log(sum(math.exp(x - m) for x in z))
+    return [x - lse for x in z]
+
+
+def cli_logits_all(model, tokens):
+    """`hyserve logits --all`: one row of logits per position of tokens."""
+    r = run([HYSERVE, "logits", "-m", model, "--tokens", ",".join(str(t) for t in tokens), "--all"])
+    return json.loads(r.stdout)["logits"] if r.returncode == 0 else None
+
+
+def test_logprobs(srv, model):
+    """Logprobs on both APIs against log-softmax of `hyserve logits` (the CLI, not the server) for
+    the same tokens: generated tokens at the request's temperature, prompt tokens at T = 1; top
+    lists sorted, holding the drawn token whenever it is likely enough to be listed; OpenAI's and
+    TGI's shapes, streamed and not."""
+    T, seed, n_new = 0.7, 12345, 8
+    prompt = "Once upon a time"
+    st, _, j = gen(srv, prompt, max_new_tokens=n_new, temperature=T, seed=seed, details=True, top_n_tokens=5,
+                   decoder_input_details=True)
+    if not check("TGI details with top_n_tokens and decoder_input_details answer 200", st == 200, f"{st} {j}"):
+        return
+    d = j["details"]
+    pre, toks, tops = d["prefill"], d["tokens"], d["top_tokens"]
+    ids = [t["id"] for t in pre]
+    gen_ids = [t["id"] for t in toks]
+    rows = cli_logits_all(model, ids + gen_ids[:-1])
+    if not check("hyserve logits --all runs on the request's tokens", rows is not None and len(rows) == len(ids) + n_new - 1):
+        return
+    want_pre = [None] + [log_softmax(rows[i - 1])[ids[i]] for i in range(1, len(ids))]
+    check("TGI prefill: every prompt token, the first with a null logprob, the rest log-softmax at T = 1",
+          len(pre) == len(ids) and pre[0]["logprob"] is None
+          and all(abs(pre[i]["logprob"] - want_pre[i]) < 1e-3 for i in range(1, len(ids))),
+          f"{[p['logprob'] for p in pre]} vs {want_pre}")
+    dists = [log_softmax(rows[len(ids) - 1 + i], T) for i in range(n_new)]
+    check("TGI token logprobs are log-softmax(logits / T) of hyserve logits",
+          all(abs(toks[i]["logprob"] - dists[i][gen_ids[i]]) < 1e-3 for i in range(n_new)),
+          f"{[t['logprob'] for t in toks]} vs {[dists[i][gen_ids[i]] for i in range(n_new)]}")
+    ok_top = len(tops) == n_new
+    for i in range(min(n_new, len(tops))):
+        want = sorted(range(len(dists[i])), key=lambda t: (-dists[i][t], t))[:5]
+        lps = [t["logprob"] for t in tops[i]]
+        ok_top &= [t["id"] for t in tops[i]] == want and lps == sorted(lps, reverse=True) \
+            and all(abs(t["logprob"] - dists[i][t["id"]]) < 1e-3 for t in tops[i])
+        if toks[i]["logprob"] >= lps[-1] + 1e-6:
+            ok_top &= toks[i]["id"] in [t["id"] for t in tops[i]]
+    check("TGI top_tokens: the 5 most likely by the reference, sorted, holding the drawn token", ok_top, f"{tops[:2]}")
+    st, _, evs, _ = stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {
+        "max_new_tokens": n_new, "temperature": T, "seed": seed, "top_n_tokens": 5}})
+    datas = [json.loads(p) for k, p in evs if k == "data"]
+    stops = [dd.get("top_tokens") or [] for dd in datas]
+    # (ids equal; values to 1e-4: the request above prefilled in logprob chunks, this one at once)
+    check("TGI stream: each event's top_tokens are the non-streamed ones",
+          st == 200 and [[t["id"] for t in x] for x in stops] == [[t["id"] for t in x] for x in tops]
+          and all(abs(a["logprob"] - b["logprob"]) < 1e-4 for x, y in zip(stops, tops) for a, b in zip(x, y)),
+          f"{datas[:1]}")
+    st, _, j = gen(srv, prompt, max_new_tokens=2, top_n_tokens=6)
+    check("TGI top_n_tokens above 5 is a 422", st == 422 and "top_n_tokens" in j.get("error", ""), f"{st} {j}")
+    st, _, evs, b = stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {"decoder_input_details": True}})
+    check("TGI decoder_input_details on a stream is a 422", st == 422, f"{st} {b}")
+
+    # OpenAI completions: the same seed and temperature draw the same tokens, so the logprobs must agree
+    body = {"prompt": ids, "max_tokens": n_new, "temperature": T, "seed": seed, "logprobs": 5, "echo": True}
+    st, _, cj, b = srv.jreq("POST", "/v1/completions", body)
+    lp = cj["choices"][0]["logprobs"] if st == 200 else {}
+    tl = lp.get("token_logprobs") or []
+    check("completions echo + logprobs: prompt then completion, first null, values of the reference",
+          len(tl) == len(ids) + n_new and tl[0] is None and lp["top_logprobs"][0] is None
+          and all(abs(tl[i] - want_pre[i]) < 1e-3 for i in range(1, len(ids)))
+          and all(abs(tl[len(ids) + i] - dists[i][gen_ids[i]]) < 1e-3 for i in range(n_new)), f"{st} {b[:400]}")
+    text = cj["choices"][0]["text"] if st == 200 else ""
+    offs = lp.get("text_offset") or [0]
+    check("completions logprobs: tokens, text_offset and at most 5 sorted top entries",
+          len(lp.get("tokens", [])) == len(tl) == len(offs) and offs == sorted(offs)
+          and all(len(t) <= 5 and list(t.values()) == sorted(t.values(), reverse=True)
+                  for t in lp["top_logprobs"][1:]) and text.startswith(prompt), f"{lp}")
+    st, _, evs, _ = stream(srv, "/v1/completions", dict(body, stream=True))
+    chunks = [json.loads(p) for k, p in evs if k == "data" and p != "[DONE]"]
+    stl = [x for c in chunks for ch in c["choices"] if ch.get("logprobs") for x in ch["logprobs"]["token_logprobs"]]
+    check("completions stream: the same logprobs and text in chunks", st == 200 and stl == tl
+          and oai_stream_text(evs, False)[0] == text, f"{stl} vs {tl}")
+    st, _, j, b = srv.jreq("POST", "/v1/completions", dict(body, logprobs=6))
+    check("completions logprobs above 5 is a 400 on logprobs", st == 400 and j["error"]["param"] == "logprobs", b[:200])
+
+    # OpenAI chat: shapes, greedy consistency, stream equals non-stream
+    msgs = [{"role": "user", "content": "Tell me a story"}]
+    cb = {"messages": msgs, "max_tokens": n_new, "temperature": 0, "logprobs": True, "top_logprobs": 3}
+    st, _, j, b = srv.jreq("POST", "/v1/chat/completions", cb)
+    content = j["choices"][0]["logprobs"]["content"] if st == 200 else []
+    shape = all(set(c) == {"token", "logprob", "bytes", "top_logprobs"} and len(c["top_logprobs"]) == 3
+                and all(set(t) == {"token", "logprob", "bytes"} for t in c["top_logprobs"]) for c in content)
+    check("chat logprobs: content entries of {token, logprob, bytes, top_logprobs}", st == 200 and content and shape,
+          b[:400])
+    check("chat greedy: each token is its first top entry, logprob and bytes alike, top sorted",
+          all(c["token"] == c["top_logprobs"][0]["token"] and c["logprob"] == c["top_logprobs"][0]["logprob"]
+              and c["bytes"] == c["top_logprobs"][0]["bytes"]
+              and [t["logprob"] for t in c["top_logprobs"]] == sorted((t["logprob"] for t in c["top_logprobs"]), reverse=True)
+              for c in content), f"{content[:2]}")
+    check("chat logprobs: the tokens' bytes spell the message", bytes(x for c in content for x in c["bytes"]).decode(
+        "utf-8", "replace") == j["choices"][0]["message"]["content"], f"{content}")
+    st, _, evs, _ = stream(srv, "/v1/chat/completions", dict(cb, stream=True))
+    scontent = [x for p in evs if p[0] == "data" and p[1] != "[DONE]" for ch in json.loads(p[1])["choices"]
+                if ch.get("logprobs") for x in ch["logprobs"]["content"]]
+    check("chat stream: the same logprobs as the whole answer", st == 200 and scontent == content,
+          f"{scontent[:2]} vs {content[:2]}")
+    for bad in ({"top_logprobs": 2}, {"logprobs": True, "top_logprobs": 21}, {"logprobs": 1}):
+        st, _, j, b = srv.jreq("POST", "/v1/chat/completions", dict({"messages": msgs, "max_tokens": 2}, **bad))
+        check(f"chat {bad} is a 400", st == 400 and j["error"]["param"] in ("logprobs", "top_logprobs"), b[:200])
+
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -1312,6 +1426,7 @@ def main(argv=None):
                ("test_seed_64bit", lambda: test_seed_64bit(srv)),
                ("test_sampling_params", lambda: test_sampling_params(srv, model)),
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
+               ("test_logprobs", lambda: test_logprobs(srv, model)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
