@@ -812,6 +812,17 @@ static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
     return on_token(s, r, tok, lp, &top);
 }
 
+/* The tokens-per-step histogram (sched_stats.step_tokens): bucket k holds
+ * steps of at most 2^k tokens. Caller holds s->mu. */
+static void step_tokens_observe(sched_stats *st, int n_tok)
+{
+    int k = 0;
+    while (k < SCHED_STEP_BUCKETS && n_tok > (1 << k))
+        k++;
+    st->step_tokens[k]++;
+    st->step_tokens_sum += (uint64_t)n_tok;
+}
+
 static void sched_step(sched *s)
 {
     char err[256];
@@ -859,6 +870,7 @@ static void sched_step(sched *s)
         s->st.batch_decode_max = n_decode;
     if (n_decode > 0 && n_prefill_tok > 0)
         s->st.mixed_steps_total++;
+    step_tokens_observe(&s->st, n_decode + n_prefill_tok);
     if (frc == 0 && n_prefill_tok == 0) {
         s->st.decode_steps_total++;
         s->st.decode_forward_seconds += fwd_s;

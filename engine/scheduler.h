@@ -171,6 +171,9 @@ typedef struct sched_req_stats {
     engine_seq_usage usage;     /* zero while queued */
 } sched_req_stats;
 
+/* Buckets of the tokens-per-step histogram: upper bounds 2^0 .. 2^11. */
+#define SCHED_STEP_BUCKETS 12
+
 /* Scheduler-wide numbers, updated after every step. */
 typedef struct sched_stats {
     int running, waiting;
@@ -188,6 +191,8 @@ typedef struct sched_stats {
     uint64_t generation_tokens_total;
     uint64_t admitted_total, finished_total, cancelled_total, failed_total;
     uint64_t rejected_full_total, rejected_timeout_total, rejected_toobig_total;
+    uint64_t step_tokens[SCHED_STEP_BUCKETS + 1];  /* engine steps by tokens fed: <= 1, <= 2, <= 4 ... <= 2048, more */
+    uint64_t step_tokens_sum;       /* tokens fed over all steps */
 } sched_stats;
 
 /* Copy the numbers; with reqs != NULL also a malloc'd array of the live

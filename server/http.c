@@ -172,6 +172,7 @@ void http_req_unref(http_req *hr)
     log_request(hr, total);
     if (hr->srv->m) {
         metrics_req mr = {
+            .path = hr->path,
             .generation = hr->generation,
             .status = hr->status,
             .finish = hr->finish,

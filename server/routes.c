@@ -21,10 +21,10 @@
 #include "config.h"
 #include "metrics.h"
 #include "routes.h"
+#include "serve.h"
 #include "stream.h"
 #include "web.h"
 
-#define HYSERVE_VERSION "0.1.0"
 
 /* ---------------------------------------------------------------------- */
 /* Errors: kind -> status and envelope, in one place                      */
@@ -687,7 +687,8 @@ static int h_info(http_req *hr)
     cJSON_AddNumberToObject(o, "validation_workers", 0);
     cJSON_AddNumberToObject(o, "max_client_batch_size", 1);
     cJSON_AddStringToObject(o, "router", "hyserve");
-    cJSON_AddStringToObject(o, "version", HYSERVE_VERSION);
+    cJSON_AddStringToObject(o, "version", hyserve_version());
+    cJSON_AddStringToObject(o, "git_commit", hyserve_git_commit());
     cJSON_AddNullToObject(o, "sha");
     cJSON_AddNullToObject(o, "docker_label");
     cJSON *m = cJSON_AddObjectToObject(o, "model");

@@ -16,6 +16,7 @@ Usage: suite_http.py [-k PATTERN] [--list]
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -772,6 +773,53 @@ def test_logprobs(srv, model):
         check(f"chat {bad} is a 400", st == 400 and j["error"]["param"] in ("logprobs", "top_logprobs"), b[:200])
 
 
+
+def promtool_check(txt):
+    """`promtool check metrics` on a scrape: (exit code, its complaints)."""
+    r = subprocess.run(["promtool", "check", "metrics"], input=txt.encode(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    return r.returncode, r.stdout.decode("utf-8", "replace")
+
+
+def test_metrics_promtool(srv):
+    """/metrics after traffic passes Prometheus' own linter, counts requests by route and status,
+    labels every series with the model's name, has the build-info metric and the per-request
+    prefill/decode and per-step token histograms, with bucket bounds written exactly."""
+    gen(srv, "Once upon a time", max_new_tokens=4)
+    srv.req("GET", "/no/such/route")
+    srv.jreq("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    srv.jreq("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 9})
+    st, _, b = srv.req("GET", "/metrics")
+    txt = b.decode()
+    if not shutil.which("promtool"):
+        check("promtool is installed (tools/install-deps.sh installs Debian's prometheus)", False)
+        return
+    rc, out = promtool_check(txt)
+    check("promtool check metrics: no complaint after traffic", st == 200 and rc == 0 and not out.strip(), out[:500])
+    model = srv.jreq("GET", "/info")[2]["model_id"]
+    samples = [l for l in txt.splitlines() if l and not l.startswith("#")]
+    check("every series carries model_name", samples and all(f'model_name="{model}"' in l for l in samples),
+          [l for l in samples if "model_name" not in l][:3])
+    def val(pattern):
+        m = re.search(pattern, txt)
+        return float(m.group(1)) if m else None
+    check("requests counted by route and status (unknown paths as route=\"other\")",
+          (val(r'hyserve_http_requests_total\{route="/generate",status="200",[^}]*\} (\S+)') or 0) >= 1
+          and (val(r'hyserve_http_requests_total\{route="other",status="404",[^}]*\} (\S+)') or 0) >= 1
+          and (val(r'hyserve_http_requests_total\{route="/v1/completions",status="400",[^}]*\} (\S+)') or 0) >= 1
+          and "/no/such/route" not in txt, [l for l in samples if "http_requests" in l])
+    commit = run([HYSERVE, "--version"]).stdout.decode().split("git ")[-1].rstrip(")\n")
+    check("hyserve_build_info names the version and the git commit of hyserve --version",
+          re.search(r'hyserve_build_info\{version="[0-9.]+",git_commit="%s",' % re.escape(commit), txt) is not None,
+          [l for l in samples if "build_info" in l] + [commit])
+    hists = ("hyserve_request_prefill_time_seconds", "hyserve_request_decode_time_seconds", "hyserve_engine_step_tokens")
+    check("prefill and decode time per request and tokens per engine step are histograms with observations",
+          all(f"# TYPE {h} histogram" in txt and (val(h + r'_count\{[^}]*\} (\S+)') or 0) >= 1 for h in hists)
+          and "batch_size_last" not in txt and "recurrent_slots_total" not in txt, "")
+    les = re.findall(r'_bucket\{le="([^"]+)"', txt)
+    check("bucket bounds are written exactly (0.001 as 0.001, 2^32 in full digits)",
+          "0.001" in les and "4294967296" in les and not any("e+" in x or "e-" in x for x in les), sorted(set(les))[:30])
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -1215,8 +1263,8 @@ def test_limits(srv2):
           f"{s}")
     t1.join()
     st, h, b = srv2.req("GET", "/metrics")
-    check("/metrics counts the refusals", b'hyserve_rejected_total{reason="queue_full"} 2' in b
-          and b'hyserve_rejected_total{reason="queue_timeout"} 1' in b, b.decode()[:0])
+    check("/metrics counts the refusals", re.search(rb'hyserve_rejected_total\{reason="queue_full",model_name="[^"]*"\} 2\n', b)
+          and re.search(rb'hyserve_rejected_total\{reason="queue_timeout",model_name="[^"]*"\} 1\n', b), b.decode()[:0])
 
 
 def test_drain_timeout(srv2):
@@ -1427,6 +1475,7 @@ def main(argv=None):
                ("test_sampling_params", lambda: test_sampling_params(srv, model)),
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
                ("test_logprobs", lambda: test_logprobs(srv, model)),
+               ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),

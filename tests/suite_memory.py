@@ -209,8 +209,8 @@ def test_estimate_route(srv):
 def test_metrics(srv):
     st, h, b = srv.req("GET", "/metrics")
     txt = b.decode()
-    need = ['hyserve_cache_bytes{kind="attn_kv"}', 'hyserve_cache_bytes{kind="mla_latent"}',
-            'hyserve_cache_bytes{kind="recurrent_state"}', "hyserve_inter_token_latency_seconds_count",
+    need = ['hyserve_cache_bytes{kind="attn_kv",', 'hyserve_cache_bytes{kind="mla_latent",',
+            'hyserve_cache_bytes{kind="recurrent_state",', "hyserve_inter_token_latency_seconds_count",
             "hyserve_time_to_first_token_seconds_bucket", "hyserve_e2e_request_latency_seconds_sum",
             "hyserve_attn_kv_token_usage_ratio", "hyserve_cache_config_info"]
     missing = [n for n in need if n not in txt]
