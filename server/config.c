@@ -97,6 +97,12 @@ static const opt_def OPTS[] = {
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
      "read the weights into 2 MiB transparent huge pages instead of serving them from the file "
      "mapping (default off)"},
+    {"served-model-name", 0, "HYSERVE_SERVED_MODEL_NAME", OPT_LIST, OFF(served_names), SZ(served_names), "NAME",
+     "a name OpenAI requests may give as \"model\" (repeatable: aliases; the first is the one answers, /info "
+     "and /metrics carry; default: the model file's name without .gguf)"},
+    {"accept-any-model", 0, "HYSERVE_ACCEPT_ANY_MODEL", OPT_BOOL, OFF(accept_any_model), 0, NULL,
+     "accept any \"model\" in OpenAI requests and echo it (default off: a name not served gets 404 "
+     "model_not_found)"},
     {"replica", 0, "HYSERVE_REPLICA", OPT_STR, OFF(replica), SZ(replica), "NAME",
      "this replica's name in the X-Hyserve-Replica header and /info (default: the host name)"},
 };
@@ -197,9 +203,10 @@ static int opt_set(server_config *c, const opt_def *o, const char *val, const ch
         /* flags (src "--name") over the environment (src = its variable)
          * over the file: a higher source starts the list afresh */
         int from = !strncmp(src, "--", 2) ? 3 : !strcmp(src, o->env) ? 2 : 1;
-        if (from != c->api_keys_from) {
+        int *list_from = o->off == OFF(api_keys) ? &c->api_keys_from : &c->served_names_from;
+        if (from != *list_from) {
             base[0] = '\0';
-            c->api_keys_from = from;
+            *list_from = from;
         }
         size_t have = strlen(base), n = strlen(val);
         if (have + n + 2 > o->size) {

@@ -54,6 +54,9 @@ typedef struct server_config {
     double idle_timeout;        /* seconds a connection may take to send a whole request head (or idle between requests) */
     double request_timeout;     /* seconds a request body may take to arrive after its head */
     int max_conn_per_client;    /* open connections from one address, 0: no limit */
+    char served_names[2048];    /* --served-model-name values, one per line; "": the model file's name */
+    int served_names_from;      /* their source, as api_keys_from */
+    bool accept_any_model;      /* OpenAI requests may name any model (else 404 model_not_found) */
 } server_config;
 
 void config_defaults(server_config *c);

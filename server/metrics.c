@@ -304,7 +304,7 @@ char *metrics_prometheus(server *srv)
     }
     free(reqs);
     const engine_info *in = have ? srv->info : NULL;
-    set_model_label(&s, in ? in->name : "");
+    set_model_label(&s, in ? server_model_name(srv) : "");
 
     char lab[512];
     sb_printf(&s, "# HELP hyserve_build_info the build: version and git commit\n# TYPE hyserve_build_info gauge\n");

@@ -58,6 +58,7 @@ static const err_map ERRS[] = {
      * 400 (vLLM's answer to an aborted request) it does not say the
      * request was malformed. The body names the cancellation. */
     {ERR_CANCELLED, 499, "cancelled", "cancelled"},
+    {ERR_MODEL, 404, "not_found", "invalid_request_error"},
     {ERR_INTERNAL, 500, "internal", "server_error"},
 };
 
@@ -85,7 +86,7 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
         /* OpenAI clients expect 400 for every invalid request */
         if (status == 422)
             status = 400;
-        const char *code = kind == ERR_CONTEXT ? "context_length_exceeded" : NULL;
+        const char *code = kind == ERR_CONTEXT ? "context_length_exceeded" : kind == ERR_MODEL ? "model_not_found" : NULL;
         body = json_error_oai(msg, m->oai_type, x ? x->param : NULL, code);
         if (body && kind == ERR_CONTEXT && x && x->max_total > 0) {
             cJSON *e = cJSON_GetObjectItemCaseSensitive(body, "error");
@@ -107,7 +108,7 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
         case ERR_OVERLOADED: hr->failure = "overloaded"; break;
         case ERR_CANCELLED: hr->failure = "cancelled"; break;
         case ERR_LOADING: case ERR_DRAINING: hr->failure = "unavailable"; break;
-        case ERR_NOT_FOUND: case ERR_METHOD: hr->failure = "not_found"; break;
+        case ERR_NOT_FOUND: case ERR_METHOD: case ERR_MODEL: hr->failure = "not_found"; break;
         case ERR_GENERATION: hr->failure = "generation"; break;
         default: hr->failure = "internal"; break;
         }
@@ -178,6 +179,15 @@ static int tokenize(server *srv, const char *text, const size_t *data, int n_dat
         cap = n;
     }
     return -1;
+}
+
+/* Is name one of the names this server serves (--served-model-name)? */
+static bool served_name(const server *srv, const char *name)
+{
+    for (int i = 0; i < srv->n_model_names; i++)
+        if (!strcmp(srv->model_names[i], name))
+            return true;
+    return false;
 }
 
 static uint64_t random_seed(void)
@@ -323,7 +333,8 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", chat ? "chat.completion" : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)time(NULL));
-    cJSON_AddStringToObject(o, "model", g->model[0] ? g->model : srv->info->name);
+    cJSON_AddStringToObject(o, "model", g->model[0] ? g->model : server_model_name(srv));
+    cJSON_AddStringToObject(o, "system_fingerprint", srv->fingerprint);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
@@ -398,6 +409,13 @@ static int handle_generation(http_req *hr, int api, int mode)
                         err, &x);
         json_gen_free(&g);
         return rc;
+    }
+    if (api != API_TGI && g.model[0] && !cfg->accept_any_model && !served_name(srv, g.model)) {
+        err_extra x = {.param = "model"};
+        snprintf(err, sizeof(err), "The model `%.200s` does not exist (this server serves %.200s; GET /v1/models "
+                 "lists its names)", g.model, server_model_name(srv));
+        rc = send_error(hr, ERR_MODEL, err, &x);
+        goto out;
     }
     if (mode == GEN_STREAM)
         g.stream = true;
@@ -675,7 +693,7 @@ static int h_info(http_req *hr)
     server *srv = hr->srv;
     const engine_info *in = srv->info;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_id", in->name);
+    cJSON_AddStringToObject(o, "model_id", server_model_name(srv));
     cJSON_AddNullToObject(o, "model_sha");
     cJSON_AddStringToObject(o, "model_dtype", in->weights_dtype);
     cJSON_AddStringToObject(o, "model_pipeline_tag", "text-generation");
@@ -727,18 +745,21 @@ static int h_models(http_req *hr)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddItemToArray(data, m);
-    cJSON_AddStringToObject(m, "id", in->name);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)hr->srv->started_at);
-    cJSON_AddStringToObject(m, "owned_by", "hyserve");
-    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
-    cJSON_AddNumberToObject(meta, "n_vocab", in->n_vocab);
-    cJSON_AddNumberToObject(meta, "n_ctx_train", in->n_ctx_train);
-    cJSON_AddNumberToObject(meta, "n_ctx", in->n_ctx);
-    cJSON_AddNumberToObject(meta, "n_params", (double)in->n_params);
-    cJSON_AddNumberToObject(meta, "size", (double)in->weight_bytes);
+    /* one entry per served name (aliases of the one model) */
+    for (int i = 0; i < hr->srv->n_model_names || i == 0; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(data, m);
+        cJSON_AddStringToObject(m, "id", i < hr->srv->n_model_names ? hr->srv->model_names[i] : in->name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", (double)hr->srv->started_at);
+        cJSON_AddStringToObject(m, "owned_by", "hyserve");
+        cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+        cJSON_AddNumberToObject(meta, "n_vocab", in->n_vocab);
+        cJSON_AddNumberToObject(meta, "n_ctx_train", in->n_ctx_train);
+        cJSON_AddNumberToObject(meta, "n_ctx", in->n_ctx);
+        cJSON_AddNumberToObject(meta, "n_params", (double)in->n_params);
+        cJSON_AddNumberToObject(meta, "size", (double)in->weight_bytes);
+    }
     return http_send_json(hr, 200, o, NULL);
 }
 

@@ -171,6 +171,64 @@ static void wait_and_drain(server *srv, const sigset_t *set)
     }
 }
 
+/* The served names: the --served-model-name values (one per line, at
+ * most SERVER_MAX_NAMES), else the model file's name without ".gguf"
+ * (--synth: the preset's name, or its layout file's without ".json"). */
+static void set_model_names(server *srv, const server_config *cfg)
+{
+    srv->n_model_names = 0;
+    for (const char *p = cfg->served_names; *p && srv->n_model_names < SERVER_MAX_NAMES;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n > 0 && n < sizeof srv->model_names[0]) {
+            memcpy(srv->model_names[srv->n_model_names], p, n);
+            srv->model_names[srv->n_model_names++][n] = '\0';
+        }
+        p += n + (nl ? 1 : 0);
+    }
+    if (srv->n_model_names > 0)
+        return;
+    const char *path = cfg->synth[0] ? cfg->synth : cfg->model;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && (!strcmp(base + n - 5, ".gguf") || !strcmp(base + n - 5, ".json")))
+        n -= 5;
+    if (n >= sizeof srv->model_names[0])
+        n = sizeof srv->model_names[0] - 1;
+    memcpy(srv->model_names[0], base, n);
+    srv->model_names[0][n] = '\0';
+    srv->n_model_names = n > 0;
+}
+
+/* system_fingerprint: "fp_" and 16 hex digits of FNV-1a 64 over the
+ * build's version and commit and the model file's size and first MiB (its
+ * GGUF header, metadata and tensor table), so it changes with the build or
+ * the weights file and costs one small read. */
+static void set_fingerprint(server *srv, const char *path)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const char *parts[] = {hyserve_version(), "/", hyserve_git_commit(), "/"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        for (const char *p = parts[i]; *p; p++)
+            h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        static unsigned char buf[1 << 16];
+        size_t total = 0, n;
+        while (total < (1u << 20) && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+            for (size_t i = 0; i < n; i++)
+                h = (h ^ buf[i]) * 0x100000001b3ULL;
+            total += n;
+        }
+        struct stat st;
+        if (fstat(fileno(f), &st) == 0)
+            for (int i = 0; i < 8; i++)
+                h = (h ^ (unsigned char)((uint64_t)st.st_size >> (8 * i))) * 0x100000001b3ULL;
+        fclose(f);
+    }
+    snprintf(srv->fingerprint, sizeof srv->fingerprint, "fp_%016llx", (unsigned long long)h);
+}
+
 int serve_main(int argc, char **argv)
 {
     server_config cfg;
@@ -238,6 +296,8 @@ int serve_main(int argc, char **argv)
     else
         fprintf(stderr, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, cfg.model);
 
+    set_model_names(&srv, &cfg);
+
     /* --synth: a model with a preset's cache layout, written to a temporary
      * file that is unlinked once mapped */
     char synth_path[512] = "";
@@ -267,6 +327,7 @@ int serve_main(int argc, char **argv)
     sched_params sp;
     sched_params_default(&sp);
     apply_limits(&srv, &cfg, &ep, &sp);
+    set_fingerprint(&srv, cfg.model);
     srv.eng = engine_open(&ep, err, sizeof(err));
     if (synth_path[0])
         unlink(synth_path);     /* the mapping keeps the data */

@@ -172,6 +172,7 @@ static cJSON *oai_base(stream *st, const char *object)
     cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)st->created);
     cJSON_AddStringToObject(o, "model", st->model);
+    cJSON_AddStringToObject(o, "system_fingerprint", st->hr->srv->fingerprint);
     return o;
 }
 
@@ -492,7 +493,7 @@ int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prom
     if (st->keepalive_ms < 10)
         st->keepalive_ms = 10;
     st->created = (long long)time(NULL);
-    st->model = st->g.model[0] ? st->g.model : hr->srv->info->name;
+    st->model = st->g.model[0] ? st->g.model : server_model_name(hr->srv);
     snprintf(st->oai_id, sizeof(st->oai_id), "%s-%s", st->g.api == API_OAI_CHAT ? "chatcmpl" : "cmpl", hr->id);
 
     /* chat streams open with the assistant role, so the client sees bytes

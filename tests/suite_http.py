@@ -274,8 +274,8 @@ def test_basic_routes(srv):
           j.get("replica") == socket.gethostname() and k.get("threads") == 2 and k.get("threads_from") == "--threads"
           and k.get("cache_budget_bytes") == j["cache_layout"]["budget_bytes"] and k.get("kernels"), f"{j.get('replica')} {k}")
     st, h, j, _ = srv.jreq("GET", "/v1/models")
-    check("GET /v1/models lists one model", st == 200 and j["object"] == "list" and len(j["data"]) == 1
-          and j["data"][0]["object"] == "model", f"{st} {j}")
+    check("GET /v1/models lists the model under its three served names", st == 200 and j["object"] == "list"
+          and len(j["data"]) == 3 and all(d["object"] == "model" for d in j["data"]), f"{st} {j}")
     st, h, b = srv.req("GET", "/metrics")
     txt = b.decode()
     check("GET /metrics is Prometheus text", st == 200 and h["content-type"].startswith("text/plain")
@@ -819,6 +819,49 @@ def test_metrics_promtool(srv):
     les = re.findall(r'_bucket\{le="([^"]+)"', txt)
     check("bucket bounds are written exactly (0.001 as 0.001, 2^32 in full digits)",
           "0.001" in les and "4294967296" in les and not any("e+" in x or "e-" in x for x in les), sorted(set(les))[:30])
+
+
+def test_model_names(srv, model):
+    """--served-model-name aliases on /v1/models and in answers; another model is OpenAI's 404
+    model_not_found; --accept-any-model keeps the old accept-anything; the default name is the file's;
+    system_fingerprint on every OpenAI answer and chunk, stable across requests."""
+    st, _, j, _ = srv.jreq("GET", "/v1/models")
+    ids = [d["id"] for d in j.get("data", [])]
+    check("/v1/models lists every served name, the first first", ids == ["chatml", "hyserve", "m"], f"{ids}")
+    check("/info model_id is the first served name", srv.jreq("GET", "/info")[2].get("model_id") == "chatml")
+    fps = set()
+    for name in ("hyserve", "m", None):
+        body = {"prompt": "Hi", "max_tokens": 2}
+        if name:
+            body["model"] = name
+        st, _, j, b = srv.jreq("POST", "/v1/completions", body)
+        check(f"model {name!r} is served and echoed", st == 200 and j["model"] == (name or "chatml"), b[:200])
+        fps.add(j.get("system_fingerprint"))
+    st, _, evs, _ = stream(srv, "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "Hi"}],
+                                                         "max_tokens": 2, "stream": True})
+    chunks = [json.loads(p) for k, p in evs if k == "data" and p != "[DONE]"]
+    fps |= {c.get("system_fingerprint") for c in chunks}
+    check("system_fingerprint: one fp_ value on every answer and chunk", len(fps) == 1
+          and re.fullmatch(r"fp_[0-9a-f]{16}", next(iter(fps)) or ""), f"{fps}")
+    for path, body in (("/v1/completions", {"prompt": "Hi"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})):
+        st, _, j, b = srv.jreq("POST", path, dict(body, model="gpt-4o", max_tokens=2))
+        e = j.get("error", {}) if isinstance(j, dict) else {}
+        check(f"{path} naming another model is 404 model_not_found on param model",
+              st == 404 and e.get("code") == "model_not_found" and e.get("param") == "model"
+              and e.get("type") == "invalid_request_error" and "gpt-4o" in e.get("message", ""), f"{st} {b[:300]}")
+    # a second server: the default name (the file's, without .gguf) and --accept-any-model
+    s2 = Server("anymodel", model, "--accept-any-model", "-t", "1", "--max-seqs", "2")
+    try:
+        st, _, j, _ = s2.jreq("GET", "/v1/models")
+        want = os.path.basename(model)[:-len(".gguf")]
+        check("the default served name is the model file's name", [d["id"] for d in j["data"]] == [want], f"{j}")
+        st, _, j, b = s2.jreq("POST", "/v1/completions", {"model": "gpt-4o", "prompt": "Hi", "max_tokens": 2})
+        check("--accept-any-model answers any model and echoes it", st == 200 and j["model"] == "gpt-4o", b[:200])
+        fp2 = j.get("system_fingerprint")
+        check("system_fingerprint names the build and the model file alike on both servers", fp2 in fps, f"{fp2} {fps}")
+    finally:
+        s2.stop()
 
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
@@ -1476,6 +1519,7 @@ def main(argv=None):
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
                ("test_logprobs", lambda: test_logprobs(srv, model)),
                ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
+               ("test_model_names", lambda: test_model_names(srv, model)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
@@ -1509,7 +1553,9 @@ def main(argv=None):
     with open(conf, "w") as f:
         f.write("# test config\nmax-queue = 7\nkeepalive = 0.05\nmax-body = 4096\nmax-seqs = 9\n")
 
-    srv = Server("main", model, "--max-seqs", "32", "--drain-timeout", "30", "-t", "2")
+    # the names the tests and the openai client send ("m", "hyserve") are served aliases
+    srv = Server("main", model, "--max-seqs", "32", "--drain-timeout", "30", "-t", "2",
+                 "--served-model-name", "chatml", "--served-model-name", "hyserve", "--served-model-name", "m")
     srv2 = None
     try:
         for name, t in on_main:
