@@ -941,3 +941,50 @@ out:
     cJSON_Delete(root);
     return rc;
 }
+
+int json_parse_detokenize(const char *body, size_t len, int32_t max_id, int32_t **ids, int *n_ids, char *err,
+                          size_t errlen)
+{
+    const char *end = NULL;
+    *ids = NULL;
+    *n_ids = 0;
+    if (!body || len == 0) {
+        snprintf(err, errlen, "empty request body: expected {\"tokens\": [ids]}");
+        return JSON_EPARSE;
+    }
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        snprintf(err, errlen, "malformed JSON in the request body near byte %zu",
+                 end && end >= body ? (size_t)(end - body) : (size_t)0);
+        return JSON_EPARSE;
+    }
+    int rc = JSON_EINVALID;
+    const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "tokens") : NULL;
+    if (!cJSON_IsArray(arr)) {
+        snprintf(err, errlen, "`tokens`: missing field (expected an array of token ids)");
+        goto out;
+    }
+    int n = cJSON_GetArraySize(arr);
+    *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(**ids));
+    if (!*ids) {
+        rc = JSON_ENOMEM;
+        goto out;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (!(v >= 0 && v <= max_id && v == floor(v))) {
+            snprintf(err, errlen, "`tokens`: item %d is not a token id (integers 0..%d)", *n_ids, (int)max_id);
+            free(*ids);
+            *ids = NULL;
+            *n_ids = 0;
+            goto out;
+        }
+        (*ids)[(*n_ids)++] = (int32_t)v;
+    }
+    rc = JSON_OK;
+out:
+    cJSON_Delete(root);
+    return rc;
+}

@@ -79,6 +79,11 @@ void json_gen_free(gen_request *g);
 /* /tokenize: {"inputs": "..."} -> *inputs (heap). */
 int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen);
 
+/* /detokenize: {"tokens": [ids]} -> *ids (heap, *n_ids entries, each
+ * 0..max_id). */
+int json_parse_detokenize(const char *body, size_t len, int32_t max_id, int32_t **ids, int *n_ids, char *err,
+                          size_t errlen);
+
 /* A string item holding text made valid UTF-8 (invalid bytes -> U+FFFD). */
 cJSON *json_text(const char *s, size_t len);
 /* The same, added to an object. Returns the item or NULL. */

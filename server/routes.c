@@ -763,6 +763,46 @@ static int h_models(http_req *hr)
     return http_send_json(hr, 200, o, NULL);
 }
 
+/* POST /detokenize: {"tokens": [ids]} -> the text they spell, as
+ * llama-server's "content" and vLLM's "prompt" (the same string). A BOS
+ * the model adds is skipped when it comes first, so /tokenize's ids come
+ * back to its input. */
+static int h_detokenize(http_req *hr)
+{
+    if (!check_ready(hr))
+        return 0;
+    server *srv = hr->srv;
+    char err[256];
+    int32_t *ids = NULL;
+    int n = 0;
+    int jrc = json_parse_detokenize(hr->body, hr->n_body, srv->info->n_vocab - 1, &ids, &n, err, sizeof(err));
+    if (jrc != JSON_OK)
+        return routes_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : jrc == JSON_ENOMEM ? ERR_INTERNAL : ERR_VALIDATION,
+                            err);
+    char *text = NULL, piece[512];
+    size_t len = 0, cap = 0;
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 && srv->info->add_bos && ids[0] == srv->info->bos_id)
+            continue;
+        int pl = engine_token_piece(srv->eng, ids[i], piece, sizeof(piece));
+        if (pl > (int)sizeof(piece))
+            pl = (int)sizeof(piece);
+        if (pl > 0 && json_buf_append(&text, &len, &cap, piece, (size_t)pl)) {
+            rc = routes_error(hr, ERR_INTERNAL, "out of memory");
+            goto out;
+        }
+    }
+    cJSON *o = cJSON_CreateObject();
+    json_add_text(o, "content", text ? text : "", len);
+    json_add_text(o, "prompt", text ? text : "", len);
+    rc = http_send_json(hr, 200, o, NULL);
+out:
+    free(text);
+    free(ids);
+    return rc;
+}
+
 static int h_tokenize(http_req *hr)
 {
     if (!check_ready(hr))
@@ -1012,6 +1052,7 @@ static const route ROUTES[] = {
     {"POST", "/v1/chat/completions", h_chat},
     {"GET", "/v1/models", h_models},
     {"POST", "/tokenize", h_tokenize},
+    {"POST", "/detokenize", h_detokenize},
     {"GET", "/health", h_health},
     {"GET", "/live", h_health},
     {"GET", "/ready", h_ready},

@@ -863,6 +863,38 @@ def test_model_names(srv, model):
     finally:
         s2.stop()
 
+
+def test_detokenize_and_version(srv):
+    """POST /detokenize turns /tokenize's ids back into the text; `hyserve --version` and /info name the
+    same version and git commit (the checkout's HEAD when built from one)."""
+    for text in ("Once upon a time", "naïve café, 東京 and émoji 🎉!", " leading  spaces\nand lines"):
+        ids = [t["id"] for t in srv.jreq("POST", "/tokenize", {"inputs": text})[2]]
+        st, _, j, b = srv.jreq("POST", "/detokenize", {"tokens": ids})
+        check(f"detokenize(tokenize({text[:12]!r}...)) is the text", st == 200 and j.get("content") == text
+              and j.get("prompt") == text, f"{st} {b[:200]}")
+    st, _, j, _ = srv.jreq("POST", "/detokenize", {"tokens": []})
+    check("detokenize of no tokens is the empty text", st == 200 and j.get("content") == "")
+    for bad in ({"tokens": [1, 1.5]}, {"tokens": [10 ** 6]}, {"tokens": [-1]}, {"tokens": "abc"}, {}):
+        st, _, j, b = srv.jreq("POST", "/detokenize", bad)
+        check(f"detokenize {bad} is a 422 naming tokens", st == 422 and "tokens" in j.get("error", ""), f"{st} {b[:200]}")
+    st, _, b = srv.req("POST", "/detokenize", raw=b"{nope")
+    check("detokenize of malformed JSON is a 400", st == 400)
+    r = run([HYSERVE, "--version"])
+    out = r.stdout.decode()
+    m = re.fullmatch(r"hyserve (\S+) \(git (\S+)\)\n", out)
+    info = srv.jreq("GET", "/info")[2]
+    check("hyserve --version and /info agree on version and git commit", r.returncode == 0 and m is not None
+          and info.get("version") == m.group(1) and info.get("git_commit") == m.group(2), f"{out!r} {info.get('version')} {info.get('git_commit')}")
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          cwd=os.path.dirname(HERE))
+    if head.returncode == 0 and m:
+        # the binary may predate the last commit (built, then committed): its commit is an ancestor then
+        anc = subprocess.run(["git", "merge-base", "--is-ancestor", m.group(2), "HEAD"], cwd=os.path.dirname(HERE),
+                             stderr=subprocess.DEVNULL)
+        check("the baked-in commit is this checkout's HEAD or an ancestor of it", anc.returncode == 0, m.group(2))
+    else:
+        print("  skip the baked-in commit against git: not built in a git checkout")
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -1520,6 +1552,7 @@ def main(argv=None):
                ("test_logprobs", lambda: test_logprobs(srv, model)),
                ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
                ("test_model_names", lambda: test_model_names(srv, model)),
+               ("test_detokenize_and_version", lambda: test_detokenize_and_version(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
