@@ -915,20 +915,31 @@ void json_gen_free(gen_request *g)
     memset(g, 0, sizeof(*g));
 }
 
-int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen)
+/* Parse a small body (/tokenize, /detokenize) into *root. Returns JSON_OK
+ * or JSON_EPARSE with err saying what was expected (want). */
+static int parse_small_body(const char *body, size_t len, const char *want, cJSON **root, char *err, size_t errlen)
 {
     const char *end = NULL;
-    *inputs = NULL;
+    *root = NULL;
     if (!body || len == 0) {
-        snprintf(err, errlen, "empty request body: expected {\"inputs\": \"...\"}");
+        snprintf(err, errlen, "empty request body: expected %s", want);
         return JSON_EPARSE;
     }
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
-    if (!root) {
+    *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!*root) {
         snprintf(err, errlen, "malformed JSON in the request body near byte %zu",
                  end && end >= body ? (size_t)(end - body) : (size_t)0);
         return JSON_EPARSE;
     }
+    return JSON_OK;
+}
+
+int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen)
+{
+    cJSON *root;
+    *inputs = NULL;
+    if (parse_small_body(body, len, "{\"inputs\": \"...\"}", &root, err, errlen))
+        return JSON_EPARSE;
     int rc = JSON_EINVALID;
     const cJSON *in = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "inputs") : NULL;
     if (!cJSON_IsString(in)) {
@@ -945,19 +956,11 @@ out:
 int json_parse_detokenize(const char *body, size_t len, int32_t max_id, int32_t **ids, int *n_ids, char *err,
                           size_t errlen)
 {
-    const char *end = NULL;
+    cJSON *root;
     *ids = NULL;
     *n_ids = 0;
-    if (!body || len == 0) {
-        snprintf(err, errlen, "empty request body: expected {\"tokens\": [ids]}");
+    if (parse_small_body(body, len, "{\"tokens\": [ids]}", &root, err, errlen))
         return JSON_EPARSE;
-    }
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
-    if (!root) {
-        snprintf(err, errlen, "malformed JSON in the request body near byte %zu",
-                 end && end >= body ? (size_t)(end - body) : (size_t)0);
-        return JSON_EPARSE;
-    }
     int rc = JSON_EINVALID;
     const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "tokens") : NULL;
     if (!cJSON_IsArray(arr)) {
