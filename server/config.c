@@ -103,6 +103,9 @@ static const opt_def OPTS[] = {
     {"accept-any-model", 0, "HYSERVE_ACCEPT_ANY_MODEL", OPT_BOOL, OFF(accept_any_model), 0, NULL,
      "accept any \"model\" in OpenAI requests and echo it (default off: a name not served gets 404 "
      "model_not_found)"},
+    {"cors-origin", 0, "HYSERVE_CORS_ORIGIN", OPT_LIST, OFF(cors_origins), SZ(cors_origins), "ORIGIN",
+     "let web pages from this origin (scheme://host[:port], or * for any) call the API: Access-Control-* "
+     "headers on every response and preflight OPTIONS answered (repeatable; default off)"},
     {"replica", 0, "HYSERVE_REPLICA", OPT_STR, OFF(replica), SZ(replica), "NAME",
      "this replica's name in the X-Hyserve-Replica header and /info (default: the host name)"},
 };
@@ -203,7 +206,9 @@ static int opt_set(server_config *c, const opt_def *o, const char *val, const ch
         /* flags (src "--name") over the environment (src = its variable)
          * over the file: a higher source starts the list afresh */
         int from = !strncmp(src, "--", 2) ? 3 : !strcmp(src, o->env) ? 2 : 1;
-        int *list_from = o->off == OFF(api_keys) ? &c->api_keys_from : &c->served_names_from;
+        int *list_from = o->off == OFF(api_keys)       ? &c->api_keys_from
+                         : o->off == OFF(served_names) ? &c->served_names_from
+                                                       : &c->cors_origins_from;
         if (from != *list_from) {
             base[0] = '\0';
             *list_from = from;

@@ -57,6 +57,8 @@ typedef struct server_config {
     char served_names[2048];    /* --served-model-name values, one per line; "": the model file's name */
     int served_names_from;      /* their source, as api_keys_from */
     bool accept_any_model;      /* OpenAI requests may name any model (else 404 model_not_found) */
+    char cors_origins[2048];    /* --cors-origin values, one per line ("*": any); "": CORS off */
+    int cors_origins_from;      /* their source, as api_keys_from */
 } server_config;
 
 void config_defaults(server_config *c);

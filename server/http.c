@@ -24,6 +24,7 @@
 #include "guard.h"
 #include "http.h"
 #include "metrics.h"
+#include "cors.h"
 #include "routes.h"
 
 /* ---------------------------------------------------------------------- */
@@ -64,6 +65,7 @@ static void set_request_id(http_req *hr)
 void http_add_common_headers(http_req *hr, struct MHD_Response *resp)
 {
     MHD_add_response_header(resp, "X-Request-Id", hr->id);
+    cors_add_headers(hr, resp);
     if (hr->srv->replica[0])
         MHD_add_response_header(resp, "X-Hyserve-Replica", hr->srv->replica);
     if (atomic_load(&hr->srv->state) == SERVER_DRAINING)

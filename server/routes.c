@@ -19,6 +19,7 @@
 #include "chat.h"
 #include "json.h"
 #include "config.h"
+#include "cors.h"
 #include "metrics.h"
 #include "routes.h"
 #include "serve.h"
@@ -1086,9 +1087,29 @@ static int send_unauthorized(http_req *hr)
     return http_send(hr, 401, "application/json", body, sizeof(body) - 1, hdrs);
 }
 
+/* A CORS preflight (OPTIONS on a known path, --cors-origin set): answered
+ * before the key check, since browsers send it without credentials.
+ * Returns 1 when it was not one (nothing sent), else what sending gave. */
+static int preflight(http_req *hr)
+{
+    if (strcmp(hr->method, "OPTIONS") || !cors_enabled(hr->srv))
+        return 1;
+    char allow[64] = "";
+    for (int i = 0; i < N_ROUTES; i++) {
+        if (!route_matches(&ROUTES[i], hr->path) || strstr(allow, ROUTES[i].method))
+            continue;
+        size_t l = strlen(allow);
+        snprintf(allow + l, sizeof(allow) - l, "%s%s", l ? ", " : "", ROUTES[i].method);
+    }
+    return allow[0] ? cors_preflight(hr, allow) : 1;
+}
+
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
+    int pf = preflight(hr);
+    if (pf <= 0)
+        return pf;
     if (keys->n && !auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public)) {
         hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
         if (!hr->key_id)

@@ -895,6 +895,61 @@ def test_detokenize_and_version(srv):
     else:
         print("  skip the baked-in commit against git: not built in a git checkout")
 
+
+def test_cors(srv, model):
+    """--cors-origin: off by default; allowed origins get Access-Control-Allow-Origin on every route,
+    streams and errors included, a preflight OPTIONS is answered 204 before the API key check, other
+    origins get no CORS headers; "*" allows any origin."""
+    h = srv.req("GET", "/health", headers={"Origin": "http://a.example"})[1]
+    st = srv.req("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://a.example"})[0]
+    check("CORS is off by default: no Allow-Origin, OPTIONS is a 405", "access-control-allow-origin" not in h
+          and st == 405, f"{h} {st}")
+    s2 = Server("cors", model, "--cors-origin", "http://a.example", "--cors-origin", "https://b.example:8443",
+                "--api-key", "k1", "-t", "1", "--max-seqs", "2")
+    try:
+        pre = {"Origin": "http://a.example", "Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "authorization, content-type"}
+        st, h, _ = s2.req("OPTIONS", "/v1/chat/completions", headers=pre)
+        check("a preflight from an allowed origin is 204 with the route's methods and the headers a client sends,"
+              " without a key", st == 204 and h.get("access-control-allow-origin") == "http://a.example"
+              and "POST" in h.get("access-control-allow-methods", "")
+              and "authorization" in h.get("access-control-allow-headers", "").lower()
+              and "content-type" in h.get("access-control-allow-headers", "").lower()
+              and h.get("access-control-max-age"), f"{st} {h}")
+        st, h, _ = s2.req("OPTIONS", "/v1/chat/completions", headers=dict(pre, Origin="http://evil.example"))
+        check("a preflight from another origin gets no Access-Control headers", st == 204
+              and not any(k.startswith("access-control-") for k in h), f"{st} {h}")
+        auth = {"Authorization": "Bearer k1", "Origin": "https://b.example:8443"}
+        for method, path, body in (("GET", "/health", None), ("GET", "/info", None),
+                                   ("POST", "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2}})):
+            st, h, _ = s2.req(method, path, body=body, headers=auth)
+            check(f"{method} {path} from an allowed origin carries Allow-Origin, Vary and the exposed headers",
+                  st == 200 and h.get("access-control-allow-origin") == "https://b.example:8443"
+                  and "Origin" in h.get("vary", "") and "X-Request-Id" in h.get("access-control-expose-headers", ""),
+                  f"{st} {h}")
+        st, h, _ = s2.req("GET", "/info", headers={"Origin": "http://a.example"})
+        check("a 401 carries Allow-Origin too, so the page can read why", st == 401
+              and h.get("access-control-allow-origin") == "http://a.example", f"{st} {h}")
+        c = s2.conn()
+        c.request("POST", "/generate_stream", body=json.dumps({"inputs": "Hi", "parameters": {"max_new_tokens": 3}}),
+                  headers=auth)
+        r = c.getresponse()
+        sh = {k.lower(): v for k, v in r.getheaders()}
+        r.read()
+        c.close()
+        check("an SSE stream carries Allow-Origin", r.status == 200
+              and sh.get("access-control-allow-origin") == "https://b.example:8443", f"{r.status} {sh}")
+        st, h, _ = s2.req("GET", "/health", headers={"Origin": "http://a.example.evil"})
+        check("an origin that only starts like an allowed one gets nothing", "access-control-allow-origin" not in h, f"{h}")
+    finally:
+        s2.stop()
+    s3 = Server("cors-any", model, "--cors-origin", "*", "-t", "1", "--max-seqs", "2")
+    try:
+        st, h, _ = s3.req("GET", "/health", headers={"Origin": "http://whoever.example"})
+        check("--cors-origin '*' answers any origin with '*'", h.get("access-control-allow-origin") == "*", f"{h}")
+    finally:
+        s3.stop()
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -1553,6 +1608,7 @@ def main(argv=None):
                ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
                ("test_model_names", lambda: test_model_names(srv, model)),
                ("test_detokenize_and_version", lambda: test_detokenize_and_version(srv)),
+               ("test_cors", lambda: test_cors(srv, model)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
