@@ -103,6 +103,10 @@ static const opt_def OPTS[] = {
     {"accept-any-model", 0, "HYSERVE_ACCEPT_ANY_MODEL", OPT_BOOL, OFF(accept_any_model), 0, NULL,
      "accept any \"model\" in OpenAI requests and echo it (default off: a name not served gets 404 "
      "model_not_found)"},
+    {"log-format", 0, "HYSERVE_LOG_FORMAT", OPT_STR, OFF(log_format), SZ(log_format), "FMT",
+     "log lines as text (a timestamp, a level, the message) or json (one object a line) (default text)"},
+    {"log-probes", 0, "HYSERVE_LOG_PROBES", OPT_BOOL, OFF(log_probes), 0, NULL,
+     "also log GET /health, /live, /ready and /metrics (default off: they are counted, not logged)"},
     {"cors-origin", 0, "HYSERVE_CORS_ORIGIN", OPT_LIST, OFF(cors_origins), SZ(cors_origins), "ORIGIN",
      "let web pages from this origin (scheme://host[:port], or * for any) call the API: Access-Control-* "
      "headers on every response and preflight OPTIONS answered (repeatable; default off)"},

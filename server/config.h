@@ -59,6 +59,8 @@ typedef struct server_config {
     bool accept_any_model;      /* OpenAI requests may name any model (else 404 model_not_found) */
     char cors_origins[2048];    /* --cors-origin values, one per line ("*": any); "": CORS off */
     int cors_origins_from;      /* their source, as api_keys_from */
+    char log_format[8];         /* "text" (default) or "json" */
+    bool log_probes;            /* log GET /health, /live, /ready and /metrics too */
 } server_config;
 
 void config_defaults(server_config *c);

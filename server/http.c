@@ -25,6 +25,7 @@
 #include "http.h"
 #include "metrics.h"
 #include "cors.h"
+#include "log.h"
 #include "routes.h"
 
 /* ---------------------------------------------------------------------- */
@@ -150,8 +151,68 @@ void http_inflight_end(http_req *hr)
 /* Request completion: log line and metrics                               */
 /* ---------------------------------------------------------------------- */
 
+/* libmicrohttpd's own error lines (a client gone mid-response, ...), with
+ * a timestamp and a level like every other line. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    log_vmsg(LOG_WARN, "hyserve: http: ", fmt, ap);
+}
+
+/* GET /health, /live, /ready and /metrics: probes and scrapes, every few
+ * seconds from each balancer and scraper; not logged unless --log-probes
+ * (they are counted in /metrics all the same). */
+static bool is_probe(const http_req *hr)
+{
+    return (!strcmp(hr->method, "GET") || !strcmp(hr->method, "HEAD")) &&
+           (!strcmp(hr->path, "/health") || !strcmp(hr->path, "/live") || !strcmp(hr->path, "/ready") ||
+            !strcmp(hr->path, "/metrics"));
+}
+
+/* The request's line as JSON fields (--log-format json). */
+static void log_request_json(const http_req *hr, double total_s)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddStringToObject(o, "msg", "request");
+    cJSON_AddStringToObject(o, "id", hr->id);
+    cJSON_AddStringToObject(o, "method", hr->method);
+    cJSON_AddStringToObject(o, "path", hr->path);
+    cJSON_AddNumberToObject(o, "status", hr->status);
+    if (hr->generation) {
+        cJSON_AddNumberToObject(o, "prompt_tokens", hr->n_prompt);
+        cJSON_AddNumberToObject(o, "gen_tokens", hr->n_gen);
+        cJSON_AddStringToObject(o, "finish", hr->finish ? hr->finish : (hr->failure ? hr->failure : "-"));
+        cJSON_AddNumberToObject(o, "queue_ms", hr->queue_ms >= 0 ? hr->queue_ms : 0.0);
+        cJSON_AddNumberToObject(o, "ttft_ms", hr->ttft_ms >= 0 ? hr->ttft_ms : -1.0);
+    }
+    cJSON_AddNumberToObject(o, "total_ms", total_s * 1e3);
+    if (hr->log_prompt) {
+        /* log_prompt is JSON-escaped text without its quotes: read it back into a string */
+        size_t n = strlen(hr->log_prompt);
+        char *q = malloc(n + 3);
+        if (q) {
+            q[0] = '"';
+            memcpy(q + 1, hr->log_prompt, n);
+            q[n + 1] = '"';
+            q[n + 2] = '\0';
+            cJSON *p = cJSON_Parse(q);
+            if (p)
+                cJSON_AddItemToObject(o, "prompt", p);
+            free(q);
+        }
+    }
+    log_fields(LOG_INFO, o);
+}
+
 static void log_request(const http_req *hr, double total_s)
 {
+    if (is_probe(hr) && !log_probes())
+        return;
+    if (log_json()) {
+        log_request_json(hr, total_s);
+        return;
+    }
     char extra[256] = "";
     if (hr->generation) {
         snprintf(extra, sizeof(extra), " prompt_tokens=%d gen_tokens=%d finish=%s queue_ms=%.1f ttft_ms=%.1f",
@@ -159,10 +220,10 @@ static void log_request(const http_req *hr, double total_s)
                  hr->queue_ms >= 0 ? hr->queue_ms : 0.0, hr->ttft_ms >= 0 ? hr->ttft_ms : -1.0);
     }
     if (hr->log_prompt)
-        fprintf(stderr, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f prompt=\"%s\"\n", hr->id, hr->method,
+        log_msg(LOG_INFO, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f prompt=\"%s\"", hr->id, hr->method,
                 hr->path, hr->status, extra, total_s * 1e3, hr->log_prompt);
     else
-        fprintf(stderr, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f\n", hr->id, hr->method, hr->path,
+        log_msg(LOG_INFO, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f", hr->id, hr->method, hr->path,
                 hr->status, extra, total_s * 1e3);
 }
 
@@ -340,6 +401,7 @@ int http_start(server *srv, char *err, size_t errlen)
                                    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)c->max_conn_per_client,
                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                    MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                                    MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->daemon) {

@@ -24,6 +24,7 @@
 #include "chat.h"
 #include "config.h"
 #include "http.h"
+#include "log.h"
 #include "metrics.h"
 #include "serve.h"
 #include "server.h"
@@ -85,7 +86,7 @@ static void apply_limits(server *srv, const server_config *cfg, engine_params *e
             char l[32], w[32];
             fmt_bytes(lim->cg.memory_bytes, l, sizeof l);
             fmt_bytes(lim->model_file_bytes, w, sizeof w);
-            fprintf(stderr, "hyserve: serve: warning: the memory limit (%s) leaves no room for a cache beside "
+            log_msg(LOG_WARN, "hyserve: serve: warning: the memory limit (%s) leaves no room for a cache beside "
                             "the weights (%s) and the headroom; using 1 MiB (set --cache-mem)\n", l, w);
             lim->cache_fit_bytes = 1ULL << 20;
         }
@@ -137,7 +138,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
     int sig = 0;
     while (sigwait(set, &sig) != 0) {
     }
-    fprintf(stderr, "hyserve: %s received: draining (up to %.0f s); send it again to exit at once\n",
+    log_msg(LOG_INFO, "hyserve: %s received: draining (up to %.0f s); send it again to exit at once\n",
             sig_name(sig), srv->cfg->drain_timeout);
     atomic_store(&srv->state, SERVER_DRAINING);
     if (srv->sched)
@@ -153,7 +154,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
             break;
         double now = engine_now_s();
         if (!cancelled && now >= deadline) {
-            fprintf(stderr, "hyserve: drain timeout: cancelling %d requests\n", active > inflight ? active : inflight);
+            log_msg(LOG_WARN, "hyserve: drain timeout: cancelling %d requests\n", active > inflight ? active : inflight);
             if (srv->sched)
                 sched_cancel_all(srv->sched, "the server is shutting down (drain timeout reached)");
             cancelled = true;
@@ -165,7 +166,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
         int s2 = sigtimedwait(set, NULL, &ts);
         if (s2 > 0) {
             /* an operator insisting: no cleanup, exit now */
-            fprintf(stderr, "hyserve: second %s: exiting at once\n", sig_name(s2));
+            log_msg(LOG_WARN, "hyserve: second %s: exiting at once\n", sig_name(s2));
             _exit(128 + s2);
         }
     }
@@ -240,9 +241,14 @@ int serve_main(int argc, char **argv)
     if (lrc == 1)
         return 0;
     if (lrc < 0) {
-        fprintf(stderr, "hyserve: serve: %s\n", err);
+        log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         return 2;
     }
+    if (cfg.log_format[0] && strcmp(cfg.log_format, "text") && strcmp(cfg.log_format, "json")) {
+        log_msg(LOG_ERROR, "hyserve: serve: --log-format is text or json, got '%s'", cfg.log_format);
+        return 2;
+    }
+    log_setup(!strcmp(cfg.log_format, "json"), cfg.log_probes);
 
     /* every thread created from here on inherits the blocked set, so the
      * signals reach only sigwait below */
@@ -261,15 +267,15 @@ int serve_main(int argc, char **argv)
     if (getrandom(&srv.id_salt, sizeof(srv.id_salt), 0) != (ssize_t)sizeof(srv.id_salt))
         srv.id_salt = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     if (auth_load(&cfg, &srv.keys, err, sizeof(err))) {
-        fprintf(stderr, "hyserve: serve: %s\n", err);
+        log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         return 2;
     }
     if (srv.keys.n)
-        fprintf(stderr, "hyserve: %d API key%s: every route but /health, /live and /ready%s needs "
+        log_msg(LOG_INFO, "hyserve: %d API key%s: every route but /health, /live and /ready%s needs "
                         "'Authorization: Bearer KEY'\n", srv.keys.n, srv.keys.n > 1 ? "s" : "",
                 cfg.metrics_public ? ", /metrics and /stats" : "");
     else if (strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") && strcmp(cfg.host, "::1"))
-        fprintf(stderr, "hyserve: warning: no API key and listening on %s: anyone who reaches the port can "
+        log_msg(LOG_WARN, "hyserve: warning: no API key and listening on %s: anyone who reaches the port can "
                         "use the server (--api-key, --api-key-file, HYSERVE_API_KEY)\n", cfg.host);
     srv.t_start = engine_now_s();
     srv.started_at = time(NULL);
@@ -281,20 +287,20 @@ int serve_main(int argc, char **argv)
     srv.replica[sizeof srv.replica - 1] = '\0';
     srv.m = metrics_new();
     if (!srv.m) {
-        fprintf(stderr, "hyserve: serve: out of memory\n");
+        log_msg(LOG_ERROR, "hyserve: serve: out of memory\n");
         return 1;
     }
 
     /* HTTP first, so /health and /ready answer while the model loads */
     if (http_start(&srv, err, sizeof(err))) {
-        fprintf(stderr, "hyserve: serve: %s\n", err);
+        log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         goto out_metrics;
     }
     if (cfg.config_path[0])
-        fprintf(stderr, "hyserve: listening on http://%s:%d, loading %s (config %s)\n", cfg.host, cfg.port,
+        log_msg(LOG_INFO, "hyserve: listening on http://%s:%d, loading %s (config %s)\n", cfg.host, cfg.port,
                 cfg.model, cfg.config_path);
     else
-        fprintf(stderr, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, cfg.model);
+        log_msg(LOG_INFO, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, cfg.model);
 
     set_model_names(&srv, &cfg);
 
@@ -307,11 +313,11 @@ int serve_main(int argc, char **argv)
         snprintf(synth_path, sizeof(synth_path), "%s/hyserve-synth-%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
         if (preset_synth_write(cfg.synth, synth_path, lay_name, sizeof lay_name, err, sizeof err)) {
             atomic_store(&srv.state, SERVER_FAILED);
-            fprintf(stderr, "hyserve: serve: --synth %s: %s\n", cfg.synth, err);
+            log_msg(LOG_ERROR, "hyserve: serve: --synth %s: %s\n", cfg.synth, err);
             goto out_http;
         }
         snprintf(cfg.model, sizeof(cfg.model), "%s", synth_path);
-        fprintf(stderr, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay_name);
+        log_msg(LOG_INFO, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay_name);
     }
 
     engine_params ep;
@@ -333,13 +339,13 @@ int serve_main(int argc, char **argv)
         unlink(synth_path);     /* the mapping keeps the data */
     if (!srv.eng) {
         atomic_store(&srv.state, SERVER_FAILED);
-        fprintf(stderr, "hyserve: serve: cannot load %s: %s\n", cfg.model, err);
+        log_msg(LOG_ERROR, "hyserve: serve: cannot load %s: %s\n", cfg.model, err);
         goto out_http;
     }
     srv.info = engine_get_info(srv.eng);
     srv.chat_kind = chat_detect(srv.info->chat_template);
     if (srv.info->weights_note[0])
-        fprintf(stderr, "hyserve: serve: warning: --huge-pages: %s\n", srv.info->weights_note);
+        log_msg(LOG_WARN, "hyserve: serve: warning: --huge-pages: %s\n", srv.info->weights_note);
     if (ep.cache_max_bytes && srv.info->cache_budget_bytes < ep.cache_max_bytes)
         srv.limits.cache_from = "engine default";   /* it fits the limit by itself */
 
@@ -349,7 +355,7 @@ int serve_main(int argc, char **argv)
     srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
     if (!srv.sched || sched_start(srv.sched)) {
         atomic_store(&srv.state, SERVER_FAILED);
-        fprintf(stderr, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
+        log_msg(LOG_ERROR, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
         goto out_engine;
     }
     char budget[32], panels[96] = "", limits[400];
@@ -357,7 +363,7 @@ int serve_main(int argc, char **argv)
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     if (srv.info->weights_in_panels)
         snprintf(panels, sizeof panels, ", %d BF16/F16/Q8_0 matrices in 16-row panels", srv.info->weights_in_panels);
-    fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
+    log_msg(LOG_INFO, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
                     "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s%s%s, "
                     "replica %s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
@@ -372,7 +378,7 @@ int serve_main(int argc, char **argv)
     http_stop(&srv);
     sched_free(srv.sched);
     srv.sched = NULL;
-    fprintf(stderr, "hyserve: drained, exiting\n");
+    log_msg(LOG_INFO, "hyserve: drained, exiting\n");
 out_engine:
     sched_free(srv.sched);
     srv.sched = NULL;

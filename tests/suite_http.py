@@ -950,6 +950,48 @@ def test_cors(srv, model):
     finally:
         s3.stop()
 
+
+def test_logs(srv, model):
+    """Probes are not logged by default (but counted); --log-format json writes one object a line with
+    ts, level and the request's fields; --log-probes logs probes; keys and prompts never appear."""
+    for path in ("/health", "/live", "/ready", "/metrics"):
+        srv.req("GET", path, headers={"X-Request-Id": f"probe-{path[1:]}"})
+    srv.req("GET", "/info", headers={"X-Request-Id": "not-a-probe"})
+    time.sleep(0.2)
+    log = open(srv.log_path, "rb").read().decode("utf-8", "replace")
+    check("health, live, ready and metrics requests are not logged by default; others are",
+          "probe-" not in log and "id=not-a-probe GET /info status=200" in log, "")
+    s2 = Server("jsonlog", model, "--log-format", "json", "--log-probes", "--api-key", "sekrit-key-123",
+                "-t", "1", "--max-seqs", "2")
+    try:
+        h = {"Authorization": "Bearer sekrit-key-123", "X-Request-Id": "json-gen"}
+        s2.req("POST", "/generate", {"inputs": "a secret prompt", "parameters": {"max_new_tokens": 2}}, headers=h)
+        s2.req("GET", "/health", headers={"X-Request-Id": "json-probe"})
+        s2.req("GET", "/info", headers={"Authorization": "Bearer wrong-key-456", "X-Request-Id": "json-401"})
+    finally:
+        s2.stop()
+    text = open(s2.log_path, "rb").read().decode("utf-8", "replace")
+    objs, bad = [], []
+    for l in text.splitlines():
+        try:
+            objs.append(json.loads(l))
+        except ValueError:
+            bad.append(l)
+    check("--log-format json: every line is a JSON object with ts, level and msg", objs and not bad
+          and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", o.get("ts", ""))
+                  and o.get("level") in ("info", "warn", "error") and "msg" in o for o in objs), "\n".join(bad[:3]))
+    req = {o.get("id"): o for o in objs if o.get("msg") == "request"}
+    g = req.get("json-gen", {})
+    check("the JSON request line has its fields (status, tokens, finish, timings)", g.get("status") == 200
+          and g.get("path") == "/generate" and g.get("gen_tokens") == 2 and g.get("finish") == "length"
+          and isinstance(g.get("total_ms"), (int, float)), f"{g}")
+    check("--log-probes logs the probes", "json-probe" in req, f"{list(req)}")
+    check("the 401 is logged, and neither key nor prompt text appears in the log", req.get("json-401", {}).get("status") == 401
+          and "sekrit-key-123" not in text and "wrong-key-456" not in text and "a secret prompt" not in text, "")
+    st = run([HYSERVE, "serve", "-m", model, "--config", "/dev/null", "--log-format", "yaml"])
+    check("--log-format yaml is refused with a line naming the choices", st.returncode == 2
+          and b"text or json" in st.stderr, st.stderr[-200:])
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -1247,7 +1289,7 @@ def test_container_limits(model):
         srv.stop()
     with open(srv.log_path, "rb") as f:
         log = f.read().decode("utf-8", "replace")
-    ready = [l for l in log.splitlines() if l.startswith("hyserve: ready:")]
+    ready = [l for l in log.splitlines() if "hyserve: ready:" in l]
     check("the ready line says what the limits gave", ready and "1 threads" in ready[0]
           and "container limits (cgroup v2): 1.00 CPUs -> 1 threads" in ready[0]
           and "cache budget up to" in ready[0] and "replica replica-7" in ready[0], str(ready))
@@ -1609,6 +1651,7 @@ def main(argv=None):
                ("test_model_names", lambda: test_model_names(srv, model)),
                ("test_detokenize_and_version", lambda: test_detokenize_and_version(srv)),
                ("test_cors", lambda: test_cors(srv, model)),
+               ("test_logs", lambda: test_logs(srv, model)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
@@ -1672,7 +1715,12 @@ def main(argv=None):
                 bad = [l for l in log.splitlines() if "ERROR: AddressSanitizer" in l or "runtime error:" in l
                        or "LeakSanitizer" in l]
                 check(f"server '{s.name}' log has no sanitizer reports", not bad, "\n".join(bad[:5]))
-                lines = [l for l in log.splitlines() if l.startswith("hyserve: id=")]
+                lines = [l for l in log.splitlines() if " hyserve: id=" in l]
+                stamped = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO |WARN |ERROR) ")
+                unstamped = [l for l in log.splitlines() if l and not stamped.match(l)
+                             and "Sanitizer" not in l and not l.startswith("    #")]
+                check(f"server '{s.name}': every log line starts with a UTC timestamp and a level", not unstamped,
+                      "\n".join(unstamped[:3]))
                 check(f"server '{s.name}' logs one line per request", (len(lines) > 5 or not everything)
                       and all(" status=" in l and " total_ms=" in l for l in lines))
                 if s is srv:
