@@ -394,6 +394,7 @@ int http_start(server *srv, char *err, size_t errlen)
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     srv->daemon = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, srv,
+                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, or MHD logs before it */
                                    MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
                                    MHD_OPTION_CONNECTION_TIMEOUT,
@@ -401,7 +402,6 @@ int http_start(server *srv, char *err, size_t errlen)
                                    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)c->max_conn_per_client,
                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                    MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
-                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                                    MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->daemon) {

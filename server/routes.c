@@ -411,6 +411,10 @@ static int handle_generation(http_req *hr, int api, int mode)
         json_gen_free(&g);
         return rc;
     }
+    /* @huggingface/inference 4.x sends its endpoint URL as "model" when given
+     * an endpointUrl: a URL names this endpoint, not another model */
+    if (!strncmp(g.model, "http://", 7) || !strncmp(g.model, "https://", 8))
+        g.model[0] = '\0';
     if (api != API_TGI && g.model[0] && !cfg->accept_any_model && !served_name(srv, g.model)) {
         err_extra x = {.param = "model"};
         snprintf(err, sizeof(err), "The model `%.200s` does not exist (this server serves %.200s; GET /v1/models "

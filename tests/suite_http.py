@@ -1183,20 +1183,37 @@ def failures(srv):
     return out
 
 
-def test_openai_client(srv):
+def run_client(script, *args):
+    """Run tests/client/SCRIPT with node (npm ci from the lock file first when a package is missing)
+    and return the JSON object it printed last, or None after a failed check."""
+    cdir, node = client_dir()
+    if not node:
+        return None
+    r = run([node, os.path.join(cdir, script)] + list(args))
+    if not check(f"{script} runs", r.returncode == 0, r.stderr.decode()[-600:]):
+        return None
+    return json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+
+def client_dir():
+    """tests/client with its npm packages installed (npm ci from the lock file when one is missing):
+    (the directory, node's path), or (dir, None) after a failed check."""
     cdir = os.path.join(HERE, "client")
-    node = shutil.which("node")
-    npm = shutil.which("npm")
+    node, npm = shutil.which("node"), shutil.which("npm")
     if not check("node and npm are installed", node and npm):
-        return
-    if not os.path.isdir(os.path.join(cdir, "node_modules", "openai")):
+        return cdir, None
+    if not all(os.path.isdir(os.path.join(cdir, "node_modules", m)) for m in ("openai", "hf2", "hf4")):
         r = run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=cdir)
         if not check("npm ci in tests/client", r.returncode == 0, r.stderr.decode()[-400:]):
-            return
-    r = run([node, os.path.join(cdir, "openai_chat.mjs"), srv.url])
-    if not check("openai npm client runs", r.returncode == 0, r.stderr.decode()[-600:]):
+            return cdir, None
+    return cdir, node
+
+
+def test_openai_client(srv):
+    out = run_client("openai_chat.mjs", srv.url)
+    if out is None:
         return
-    out = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    cdir, node = client_dir()
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
     j = srv.jreq("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0})[2]
     want = j["choices"][0]["message"]["content"]
@@ -1209,6 +1226,11 @@ def test_openai_client(srv):
     check("openai client: streamed completion text", out["completion_stream"]["text"] == j["choices"][0]["text"])
     check("openai client: our 400 becomes its typed error", out["error"]["status"] == 400
           and out["error"]["type"] == "invalid_request_error", f"{out['error']}")
+    lp, lps = out.get("logprobs", {}), out.get("logprobs_stream", {})
+    check("openai client: chat logprobs with top_logprobs arrive, the same streamed and not",
+          lp.get("content") and len(lp["content"]) == 6 and all(len(c["top_logprobs"]) == 2 for c in lp["content"])
+          and lps.get("content") == lp["content"]
+          and "".join(c["token"] for c in lp["content"]) == lp.get("text"), f"{lp} {lps}")
     # a request cancelled by its id is not retried: one POST with that id reaches the server
     rid = "openai-cancel-1"
     r = run([node, os.path.join(cdir, "openai_cancel.mjs"), srv.url, rid])
@@ -1222,6 +1244,39 @@ def test_openai_client(srv):
     posts = [l for l in log.splitlines() if f"id={rid} POST" in l]
     check("openai client: the cancelled request was sent once, not retried", len(posts) == 1, posts)
 
+
+
+def test_hf_clients(srv):
+    """The official @huggingface/inference client, 2.x and 4.x (npm aliases hf2 and hf4 in
+    tests/client), against an endpoint URL: 2.x textGeneration with details and top_n_tokens, its
+    stream, its chatCompletion (which needs system_fingerprint); 4.x textGeneration (sent to
+    /v1/completions with the parameters flattened and the URL as the model), chatCompletion and its
+    stream. Each text equals the one our own request gets."""
+    out = run_client("hf_clients.mjs", srv.url)
+    if out is None:
+        return
+    st, _, j = gen(srv, "Once upon a time", max_new_tokens=6, details=True, top_n_tokens=2)
+    want_text = j["generated_text"]
+    t2 = out.get("hf2_text", {})
+    check("hf 2.x textGeneration: our text, details with tokens and top_tokens (2 each)", t2.get("text") == want_text
+          and t2.get("details", {}).get("tokens") == j["details"]["tokens"]
+          and [len(x) for x in t2["details"].get("top_tokens", [])] == [2] * 6, f"{t2}")
+    check("hf 2.x textGenerationStream: the same text", out.get("hf2_stream", {}).get("text") == want_text
+          and out["hf2_stream"].get("generated_text") == want_text, f"{out.get('hf2_stream')}")
+    msgs = [{"role": "user", "content": "Say hello."}]
+    want_chat = srv.jreq("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0})[2]
+    chat_text = want_chat["choices"][0]["message"]["content"]
+    for k in ("hf2_chat", "hf4_chat"):
+        c = out.get(k, {})
+        check(f"{k[:3]} {'2.x' if k == 'hf2_chat' else '4.x'} chatCompletion: our text and system_fingerprint",
+              c.get("text") == chat_text and c.get("fingerprint") == want_chat["system_fingerprint"], f"{c}")
+    check("hf 4.x chatCompletion answers with the served name, not the endpoint URL it sent as model",
+          out.get("hf4_chat", {}).get("model") == "chatml", f"{out.get('hf4_chat')}")
+    check("hf 4.x chatCompletionStream: the same text", out.get("hf4_chat_stream", {}).get("text") == chat_text,
+          f"{out.get('hf4_chat_stream')}")
+    comp = srv.jreq("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0})[2]
+    check("hf 4.x textGeneration (through /v1/completions, details and top_n_tokens in the body): our text",
+          out.get("hf4_text", {}).get("text") == comp["choices"][0]["text"], f"{out.get('hf4_text')}")
 
 def raw_get(sock, path):
     """GET path on an open keep-alive socket: (status, headers with lower-case
@@ -1656,7 +1711,8 @@ def main(argv=None):
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
                ("test_delete_request", lambda: test_delete_request(srv)),
-               ("test_openai_client", lambda: test_openai_client(srv))]
+               ("test_openai_client", lambda: test_openai_client(srv)),
+               ("test_hf_clients", lambda: test_hf_clients(srv))]
     on_limits = [("test_body_limit", lambda: test_body_limit(srv2)),
                  ("test_limits", lambda: test_limits(srv2)),
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
