@@ -488,6 +488,41 @@ static int get_prompt_ids(gen_request *g, const cJSON *arr, perr *pe)
     return 0;
 }
 
+/* Several completion prompts: an array of 2..JSON_MAX_BATCH strings or
+ * token-id arrays (mixed as OpenAI allows), one choice each. */
+static int get_prompt_batch(gen_request *g, const cJSON *arr, perr *pe)
+{
+    int n = cJSON_GetArraySize(arr);
+    if (n > JSON_MAX_BATCH)
+        return fail(pe, "prompt", "at most %d prompts in one request", JSON_MAX_BATCH);
+    g->batch_prompt = calloc((size_t)n, sizeof(*g->batch_prompt));
+    g->batch_ids = calloc((size_t)n, sizeof(*g->batch_ids));
+    g->batch_n_ids = calloc((size_t)n, sizeof(*g->batch_n_ids));
+    if (!g->batch_prompt || !g->batch_ids || !g->batch_n_ids)
+        return fail(pe, "prompt", "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        int i = g->n_batch++;
+        if (cJSON_IsString(it) && it->valuestring[0]) {
+            g->batch_prompt[i] = strdup(it->valuestring);
+            if (!g->batch_prompt[i])
+                return fail(pe, "prompt", "out of memory");
+        } else if (cJSON_IsArray(it) && it->child && cJSON_IsNumber(it->child)) {
+            if (get_prompt_ids(g, it, pe) < 0)
+                return -1;
+            g->batch_ids[i] = g->prompt_ids;       /* moved: prompt_ids is the single prompt's */
+            g->batch_n_ids[i] = g->n_prompt_ids;
+            g->prompt_ids = NULL;
+            g->n_prompt_ids = 0;
+        } else {
+            return fail(pe, "prompt", "item %d of the prompt array must be a non-empty string or an array of token ids",
+                        i);
+        }
+    }
+    return 0;
+}
+
 /* A known field we do not implement: reject it when set to anything but
  * its neutral value, rather than silently ignoring it. */
 static int unsupported(const cJSON *obj, const char *name, perr *pe)
@@ -871,7 +906,9 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
                 goto out;
             }
             if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 1) {
-                fail(&pe, "prompt", "several prompts in one request are not supported yet; send one request per prompt");
+                if (get_prompt_batch(g, p, &pe) < 0)
+                    goto out;
+                rc = JSON_OK;
                 goto out;
             }
             if (!cJSON_IsString(p)) {
@@ -912,6 +949,13 @@ void json_gen_free(gen_request *g)
     free(g->stop);
     free(g->bias);
     free(g->prompt_ids);
+    for (int i = 0; i < g->n_batch; i++) {
+        free(g->batch_prompt[i]);
+        free(g->batch_ids[i]);
+    }
+    free(g->batch_prompt);
+    free(g->batch_ids);
+    free(g->batch_n_ids);
     memset(g, 0, sizeof(*g));
 }
 

@@ -19,6 +19,9 @@
 
 #include "sampler.h"
 
+/* Prompts one /v1/completions request may carry. */
+#define JSON_MAX_BATCH 32
+
 enum api_kind {
     API_TGI = 0,                /* /generate, /generate_stream, POST / */
     API_OAI_COMPLETION = 1,     /* /v1/completions */
@@ -46,6 +49,10 @@ typedef struct gen_request {
     char *prompt;               /* TGI inputs / completion prompt; the rendered chat prompt for chat; NULL with prompt_ids */
     int32_t *prompt_ids;        /* [n_prompt_ids] completions: the prompt given as token ids */
     int n_prompt_ids;
+    int n_batch;                /* completions: prompts given as an array of 2 or more (one choice each); else 0 */
+    char **batch_prompt;        /* [n_batch] each a string prompt, or NULL when that one is token ids */
+    int32_t **batch_ids;        /* [n_batch] the token-id prompts (NULL for strings) */
+    int *batch_n_ids;           /* [n_batch] */
     chat_msg *msgs;             /* [n_msgs] chat only */
     int n_msgs;
     int max_new_tokens;         /* -1: not given */

@@ -387,6 +387,143 @@ static int sched_err_kind(int status)
     }
 }
 
+/* ---- several completion prompts (OpenAI's prompt array) ---- */
+
+/* One prompt of a batch: its tokens, its scheduler request, its result. */
+typedef struct batch_item {
+    int32_t *toks;              /* [n_prompt] heap */
+    int n_prompt;
+    sched_req *r;
+    gen_result res;
+} batch_item;
+
+/* Tokens of batch prompt i (as given for token ids, checked against the
+ * vocabulary). Returns the count, or -1 with a message in err. */
+static int batch_tokens(server *srv, const gen_request *g, int i, int32_t **out, char *err, size_t errlen)
+{
+    if (g->batch_prompt[i]) {
+        int nt = tokenize(srv, g->batch_prompt[i], NULL, 0, out);
+        if (nt < 1)
+            snprintf(err, errlen, "`prompt`: item %d produced no tokens", i);
+        return nt < 1 ? -1 : nt;
+    }
+    for (int k = 0; k < g->batch_n_ids[i]; k++) {
+        if (g->batch_ids[i][k] >= srv->info->n_vocab) {
+            snprintf(err, errlen, "`prompt`: item %d: token %d is not in the vocabulary (0..%d)", i,
+                     (int)g->batch_ids[i][k], srv->info->n_vocab - 1);
+            return -1;
+        }
+    }
+    *out = malloc((size_t)g->batch_n_ids[i] * sizeof(**out));
+    if (!*out) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(*out, g->batch_ids[i], (size_t)g->batch_n_ids[i] * sizeof(**out));
+    return g->batch_n_ids[i];
+}
+
+/* /v1/completions with prompt: [p0, p1, ...]: every prompt is queued at
+ * once (they run in the same batch), then collected in order; the answer
+ * has one choice per prompt, index i for prompt i, and the usage summed.
+ * Not streamed (400): one stream would interleave several requests. */
+static int handle_batch(http_req *hr, gen_request *g)
+{
+    server *srv = hr->srv;
+    const int n = g->n_batch, n_ctx = srv->info->n_ctx;
+    batch_item *it = calloc((size_t)n, sizeof(*it));
+    char err[512];
+    int rc = 0;
+    err_extra xp = {.param = "prompt"};
+    if (!it)
+        return send_error(hr, ERR_INTERNAL, "out of memory", NULL);
+    if (g->stream) {
+        rc = send_error(hr, ERR_VALIDATION, "`prompt`: several prompts cannot be streamed in one request; send one "
+                                            "streaming request per prompt", &xp);
+        goto out;
+    }
+    if (!g->sp.greedy && !g->seed_given)
+        g->sp.seed = random_seed();     /* one seed for the request: every prompt draws from its own sampler */
+    int max_new = g->max_new_tokens > 0 ? g->max_new_tokens : 16;
+    for (int i = 0; i < n; i++) {
+        it[i].n_prompt = batch_tokens(srv, g, i, &it[i].toks, err, sizeof err);
+        if (it[i].n_prompt < 1) {
+            rc = send_error(hr, ERR_VALIDATION, err, &xp);
+            goto out;
+        }
+        if ((long)it[i].n_prompt + max_new > n_ctx) {
+            err_extra x = {.param = "max_tokens", .n_prompt = it[i].n_prompt, .max_total = n_ctx};
+            snprintf(err, sizeof err, "prompt %d: prompt tokens + max_tokens must be <= %d. Given: %d prompt tokens "
+                                      "and %d max_tokens", i, n_ctx, it[i].n_prompt, max_new);
+            rc = send_error(hr, ERR_CONTEXT, err, &x);
+            goto out;
+        }
+        hr->n_prompt += it[i].n_prompt;
+    }
+    http_inflight_begin(hr);
+    for (int i = 0; i < n; i++) {
+        char id[128];
+        snprintf(id, sizeof id, "%s-%d", hr->id, i);
+        sched_req_params rp = {.id = id, .owner = hr->key_id, .prompt = it[i].toks, .n_prompt = it[i].n_prompt,
+                               .max_new_tokens = max_new, .sampling = g->sp,
+                               .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
+                               .ignore_eos = g->ignore_eos, .top_logprobs = g->top_logprobs,
+                               .prompt_logprobs = g->prompt_logprobs};
+        int src = sched_submit(srv->sched, &rp, &it[i].r, err, sizeof err);
+        if (src) {
+            rc = send_error(hr, sched_err_kind(src), err, NULL);
+            goto out;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (stream_collect(hr, it[i].r, &it[i].res) < 0) {
+            rc = -1;
+            hr->failure = "cancelled";
+            goto out;
+        }
+        if (it[i].res.error) {
+            rc = send_error(hr, sched_err_kind(it[i].res.error), it[i].res.message, NULL);
+            goto out;
+        }
+        hr->n_gen += it[i].res.n_toks;
+    }
+    /* one answer: the first prompt's, with every prompt's choice and the usage summed */
+    cJSON *body = NULL, *choices = NULL;
+    int n_gen = 0;
+    for (int i = 0; i < n; i++) {
+        char *saved = g->prompt;
+        g->prompt = g->batch_prompt[i];     /* echo gives this prompt's text */
+        cJSON *one = oai_response(srv, hr, g, &it[i].res, it[i].toks, it[i].n_prompt);
+        g->prompt = saved;
+        if (!one)
+            continue;
+        cJSON *ch = cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(one, "choices"), 0);
+        cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(ch, "index"), i);
+        n_gen += it[i].res.n_toks;
+        if (!body) {
+            body = one;
+            choices = cJSON_GetObjectItemCaseSensitive(body, "choices");
+        } else {
+            cJSON_Delete(one);
+        }
+        cJSON_AddItemToArray(choices, ch);
+        hr->finish = sched_finish_name(it[i].res.finish);
+    }
+    cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), hr->n_prompt);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"), n_gen);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "total_tokens"), hr->n_prompt + n_gen);
+    rc = http_send_json(hr, 200, body, NULL);
+out:
+    for (int i = 0; i < n; i++) {
+        gen_result_free(&it[i].res);
+        sched_req_release(it[i].r);
+        free(it[i].toks);
+    }
+    free(it);
+    return rc;
+}
+
 static int handle_generation(http_req *hr, int api, int mode)
 {
     server *srv = hr->srv;
@@ -420,6 +557,10 @@ static int handle_generation(http_req *hr, int api, int mode)
         snprintf(err, sizeof(err), "The model `%.200s` does not exist (this server serves %.200s; GET /v1/models "
                  "lists its names)", g.model, server_model_name(srv));
         rc = send_error(hr, ERR_MODEL, err, &x);
+        goto out;
+    }
+    if (g.n_batch > 1) {
+        rc = handle_batch(hr, &g);
         goto out;
     }
     if (mode == GEN_STREAM)

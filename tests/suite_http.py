@@ -1002,6 +1002,23 @@ def test_completion_prompt_forms(srv):
         st, _, j, b = comp(prompt)
         check(f"completions prompt as {form} gives the string's text", st == 200
               and j["choices"][0]["text"] == want and j["usage"]["prompt_tokens"] == len(ids), f"{st} {b[:200]}")
+    # several prompts: one choice each, in order, each the text its prompt gets alone, usage summed
+    prompts = ["Once upon a time", ids, "The city", [ids[-1]]]
+    alone = [comp(p)[2] for p in prompts]
+    st, _, j, b = comp(prompts)
+    ch = j.get("choices", []) if st == 200 else []
+    check("completions with a prompt array: one choice per prompt, index i, each the text it gets alone",
+          [c["index"] for c in ch] == [0, 1, 2, 3]
+          and [c["text"] for c in ch] == [a["choices"][0]["text"] for a in alone], f"{st} {b[:300]}")
+    check("completions with a prompt array: usage sums the prompts'", st == 200
+          and j["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+          and j["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in alone), f"{j.get('usage')}")
+    st, _, j, b = srv.jreq("POST", "/v1/completions", {"prompt": ["a", "b"], "max_tokens": 2, "stream": True})
+    check("a prompt array cannot be streamed: 400 on prompt", st == 400 and j["error"]["param"] == "prompt", b[:200])
+    for bad in (["a", ""], ["a", 5], ["x"] * 33, ["a", [10 ** 6]]):
+        st, _, j, b = comp(bad)
+        check(f"completions prompt array {str(bad)[:30]} is a 400 on prompt", st == 400 and j["error"]["param"] == "prompt",
+              f"{st} {b[:200]}")
     for bad in ([], [1.5], [10 ** 6], [-1], [1, "a"]):
         st, _, j, b = comp(bad)
         check(f"completions prompt {bad} is a 400 on prompt", st == 400 and j["error"]["param"] == "prompt", f"{st} {b[:200]}")
@@ -1226,6 +1243,12 @@ def test_openai_client(srv):
     check("openai client: streamed completion text", out["completion_stream"]["text"] == j["choices"][0]["text"])
     check("openai client: our 400 becomes its typed error", out["error"]["status"] == 400
           and out["error"]["type"] == "invalid_request_error", f"{out['error']}")
+    pa = out.get("prompt_array", {})
+    singles = [srv.jreq("POST", "/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0})[2]["choices"][0]["text"]
+               for p in ("Once upon a time", "The city")]
+    check("openai client: completions with a prompt array give one choice per prompt",
+          [c["text"] for c in pa.get("choices", [])] == singles and [c["index"] for c in pa["choices"]] == [0, 1],
+          f"{pa} vs {singles}")
     lp, lps = out.get("logprobs", {}), out.get("logprobs_stream", {})
     check("openai client: chat logprobs with top_logprobs arrive, the same streamed and not",
           lp.get("content") and len(lp["content"]) == 6 and all(len(c["top_logprobs"]) == 2 for c in lp["content"])

@@ -48,6 +48,12 @@ let ctext = '';
 for await (const chunk of cs) ctext += chunk.choices[0]?.text ?? '';
 out.completion_stream = { text: ctext };
 
+// completions with a prompt array: one choice per prompt
+const multi = await client.completions.create({
+  model: 'hyserve', prompt: ['Once upon a time', 'The city'], max_tokens: 5, temperature: 0,
+});
+out.prompt_array = { choices: multi.choices.map((c) => ({ index: c.index, text: c.text })), usage: multi.usage };
+
 // chat with logprobs, whole and streamed: the client's types carry them through
 const lp = await client.chat.completions.create({
   model: 'hyserve', messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2,
