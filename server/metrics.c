@@ -524,7 +524,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(lay, "block_tokens", in->page_tokens);
     if (in->n_attn_layers > 0) {
         cJSON *a = cJSON_AddObjectToObject(lay, "attention");
-        cJSON_AddStringToObject(a, "type", in->n_head_kv < in->n_head ? "gqa" : "mha");
+        cJSON_AddStringToObject(a, "type", memplan_attn_kind(in->n_head, in->n_head_kv));
         cJSON_AddNumberToObject(a, "layers", in->n_attn_layers);
         cJSON_AddNumberToObject(a, "kv_heads", in->n_head_kv);
         cJSON_AddNumberToObject(a, "head_dim", in->head_dim);
@@ -640,11 +640,11 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         if (arr && (!request_id || !strcmp(request_id, reqs[i].id)))
             cJSON_AddItemToArray(arr, request_json(&reqs[i], in));
     }
+    /* disjoint parts only, so they add up to all_requests_bytes (no
+     * attention or recurrent subtotal beside its parts to count twice) */
     cJSON *tot = cJSON_AddObjectToObject(o, "totals");
-    cJSON_AddNumberToObject(tot, "attn_kv_bytes", (double)(t_kv + t_mla));
     cJSON_AddNumberToObject(tot, "gqa_kv_bytes", (double)t_kv);
     cJSON_AddNumberToObject(tot, "mla_latent_bytes", (double)t_mla);
-    cJSON_AddNumberToObject(tot, "recurrent_state_bytes", (double)(t_state + t_conv));
     cJSON_AddNumberToObject(tot, "deltanet_state_bytes", (double)t_state);
     cJSON_AddNumberToObject(tot, "deltanet_conv_bytes", (double)t_conv);
     cJSON_AddNumberToObject(tot, "checkpoint_bytes", 0);

@@ -999,6 +999,18 @@ static int h_tokenize(http_req *hr)
     return rc;
 }
 
+/* Is name one of config/presets/ (a name, never a path: "qwen3.5-9b" has a
+ * dot, so the check is membership, not a character filter)? */
+static bool known_preset(const char *name)
+{
+    char names[64][PRESET_NAME_MAX];
+    int n = preset_list(names, 64);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name))
+            return true;
+    return false;
+}
+
 /* POST /v1/memory/estimate: the planner (memplan.c) over HTTP, no weights.
  * Body: {"preset": NAME} or {"layout": {...preset format...}} or neither
  * (the loaded model's layout), plus optional "context", "batch",
@@ -1023,7 +1035,7 @@ static int h_memory_estimate(http_req *hr)
         snprintf(err, sizeof(err), "give either \"preset\" or \"layout\", not both");
         rc = -1;
     } else if (preset) {
-        if (!cJSON_IsString(preset) || strchr(preset->valuestring, '/') || strchr(preset->valuestring, '.')) {
+        if (!cJSON_IsString(preset) || !known_preset(preset->valuestring)) {
             snprintf(err, sizeof(err), "\"preset\" must be a preset name (known: %s)", preset_names());
             rc = -1;
         } else {
@@ -1067,7 +1079,7 @@ static int h_memory_estimate(http_req *hr)
             snprintf(err, sizeof(err), "\"kv_dtype\" must be \"f32\", \"f16\" or \"bf16\"");
             rc = -1;
         } else {
-            l.kv_bytes = kv_dtype_bytes(v->valuestring);
+            memplan_set_kv_dtype(&l, v->valuestring);
         }
     }
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "state_dtype"))) {

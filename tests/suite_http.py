@@ -992,6 +992,56 @@ def test_logs(srv, model):
     check("--log-format yaml is refused with a line naming the choices", st.returncode == 2
           and b"text or json" in st.stderr, st.stderr[-200:])
 
+
+def test_stats_totals(srv):
+    """/stats totals are disjoint parts (GQA KV, MLA latent, DeltaNet state, conv state, checkpoints)
+    that add up to all_requests_bytes while a request holds cache, and equal the per-request bytes."""
+    box = {}
+    t = threading.Thread(target=lambda: box.update(r=stream(srv, "/generate_stream", {
+        "inputs": "Once upon a time", "parameters": {"max_new_tokens": 400, "ignore_eos": True}})))
+    t.start()
+    s, deadline = None, time.time() + 20
+    while time.time() < deadline:
+        s = srv.stats()
+        if s["requests"] and s["totals"]["all_requests_bytes"] > 0:
+            break
+        time.sleep(0.01)
+    t.join(60)
+    tot = s["totals"]
+    parts = {k: v for k, v in tot.items() if k != "all_requests_bytes"}
+    per_req = sum(r["total_bytes_owned"] for r in s["requests"])
+    check("/stats totals: disjoint parts that sum to all_requests_bytes, which the requests own",
+          tot["all_requests_bytes"] > 0 and sum(parts.values()) == tot["all_requests_bytes"] == per_req
+          and set(parts) == {"gqa_kv_bytes", "mla_latent_bytes", "deltanet_state_bytes", "deltanet_conv_bytes",
+                             "checkpoint_bytes"}, f"{tot} {per_req}")
+
+
+def test_names_consistent(srv):
+    """One vocabulary: the planner names KV dtypes f32/f16/bf16 (never "16-bit"), the attention kind by
+    one rule (mha / mqa / gqa) the same in /stats and the planner; `hyserve mem --list` marks the presets
+    the engine cannot run as planner-only."""
+    est = lambda body: srv.jreq("POST", "/v1/memory/estimate", body)[2]
+    names = {dt: est({"preset": "qwen3.5-9b", "kv_dtype": dt})["layout"]["kv_dtype"] for dt in ("f32", "f16", "bf16")}
+    check("planner kv_dtype names: f32, f16, bf16 as asked", names == {"f32": "f32", "f16": "f16", "bf16": "bf16"}, f"{names}")
+    check("a preset without kv_dtype reports its dtype by name", est({"preset": "qwen3.5-9b"})["layout"]["kv_dtype"]
+          in ("f16", "bf16"))
+    base = {"layers": 2, "attention": {"layers": 2, "heads": 8, "kv_heads": 8, "head_dim": 64}}
+    kinds = []
+    for kv in (8, 1, 2):
+        lay = json.loads(json.dumps(base))
+        lay["attention"]["kv_heads"] = kv
+        j = est({"layout": lay})
+        kinds.append(j.get("layout", {}).get("attention", {}).get("type"))
+    check("attention kind by KV heads: 8 of 8 mha, 1 mqa, 2 gqa", kinds == ["mha", "mqa", "gqa"], f"{kinds}")
+    served = est({}).get("layout", {}).get("attention", {}).get("type")
+    stats = srv.stats()["model"]["cache_layout"].get("attention", {}).get("type")
+    check("/stats and the planner name the served model's attention alike", served == stats and served, f"{served} {stats}")
+    r = run([HYSERVE, "mem", "--list"])
+    lines = {l.split()[0]: l for l in r.stdout.decode().splitlines() if l.strip()}
+    check("hyserve mem --list: Jamba and Kimi Linear planner-only, the Qwen and Llama presets run",
+          "planner only" in lines.get("jamba-v0.1", "") and "planner only" in lines.get("kimi-linear-48b-a3b", "")
+          and "runs" in lines.get("qwen3.5-9b", "") and "runs" in lines.get("llama-3.1-8b", ""), r.stdout.decode())
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -1730,6 +1780,8 @@ def main(argv=None):
                ("test_detokenize_and_version", lambda: test_detokenize_and_version(srv)),
                ("test_cors", lambda: test_cors(srv, model)),
                ("test_logs", lambda: test_logs(srv, model)),
+               ("test_stats_totals", lambda: test_stats_totals(srv)),
+               ("test_names_consistent", lambda: test_names_consistent(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
