@@ -558,7 +558,9 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON *lim = cJSON_AddObjectToObject(o, "limits");
     cJSON_AddNumberToObject(lim, "max_input_tokens", in->n_ctx - 1);
     cJSON_AddNumberToObject(lim, "max_total_tokens", in->n_ctx);
-    cJSON_AddNumberToObject(lim, "max_concurrent_requests", in->max_seqs);
+    /* TGI's meaning, as /info has it: requests held at once, running or queued */
+    cJSON_AddNumberToObject(lim, "max_concurrent_requests", in->max_seqs + srv->cfg->max_queue);
+    cJSON_AddNumberToObject(lim, "max_running_requests", in->max_seqs);
     cJSON_AddNumberToObject(lim, "max_queue", srv->cfg->max_queue);
 
     /* totals by kind over the live requests (computed first: the device and

@@ -296,11 +296,17 @@ int serve_main(int argc, char **argv)
         log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         goto out_metrics;
     }
+    char what[1200];
+    if (cfg.synth[0])   /* no file yet: say what will be made */
+        snprintf(what, sizeof what, "a synthesized model with the cache layout of %s (small random weights)",
+                 cfg.synth);
+    else
+        snprintf(what, sizeof what, "%s", cfg.model);
     if (cfg.config_path[0])
         log_msg(LOG_INFO, "hyserve: listening on http://%s:%d, loading %s (config %s)\n", cfg.host, cfg.port,
-                cfg.model, cfg.config_path);
+                what, cfg.config_path);
     else
-        log_msg(LOG_INFO, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, cfg.model);
+        log_msg(LOG_INFO, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, what);
 
     set_model_names(&srv, &cfg);
 

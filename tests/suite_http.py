@@ -1042,6 +1042,26 @@ def test_names_consistent(srv):
           "planner only" in lines.get("jamba-v0.1", "") and "planner only" in lines.get("kimi-linear-48b-a3b", "")
           and "runs" in lines.get("qwen3.5-9b", "") and "runs" in lines.get("llama-3.1-8b", ""), r.stdout.decode())
 
+
+def test_readme_sample():
+    """The README's sample answer is the one the default model really gives (greedy, so fixed)."""
+    root = os.path.dirname(HERE)
+    model = os.path.join(root, "models", "default.gguf")
+    if not os.path.exists(model):
+        print("  skip the README sample: models/default.gguf is absent")
+        return
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    m = re.search(r"# -> (\{\"generated_text\".*\})\n", readme)
+    if not check("README quotes a /generate answer", m is not None):
+        return
+    s = Server("readme", model, "-t", "1", "--max-seqs", "2")
+    try:
+        st, _, j, _ = s.jreq("POST", "/generate", {"inputs": "Once upon a time", "parameters": {"max_new_tokens": 40}})
+    finally:
+        s.stop()
+    check("the README's /generate sample is what models/default.gguf answers", st == 200 and j == json.loads(m.group(1)),
+          f"{j} vs {m.group(1)}")
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -1500,7 +1520,9 @@ def test_drain(srv):
 def test_limits(srv2):
     s = srv2.stats()
     check("config precedence: env beats file (max-queue 1), flag beats env (max-seqs 1)",
-          s["limits"]["max_queue"] == 1 and s["limits"]["max_concurrent_requests"] == 1, f"{s['limits']}")
+          s["limits"]["max_queue"] == 1 and s["limits"]["max_running_requests"] == 1
+          and s["limits"]["max_concurrent_requests"] == 2 == srv2.jreq("GET", "/info")[2]["max_concurrent_requests"],
+          f"{s['limits']}")
     st, h, j, b = srv2.jreq("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
     check("chat without a template is 400 saying so", st == 400 and "chat template" in j["error"]["message"], f"{st} {b[:300]}")
     st, h, j, b = srv2.jreq("POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 3000}})
@@ -1793,6 +1815,7 @@ def main(argv=None):
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_container_limits", lambda: test_container_limits(model)),
+            ("test_readme_sample", test_readme_sample),
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_drain", lambda: test_drain(srv))]

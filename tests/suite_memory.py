@@ -242,6 +242,9 @@ def test_serve_synth():
         txt = b.decode()
         check("/metrics labels the cache config with state_dtype=\"bf16\"", st == 200 and 'state_dtype="bf16"' in txt,
               [l for l in txt.splitlines() if "cache_config_info" in l])
+        log = open(srv.log_path, "rb").read().decode("utf-8", "replace")
+        check("serve --synth says what it loads: a synthesized model with the preset's cache layout",
+              "loading a synthesized model with the cache layout of qwen3.5-0.8b" in log, log[:400])
     finally:
         srv.stop()
 
