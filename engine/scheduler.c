@@ -96,7 +96,6 @@ static void req_free(sched_req *r)
     free(r->pending);
     sched_event_clear(&r->final_ev);
     free(r->tokens);
-    free(r->plp_logits);
     sampler_free(r->smp);
     if (r->efd >= 0)
         close(r->efd);
@@ -314,11 +313,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
             r->n_stop++;
         }
     }
-    if (p->prompt_logprobs && p->n_prompt > 1) {
-        r->plp_logits = FAULT_OR(malloc((size_t)SCHED_PLP_ROWS * (size_t)s->n_vocab * sizeof(float)));
-        if (!r->plp_logits)
-            goto out_free;
-    }
+    r->prompt_lp = p->prompt_logprobs && p->n_prompt > 1;
     r->cap_pending = 256;
     r->pending = FAULT_OR(malloc(r->cap_pending));
     if (!r->pending)
@@ -715,14 +710,18 @@ static void reap_cancelled(sched *s)
  * the token at a + j + 1. The last prompt row is the first decode step's
  * logits. */
 
-/* Shape a prefill item of r as a prompt-logprob chunk of at most k tokens.
- * Returns the chunk's token count. */
-static int prompt_lp_chunk(const sched_req *r, engine_batch_item *it, int k)
+/* Shape a prefill item as a prompt-logprob chunk of at most k tokens, or
+ * 0 when another request has the buffer this step (*used). Returns the
+ * chunk's token count. */
+static int prompt_lp_chunk(sched *s, engine_batch_item *it, int k, bool *used)
 {
+    if (*used)
+        return 0;
+    *used = true;
     if (k > SCHED_PLP_ROWS)
         k = SCHED_PLP_ROWS;
     it->logits = ENGINE_LOGITS_ALL;
-    it->out = r->plp_logits;
+    it->out = s->plp_logits;
     return k;
 }
 
@@ -736,7 +735,7 @@ static int prompt_lp_emit(sched *s, sched_req *r, const engine_batch_item *it, f
     const size_t nv = (size_t)s->n_vocab;
     for (int j = 0; j < it->n_tokens; j++) {
         const int pos = start + j + 1;
-        const float *row = r->plp_logits + (size_t)j * nv;
+        const float *row = s->plp_logits + (size_t)j * nv;
         if (pos >= r->n_prompt) {
             float *slot = s->logits + (size_t)r->slot * nv;
             memcpy(slot, row, nv * sizeof(float));
@@ -759,6 +758,7 @@ static int prompt_lp_emit(sched *s, sched_req *r, const engine_batch_item *it, f
 static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
 {
     int n = 0, budget = s->p.prefill_chunk;
+    bool plp_used = false;      /* the prompt-logprob buffer is taken this step */
     *n_decode = 0;
     *n_prefill_tok = 0;
     for (int i = 0; i < s->n_running; i++) {
@@ -776,12 +776,12 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
             int k = left < budget ? left : budget;
             if (k <= 0)
                 continue;
-            if (r->plp_logits)
-                k = prompt_lp_chunk(r, it, k);
+            if (r->prompt_lp && (k = prompt_lp_chunk(s, it, k, &plp_used)) == 0)
+                continue;
             budget -= k;
             *n_prefill_tok += k;
             it->n_tokens = k;
-            if (!r->plp_logits)
+            if (!r->prompt_lp)
                 it->logits = k == left ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
         }
         s->item_req[n++] = r;
@@ -1012,6 +1012,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->logits = malloc((size_t)s->max_seqs * (size_t)s->n_vocab * sizeof(float));
+    s->plp_logits = malloc((size_t)SCHED_PLP_ROWS * (size_t)s->n_vocab * sizeof(float));
     s->free_slots = malloc((size_t)s->max_seqs * sizeof(int));
     s->items = calloc((size_t)s->max_seqs, sizeof(*s->items));
     s->item_req = calloc((size_t)s->max_seqs, sizeof(*s->item_req));
@@ -1021,7 +1022,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     s->rcs = calloc((size_t)s->max_seqs, sizeof(*s->rcs));
     s->check_marks = calloc((size_t)s->max_seqs, sizeof(*s->check_marks));
     s->eog = malloc((size_t)s->n_vocab * sizeof(*s->eog));
-    if (!s->logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
+    if (!s->logits || !s->plp_logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
         !s->ended_ev || !s->rcs || !s->check_marks || !s->eog) {
         snprintf(err, errlen, "out of memory for %d sequence slots of %d logits", s->max_seqs, s->n_vocab);
         sched_free(s);
@@ -1068,6 +1069,7 @@ void sched_free(sched *s)
     engine_get_pool_usage(s->e, &s->st.pool);
     pthread_mutex_unlock(&s->mu);
     free(s->logits);
+    free(s->plp_logits);
     free(s->eog);
     free(s->free_slots);
     free(s->items);

@@ -744,6 +744,16 @@ def test_logprobs(srv, model):
     stl = [x for c in chunks for ch in c["choices"] if ch.get("logprobs") for x in ch["logprobs"]["token_logprobs"]]
     check("completions stream: the same logprobs and text in chunks", st == 200 and stl == tl
           and oai_stream_text(evs, False)[0] == text, f"{stl} vs {tl}")
+    # two prompts scored at once share the scheduler's one prompt-logprob buffer, a step each
+    other = ids[::-1]
+    alone = [srv.jreq("POST", "/v1/completions", dict(body, prompt=p, temperature=0))[2]["choices"][0]["logprobs"]
+             for p in (ids, other)]
+    st, _, jb, b = srv.jreq("POST", "/v1/completions", dict(body, prompt=[ids, other], temperature=0))
+    both = [c["logprobs"] for c in jb.get("choices", [])] if st == 200 else []
+    check("two prompts scored together: each echo's logprobs equal its own request's",
+          len(both) == 2 and all(x["tokens"] == y["tokens"] and x["token_logprobs"][0] is None
+                                 and all(abs(p - q) < 1e-4 for p, q in zip(x["token_logprobs"][1:], y["token_logprobs"][1:]))
+                                 for x, y in zip(both, alone)), f"{st} {b[:300]}")
     st, _, j, b = srv.jreq("POST", "/v1/completions", dict(body, logprobs=6))
     check("completions logprobs above 5 is a 400 on logprobs", st == 400 and j["error"]["param"] == "logprobs", b[:200])
 
