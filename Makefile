@@ -60,7 +60,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HYSERVE := $(BUILD)/hyserve
 TESTBIN := $(BUILD)/hyserve-tests
 
-.PHONY: all run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix clean help deps
+.PHONY: FORCE all run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -76,6 +76,18 @@ $(BUILD)/gen/web_assets.c: $(WEB_SRC) tools/embed_web.py | deps
 
 $(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# the git commit baked into the binary (hyserve --version, /info, hyserve_build_info);
+# GIT_COMMIT=... names it where there is no .git (a Docker build context). The
+# stamp file changes only when the commit does, so only server/version.o rebuilds.
+GIT_COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+$(BUILD)/gen/commit.txt: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(GIT_COMMIT)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/server/version.o: $(BUILD)/gen/commit.txt
+$(BUILD)/server/version.o: CFLAGS += -DHYSERVE_GIT_COMMIT='"$(GIT_COMMIT)"'
+FORCE:
 
 $(HYSERVE): $(ENGINE_OBJ) $(SERVER_OBJ) $(CLI_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@

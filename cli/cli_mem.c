@@ -6,6 +6,7 @@
  * MHA and all-attention counterfactuals, the totals, and the largest batch
  * and context that fit the budget. --json prints what POST
  * /v1/memory/estimate returns. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ static const char mem_help[] =
     "  --context N        tokens per sequence (default: 4096)\n"
     "  --batch B          sequences (default 1)\n"
     "  --kv-dtype T       f32 | f16 | bf16 for attention caches (default: the preset's, f32 for -m)\n"
+    "  --list             list the presets, their layer kinds, and which the engine can run\n"
     "  --state-dtype T    f32 | bf16 for recurrent states (conv windows stay f32; default f32)\n"
     "  --page-tokens P    KV page size (default 16)\n"
     "  --budget SIZE      cache budget, e.g. 24G: also print the largest batch and context\n"
@@ -41,6 +43,42 @@ static void fmt_bytes(char *buf, size_t n, uint64_t b)
         snprintf(buf, n, "%llu B (%.2f %s)", (unsigned long long)b, v, unit[u]);
 }
 
+/* --list: every preset, its layer kinds, and whether the engine can run it
+ * (`serve --synth`) or only the planner knows it (Mamba and KDA layers). */
+static int list_presets(void)
+{
+    char names[64][PRESET_NAME_MAX];
+    int n = preset_list(names, 64);
+    for (int i = 0; i < n; i++) {
+        memplan_layout l;
+        char err[256];
+        if (preset_load(names[i], &l, err, sizeof err)) {
+            printf("%-22s (unreadable: %s)\n", names[i], err);
+            continue;
+        }
+        char kinds[160] = "";
+        size_t k = 0;
+        if (l.attn_layers)
+        {
+            const char *kind = memplan_attn_kind(l.attn_heads, l.attn_kv_heads);
+            k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d %c%c%c ", l.attn_layers, toupper(kind[0]),
+                                  toupper(kind[1]), toupper(kind[2]));
+        }
+        if (l.mla_layers && k < sizeof kinds)
+            k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d MLA ", l.mla_layers);
+        if (l.dnet_layers && k < sizeof kinds)
+            k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d DeltaNet ", l.dnet_layers);
+        if (l.mamba_layers && k < sizeof kinds)
+            k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d Mamba ", l.mamba_layers);
+        if (l.kda_layers && k < sizeof kinds)
+            k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d KDA ", l.kda_layers);
+        bool planner_only = l.mamba_layers > 0 || l.kda_layers > 0;
+        printf("%-22s %-40s %s\n", names[i], kinds,
+               planner_only ? "planner only (the engine has no Mamba/KDA layers)" : "runs (serve --synth)");
+    }
+    return 0;
+}
+
 int cli_mem(int argc, char **argv)
 {
     const char *preset = NULL, *config = NULL, *model = NULL, *kvd = NULL, *sdt = NULL;
@@ -50,7 +88,7 @@ int cli_mem(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = strcmp(a, "--json") && strcmp(a, "-h") && strcmp(a, "--help");
+        bool takes = strcmp(a, "--json") && strcmp(a, "-h") && strcmp(a, "--help") && strcmp(a, "--list");
         if (takes && !v) {
             fprintf(stderr, "hyserve: option %s needs a value\n", a);
             return 2;
@@ -62,6 +100,8 @@ int cli_mem(int argc, char **argv)
         } else if (!strcmp(a, "--json")) {
             json = 1;
             continue;
+        } else if (!strcmp(a, "--list")) {
+            return list_presets();
         } else if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
@@ -111,7 +151,7 @@ int cli_mem(int argc, char **argv)
             fprintf(stderr, "hyserve: --kv-dtype must be f32, f16 or bf16, got '%s'\n", kvd);
             return 2;
         }
-        l.kv_bytes = kv_dtype_bytes(kvd);
+        memplan_set_kv_dtype(&l, kvd);
     }
     if (sdt) {
         if (strcmp(sdt, "f32") && strcmp(sdt, "bf16")) {
@@ -145,7 +185,10 @@ int cli_mem(int argc, char **argv)
         printf(" %d Mamba", l.mamba_layers);
     if (l.kda_layers)
         printf(" %d KDA", l.kda_layers);
-    printf("\ncache numbers:     %d bytes each (KV), %d bytes (state)\n", l.kv_bytes, l.state_bytes);
+    int conv = l.conv_bytes ? l.conv_bytes : l.state_bytes;
+    printf("\ncache numbers:     KV %s (%d bytes), state %s (%d bytes), conv %s\n",
+           l.kv_dtype[0] ? l.kv_dtype : l.kv_bytes == 4 ? "f32" : "f16", l.kv_bytes, l.state_bytes == 2 ? "bf16" : "f32",
+           l.state_bytes, conv == 2 ? "bf16" : "f32");
     if (l.attn_layers)
         printf("attention KV:      %llu numbers per token per layer, %llu B per token\n",
                (unsigned long long)c.gqa_numbers_per_token_layer, (unsigned long long)c.attn_kv_bytes_per_token);

@@ -40,7 +40,7 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n`hyserve COMMAND --help` explains each command's options.\n"
-               "`-t N` sets the thread count everywhere.\n");
+               "`-t N` sets the thread count everywhere; `hyserve --version` prints the build.\n");
 }
 
 int main(int argc, char **argv)
@@ -52,6 +52,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("hyserve %s (git %s)\n", hyserve_version(), hyserve_git_commit());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

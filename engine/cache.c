@@ -58,6 +58,7 @@ int cache_init(cache *c, const cache_layout *l)
     /* conv_dim = 2 n_k d_k + n_v d_v: recover n_k for the planner */
     pl->dnet_k_heads = l->d_k ? (l->conv_dim - l->n_v * l->d_v) / (2 * l->d_k) : 0;
     pl->kv_bytes = (int)c->kv_es;
+    snprintf(pl->kv_dtype, sizeof pl->kv_dtype, "%s", c->kv_type == GGML_F32 ? "f32" : c->kv_type == GGML_F16 ? "f16" : "bf16");
     pl->state_bytes = (int)c->state_es;
     pl->conv_bytes = 4;
     pl->page_tokens = c->page_tokens;

@@ -3,6 +3,13 @@
 
 static uint64_t u(int x) { return x > 0 ? (uint64_t)x : 0; }
 
+const char *memplan_attn_kind(int heads, int kv_heads)
+{
+    if (kv_heads >= heads)
+        return "mha";
+    return kv_heads == 1 ? "mqa" : "gqa";
+}
+
 void memplan_set_state_dtype(memplan_layout *l, int bytes)
 {
     if (l->conv_bytes <= 0)

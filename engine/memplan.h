@@ -27,6 +27,7 @@ typedef struct memplan_layout {
     /* Kimi Delta Attention: heads * hd^2 state + 3 (q,k,v) * (K-1) * heads * hd conv */
     int kda_layers, kda_heads, kda_head_dim, kda_conv;
     int kv_bytes;               /* bytes per cached attention number (4 f32, 2 f16/bf16) */
+    char kv_dtype[8];           /* its name: "f32", "f16" or "bf16" (memplan_set_kv_dtype) */
     int state_bytes;            /* bytes per recurrent-state number (4: f32, 2: bf16) */
     int conv_bytes;             /* bytes per conv-window number (DeltaNet, Mamba, KDA); 0: state_bytes */
     int page_tokens;            /* KV page size in tokens */
@@ -54,6 +55,11 @@ void memplan_costs_of(const memplan_layout *l, memplan_costs *c);
 /* Recurrent-state numbers of `bytes` each (4: f32, 2: bf16); conv windows
  * keep what they had (f32 unless set). */
 void memplan_set_state_dtype(memplan_layout *l, int bytes);
+/* The one rule naming softmax attention by its KV heads, everywhere
+ * (/stats, the planner, hyserve mem): "mha" when every query head has its
+ * own KV head, "mqa" when one KV head serves several query heads, else
+ * "gqa". */
+const char *memplan_attn_kind(int heads, int kv_heads);
 /* Bytes one sequence of n_tokens holds: its state plus whole pages. */
 uint64_t memplan_seq_reserved_bytes(const memplan_layout *l, int64_t n_tokens);
 /* Bytes its filled token slots and state use (no page rounding). */

@@ -16,6 +16,12 @@ const char *preset_dir(void)
     return d && *d ? d : "config/presets";
 }
 
+void memplan_set_kv_dtype(memplan_layout *l, const char *name)
+{
+    l->kv_bytes = kv_dtype_bytes(name);
+    snprintf(l->kv_dtype, sizeof l->kv_dtype, "%s", name);
+}
+
 int kv_dtype_bytes(const char *name)
 {
     if (!strcmp(name, "f32"))
@@ -96,7 +102,7 @@ int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen
     }
     if (l->page_tokens == 0)
         l->page_tokens = 16;
-    l->kv_bytes = 2;
+    memplan_set_kv_dtype(l, "bf16");   /* published checkpoints' own dtype, unless the preset says */
     l->state_bytes = 4;
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "kv_dtype");
     if (dt) {
@@ -104,7 +110,7 @@ int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen
             snprintf(err, errlen, "kv_dtype must be \"f32\", \"f16\" or \"bf16\"");
             return -1;
         }
-        l->kv_bytes = kv_dtype_bytes(dt->valuestring);
+        memplan_set_kv_dtype(l, dt->valuestring);
     }
     return 0;
 }
@@ -209,13 +215,13 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
     cJSON *lay = cJSON_AddObjectToObject(r, "layout");
     cJSON_AddStringToObject(lay, "name", l->name);
     cJSON_AddNumberToObject(lay, "layers", l->n_layers);
-    cJSON_AddStringToObject(lay, "kv_dtype", l->kv_bytes == 4 ? "f32" : "16-bit");
+    cJSON_AddStringToObject(lay, "kv_dtype", l->kv_dtype[0] ? l->kv_dtype : l->kv_bytes == 4 ? "f32" : "f16");
     cJSON_AddNumberToObject(lay, "kv_bytes_per_number", l->kv_bytes);
     cJSON_AddStringToObject(lay, "state_dtype", l->state_bytes == 2 ? "bf16" : "f32");
     cJSON_AddNumberToObject(lay, "page_tokens", l->page_tokens);
     if (l->attn_layers) {
         cJSON *a = cJSON_AddObjectToObject(lay, "attention");
-        cJSON_AddStringToObject(a, "type", l->attn_kv_heads == l->attn_heads ? "mha" : l->attn_kv_heads == 1 ? "mqa" : "gqa");
+        cJSON_AddStringToObject(a, "type", memplan_attn_kind(l->attn_heads, l->attn_kv_heads));
         cJSON_AddNumberToObject(a, "layers", l->attn_layers);
         cJSON_AddNumberToObject(a, "heads", l->attn_heads);
         cJSON_AddNumberToObject(a, "kv_heads", l->attn_kv_heads);

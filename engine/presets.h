@@ -24,6 +24,8 @@ int preset_list(char (*names)[PRESET_NAME_MAX], int cap);
 const char *preset_names(void);
 /* kv dtype name -> bytes per number (f32 4, f16/bf16 2); 0 if unknown. */
 int kv_dtype_bytes(const char *name);
+/* l->kv_bytes and l->kv_dtype from a name kv_dtype_bytes knows. */
+void memplan_set_kv_dtype(memplan_layout *l, const char *name);
 
 /* A synthesized model whose cache layout is exactly l: every number that
  * sets cache bytes (layer kinds and counts, KV heads, head dims, MLA latent

@@ -54,6 +54,10 @@ struct sampler {
     uint32_t *count;        /* [n_vocab] times each token was drawn; NULL without freq/presence penalty */
     int32_t *drawn;         /* [n_drawn] tokens with count > 0, in first-drawn order; NULL likewise */
     int n_drawn;
+    /* the distribution of the last draw, for sampler_last_top */
+    bool last_greedy;       /* argmax: the logits the caller passed, at T = 1 */
+    size_t last_n_c;        /* cand[0..last_n_c) hold the kept probabilities */
+    double last_total;      /* their sum (the renormaliser) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -356,7 +360,9 @@ static int32_t sample_chain(sampler *s, float *logits, const int32_t *history,
 
     /* greedy: argmax; logprob is log softmax at T = 1 (the model's own
      * distribution), since the "final distribution" of argmax is a point */
-    if (p->greedy || !(p->temperature > 0.0f)) {
+    s->last_greedy = p->greedy || !(p->temperature > 0.0f);
+    s->last_n_c = 0;
+    if (s->last_greedy) {
         int32_t best = argmax(logits, n);
         if (logprob) {
             double m = logits[best], z = 0.0;
@@ -470,5 +476,84 @@ static int32_t sample_chain(sampler *s, float *logits, const int32_t *history,
     }
     if (logprob)
         *logprob = (float)(log((double)c[pick].v) - log(total));
+    s->last_n_c = n_c;
+    s->last_total = total;
     return c[pick].id;
+}
+
+/* ------------------------------------------------------------------ */
+/* Log-probabilities of the top tokens                                 */
+
+/* Keeps t->id/logprob[0..t->n) the n_top best keys seen, best first
+ * (ties: the smaller id); the keys are converted to logprobs afterwards.
+ * O(n_top) per insertion that makes the cut, O(1) otherwise. */
+static void top_insert(sampler_top *t, int n_top, int32_t id, float key)
+{
+    int i = t->n;
+    if (i == n_top) {
+        if (!(key > t->logprob[i - 1] || (key == t->logprob[i - 1] && id < t->id[i - 1])))
+            return;
+        i--;
+    } else {
+        t->n++;
+    }
+    while (i > 0 && (key > t->logprob[i - 1] || (key == t->logprob[i - 1] && id < t->id[i - 1]))) {
+        t->id[i] = t->id[i - 1];
+        t->logprob[i] = t->logprob[i - 1];
+        i--;
+    }
+    t->id[i] = id;
+    t->logprob[i] = key;
+}
+
+static int clamp_top(int n_top)
+{
+    return n_top < 0 ? 0 : n_top > SAMPLER_MAX_TOP ? SAMPLER_MAX_TOP : n_top;
+}
+
+float sampler_logprobs(const float *logits, int n_vocab, float temp, int32_t tok, int n_top,
+                       sampler_top *out)
+{
+    /* log p_i = (l_i - l_max) / T - log sum_j exp((l_j - l_max) / T) */
+    const double t = temp > 0.0f ? (double)temp : 1.0;
+    double l_max = -INFINITY, z = 0.0;
+    n_top = clamp_top(n_top);
+    if (out)
+        out->n = 0;
+    for (int i = 0; i < n_vocab; i++)
+        if (!isnan(logits[i]) && logits[i] > l_max)
+            l_max = logits[i];
+    if (isinf(l_max))
+        return -INFINITY;   /* everything masked (or +inf): no distribution to speak of */
+    for (int i = 0; i < n_vocab; i++)
+        if (!isnan(logits[i]))
+            z += exp(((double)logits[i] - l_max) / t);
+    const double log_z = log(z);
+    if (out && n_top > 0) {
+        for (int i = 0; i < n_vocab; i++)
+            if (!isnan(logits[i]) && logits[i] > -INFINITY)
+                top_insert(out, n_top, i, logits[i]);
+        for (int k = 0; k < out->n; k++)
+            out->logprob[k] = (float)(((double)out->logprob[k] - l_max) / t - log_z);
+    }
+    if (tok < 0 || tok >= n_vocab || isnan(logits[tok]))
+        return -INFINITY;
+    return (float)(((double)logits[tok] - l_max) / t - log_z);
+}
+
+void sampler_last_top(sampler *s, const float *logits, int n_top, sampler_top *out)
+{
+    out->n = 0;
+    n_top = clamp_top(n_top);
+    if (!s || n_top == 0)
+        return;
+    if (s->last_greedy) {
+        sampler_logprobs(logits, s->n_vocab, 1.0f, -1, n_top, out);
+        return;
+    }
+    for (size_t i = 0; i < s->last_n_c; i++)
+        if (s->cand[i].v > 0.0f)
+            top_insert(out, n_top, s->cand[i].id, s->cand[i].v);
+    for (int k = 0; k < out->n; k++)
+        out->logprob[k] = (float)(log((double)out->logprob[k]) - log(s->last_total));
 }

@@ -35,6 +35,15 @@ typedef struct sampler_params {
 
 typedef struct sampler sampler;
 
+/* The most likely tokens of one distribution, best first (ties: the
+ * smaller id), with their log-probabilities. Caller storage. */
+#define SAMPLER_MAX_TOP 20
+typedef struct sampler_top {
+    int n;                          /* entries used, <= SAMPLER_MAX_TOP */
+    int32_t id[SAMPLER_MAX_TOP];
+    float logprob[SAMPLER_MAX_TOP];
+} sampler_top;
+
 void sampler_params_default(sampler_params *p);   /* greedy off, temp 1, everything else off */
 sampler *sampler_new(const sampler_params *p, int n_vocab);
 void sampler_free(sampler *s);
@@ -44,5 +53,20 @@ void sampler_free(sampler *s);
  * chosen token under the final distribution. */
 int32_t sampler_sample(sampler *s, float *logits, const int32_t *history,
                        int n_history, float *logprob);
+
+/* After sampler_sample: the n_top (clamped to 0..SAMPLER_MAX_TOP) most
+ * likely tokens of the distribution that call drew from, the same one its
+ * logprob is of: after bias, penalties, temperature and the top-k / top-p
+ * / typical-p / min-p cuts, renormalised (tokens cut away have probability
+ * 0 and are never listed, so out->n may be below n_top). A greedy call's
+ * distribution is log softmax at T = 1 of the biased, penalised logits,
+ * which sampler_sample left in logits. Allocates nothing. */
+void sampler_last_top(sampler *s, const float *logits, int n_top, sampler_top *out);
+
+/* Stateless: log softmax(logits / temp) of token tok over all n_vocab
+ * entries (-inf for a token out of range), and with out the n_top most
+ * likely tokens of the same distribution. temp <= 0 counts as 1. */
+float sampler_logprobs(const float *logits, int n_vocab, float temp, int32_t tok, int n_top,
+                       sampler_top *out);
 
 #endif

@@ -302,6 +302,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->n_prompt = p->n_prompt;
     r->max_new = p->max_new_tokens;
     r->include_stop = p->include_stop;
+    r->top_logprobs = p->top_logprobs < 0 ? 0 : p->top_logprobs > SAMPLER_MAX_TOP ? SAMPLER_MAX_TOP : p->top_logprobs;
     r->seed = p->sampling.seed;
     r->pm = (prefix_match){ .reason = PREFIX_OFF, .entry = -1 };
     r->salt = FAULT_OR(strdup(p->cache_salt ? p->cache_salt : ""));
@@ -325,6 +326,7 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
             r->n_stop++;
         }
     }
+    r->prompt_lp = p->prompt_logprobs && p->n_prompt > 1;
     r->cap_pending = 256;
     r->pending = FAULT_OR(malloc(r->cap_pending));
     if (!r->pending)
@@ -394,7 +396,9 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
 {
     int seq = -1;
     for (;;) {
-        if (s->prefix)
+        /* prompt logprobs need every prompt position's logits: such a
+         * request prefills its whole prompt (and still leaves an entry) */
+        if (s->prefix && !r->prompt_lp)
             r->pm = prefix_lookup(s->prefix, r->salt, r->owner, r->tokens, r->n_prompt);
         seq = r->pm.entry >= 0 ? prefix_fork(s->prefix, &r->pm) : engine_seq_new(s->e);
         if (seq >= 0 && engine_seq_reserve(s->e, seq, total) == 0)
@@ -773,13 +777,15 @@ static char *pending_take(sched_req *r, size_t n)
 
 /* A token was sampled for r. Emit its event; returns SCHED_OK when the
  * request continues, 1 when it finished, or a negative error. */
-static int on_token(sched *s, sched_req *r, int32_t tok, float logprob)
+static int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sampler_top *top)
 {
     sched_event ev = {0};
     char piece[256];
     ev.kind = SCHED_EV_TOKEN;
     ev.token = tok;
     ev.logprob = logprob;
+    if (top)
+        ev.top = *top;
     ev.t = engine_now_s();
     r->tokens[r->n_prompt + r->n_gen] = tok;
     r->n_gen++;
@@ -856,11 +862,62 @@ static void reap_cancelled(sched *s)
     tell_ended(s);
 }
 
+/* ---- prompt logprobs (OpenAI echo, TGI decoder_input_details) ----
+ * A request that asks for them prefills in chunks of at most
+ * SCHED_PLP_ROWS tokens with ENGINE_LOGITS_ALL into its own buffer: row j
+ * of a chunk starting at prompt position a is the model's distribution of
+ * the token at a + j + 1. The last prompt row is the first decode step's
+ * logits. */
+
+/* Shape a prefill item as a prompt-logprob chunk of at most k tokens, or
+ * 0 when another request has the buffer this step (*used). Returns the
+ * chunk's token count. */
+static int prompt_lp_chunk(sched *s, engine_batch_item *it, int k, bool *used)
+{
+    if (*used)
+        return 0;
+    *used = true;
+    if (k > SCHED_PLP_ROWS)
+        k = SCHED_PLP_ROWS;
+    it->logits = ENGINE_LOGITS_ALL;
+    it->out = s->plp_logits;
+    return k;
+}
+
+/* The chunk it ran (r->n_fed already counts it): one PROMPT event per
+ * prompt token it predicts, log softmax at T = 1. When the chunk ended the
+ * prompt, *first points at the row to sample the first token from (copied
+ * into r's logits slot), else it stays NULL. Returns 0 or SCHED_ENOMEM. */
+static int prompt_lp_emit(sched *s, sched_req *r, const engine_batch_item *it, float **first)
+{
+    const int start = r->n_fed - it->n_tokens;
+    const size_t nv = (size_t)s->n_vocab;
+    for (int j = 0; j < it->n_tokens; j++) {
+        const int pos = start + j + 1;
+        const float *row = s->plp_logits + (size_t)j * nv;
+        if (pos >= r->n_prompt) {
+            float *slot = s->logits + (size_t)r->slot * nv;
+            memcpy(slot, row, nv * sizeof(float));
+            *first = slot;
+            return 0;
+        }
+        sched_event ev = {0};
+        ev.kind = SCHED_EV_PROMPT;
+        ev.pos = pos;
+        ev.token = r->tokens[pos];
+        ev.logprob = sampler_logprobs(row, s->n_vocab, 1.0f, ev.token, r->top_logprobs, &ev.top);
+        if (req_push(r, &ev))
+            return SCHED_ENOMEM;
+    }
+    return 0;
+}
+
 /* Fill s->items for this step. Returns the item count; *n_decode and
  * *n_prefill_tok count decoding sequences and prompt tokens. */
 static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
 {
     int n = 0, budget = s->p.prefill_chunk;
+    bool plp_used = false;      /* the prompt-logprob buffer is taken this step */
     *n_decode = 0;
     *n_prefill_tok = 0;
     for (int i = 0; i < s->n_running; i++) {
@@ -879,10 +936,13 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
             k = prefix_chunk_end(r, k);
             if (k <= 0)
                 continue;
+            if (r->prompt_lp && (k = prompt_lp_chunk(s, it, k, &plp_used)) == 0)
+                continue;
             budget -= k;
             *n_prefill_tok += k;
             it->n_tokens = k;
-            it->logits = k == left ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
+            if (!r->prompt_lp)
+                it->logits = k == left ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
         }
         s->item_req[n++] = r;
     }
@@ -893,15 +953,35 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
  * not hold s->mu. Returns 0, 1 (finished) or a negative error. */
 static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
 {
+    float *logits = it->out;
     r->n_fed += it->n_tokens;
     prefix_snap_due(s, r);
-    if (it->logits == ENGINE_LOGITS_NONE)
+    if (it->logits == ENGINE_LOGITS_ALL) {
+        logits = NULL;
+        int rc = prompt_lp_emit(s, r, it, &logits);
+        if (rc || !logits)
+            return rc;
+    } else if (it->logits == ENGINE_LOGITS_NONE) {
         return 0;
+    }
     float lp = 0.0f;
-    int32_t tok = sampler_sample(r->smp, it->out, r->tokens, r->n_prompt + r->n_gen, &lp);
+    int32_t tok = sampler_sample(r->smp, logits, r->tokens, r->n_prompt + r->n_gen, &lp);
     if (tok < 0 || tok >= s->n_vocab)
         return SCHED_EENGINE;
-    return on_token(s, r, tok, lp);
+    sampler_top top;
+    sampler_last_top(r->smp, logits, r->top_logprobs, &top);
+    return on_token(s, r, tok, lp, &top);
+}
+
+/* The tokens-per-step histogram (sched_stats.step_tokens): bucket k holds
+ * steps of at most 2^k tokens. Caller holds s->mu. */
+static void step_tokens_observe(sched_stats *st, int n_tok)
+{
+    int k = 0;
+    while (k < SCHED_STEP_BUCKETS && n_tok > (1 << k))
+        k++;
+    st->step_tokens[k]++;
+    st->step_tokens_sum += (uint64_t)n_tok;
 }
 
 static void sched_step(sched *s)
@@ -951,6 +1031,7 @@ static void sched_step(sched *s)
         s->st.batch_decode_max = n_decode;
     if (n_decode > 0 && n_prefill_tok > 0)
         s->st.mixed_steps_total++;
+    step_tokens_observe(&s->st, n_decode + n_prefill_tok);
     if (frc == 0 && n_prefill_tok == 0) {
         s->st.decode_steps_total++;
         s->st.decode_forward_seconds += fwd_s;
@@ -959,7 +1040,7 @@ static void sched_step(sched *s)
         sched_req *r = s->item_req[i];
         r->pub_n_fed = r->n_fed;
         r->pub_n_snaps = r->n_snaps;
-        if (rcs[i] == 0 && s->items[i].logits != ENGINE_LOGITS_NONE)
+        if (rcs[i] == 0 && s->items[i].logits != ENGINE_LOGITS_NONE && r->n_fed >= r->n_prompt)
             r->state = RS_DECODE;
         if (rcs[i] == 0) {
             engine_seq_get_usage(s->e, r->seq, &r->usage);
@@ -1096,6 +1177,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->logits = malloc((size_t)s->max_seqs * (size_t)s->n_vocab * sizeof(float));
+    s->plp_logits = malloc((size_t)SCHED_PLP_ROWS * (size_t)s->n_vocab * sizeof(float));
     s->free_slots = malloc((size_t)s->max_seqs * sizeof(int));
     s->items = calloc((size_t)s->max_seqs, sizeof(*s->items));
     s->item_req = calloc((size_t)s->max_seqs, sizeof(*s->item_req));
@@ -1105,7 +1187,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     s->rcs = calloc((size_t)s->max_seqs, sizeof(*s->rcs));
     s->check_marks = calloc((size_t)s->max_seqs, sizeof(*s->check_marks));
     s->eog = malloc((size_t)s->n_vocab * sizeof(*s->eog));
-    if (!s->logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
+    if (!s->logits || !s->plp_logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
         !s->ended_ev || !s->rcs || !s->check_marks || !s->eog) {
         snprintf(err, errlen, "out of memory for %d sequence slots of %d logits", s->max_seqs, s->n_vocab);
         sched_free(s);
@@ -1168,6 +1250,7 @@ void sched_free(sched *s)
     publish_pool(s);
     pthread_mutex_unlock(&s->mu);
     free(s->logits);
+    free(s->plp_logits);
     free(s->eog);
     free(s->free_slots);
     free(s->items);

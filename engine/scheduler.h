@@ -77,12 +77,15 @@ typedef struct sched_req_params {
     bool include_stop;          /* keep the matched stop string in the text (TGI) or cut it (OpenAI) */
     bool ignore_eos;            /* ban end-of-generation tokens: generate to max_new_tokens (or a stop string) */
     const char *cache_salt;     /* prefix cache isolation: entries match only under the same salt and owner; NULL: "" */
+    int top_logprobs;           /* 0..SAMPLER_MAX_TOP: most likely tokens listed with each token event */
+    bool prompt_logprobs;       /* emit a PROMPT event for each prompt token after the first */
 } sched_req_params;
 
 enum sched_event_kind {
     SCHED_EV_ADMITTED = 1,      /* holds its cache reservation now */
     SCHED_EV_TOKEN = 2,         /* one generated token */
     SCHED_EV_ERROR = 3,         /* rejected or failed; always the last event */
+    SCHED_EV_PROMPT = 4,        /* a prompt token's logprob (prompt_logprobs), before any TOKEN */
 };
 
 /* One event for the submitter. Owned by the caller of sched_req_next;
@@ -90,7 +93,10 @@ enum sched_event_kind {
 typedef struct sched_event {
     int kind;                   /* enum sched_event_kind */
     int32_t token;              /* TOKEN: id */
-    float logprob;              /* TOKEN: log-probability under the sampling distribution */
+    float logprob;              /* TOKEN: log-probability under the sampling distribution;
+                                 * PROMPT: under the model's own (log softmax at T = 1) */
+    int pos;                    /* PROMPT: the token's position in the prompt (>= 1) */
+    sampler_top top;            /* TOKEN, PROMPT: the top_logprobs most likely tokens of that distribution */
     bool special;               /* TOKEN: an end-of-generation token (its text is not emitted) */
     char *text;                 /* TOKEN: newly released bytes, NUL-terminated (may be ""); heap */
     size_t text_len;
@@ -178,6 +184,9 @@ typedef struct sched_req_stats {
     uint64_t snapshot_bytes;    /* their bytes (in the pool, not in usage) */
 } sched_req_stats;
 
+/* Buckets of the tokens-per-step histogram: upper bounds 2^0 .. 2^11. */
+#define SCHED_STEP_BUCKETS 12
+
 /* Scheduler-wide numbers, updated after every step. */
 typedef struct sched_stats {
     int running, waiting;
@@ -197,6 +206,8 @@ typedef struct sched_stats {
     uint64_t rejected_full_total, rejected_timeout_total, rejected_toobig_total;
     bool prefix_on;                 /* the prefix cache is on */
     prefix_stats prefix;            /* its numbers as of the last step */
+    uint64_t step_tokens[SCHED_STEP_BUCKETS + 1];  /* engine steps by tokens fed: <= 1, <= 2, <= 4 ... <= 2048, more */
+    uint64_t step_tokens_sum;       /* tokens fed over all steps */
 } sched_stats;
 
 /* Copy the numbers; with reqs != NULL also a malloc'd array of the live

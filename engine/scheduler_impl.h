@@ -11,6 +11,12 @@
 
 #include "scheduler.h"
 
+/* Prompt tokens per step of a request that asked for prompt logprobs:
+ * their logits come back for every position, SCHED_PLP_ROWS rows at a time,
+ * into the scheduler's one buffer (so one such request prefills per step;
+ * the buffer is allocated once, whatever the queue holds). */
+#define SCHED_PLP_ROWS 8
+
 enum req_state {
     RS_QUEUED = 0,
     RS_PREFILL = 1,
@@ -32,6 +38,8 @@ struct sched_req {
     char **stop;                /* [n_stop] NUL-terminated copies */
     int n_stop;
     bool include_stop;
+    int top_logprobs;           /* sched_req_params.top_logprobs */
+    bool prompt_lp;             /* sched_req_params.prompt_logprobs, with a prompt of 2 tokens or more */
     double t_submit;            /* seconds, monotonic */
 
     /* scheduler thread only */
@@ -98,6 +106,7 @@ struct sched {
 
     /* scheduler thread only */
     float *logits;              /* [max_seqs][n_vocab] one slot per running request */
+    float *plp_logits;          /* [SCHED_PLP_ROWS][n_vocab] every position's logits of one prompt-logprob chunk a step */
     int *free_slots;            /* [max_seqs] stack of free slot indices */
     int n_free_slots;
     engine_batch_item *items;   /* [max_seqs] */

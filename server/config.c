@@ -106,6 +106,19 @@ static const opt_def OPTS[] = {
     {"prefix-snapshot-interval", 0, "HYSERVE_PREFIX_SNAPSHOT_INTERVAL", OPT_INT, OFF(prefix_snap_interval), 0,
      "N", "with DeltaNet layers, also snapshot the state every N prompt tokens (default 0: at the end of "
      "the prompt and of the output, and where a prompt left a cached one)"},
+    {"served-model-name", 0, "HYSERVE_SERVED_MODEL_NAME", OPT_LIST, OFF(served_names), SZ(served_names), "NAME",
+     "a name OpenAI requests may give as \"model\" (repeatable: aliases; the first is the one answers, /info "
+     "and /metrics carry; default: the model file's name without .gguf)"},
+    {"accept-any-model", 0, "HYSERVE_ACCEPT_ANY_MODEL", OPT_BOOL, OFF(accept_any_model), 0, NULL,
+     "accept any \"model\" in OpenAI requests and echo it (default off: a name not served gets 404 "
+     "model_not_found)"},
+    {"log-format", 0, "HYSERVE_LOG_FORMAT", OPT_STR, OFF(log_format), SZ(log_format), "FMT",
+     "log lines as text (a timestamp, a level, the message) or json (one object a line) (default text)"},
+    {"log-probes", 0, "HYSERVE_LOG_PROBES", OPT_BOOL, OFF(log_probes), 0, NULL,
+     "also log GET /health, /live, /ready and /metrics (default off: they are counted, not logged)"},
+    {"cors-origin", 0, "HYSERVE_CORS_ORIGIN", OPT_LIST, OFF(cors_origins), SZ(cors_origins), "ORIGIN",
+     "let web pages from this origin (scheme://host[:port], or * for any) call the API: Access-Control-* "
+     "headers on every response and preflight OPTIONS answered (repeatable; default off)"},
     {"replica", 0, "HYSERVE_REPLICA", OPT_STR, OFF(replica), SZ(replica), "NAME",
      "this replica's name in the X-Hyserve-Replica header and /info (default: the host name)"},
 };
@@ -207,9 +220,12 @@ static int opt_set(server_config *c, const opt_def *o, const char *val, const ch
         /* flags (src "--name") over the environment (src = its variable)
          * over the file: a higher source starts the list afresh */
         int from = !strncmp(src, "--", 2) ? 3 : !strcmp(src, o->env) ? 2 : 1;
-        if (from != c->api_keys_from) {
+        int *list_from = o->off == OFF(api_keys)       ? &c->api_keys_from
+                         : o->off == OFF(served_names) ? &c->served_names_from
+                                                       : &c->cors_origins_from;
+        if (from != *list_from) {
             base[0] = '\0';
-            c->api_keys_from = from;
+            *list_from = from;
         }
         size_t have = strlen(base), n = strlen(val);
         if (have + n + 2 > o->size) {

@@ -57,6 +57,13 @@ typedef struct server_config {
     char prefix_cache[8];       /* "on" (default) or "off": keep finished requests' caches for reuse */
     uint64_t prefix_cache_mem;  /* the prefix store's bytes, inside cache_mem; 0: a quarter of the budget */
     int prefix_snap_interval;   /* DeltaNet snapshot every N prompt tokens; 0: only at the end and branch points */
+    char served_names[2048];    /* --served-model-name values, one per line; "": the model file's name */
+    int served_names_from;      /* their source, as api_keys_from */
+    bool accept_any_model;      /* OpenAI requests may name any model (else 404 model_not_found) */
+    char cors_origins[2048];    /* --cors-origin values, one per line ("*": any); "": CORS off */
+    int cors_origins_from;      /* their source, as api_keys_from */
+    char log_format[8];         /* "text" (default) or "json" */
+    bool log_probes;            /* log GET /health, /live, /ready and /metrics too */
 } server_config;
 
 void config_defaults(server_config *c);

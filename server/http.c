@@ -24,6 +24,8 @@
 #include "guard.h"
 #include "http.h"
 #include "metrics.h"
+#include "cors.h"
+#include "log.h"
 #include "routes.h"
 
 /* ---------------------------------------------------------------------- */
@@ -64,6 +66,7 @@ static void set_request_id(http_req *hr)
 void http_add_common_headers(http_req *hr, struct MHD_Response *resp)
 {
     MHD_add_response_header(resp, "X-Request-Id", hr->id);
+    cors_add_headers(hr, resp);
     if (hr->srv->replica[0])
         MHD_add_response_header(resp, "X-Hyserve-Replica", hr->srv->replica);
     if (atomic_load(&hr->srv->state) == SERVER_DRAINING)
@@ -148,8 +151,68 @@ void http_inflight_end(http_req *hr)
 /* Request completion: log line and metrics                               */
 /* ---------------------------------------------------------------------- */
 
+/* libmicrohttpd's own error lines (a client gone mid-response, ...), with
+ * a timestamp and a level like every other line. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    log_vmsg(LOG_WARN, "hyserve: http: ", fmt, ap);
+}
+
+/* GET /health, /live, /ready and /metrics: probes and scrapes, every few
+ * seconds from each balancer and scraper; not logged unless --log-probes
+ * (they are counted in /metrics all the same). */
+static bool is_probe(const http_req *hr)
+{
+    return (!strcmp(hr->method, "GET") || !strcmp(hr->method, "HEAD")) &&
+           (!strcmp(hr->path, "/health") || !strcmp(hr->path, "/live") || !strcmp(hr->path, "/ready") ||
+            !strcmp(hr->path, "/metrics"));
+}
+
+/* The request's line as JSON fields (--log-format json). */
+static void log_request_json(const http_req *hr, double total_s)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddStringToObject(o, "msg", "request");
+    cJSON_AddStringToObject(o, "id", hr->id);
+    cJSON_AddStringToObject(o, "method", hr->method);
+    cJSON_AddStringToObject(o, "path", hr->path);
+    cJSON_AddNumberToObject(o, "status", hr->status);
+    if (hr->generation) {
+        cJSON_AddNumberToObject(o, "prompt_tokens", hr->n_prompt);
+        cJSON_AddNumberToObject(o, "gen_tokens", hr->n_gen);
+        cJSON_AddStringToObject(o, "finish", hr->finish ? hr->finish : (hr->failure ? hr->failure : "-"));
+        cJSON_AddNumberToObject(o, "queue_ms", hr->queue_ms >= 0 ? hr->queue_ms : 0.0);
+        cJSON_AddNumberToObject(o, "ttft_ms", hr->ttft_ms >= 0 ? hr->ttft_ms : -1.0);
+    }
+    cJSON_AddNumberToObject(o, "total_ms", total_s * 1e3);
+    if (hr->log_prompt) {
+        /* log_prompt is JSON-escaped text without its quotes: read it back into a string */
+        size_t n = strlen(hr->log_prompt);
+        char *q = malloc(n + 3);
+        if (q) {
+            q[0] = '"';
+            memcpy(q + 1, hr->log_prompt, n);
+            q[n + 1] = '"';
+            q[n + 2] = '\0';
+            cJSON *p = cJSON_Parse(q);
+            if (p)
+                cJSON_AddItemToObject(o, "prompt", p);
+            free(q);
+        }
+    }
+    log_fields(LOG_INFO, o);
+}
+
 static void log_request(const http_req *hr, double total_s)
 {
+    if (is_probe(hr) && !log_probes())
+        return;
+    if (log_json()) {
+        log_request_json(hr, total_s);
+        return;
+    }
     char extra[256] = "";
     if (hr->generation) {
         snprintf(extra, sizeof(extra), " prompt_tokens=%d gen_tokens=%d finish=%s queue_ms=%.1f ttft_ms=%.1f",
@@ -157,10 +220,10 @@ static void log_request(const http_req *hr, double total_s)
                  hr->queue_ms >= 0 ? hr->queue_ms : 0.0, hr->ttft_ms >= 0 ? hr->ttft_ms : -1.0);
     }
     if (hr->log_prompt)
-        fprintf(stderr, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f prompt=\"%s\"\n", hr->id, hr->method,
+        log_msg(LOG_INFO, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f prompt=\"%s\"", hr->id, hr->method,
                 hr->path, hr->status, extra, total_s * 1e3, hr->log_prompt);
     else
-        fprintf(stderr, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f\n", hr->id, hr->method, hr->path,
+        log_msg(LOG_INFO, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f", hr->id, hr->method, hr->path,
                 hr->status, extra, total_s * 1e3);
 }
 
@@ -172,6 +235,7 @@ void http_req_unref(http_req *hr)
     log_request(hr, total);
     if (hr->srv->m) {
         metrics_req mr = {
+            .path = hr->path,
             .generation = hr->generation,
             .status = hr->status,
             .finish = hr->finish,
@@ -330,6 +394,7 @@ int http_start(server *srv, char *err, size_t errlen)
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     srv->daemon = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, srv,
+                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, or MHD logs before it */
                                    MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
                                    MHD_OPTION_CONNECTION_TIMEOUT,

@@ -502,6 +502,41 @@ static int get_prompt_ids(gen_request *g, const cJSON *arr, perr *pe)
     return 0;
 }
 
+/* Several completion prompts: an array of 2..JSON_MAX_BATCH strings or
+ * token-id arrays (mixed as OpenAI allows), one choice each. */
+static int get_prompt_batch(gen_request *g, const cJSON *arr, perr *pe)
+{
+    int n = cJSON_GetArraySize(arr);
+    if (n > JSON_MAX_BATCH)
+        return fail(pe, "prompt", "at most %d prompts in one request", JSON_MAX_BATCH);
+    g->batch_prompt = calloc((size_t)n, sizeof(*g->batch_prompt));
+    g->batch_ids = calloc((size_t)n, sizeof(*g->batch_ids));
+    g->batch_n_ids = calloc((size_t)n, sizeof(*g->batch_n_ids));
+    if (!g->batch_prompt || !g->batch_ids || !g->batch_n_ids)
+        return fail(pe, "prompt", "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        int i = g->n_batch++;
+        if (cJSON_IsString(it) && it->valuestring[0]) {
+            g->batch_prompt[i] = strdup(it->valuestring);
+            if (!g->batch_prompt[i])
+                return fail(pe, "prompt", "out of memory");
+        } else if (cJSON_IsArray(it) && it->child && cJSON_IsNumber(it->child)) {
+            if (get_prompt_ids(g, it, pe) < 0)
+                return -1;
+            g->batch_ids[i] = g->prompt_ids;       /* moved: prompt_ids is the single prompt's */
+            g->batch_n_ids[i] = g->n_prompt_ids;
+            g->prompt_ids = NULL;
+            g->n_prompt_ids = 0;
+        } else {
+            return fail(pe, "prompt", "item %d of the prompt array must be a non-empty string or an array of token ids",
+                        i);
+        }
+    }
+    return 0;
+}
+
 /* A known field we do not implement: reject it when set to anything but
  * its neutral value, rather than silently ignoring it. */
 static int unsupported(const cJSON *obj, const char *name, perr *pe)
@@ -522,6 +557,37 @@ static int unsupported(const cJSON *obj, const char *name, perr *pe)
 /* ---------------------------------------------------------------------- */
 /* Generation requests                                                    */
 /* ---------------------------------------------------------------------- */
+
+/* OpenAI logprobs. Chat: "logprobs": bool and "top_logprobs": 0..20,
+ * which needs logprobs true. Completions: "logprobs": 0..5 (the top count;
+ * 0 lists only the chosen tokens) and "echo": bool; echo with logprobs
+ * also scores the prompt. ref: OpenAI's API reference. */
+static int get_oai_logprobs(gen_request *g, const cJSON *root, int api, perr *pe)
+{
+    double v;
+    int rc;
+    if (api == API_OAI_CHAT) {
+        if (get_bool(root, "logprobs", &g->logprobs, pe) < 0)
+            return -1;
+        if ((rc = get_int(root, "top_logprobs", 0, SAMPLER_MAX_TOP, &v, pe)) < 0)
+            return -1;
+        if (rc && !g->logprobs)
+            return fail(pe, "top_logprobs", "requires `logprobs` to be true");
+        if (rc)
+            g->top_logprobs = (int)v;
+        return 0;
+    }
+    if ((rc = get_int(root, "logprobs", 0, 5, &v, pe)) < 0)
+        return -1;
+    if (rc) {
+        g->logprobs = true;
+        g->top_logprobs = (int)v;
+    }
+    if (get_bool(root, "echo", &g->echo, pe) < 0)
+        return -1;
+    g->prompt_logprobs = g->echo && g->logprobs;
+    return 0;
+}
 
 /* Sampling fields shared by the OpenAI routes. */
 static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *body, size_t len, int max_stop,
@@ -599,7 +665,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
         return -1;
     if (model)
         snprintf(g->model, sizeof(g->model), "%s", model);
-    static const char *const unsup[] = {"n", "best_of", "logprobs", "top_logprobs", "echo", "suffix", "tools",
+    static const char *const unsup[] = {"n", "best_of", "suffix", "tools",
                                         "functions", "tool_choice", "function_call", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(root, unsup[i], pe))
@@ -711,8 +777,16 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
     if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
         get_bool(p, "return_usage", &g->return_usage, pe) < 0 || get_cache_salt(g, p, pe) < 0)
         return -1;
-    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id",
-                                        "top_n_tokens", "decoder_input_details", "frequency_penalty", NULL};
+    /* top_n_tokens: TGI's limit is its --max-top-n-tokens, 5 by default */
+    if ((rc = get_int(p, "top_n_tokens", 0, 5, &v, pe)) < 0)
+        return -1;
+    if (rc)
+        g->top_logprobs = (int)v;
+    if (get_bool(p, "decoder_input_details", &g->prompt_logprobs, pe) < 0)
+        return -1;
+    if (g->prompt_logprobs && g->stream)
+        return fail(pe, "decoder_input_details", "decoder_input_details == true is not supported when streaming tokens");
+    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id", "frequency_penalty", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(p, unsup[i], pe))
             return -1;
@@ -814,7 +888,7 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
         if (parse_tgi(g, root, body, len, max_stop, &pe))
             goto out;
     } else {
-        if (parse_oai_sampling(g, root, body, len, max_stop, &pe))
+        if (parse_oai_sampling(g, root, body, len, max_stop, &pe) || get_oai_logprobs(g, root, api, &pe))
             goto out;
         int r2 = get_int(root, "max_tokens", -1e18, 1e18, &v, &pe);
         if (r2 < 0)
@@ -846,7 +920,9 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
                 goto out;
             }
             if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 1) {
-                fail(&pe, "prompt", "several prompts in one request are not supported yet; send one request per prompt");
+                if (get_prompt_batch(g, p, &pe) < 0)
+                    goto out;
+                rc = JSON_OK;
                 goto out;
             }
             if (!cJSON_IsString(p)) {
@@ -895,23 +971,41 @@ void json_gen_free(gen_request *g)
     free(g->stop);
     free(g->bias);
     free(g->prompt_ids);
+    for (int i = 0; i < g->n_batch; i++) {
+        free(g->batch_prompt[i]);
+        free(g->batch_ids[i]);
+    }
+    free(g->batch_prompt);
+    free(g->batch_ids);
+    free(g->batch_n_ids);
     memset(g, 0, sizeof(*g));
 }
 
-int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen)
+/* Parse a small body (/tokenize, /detokenize) into *root. Returns JSON_OK
+ * or JSON_EPARSE with err saying what was expected (want). */
+static int parse_small_body(const char *body, size_t len, const char *want, cJSON **root, char *err, size_t errlen)
 {
     const char *end = NULL;
-    *inputs = NULL;
+    *root = NULL;
     if (!body || len == 0) {
-        snprintf(err, errlen, "empty request body: expected {\"inputs\": \"...\"}");
+        snprintf(err, errlen, "empty request body: expected %s", want);
         return JSON_EPARSE;
     }
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
-    if (!root) {
+    *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!*root) {
         snprintf(err, errlen, "malformed JSON in the request body near byte %zu",
                  end && end >= body ? (size_t)(end - body) : (size_t)0);
         return JSON_EPARSE;
     }
+    return JSON_OK;
+}
+
+int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen)
+{
+    cJSON *root;
+    *inputs = NULL;
+    if (parse_small_body(body, len, "{\"inputs\": \"...\"}", &root, err, errlen))
+        return JSON_EPARSE;
     int rc = JSON_EINVALID;
     const cJSON *in = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "inputs") : NULL;
     if (!cJSON_IsString(in)) {
@@ -920,6 +1014,45 @@ int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, 
     }
     *inputs = strdup(in->valuestring);
     rc = *inputs ? JSON_OK : JSON_ENOMEM;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int json_parse_detokenize(const char *body, size_t len, int32_t max_id, int32_t **ids, int *n_ids, char *err,
+                          size_t errlen)
+{
+    cJSON *root;
+    *ids = NULL;
+    *n_ids = 0;
+    if (parse_small_body(body, len, "{\"tokens\": [ids]}", &root, err, errlen))
+        return JSON_EPARSE;
+    int rc = JSON_EINVALID;
+    const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "tokens") : NULL;
+    if (!cJSON_IsArray(arr)) {
+        snprintf(err, errlen, "`tokens`: missing field (expected an array of token ids)");
+        goto out;
+    }
+    int n = cJSON_GetArraySize(arr);
+    *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(**ids));
+    if (!*ids) {
+        rc = JSON_ENOMEM;
+        goto out;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr)
+    {
+        double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (!(v >= 0 && v <= max_id && v == floor(v))) {
+            snprintf(err, errlen, "`tokens`: item %d is not a token id (integers 0..%d)", *n_ids, (int)max_id);
+            free(*ids);
+            *ids = NULL;
+            *n_ids = 0;
+            goto out;
+        }
+        (*ids)[(*n_ids)++] = (int32_t)v;
+    }
+    rc = JSON_OK;
 out:
     cJSON_Delete(root);
     return rc;

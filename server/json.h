@@ -19,6 +19,9 @@
 
 #include "sampler.h"
 
+/* Prompts one /v1/completions request may carry. */
+#define JSON_MAX_BATCH 32
+
 enum api_kind {
     API_TGI = 0,                /* /generate, /generate_stream, POST / */
     API_OAI_COMPLETION = 1,     /* /v1/completions */
@@ -46,6 +49,10 @@ typedef struct gen_request {
     char *prompt;               /* TGI inputs / completion prompt; the rendered chat prompt for chat; NULL with prompt_ids */
     int32_t *prompt_ids;        /* [n_prompt_ids] completions: the prompt given as token ids */
     int n_prompt_ids;
+    int n_batch;                /* completions: prompts given as an array of 2 or more (one choice each); else 0 */
+    char **batch_prompt;        /* [n_batch] each a string prompt, or NULL when that one is token ids */
+    int32_t **batch_ids;        /* [n_batch] the token-id prompts (NULL for strings) */
+    int *batch_n_ids;           /* [n_batch] */
     chat_msg *msgs;             /* [n_msgs] chat only */
     int n_msgs;
     int max_new_tokens;         /* -1: not given */
@@ -61,6 +68,11 @@ typedef struct gen_request {
     bool return_full_text;      /* TGI: prepend the prompt */
     bool return_usage;          /* TGI extension: usage block */
     bool include_usage;         /* OpenAI stream_options.include_usage */
+    bool logprobs;              /* OpenAI: logprobs of the generated tokens (TGI: always in details) */
+    int top_logprobs;           /* 0..SAMPLER_MAX_TOP: chat top_logprobs, completions logprobs N, TGI top_n_tokens */
+    bool echo;                  /* completions: the prompt before the completion */
+    bool prompt_logprobs;       /* logprobs of the prompt's tokens: completions echo + logprobs, TGI
+                                 * decoder_input_details */
     char model[128];            /* OpenAI: echoed back */
     char cache_salt[256];       /* prefix cache isolation (OpenAI body, TGI parameters); "" for none */
 } gen_request;
@@ -74,6 +86,11 @@ void json_gen_free(gen_request *g);
 
 /* /tokenize: {"inputs": "..."} -> *inputs (heap). */
 int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen);
+
+/* /detokenize: {"tokens": [ids]} -> *ids (heap, *n_ids entries, each
+ * 0..max_id). */
+int json_parse_detokenize(const char *body, size_t len, int32_t max_id, int32_t **ids, int *n_ids, char *err,
+                          size_t errlen);
 
 /* A string item holding text made valid UTF-8 (invalid bytes -> U+FFFD). */
 cJSON *json_text(const char *s, size_t len);

@@ -6,6 +6,7 @@
  * Does not own: the cache numbers (engine, published by the scheduler).
  * ref: docs/serving.md 6 (/stats shape) and 7 (metric names).
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 #include "chat.h"
 #include "metrics.h"
+#include "serve.h"
 
 #define HIST_MAX 20
 
@@ -21,6 +23,40 @@ static const double SECONDS_BUCKETS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0
                                          1, 2.5, 5, 10, 30, 60, 120};
 static const double TOKEN_BUCKETS[] = {1, 4, 16, 64, 256, 1024, 4096, 16384, 65536};
 static const double BYTE_BUCKETS[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30, 4294967296.0};
+
+/* Routes as /metrics labels them: the route table's paths, so a client
+ * cannot mint label values; anything else is "other". */
+static const char *const ROUTE_NAMES[] = {"/", "/generate", "/generate_stream", "/v1/completions",
+                                          "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize",
+                                          "/info", "/health", "/live", "/ready", "/stats", "/metrics",
+                                          "/v1/memory/estimate", "/v1/memory/presets", "/requests/{id}",
+                                          "/web/{name}", "other"};
+#define N_ROUTES ((int)(sizeof(ROUTE_NAMES) / sizeof(ROUTE_NAMES[0])))
+/* Statuses the server sends (docs/serving.md 4); any other is counted as 0 ("other"). */
+static const int STATUS_CODES[] = {200, 400, 401, 403, 404, 405, 413, 422, 424, 429, 499, 500, 503, 0};
+#define N_STATUS ((int)(sizeof(STATUS_CODES) / sizeof(STATUS_CODES[0])))
+
+static int route_index(const char *path)
+{
+    if (!path)
+        return N_ROUTES - 1;
+    if (!strncmp(path, "/requests/", 10) && path[10])
+        return 16;
+    if (!strncmp(path, "/web/", 5) && path[5])
+        return 17;
+    for (int i = 0; i < N_ROUTES - 3; i++)
+        if (!strcmp(path, ROUTE_NAMES[i]))
+            return i;
+    return N_ROUTES - 1;
+}
+
+static int status_index(int status)
+{
+    for (int i = 0; i < N_STATUS - 1; i++)
+        if (STATUS_CODES[i] == status)
+            return i;
+    return N_STATUS - 1;
+}
 
 /* A Prometheus histogram with fixed upper bounds. */
 typedef struct hist {
@@ -40,10 +76,11 @@ static const char *const FAIL_NAMES[N_FAIL] = {"validation", "overloaded", "canc
 /* Owned by the server; every field under mu. */
 struct metrics {
     pthread_mutex_t mu;
-    uint64_t http_requests_total;
+    uint64_t http_requests[N_ROUTES][N_STATUS];
     uint64_t success[N_FIN];
     uint64_t failure[N_FAIL];
     hist ttft, e2e, queue, prompt_tokens, gen_tokens, cache_bytes, itl;
+    hist prefill, decode;       /* per request: admission -> first token; first token -> last */
 };
 
 static void hist_init(hist *h, const double *b, int n)
@@ -76,6 +113,8 @@ metrics *metrics_new(void)
     hist_init(&m->gen_tokens, TOKEN_BUCKETS, (int)(sizeof(TOKEN_BUCKETS) / sizeof(double)));
     hist_init(&m->cache_bytes, BYTE_BUCKETS, (int)(sizeof(BYTE_BUCKETS) / sizeof(double)));
     hist_init(&m->itl, SECONDS_BUCKETS, (int)(sizeof(SECONDS_BUCKETS) / sizeof(double)));
+    hist_init(&m->prefill, SECONDS_BUCKETS, (int)(sizeof(SECONDS_BUCKETS) / sizeof(double)));
+    hist_init(&m->decode, SECONDS_BUCKETS, (int)(sizeof(SECONDS_BUCKETS) / sizeof(double)));
     return m;
 }
 
@@ -90,7 +129,7 @@ void metrics_free(metrics *m)
 void metrics_record(metrics *m, const metrics_req *r)
 {
     pthread_mutex_lock(&m->mu);
-    m->http_requests_total++;
+    m->http_requests[route_index(r->path)][status_index(r->status)]++;
     if (r->generation) {
         if (r->finish && r->status == 200) {
             for (int i = 0; i < N_FIN; i++)
@@ -101,6 +140,10 @@ void metrics_record(metrics *m, const metrics_req *r)
                 hist_add(&m->ttft, r->ttft_s);
             if (r->queue_s >= 0)
                 hist_add(&m->queue, r->queue_s);
+            if (r->ttft_s >= 0 && r->queue_s >= 0 && r->ttft_s >= r->queue_s)
+                hist_add(&m->prefill, r->ttft_s - r->queue_s);
+            if (r->ttft_s >= 0 && r->e2e_s >= r->ttft_s)
+                hist_add(&m->decode, r->e2e_s - r->ttft_s);
             hist_add(&m->prompt_tokens, r->n_prompt);
             hist_add(&m->gen_tokens, r->n_gen);
             hist_add(&m->cache_bytes, (double)r->cache_bytes);
@@ -132,6 +175,7 @@ typedef struct sbuf {
     char *b;
     size_t len, cap;
     bool oom;
+    char label[300];            /* model_name="..." that every series carries, as vLLM's do */
 } sbuf;
 
 __attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *s, const char *fmt, ...)
@@ -165,26 +209,76 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *s, const char 
     }
 }
 
+/* The shortest decimal that reads back as v (bucket bounds written
+ * exactly: 0.1 as "0.1", 4294967296 in full). */
+static void exact_num(char *buf, size_t n, double v)
+{
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+        snprintf(buf, n, "%.0f", v);    /* integers in full digits: 10, not 1e+01 */
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+/* One sample: name{labels,model_name="..."} v (labels may be ""; the
+ * model label goes last, so a reader matching name{kind="x" still does). */
+static void prom_u64(sbuf *s, const char *name, const char *labels, uint64_t v)
+{
+    sb_printf(s, "%s{%s%s%s} %llu\n", name, labels, labels[0] ? "," : "", s->label, (unsigned long long)v);
+}
+
+static void prom_f64(sbuf *s, const char *name, const char *labels, double v)
+{
+    sb_printf(s, "%s{%s%s%s} %.17g\n", name, labels, labels[0] ? "," : "", s->label, v);
+}
+
+/* s->label = model_name="name", the name escaped for a label value
+ * (backslash, quote, newline). */
+static void set_model_label(sbuf *s, const char *name)
+{
+    size_t k = (size_t)snprintf(s->label, sizeof(s->label), "model_name=\"");
+    for (const char *p = name ? name : ""; *p && k + 4 < sizeof(s->label); p++) {
+        if (*p == '\\' || *p == '"' || *p == '\n')
+            s->label[k++] = '\\';
+        s->label[k++] = *p == '\n' ? 'n' : *p;
+    }
+    s->label[k++] = '"';
+    s->label[k] = '\0';
+}
+
 static void prom_hist(sbuf *s, const char *name, const char *help, const hist *h)
 {
     sb_printf(s, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
+    char le[32], lab[48], series[128];
+    snprintf(series, sizeof(series), "%s_bucket", name);
     for (int i = 0; i < h->n; i++) {
         cum += h->counts[i];
-        sb_printf(s, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+        exact_num(le, sizeof(le), h->bounds[i]);
+        snprintf(lab, sizeof(lab), "le=\"%s\"", le);
+        prom_u64(s, series, lab, cum);
     }
-    sb_printf(s, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
-    sb_printf(s, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
+    prom_u64(s, series, "le=\"+Inf\"", h->count);
+    snprintf(series, sizeof(series), "%s_sum", name);
+    prom_f64(s, series, "", h->sum);
+    snprintf(series, sizeof(series), "%s_count", name);
+    prom_u64(s, series, "", h->count);
 }
 
 static void prom_gauge(sbuf *s, const char *name, const char *help, double v)
 {
-    sb_printf(s, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
+    sb_printf(s, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    prom_f64(s, name, "", v);
 }
 
 static void prom_counter(sbuf *s, const char *name, const char *help, double v)
 {
-    sb_printf(s, "# HELP %s %s\n# TYPE %s counter\n%s %.17g\n", name, help, name, name, v);
+    sb_printf(s, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    prom_f64(s, name, "", v);
 }
 
 /* The prefix cache's counters (docs/serving.md 9). */
@@ -230,7 +324,12 @@ char *metrics_prometheus(server *srv)
     }
     free(reqs);
     const engine_info *in = have ? srv->info : NULL;
+    set_model_label(&s, in ? server_model_name(srv) : "");
 
+    char lab[512];
+    sb_printf(&s, "# HELP hyserve_build_info the build: version and git commit\n# TYPE hyserve_build_info gauge\n");
+    snprintf(lab, sizeof(lab), "version=\"%s\",git_commit=\"%s\"", hyserve_version(), hyserve_git_commit());
+    prom_u64(&s, "hyserve_build_info", lab, 1);
     prom_gauge(&s, "hyserve_ready", "1 when the server accepts new work", state == SERVER_READY);
     prom_gauge(&s, "hyserve_draining", "1 after SIGTERM while in-flight requests finish", state == SERVER_DRAINING);
     prom_gauge(&s, "hyserve_requests_running", "requests holding a sequence (prefill or decode)", st.running);
@@ -243,31 +342,37 @@ char *metrics_prometheus(server *srv)
                budget > 0 ? (double)st.pool.reserved_bytes / budget : 0.0);
     prom_gauge(&s, "hyserve_attn_kv_usage_ratio", "attention KV pages used / total",
                st.pool.n_pages_total > 0 ? (double)st.pool.n_pages_used / st.pool.n_pages_total : 0.0);
+    static const char *const kinds[] = {"attn_kv", "mla_latent", "recurrent_state", "conv_state", "checkpoint",
+                                        "prefix_cache"};
+    const uint64_t kind_bytes[] = {b_kv, b_mla, b_state, b_conv, 0, st.prefix.bytes};
     sb_printf(&s, "# HELP hyserve_cache_bytes cache bytes reserved by live requests, by kind\n"
-                  "# TYPE hyserve_cache_bytes gauge\n"
-                  "hyserve_cache_bytes{kind=\"attn_kv\"} %llu\n"
-                  "hyserve_cache_bytes{kind=\"mla_latent\"} %llu\n"
-                  "hyserve_cache_bytes{kind=\"recurrent_state\"} %llu\n"
-                  "hyserve_cache_bytes{kind=\"conv_state\"} %llu\n"
-                  "hyserve_cache_bytes{kind=\"checkpoint\"} 0\n"
-                  "hyserve_cache_bytes{kind=\"prefix_cache\"} %llu\n",
-              (unsigned long long)b_kv, (unsigned long long)b_mla, (unsigned long long)b_state,
-              (unsigned long long)b_conv, (unsigned long long)st.prefix.bytes);
+                  "# TYPE hyserve_cache_bytes gauge\n");
+    for (int i = 0; i < 6; i++) {
+        snprintf(lab, sizeof(lab), "kind=\"%s\"", kinds[i]);
+        prom_u64(&s, "hyserve_cache_bytes", lab, kind_bytes[i]);
+    }
     double tok_cap = in ? (double)st.pool.n_pages_total * in->page_tokens : 0.0;
     prom_gauge(&s, "hyserve_attn_kv_token_usage_ratio", "filled token slots / token capacity of the KV pool",
                tok_cap > 0 ? (double)tok_used / tok_cap : 0.0);
     if (in) {
-        sb_printf(&s, "# HELP hyserve_device_memory_bytes memory by use\n# TYPE hyserve_device_memory_bytes gauge\n"
-                      "hyserve_device_memory_bytes{device=\"cpu\",kind=\"weights\"} %llu\n"
-                      "hyserve_device_memory_bytes{device=\"cpu\",kind=\"kv_pool\"} %llu\n"
-                      "hyserve_device_memory_bytes{device=\"cpu\",kind=\"state_pool\"} %llu\n",
-                  (unsigned long long)in->weight_bytes, (unsigned long long)(b_kv + b_mla),
-                  (unsigned long long)(b_state + b_conv));
+        sb_printf(&s, "# HELP hyserve_device_memory_bytes memory by use\n# TYPE hyserve_device_memory_bytes gauge\n");
+        prom_u64(&s, "hyserve_device_memory_bytes", "device=\"cpu\",kind=\"weights\"", in->weight_bytes);
+        prom_u64(&s, "hyserve_device_memory_bytes", "device=\"cpu\",kind=\"kv_pool\"", b_kv + b_mla);
+        prom_u64(&s, "hyserve_device_memory_bytes", "device=\"cpu\",kind=\"state_pool\"", b_state + b_conv);
     }
     prom_gauge(&s, "hyserve_recurrent_slots_used", "DeltaNet state slots in use", st.pool.n_seqs);
-    prom_gauge(&s, "hyserve_recurrent_slots_total", "DeltaNet state slots (max sequences)", in ? in->max_seqs : 0);
-    prom_gauge(&s, "hyserve_batch_size_last", "sequences in the last engine step", st.batch_seqs_last);
-    prom_gauge(&s, "hyserve_batch_size_max", "most sequences in one engine step", st.batch_seqs_max);
+    prom_gauge(&s, "hyserve_recurrent_slots", "DeltaNet state slots (max sequences)", in ? in->max_seqs : 0);
+    /* tokens fed per engine step (decode tokens + prompt tokens): the batch
+     * the engine ran, as a histogram rather than last/max gauges */
+    hist steps;
+    static const double STEP_BUCKETS[SCHED_STEP_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+    hist_init(&steps, STEP_BUCKETS, SCHED_STEP_BUCKETS);
+    for (int i = 0; i <= SCHED_STEP_BUCKETS; i++) {
+        steps.counts[i] = st.step_tokens[i];
+        steps.count += st.step_tokens[i];
+    }
+    steps.sum = (double)st.step_tokens_sum;
+    prom_hist(&s, "hyserve_engine_step_tokens", "tokens fed to the engine per step (decode + prompt)", &steps);
     prom_counter(&s, "hyserve_engine_steps_total", "engine forward steps", (double)st.steps_total);
     prom_counter(&s, "hyserve_engine_decode_steps_total", "engine steps that only decoded", (double)st.decode_steps_total);
     prom_counter(&s, "hyserve_engine_decode_seconds_total", "time inside the engine in decode-only steps",
@@ -279,35 +384,47 @@ char *metrics_prometheus(server *srv)
     prom_prefix_cache(&s, &st);
     prom_counter(&s, "hyserve_preemptions_total", "requests preempted", 0);
     sb_printf(&s, "# HELP hyserve_rejected_total requests refused before admission\n"
-                  "# TYPE hyserve_rejected_total counter\n"
-                  "hyserve_rejected_total{reason=\"queue_full\"} %llu\n"
-                  "hyserve_rejected_total{reason=\"queue_timeout\"} %llu\n"
-                  "hyserve_rejected_total{reason=\"too_big\"} %llu\n",
-              (unsigned long long)st.rejected_full_total, (unsigned long long)st.rejected_timeout_total,
-              (unsigned long long)st.rejected_toobig_total);
+                  "# TYPE hyserve_rejected_total counter\n");
+    prom_u64(&s, "hyserve_rejected_total", "reason=\"queue_full\"", st.rejected_full_total);
+    prom_u64(&s, "hyserve_rejected_total", "reason=\"queue_timeout\"", st.rejected_timeout_total);
+    prom_u64(&s, "hyserve_rejected_total", "reason=\"too_big\"", st.rejected_toobig_total);
     if (in) {
-        sb_printf(&s, "# HELP hyserve_cache_config_info cache layout\n# TYPE hyserve_cache_config_info gauge\n"
-                      "hyserve_cache_config_info{block_tokens=\"%d\",kv_dtype=\"%s\",state_dtype=\"%s\","
-                      "kv_bytes_per_token=\"%llu\",mla_bytes_per_token=\"%llu\",state_bytes_per_seq=\"%llu\"} 1\n",
+        sb_printf(&s, "# HELP hyserve_cache_config_info cache layout\n# TYPE hyserve_cache_config_info gauge\n");
+        snprintf(lab, sizeof(lab), "block_tokens=\"%d\",kv_dtype=\"%s\",state_dtype=\"%s\","
+                      "kv_bytes_per_token=\"%llu\",mla_bytes_per_token=\"%llu\",state_bytes_per_seq=\"%llu\"",
                   in->page_tokens, in->kv_dtype ? in->kv_dtype : "f32", in->state_dtype ? in->state_dtype : "f32",
                   (unsigned long long)in->kv_bytes_per_token,
                   (unsigned long long)in->mla_bytes_per_token,
                   (unsigned long long)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
+        prom_u64(&s, "hyserve_cache_config_info", lab, 1);
     }
 
     metrics *m = srv->m;
     pthread_mutex_lock(&m->mu);
-    prom_counter(&s, "hyserve_http_requests_total", "HTTP requests answered", (double)m->http_requests_total);
+    sb_printf(&s, "# HELP hyserve_http_requests_total HTTP requests answered, by route and status\n"
+                  "# TYPE hyserve_http_requests_total counter\n");
+    for (int r = 0; r < N_ROUTES; r++) {
+        for (int k = 0; k < N_STATUS; k++) {
+            if (!m->http_requests[r][k])
+                continue;   /* a series appears with its first request */
+            char code[8];
+            snprintf(code, sizeof(code), "%d", STATUS_CODES[k]);
+            snprintf(lab, sizeof(lab), "route=\"%s\",status=\"%s\"", ROUTE_NAMES[r], STATUS_CODES[k] ? code : "other");
+            prom_u64(&s, "hyserve_http_requests_total", lab, m->http_requests[r][k]);
+        }
+    }
     sb_printf(&s, "# HELP hyserve_request_success_total generations that completed\n"
                   "# TYPE hyserve_request_success_total counter\n");
-    for (int i = 0; i < N_FIN; i++)
-        sb_printf(&s, "hyserve_request_success_total{finish_reason=\"%s\"} %llu\n", FIN_NAMES[i],
-                  (unsigned long long)m->success[i]);
-    sb_printf(&s, "# HELP hyserve_request_failure_total generation requests that failed\n"
-                  "# TYPE hyserve_request_failure_total counter\n");
-    for (int i = 0; i < N_FAIL; i++)
-        sb_printf(&s, "hyserve_request_failure_total{reason=\"%s\"} %llu\n", FAIL_NAMES[i],
-                  (unsigned long long)m->failure[i]);
+    for (int i = 0; i < N_FIN; i++) {
+        snprintf(lab, sizeof(lab), "finish_reason=\"%s\"", FIN_NAMES[i]);
+        prom_u64(&s, "hyserve_request_success_total", lab, m->success[i]);
+    }
+    sb_printf(&s, "# HELP hyserve_request_failure_total generation requests that failed, by the reason the log "
+                  "line gives\n# TYPE hyserve_request_failure_total counter\n");
+    for (int i = 0; i < N_FAIL; i++) {
+        snprintf(lab, sizeof(lab), "reason=\"%s\"", FAIL_NAMES[i]);
+        prom_u64(&s, "hyserve_request_failure_total", lab, m->failure[i]);
+    }
     prom_hist(&s, "hyserve_time_to_first_token_seconds", "request arrival to first token", &m->ttft);
     prom_hist(&s, "hyserve_inter_token_latency_seconds", "time between two sampled tokens of a request", &m->itl);
     prom_hist(&s, "hyserve_e2e_request_latency_seconds", "request arrival to last byte", &m->e2e);
@@ -315,6 +432,8 @@ char *metrics_prometheus(server *srv)
     prom_hist(&s, "hyserve_request_prompt_tokens", "prompt tokens per request", &m->prompt_tokens);
     prom_hist(&s, "hyserve_request_generation_tokens", "generated tokens per request", &m->gen_tokens);
     prom_hist(&s, "hyserve_request_cache_bytes", "peak cache bytes per request", &m->cache_bytes);
+    prom_hist(&s, "hyserve_request_prefill_time_seconds", "admission to first token, per request", &m->prefill);
+    prom_hist(&s, "hyserve_request_decode_time_seconds", "first token to the end, per request", &m->decode);
     pthread_mutex_unlock(&m->mu);
     if (s.oom) {
         free(s.b);
@@ -467,7 +586,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(lay, "block_tokens", in->page_tokens);
     if (in->n_attn_layers > 0) {
         cJSON *a = cJSON_AddObjectToObject(lay, "attention");
-        cJSON_AddStringToObject(a, "type", in->n_head_kv < in->n_head ? "gqa" : "mha");
+        cJSON_AddStringToObject(a, "type", memplan_attn_kind(in->n_head, in->n_head_kv));
         cJSON_AddNumberToObject(a, "layers", in->n_attn_layers);
         cJSON_AddNumberToObject(a, "kv_heads", in->n_head_kv);
         cJSON_AddNumberToObject(a, "head_dim", in->head_dim);
@@ -501,7 +620,9 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON *lim = cJSON_AddObjectToObject(o, "limits");
     cJSON_AddNumberToObject(lim, "max_input_tokens", in->n_ctx - 1);
     cJSON_AddNumberToObject(lim, "max_total_tokens", in->n_ctx);
-    cJSON_AddNumberToObject(lim, "max_concurrent_requests", in->max_seqs);
+    /* TGI's meaning, as /info has it: requests held at once, running or queued */
+    cJSON_AddNumberToObject(lim, "max_concurrent_requests", in->max_seqs + srv->cfg->max_queue);
+    cJSON_AddNumberToObject(lim, "max_running_requests", in->max_seqs);
     cJSON_AddNumberToObject(lim, "max_queue", srv->cfg->max_queue);
 
     /* totals by kind over the live requests (computed first: the device and
@@ -583,11 +704,11 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         if (arr && (!request_id || !strcmp(request_id, reqs[i].id)))
             cJSON_AddItemToArray(arr, request_json(&reqs[i], in));
     }
+    /* disjoint parts only, so they add up to all_requests_bytes (no
+     * attention or recurrent subtotal beside its parts to count twice) */
     cJSON *tot = cJSON_AddObjectToObject(o, "totals");
-    cJSON_AddNumberToObject(tot, "attn_kv_bytes", (double)(t_kv + t_mla));
     cJSON_AddNumberToObject(tot, "gqa_kv_bytes", (double)t_kv);
     cJSON_AddNumberToObject(tot, "mla_latent_bytes", (double)t_mla);
-    cJSON_AddNumberToObject(tot, "recurrent_state_bytes", (double)(t_state + t_conv));
     cJSON_AddNumberToObject(tot, "deltanet_state_bytes", (double)t_state);
     cJSON_AddNumberToObject(tot, "deltanet_conv_bytes", (double)t_conv);
     cJSON_AddNumberToObject(tot, "checkpoint_bytes", (double)t_snap);

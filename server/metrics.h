@@ -18,6 +18,7 @@
 
 /* One finished request, as the log line and the counters see it. */
 typedef struct metrics_req {
+    const char *path;           /* the request's path (counted under its route, or "other") */
     bool generation;            /* a generation route (counts tokens and latencies) */
     int status;                 /* HTTP status */
     const char *finish;         /* "length" | "eos_token" | "stop_sequence" | NULL */

@@ -9,6 +9,7 @@
  * ref: docs/serving.md 1 (routes), 2 (TGI shapes), 4 (errors).
  */
 #include <malloc.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +19,13 @@
 #include "chat.h"
 #include "json.h"
 #include "config.h"
+#include "cors.h"
 #include "metrics.h"
 #include "routes.h"
+#include "serve.h"
 #include "stream.h"
 #include "web.h"
 
-#define HYSERVE_VERSION "0.1.0"
 
 /* ---------------------------------------------------------------------- */
 /* Errors: kind -> status and envelope, in one place                      */
@@ -57,6 +59,7 @@ static const err_map ERRS[] = {
      * 400 (vLLM's answer to an aborted request) it does not say the
      * request was malformed. The body names the cancellation. */
     {ERR_CANCELLED, 499, "cancelled", "cancelled"},
+    {ERR_MODEL, 404, "not_found", "invalid_request_error"},
     {ERR_INTERNAL, 500, "internal", "server_error"},
 };
 
@@ -84,7 +87,7 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
         /* OpenAI clients expect 400 for every invalid request */
         if (status == 422)
             status = 400;
-        const char *code = kind == ERR_CONTEXT ? "context_length_exceeded" : NULL;
+        const char *code = kind == ERR_CONTEXT ? "context_length_exceeded" : kind == ERR_MODEL ? "model_not_found" : NULL;
         body = json_error_oai(msg, m->oai_type, x ? x->param : NULL, code);
         if (body && kind == ERR_CONTEXT && x && x->max_total > 0) {
             cJSON *e = cJSON_GetObjectItemCaseSensitive(body, "error");
@@ -106,7 +109,8 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
         case ERR_OVERLOADED: hr->failure = "overloaded"; break;
         case ERR_CANCELLED: hr->failure = "cancelled"; break;
         case ERR_LOADING: case ERR_DRAINING: hr->failure = "unavailable"; break;
-        case ERR_NOT_FOUND: case ERR_METHOD: hr->failure = "not_found"; break;
+        case ERR_NOT_FOUND: case ERR_METHOD: case ERR_MODEL: hr->failure = "not_found"; break;
+        case ERR_GENERATION: hr->failure = "generation"; break;
         default: hr->failure = "internal"; break;
         }
     }
@@ -178,6 +182,15 @@ static int tokenize(server *srv, const char *text, const size_t *data, int n_dat
     return -1;
 }
 
+/* Is name one of the names this server serves (--served-model-name)? */
+static bool served_name(const server *srv, const char *name)
+{
+    for (int i = 0; i < srv->n_model_names; i++)
+        if (!strcmp(srv->model_names[i], name))
+            return true;
+    return false;
+}
+
 static uint64_t random_seed(void)
 {
     uint64_t s = 0;
@@ -196,8 +209,27 @@ enum gen_mode {
     GEN_COMPAT = 2,             /* POST /: like /generate, the answer is an array of one */
 };
 
+/* TGI details.prefill: every prompt token {id, text, logprob}, the first
+ * with a null logprob (nothing predicts it); [] unless
+ * decoder_input_details. */
+static void tgi_prefill(server *srv, cJSON *d, const gen_request *g, const gen_result *res, const int32_t *toks,
+                        int n_prompt)
+{
+    cJSON *pre = cJSON_AddArrayToObject(d, "prefill");
+    if (!pre || !g->prompt_logprobs)
+        return;
+    for (int i = 0; i < n_prompt; i++) {
+        float lp = i > 0 && i - 1 < res->prompt_lp.n ? res->prompt_lp.v[i - 1].logprob : NAN;
+        cJSON *t = lp_tgi_token(srv->eng, toks[i], lp, false);
+        if (!t)
+            return;
+        cJSON_DeleteItemFromObjectCaseSensitive(t, "special");   /* TGI's PrefillToken has none */
+        cJSON_AddItemToArray(pre, t);
+    }
+}
+
 static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *res, const sched_result *sr,
-                           int n_prompt)
+                           const int32_t *toks, int n_prompt)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
@@ -219,18 +251,23 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
             cJSON_AddNullToObject(d, "seed");
         else
             json_add_u64(d, "seed", g->sp.seed);
-        cJSON_AddArrayToObject(d, "prefill");
-        cJSON *toks = cJSON_AddArrayToObject(d, "tokens");
+        tgi_prefill(srv, d, g, res, toks, n_prompt);
+        cJSON *gtoks = cJSON_AddArrayToObject(d, "tokens");
         for (int i = 0; i < res->n_toks; i++) {
             const gen_token *t = &res->toks[i];
             cJSON *to = cJSON_CreateObject();
             if (!to)
                 break;
-            cJSON_AddItemToArray(toks, to);
+            cJSON_AddItemToArray(gtoks, to);
             cJSON_AddNumberToObject(to, "id", t->id);
             json_add_text(to, "text", res->text + t->off, t->len);
             cJSON_AddNumberToObject(to, "logprob", t->logprob);
             cJSON_AddBoolToObject(to, "special", t->special);
+        }
+        if (g->top_logprobs > 0) {
+            cJSON *tt = cJSON_AddArrayToObject(d, "top_tokens");
+            for (int i = 0; tt && i < res->lp.n; i++)
+                cJSON_AddItemToArray(tt, lp_tgi_top(srv->eng, &res->lp.v[i].top));
         }
     }
     if (g->return_usage) {
@@ -243,12 +280,52 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         cJSON_AddNumberToObject(c, "recurrent_state_bytes", (double)sr->state_bytes);
         cJSON_AddNumberToObject(c, "peak_total_bytes", (double)sr->peak_cache_bytes);
     }
-    (void)srv;
     return o;
 }
 
-static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, const gen_result *res, int n_prompt,
-                           int cached_tokens)
+/* Completions: the echoed prompt's text (the prompt string, or the token
+ * ids' text) and, with prompt logprobs, its tokens first in lp (the
+ * first with a null logprob). Returns 0 or -1. */
+static int oai_echo(server *srv, const gen_request *g, const gen_result *res, const int32_t *toks, int n_prompt,
+                    char **text, size_t *len, size_t *cap, lp_list *lp)
+{
+    if (g->prompt) {
+        if (json_buf_append(text, len, cap, g->prompt, strlen(g->prompt)))
+            return -1;
+    } else {
+        for (int i = 0; i < n_prompt; i++) {
+            char b[256];
+            int n = engine_token_piece(srv->eng, toks[i], b, sizeof(b));
+            if (n > 0 && json_buf_append(text, len, cap, b, (size_t)n < sizeof(b) ? (size_t)n : sizeof(b)))
+                return -1;
+        }
+    }
+    if (!g->prompt_logprobs)
+        return 0;
+    for (int i = 0; i < n_prompt; i++) {
+        const lp_token *p = i > 0 && i - 1 < res->prompt_lp.n ? &res->prompt_lp.v[i - 1] : NULL;
+        if (lp_list_push(lp, toks[i], p ? p->logprob : NAN, false, p ? &p->top : NULL))
+            return -1;
+    }
+    return 0;
+}
+
+/* choices[0].logprobs of a whole answer: chat's content list, or
+ * completions' parallel arrays over the echoed prompt and the generated
+ * tokens (end-of-generation tokens left out, as from the text). */
+static cJSON *oai_logprobs(server *srv, const gen_request *g, const gen_result *res, lp_list *lp)
+{
+    if (g->api == API_OAI_CHAT)
+        return lp_oai_chat(srv->eng, res->lp.v, res->lp.n);
+    for (int i = 0; i < res->lp.n; i++)
+        if (!res->lp.v[i].special && lp_list_push(lp, res->lp.v[i].id, res->lp.v[i].logprob, false,
+                                                  &res->lp.v[i].top))
+            return NULL;
+    return lp_oai_completion(srv->eng, lp->v, lp->n, g->top_logprobs > 0, 0, NULL);
+}
+
+static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, const gen_result *res,
+                           const int32_t *toks, int n_prompt, int cached_tokens)
 {
     bool chat = g->api == API_OAI_CHAT;
     cJSON *o = cJSON_CreateObject();
@@ -259,7 +336,8 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", chat ? "chat.completion" : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)time(NULL));
-    cJSON_AddStringToObject(o, "model", g->model[0] ? g->model : srv->info->name);
+    cJSON_AddStringToObject(o, "model", g->model[0] ? g->model : server_model_name(srv));
+    cJSON_AddStringToObject(o, "system_fingerprint", srv->fingerprint);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
@@ -268,10 +346,23 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
         json_add_text(msg, "content", res->text ? res->text : "", res->len);
-    } else {
-        json_add_text(c, "text", res->text ? res->text : "", res->len);
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    lp_list lp = {0};
+    if (!chat) {
+        char *text = NULL;
+        size_t tl = 0, tc = 0;
+        if (g->echo && oai_echo(srv, g, res, toks, n_prompt, &text, &tl, &tc, &lp))
+            goto out_nomem;
+        if (json_buf_append(&text, &tl, &tc, res->text ? res->text : "", res->len))
+            goto out_nomem;
+        json_add_text(c, "text", text, tl);
+        free(text);
+    }
+    if (g->logprobs)
+        cJSON_AddItemToObject(c, "logprobs", oai_logprobs(srv, g, res, &lp));
+    else
+        cJSON_AddNullToObject(c, "logprobs");
+    lp_list_free(&lp);
     cJSON_AddStringToObject(c, "finish_reason", stream_oai_finish(res->finish));
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
@@ -279,6 +370,10 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
     cJSON_AddNumberToObject(u, "total_tokens", n_prompt + res->n_toks);
     json_add_cached_tokens(u, cached_tokens);
     return o;
+out_nomem:
+    lp_list_free(&lp);
+    cJSON_Delete(o);
+    return NULL;
 }
 
 /* Status for a scheduler error that arrived before anything was sent. */
@@ -293,6 +388,143 @@ static int sched_err_kind(int status)
     case SCHED_EENGINE: return ERR_GENERATION;
     default: return ERR_INTERNAL;
     }
+}
+
+/* ---- several completion prompts (OpenAI's prompt array) ---- */
+
+/* One prompt of a batch: its tokens, its scheduler request, its result. */
+typedef struct batch_item {
+    int32_t *toks;              /* [n_prompt] heap */
+    int n_prompt;
+    sched_req *r;
+    gen_result res;
+} batch_item;
+
+/* Tokens of batch prompt i (as given for token ids, checked against the
+ * vocabulary). Returns the count, or -1 with a message in err. */
+static int batch_tokens(server *srv, const gen_request *g, int i, int32_t **out, char *err, size_t errlen)
+{
+    if (g->batch_prompt[i]) {
+        int nt = tokenize(srv, g->batch_prompt[i], NULL, 0, out);
+        if (nt < 1)
+            snprintf(err, errlen, "`prompt`: item %d produced no tokens", i);
+        return nt < 1 ? -1 : nt;
+    }
+    for (int k = 0; k < g->batch_n_ids[i]; k++) {
+        if (g->batch_ids[i][k] >= srv->info->n_vocab) {
+            snprintf(err, errlen, "`prompt`: item %d: token %d is not in the vocabulary (0..%d)", i,
+                     (int)g->batch_ids[i][k], srv->info->n_vocab - 1);
+            return -1;
+        }
+    }
+    *out = malloc((size_t)g->batch_n_ids[i] * sizeof(**out));
+    if (!*out) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(*out, g->batch_ids[i], (size_t)g->batch_n_ids[i] * sizeof(**out));
+    return g->batch_n_ids[i];
+}
+
+/* /v1/completions with prompt: [p0, p1, ...]: every prompt is queued at
+ * once (they run in the same batch), then collected in order; the answer
+ * has one choice per prompt, index i for prompt i, and the usage summed.
+ * Not streamed (400): one stream would interleave several requests. */
+static int handle_batch(http_req *hr, gen_request *g)
+{
+    server *srv = hr->srv;
+    const int n = g->n_batch, n_ctx = srv->info->n_ctx;
+    batch_item *it = calloc((size_t)n, sizeof(*it));
+    char err[512];
+    int rc = 0;
+    err_extra xp = {.param = "prompt"};
+    if (!it)
+        return send_error(hr, ERR_INTERNAL, "out of memory", NULL);
+    if (g->stream) {
+        rc = send_error(hr, ERR_VALIDATION, "`prompt`: several prompts cannot be streamed in one request; send one "
+                                            "streaming request per prompt", &xp);
+        goto out;
+    }
+    if (!g->sp.greedy && !g->seed_given)
+        g->sp.seed = random_seed();     /* one seed for the request: every prompt draws from its own sampler */
+    int max_new = g->max_new_tokens > 0 ? g->max_new_tokens : 16;
+    for (int i = 0; i < n; i++) {
+        it[i].n_prompt = batch_tokens(srv, g, i, &it[i].toks, err, sizeof err);
+        if (it[i].n_prompt < 1) {
+            rc = send_error(hr, ERR_VALIDATION, err, &xp);
+            goto out;
+        }
+        if ((long)it[i].n_prompt + max_new > n_ctx) {
+            err_extra x = {.param = "max_tokens", .n_prompt = it[i].n_prompt, .max_total = n_ctx};
+            snprintf(err, sizeof err, "prompt %d: prompt tokens + max_tokens must be <= %d. Given: %d prompt tokens "
+                                      "and %d max_tokens", i, n_ctx, it[i].n_prompt, max_new);
+            rc = send_error(hr, ERR_CONTEXT, err, &x);
+            goto out;
+        }
+        hr->n_prompt += it[i].n_prompt;
+    }
+    http_inflight_begin(hr);
+    for (int i = 0; i < n; i++) {
+        char id[128];
+        snprintf(id, sizeof id, "%s-%d", hr->id, i);
+        sched_req_params rp = {.id = id, .owner = hr->key_id, .prompt = it[i].toks, .n_prompt = it[i].n_prompt,
+                               .max_new_tokens = max_new, .sampling = g->sp,
+                               .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
+                               .ignore_eos = g->ignore_eos, .top_logprobs = g->top_logprobs,
+                               .prompt_logprobs = g->prompt_logprobs};
+        int src = sched_submit(srv->sched, &rp, &it[i].r, err, sizeof err);
+        if (src) {
+            rc = send_error(hr, sched_err_kind(src), err, NULL);
+            goto out;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (stream_collect(hr, it[i].r, &it[i].res) < 0) {
+            rc = -1;
+            hr->failure = "cancelled";
+            goto out;
+        }
+        if (it[i].res.error) {
+            rc = send_error(hr, sched_err_kind(it[i].res.error), it[i].res.message, NULL);
+            goto out;
+        }
+        hr->n_gen += it[i].res.n_toks;
+    }
+    /* one answer: the first prompt's, with every prompt's choice and the usage summed */
+    cJSON *body = NULL, *choices = NULL;
+    int n_gen = 0;
+    for (int i = 0; i < n; i++) {
+        char *saved = g->prompt;
+        g->prompt = g->batch_prompt[i];     /* echo gives this prompt's text */
+        cJSON *one = oai_response(srv, hr, g, &it[i].res, it[i].toks, it[i].n_prompt);
+        g->prompt = saved;
+        if (!one)
+            continue;
+        cJSON *ch = cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(one, "choices"), 0);
+        cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(ch, "index"), i);
+        n_gen += it[i].res.n_toks;
+        if (!body) {
+            body = one;
+            choices = cJSON_GetObjectItemCaseSensitive(body, "choices");
+        } else {
+            cJSON_Delete(one);
+        }
+        cJSON_AddItemToArray(choices, ch);
+        hr->finish = sched_finish_name(it[i].res.finish);
+    }
+    cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), hr->n_prompt);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"), n_gen);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "total_tokens"), hr->n_prompt + n_gen);
+    rc = http_send_json(hr, 200, body, NULL);
+out:
+    for (int i = 0; i < n; i++) {
+        gen_result_free(&it[i].res);
+        sched_req_release(it[i].r);
+        free(it[i].toks);
+    }
+    free(it);
+    return rc;
 }
 
 static int handle_generation(http_req *hr, int api, int mode)
@@ -319,8 +551,29 @@ static int handle_generation(http_req *hr, int api, int mode)
         json_gen_free(&g);
         return rc;
     }
+    /* @huggingface/inference 4.x sends its endpoint URL as "model" when given
+     * an endpointUrl: a URL names this endpoint, not another model */
+    if (!strncmp(g.model, "http://", 7) || !strncmp(g.model, "https://", 8))
+        g.model[0] = '\0';
+    if (api != API_TGI && g.model[0] && !cfg->accept_any_model && !served_name(srv, g.model)) {
+        err_extra x = {.param = "model"};
+        snprintf(err, sizeof(err), "The model `%.200s` does not exist (this server serves %.200s; GET /v1/models "
+                 "lists its names)", g.model, server_model_name(srv));
+        rc = send_error(hr, ERR_MODEL, err, &x);
+        goto out;
+    }
+    if (g.n_batch > 1) {
+        rc = handle_batch(hr, &g);
+        goto out;
+    }
     if (mode == GEN_STREAM)
         g.stream = true;
+    if (g.stream && g.prompt_logprobs && api == API_TGI) {
+        err_extra x = {.param = "decoder_input_details"};
+        rc = send_error(hr, ERR_VALIDATION, "decoder_input_details == true is not supported when streaming tokens",
+                        &x);
+        goto out;
+    }
     if (mode == GEN_COMPAT && g.stream)
         mode = GEN_BODY;
     if (api == API_OAI_CHAT) {
@@ -424,6 +677,8 @@ static int handle_generation(http_req *hr, int api, int mode)
         .include_stop = api == API_TGI,
         .ignore_eos = g.ignore_eos,
         .cache_salt = g.cache_salt,
+        .top_logprobs = g.top_logprobs,
+        .prompt_logprobs = g.prompt_logprobs,
     };
     http_inflight_begin(hr);
     int src = sched_submit(srv->sched, &rp, &r, err, sizeof(err));
@@ -455,7 +710,7 @@ static int handle_generation(http_req *hr, int api, int mode)
     }
 
     if (g.stream) {
-        rc = stream_start(hr, r, &g, n_prompt);
+        rc = stream_start(hr, r, &g, toks, n_prompt);
         r = NULL;       /* the stream owns it now */
         goto out;
     }
@@ -481,7 +736,7 @@ static int handle_generation(http_req *hr, int api, int mode)
     hr->finish = sched_finish_name(res.finish);
     cJSON *body;
     if (api == API_TGI) {
-        body = tgi_response(srv, &g, &res, &sr, n_prompt);
+        body = tgi_response(srv, &g, &res, &sr, toks, n_prompt);
         if (body && mode == GEN_COMPAT) {
             cJSON *arr = cJSON_CreateArray();
             if (arr)
@@ -491,7 +746,7 @@ static int handle_generation(http_req *hr, int api, int mode)
             body = arr;
         }
     } else {
-        body = oai_response(srv, hr, &g, &res, n_prompt, sr.cached_tokens);
+        body = oai_response(srv, hr, &g, &res, toks, n_prompt, sr.cached_tokens);
     }
     char h_prompt[24], h_gen[24], h_queue[32], h_inf[32], h_tpt[32], h_total[32], h_cache[32];
     double total_ms = sr.total_ms, inf_ms = total_ms - sr.queue_ms;
@@ -588,7 +843,7 @@ static int h_info(http_req *hr)
     server *srv = hr->srv;
     const engine_info *in = srv->info;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_id", in->name);
+    cJSON_AddStringToObject(o, "model_id", server_model_name(srv));
     cJSON_AddNullToObject(o, "model_sha");
     cJSON_AddStringToObject(o, "model_dtype", in->weights_dtype);
     cJSON_AddStringToObject(o, "model_pipeline_tag", "text-generation");
@@ -600,7 +855,8 @@ static int h_info(http_req *hr)
     cJSON_AddNumberToObject(o, "validation_workers", 0);
     cJSON_AddNumberToObject(o, "max_client_batch_size", 1);
     cJSON_AddStringToObject(o, "router", "hyserve");
-    cJSON_AddStringToObject(o, "version", HYSERVE_VERSION);
+    cJSON_AddStringToObject(o, "version", hyserve_version());
+    cJSON_AddStringToObject(o, "git_commit", hyserve_git_commit());
     cJSON_AddNullToObject(o, "sha");
     cJSON_AddNullToObject(o, "docker_label");
     cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -639,19 +895,62 @@ static int h_models(http_req *hr)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddItemToArray(data, m);
-    cJSON_AddStringToObject(m, "id", in->name);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)hr->srv->started_at);
-    cJSON_AddStringToObject(m, "owned_by", "hyserve");
-    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
-    cJSON_AddNumberToObject(meta, "n_vocab", in->n_vocab);
-    cJSON_AddNumberToObject(meta, "n_ctx_train", in->n_ctx_train);
-    cJSON_AddNumberToObject(meta, "n_ctx", in->n_ctx);
-    cJSON_AddNumberToObject(meta, "n_params", (double)in->n_params);
-    cJSON_AddNumberToObject(meta, "size", (double)in->weight_bytes);
+    /* one entry per served name (aliases of the one model) */
+    for (int i = 0; i < hr->srv->n_model_names || i == 0; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(data, m);
+        cJSON_AddStringToObject(m, "id", i < hr->srv->n_model_names ? hr->srv->model_names[i] : in->name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", (double)hr->srv->started_at);
+        cJSON_AddStringToObject(m, "owned_by", "hyserve");
+        cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+        cJSON_AddNumberToObject(meta, "n_vocab", in->n_vocab);
+        cJSON_AddNumberToObject(meta, "n_ctx_train", in->n_ctx_train);
+        cJSON_AddNumberToObject(meta, "n_ctx", in->n_ctx);
+        cJSON_AddNumberToObject(meta, "n_params", (double)in->n_params);
+        cJSON_AddNumberToObject(meta, "size", (double)in->weight_bytes);
+    }
     return http_send_json(hr, 200, o, NULL);
+}
+
+/* POST /detokenize: {"tokens": [ids]} -> the text they spell, as
+ * llama-server's "content" and vLLM's "prompt" (the same string). A BOS
+ * the model adds is skipped when it comes first, so /tokenize's ids come
+ * back to its input. */
+static int h_detokenize(http_req *hr)
+{
+    if (!check_ready(hr))
+        return 0;
+    server *srv = hr->srv;
+    char err[256];
+    int32_t *ids = NULL;
+    int n = 0;
+    int jrc = json_parse_detokenize(hr->body, hr->n_body, srv->info->n_vocab - 1, &ids, &n, err, sizeof(err));
+    if (jrc != JSON_OK)
+        return routes_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : jrc == JSON_ENOMEM ? ERR_INTERNAL : ERR_VALIDATION,
+                            err);
+    char *text = NULL, piece[512];
+    size_t len = 0, cap = 0;
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 && srv->info->add_bos && ids[0] == srv->info->bos_id)
+            continue;
+        int pl = engine_token_piece(srv->eng, ids[i], piece, sizeof(piece));
+        if (pl > (int)sizeof(piece))
+            pl = (int)sizeof(piece);
+        if (pl > 0 && json_buf_append(&text, &len, &cap, piece, (size_t)pl)) {
+            rc = routes_error(hr, ERR_INTERNAL, "out of memory");
+            goto out;
+        }
+    }
+    cJSON *o = cJSON_CreateObject();
+    json_add_text(o, "content", text ? text : "", len);
+    json_add_text(o, "prompt", text ? text : "", len);
+    rc = http_send_json(hr, 200, o, NULL);
+out:
+    free(text);
+    free(ids);
+    return rc;
 }
 
 static int h_tokenize(http_req *hr)
@@ -704,6 +1003,18 @@ static int h_tokenize(http_req *hr)
     return rc;
 }
 
+/* Is name one of config/presets/ (a name, never a path: "qwen3.5-9b" has a
+ * dot, so the check is membership, not a character filter)? */
+static bool known_preset(const char *name)
+{
+    char names[64][PRESET_NAME_MAX];
+    int n = preset_list(names, 64);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name))
+            return true;
+    return false;
+}
+
 /* POST /v1/memory/estimate: the planner (memplan.c) over HTTP, no weights.
  * Body: {"preset": NAME} or {"layout": {...preset format...}} or neither
  * (the loaded model's layout), plus optional "context", "batch",
@@ -728,7 +1039,7 @@ static int h_memory_estimate(http_req *hr)
         snprintf(err, sizeof(err), "give either \"preset\" or \"layout\", not both");
         rc = -1;
     } else if (preset) {
-        if (!cJSON_IsString(preset) || strchr(preset->valuestring, '/') || strchr(preset->valuestring, '.')) {
+        if (!cJSON_IsString(preset) || !known_preset(preset->valuestring)) {
             snprintf(err, sizeof(err), "\"preset\" must be a preset name (known: %s)", preset_names());
             rc = -1;
         } else {
@@ -772,7 +1083,7 @@ static int h_memory_estimate(http_req *hr)
             snprintf(err, sizeof(err), "\"kv_dtype\" must be \"f32\", \"f16\" or \"bf16\"");
             rc = -1;
         } else {
-            l.kv_bytes = kv_dtype_bytes(v->valuestring);
+            memplan_set_kv_dtype(&l, v->valuestring);
         }
     }
     if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "state_dtype"))) {
@@ -903,6 +1214,7 @@ static const route ROUTES[] = {
     {"POST", "/v1/chat/completions", h_chat},
     {"GET", "/v1/models", h_models},
     {"POST", "/tokenize", h_tokenize},
+    {"POST", "/detokenize", h_detokenize},
     {"GET", "/health", h_health},
     {"GET", "/live", h_health},
     {"GET", "/ready", h_ready},
@@ -936,9 +1248,29 @@ static int send_unauthorized(http_req *hr)
     return http_send(hr, 401, "application/json", body, sizeof(body) - 1, hdrs);
 }
 
+/* A CORS preflight (OPTIONS on a known path, --cors-origin set): answered
+ * before the key check, since browsers send it without credentials.
+ * Returns 1 when it was not one (nothing sent), else what sending gave. */
+static int preflight(http_req *hr)
+{
+    if (strcmp(hr->method, "OPTIONS") || !cors_enabled(hr->srv))
+        return 1;
+    char allow[64] = "";
+    for (int i = 0; i < N_ROUTES; i++) {
+        if (!route_matches(&ROUTES[i], hr->path) || strstr(allow, ROUTES[i].method))
+            continue;
+        size_t l = strlen(allow);
+        snprintf(allow + l, sizeof(allow) - l, "%s%s", l ? ", " : "", ROUTES[i].method);
+    }
+    return allow[0] ? cors_preflight(hr, allow) : 1;
+}
+
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
+    int pf = preflight(hr);
+    if (pf <= 0)
+        return pf;
     if (keys->n && !auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public)) {
         hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
         if (!hr->key_id)

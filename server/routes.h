@@ -24,6 +24,7 @@ enum route_err {
     ERR_DRAINING,           /* 503 + Retry-After */
     ERR_GENERATION,         /* 424: the engine failed before anything was sent */
     ERR_CANCELLED,          /* 499: cancelled by DELETE /requests/{id}; not retried by clients */
+    ERR_MODEL,              /* 404, OpenAI code model_not_found: a model this server does not serve */
     ERR_INTERNAL,           /* 500 */
 };
 

@@ -24,6 +24,7 @@
 #include "chat.h"
 #include "config.h"
 #include "http.h"
+#include "log.h"
 #include "metrics.h"
 #include "serve.h"
 #include "server.h"
@@ -85,7 +86,7 @@ static void apply_limits(server *srv, const server_config *cfg, engine_params *e
             char l[32], w[32];
             fmt_bytes(lim->cg.memory_bytes, l, sizeof l);
             fmt_bytes(lim->model_file_bytes, w, sizeof w);
-            fprintf(stderr, "hyserve: serve: warning: the memory limit (%s) leaves no room for a cache beside "
+            log_msg(LOG_WARN, "hyserve: serve: warning: the memory limit (%s) leaves no room for a cache beside "
                             "the weights (%s) and the headroom; using 1 MiB (set --cache-mem)\n", l, w);
             lim->cache_fit_bytes = 1ULL << 20;
         }
@@ -137,7 +138,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
     int sig = 0;
     while (sigwait(set, &sig) != 0) {
     }
-    fprintf(stderr, "hyserve: %s received: draining (up to %.0f s); send it again to exit at once\n",
+    log_msg(LOG_INFO, "hyserve: %s received: draining (up to %.0f s); send it again to exit at once\n",
             sig_name(sig), srv->cfg->drain_timeout);
     atomic_store(&srv->state, SERVER_DRAINING);
     if (srv->sched)
@@ -153,7 +154,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
             break;
         double now = engine_now_s();
         if (!cancelled && now >= deadline) {
-            fprintf(stderr, "hyserve: drain timeout: cancelling %d requests\n", active > inflight ? active : inflight);
+            log_msg(LOG_WARN, "hyserve: drain timeout: cancelling %d requests\n", active > inflight ? active : inflight);
             if (srv->sched)
                 sched_cancel_all(srv->sched, "the server is shutting down (drain timeout reached)");
             cancelled = true;
@@ -165,10 +166,68 @@ static void wait_and_drain(server *srv, const sigset_t *set)
         int s2 = sigtimedwait(set, NULL, &ts);
         if (s2 > 0) {
             /* an operator insisting: no cleanup, exit now */
-            fprintf(stderr, "hyserve: second %s: exiting at once\n", sig_name(s2));
+            log_msg(LOG_WARN, "hyserve: second %s: exiting at once\n", sig_name(s2));
             _exit(128 + s2);
         }
     }
+}
+
+/* The served names: the --served-model-name values (one per line, at
+ * most SERVER_MAX_NAMES), else the model file's name without ".gguf"
+ * (--synth: the preset's name, or its layout file's without ".json"). */
+static void set_model_names(server *srv, const server_config *cfg)
+{
+    srv->n_model_names = 0;
+    for (const char *p = cfg->served_names; *p && srv->n_model_names < SERVER_MAX_NAMES;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        if (n > 0 && n < sizeof srv->model_names[0]) {
+            memcpy(srv->model_names[srv->n_model_names], p, n);
+            srv->model_names[srv->n_model_names++][n] = '\0';
+        }
+        p += n + (nl ? 1 : 0);
+    }
+    if (srv->n_model_names > 0)
+        return;
+    const char *path = cfg->synth[0] ? cfg->synth : cfg->model;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && (!strcmp(base + n - 5, ".gguf") || !strcmp(base + n - 5, ".json")))
+        n -= 5;
+    if (n >= sizeof srv->model_names[0])
+        n = sizeof srv->model_names[0] - 1;
+    memcpy(srv->model_names[0], base, n);
+    srv->model_names[0][n] = '\0';
+    srv->n_model_names = n > 0;
+}
+
+/* system_fingerprint: "fp_" and 16 hex digits of FNV-1a 64 over the
+ * build's version and commit and the model file's size and first MiB (its
+ * GGUF header, metadata and tensor table), so it changes with the build or
+ * the weights file and costs one small read. */
+static void set_fingerprint(server *srv, const char *path)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const char *parts[] = {hyserve_version(), "/", hyserve_git_commit(), "/"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        for (const char *p = parts[i]; *p; p++)
+            h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        static unsigned char buf[1 << 16];
+        size_t total = 0, n;
+        while (total < (1u << 20) && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+            for (size_t i = 0; i < n; i++)
+                h = (h ^ buf[i]) * 0x100000001b3ULL;
+            total += n;
+        }
+        struct stat st;
+        if (fstat(fileno(f), &st) == 0)
+            for (int i = 0; i < 8; i++)
+                h = (h ^ (unsigned char)((uint64_t)st.st_size >> (8 * i))) * 0x100000001b3ULL;
+        fclose(f);
+    }
+    snprintf(srv->fingerprint, sizeof srv->fingerprint, "fp_%016llx", (unsigned long long)h);
 }
 
 int serve_main(int argc, char **argv)
@@ -182,9 +241,14 @@ int serve_main(int argc, char **argv)
     if (lrc == 1)
         return 0;
     if (lrc < 0) {
-        fprintf(stderr, "hyserve: serve: %s\n", err);
+        log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         return 2;
     }
+    if (cfg.log_format[0] && strcmp(cfg.log_format, "text") && strcmp(cfg.log_format, "json")) {
+        log_msg(LOG_ERROR, "hyserve: serve: --log-format is text or json, got '%s'", cfg.log_format);
+        return 2;
+    }
+    log_setup(!strcmp(cfg.log_format, "json"), cfg.log_probes);
 
     /* every thread created from here on inherits the blocked set, so the
      * signals reach only sigwait below */
@@ -203,15 +267,15 @@ int serve_main(int argc, char **argv)
     if (getrandom(&srv.id_salt, sizeof(srv.id_salt), 0) != (ssize_t)sizeof(srv.id_salt))
         srv.id_salt = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     if (auth_load(&cfg, &srv.keys, err, sizeof(err))) {
-        fprintf(stderr, "hyserve: serve: %s\n", err);
+        log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         return 2;
     }
     if (srv.keys.n)
-        fprintf(stderr, "hyserve: %d API key%s: every route but /health, /live and /ready%s needs "
+        log_msg(LOG_INFO, "hyserve: %d API key%s: every route but /health, /live and /ready%s needs "
                         "'Authorization: Bearer KEY'\n", srv.keys.n, srv.keys.n > 1 ? "s" : "",
                 cfg.metrics_public ? ", /metrics and /stats" : "");
     else if (strcmp(cfg.host, "127.0.0.1") && strcmp(cfg.host, "localhost") && strcmp(cfg.host, "::1"))
-        fprintf(stderr, "hyserve: warning: no API key and listening on %s: anyone who reaches the port can "
+        log_msg(LOG_WARN, "hyserve: warning: no API key and listening on %s: anyone who reaches the port can "
                         "use the server (--api-key, --api-key-file, HYSERVE_API_KEY)\n", cfg.host);
     srv.t_start = engine_now_s();
     srv.started_at = time(NULL);
@@ -223,20 +287,28 @@ int serve_main(int argc, char **argv)
     srv.replica[sizeof srv.replica - 1] = '\0';
     srv.m = metrics_new();
     if (!srv.m) {
-        fprintf(stderr, "hyserve: serve: out of memory\n");
+        log_msg(LOG_ERROR, "hyserve: serve: out of memory\n");
         return 1;
     }
 
     /* HTTP first, so /health and /ready answer while the model loads */
     if (http_start(&srv, err, sizeof(err))) {
-        fprintf(stderr, "hyserve: serve: %s\n", err);
+        log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         goto out_metrics;
     }
-    if (cfg.config_path[0])
-        fprintf(stderr, "hyserve: listening on http://%s:%d, loading %s (config %s)\n", cfg.host, cfg.port,
-                cfg.model, cfg.config_path);
+    char what[1200];
+    if (cfg.synth[0])   /* no file yet: say what will be made */
+        snprintf(what, sizeof what, "a synthesized model with the cache layout of %s (small random weights)",
+                 cfg.synth);
     else
-        fprintf(stderr, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, cfg.model);
+        snprintf(what, sizeof what, "%s", cfg.model);
+    if (cfg.config_path[0])
+        log_msg(LOG_INFO, "hyserve: listening on http://%s:%d, loading %s (config %s)\n", cfg.host, cfg.port,
+                what, cfg.config_path);
+    else
+        log_msg(LOG_INFO, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, what);
+
+    set_model_names(&srv, &cfg);
 
     /* --synth: a model with a preset's cache layout, written to a temporary
      * file that is unlinked once mapped */
@@ -247,11 +319,11 @@ int serve_main(int argc, char **argv)
         snprintf(synth_path, sizeof(synth_path), "%s/hyserve-synth-%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
         if (preset_synth_write(cfg.synth, synth_path, lay_name, sizeof lay_name, err, sizeof err)) {
             atomic_store(&srv.state, SERVER_FAILED);
-            fprintf(stderr, "hyserve: serve: --synth %s: %s\n", cfg.synth, err);
+            log_msg(LOG_ERROR, "hyserve: serve: --synth %s: %s\n", cfg.synth, err);
             goto out_http;
         }
         snprintf(cfg.model, sizeof(cfg.model), "%s", synth_path);
-        fprintf(stderr, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay_name);
+        log_msg(LOG_INFO, "hyserve: synthesized %s with the cache layout of %s\n", synth_path, lay_name);
     }
 
     engine_params ep;
@@ -267,18 +339,19 @@ int serve_main(int argc, char **argv)
     sched_params sp;
     sched_params_default(&sp);
     apply_limits(&srv, &cfg, &ep, &sp);
+    set_fingerprint(&srv, cfg.model);
     srv.eng = engine_open(&ep, err, sizeof(err));
     if (synth_path[0])
         unlink(synth_path);     /* the mapping keeps the data */
     if (!srv.eng) {
         atomic_store(&srv.state, SERVER_FAILED);
-        fprintf(stderr, "hyserve: serve: cannot load %s: %s\n", cfg.model, err);
+        log_msg(LOG_ERROR, "hyserve: serve: cannot load %s: %s\n", cfg.model, err);
         goto out_http;
     }
     srv.info = engine_get_info(srv.eng);
     srv.chat_kind = chat_detect(srv.info->chat_template);
     if (srv.info->weights_note[0])
-        fprintf(stderr, "hyserve: serve: warning: --huge-pages: %s\n", srv.info->weights_note);
+        log_msg(LOG_WARN, "hyserve: serve: warning: --huge-pages: %s\n", srv.info->weights_note);
     if (ep.cache_max_bytes && srv.info->cache_budget_bytes < ep.cache_max_bytes)
         srv.limits.cache_from = "engine default";   /* it fits the limit by itself */
 
@@ -291,7 +364,7 @@ int serve_main(int argc, char **argv)
     srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
     if (!srv.sched || sched_start(srv.sched)) {
         atomic_store(&srv.state, SERVER_FAILED);
-        fprintf(stderr, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
+        log_msg(LOG_ERROR, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
         goto out_engine;
     }
     char budget[32], panels[96] = "", limits[400];
@@ -299,7 +372,7 @@ int serve_main(int argc, char **argv)
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     if (srv.info->weights_in_panels)
         snprintf(panels, sizeof panels, ", %d BF16/F16/Q8_0 matrices in 16-row panels", srv.info->weights_in_panels);
-    fprintf(stderr, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
+    log_msg(LOG_INFO, "hyserve: ready: %s (%s, %d layers: %d attention + %d deltanet), ctx %d, max %d sequences, "
                     "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, weights %s%s%s, "
                     "replica %s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
@@ -314,7 +387,7 @@ int serve_main(int argc, char **argv)
     http_stop(&srv);
     sched_free(srv.sched);
     srv.sched = NULL;
-    fprintf(stderr, "hyserve: drained, exiting\n");
+    log_msg(LOG_INFO, "hyserve: drained, exiting\n");
 out_engine:
     sched_free(srv.sched);
     srv.sched = NULL;

@@ -11,4 +11,9 @@ int serve_main(int argc, char **argv);
  * it). Returns 0 when it answered 200, else 1 (health.c). */
 int serve_health(int argc, char **argv);
 
+/* The build: "0.1.0" and the git commit baked in at build time (12 hex
+ * digits, or "unknown" when built outside a git checkout). version.c. */
+const char *hyserve_version(void);
+const char *hyserve_git_commit(void);
+
 #endif

@@ -38,6 +38,8 @@ typedef struct server_limits {
     uint64_t model_file_bytes;  /* the weights' file, counted against the limit */
 } server_limits;
 
+#define SERVER_MAX_NAMES 16
+
 /* Owned by serve_main. eng, info, sched and chat_kind are written once
  * before state becomes SERVER_READY (release store) and never after, so
  * HTTP threads read them freely once they have seen READY (acquire load). */
@@ -59,6 +61,15 @@ typedef struct server {
     server_limits limits;
     auth_keys keys;             /* loaded before HTTP starts; read-only after */
     guard *guard;               /* connection deadlines (http.c) */
+    char model_names[SERVER_MAX_NAMES][128];  /* [n_model_names] served names, the first the main one */
+    int n_model_names;
+    char fingerprint[32];       /* system_fingerprint: "fp_" + hash of the build and the model file */
 } server;
+
+/* The name answers carry (the first served name). */
+static inline const char *server_model_name(const server *srv)
+{
+    return srv->n_model_names > 0 ? srv->model_names[0] : srv->info ? srv->info->name : "";
+}
 
 #endif

@@ -11,6 +11,7 @@
  * 2.4 (headers, pings, disconnect).
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,8 @@ void gen_result_free(gen_result *res)
         return;
     free(res->text);
     free(res->toks);
+    lp_list_free(&res->lp);
+    lp_list_free(&res->prompt_lp);
     memset(res, 0, sizeof(*res));
 }
 
@@ -85,8 +88,15 @@ int stream_collect(http_req *hr, sched_req *r, gen_result *res)
             snprintf(res->message, sizeof(res->message), "%s", ev.message);
             return 0;
         }
+        if (ev.kind == SCHED_EV_PROMPT) {
+            if (lp_list_push(&res->prompt_lp, ev.token, ev.logprob, false, &ev.top))
+                goto out_nomem;
+            continue;
+        }
         if (ev.kind != SCHED_EV_TOKEN)
             continue;
+        if (lp_list_push(&res->lp, ev.token, ev.logprob, ev.special, &ev.top))
+            goto out_nomem;
         if (res->n_toks == res->cap_toks) {
             int cap = res->cap_toks ? res->cap_toks * 2 : 64;
             gen_token *t = realloc(res->toks, (size_t)cap * sizeof(*t));
@@ -147,6 +157,10 @@ typedef struct stream {
     long long created;
     const char *model;
     double t_last;              /* when the previous token was sampled (ITL metric) */
+    lp_list pend;               /* logprobs: tokens not yet sent in a chunk */
+    lp_list prompt_lp;          /* completions echo: the prompt's tokens, logprobs from PROMPT events */
+    bool echoed;                /* completions echo: the prompt chunk was sent */
+    size_t text_off;            /* completions logprobs: text_offset of the next token */
 } stream;
 
 static cJSON *oai_base(stream *st, const char *object)
@@ -158,6 +172,7 @@ static cJSON *oai_base(stream *st, const char *object)
     cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)st->created);
     cJSON_AddStringToObject(o, "model", st->model);
+    cJSON_AddStringToObject(o, "system_fingerprint", st->hr->srv->fingerprint);
     return o;
 }
 
@@ -182,8 +197,23 @@ static int frame_raw(stream *st, const char *s)
     return json_buf_append(&st->out, &st->n_out, &st->cap_out, s, strlen(s));
 }
 
-/* An OpenAI chunk with one choice: text (completion) or delta (chat). */
-static int oai_chunk(stream *st, const char *text, size_t len, const char *finish, bool role)
+/* choices[0].logprobs of a chunk: the tokens pending since the last chunk
+ * (then cleared), or null. */
+static cJSON *oai_chunk_logprobs(stream *st, bool with_lp)
+{
+    if (!with_lp || !st->g.logprobs)
+        return cJSON_CreateNull();
+    const engine *e = st->hr->srv->eng;
+    cJSON *lp = st->g.api == API_OAI_CHAT
+                    ? lp_oai_chat(e, st->pend.v, st->pend.n)
+                    : lp_oai_completion(e, st->pend.v, st->pend.n, st->g.top_logprobs > 0, st->text_off, &st->text_off);
+    st->pend.n = 0;
+    return lp;
+}
+
+/* An OpenAI chunk with one choice: text (completion) or delta (chat);
+ * with_lp carries the pending logprobs. */
+static int oai_chunk(stream *st, const char *text, size_t len, const char *finish, bool role, bool with_lp)
 {
     bool chat = st->g.api == API_OAI_CHAT;
     cJSON *o = oai_base(st, chat ? "chat.completion.chunk" : "text_completion");
@@ -205,7 +235,7 @@ static int oai_chunk(stream *st, const char *text, size_t len, const char *finis
     } else {
         json_add_text(c, "text", text ? text : "", text ? len : 0);
     }
-    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddItemToObject(c, "logprobs", oai_chunk_logprobs(st, with_lp));
     if (finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
@@ -229,6 +259,8 @@ static int on_event_tgi(stream *st, const sched_event *ev)
     json_add_text(tok, "text", ev->text ? ev->text : "", ev->text_len);
     cJSON_AddNumberToObject(tok, "logprob", ev->logprob);
     cJSON_AddBoolToObject(tok, "special", ev->special);
+    if (st->g.top_logprobs > 0)
+        cJSON_AddItemToObject(o, "top_tokens", lp_tgi_top(st->hr->srv->eng, &ev->top));
     if (!ev->final) {
         cJSON_AddNullToObject(o, "generated_text");
         cJSON_AddNullToObject(o, "details");
@@ -275,20 +307,52 @@ out_nomem:
     return -1;
 }
 
+/* Completions echo: one chunk with the prompt's text (and, with logprobs,
+ * its tokens' logprobs) before the first generated text. */
+static int oai_echo_chunk(stream *st)
+{
+    const engine *e = st->hr->srv->eng;
+    char *text = NULL;
+    size_t tl = 0, tc = 0;
+    int rc = -1;
+    st->echoed = true;
+    if (st->g.prompt) {
+        if (json_buf_append(&text, &tl, &tc, st->g.prompt, strlen(st->g.prompt)))
+            goto out;
+    } else {
+        for (int i = 0; i < st->prompt_lp.n; i++) {
+            char b[256];
+            int n = engine_token_piece(e, st->prompt_lp.v[i].id, b, sizeof(b));
+            if (n > 0 && json_buf_append(&text, &tl, &tc, b, (size_t)n < sizeof(b) ? (size_t)n : sizeof(b)))
+                goto out;
+        }
+    }
+    lp_list gen = st->pend;     /* tokens already drawn wait for the next chunk */
+    st->pend = st->prompt_lp;
+    rc = oai_chunk(st, text ? text : "", tl, NULL, false, st->g.prompt_logprobs);
+    st->prompt_lp = st->pend;
+    st->pend = gen;
+out:
+    free(text);
+    return rc;
+}
+
 static int on_event_oai(stream *st, const sched_event *ev)
 {
+    if (st->g.echo && !st->echoed && oai_echo_chunk(st))
+        return -1;
     if (ev->text_len > 0 || ev->final) {
         const char *fin = ev->final ? stream_oai_finish(ev->finish) : NULL;
         if (st->g.api == API_OAI_CHAT && ev->final && ev->text_len > 0) {
             /* chat: content, then an empty delta carrying finish_reason */
-            if (oai_chunk(st, ev->text, ev->text_len, NULL, false))
+            if (oai_chunk(st, ev->text, ev->text_len, NULL, false, true))
                 return -1;
-            if (oai_chunk(st, NULL, 0, fin, false))
+            if (oai_chunk(st, NULL, 0, fin, false, false))
                 return -1;
         } else if (st->g.api == API_OAI_CHAT && ev->final) {
-            if (oai_chunk(st, NULL, 0, fin, false))
+            if (oai_chunk(st, NULL, 0, fin, false, st->pend.n > 0))
                 return -1;
-        } else if (oai_chunk(st, ev->text ? ev->text : "", ev->text_len, fin, false)) {
+        } else if (oai_chunk(st, ev->text ? ev->text : "", ev->text_len, fin, false, true)) {
             return -1;
         }
     }
@@ -328,8 +392,18 @@ static int on_event(stream *st, sched_event *ev)
         st->error = ev->error;
         return on_error(st, ev);
     }
+    if (ev->kind == SCHED_EV_PROMPT) {
+        /* completions echo: prompt_lp holds every prompt token, position 0 first */
+        if (ev->pos >= 1 && ev->pos < st->prompt_lp.n) {
+            st->prompt_lp.v[ev->pos].logprob = ev->logprob;
+            st->prompt_lp.v[ev->pos].top = ev->top;
+        }
+        return 0;
+    }
     if (ev->kind != SCHED_EV_TOKEN)
         return 0;
+    if (st->g.logprobs && !ev->special && lp_list_push(&st->pend, ev->token, ev->logprob, false, &ev->top))
+        return -1;
     if (st->n_gen > 0 && st->t_last > 0)
         metrics_observe_itl(st->hr->srv->m, ev->t - st->t_last);
     st->t_last = ev->t;
@@ -398,11 +472,13 @@ static void stream_free(void *cls)
     json_gen_free(&st->g);
     free(st->out);
     free(st->text);
+    lp_list_free(&st->pend);
+    lp_list_free(&st->prompt_lp);
     free(st);
     http_req_unref(hr);
 }
 
-int stream_start(http_req *hr, sched_req *r, gen_request *g, int n_prompt)
+int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prompt, int n_prompt)
 {
     stream *st = calloc(1, sizeof(*st));
     if (!st) {
@@ -416,17 +492,20 @@ int stream_start(http_req *hr, sched_req *r, gen_request *g, int n_prompt)
     st->g = *g;
     memset(g, 0, sizeof(*g));
     st->n_prompt = n_prompt;
+    for (int i = 0; st->g.echo && i < n_prompt; i++)
+        if (lp_list_push(&st->prompt_lp, prompt[i], NAN, false, NULL))
+            goto out_free;
     double ka = hr->srv->cfg->keepalive;
     st->keepalive_ms = ka > 0 ? (int)(ka * 1e3) : 15000;
     if (st->keepalive_ms < 10)
         st->keepalive_ms = 10;
     st->created = (long long)time(NULL);
-    st->model = st->g.model[0] ? st->g.model : hr->srv->info->name;
+    st->model = st->g.model[0] ? st->g.model : server_model_name(hr->srv);
     snprintf(st->oai_id, sizeof(st->oai_id), "%s-%s", st->g.api == API_OAI_CHAT ? "chatcmpl" : "cmpl", hr->id);
 
     /* chat streams open with the assistant role, so the client sees bytes
      * (and the role) before the first token */
-    if (st->g.api == API_OAI_CHAT && oai_chunk(st, "", 0, NULL, true))
+    if (st->g.api == API_OAI_CHAT && oai_chunk(st, "", 0, NULL, true, false))
         goto out_free;
 
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st,
@@ -446,6 +525,7 @@ out_free:
     sched_req_release(st->r);
     json_gen_free(&st->g);
     free(st->out);
+    lp_list_free(&st->prompt_lp);
     free(st);
     hr->refs--;
     return -1;

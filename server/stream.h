@@ -18,6 +18,7 @@
 
 #include "http.h"
 #include "json.h"
+#include "logprobs.h"
 #include "scheduler.h"
 
 /* Wait up to timeout_ms for r's next event while watching hr's socket.
@@ -43,6 +44,8 @@ typedef struct gen_result {
     int error;                  /* enum sched_status; 0 on success */
     char message[256];          /* error message */
     double t_last;              /* when the previous token was sampled (ITL metric) */
+    lp_list lp;                 /* the generated tokens with their top alternatives */
+    lp_list prompt_lp;          /* prompt logprobs (prompt_logprobs), positions 1.. */
 } gen_result;
 
 /* Read events until the generation ends. Returns 0 (see res->error), or
@@ -53,8 +56,9 @@ void gen_result_free(gen_result *res);
 /* Send 200 with an SSE body for an admitted request. Takes ownership of r
  * and of *g (moved out; the caller's copy is zeroed). n_prompt: prompt
  * tokens (TGI input_length, usage). Returns 0, or -1 (then r and g were
- * released and the connection should be closed). */
-int stream_start(http_req *hr, sched_req *r, gen_request *g, int n_prompt);
+ * released and the connection should be closed). prompt: its tokens
+ * (copied for a completions echo). */
+int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prompt, int n_prompt);
 
 /* finish_reason for the OpenAI routes ("stop" or "length"). */
 const char *stream_oai_finish(int finish);

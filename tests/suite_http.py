@@ -16,6 +16,7 @@ Usage: suite_http.py [-k PATTERN] [--list]
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -299,8 +300,8 @@ def test_basic_routes(srv):
           j.get("replica") == socket.gethostname() and k.get("threads") == 2 and k.get("threads_from") == "--threads"
           and k.get("cache_budget_bytes") == j["cache_layout"]["budget_bytes"] and k.get("kernels"), f"{j.get('replica')} {k}")
     st, h, j, _ = srv.jreq("GET", "/v1/models")
-    check("GET /v1/models lists one model", st == 200 and j["object"] == "list" and len(j["data"]) == 1
-          and j["data"][0]["object"] == "model", f"{st} {j}")
+    check("GET /v1/models lists the model under its three served names", st == 200 and j["object"] == "list"
+          and len(j["data"]) == 3 and all(d["object"] == "model" for d in j["data"]), f"{st} {j}")
     st, h, b = srv.req("GET", "/metrics")
     txt = b.decode()
     check("GET /metrics is Prometheus text", st == 200 and h["content-type"].startswith("text/plain")
@@ -684,6 +685,419 @@ def test_sampling_params(srv, model):
     check("TGI typical_p 1.0 is a 422 naming the range", st == 422 and "typical_p" in j["error"], f"{st} {j}")
 
 
+def log_softmax(row, temp=1.0):
+    """log softmax(row / temp), written from the formula: the reference for every logprob."""
+    import math
+    z = [x / temp for x in row]
+    m = max(z)
+    lse = m + math.log(sum(math.exp(x - m) for x in z))
+    return [x - lse for x in z]
+
+
+def cli_logits_all(model, tokens):
+    """`hyserve logits --all`: one row of logits per position of tokens."""
+    r = run([HYSERVE, "logits", "-m", model, "--tokens", ",".join(str(t) for t in tokens), "--all"])
+    return json.loads(r.stdout)["logits"] if r.returncode == 0 else None
+
+
+def test_logprobs(srv, model):
+    """Logprobs on both APIs against log-softmax of `hyserve logits` (the CLI, not the server) for
+    the same tokens: generated tokens at the request's temperature, prompt tokens at T = 1; top
+    lists sorted, holding the drawn token whenever it is likely enough to be listed; OpenAI's and
+    TGI's shapes, streamed and not."""
+    T, seed, n_new = 0.7, 12345, 8
+    prompt = "Once upon a time"
+    st, _, j = gen(srv, prompt, max_new_tokens=n_new, temperature=T, seed=seed, details=True, top_n_tokens=5,
+                   decoder_input_details=True)
+    if not check("TGI details with top_n_tokens and decoder_input_details answer 200", st == 200, f"{st} {j}"):
+        return
+    d = j["details"]
+    pre, toks, tops = d["prefill"], d["tokens"], d["top_tokens"]
+    ids = [t["id"] for t in pre]
+    gen_ids = [t["id"] for t in toks]
+    rows = cli_logits_all(model, ids + gen_ids[:-1])
+    if not check("hyserve logits --all runs on the request's tokens", rows is not None and len(rows) == len(ids) + n_new - 1):
+        return
+    want_pre = [None] + [log_softmax(rows[i - 1])[ids[i]] for i in range(1, len(ids))]
+    check("TGI prefill: every prompt token, the first with a null logprob, the rest log-softmax at T = 1",
+          len(pre) == len(ids) and pre[0]["logprob"] is None
+          and all(abs(pre[i]["logprob"] - want_pre[i]) < 1e-3 for i in range(1, len(ids))),
+          f"{[p['logprob'] for p in pre]} vs {want_pre}")
+    dists = [log_softmax(rows[len(ids) - 1 + i], T) for i in range(n_new)]
+    check("TGI token logprobs are log-softmax(logits / T) of hyserve logits",
+          all(abs(toks[i]["logprob"] - dists[i][gen_ids[i]]) < 1e-3 for i in range(n_new)),
+          f"{[t['logprob'] for t in toks]} vs {[dists[i][gen_ids[i]] for i in range(n_new)]}")
+    ok_top = len(tops) == n_new
+    for i in range(min(n_new, len(tops))):
+        want = sorted(range(len(dists[i])), key=lambda t: (-dists[i][t], t))[:5]
+        lps = [t["logprob"] for t in tops[i]]
+        ok_top &= [t["id"] for t in tops[i]] == want and lps == sorted(lps, reverse=True) \
+            and all(abs(t["logprob"] - dists[i][t["id"]]) < 1e-3 for t in tops[i])
+        if toks[i]["logprob"] >= lps[-1] + 1e-6:
+            ok_top &= toks[i]["id"] in [t["id"] for t in tops[i]]
+    check("TGI top_tokens: the 5 most likely by the reference, sorted, holding the drawn token", ok_top, f"{tops[:2]}")
+    st, _, evs, _ = stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {
+        "max_new_tokens": n_new, "temperature": T, "seed": seed, "top_n_tokens": 5}})
+    datas = [json.loads(p) for k, p in evs if k == "data"]
+    stops = [dd.get("top_tokens") or [] for dd in datas]
+    # (ids equal; values to 1e-4: the request above prefilled in logprob chunks, this one at once)
+    check("TGI stream: each event's top_tokens are the non-streamed ones",
+          st == 200 and [[t["id"] for t in x] for x in stops] == [[t["id"] for t in x] for x in tops]
+          and all(abs(a["logprob"] - b["logprob"]) < 1e-4 for x, y in zip(stops, tops) for a, b in zip(x, y)),
+          f"{datas[:1]}")
+    st, _, j = gen(srv, prompt, max_new_tokens=2, top_n_tokens=6)
+    check("TGI top_n_tokens above 5 is a 422", st == 422 and "top_n_tokens" in j.get("error", ""), f"{st} {j}")
+    st, _, evs, b = stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {"decoder_input_details": True}})
+    check("TGI decoder_input_details on a stream is a 422", st == 422, f"{st} {b}")
+
+    # OpenAI completions: the same seed and temperature draw the same tokens, so the logprobs must agree
+    body = {"prompt": ids, "max_tokens": n_new, "temperature": T, "seed": seed, "logprobs": 5, "echo": True}
+    st, _, cj, b = srv.jreq("POST", "/v1/completions", body)
+    lp = cj["choices"][0]["logprobs"] if st == 200 else {}
+    tl = lp.get("token_logprobs") or []
+    check("completions echo + logprobs: prompt then completion, first null, values of the reference",
+          len(tl) == len(ids) + n_new and tl[0] is None and lp["top_logprobs"][0] is None
+          and all(abs(tl[i] - want_pre[i]) < 1e-3 for i in range(1, len(ids)))
+          and all(abs(tl[len(ids) + i] - dists[i][gen_ids[i]]) < 1e-3 for i in range(n_new)), f"{st} {b[:400]}")
+    text = cj["choices"][0]["text"] if st == 200 else ""
+    offs = lp.get("text_offset") or [0]
+    check("completions logprobs: tokens, text_offset and at most 5 sorted top entries",
+          len(lp.get("tokens", [])) == len(tl) == len(offs) and offs == sorted(offs)
+          and all(len(t) <= 5 and list(t.values()) == sorted(t.values(), reverse=True)
+                  for t in lp["top_logprobs"][1:]) and text.startswith(prompt), f"{lp}")
+    st, _, evs, _ = stream(srv, "/v1/completions", dict(body, stream=True))
+    chunks = [json.loads(p) for k, p in evs if k == "data" and p != "[DONE]"]
+    stl = [x for c in chunks for ch in c["choices"] if ch.get("logprobs") for x in ch["logprobs"]["token_logprobs"]]
+    check("completions stream: the same logprobs and text in chunks", st == 200 and stl == tl
+          and oai_stream_text(evs, False)[0] == text, f"{stl} vs {tl}")
+    # two prompts scored at once share the scheduler's one prompt-logprob buffer, a step each
+    other = ids[::-1]
+    alone = [srv.jreq("POST", "/v1/completions", dict(body, prompt=p, temperature=0))[2]["choices"][0]["logprobs"]
+             for p in (ids, other)]
+    st, _, jb, b = srv.jreq("POST", "/v1/completions", dict(body, prompt=[ids, other], temperature=0))
+    both = [c["logprobs"] for c in jb.get("choices", [])] if st == 200 else []
+    check("two prompts scored together: each echo's logprobs equal its own request's",
+          len(both) == 2 and all(x["tokens"] == y["tokens"] and x["token_logprobs"][0] is None
+                                 and all(abs(p - q) < 1e-4 for p, q in zip(x["token_logprobs"][1:], y["token_logprobs"][1:]))
+                                 for x, y in zip(both, alone)), f"{st} {b[:300]}")
+    st, _, j, b = srv.jreq("POST", "/v1/completions", dict(body, logprobs=6))
+    check("completions logprobs above 5 is a 400 on logprobs", st == 400 and j["error"]["param"] == "logprobs", b[:200])
+
+    # OpenAI chat: shapes, greedy consistency, stream equals non-stream
+    msgs = [{"role": "user", "content": "Tell me a story"}]
+    cb = {"messages": msgs, "max_tokens": n_new, "temperature": 0, "logprobs": True, "top_logprobs": 3}
+    st, _, j, b = srv.jreq("POST", "/v1/chat/completions", cb)
+    content = j["choices"][0]["logprobs"]["content"] if st == 200 else []
+    shape = all(set(c) == {"token", "logprob", "bytes", "top_logprobs"} and len(c["top_logprobs"]) == 3
+                and all(set(t) == {"token", "logprob", "bytes"} for t in c["top_logprobs"]) for c in content)
+    check("chat logprobs: content entries of {token, logprob, bytes, top_logprobs}", st == 200 and content and shape,
+          b[:400])
+    check("chat greedy: each token is its first top entry, logprob and bytes alike, top sorted",
+          all(c["token"] == c["top_logprobs"][0]["token"] and c["logprob"] == c["top_logprobs"][0]["logprob"]
+              and c["bytes"] == c["top_logprobs"][0]["bytes"]
+              and [t["logprob"] for t in c["top_logprobs"]] == sorted((t["logprob"] for t in c["top_logprobs"]), reverse=True)
+              for c in content), f"{content[:2]}")
+    check("chat logprobs: the tokens' bytes spell the message", bytes(x for c in content for x in c["bytes"]).decode(
+        "utf-8", "replace") == j["choices"][0]["message"]["content"], f"{content}")
+    st, _, evs, _ = stream(srv, "/v1/chat/completions", dict(cb, stream=True))
+    scontent = [x for p in evs if p[0] == "data" and p[1] != "[DONE]" for ch in json.loads(p[1])["choices"]
+                if ch.get("logprobs") for x in ch["logprobs"]["content"]]
+    check("chat stream: the same logprobs as the whole answer", st == 200 and scontent == content,
+          f"{scontent[:2]} vs {content[:2]}")
+    for bad in ({"top_logprobs": 2}, {"logprobs": True, "top_logprobs": 21}, {"logprobs": 1}):
+        st, _, j, b = srv.jreq("POST", "/v1/chat/completions", dict({"messages": msgs, "max_tokens": 2}, **bad))
+        check(f"chat {bad} is a 400", st == 400 and j["error"]["param"] in ("logprobs", "top_logprobs"), b[:200])
+
+
+
+def promtool_check(txt):
+    """`promtool check metrics` on a scrape: (exit code, its complaints)."""
+    r = subprocess.run(["promtool", "check", "metrics"], input=txt.encode(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    return r.returncode, r.stdout.decode("utf-8", "replace")
+
+
+def test_metrics_promtool(srv):
+    """/metrics after traffic passes Prometheus' own linter, counts requests by route and status,
+    labels every series with the model's name, has the build-info metric and the per-request
+    prefill/decode and per-step token histograms, with bucket bounds written exactly."""
+    gen(srv, "Once upon a time", max_new_tokens=4)
+    srv.req("GET", "/no/such/route")
+    srv.jreq("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    srv.jreq("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 9})
+    st, _, b = srv.req("GET", "/metrics")
+    txt = b.decode()
+    if not shutil.which("promtool"):
+        check("promtool is installed (tools/install-deps.sh installs Debian's prometheus)", False)
+        return
+    rc, out = promtool_check(txt)
+    check("promtool check metrics: no complaint after traffic", st == 200 and rc == 0 and not out.strip(), out[:500])
+    model = srv.jreq("GET", "/info")[2]["model_id"]
+    samples = [l for l in txt.splitlines() if l and not l.startswith("#")]
+    check("every series carries model_name", samples and all(f'model_name="{model}"' in l for l in samples),
+          [l for l in samples if "model_name" not in l][:3])
+    def val(pattern):
+        m = re.search(pattern, txt)
+        return float(m.group(1)) if m else None
+    check("requests counted by route and status (unknown paths as route=\"other\")",
+          (val(r'hyserve_http_requests_total\{route="/generate",status="200",[^}]*\} (\S+)') or 0) >= 1
+          and (val(r'hyserve_http_requests_total\{route="other",status="404",[^}]*\} (\S+)') or 0) >= 1
+          and (val(r'hyserve_http_requests_total\{route="/v1/completions",status="400",[^}]*\} (\S+)') or 0) >= 1
+          and "/no/such/route" not in txt, [l for l in samples if "http_requests" in l])
+    commit = run([HYSERVE, "--version"]).stdout.decode().split("git ")[-1].rstrip(")\n")
+    check("hyserve_build_info names the version and the git commit of hyserve --version",
+          re.search(r'hyserve_build_info\{version="[0-9.]+",git_commit="%s",' % re.escape(commit), txt) is not None,
+          [l for l in samples if "build_info" in l] + [commit])
+    hists = ("hyserve_request_prefill_time_seconds", "hyserve_request_decode_time_seconds", "hyserve_engine_step_tokens")
+    check("prefill and decode time per request and tokens per engine step are histograms with observations",
+          all(f"# TYPE {h} histogram" in txt and (val(h + r'_count\{[^}]*\} (\S+)') or 0) >= 1 for h in hists)
+          and "batch_size_last" not in txt and "recurrent_slots_total" not in txt, "")
+    les = re.findall(r'_bucket\{le="([^"]+)"', txt)
+    check("bucket bounds are written exactly (0.001 as 0.001, 2^32 in full digits)",
+          "0.001" in les and "4294967296" in les and not any("e+" in x or "e-" in x for x in les), sorted(set(les))[:30])
+
+
+def test_model_names(srv, model):
+    """--served-model-name aliases on /v1/models and in answers; another model is OpenAI's 404
+    model_not_found; --accept-any-model keeps the old accept-anything; the default name is the file's;
+    system_fingerprint on every OpenAI answer and chunk, stable across requests."""
+    st, _, j, _ = srv.jreq("GET", "/v1/models")
+    ids = [d["id"] for d in j.get("data", [])]
+    check("/v1/models lists every served name, the first first", ids == ["chatml", "hyserve", "m"], f"{ids}")
+    check("/info model_id is the first served name", srv.jreq("GET", "/info")[2].get("model_id") == "chatml")
+    fps = set()
+    for name in ("hyserve", "m", None):
+        body = {"prompt": "Hi", "max_tokens": 2}
+        if name:
+            body["model"] = name
+        st, _, j, b = srv.jreq("POST", "/v1/completions", body)
+        check(f"model {name!r} is served and echoed", st == 200 and j["model"] == (name or "chatml"), b[:200])
+        fps.add(j.get("system_fingerprint"))
+    st, _, evs, _ = stream(srv, "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "Hi"}],
+                                                         "max_tokens": 2, "stream": True})
+    chunks = [json.loads(p) for k, p in evs if k == "data" and p != "[DONE]"]
+    fps |= {c.get("system_fingerprint") for c in chunks}
+    check("system_fingerprint: one fp_ value on every answer and chunk", len(fps) == 1
+          and re.fullmatch(r"fp_[0-9a-f]{16}", next(iter(fps)) or ""), f"{fps}")
+    for path, body in (("/v1/completions", {"prompt": "Hi"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})):
+        st, _, j, b = srv.jreq("POST", path, dict(body, model="gpt-4o", max_tokens=2))
+        e = j.get("error", {}) if isinstance(j, dict) else {}
+        check(f"{path} naming another model is 404 model_not_found on param model",
+              st == 404 and e.get("code") == "model_not_found" and e.get("param") == "model"
+              and e.get("type") == "invalid_request_error" and "gpt-4o" in e.get("message", ""), f"{st} {b[:300]}")
+    # a second server: the default name (the file's, without .gguf) and --accept-any-model
+    s2 = Server("anymodel", model, "--accept-any-model", "-t", "1", "--max-seqs", "2")
+    try:
+        st, _, j, _ = s2.jreq("GET", "/v1/models")
+        want = os.path.basename(model)[:-len(".gguf")]
+        check("the default served name is the model file's name", [d["id"] for d in j["data"]] == [want], f"{j}")
+        st, _, j, b = s2.jreq("POST", "/v1/completions", {"model": "gpt-4o", "prompt": "Hi", "max_tokens": 2})
+        check("--accept-any-model answers any model and echoes it", st == 200 and j["model"] == "gpt-4o", b[:200])
+        fp2 = j.get("system_fingerprint")
+        check("system_fingerprint names the build and the model file alike on both servers", fp2 in fps, f"{fp2} {fps}")
+    finally:
+        s2.stop()
+
+
+def test_detokenize_and_version(srv):
+    """POST /detokenize turns /tokenize's ids back into the text; `hyserve --version` and /info name the
+    same version and git commit (the checkout's HEAD when built from one)."""
+    for text in ("Once upon a time", "naïve café, 東京 and émoji 🎉!", " leading  spaces\nand lines"):
+        ids = [t["id"] for t in srv.jreq("POST", "/tokenize", {"inputs": text})[2]]
+        st, _, j, b = srv.jreq("POST", "/detokenize", {"tokens": ids})
+        check(f"detokenize(tokenize({text[:12]!r}...)) is the text", st == 200 and j.get("content") == text
+              and j.get("prompt") == text, f"{st} {b[:200]}")
+    st, _, j, _ = srv.jreq("POST", "/detokenize", {"tokens": []})
+    check("detokenize of no tokens is the empty text", st == 200 and j.get("content") == "")
+    for bad in ({"tokens": [1, 1.5]}, {"tokens": [10 ** 6]}, {"tokens": [-1]}, {"tokens": "abc"}, {}):
+        st, _, j, b = srv.jreq("POST", "/detokenize", bad)
+        check(f"detokenize {bad} is a 422 naming tokens", st == 422 and "tokens" in j.get("error", ""), f"{st} {b[:200]}")
+    st, _, b = srv.req("POST", "/detokenize", raw=b"{nope")
+    check("detokenize of malformed JSON is a 400", st == 400)
+    r = run([HYSERVE, "--version"])
+    out = r.stdout.decode()
+    m = re.fullmatch(r"hyserve (\S+) \(git (\S+)\)\n", out)
+    info = srv.jreq("GET", "/info")[2]
+    check("hyserve --version and /info agree on version and git commit", r.returncode == 0 and m is not None
+          and info.get("version") == m.group(1) and info.get("git_commit") == m.group(2), f"{out!r} {info.get('version')} {info.get('git_commit')}")
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          cwd=os.path.dirname(HERE))
+    if head.returncode == 0 and m:
+        # the binary may predate the last commit (built, then committed): its commit is an ancestor then
+        anc = subprocess.run(["git", "merge-base", "--is-ancestor", m.group(2), "HEAD"], cwd=os.path.dirname(HERE),
+                             stderr=subprocess.DEVNULL)
+        check("the baked-in commit is this checkout's HEAD or an ancestor of it", anc.returncode == 0, m.group(2))
+    else:
+        print("  skip the baked-in commit against git: not built in a git checkout")
+
+
+def test_cors(srv, model):
+    """--cors-origin: off by default; allowed origins get Access-Control-Allow-Origin on every route,
+    streams and errors included, a preflight OPTIONS is answered 204 before the API key check, other
+    origins get no CORS headers; "*" allows any origin."""
+    h = srv.req("GET", "/health", headers={"Origin": "http://a.example"})[1]
+    st = srv.req("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://a.example"})[0]
+    check("CORS is off by default: no Allow-Origin, OPTIONS is a 405", "access-control-allow-origin" not in h
+          and st == 405, f"{h} {st}")
+    s2 = Server("cors", model, "--cors-origin", "http://a.example", "--cors-origin", "https://b.example:8443",
+                "--api-key", "k1", "-t", "1", "--max-seqs", "2")
+    try:
+        pre = {"Origin": "http://a.example", "Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "authorization, content-type"}
+        st, h, _ = s2.req("OPTIONS", "/v1/chat/completions", headers=pre)
+        check("a preflight from an allowed origin is 204 with the route's methods and the headers a client sends,"
+              " without a key", st == 204 and h.get("access-control-allow-origin") == "http://a.example"
+              and "POST" in h.get("access-control-allow-methods", "")
+              and "authorization" in h.get("access-control-allow-headers", "").lower()
+              and "content-type" in h.get("access-control-allow-headers", "").lower()
+              and h.get("access-control-max-age"), f"{st} {h}")
+        st, h, _ = s2.req("OPTIONS", "/v1/chat/completions", headers=dict(pre, Origin="http://evil.example"))
+        check("a preflight from another origin gets no Access-Control headers", st == 204
+              and not any(k.startswith("access-control-") for k in h), f"{st} {h}")
+        auth = {"Authorization": "Bearer k1", "Origin": "https://b.example:8443"}
+        for method, path, body in (("GET", "/health", None), ("GET", "/info", None),
+                                   ("POST", "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2}})):
+            st, h, _ = s2.req(method, path, body=body, headers=auth)
+            check(f"{method} {path} from an allowed origin carries Allow-Origin, Vary and the exposed headers",
+                  st == 200 and h.get("access-control-allow-origin") == "https://b.example:8443"
+                  and "Origin" in h.get("vary", "") and "X-Request-Id" in h.get("access-control-expose-headers", ""),
+                  f"{st} {h}")
+        st, h, _ = s2.req("GET", "/info", headers={"Origin": "http://a.example"})
+        check("a 401 carries Allow-Origin too, so the page can read why", st == 401
+              and h.get("access-control-allow-origin") == "http://a.example", f"{st} {h}")
+        c = s2.conn()
+        c.request("POST", "/generate_stream", body=json.dumps({"inputs": "Hi", "parameters": {"max_new_tokens": 3}}),
+                  headers=auth)
+        r = c.getresponse()
+        sh = {k.lower(): v for k, v in r.getheaders()}
+        r.read()
+        c.close()
+        check("an SSE stream carries Allow-Origin", r.status == 200
+              and sh.get("access-control-allow-origin") == "https://b.example:8443", f"{r.status} {sh}")
+        st, h, _ = s2.req("GET", "/health", headers={"Origin": "http://a.example.evil"})
+        check("an origin that only starts like an allowed one gets nothing", "access-control-allow-origin" not in h, f"{h}")
+    finally:
+        s2.stop()
+    s3 = Server("cors-any", model, "--cors-origin", "*", "-t", "1", "--max-seqs", "2")
+    try:
+        st, h, _ = s3.req("GET", "/health", headers={"Origin": "http://whoever.example"})
+        check("--cors-origin '*' answers any origin with '*'", h.get("access-control-allow-origin") == "*", f"{h}")
+    finally:
+        s3.stop()
+
+
+def test_logs(srv, model):
+    """Probes are not logged by default (but counted); --log-format json writes one object a line with
+    ts, level and the request's fields; --log-probes logs probes; keys and prompts never appear."""
+    for path in ("/health", "/live", "/ready", "/metrics"):
+        srv.req("GET", path, headers={"X-Request-Id": f"probe-{path[1:]}"})
+    srv.req("GET", "/info", headers={"X-Request-Id": "not-a-probe"})
+    time.sleep(0.2)
+    log = open(srv.log_path, "rb").read().decode("utf-8", "replace")
+    check("health, live, ready and metrics requests are not logged by default; others are",
+          "probe-" not in log and "id=not-a-probe GET /info status=200" in log, "")
+    s2 = Server("jsonlog", model, "--log-format", "json", "--log-probes", "--api-key", "sekrit-key-123",
+                "-t", "1", "--max-seqs", "2")
+    try:
+        h = {"Authorization": "Bearer sekrit-key-123", "X-Request-Id": "json-gen"}
+        s2.req("POST", "/generate", {"inputs": "a secret prompt", "parameters": {"max_new_tokens": 2}}, headers=h)
+        s2.req("GET", "/health", headers={"X-Request-Id": "json-probe"})
+        s2.req("GET", "/info", headers={"Authorization": "Bearer wrong-key-456", "X-Request-Id": "json-401"})
+    finally:
+        s2.stop()
+    text = open(s2.log_path, "rb").read().decode("utf-8", "replace")
+    objs, bad = [], []
+    for l in text.splitlines():
+        try:
+            objs.append(json.loads(l))
+        except ValueError:
+            bad.append(l)
+    check("--log-format json: every line is a JSON object with ts, level and msg", objs and not bad
+          and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", o.get("ts", ""))
+                  and o.get("level") in ("info", "warn", "error") and "msg" in o for o in objs), "\n".join(bad[:3]))
+    req = {o.get("id"): o for o in objs if o.get("msg") == "request"}
+    g = req.get("json-gen", {})
+    check("the JSON request line has its fields (status, tokens, finish, timings)", g.get("status") == 200
+          and g.get("path") == "/generate" and g.get("gen_tokens") == 2 and g.get("finish") == "length"
+          and isinstance(g.get("total_ms"), (int, float)), f"{g}")
+    check("--log-probes logs the probes", "json-probe" in req, f"{list(req)}")
+    check("the 401 is logged, and neither key nor prompt text appears in the log", req.get("json-401", {}).get("status") == 401
+          and "sekrit-key-123" not in text and "wrong-key-456" not in text and "a secret prompt" not in text, "")
+    st = run([HYSERVE, "serve", "-m", model, "--config", "/dev/null", "--log-format", "yaml"])
+    check("--log-format yaml is refused with a line naming the choices", st.returncode == 2
+          and b"text or json" in st.stderr, st.stderr[-200:])
+
+
+def test_stats_totals(srv):
+    """/stats totals are disjoint parts (GQA KV, MLA latent, DeltaNet state, conv state, checkpoints)
+    that add up to all_requests_bytes while a request holds cache, and equal the per-request bytes."""
+    box = {}
+    t = threading.Thread(target=lambda: box.update(r=stream(srv, "/generate_stream", {
+        "inputs": "Once upon a time", "parameters": {"max_new_tokens": 400, "ignore_eos": True}})))
+    t.start()
+    s, deadline = None, time.time() + 20
+    while time.time() < deadline:
+        s = srv.stats()
+        if s["requests"] and s["totals"]["all_requests_bytes"] > 0:
+            break
+        time.sleep(0.01)
+    t.join(60)
+    tot = s["totals"]
+    parts = {k: v for k, v in tot.items() if k != "all_requests_bytes"}
+    per_req = sum(r["total_bytes_owned"] for r in s["requests"])
+    check("/stats totals: disjoint parts that sum to all_requests_bytes, which the requests own",
+          tot["all_requests_bytes"] > 0 and sum(parts.values()) == tot["all_requests_bytes"] == per_req
+          and set(parts) == {"gqa_kv_bytes", "mla_latent_bytes", "deltanet_state_bytes", "deltanet_conv_bytes",
+                             "checkpoint_bytes"}, f"{tot} {per_req}")
+
+
+def test_names_consistent(srv):
+    """One vocabulary: the planner names KV dtypes f32/f16/bf16 (never "16-bit"), the attention kind by
+    one rule (mha / mqa / gqa) the same in /stats and the planner; `hyserve mem --list` marks the presets
+    the engine cannot run as planner-only."""
+    est = lambda body: srv.jreq("POST", "/v1/memory/estimate", body)[2]
+    names = {dt: est({"preset": "qwen3.5-9b", "kv_dtype": dt})["layout"]["kv_dtype"] for dt in ("f32", "f16", "bf16")}
+    check("planner kv_dtype names: f32, f16, bf16 as asked", names == {"f32": "f32", "f16": "f16", "bf16": "bf16"}, f"{names}")
+    check("a preset without kv_dtype reports its dtype by name", est({"preset": "qwen3.5-9b"})["layout"]["kv_dtype"]
+          in ("f16", "bf16"))
+    base = {"layers": 2, "attention": {"layers": 2, "heads": 8, "kv_heads": 8, "head_dim": 64}}
+    kinds = []
+    for kv in (8, 1, 2):
+        lay = json.loads(json.dumps(base))
+        lay["attention"]["kv_heads"] = kv
+        j = est({"layout": lay})
+        kinds.append(j.get("layout", {}).get("attention", {}).get("type"))
+    check("attention kind by KV heads: 8 of 8 mha, 1 mqa, 2 gqa", kinds == ["mha", "mqa", "gqa"], f"{kinds}")
+    served = est({}).get("layout", {}).get("attention", {}).get("type")
+    stats = srv.stats()["model"]["cache_layout"].get("attention", {}).get("type")
+    check("/stats and the planner name the served model's attention alike", served == stats and served, f"{served} {stats}")
+    r = run([HYSERVE, "mem", "--list"])
+    lines = {l.split()[0]: l for l in r.stdout.decode().splitlines() if l.strip()}
+    check("hyserve mem --list: Jamba and Kimi Linear planner-only, the Qwen and Llama presets run",
+          "planner only" in lines.get("jamba-v0.1", "") and "planner only" in lines.get("kimi-linear-48b-a3b", "")
+          and "runs" in lines.get("qwen3.5-9b", "") and "runs" in lines.get("llama-3.1-8b", ""), r.stdout.decode())
+
+
+def test_readme_sample():
+    """The README's sample answer is the one the default model really gives (greedy, so fixed)."""
+    root = os.path.dirname(HERE)
+    model = os.path.join(root, "models", "default.gguf")
+    if not os.path.exists(model):
+        print("  skip the README sample: models/default.gguf is absent")
+        return
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    m = re.search(r"# -> (\{\"generated_text\".*\})\n", readme)
+    if not check("README quotes a /generate answer", m is not None):
+        return
+    s = Server("readme", model, "-t", "1", "--max-seqs", "2")
+    try:
+        st, _, j, _ = s.jreq("POST", "/generate", {"inputs": "Once upon a time", "parameters": {"max_new_tokens": 40}})
+    finally:
+        s.stop()
+    check("the README's /generate sample is what models/default.gguf answers", st == 200 and j == json.loads(m.group(1)),
+          f"{j} vs {m.group(1)}")
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -694,6 +1108,23 @@ def test_completion_prompt_forms(srv):
         st, _, j, b = comp(prompt)
         check(f"completions prompt as {form} gives the string's text", st == 200
               and j["choices"][0]["text"] == want and j["usage"]["prompt_tokens"] == len(ids), f"{st} {b[:200]}")
+    # several prompts: one choice each, in order, each the text its prompt gets alone, usage summed
+    prompts = ["Once upon a time", ids, "The city", [ids[-1]]]
+    alone = [comp(p)[2] for p in prompts]
+    st, _, j, b = comp(prompts)
+    ch = j.get("choices", []) if st == 200 else []
+    check("completions with a prompt array: one choice per prompt, index i, each the text it gets alone",
+          [c["index"] for c in ch] == [0, 1, 2, 3]
+          and [c["text"] for c in ch] == [a["choices"][0]["text"] for a in alone], f"{st} {b[:300]}")
+    check("completions with a prompt array: usage sums the prompts'", st == 200
+          and j["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+          and j["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in alone), f"{j.get('usage')}")
+    st, _, j, b = srv.jreq("POST", "/v1/completions", {"prompt": ["a", "b"], "max_tokens": 2, "stream": True})
+    check("a prompt array cannot be streamed: 400 on prompt", st == 400 and j["error"]["param"] == "prompt", b[:200])
+    for bad in (["a", ""], ["a", 5], ["x"] * 33, ["a", [10 ** 6]]):
+        st, _, j, b = comp(bad)
+        check(f"completions prompt array {str(bad)[:30]} is a 400 on prompt", st == 400 and j["error"]["param"] == "prompt",
+              f"{st} {b[:200]}")
     for bad in ([], [1.5], [10 ** 6], [-1], [1, "a"]):
         st, _, j, b = comp(bad)
         check(f"completions prompt {bad} is a 400 on prompt", st == 400 and j["error"]["param"] == "prompt", f"{st} {b[:200]}")
@@ -875,20 +1306,37 @@ def failures(srv):
     return out
 
 
-def test_openai_client(srv):
+def run_client(script, *args):
+    """Run tests/client/SCRIPT with node (npm ci from the lock file first when a package is missing)
+    and return the JSON object it printed last, or None after a failed check."""
+    cdir, node = client_dir()
+    if not node:
+        return None
+    r = run([node, os.path.join(cdir, script)] + list(args))
+    if not check(f"{script} runs", r.returncode == 0, r.stderr.decode()[-600:]):
+        return None
+    return json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+
+def client_dir():
+    """tests/client with its npm packages installed (npm ci from the lock file when one is missing):
+    (the directory, node's path), or (dir, None) after a failed check."""
     cdir = os.path.join(HERE, "client")
-    node = shutil.which("node")
-    npm = shutil.which("npm")
+    node, npm = shutil.which("node"), shutil.which("npm")
     if not check("node and npm are installed", node and npm):
-        return
-    if not os.path.isdir(os.path.join(cdir, "node_modules", "openai")):
+        return cdir, None
+    if not all(os.path.isdir(os.path.join(cdir, "node_modules", m)) for m in ("openai", "hf2", "hf4")):
         r = run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=cdir)
         if not check("npm ci in tests/client", r.returncode == 0, r.stderr.decode()[-400:]):
-            return
-    r = run([node, os.path.join(cdir, "openai_chat.mjs"), srv.url])
-    if not check("openai npm client runs", r.returncode == 0, r.stderr.decode()[-600:]):
+            return cdir, None
+    return cdir, node
+
+
+def test_openai_client(srv):
+    out = run_client("openai_chat.mjs", srv.url)
+    if out is None:
         return
-    out = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    cdir, node = client_dir()
     msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello."}]
     j = srv.jreq("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0})[2]
     want = j["choices"][0]["message"]["content"]
@@ -901,6 +1349,17 @@ def test_openai_client(srv):
     check("openai client: streamed completion text", out["completion_stream"]["text"] == j["choices"][0]["text"])
     check("openai client: our 400 becomes its typed error", out["error"]["status"] == 400
           and out["error"]["type"] == "invalid_request_error", f"{out['error']}")
+    pa = out.get("prompt_array", {})
+    singles = [srv.jreq("POST", "/v1/completions", {"prompt": p, "max_tokens": 5, "temperature": 0})[2]["choices"][0]["text"]
+               for p in ("Once upon a time", "The city")]
+    check("openai client: completions with a prompt array give one choice per prompt",
+          [c["text"] for c in pa.get("choices", [])] == singles and [c["index"] for c in pa["choices"]] == [0, 1],
+          f"{pa} vs {singles}")
+    lp, lps = out.get("logprobs", {}), out.get("logprobs_stream", {})
+    check("openai client: chat logprobs with top_logprobs arrive, the same streamed and not",
+          lp.get("content") and len(lp["content"]) == 6 and all(len(c["top_logprobs"]) == 2 for c in lp["content"])
+          and lps.get("content") == lp["content"]
+          and "".join(c["token"] for c in lp["content"]) == lp.get("text"), f"{lp} {lps}")
     # a request cancelled by its id is not retried: one POST with that id reaches the server
     rid = "openai-cancel-1"
     r = run([node, os.path.join(cdir, "openai_cancel.mjs"), srv.url, rid])
@@ -914,6 +1373,39 @@ def test_openai_client(srv):
     posts = [l for l in log.splitlines() if f"id={rid} POST" in l]
     check("openai client: the cancelled request was sent once, not retried", len(posts) == 1, posts)
 
+
+
+def test_hf_clients(srv):
+    """The official @huggingface/inference client, 2.x and 4.x (npm aliases hf2 and hf4 in
+    tests/client), against an endpoint URL: 2.x textGeneration with details and top_n_tokens, its
+    stream, its chatCompletion (which needs system_fingerprint); 4.x textGeneration (sent to
+    /v1/completions with the parameters flattened and the URL as the model), chatCompletion and its
+    stream. Each text equals the one our own request gets."""
+    out = run_client("hf_clients.mjs", srv.url)
+    if out is None:
+        return
+    st, _, j = gen(srv, "Once upon a time", max_new_tokens=6, details=True, top_n_tokens=2)
+    want_text = j["generated_text"]
+    t2 = out.get("hf2_text", {})
+    check("hf 2.x textGeneration: our text, details with tokens and top_tokens (2 each)", t2.get("text") == want_text
+          and t2.get("details", {}).get("tokens") == j["details"]["tokens"]
+          and [len(x) for x in t2["details"].get("top_tokens", [])] == [2] * 6, f"{t2}")
+    check("hf 2.x textGenerationStream: the same text", out.get("hf2_stream", {}).get("text") == want_text
+          and out["hf2_stream"].get("generated_text") == want_text, f"{out.get('hf2_stream')}")
+    msgs = [{"role": "user", "content": "Say hello."}]
+    want_chat = srv.jreq("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0})[2]
+    chat_text = want_chat["choices"][0]["message"]["content"]
+    for k in ("hf2_chat", "hf4_chat"):
+        c = out.get(k, {})
+        check(f"{k[:3]} {'2.x' if k == 'hf2_chat' else '4.x'} chatCompletion: our text and system_fingerprint",
+              c.get("text") == chat_text and c.get("fingerprint") == want_chat["system_fingerprint"], f"{c}")
+    check("hf 4.x chatCompletion answers with the served name, not the endpoint URL it sent as model",
+          out.get("hf4_chat", {}).get("model") == "chatml", f"{out.get('hf4_chat')}")
+    check("hf 4.x chatCompletionStream: the same text", out.get("hf4_chat_stream", {}).get("text") == chat_text,
+          f"{out.get('hf4_chat_stream')}")
+    comp = srv.jreq("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0})[2]
+    check("hf 4.x textGeneration (through /v1/completions, details and top_n_tokens in the body): our text",
+          out.get("hf4_text", {}).get("text") == comp["choices"][0]["text"], f"{out.get('hf4_text')}")
 
 def raw_get(sock, path):
     """GET path on an open keep-alive socket: (status, headers with lower-case
@@ -981,7 +1473,7 @@ def test_container_limits(model):
         srv.stop()
     with open(srv.log_path, "rb") as f:
         log = f.read().decode("utf-8", "replace")
-    ready = [l for l in log.splitlines() if l.startswith("hyserve: ready:")]
+    ready = [l for l in log.splitlines() if "hyserve: ready:" in l]
     check("the ready line says what the limits gave", ready and "1 threads" in ready[0]
           and "container limits (cgroup v2): 1.00 CPUs -> 1 threads" in ready[0]
           and "cache budget up to" in ready[0] and "replica replica-7" in ready[0], str(ready))
@@ -1064,7 +1556,9 @@ def test_drain(srv):
 def test_limits(srv2):
     s = srv2.stats()
     check("config precedence: env beats file (max-queue 1), flag beats env (max-seqs 1)",
-          s["limits"]["max_queue"] == 1 and s["limits"]["max_concurrent_requests"] == 1, f"{s['limits']}")
+          s["limits"]["max_queue"] == 1 and s["limits"]["max_running_requests"] == 1
+          and s["limits"]["max_concurrent_requests"] == 2 == srv2.jreq("GET", "/info")[2]["max_concurrent_requests"],
+          f"{s['limits']}")
     st, h, j, b = srv2.jreq("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
     check("chat without a template is 400 saying so", st == 400 and "chat template" in j["error"]["message"], f"{st} {b[:300]}")
     st, h, j, b = srv2.jreq("POST", "/generate", {"inputs": "x", "parameters": {"max_new_tokens": 3000}})
@@ -1127,8 +1621,8 @@ def test_limits(srv2):
           f"{s}")
     t1.join()
     st, h, b = srv2.req("GET", "/metrics")
-    check("/metrics counts the refusals", b'hyserve_rejected_total{reason="queue_full"} 2' in b
-          and b'hyserve_rejected_total{reason="queue_timeout"} 1' in b, b.decode()[:0])
+    check("/metrics counts the refusals", re.search(rb'hyserve_rejected_total\{reason="queue_full",model_name="[^"]*"\} 2\n', b)
+          and re.search(rb'hyserve_rejected_total\{reason="queue_timeout",model_name="[^"]*"\} 1\n', b), b.decode()[:0])
 
 
 def test_drain_timeout(srv2):
@@ -1338,16 +1832,26 @@ def main(argv=None):
                ("test_seed_64bit", lambda: test_seed_64bit(srv)),
                ("test_sampling_params", lambda: test_sampling_params(srv, model)),
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
+               ("test_logprobs", lambda: test_logprobs(srv, model)),
+               ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
+               ("test_model_names", lambda: test_model_names(srv, model)),
+               ("test_detokenize_and_version", lambda: test_detokenize_and_version(srv)),
+               ("test_cors", lambda: test_cors(srv, model)),
+               ("test_logs", lambda: test_logs(srv, model)),
+               ("test_stats_totals", lambda: test_stats_totals(srv)),
+               ("test_names_consistent", lambda: test_names_consistent(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
                ("test_chunked_prefill", lambda: test_chunked_prefill(srv)),
                ("test_disconnect", lambda: test_disconnect(srv)),
                ("test_delete_request", lambda: test_delete_request(srv)),
-               ("test_openai_client", lambda: test_openai_client(srv))]
+               ("test_openai_client", lambda: test_openai_client(srv)),
+               ("test_hf_clients", lambda: test_hf_clients(srv))]
     on_limits = [("test_body_limit", lambda: test_body_limit(srv2)),
                  ("test_limits", lambda: test_limits(srv2)),
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_container_limits", lambda: test_container_limits(model)),
+            ("test_readme_sample", test_readme_sample),
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_drain", lambda: test_drain(srv))]
@@ -1371,7 +1875,9 @@ def main(argv=None):
     with open(conf, "w") as f:
         f.write("# test config\nmax-queue = 7\nkeepalive = 0.05\nmax-body = 4096\nmax-seqs = 9\n")
 
-    srv = Server("main", model, "--max-seqs", "32", "--drain-timeout", "30", "-t", "2")
+    # the names the tests and the openai client send ("m", "hyserve") are served aliases
+    srv = Server("main", model, "--max-seqs", "32", "--drain-timeout", "30", "-t", "2",
+                 "--served-model-name", "chatml", "--served-model-name", "hyserve", "--served-model-name", "m")
     srv2 = None
     try:
         for name, t in on_main:
@@ -1399,7 +1905,12 @@ def main(argv=None):
                 bad = [l for l in log.splitlines() if "ERROR: AddressSanitizer" in l or "runtime error:" in l
                        or "LeakSanitizer" in l]
                 check(f"server '{s.name}' log has no sanitizer reports", not bad, "\n".join(bad[:5]))
-                lines = [l for l in log.splitlines() if l.startswith("hyserve: id=")]
+                lines = [l for l in log.splitlines() if " hyserve: id=" in l]
+                stamped = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (INFO |WARN |ERROR) ")
+                unstamped = [l for l in log.splitlines() if l and not stamped.match(l)
+                             and "Sanitizer" not in l and not l.startswith("    #")]
+                check(f"server '{s.name}': every log line starts with a UTC timestamp and a level", not unstamped,
+                      "\n".join(unstamped[:3]))
                 check(f"server '{s.name}' logs one line per request", (len(lines) > 5 or not everything)
                       and all(" status=" in l and " total_ms=" in l for l in lines))
                 if s is srv:

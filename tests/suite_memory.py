@@ -208,8 +208,8 @@ def test_estimate_route(srv):
 def test_metrics(srv):
     st, h, b = srv.req("GET", "/metrics")
     txt = b.decode()
-    need = ['hyserve_cache_bytes{kind="attn_kv"}', 'hyserve_cache_bytes{kind="mla_latent"}',
-            'hyserve_cache_bytes{kind="recurrent_state"}', "hyserve_inter_token_latency_seconds_count",
+    need = ['hyserve_cache_bytes{kind="attn_kv",', 'hyserve_cache_bytes{kind="mla_latent",',
+            'hyserve_cache_bytes{kind="recurrent_state",', "hyserve_inter_token_latency_seconds_count",
             "hyserve_time_to_first_token_seconds_bucket", "hyserve_e2e_request_latency_seconds_sum",
             "hyserve_attn_kv_token_usage_ratio", "hyserve_cache_config_info"]
     missing = [n for n in need if n not in txt]
@@ -241,6 +241,9 @@ def test_serve_synth():
         txt = b.decode()
         check("/metrics labels the cache config with state_dtype=\"bf16\"", st == 200 and 'state_dtype="bf16"' in txt,
               [l for l in txt.splitlines() if "cache_config_info" in l])
+        log = open(srv.log_path, "rb").read().decode("utf-8", "replace")
+        check("serve --synth says what it loads: a synthesized model with the preset's cache layout",
+              "loading a synthesized model with the cache layout of qwen3.5-0.8b" in log, log[:400])
     finally:
         srv.stop()
 

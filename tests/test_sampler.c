@@ -546,3 +546,68 @@ TEST(test_sampler_min_p_renormalizes_over_tokens_above_min_p_times_p_max)
     CHECK(worst_logprob_error(s, base, 5, l, keep, temp, 2000, NULL) < 1e-5);
     sampler_free(s);
 }
+
+/* sampler_logprobs: log softmax(l / T) written out by hand, and the top
+ * list sorted best first, ties to the smaller id. */
+TEST(test_sampler_logprobs_are_log_softmax_at_the_temperature_with_a_sorted_top)
+{
+    const float l[6] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, -INFINITY};
+    const double t = 0.7;
+    double z = 0.0;
+    for (int i = 0; i < 5; i++)
+        z += exp(l[i] / t);
+    sampler_top top;
+    float lp = sampler_logprobs(l, 6, (float)t, 4, 4, &top);
+    CHECK_NEAR(lp, 0.5 / t - log(z), 1e-5);
+    CHECK(top.n == 4);
+    const int32_t want[4] = {1, 3, 0, 4};
+    for (int k = 0; k < 4 && k < top.n; k++) {
+        CHECK(top.id[k] == want[k]);
+        CHECK_NEAR(top.logprob[k], l[want[k]] / t - log(z), 1e-5);
+    }
+    CHECK(isinf(sampler_logprobs(l, 6, (float)t, 5, 0, NULL)));   /* masked: -inf */
+    CHECK(isinf(sampler_logprobs(l, 6, (float)t, 6, 0, NULL)));   /* out of range */
+}
+
+/* sampler_last_top lists the distribution the draw came from: after top-k
+ * only the k kept tokens, renormalised, and the drawn token's logprob is
+ * its entry; greedy lists log softmax at T = 1. */
+TEST(test_sampler_last_top_is_the_distribution_drawn_from)
+{
+    const float base[5] = {0.0f, 2.0f, 1.0f, -1.0f, 1.5f};
+    sampler *s = make(1.0f, 3, 1.0f, 0.0f, 1.0f, false, 5, 5);
+    CHECK(s != NULL);
+    double z = exp(2.0) + exp(1.0) + exp(1.5);
+    for (int it = 0; s && it < 50; it++) {
+        float tmp[5], lp = 0.0f;
+        memcpy(tmp, base, sizeof(tmp));
+        int32_t id = sampler_sample(s, tmp, NULL, 0, &lp);
+        sampler_top top;
+        sampler_last_top(s, tmp, 20, &top);
+        CHECK(top.n == 3 && top.id[0] == 1 && top.id[1] == 4 && top.id[2] == 2);
+        bool found = false;
+        for (int k = 0; k < top.n; k++) {
+            CHECK_NEAR(top.logprob[k], base[top.id[k]] - log(z), 1e-5);
+            if (top.id[k] == id) {
+                found = true;
+                CHECK_NEAR(top.logprob[k], lp, 1e-6);
+            }
+        }
+        CHECK(found);
+    }
+    sampler_free(s);
+    s = make(1.0f, 0, 1.0f, 0.0f, 1.0f, true, 0, 5);
+    float tmp[5];
+    memcpy(tmp, base, sizeof(tmp));
+    float lp = 0.0f;
+    CHECK(s && sampler_sample(s, tmp, NULL, 0, &lp) == 1);
+    sampler_top top;
+    sampler_last_top(s, tmp, 2, &top);
+    double z1 = 0.0;
+    for (int i = 0; i < 5; i++)
+        z1 += exp(base[i]);
+    CHECK(top.n == 2 && top.id[0] == 1 && top.id[1] == 4);
+    CHECK_NEAR(top.logprob[0], lp, 1e-6);
+    CHECK_NEAR(top.logprob[1], 1.5 - log(z1), 1e-5);
+    sampler_free(s);
+}

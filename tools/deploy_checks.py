@@ -280,7 +280,7 @@ def check_2(name):
     budget = k.get("cache_budget_bytes") or 0
     used = budget + (k.get("model_file_bytes") or 0) + (k.get("headroom_bytes") or 0)
     _, logs = docker("logs", name, timeout=30)
-    line = next((l for l in logs.splitlines() if l.startswith("hyserve: ready:")), "")
+    line = next((l for l in logs.splitlines() if "hyserve: ready:" in l), "")
     ok = (st == 200 and k.get("threads") == 1 and k.get("cpu_limit") == 1 and k.get("memory_limit_bytes") == limit
           and 0 < budget <= (k.get("cache_fit_bytes") or 0) and used <= limit and "1 threads" in line
           and "container limits" in line)

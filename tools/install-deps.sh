@@ -8,7 +8,7 @@
 #   all    that, and what the test suites need (default; `make` and `make test`)
 set -e
 BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libopenblas-openmp-dev python3-minimal"
-TEST_PKGS="python3-numpy python3-yaml curl nodejs npm unicode-data"
+TEST_PKGS="python3-numpy python3-yaml curl nodejs npm unicode-data prometheus"
 case "${1:-all}" in
 build) PKGS=$BUILD_PKGS ;;
 all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;

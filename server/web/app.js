@@ -120,14 +120,17 @@
   /* /metrics: Prometheus text                                          */
   /* ------------------------------------------------------------------ */
 
-  /* name{labels} -> value, for the lines that carry samples */
+  /* name{labels} -> value, for the lines that carry samples; the
+   * model_name label every series carries (one model per server) is
+   * dropped from the key, so name{le="0.1"} and a bare name match */
   function parseProm(text) {
     const m = new Map();
     for (const line of text.split('\n')) {
       if (!line || line[0] === '#') continue;
       const sp = line.lastIndexOf(' ');
       if (sp < 0) continue;
-      m.set(line.slice(0, sp), Number(line.slice(sp + 1)));
+      const key = line.slice(0, sp).replace(/,?model_name="(?:[^"\\]|\\.)*"/, '').replace('{,', '{').replace('{}', '');
+      m.set(key, Number(line.slice(sp + 1)));
     }
     return m;
   }

@@ -48,6 +48,25 @@ let ctext = '';
 for await (const chunk of cs) ctext += chunk.choices[0]?.text ?? '';
 out.completion_stream = { text: ctext };
 
+// completions with a prompt array: one choice per prompt
+const multi = await client.completions.create({
+  model: 'hyserve', prompt: ['Once upon a time', 'The city'], max_tokens: 5, temperature: 0,
+});
+out.prompt_array = { choices: multi.choices.map((c) => ({ index: c.index, text: c.text })), usage: multi.usage };
+
+// chat with logprobs, whole and streamed: the client's types carry them through
+const lp = await client.chat.completions.create({
+  model: 'hyserve', messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2,
+});
+out.logprobs = { content: lp.choices[0].logprobs?.content ?? null, text: lp.choices[0].message.content };
+const lps = await client.chat.completions.create({
+  model: 'hyserve', messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2, stream: true,
+});
+const scontent = [];
+for await (const chunk of lps)
+  for (const c of chunk.choices) if (c.logprobs?.content) scontent.push(...c.logprobs.content);
+out.logprobs_stream = { content: scontent };
+
 // an invalid request surfaces as the client's typed error with our status
 try {
   await client.chat.completions.create({ model: 'hyserve', messages, max_tokens: 4, temperature: 7 });
