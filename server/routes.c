@@ -471,7 +471,7 @@ static int handle_batch(http_req *hr, gen_request *g)
                                .max_new_tokens = max_new, .sampling = g->sp,
                                .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
                                .ignore_eos = g->ignore_eos, .top_logprobs = g->top_logprobs,
-                               .prompt_logprobs = g->prompt_logprobs};
+                               .prompt_logprobs = g->prompt_logprobs, .cache_salt = g->cache_salt};
         int src = sched_submit(srv->sched, &rp, &it[i].r, err, sizeof err);
         if (src) {
             rc = send_error(hr, sched_err_kind(src), err, NULL);
@@ -492,11 +492,14 @@ static int handle_batch(http_req *hr, gen_request *g)
     }
     /* one answer: the first prompt's, with every prompt's choice and the usage summed */
     cJSON *body = NULL, *choices = NULL;
-    int n_gen = 0;
+    int n_gen = 0, n_cached = 0;
     for (int i = 0; i < n; i++) {
         char *saved = g->prompt;
+        sched_result sr;
+        sched_req_result(it[i].r, &sr);
+        n_cached += sr.cached_tokens;
         g->prompt = g->batch_prompt[i];     /* echo gives this prompt's text */
-        cJSON *one = oai_response(srv, hr, g, &it[i].res, it[i].toks, it[i].n_prompt);
+        cJSON *one = oai_response(srv, hr, g, &it[i].res, it[i].toks, it[i].n_prompt, sr.cached_tokens);
         g->prompt = saved;
         if (!one)
             continue;
@@ -516,6 +519,9 @@ static int handle_batch(http_req *hr, gen_request *g)
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), hr->n_prompt);
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"), n_gen);
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "total_tokens"), hr->n_prompt + n_gen);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details"),
+                                                          "cached_tokens"),
+                         n_cached);
     rc = http_send_json(hr, 200, body, NULL);
 out:
     for (int i = 0; i < n; i++) {
