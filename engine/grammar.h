@@ -27,15 +27,25 @@ typedef struct gram_matcher gram_matcher;
 
 /* ---- compilers: NULL with one line in err on failure ---- */
 
-/* A JSON Schema (raw bytes, need not be NUL-terminated). Unsupported
- * keywords are an error that names them. The output is one JSON value
- * (no whitespace around it; JSON whitespace inside). */
-grammar *grammar_compile_json_schema(const char *json, size_t len, char *err, size_t errlen);
+/* How JSON is written. By default as a model should write it, never an
+ * endless run: between tokens nothing, one space, or a newline and at
+ * most 20 spaces or tabs of indent; integer, fraction and exponent parts
+ * of at most 16 digits (llama.cpp's json-schema grammar bounds the same
+ * way). exact: every document RFC 8259 allows (validation, tests). */
+typedef struct grammar_opts {
+    bool exact;
+} grammar_opts;
+
+/* A JSON Schema (raw bytes, need not be NUL-terminated); opts NULL: the
+ * defaults. Unsupported keywords are an error that names them. The output
+ * is one JSON value (no whitespace around it). */
+grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar_opts *opts, char *err,
+                                     size_t errlen);
 /* A regular expression (the subset of grammar_regex.c) matched against the
  * whole output, as TGI's regex grammar does. */
 grammar *grammar_compile_regex(const char *re, size_t len, char *err, size_t errlen);
 /* Any JSON object (OpenAI's json_object mode). */
-grammar *grammar_compile_json_object(char *err, size_t errlen);
+grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen);
 void grammar_free(grammar *g);
 
 /* Rules, elements and byte sets of g (tests and logs). */

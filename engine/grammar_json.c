@@ -21,6 +21,7 @@
  *     schema is supported only on objects without properties (maps);
  *   - oneOf is generated as anyOf: branches must not overlap;
  *   - integers are written without fraction or exponent and without "-0";
+ *   - whitespace and digit runs are bounded unless grammar_opts.exact;
  *   - enum and const values are written in canonical form (JSON.stringify's
  *     escapes and number spelling);
  *   - strings never hold lone surrogates (\ud800 must pair with \udc00..);
@@ -50,6 +51,7 @@ typedef struct jctx {
     jref *refs;
     int n_refs, cap_refs;
     int depth;
+    bool exact;                 /* grammar_opts.exact */
     gsym ws, ch, str, num, value, obj_any, arr_any, digit, digits1, hex;
 } jctx;
 
@@ -82,8 +84,16 @@ static gsym lits(gbuild *b, const char *s)
 
 static gsym p_ws(jctx *c)
 {
-    if (c->ws == NONE)
-        c->ws = gb_star(c->b, set_of(c->b, " \t\n\r"));
+    if (c->ws != NONE)
+        return c->ws;
+    gbuild *b = c->b;
+    if (c->exact) {
+        c->ws = gb_star(b, set_of(b, " \t\n\r"));
+    } else {
+        gsym nl[2] = {gb_byte(b, '\n'), gb_rep(b, set_of(b, " \t"), 0, 20)};
+        gsym one[2] = {gb_byte(b, ' '), gb_seq(b, nl, 2)};
+        c->ws = gb_opt(b, gb_or(b, one, 2));
+    }
     return c->ws;
 }
 
@@ -141,11 +151,17 @@ static gsym p_digit(jctx *c)
     return c->digit;
 }
 
+/* Digit runs after the first: unbounded when exact, else at most 15 more. */
+static gsym p_more_digits(jctx *c)
+{
+    return c->exact ? gb_star(c->b, p_digit(c)) : gb_rep(c->b, p_digit(c), 0, 15);
+}
+
 /* 0 | [1-9][0-9]* */
 static gsym p_uint(jctx *c)
 {
     if (c->digits1 == NONE) {
-        gsym s[2] = {gb_range(c->b, '1', '9'), gb_star(c->b, p_digit(c))};
+        gsym s[2] = {gb_range(c->b, '1', '9'), p_more_digits(c)};
         gsym a[2] = {gb_byte(c->b, '0'), gb_seq(c->b, s, 2)};
         c->digits1 = gb_or(c->b, a, 2);
     }
@@ -154,16 +170,16 @@ static gsym p_uint(jctx *c)
 
 static gsym p_frac(jctx *c)
 {
-    gsym s[2] = {gb_byte(c->b, '.'), gb_rep(c->b, p_digit(c), 1, -1)};
-    return gb_seq(c->b, s, 2);
+    gsym s[3] = {gb_byte(c->b, '.'), p_digit(c), p_more_digits(c)};
+    return gb_seq(c->b, s, 3);
 }
 
 static gsym p_number(jctx *c)
 {
     if (c->num == NONE) {
         gbuild *b = c->b;
-        gsym e[3] = {set_of(b, "eE"), gb_opt(b, set_of(b, "+-")), gb_rep(b, p_digit(c), 1, -1)};
-        gsym s[4] = {gb_opt(b, gb_byte(b, '-')), p_uint(c), gb_opt(b, p_frac(c)), gb_opt(b, gb_seq(b, e, 3))};
+        gsym e[4] = {set_of(b, "eE"), gb_opt(b, set_of(b, "+-")), p_digit(c), p_more_digits(c)};
+        gsym s[4] = {gb_opt(b, gb_byte(b, '-')), p_uint(c), gb_opt(b, p_frac(c)), gb_opt(b, gb_seq(b, e, 4))};
         c->num = gb_seq(b, s, 4);
     }
     return c->num;
@@ -365,7 +381,8 @@ static gsym uint_between(jctx *c, long long lo, long long hi)
     }
     if (hi < 0) {
         /* every number with more digits than lo */
-        gsym s[3] = {gb_range(b, '1', '9'), gb_rep(b, p_digit(c), la, la), gb_star(b, p_digit(c))};
+        gsym s[3] = {gb_range(b, '1', '9'), gb_rep(b, p_digit(c), la, la),
+                     c->exact ? gb_star(b, p_digit(c)) : gb_rep(b, p_digit(c), 0, la < 15 ? 15 - la : 0)};
         gvec_push(&alts, gb_seq(b, s, 3));
     }
     gsym r = gb_or(b, alts.v, alts.n);
@@ -900,10 +917,11 @@ static gsym schema(jctx *c, const cJSON *s)
     return r;
 }
 
-static void jctx_init(jctx *c, gbuild *b, const cJSON *root)
+static void jctx_init(jctx *c, gbuild *b, const cJSON *root, const grammar_opts *opts)
 {
     memset(c, 0, sizeof *c);
     c->b = b;
+    c->exact = opts && opts->exact;
     c->root = root;
     c->ws = c->ch = c->str = c->num = c->value = c->obj_any = c->arr_any = c->digit = c->digits1 = c->hex = NONE;
 }
@@ -915,7 +933,8 @@ static void jctx_deinit(jctx *c)
     free(c->refs);
 }
 
-grammar *grammar_compile_json_schema(const char *json, size_t len, char *err, size_t errlen)
+grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar_opts *opts, char *err,
+                                     size_t errlen)
 {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, false);
@@ -926,7 +945,7 @@ grammar *grammar_compile_json_schema(const char *json, size_t len, char *err, si
     gbuild b;
     jctx c;
     gb_init(&b);
-    jctx_init(&c, &b, root);
+    jctx_init(&c, &b, root, opts);
     gsym top = schema(&c, root);
     grammar *g = b.failed ? NULL : gb_finish(&b, top);
     if (!g)
@@ -937,12 +956,12 @@ grammar *grammar_compile_json_schema(const char *json, size_t len, char *err, si
     return g;
 }
 
-grammar *grammar_compile_json_object(char *err, size_t errlen)
+grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen)
 {
     gbuild b;
     jctx c;
     gb_init(&b);
-    jctx_init(&c, &b, NULL);
+    jctx_init(&c, &b, NULL, opts);
     p_value(&c);
     grammar *g = gb_finish(&b, c.obj_any);
     if (!g)

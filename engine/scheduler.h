@@ -72,7 +72,22 @@ typedef struct sched_req_params {
     int n_stop;
     bool include_stop;          /* keep the matched stop string in the text (TGI) or cut it (OpenAI) */
     bool ignore_eos;            /* ban end-of-generation tokens: generate to max_new_tokens (or a stop string) */
+    int constraint;             /* enum sched_constraint: what the output must match */
+    const char *constraint_src; /* [constraint_len] the JSON Schema or regex text (borrowed) */
+    size_t constraint_len;
 } sched_req_params;
+
+/* Structured output: sched_submit compiles the constraint (SCHED_EINVAL
+ * with the compiler's message when it cannot) and every token sampled
+ * keeps the output a prefix of the language; the request ends when the
+ * output is complete and nothing can follow, or the model ends it where
+ * the language accepts. */
+enum sched_constraint {
+    SCHED_CONSTRAINT_NONE = 0,
+    SCHED_CONSTRAINT_JSON_SCHEMA = 1,   /* constraint_src: a JSON Schema */
+    SCHED_CONSTRAINT_JSON_OBJECT = 2,   /* any JSON object (no source) */
+    SCHED_CONSTRAINT_REGEX = 3,         /* constraint_src: a regular expression over the whole output */
+};
 
 enum sched_event_kind {
     SCHED_EV_ADMITTED = 1,      /* holds its cache reservation now */

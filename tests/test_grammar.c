@@ -10,10 +10,12 @@
 
 #include "grammar.h"
 
+static const grammar_opts exact = {.exact = true};
+
 static grammar *schema(const char *s)
 {
     char err[256] = "";
-    grammar *g = grammar_compile_json_schema(s, strlen(s), err, sizeof err);
+    grammar *g = grammar_compile_json_schema(s, strlen(s), &exact, err, sizeof err);
     if (!g)
         fprintf(stderr, "schema %s: %s\n", s, err);
     return g;
@@ -36,7 +38,7 @@ static bool acc(const grammar *g, const char *doc)
 TEST(test_grammar_json_object_mode_takes_any_object_and_nothing_else)
 {
     char err[256];
-    grammar *g = grammar_compile_json_object(err, sizeof err);
+    grammar *g = grammar_compile_json_object(&exact, err, sizeof err);
     CHECK(g);
     static const char *yes[] = {
         "{}", "{ }", "{\"a\":1}", "{\"a\": [1, 2.5, -0.0e+5, true, null, {\"b\": \"c\"}]}",
@@ -181,7 +183,7 @@ TEST(test_grammar_unsupported_keywords_are_errors_that_name_them)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char err[256] = "";
-        grammar *g = grammar_compile_json_schema(bad[i][0], strlen(bad[i][0]), err, sizeof err);
+        grammar *g = grammar_compile_json_schema(bad[i][0], strlen(bad[i][0]), NULL, err, sizeof err);
         CHECK_MSG(!g, "accepted %s", bad[i][0]);
         CHECK_MSG(strstr(err, bad[i][1]), "error for %s: '%s' does not name %s", bad[i][0], err, bad[i][1]);
     }
@@ -235,7 +237,7 @@ static int toy_piece(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
 static bool ref_allows(const char *schema_src, const char *out, size_t n_out, const char *piece)
 {
     char err[256];
-    grammar *g = grammar_compile_json_schema(schema_src, strlen(schema_src), err, sizeof err);
+    grammar *g = grammar_compile_json_schema(schema_src, strlen(schema_src), NULL, err, sizeof err);
     gram_matcher *m = gram_matcher_new(g, NULL);
     bool ok = m && (n_out == 0 || gram_matcher_accept_bytes(m, out, n_out) == 0);
     if (ok) {
@@ -269,7 +271,7 @@ TEST(test_grammar_cached_mask_equals_the_byte_check_on_every_step)
                       "\"maxItems\":2}},\"required\":[\"name\"],\"additionalProperties\":false}";
     /* several seeded random walks through the allowed tokens */
     for (uint64_t seed = 1; seed <= 12; seed++) {
-        gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), err, sizeof err), v);
+        gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
         CHECK(m);
         char out[512];
         size_t n_out = 0;
@@ -313,7 +315,7 @@ TEST(test_grammar_masked_logits_leave_only_valid_tokens_and_eog_at_the_end)
     gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
     CHECK(v);
     const char *src = "{\"type\":\"boolean\"}";
-    gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), err, sizeof err), v);
+    gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
     CHECK(m);
     float logits[10];
     for (int i = 0; i < 10; i++)
@@ -379,7 +381,7 @@ TEST(test_grammar_qwen3_vocab_mask_equals_the_byte_check_on_every_step)
     double t_mask = 0;
     int n_steps = 0;
     for (uint64_t seed = 1; seed <= 3; seed++) {
-        gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), err, sizeof err), v);
+        gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
         CHECK_MSG(m, "%s", err);
         uint64_t x = seed * 0x9E3779B97F4A7C15ull;
         bool done = false;
@@ -426,4 +428,18 @@ TEST(test_grammar_qwen3_vocab_mask_equals_the_byte_check_on_every_step)
     free(piece);
     gram_vocab_free(v);
     tok_free(tk);
+}
+
+TEST(test_grammar_default_json_bounds_whitespace_and_digit_runs)
+{
+    const char *src = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\"}},\"required\":[\"a\"]}";
+    char err[256];
+    grammar *g = grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    static const char *yes[] = {"{\"a\":1}", "{ \"a\": 1 }", "{\n  \"a\": 1.5e10\n}", "{\n\t\t\"a\":\n\t-0.25}",
+                                "{\"a\":1234567890123456}"};
+    static const char *no[] = {"{  \"a\":1}", "{\"a\":\r\n1}", "{\n\n\"a\":1}", "{\"a\":12345678901234567}",
+                               "{\n                     \"a\":1}"};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
 }
