@@ -641,8 +641,10 @@ static gsym s_object(jctx *c, const cJSON *s)
         }
     gsym ws = p_ws(c);
     if (n == 0) {
-        if (addl && cJSON_IsFalse(addl))
-            return lits(b, "{}");
+        if (addl && cJSON_IsFalse(addl)) {
+            gsym sq[3] = {gb_byte(b, '{'), ws, gb_byte(b, '}')};
+            return gb_seq(b, sq, 3);
+        }
         if (!addl || cJSON_IsTrue(addl)) {
             p_value(c);
             return c->obj_any;

@@ -443,3 +443,96 @@ TEST(test_grammar_default_json_bounds_whitespace_and_digit_runs)
     CHECK_CORPUS(g, yes, no);
     grammar_free(g);
 }
+
+/* tests/grammar/schemas.json: schemas with documents labelled valid or
+ * invalid; `node tests/grammar/check.mjs labels` confirms every label with
+ * ajv (the HTTP suite runs it), so agreeing with the labels is agreeing
+ * with ajv. */
+#include <cjson/cJSON.h>
+
+TEST(test_grammar_matcher_agrees_with_ajv_on_the_corpus)
+{
+    FILE *f = fopen("tests/grammar/schemas.json", "rb");
+    CHECK_MSG(f, "tests/grammar/schemas.json missing");
+    static char buf[1 << 17];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *root = cJSON_ParseWithLength(buf, n);
+    CHECK(cJSON_IsArray(root));
+    int n_schemas = 0, n_docs = 0, n_bad = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, root)
+    {
+        const char *name = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
+        char *src = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c, "schema"));
+        char err[256];
+        grammar *g = grammar_compile_json_schema(src, strlen(src), &exact, err, sizeof err);
+        free(src);
+        if (!g) {
+            fprintf(stderr, "    %s: %s\n", name, err);
+            n_bad++;
+            continue;
+        }
+        n_schemas++;
+        static const char *const keys[2] = {"valid", "invalid"};
+        for (int k = 0; k < 2; k++) {
+            const cJSON *d;
+            cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(c, keys[k]))
+            {
+                n_docs++;
+                if (acc(g, d->valuestring) != (k == 0)) {
+                    fprintf(stderr, "    %s: %s %s\n", name, d->valuestring, k == 0 ? "rejected" : "accepted");
+                    n_bad++;
+                }
+            }
+        }
+        grammar_free(g);
+    }
+    cJSON_Delete(root);
+    CHECK_MSG(n_bad == 0, "%d disagreements", n_bad);
+    CHECK(n_schemas >= 40 && n_docs >= 150);
+}
+
+TEST(test_grammar_fifty_property_schema_compiles_and_matches_its_document)
+{
+    /* 50 properties of every kind, half of them required; prints the
+     * compile time (make bench's goal: under 50 ms) */
+    static const char *const kinds[] = {
+        "{\"type\":\"string\"}", "{\"type\":\"integer\",\"minimum\":0,\"maximum\":999}",
+        "{\"type\":\"number\"}", "{\"type\":\"boolean\"}", "{\"enum\":[\"a\",\"b\",\"c\"]}",
+        "{\"type\":\"string\",\"format\":\"date-time\"}", "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":4}",
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"}},\"required\":[\"x\"],\"additionalProperties\":false}",
+        "{\"type\":\"string\",\"pattern\":\"^[a-z]{2,6}$\"}", "{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"string\",\"maxLength\":8}]}",
+    };
+    static const char *const values[] = {"\"s\"", "42", "-1.5e3", "true", "\"b\"", "\"2024-05-06T07:08:09Z\"", "[1,2]",
+                                         "{\"x\":0.5}", "\"abc\"", "null"};
+    char *src = malloc(1 << 16), *doc = malloc(1 << 16);
+    CHECK(src && doc);
+    size_t ns = 0, nd = 0;
+    ns += (size_t)sprintf(src + ns, "{\"type\":\"object\",\"properties\":{");
+    nd += (size_t)sprintf(doc + nd, "{");
+    for (int i = 0; i < 50; i++) {
+        ns += (size_t)sprintf(src + ns, "%s\"field_%02d\":%s", i ? "," : "", i, kinds[i % 10]);
+        nd += (size_t)sprintf(doc + nd, "%s\"field_%02d\": %s", i ? ", " : "", i, values[i % 10]);
+    }
+    ns += (size_t)sprintf(src + ns, "},\"required\":[");
+    for (int i = 0; i < 50; i += 2)
+        ns += (size_t)sprintf(src + ns, "%s\"field_%02d\"", i ? "," : "", i);
+    sprintf(src + ns, "],\"additionalProperties\":false}");
+    sprintf(doc + nd, "}");
+    char err[256];
+    double t0 = now_s();
+    grammar *g = grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err);
+    double ms = 1e3 * (now_s() - t0);
+    CHECK_MSG(g, "%s", err);
+    int n_rules, n_el;
+    grammar_size(g, &n_rules, &n_el);
+    fprintf(stderr, "    50-property schema: %d rules, %d elements, compiled in %.2f ms\n", n_rules, n_el, ms);
+    CHECK(acc(g, doc));
+    doc[strlen(doc) - 1] = ',';         /* a trailing comma */
+    CHECK(!acc(g, doc));
+    grammar_free(g);
+    free(src);
+    free(doc);
+}
