@@ -25,6 +25,7 @@ OUT=bench/results
 MODELS=bench/models
 BIN=$BUILD/bench/hyserve-bench
 SBIN=$BUILD/bench/serve_bench
+GBIN=$BUILD/bench/hyserve-grammar-bench
 
 case "$BUILD" in
 *san*) echo "bench: $HYSERVE is a sanitizer build; benchmark a plain build" >&2; exit 1 ;;
@@ -58,6 +59,8 @@ ENGINE_OBJS=$(for s in engine/*.c engine/kernels/*.c; do printf '%s ' "$BUILD/${
 $CC $FLAGS bench/bench.c $ENGINE_OBJS -lopenblas -lcjson -lm -o "$BIN" || { log "building $BIN failed"; exit 1; }
 # shellcheck disable=SC2086
 $CC -std=c11 -D_GNU_SOURCE -O2 $WARN -pthread bench/serve_bench.c -o "$SBIN" || { log "building $SBIN failed"; exit 1; }
+# shellcheck disable=SC2086
+$CC $FLAGS bench/grammar_bench.c $ENGINE_OBJS -lopenblas -lcjson -lm -o "$GBIN" || { log "building $GBIN failed"; exit 1; }
 
 # ---- OpenBLAS kernels ----
 # hyserve and hyserve-bench both call blas_choose_core(): when OpenBLAS
@@ -113,6 +116,11 @@ esac
 skip dnet || run_part dnet "$BIN" $Q dnet
 if [ "$QUICK" != 1 ] && ! skip dnet-model && [ -f "$MODELS/q35-f32.gguf" ]; then
     run_part dnet_model "$BIN" dnet-model "$MODELS/q35-f32.gguf"
+fi
+# structured output at the converted Qwen3 tokenizer's vocabulary (the tests' fixture)
+if ! skip grammar; then
+    [ -f tests/tmp/qwen3-tokenizer.gguf ] || sh tools/qwen3-tokenizer-gguf.sh >&2 || log "no Qwen3 tokenizer fixture"
+    run_part grammar "$GBIN" tests/tmp/qwen3-tokenizer.gguf $Q
 fi
 
 # ---- server: TTFT, ITL and aggregate tokens/s over HTTP ----

@@ -292,6 +292,11 @@ bool engine_token_is_eog(const engine *e, int32_t tok)
     return tok_is_eog(e->tok, tok);
 }
 
+bool engine_token_is_control(const engine *e, int32_t tok)
+{
+    return tok_is_control(e->tok, tok);
+}
+
 int32_t engine_token_lookup(const engine *e, const char *text)
 {
     return tok_lookup(e->tok, text, strlen(text));

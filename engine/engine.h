@@ -203,6 +203,8 @@ int engine_tokenize_chat(const engine *e, const char *text, size_t len, bool add
  * is invalid. */
 int engine_token_piece(const engine *e, int32_t tok, char *buf, size_t cap);
 bool engine_token_is_eog(const engine *e, int32_t tok);
+/* A control token (<|im_start|> and friends): never output text. */
+bool engine_token_is_control(const engine *e, int32_t tok);
 /* Token id of an exact token string (e.g. "<|im_end|>"), or -1. */
 int32_t engine_token_lookup(const engine *e, const char *text);
 

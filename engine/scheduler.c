@@ -103,6 +103,7 @@ static void req_free(sched_req *r)
     sched_event_clear(&r->final_ev);
     free(r->tokens);
     sampler_free(r->smp);
+    gram_matcher_free(r->gm);
     if (r->efd >= 0)
         close(r->efd);
     pthread_cond_destroy(&r->cv);
@@ -334,6 +335,10 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
     r->smp = FAULT_OR(new_sampler(s, p));
     if (!r->smp)
         goto out_free;
+    rc = sched_grammar_attach(s, r, p, err, errlen);
+    if (rc)
+        goto out_free;
+    rc = SCHED_ENOMEM;
     r->t_submit = engine_now_s();
 
     pthread_mutex_lock(&s->mu);
@@ -818,6 +823,10 @@ static int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sa
             ev.finish = SCHED_FINISH_STOP;
             rel = r->include_stop ? at + len : at;
             r->n_pending = rel;     /* drop what follows the stop string */
+        } else if (sched_grammar_done(r)) {
+            ev.final = true;
+            ev.finish = SCHED_FINISH_EOS;   /* the constraint is complete: as if the model ended */
+            rel = r->n_pending;
         } else if (r->n_gen >= r->max_new) {
             ev.final = true;
             ev.finish = SCHED_FINISH_LENGTH;
@@ -965,8 +974,10 @@ static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
         return 0;
     }
     float lp = 0.0f;
+    if (sched_grammar_mask(r, logits))
+        return SCHED_EENGINE;
     int32_t tok = sampler_sample(r->smp, logits, r->tokens, r->n_prompt + r->n_gen, &lp);
-    if (tok < 0 || tok >= s->n_vocab)
+    if (tok < 0 || tok >= s->n_vocab || sched_grammar_advance(r, tok))
         return SCHED_EENGINE;
     sampler_top top;
     sampler_last_top(r->smp, logits, r->top_logprobs, &top);
@@ -1175,6 +1186,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     s->max_seqs = s->info->max_seqs > 0 ? s->info->max_seqs : 1;
     s->n_vocab = s->info->n_vocab;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->gram_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->logits = malloc((size_t)s->max_seqs * (size_t)s->n_vocab * sizeof(float));
     s->plp_logits = malloc((size_t)SCHED_PLP_ROWS * (size_t)s->n_vocab * sizeof(float));
@@ -1261,6 +1273,7 @@ void sched_free(sched *s)
     free(s->rcs);
     free(s->check_marks);
     pthread_cond_destroy(&s->cv);
+    sched_grammar_deinit(s);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

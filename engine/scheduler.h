@@ -79,7 +79,22 @@ typedef struct sched_req_params {
     const char *cache_salt;     /* prefix cache isolation: entries match only under the same salt and owner; NULL: "" */
     int top_logprobs;           /* 0..SAMPLER_MAX_TOP: most likely tokens listed with each token event */
     bool prompt_logprobs;       /* emit a PROMPT event for each prompt token after the first */
+    int constraint;             /* enum sched_constraint: what the output must match */
+    const char *constraint_src; /* [constraint_len] the JSON Schema or regex text (borrowed) */
+    size_t constraint_len;
 } sched_req_params;
+
+/* Structured output: sched_submit compiles the constraint (SCHED_EINVAL
+ * with the compiler's message when it cannot) and every token sampled
+ * keeps the output a prefix of the language; the request ends when the
+ * output is complete and nothing can follow, or the model ends it where
+ * the language accepts. */
+enum sched_constraint {
+    SCHED_CONSTRAINT_NONE = 0,
+    SCHED_CONSTRAINT_JSON_SCHEMA = 1,   /* constraint_src: a JSON Schema */
+    SCHED_CONSTRAINT_JSON_OBJECT = 2,   /* any JSON object (no source) */
+    SCHED_CONSTRAINT_REGEX = 3,         /* constraint_src: a regular expression over the whole output */
+};
 
 enum sched_event_kind {
     SCHED_EV_ADMITTED = 1,      /* holds its cache reservation now */

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "grammar.h"
 #include "scheduler.h"
 
 /* Prompt tokens per step of a request that asked for prompt logprobs:
@@ -34,6 +35,7 @@ struct sched_req {
     int max_new;
     int32_t *tokens;            /* [n_prompt + max_new]: prompt, then generated (scheduler writes) */
     sampler *smp;               /* used by the scheduler thread only */
+    gram_matcher *gm;           /* the output constraint or NULL; scheduler thread only after submit */
     uint64_t seed;
     char **stop;                /* [n_stop] NUL-terminated copies */
     int n_stop;
@@ -100,6 +102,8 @@ struct sched {
     int n_vocab;
     int32_t *eog;               /* [n_eog] the end-of-generation token ids, listed at sched_new for ignore_eos */
     int n_eog;
+    pthread_mutex_t gram_mu;    /* guards building gram_vocab */
+    gram_vocab *gram_vocab;     /* the vocabulary's byte trie, built by the first constrained request */
 
     pthread_t thread;
     bool started;
@@ -130,6 +134,18 @@ struct sched {
     prefix_store *prefix;       /* NULL when the prefix cache is off; scheduler thread only */
     double ema_req_s;           /* smoothed request duration, for Retry-After */
 };
+
+/* sched_grammar.c: structured output. sched_grammar_attach compiles
+ * p's constraint into r->gm (0, SCHED_EINVAL with the reason in err, or
+ * SCHED_ENOMEM); sched_grammar_mask bans the tokens that cannot come next
+ * (SCHED_EENGINE on an internal limit); sched_grammar_advance moves past
+ * the sampled token; sched_grammar_done says the output is complete and
+ * nothing can follow. */
+int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, size_t errlen);
+int sched_grammar_mask(sched_req *r, float *logits);
+int sched_grammar_advance(sched_req *r, int32_t tok);
+bool sched_grammar_done(const sched_req *r);
+void sched_grammar_deinit(sched *s);
 
 /* Invariants of s (see struct sched): NULL when they all hold, else the
  * first broken one, as a static string. Caller holds s->mu and is the

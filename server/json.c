@@ -589,6 +589,103 @@ static int get_oai_logprobs(gen_request *g, const cJSON *root, int api, perr *pe
     return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Structured output                                                      */
+/* ---------------------------------------------------------------------- */
+
+/* Sets g's constraint; src (a schema object, or a string: a schema's JSON
+ * text or a regex) is copied. */
+static int set_constraint(gen_request *g, int kind, const cJSON *src, const char *param, perr *pe)
+{
+    free(g->constraint_src);
+    g->constraint_src = NULL;
+    g->constraint_len = 0;
+    if (src) {
+        g->constraint_src = cJSON_IsString(src) ? strdup(src->valuestring) : cJSON_PrintUnformatted(src);
+        if (!g->constraint_src)
+            return fail(pe, param, "out of memory");
+        g->constraint_len = strlen(g->constraint_src);
+    }
+    g->constraint = kind;
+    snprintf(g->constraint_param, sizeof(g->constraint_param), "%s", param);
+    return 0;
+}
+
+/* A JSON Schema given as an object (or a boolean schema). */
+static int set_schema(gen_request *g, const cJSON *schema, const char *param, perr *pe)
+{
+    if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return fail(pe, param, "the JSON Schema must be an object");
+    return set_constraint(g, GEN_CONSTRAINT_JSON_SCHEMA, schema, param, pe);
+}
+
+/* OpenAI response_format: {"type": "text" | "json_object" | "json_schema",
+ * "json_schema": {"name", "schema", "strict"}}; llama-server's
+ * {"type": "json_object", "schema": ...} and top-level "json_schema"; TGI's
+ * chat form {"type": "json" | "regex", "value": ...}. */
+static int get_oai_constraint(gen_request *g, const cJSON *root, perr *pe)
+{
+    const cJSON *js = field(root, "json_schema");
+    if (js && set_schema(g, js, "json_schema", pe) < 0)
+        return -1;
+    const cJSON *rf = field(root, "response_format");
+    if (!rf)
+        return 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsObject(rf) || !cJSON_IsString(t))
+        return fail(pe, "response_format", "expected an object with a \"type\"");
+    const char *type = t->valuestring;
+    if (!strcmp(type, "text"))
+        return 0;
+    if (!strcmp(type, "json_object")) {
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(rf, "schema");
+        if (schema)
+            return set_schema(g, schema, "response_format", pe);
+        return set_constraint(g, GEN_CONSTRAINT_JSON_OBJECT, NULL, "response_format", pe);
+    }
+    if (!strcmp(type, "json_schema")) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(j, "schema");
+        if (!cJSON_IsObject(j) || !schema)
+            return fail(pe, "response_format", "json_schema needs {\"json_schema\": {\"schema\": {...}}}");
+        return set_schema(g, schema, "response_format", pe);
+    }
+    if (!strcmp(type, "json") || !strcmp(type, "regex")) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(rf, "value");
+        if (!strcmp(type, "regex")) {
+            if (!cJSON_IsString(v))
+                return fail(pe, "response_format", "a regex needs \"value\": a string");
+            return set_constraint(g, GEN_CONSTRAINT_REGEX, v, "response_format", pe);
+        }
+        return set_schema(g, v, "response_format", pe);
+    }
+    return fail(pe, "response_format", "type must be text, json_object, json_schema, json or regex");
+}
+
+/* TGI parameters.grammar: {"type": "json" | "regex", "value": ...}
+ * ("json_object" as "json"); the schema may also be a JSON string. */
+static int get_tgi_grammar(gen_request *g, const cJSON *p, perr *pe)
+{
+    const cJSON *gr = field(p, "grammar");
+    if (!gr)
+        return 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(gr, "type");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(gr, "value");
+    if (!cJSON_IsObject(gr) || !cJSON_IsString(t) || !v)
+        return fail(pe, "grammar", "expected {\"type\": \"json\" | \"regex\", \"value\": ...}");
+    if (!strcmp(t->valuestring, "regex")) {
+        if (!cJSON_IsString(v))
+            return fail(pe, "grammar", "a regex grammar's value must be a string");
+        return set_constraint(g, GEN_CONSTRAINT_REGEX, v, "grammar", pe);
+    }
+    if (!strcmp(t->valuestring, "json") || !strcmp(t->valuestring, "json_object")) {
+        if (cJSON_IsString(v))
+            return set_constraint(g, GEN_CONSTRAINT_JSON_SCHEMA, v, "grammar", pe);
+        return set_schema(g, v, "grammar", pe);
+    }
+    return fail(pe, "grammar", "type must be \"json\" or \"regex\"");
+}
+
 /* Sampling fields shared by the OpenAI routes. */
 static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *body, size_t len, int max_stop,
                               perr *pe)
@@ -670,13 +767,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
     for (int i = 0; unsup[i]; i++)
         if (unsupported(root, unsup[i], pe))
             return -1;
-    const cJSON *rf = field(root, "response_format");
-    if (rf) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
-            return fail(pe, "response_format", "only {\"type\": \"text\"} is supported");
-    }
-    return 0;
+    return get_oai_constraint(g, root, pe);
 }
 
 static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t len, int max_stop, perr *pe)
@@ -777,6 +868,8 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
     if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
         get_bool(p, "return_usage", &g->return_usage, pe) < 0 || get_cache_salt(g, p, pe) < 0)
         return -1;
+    if (get_tgi_grammar(g, p, pe) < 0)
+        return -1;
     /* top_n_tokens: TGI's limit is its --max-top-n-tokens, 5 by default */
     if ((rc = get_int(p, "top_n_tokens", 0, 5, &v, pe)) < 0)
         return -1;
@@ -786,7 +879,7 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
         return -1;
     if (g->prompt_logprobs && g->stream)
         return fail(pe, "decoder_input_details", "decoder_input_details == true is not supported when streaming tokens");
-    static const char *const unsup[] = {"best_of", "watermark", "grammar", "adapter_id", "frequency_penalty", NULL};
+    static const char *const unsup[] = {"best_of", "watermark", "adapter_id", "frequency_penalty", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(p, unsup[i], pe))
             return -1;
@@ -978,6 +1071,7 @@ void json_gen_free(gen_request *g)
     free(g->batch_prompt);
     free(g->batch_ids);
     free(g->batch_n_ids);
+    free(g->constraint_src);
     memset(g, 0, sizeof(*g));
 }
 

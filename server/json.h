@@ -75,7 +75,20 @@ typedef struct gen_request {
                                  * decoder_input_details */
     char model[128];            /* OpenAI: echoed back */
     char cache_salt[256];       /* prefix cache isolation (OpenAI body, TGI parameters); "" for none */
+    int constraint;             /* enum gen_constraint: structured output */
+    char *constraint_src;       /* [constraint_len] the JSON Schema or regex text (heap), NULL for json_object */
+    size_t constraint_len;
+    char constraint_param[32];  /* the field it came from, for errors: "response_format", "grammar", ... */
 } gen_request;
+
+/* What the output must match (the values of the scheduler's
+ * enum sched_constraint). */
+enum gen_constraint {
+    GEN_CONSTRAINT_NONE = 0,
+    GEN_CONSTRAINT_JSON_SCHEMA = 1,
+    GEN_CONSTRAINT_JSON_OBJECT = 2,
+    GEN_CONSTRAINT_REGEX = 3,
+};
 
 /* Parse and validate body for the given API. max_stop bounds the stop
  * list. On error returns JSON_E* with a message in err and the offending

@@ -671,6 +671,9 @@ static int handle_generation(http_req *hr, int api, int mode)
     if (!g.sp.greedy && !g.seed_given)
         g.sp.seed = random_seed();
 
+    _Static_assert((int)GEN_CONSTRAINT_JSON_SCHEMA == (int)SCHED_CONSTRAINT_JSON_SCHEMA &&
+                   (int)GEN_CONSTRAINT_JSON_OBJECT == (int)SCHED_CONSTRAINT_JSON_OBJECT &&
+                   (int)GEN_CONSTRAINT_REGEX == (int)SCHED_CONSTRAINT_REGEX, "json.h and scheduler.h agree");
     sched_req_params rp = {
         .id = hr->id,
         .owner = hr->key_id,
@@ -685,9 +688,20 @@ static int handle_generation(http_req *hr, int api, int mode)
         .cache_salt = g.cache_salt,
         .top_logprobs = g.top_logprobs,
         .prompt_logprobs = g.prompt_logprobs,
+        .constraint = g.constraint,
+        .constraint_src = g.constraint_src,
+        .constraint_len = g.constraint_len,
     };
     http_inflight_begin(hr);
     int src = sched_submit(srv->sched, &rp, &r, err, sizeof(err));
+    if (src == SCHED_EINVAL && g.constraint) {
+        /* the constraint did not compile: name the field it came from */
+        char msg[sizeof(err) + 40];
+        err_extra x = {.param = g.constraint_param};
+        snprintf(msg, sizeof(msg), "`%s`: %s", g.constraint_param, err);
+        rc = send_error(hr, ERR_VALIDATION, msg, &x);
+        goto out;
+    }
     if (src != 0) {
         rc = send_error(hr, sched_err_kind(src), err, NULL);
         goto out;

@@ -1,0 +1,1287 @@
+/* grammar.c - the grammar form, its builder, the vocabulary trie, and the
+ * matcher that masks tokens.
+ *
+ * Owns: building and flattening grammars (grammar_impl.h), the pushdown
+ * run over bytes, the token-mask cache, gram_vocab.
+ * Does not own: the compilers from JSON Schema and regular expressions
+ * (grammar_json.c, grammar_regex.c).
+ * ref: XGrammar (Dong et al. 2024, "XGrammar: flexible and efficient
+ * structured generation"): split tokens into context-independent ones
+ * (decided by the top of the stack alone, cached) and context-dependent
+ * ones (checked against the whole stack at each step); llama.cpp's
+ * grammar (a set of stacks advanced byte by byte) is the baseline.
+ *
+ * The form. A grammar is rules; a rule is alternatives; an alternative is
+ * a sequence of elements, each a byte set or a reference to a rule, ended
+ * by END. A parser configuration is (pos, stack): pos indexes the byte
+ * set to match next (or -1: the whole input is accepted), stack is the
+ * chain of return positions. Stacks are hash-consed nodes (pos, parent),
+ * so equal stacks have equal ids and a state (a set of configurations)
+ * deduplicates by two integers. A reference that is the last element of
+ * its alternative pushes nothing (a tail call), so right recursion - how
+ * every repetition is written - runs in constant stack.
+ *
+ * The mask. For a configuration, whether a token's bytes can be consumed
+ * depends on the stack only once the token's bytes pop below the frames
+ * the configuration starts with. The cache key is the configuration with
+ * its stack cut to its top GRAM_KEY_FRAMES frames over an UNKNOWN bottom;
+ * one walk of the vocabulary trie from the key sorts every token into
+ * accepted (consumed without reaching UNKNOWN, or reaching it only after
+ * the last byte: valid in any context), rejected (every path dies above
+ * UNKNOWN) and uncertain (some path reached UNKNOWN mid-token). At each
+ * step the mask is the union of the accepted sets of the state's keys,
+ * plus the uncertain tokens checked byte by byte against the real state.
+ * Inside a JSON string the key is the same for every string of the
+ * schema, so the 248K-token walk happens once per request and a step
+ * costs one bitset OR and the check of the tokens that close the string.
+ */
+#include "grammar.h"
+#include "grammar_impl.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GEL_END INT32_MIN
+#define NODE_EMPTY 0            /* the real bottom: popping it accepts */
+#define NODE_UNKNOWN 1          /* a cache walk's bottom: popping it needs context */
+#define GRAM_KEY_FRAMES 2       /* stack frames kept in a cache key */
+#define GRAM_MAX_CONFIGS 4096   /* configurations in one state: more is an ambiguous grammar */
+#define GRAM_MAX_DEPTH 4096     /* closure recursion */
+#define GRAM_MAX_NODES (1 << 23)
+#define GRAM_MAX_TOKEN_BYTES 1024
+
+/* A compiled grammar. Immutable; owned by whoever compiled it (a matcher
+ * once handed over). */
+struct grammar {
+    int32_t *el;                /* [n_el] >= 0: rule ref; GEL_END; else byte set -1 - i */
+    int n_el;
+    int32_t *rule_alt;          /* [n_rules + 1] first alternative of each rule */
+    int32_t *alt_start;         /* [n_alts] first element of each alternative */
+    uint64_t (*sets)[4];        /* [n_sets] */
+    int n_rules, n_alts, n_sets;
+    int root;
+};
+
+/* ====================================================================== */
+/* Builder                                                                */
+/* ====================================================================== */
+
+int gvec_push(gvec *v, int32_t x)
+{
+    if (v->n == v->cap) {
+        int cap = v->cap ? 2 * v->cap : 8;
+        int32_t *p = realloc(v->v, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        v->v = p;
+        v->cap = cap;
+    }
+    v->v[v->n++] = x;
+    return 0;
+}
+
+void gb_init(gbuild *b)
+{
+    memset(b, 0, sizeof *b);
+}
+
+void gb_deinit(gbuild *b)
+{
+    for (int i = 0; i < b->n_rules; i++) {
+        for (int j = 0; j < b->rules[i].n_alts; j++)
+            free(b->rules[i].alts[j].v);
+        free(b->rules[i].alts);
+    }
+    free(b->rules);
+    free(b->sets);
+    memset(b, 0, sizeof *b);
+}
+
+void gb_fail(gbuild *b, const char *fmt, ...)
+{
+    if (b->failed)
+        return;
+    b->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err, sizeof b->err, fmt, ap);
+    va_end(ap);
+}
+
+gsym gb_set(gbuild *b, const uint64_t bits[4])
+{
+    if (b->failed)
+        return -1;
+    for (int i = 0; i < b->n_sets; i++)
+        if (!memcmp(b->sets[i], bits, sizeof b->sets[i]))
+            return -1 - i;
+    if (b->n_sets == b->cap_sets) {
+        int cap = b->cap_sets ? 2 * b->cap_sets : 32;
+        void *p = realloc(b->sets, (size_t)cap * sizeof *b->sets);
+        if (!p) {
+            gb_fail(b, "out of memory");
+            return -1;
+        }
+        b->sets = p;
+        b->cap_sets = cap;
+    }
+    memcpy(b->sets[b->n_sets], bits, sizeof b->sets[0]);
+    return -1 - b->n_sets++;
+}
+
+gsym gb_range(gbuild *b, uint8_t lo, uint8_t hi)
+{
+    uint64_t bits[4] = {0};
+    for (unsigned c = lo; c <= hi; c++)
+        bits[c >> 6] |= 1ull << (c & 63);
+    return gb_set(b, bits);
+}
+
+gsym gb_byte(gbuild *b, uint8_t c)
+{
+    return gb_range(b, c, c);
+}
+
+int gb_rule_new(gbuild *b)
+{
+    if (b->failed)
+        return 0;
+    if (b->n_rules == b->cap_rules) {
+        int cap = b->cap_rules ? 2 * b->cap_rules : 64;
+        void *p = realloc(b->rules, (size_t)cap * sizeof *b->rules);
+        if (!p) {
+            gb_fail(b, "out of memory");
+            return 0;
+        }
+        b->rules = p;
+        b->cap_rules = cap;
+    }
+    memset(&b->rules[b->n_rules], 0, sizeof b->rules[0]);
+    return b->n_rules++;
+}
+
+void gb_add_alt(gbuild *b, int rule, const gsym *s, int n)
+{
+    if (b->failed)
+        return;
+    b->n_elems += n + 1;
+    if (b->n_elems > GRAMMAR_MAX_ELEMS) {
+        gb_fail(b, "the grammar is too large (more than %d elements)", GRAMMAR_MAX_ELEMS);
+        return;
+    }
+    gb_rule *r = &b->rules[rule];
+    if (r->n_alts == r->cap_alts) {
+        int cap = r->cap_alts ? 2 * r->cap_alts : 2;
+        void *p = realloc(r->alts, (size_t)cap * sizeof *r->alts);
+        if (!p) {
+            gb_fail(b, "out of memory");
+            return;
+        }
+        r->alts = p;
+        r->cap_alts = cap;
+    }
+    gvec *a = &r->alts[r->n_alts++];
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < n; i++)
+        if (gvec_push(a, s[i])) {
+            gb_fail(b, "out of memory");
+            return;
+        }
+}
+
+gsym gb_seq(gbuild *b, const gsym *s, int n)
+{
+    if (n == 1)
+        return s[0];
+    int r = gb_rule_new(b);
+    gb_add_alt(b, r, s, n);
+    return r;
+}
+
+gsym gb_empty(gbuild *b)
+{
+    return gb_seq(b, NULL, 0);
+}
+
+gsym gb_lit(gbuild *b, const char *s, size_t n)
+{
+    if (n == 0)
+        return gb_empty(b);
+    if (n > GRAMMAR_MAX_ELEMS) {
+        gb_fail(b, "a literal of %zu bytes is too long", n);
+        return -1;
+    }
+    gvec v = {0};
+    for (size_t i = 0; i < n; i++)
+        if (gvec_push(&v, gb_byte(b, (uint8_t)s[i]))) {
+            gb_fail(b, "out of memory");
+            break;
+        }
+    gsym r = gb_seq(b, v.v, v.n);
+    free(v.v);
+    return r;
+}
+
+gsym gb_or(gbuild *b, const gsym *s, int n)
+{
+    if (n == 1)
+        return s[0];
+    int r = gb_rule_new(b);
+    for (int i = 0; i < n; i++)
+        gb_add_alt(b, r, &s[i], 1);
+    return r;
+}
+
+gsym gb_opt(gbuild *b, gsym x)
+{
+    int r = gb_rule_new(b);
+    gb_add_alt(b, r, &x, 1);
+    gb_add_alt(b, r, NULL, 0);
+    return r;
+}
+
+gsym gb_star(gbuild *b, gsym x)
+{
+    int r = gb_rule_new(b);
+    gsym s[2] = {x, r};
+    gb_add_alt(b, r, s, 2);
+    gb_add_alt(b, r, NULL, 0);
+    return r;
+}
+
+gsym gb_rep(gbuild *b, gsym x, long min, long max)
+{
+    if (min < 0 || (max >= 0 && max < min)) {
+        gb_fail(b, "a repetition {%ld,%ld} is empty", min, max);
+        return -1;
+    }
+    if (min > 100000 || max > 100000) {
+        gb_fail(b, "a repetition count above 100000 is too large to express");
+        return -1;
+    }
+    gvec v = {0};
+    for (long i = 0; i < min && !b->failed; i++)
+        if (gvec_push(&v, x))
+            gb_fail(b, "out of memory");
+    if (max < 0) {
+        if (gvec_push(&v, gb_star(b, x)))
+            gb_fail(b, "out of memory");
+    } else if (max > min) {
+        /* x? nested from the inside: (x (x (x)?)?)? */
+        gsym t = gb_opt(b, x);
+        for (long i = min + 1; i < max && !b->failed; i++) {
+            gsym s[2] = {x, t};
+            t = gb_opt(b, gb_seq(b, s, 2));
+        }
+        if (gvec_push(&v, t))
+            gb_fail(b, "out of memory");
+    }
+    gsym r = b->failed ? -1 : gb_seq(b, v.v, v.n);
+    free(v.v);
+    return r;
+}
+
+/* UTF-8 of one code point into out (continuation bytes filled from the
+ * end); returns the length. */
+static int utf8_put(uint32_t cp, uint8_t *out)
+{
+    static const uint8_t lead[5] = {0, 0, 0xC0, 0xE0, 0xF0};
+    int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    for (int i = n - 1; i > 0; i--, cp >>= 6)
+        out[i] = (uint8_t)(0x80 | (cp & 63));
+    out[0] = (uint8_t)(lead[n] | cp);
+    return n;
+}
+
+/* Splits lo..hi until each piece's encodings are a product of byte
+ * ranges (one range per byte position), then emits that sequence.
+ * ref: the utf8-ranges construction of Rust's regex-syntax. */
+static void cp_split(gbuild *b, uint32_t lo, uint32_t hi, gvec *alts)
+{
+    if (lo > hi || b->failed)
+        return;
+    if (lo <= 0xDFFF && hi >= 0xD800) {
+        if (lo < 0xD800)
+            cp_split(b, lo, 0xD7FF, alts);
+        if (hi > 0xDFFF)
+            cp_split(b, 0xE000, hi, alts);
+        return;
+    }
+    static const uint32_t bound[] = {0x7F, 0x7FF, 0xFFFF};
+    for (int i = 0; i < 3; i++)
+        if (lo <= bound[i] && hi > bound[i]) {
+            cp_split(b, lo, bound[i], alts);
+            cp_split(b, bound[i] + 1, hi, alts);
+            return;
+        }
+    if (hi >= 0x80) {
+        int n = hi < 0x800 ? 2 : hi < 0x10000 ? 3 : 4;
+        for (int i = 1; i < n; i++) {
+            uint32_t m = (1u << (6 * i)) - 1;
+            if ((lo & ~m) != (hi & ~m)) {
+                if ((lo & m) != 0) {
+                    cp_split(b, lo, lo | m, alts);
+                    cp_split(b, (lo | m) + 1, hi, alts);
+                    return;
+                }
+                if ((hi & m) != m) {
+                    cp_split(b, lo, (hi & ~m) - 1, alts);
+                    cp_split(b, hi & ~m, hi, alts);
+                    return;
+                }
+            }
+        }
+    }
+    uint8_t el[4], eh[4];
+    int n = utf8_put(lo, el);
+    utf8_put(hi, eh);
+    gsym s[4];
+    for (int i = 0; i < n; i++)
+        s[i] = gb_range(b, el[i], eh[i]);
+    if (gvec_push(alts, gb_seq(b, s, n)))
+        gb_fail(b, "out of memory");
+}
+
+gsym gb_cp_range(gbuild *b, uint32_t lo, uint32_t hi)
+{
+    gvec alts = {0};
+    if (hi > 0x10FFFF)
+        hi = 0x10FFFF;
+    cp_split(b, lo, hi, &alts);
+    gsym r;
+    if (b->failed || alts.n == 0) {
+        if (!b->failed)
+            gb_fail(b, "an empty character range");
+        r = -1;
+    } else {
+        r = gb_or(b, alts.v, alts.n);
+    }
+    free(alts.v);
+    return r;
+}
+
+/* ---- finishing: checks and flattening ---------------------------------- */
+
+static bool sym_nullable(const uint8_t *nullable, gsym s)
+{
+    return s >= 0 && nullable[s];
+}
+
+/* Left recursion (a rule reaching itself without consuming a byte) makes
+ * the closure loop; find it with a DFS over "may start with" edges. */
+static int check_left_recursion(gbuild *b, char *which, size_t cap)
+{
+    int n = b->n_rules, rc = 0;
+    uint8_t *nullable = calloc((size_t)n + 1, 1);
+    uint8_t *color = calloc((size_t)n + 1, 1);
+    int32_t *stk_rule = malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *stk_alt = malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *stk_el = malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (!nullable || !color || !stk_rule || !stk_alt || !stk_el) {
+        rc = -2;
+        goto out;
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int r = 0; r < n; r++) {
+            if (nullable[r])
+                continue;
+            for (int a = 0; a < b->rules[r].n_alts && !nullable[r]; a++) {
+                const gvec *v = &b->rules[r].alts[a];
+                int i = 0;
+                while (i < v->n && sym_nullable(nullable, v->v[i]))
+                    i++;
+                if (i == v->n) {
+                    nullable[r] = 1;
+                    changed = true;
+                }
+            }
+        }
+    }
+    for (int start = 0; start < n && rc == 0; start++) {
+        if (color[start])
+            continue;
+        int sp = 0;
+        stk_rule[0] = start;
+        stk_alt[0] = 0;
+        stk_el[0] = 0;
+        color[start] = 1;
+        while (sp >= 0 && rc == 0) {
+            int r = stk_rule[sp];
+            const gb_rule *R = &b->rules[r];
+            if (stk_alt[sp] >= R->n_alts) {
+                color[r] = 2;
+                sp--;
+                continue;
+            }
+            const gvec *v = &R->alts[stk_alt[sp]];
+            int i = stk_el[sp];
+            if (i >= v->n || (i > 0 && !sym_nullable(nullable, v->v[i - 1]))) {
+                stk_alt[sp]++;
+                stk_el[sp] = 0;
+                continue;
+            }
+            stk_el[sp]++;
+            gsym s = v->v[i];
+            if (s < 0)
+                continue;
+            if (color[s] == 1) {
+                snprintf(which, cap, "rule %d", s);
+                rc = -1;
+            } else if (color[s] == 0) {
+                color[s] = 1;
+                sp++;
+                stk_rule[sp] = s;
+                stk_alt[sp] = 0;
+                stk_el[sp] = 0;
+            }
+        }
+    }
+out:
+    free(nullable);
+    free(color);
+    free(stk_rule);
+    free(stk_alt);
+    free(stk_el);
+    return rc;
+}
+
+grammar *gb_finish(gbuild *b, gsym root)
+{
+    grammar *g = NULL;
+    if (b->failed)
+        return NULL;
+    /* the start rule: S -> root (a byte-set root needs a rule around it) */
+    int start = gb_rule_new(b);
+    gb_add_alt(b, start, &root, 1);
+    if (b->failed)
+        return NULL;
+    char which[64];
+    int lr = check_left_recursion(b, which, sizeof which);
+    if (lr == -2) {
+        gb_fail(b, "out of memory");
+        return NULL;
+    }
+    if (lr) {
+        gb_fail(b, "the grammar can loop without consuming input (%s)", which);
+        return NULL;
+    }
+    g = calloc(1, sizeof *g);
+    if (!g)
+        goto oom;
+    int n_alts = 0;
+    long n_el = 0;
+    for (int r = 0; r < b->n_rules; r++) {
+        n_alts += b->rules[r].n_alts;
+        for (int a = 0; a < b->rules[r].n_alts; a++)
+            n_el += b->rules[r].alts[a].n + 1;
+    }
+    g->el = malloc((size_t)(n_el + 1) * sizeof *g->el);
+    g->rule_alt = malloc(((size_t)b->n_rules + 1) * sizeof *g->rule_alt);
+    g->alt_start = malloc(((size_t)n_alts + 1) * sizeof *g->alt_start);
+    g->sets = malloc(((size_t)b->n_sets + 1) * sizeof *g->sets);
+    if (!g->el || !g->rule_alt || !g->alt_start || !g->sets)
+        goto oom;
+    int ia = 0, ie = 0;
+    for (int r = 0; r < b->n_rules; r++) {
+        g->rule_alt[r] = ia;
+        for (int a = 0; a < b->rules[r].n_alts; a++) {
+            const gvec *v = &b->rules[r].alts[a];
+            g->alt_start[ia++] = ie;
+            for (int i = 0; i < v->n; i++)
+                g->el[ie++] = v->v[i];
+            g->el[ie++] = GEL_END;
+        }
+    }
+    g->rule_alt[b->n_rules] = ia;
+    if (b->n_sets)
+        memcpy(g->sets, b->sets, (size_t)b->n_sets * sizeof *g->sets);
+    g->n_el = ie;
+    g->n_alts = ia;
+    g->n_rules = b->n_rules;
+    g->n_sets = b->n_sets;
+    g->root = start;
+    return g;
+oom:
+    grammar_free(g);
+    gb_fail(b, "out of memory");
+    return NULL;
+}
+
+void grammar_free(grammar *g)
+{
+    if (!g)
+        return;
+    free(g->el);
+    free(g->rule_alt);
+    free(g->alt_start);
+    free(g->sets);
+    free(g);
+}
+
+void grammar_size(const grammar *g, int *n_rules, int *n_elems)
+{
+    *n_rules = g ? g->n_rules : 0;
+    *n_elems = g ? g->n_el : 0;
+}
+
+/* ====================================================================== */
+/* Vocabulary                                                             */
+/* ====================================================================== */
+
+/* One trie node, in DFS pre-order: its subtree is [i, end); the tokens
+ * spelled by it are tok_ids[tok_first, node[i + 1].tok_first), those of
+ * its subtree tok_ids[tok_first, node[end].tok_first). */
+typedef struct gtrie_node {
+    int32_t end;
+    int32_t tok_first;
+    uint16_t depth;
+    uint8_t byte;
+} gtrie_node;
+
+/* Token bytes and their trie. Immutable after gram_vocab_new; shared. */
+struct gram_vocab {
+    int n_vocab;
+    char *bytes;                /* all text tokens' bytes */
+    uint32_t *off;              /* [n_vocab + 1] token t is bytes[off[t], off[t + 1]) */
+    uint8_t *kind;              /* [n_vocab] enum gram_tok_kind */
+    int32_t *eog;               /* [n_eog] */
+    int n_eog;
+    gtrie_node *node;           /* [n_node + 1], node 0 the root, node[n_node] a sentinel */
+    int n_node;
+    int32_t *tok_ids;           /* [n_tok] text tokens in trie order */
+    int n_tok;
+    int max_depth;
+};
+
+
+static int cmp_tok(const void *pa, const void *pb, void *arg)
+{
+    const gram_vocab *v = arg;
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    uint32_t la = v->off[a + 1] - v->off[a], lb = v->off[b + 1] - v->off[b];
+    int c = memcmp(v->bytes + v->off[a], v->bytes + v->off[b], la < lb ? la : lb);
+    if (c)
+        return c;
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+static int node_push(gram_vocab *v, int *cap, uint8_t byte, int depth)
+{
+    if (v->n_node + 1 >= *cap) {
+        int nc = *cap * 2;
+        void *p = realloc(v->node, (size_t)nc * sizeof *v->node);
+        if (!p)
+            return -1;
+        v->node = p;
+        *cap = nc;
+    }
+    gtrie_node *n = &v->node[v->n_node];
+    n->end = 0;
+    n->tok_first = v->n_tok;
+    n->depth = (uint16_t)depth;
+    n->byte = byte;
+    return v->n_node++;
+}
+
+/* Builds the trie from the text tokens sorted by their bytes: each token
+ * shares its longest common prefix with the one before, so only the
+ * nodes past that prefix are new, and a node's subtree ends when a later
+ * token leaves its prefix. */
+static int vocab_build_trie(gram_vocab *v, const int32_t *sorted, int n_sorted)
+{
+    int cap = 1024;
+    int32_t path[GRAM_MAX_TOKEN_BYTES + 1];
+    v->node = malloc((size_t)cap * sizeof *v->node);
+    if (!v->node)
+        return -1;
+    path[0] = node_push(v, &cap, 0, 0);
+    int depth = 0;
+    const char *prev = NULL;
+    uint32_t prev_len = 0;
+    for (int k = 0; k < n_sorted; k++) {
+        int32_t t = sorted[k];
+        const char *s = v->bytes + v->off[t];
+        uint32_t len = v->off[t + 1] - v->off[t];
+        uint32_t l = 0;
+        while (prev && l < len && l < prev_len && s[l] == prev[l])
+            l++;
+        for (; depth > (int)l; depth--)
+            v->node[path[depth]].end = v->n_node;
+        for (; depth < (int)len; depth++) {
+            int id = node_push(v, &cap, (uint8_t)s[depth], depth + 1);
+            if (id < 0)
+                return -1;
+            path[depth + 1] = id;
+        }
+        v->tok_ids[v->n_tok++] = t;
+        prev = s;
+        prev_len = len;
+        if ((int)len > v->max_depth)
+            v->max_depth = (int)len;
+    }
+    for (; depth >= 0; depth--)
+        v->node[path[depth]].end = v->n_node;
+    /* sentinel */
+    if (node_push(v, &cap, 0, 0) < 0)
+        return -1;
+    v->n_node--;
+    v->node[v->n_node].end = v->n_node;
+    return 0;
+}
+
+gram_vocab *gram_vocab_new(int n_vocab, gram_piece_fn piece, void *ctx, char *err, size_t errlen)
+{
+    gram_vocab *v = NULL;
+    int32_t *sorted = NULL;
+    char buf[GRAM_MAX_TOKEN_BYTES];
+    size_t cap_bytes = 1 << 20, n_bytes = 0;
+    if (n_vocab <= 0 || !piece) {
+        snprintf(err, errlen, "no vocabulary");
+        return NULL;
+    }
+    v = calloc(1, sizeof *v);
+    if (!v)
+        goto oom;
+    v->n_vocab = n_vocab;
+    v->off = malloc(((size_t)n_vocab + 1) * sizeof *v->off);
+    v->kind = malloc((size_t)n_vocab);
+    v->bytes = malloc(cap_bytes);
+    v->eog = malloc((size_t)n_vocab * sizeof *v->eog);
+    v->tok_ids = malloc((size_t)n_vocab * sizeof *v->tok_ids);
+    sorted = malloc((size_t)n_vocab * sizeof *sorted);
+    if (!v->off || !v->kind || !v->bytes || !v->eog || !v->tok_ids || !sorted)
+        goto oom;
+    int n_sorted = 0;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        int kind = GRAM_TOK_OTHER;
+        int n = piece(ctx, t, buf, sizeof buf, &kind);
+        v->off[t] = (uint32_t)n_bytes;
+        if (kind == GRAM_TOK_EOG) {
+            v->kind[t] = GRAM_TOK_EOG;
+            v->eog[v->n_eog++] = t;
+            continue;
+        }
+        /* empty, unreadable or over-long text tokens are never allowed */
+        if (kind != GRAM_TOK_TEXT || n <= 0 || n > (int)sizeof buf) {
+            v->kind[t] = GRAM_TOK_OTHER;
+            continue;
+        }
+        if (n_bytes + (size_t)n > cap_bytes) {
+            cap_bytes *= 2;
+            char *p = realloc(v->bytes, cap_bytes);
+            if (!p)
+                goto oom;
+            v->bytes = p;
+        }
+        memcpy(v->bytes + n_bytes, buf, (size_t)n);
+        n_bytes += (size_t)n;
+        v->kind[t] = GRAM_TOK_TEXT;
+        sorted[n_sorted++] = t;
+    }
+    v->off[n_vocab] = (uint32_t)n_bytes;
+    /* off[t + 1] - off[t] is t's length only for text tokens: the others
+     * added no bytes, so their length reads 0 */
+    qsort_r(sorted, (size_t)n_sorted, sizeof *sorted, cmp_tok, v);
+    if (vocab_build_trie(v, sorted, n_sorted))
+        goto oom;
+    free(sorted);
+    return v;
+oom:
+    free(sorted);
+    gram_vocab_free(v);
+    snprintf(err, errlen, "out of memory building the vocabulary trie");
+    return NULL;
+}
+
+void gram_vocab_free(gram_vocab *v)
+{
+    if (!v)
+        return;
+    free(v->bytes);
+    free(v->off);
+    free(v->kind);
+    free(v->eog);
+    free(v->node);
+    free(v->tok_ids);
+    free(v);
+}
+
+int gram_vocab_n_nodes(const gram_vocab *v)
+{
+    return v ? v->n_node : 0;
+}
+
+/* ====================================================================== */
+/* Matcher                                                                */
+/* ====================================================================== */
+
+typedef struct gcfg {
+    int32_t pos;                /* byte-set element to match next; -1: accepted */
+    int32_t stk;                /* stack node */
+} gcfg;
+
+typedef struct gset {
+    gcfg *c;
+    int n, cap;
+} gset;
+
+typedef struct gnode {
+    int32_t pos;                /* return position */
+    int32_t parent;
+} gnode;
+
+/* One cache entry: the tokens a key accepts in any context, and those
+ * that need the whole stack. */
+typedef struct gentry {
+    int32_t pos, stk;           /* the key */
+    uint64_t *bits;             /* [n_words] accepted, when many; else NULL */
+    int32_t *acc;               /* [n_acc] accepted, when few */
+    int n_acc;
+    int32_t *unc;               /* [n_unc] uncertain */
+    int n_unc;
+} gentry;
+
+/* Owned by one request; one thread at a time. */
+struct gram_matcher {
+    grammar *g;
+    bool owns_g;
+    const gram_vocab *v;        /* NULL: bytes only */
+    int n_words;                /* n_vocab / 64 rounded up */
+
+    gnode *nodes;               /* [n_nodes] hash-consed stack nodes; 0 EMPTY, 1 UNKNOWN */
+    int n_nodes, cap_nodes;
+    int32_t *node_tab;          /* [node_tab_cap] open addressing, -1 free */
+    uint32_t node_tab_cap;
+
+    gentry *ent;                /* [n_ent] */
+    int n_ent, cap_ent;
+    int32_t *ent_tab;           /* [ent_tab_cap] */
+    uint32_t ent_tab_cap;
+
+    gset cur;                   /* the state */
+    gset scratch[2];
+    gset *lvl;                  /* [max_depth + 1] trie walk, one set per depth */
+    uint8_t *lvl_pop;
+    int n_lvl;
+    gvec acc, unc;              /* trie walk output */
+    uint64_t *mask;             /* [n_words] gram_matcher_mask's bitset */
+    int depth;                  /* closure recursion */
+    bool broken;                /* a limit was hit: the grammar is unusable */
+};
+
+static uint32_t hash2(int32_t a, int32_t b)
+{
+    uint64_t x = (uint64_t)(uint32_t)a * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)b * 0xC2B2AE3D27D4EB4Full;
+    x ^= x >> 29;
+    return (uint32_t)(x * 0xBF58476D1CE4E5B9ull >> 32);
+}
+
+static int tab_grow(int32_t **tab, uint32_t *cap, uint32_t need)
+{
+    uint32_t nc = *cap ? *cap : 1024;
+    while (nc < need * 2)
+        nc *= 2;
+    if (nc == *cap)
+        return 0;
+    int32_t *t = malloc((size_t)nc * sizeof *t);
+    if (!t)
+        return -1;
+    memset(t, 0xff, (size_t)nc * sizeof *t);
+    free(*tab);
+    *tab = t;
+    *cap = nc;
+    return 1;   /* rehash needed */
+}
+
+static void node_tab_put(gram_matcher *m, int32_t id)
+{
+    uint32_t mask = m->node_tab_cap - 1, h = hash2(m->nodes[id].pos, m->nodes[id].parent) & mask;
+    while (m->node_tab[h] >= 0)
+        h = (h + 1) & mask;
+    m->node_tab[h] = id;
+}
+
+/* The stack node (pos, parent), made once. -1 (and m->broken) on limits. */
+static int32_t node_intern(gram_matcher *m, int32_t pos, int32_t parent)
+{
+    uint32_t mask = m->node_tab_cap - 1, h = hash2(pos, parent) & mask;
+    for (int32_t id; (id = m->node_tab[h]) >= 0; h = (h + 1) & mask)
+        if (m->nodes[id].pos == pos && m->nodes[id].parent == parent)
+            return id;
+    if (m->n_nodes >= GRAM_MAX_NODES) {
+        m->broken = true;
+        return -1;
+    }
+    if (m->n_nodes == m->cap_nodes) {
+        int cap = m->cap_nodes * 2;
+        gnode *p = realloc(m->nodes, (size_t)cap * sizeof *p);
+        if (!p) {
+            m->broken = true;
+            return -1;
+        }
+        m->nodes = p;
+        m->cap_nodes = cap;
+    }
+    int32_t id = m->n_nodes++;
+    m->nodes[id] = (gnode){pos, parent};
+    if ((uint32_t)m->n_nodes * 2 > m->node_tab_cap) {
+        int r = tab_grow(&m->node_tab, &m->node_tab_cap, (uint32_t)m->n_nodes);
+        if (r < 0) {
+            m->broken = true;
+            return -1;
+        }
+        for (int32_t i = 0; i < m->n_nodes; i++)
+            node_tab_put(m, i);
+    } else {
+        node_tab_put(m, id);
+    }
+    return id;
+}
+
+static int set_reserve(gset *s, int n)
+{
+    if (n <= s->cap)
+        return 0;
+    int cap = s->cap ? s->cap : 16;
+    while (cap < n)
+        cap *= 2;
+    gcfg *p = realloc(s->c, (size_t)cap * sizeof *p);
+    if (!p)
+        return -1;
+    s->c = p;
+    s->cap = cap;
+    return 0;
+}
+
+static void set_add(gram_matcher *m, gset *s, int32_t pos, int32_t stk)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->c[i].pos == pos && s->c[i].stk == stk)
+            return;
+    if (s->n >= GRAM_MAX_CONFIGS || set_reserve(s, s->n + 1)) {
+        m->broken = true;
+        return;
+    }
+    s->c[s->n++] = (gcfg){pos, stk};
+}
+
+/* Adds to out every configuration reachable from element pos with stack
+ * stk without consuming a byte; *popped is set when a path pops UNKNOWN. */
+static void closure(gram_matcher *m, int32_t pos, int32_t stk, gset *out, bool *popped)
+{
+    const grammar *g = m->g;
+    if (m->broken)
+        return;
+    if (++m->depth > GRAM_MAX_DEPTH) {
+        m->broken = true;
+        m->depth--;
+        return;
+    }
+    int32_t e = g->el[pos];
+    if (e == GEL_END) {
+        if (stk == NODE_EMPTY)
+            set_add(m, out, -1, NODE_EMPTY);
+        else if (stk == NODE_UNKNOWN)
+            *popped = true;
+        else
+            closure(m, m->nodes[stk].pos, m->nodes[stk].parent, out, popped);
+    } else if (e < 0) {
+        set_add(m, out, pos, stk);
+    } else {
+        int32_t ret = g->el[pos + 1] == GEL_END ? stk : node_intern(m, pos + 1, stk);
+        if (ret >= 0)
+            for (int32_t a = g->rule_alt[e]; a < g->rule_alt[e + 1]; a++)
+                closure(m, g->alt_start[a], ret, out, popped);
+    }
+    m->depth--;
+}
+
+static bool set_has_byte(const uint64_t set[4], uint8_t c)
+{
+    return (set[c >> 6] >> (c & 63)) & 1;
+}
+
+/* out = the configurations after consuming byte c from in. */
+static void advance(gram_matcher *m, const gset *in, uint8_t c, gset *out, bool *popped)
+{
+    const grammar *g = m->g;
+    out->n = 0;
+    for (int i = 0; i < in->n; i++) {
+        int32_t pos = in->c[i].pos;
+        if (pos < 0)
+            continue;
+        if (set_has_byte(g->sets[-1 - g->el[pos]], c))
+            closure(m, pos + 1, in->c[i].stk, out, popped);
+    }
+}
+
+static gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v)
+{
+    gram_matcher *m = calloc(1, sizeof *m);
+    if (!m)
+        goto fail;
+    m->g = g;
+    m->owns_g = owns;
+    m->v = v;
+    m->cap_nodes = 1024;
+    m->nodes = malloc((size_t)m->cap_nodes * sizeof *m->nodes);
+    if (!m->nodes || tab_grow(&m->node_tab, &m->node_tab_cap, 1024) < 0)
+        goto fail_m;
+    m->nodes[0] = (gnode){-1, -1};
+    m->nodes[1] = (gnode){-2, -2};
+    m->n_nodes = 2;
+    node_tab_put(m, 0);
+    node_tab_put(m, 1);
+    if (v) {
+        m->n_words = (v->n_vocab + 63) / 64;
+        m->n_lvl = v->max_depth + 1;
+        m->lvl = calloc((size_t)m->n_lvl, sizeof *m->lvl);
+        m->lvl_pop = calloc((size_t)m->n_lvl, 1);
+        m->mask = malloc((size_t)m->n_words * sizeof *m->mask);
+        if (!m->lvl || !m->lvl_pop || !m->mask || tab_grow(&m->ent_tab, &m->ent_tab_cap, 64) < 0)
+            goto fail_m;
+    }
+    bool popped = false;
+    for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
+        closure(m, g->alt_start[a], NODE_EMPTY, &m->cur, &popped);
+    if (m->broken)
+        goto fail_m;
+    return m;
+fail_m:
+    m->owns_g = false;
+    gram_matcher_free(m);
+fail:
+    if (owns)
+        grammar_free(g);
+    return NULL;
+}
+
+gram_matcher *gram_matcher_new(grammar *g, const gram_vocab *v)
+{
+    if (!g)
+        return NULL;
+    return matcher_new(g, true, v);
+}
+
+void gram_matcher_free(gram_matcher *m)
+{
+    if (!m)
+        return;
+    if (m->owns_g)
+        grammar_free(m->g);
+    free(m->nodes);
+    free(m->node_tab);
+    for (int i = 0; i < m->n_ent; i++) {
+        free(m->ent[i].bits);
+        free(m->ent[i].acc);
+        free(m->ent[i].unc);
+    }
+    free(m->ent);
+    free(m->ent_tab);
+    free(m->cur.c);
+    free(m->scratch[0].c);
+    free(m->scratch[1].c);
+    for (int i = 0; i < m->n_lvl; i++)
+        free(m->lvl[i].c);
+    free(m->lvl);
+    free(m->lvl_pop);
+    free(m->acc.v);
+    free(m->unc.v);
+    free(m->mask);
+    free(m);
+}
+
+/* Runs from m->cur over s[0..n); on success the state moves, else not. */
+static int run_bytes(gram_matcher *m, const uint8_t *s, size_t n)
+{
+    gset *a = &m->scratch[0], *b = &m->scratch[1];
+    if (set_reserve(a, m->cur.n))
+        return -1;
+    memcpy(a->c, m->cur.c, (size_t)m->cur.n * sizeof *a->c);
+    a->n = m->cur.n;
+    bool popped = false;
+    for (size_t i = 0; i < n && a->n > 0; i++) {
+        advance(m, a, s[i], b, &popped);
+        gset *t = a;
+        a = b;
+        b = t;
+    }
+    if (a->n == 0 || m->broken)
+        return -1;
+    gset t = m->cur;
+    m->cur = *a;
+    *a = t;
+    return 0;
+}
+
+/* Could the state consume s[0..n)? (State unchanged.) */
+static bool can_run(gram_matcher *m, const uint8_t *s, size_t n)
+{
+    gset *a = &m->scratch[0], *b = &m->scratch[1];
+    bool popped = false;
+    if (n == 0)
+        return false;
+    advance(m, &m->cur, s[0], a, &popped);
+    for (size_t i = 1; i < n && a->n > 0; i++) {
+        advance(m, a, s[i], b, &popped);
+        gset *t = a;
+        a = b;
+        b = t;
+    }
+    return a->n > 0 && !m->broken;
+}
+
+int gram_matcher_accept_bytes(gram_matcher *m, const char *s, size_t n)
+{
+    if (!m || m->broken)
+        return -1;
+    return run_bytes(m, (const uint8_t *)s, n);
+}
+
+bool gram_matcher_can_accept_bytes(gram_matcher *m, const char *s, size_t n)
+{
+    return m && !m->broken && can_run(m, (const uint8_t *)s, n);
+}
+
+bool gram_matcher_accepting(const gram_matcher *m)
+{
+    if (!m)
+        return false;
+    for (int i = 0; i < m->cur.n; i++)
+        if (m->cur.c[i].pos < 0)
+            return true;
+    return false;
+}
+
+bool gram_matcher_finished(const gram_matcher *m)
+{
+    return m && m->cur.n == 1 && m->cur.c[0].pos < 0;
+}
+
+int gram_matcher_accept_token(gram_matcher *m, int32_t tok)
+{
+    if (!m || !m->v || tok < 0 || tok >= m->v->n_vocab || m->broken)
+        return -1;
+    const gram_vocab *v = m->v;
+    if (v->kind[tok] == GRAM_TOK_EOG)
+        return gram_matcher_accepting(m) ? 0 : -1;
+    if (v->kind[tok] != GRAM_TOK_TEXT)
+        return -1;
+    return run_bytes(m, (const uint8_t *)v->bytes + v->off[tok], v->off[tok + 1] - v->off[tok]);
+}
+
+bool grammar_accepts(const grammar *g, const char *s, size_t n)
+{
+    if (!g)
+        return false;
+    gram_matcher *m = matcher_new((grammar *)g, false, NULL);
+    bool ok = m && (n == 0 || run_bytes(m, (const uint8_t *)s, n) == 0) && gram_matcher_accepting(m);
+    gram_matcher_free(m);
+    return ok;
+}
+
+/* ---- the mask cache ---------------------------------------------------- */
+
+static void ent_tab_put(gram_matcher *m, int32_t i)
+{
+    uint32_t mask = m->ent_tab_cap - 1, h = hash2(m->ent[i].pos, m->ent[i].stk) & mask;
+    while (m->ent_tab[h] >= 0)
+        h = (h + 1) & mask;
+    m->ent_tab[h] = i;
+}
+
+/* Walks the trie from key (pos, stk) and sorts the tokens into
+ * m->acc / m->unc. */
+static void walk_trie(gram_matcher *m, int32_t pos, int32_t stk)
+{
+    const gram_vocab *v = m->v;
+    m->acc.n = 0;
+    m->unc.n = 0;
+    gset *l0 = &m->lvl[0];
+    l0->n = 0;
+    set_add(m, l0, pos, stk);
+    m->lvl_pop[0] = 0;
+    bool oom = false;
+    int i = 1;
+    while (i < v->n_node && !m->broken) {
+        const gtrie_node *nd = &v->node[i];
+        int d = nd->depth;
+        bool popped = false;
+        bool before = m->lvl_pop[d - 1];
+        gset *out = &m->lvl[d];
+        advance(m, &m->lvl[d - 1], nd->byte, out, &popped);
+        int32_t own_end = v->node[i + 1].tok_first;
+        if (out->n > 0 || popped) {
+            for (int32_t k = nd->tok_first; k < own_end; k++)
+                oom |= gvec_push(&m->acc, v->tok_ids[k]) != 0;
+        } else if (before) {
+            for (int32_t k = nd->tok_first; k < own_end; k++)
+                oom |= gvec_push(&m->unc, v->tok_ids[k]) != 0;
+        }
+        if (out->n == 0) {
+            if (before || popped)
+                for (int32_t k = own_end; k < v->node[nd->end].tok_first; k++)
+                    oom |= gvec_push(&m->unc, v->tok_ids[k]) != 0;
+            i = nd->end;
+            continue;
+        }
+        m->lvl_pop[d] = before || popped;
+        i++;
+    }
+    if (oom)
+        m->broken = true;
+}
+
+/* The cache entry of key (pos, stk), walking the trie the first time.
+ * -1 on limits. */
+static int entry_get(gram_matcher *m, int32_t pos, int32_t stk)
+{
+    uint32_t mask = m->ent_tab_cap - 1, h = hash2(pos, stk) & mask;
+    for (int32_t id; (id = m->ent_tab[h]) >= 0; h = (h + 1) & mask)
+        if (m->ent[id].pos == pos && m->ent[id].stk == stk)
+            return id;
+    walk_trie(m, pos, stk);
+    if (m->broken)
+        return -1;
+    if (m->n_ent == m->cap_ent) {
+        int cap = m->cap_ent ? 2 * m->cap_ent : 16;
+        gentry *p = realloc(m->ent, (size_t)cap * sizeof *p);
+        if (!p)
+            goto oom;
+        m->ent = p;
+        m->cap_ent = cap;
+    }
+    gentry e = {.pos = pos, .stk = stk};
+    if (m->acc.n > m->v->n_vocab / 32) {
+        e.bits = calloc((size_t)m->n_words, sizeof *e.bits);
+        if (!e.bits)
+            goto oom;
+        for (int k = 0; k < m->acc.n; k++)
+            e.bits[m->acc.v[k] >> 6] |= 1ull << (m->acc.v[k] & 63);
+    } else if (m->acc.n > 0) {
+        e.acc = malloc((size_t)m->acc.n * sizeof *e.acc);
+        if (!e.acc)
+            goto oom;
+        memcpy(e.acc, m->acc.v, (size_t)m->acc.n * sizeof *e.acc);
+        e.n_acc = m->acc.n;
+    }
+    if (m->unc.n > 0) {
+        e.unc = malloc((size_t)m->unc.n * sizeof *e.unc);
+        if (!e.unc) {
+            free(e.bits);
+            free(e.acc);
+            goto oom;
+        }
+        memcpy(e.unc, m->unc.v, (size_t)m->unc.n * sizeof *e.unc);
+        e.n_unc = m->unc.n;
+    }
+    int id = m->n_ent++;
+    m->ent[id] = e;
+    if ((uint32_t)m->n_ent * 2 > m->ent_tab_cap) {
+        int r = tab_grow(&m->ent_tab, &m->ent_tab_cap, (uint32_t)m->n_ent);
+        if (r < 0)
+            goto oom;
+        for (int k = 0; k < m->n_ent; k++)
+            ent_tab_put(m, k);
+    } else {
+        ent_tab_put(m, id);
+    }
+    return id;
+oom:
+    m->broken = true;
+    return -1;
+}
+
+/* The key of a configuration: its stack cut to GRAM_KEY_FRAMES frames
+ * over UNKNOWN (kept whole when it is that short). */
+static int32_t key_stack(gram_matcher *m, int32_t stk)
+{
+    int32_t f[GRAM_KEY_FRAMES];
+    int k = 0;
+    while (k < GRAM_KEY_FRAMES && stk > NODE_UNKNOWN) {
+        f[k++] = m->nodes[stk].pos;
+        stk = m->nodes[stk].parent;
+    }
+    int32_t t = stk == NODE_EMPTY ? NODE_EMPTY : NODE_UNKNOWN;
+    while (k > 0 && t >= 0)
+        t = node_intern(m, f[--k], t);
+    return t;
+}
+
+int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
+{
+    if (!m || !m->v || m->broken)
+        return -1;
+    const gram_vocab *v = m->v;
+    memset(words, 0, (size_t)m->n_words * sizeof *words);
+    bool accept = false;
+    int n_cfg = m->cur.n;
+    for (int i = 0; i < n_cfg; i++) {
+        gcfg c = m->cur.c[i];
+        if (c.pos < 0) {
+            accept = true;
+            continue;
+        }
+        int32_t ks = key_stack(m, c.stk);
+        int id = ks < 0 ? -1 : entry_get(m, c.pos, ks);
+        if (id < 0)
+            return -1;
+        const gentry *e = &m->ent[id];
+        if (e->bits) {
+            for (int w = 0; w < m->n_words; w++)
+                words[w] |= e->bits[w];
+        } else {
+            for (int k = 0; k < e->n_acc; k++)
+                words[e->acc[k] >> 6] |= 1ull << (e->acc[k] & 63);
+        }
+    }
+    for (int i = 0; i < n_cfg; i++) {
+        gcfg c = m->cur.c[i];
+        if (c.pos < 0)
+            continue;
+        int id = entry_get(m, c.pos, key_stack(m, c.stk));
+        if (id < 0)
+            return -1;
+        const gentry *e = &m->ent[id];
+        for (int k = 0; k < e->n_unc; k++) {
+            int32_t t = e->unc[k];
+            if ((words[t >> 6] >> (t & 63)) & 1)
+                continue;
+            if (can_run(m, (const uint8_t *)v->bytes + v->off[t], v->off[t + 1] - v->off[t]))
+                words[t >> 6] |= 1ull << (t & 63);
+        }
+    }
+    if (m->broken)
+        return -1;
+    if (accept)
+        for (int k = 0; k < v->n_eog; k++)
+            words[v->eog[k] >> 6] |= 1ull << (v->eog[k] & 63);
+    int n = 0;
+    for (int w = 0; w < m->n_words; w++)
+        n += __builtin_popcountll(words[w]);
+    return n;
+}
+
+int gram_matcher_mask(gram_matcher *m, float *logits)
+{
+    if (!m || !m->v)
+        return -1;
+    uint64_t *words = m->mask;
+    int n = gram_matcher_fill_mask(m, words);
+    if (n >= 0)
+        for (int t = 0; t < m->v->n_vocab; t++)
+            if (!((words[t >> 6] >> (t & 63)) & 1))
+                logits[t] = -INFINITY;
+    return n;
+}
+
+int gram_matcher_cache_entries(const gram_matcher *m)
+{
+    return m ? m->n_ent : 0;
+}

@@ -1,0 +1,101 @@
+/* grammar.h - constrained decoding: a byte-level grammar, compiled once per
+ * request, and a matcher that masks the vocabulary at each step.
+ *
+ * Owns: the grammar form (a context-free grammar over bytes, run as a
+ * pushdown automaton), its compilers (JSON Schema, regular expressions,
+ * "any JSON object"), the vocabulary's byte trie, and per-request matchers
+ * with their token-mask cache.
+ * Does not own: where constraints come from (server), sampling (sampler),
+ * when a request ends (scheduler).
+ * ref: docs/serving.md "Structured output"; XGrammar (Dong et al. 2024)
+ * for the adaptive token-mask cache idea; JSON: RFC 8259; JSON Schema
+ * 2020-12 (the subset named in grammar_json.c).
+ *
+ * Threads: a grammar and a gram_vocab are immutable once built and may be
+ * shared; a gram_matcher belongs to one thread at a time.
+ */
+#ifndef HYSERVE_GRAMMAR_H
+#define HYSERVE_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct grammar grammar;
+typedef struct gram_vocab gram_vocab;
+typedef struct gram_matcher gram_matcher;
+
+/* ---- compilers: NULL with one line in err on failure ---- */
+
+/* How JSON is written. By default as a model should write it, never an
+ * endless run: between tokens nothing, one space, or a newline and at
+ * most 20 spaces or tabs of indent; integer, fraction and exponent parts
+ * of at most 16 digits (llama.cpp's json-schema grammar bounds the same
+ * way). exact: every document RFC 8259 allows (validation, tests). */
+typedef struct grammar_opts {
+    bool exact;
+} grammar_opts;
+
+/* A JSON Schema (raw bytes, need not be NUL-terminated); opts NULL: the
+ * defaults. Unsupported keywords are an error that names them. The output
+ * is one JSON value (no whitespace around it). */
+grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar_opts *opts, char *err,
+                                     size_t errlen);
+/* A regular expression (the subset of grammar_regex.c) matched against the
+ * whole output, as TGI's regex grammar does. */
+grammar *grammar_compile_regex(const char *re, size_t len, char *err, size_t errlen);
+/* Any JSON object (OpenAI's json_object mode). */
+grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen);
+void grammar_free(grammar *g);
+
+/* Rules, elements and byte sets of g (tests and logs). */
+void grammar_size(const grammar *g, int *n_rules, int *n_elems);
+
+/* Does g match all of s[0..n)? (No vocabulary needed: tests, validation.) */
+bool grammar_accepts(const grammar *g, const char *s, size_t n);
+
+/* ---- the vocabulary ---- */
+
+enum gram_tok_kind {
+    GRAM_TOK_TEXT = 0,          /* its bytes are output text */
+    GRAM_TOK_EOG = 1,           /* end of generation: allowed where the grammar accepts */
+    GRAM_TOK_OTHER = 2,         /* control and other special tokens: never allowed */
+};
+
+/* piece(ctx, id, buf, cap, &kind) writes token id's bytes (returns the
+ * count, which may exceed cap, or < 0) and its kind. */
+typedef int (*gram_piece_fn)(void *ctx, int32_t id, char *buf, size_t cap, int *kind);
+
+gram_vocab *gram_vocab_new(int n_vocab, gram_piece_fn piece, void *ctx, char *err, size_t errlen);
+void gram_vocab_free(gram_vocab *v);
+int gram_vocab_n_nodes(const gram_vocab *v);   /* trie nodes (tests, logs) */
+
+/* ---- matching one request's output ---- */
+
+/* Takes ownership of g (freed with the matcher, also on failure); v is
+ * borrowed and must outlive the matcher. */
+gram_matcher *gram_matcher_new(grammar *g, const gram_vocab *v);
+void gram_matcher_free(gram_matcher *m);
+
+/* Sets logits[t] = -INFINITY for every token t that cannot come next;
+ * end-of-generation tokens stay only where the grammar accepts. Returns
+ * the number of tokens left, or < 0 on an internal limit. */
+int gram_matcher_mask(gram_matcher *m, float *logits);
+/* Same decision as a bitset (bit t of words[t / 64]; n_vocab bits). */
+int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words);
+/* Advance over a sampled token. Returns 0, or -1 when the token cannot
+ * come next (the state is then unchanged). EOG tokens: 0 iff accepting. */
+int gram_matcher_accept_token(gram_matcher *m, int32_t tok);
+/* Advance over raw bytes (tests). 0 or -1 as above. */
+int gram_matcher_accept_bytes(gram_matcher *m, const char *s, size_t n);
+/* Could the output continue with s[0..n)? (State unchanged; the
+ * byte-level check the cached mask must agree with.) */
+bool gram_matcher_can_accept_bytes(gram_matcher *m, const char *s, size_t n);
+/* The output so far is a complete sentence of the grammar. */
+bool gram_matcher_accepting(const gram_matcher *m);
+/* Complete and nothing can follow: generation should end now. */
+bool gram_matcher_finished(const gram_matcher *m);
+/* Mask-cache entries computed so far (tests: the cache is reused). */
+int gram_matcher_cache_entries(const gram_matcher *m);
+
+#endif

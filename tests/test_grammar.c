@@ -1,0 +1,538 @@
+/* test_grammar.c - constrained decoding: the compilers' languages on
+ * accept / reject corpora written from RFC 8259 and JSON Schema, and the
+ * cached token mask against a token-by-token byte check. */
+#include "test.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar.h"
+
+static const grammar_opts exact = {.exact = true};
+
+static grammar *schema(const char *s)
+{
+    char err[256] = "";
+    grammar *g = grammar_compile_json_schema(s, strlen(s), &exact, err, sizeof err);
+    if (!g)
+        fprintf(stderr, "schema %s: %s\n", s, err);
+    return g;
+}
+
+static bool acc(const grammar *g, const char *doc)
+{
+    return grammar_accepts(g, doc, strlen(doc));
+}
+
+/* Checks each doc of yes[] is accepted and each of no[] rejected. */
+#define CHECK_CORPUS(g, yes, no)                                                       \
+    do {                                                                               \
+        for (size_t i_ = 0; i_ < sizeof(yes) / sizeof(yes[0]); i_++)                   \
+            CHECK_MSG(acc(g, yes[i_]), "should accept: %s", yes[i_]);                  \
+        for (size_t i_ = 0; i_ < sizeof(no) / sizeof(no[0]); i_++)                     \
+            CHECK_MSG(!acc(g, no[i_]), "should reject: %s", no[i_]);                   \
+    } while (0)
+
+TEST(test_grammar_json_object_mode_takes_any_object_and_nothing_else)
+{
+    char err[256];
+    grammar *g = grammar_compile_json_object(&exact, err, sizeof err);
+    CHECK(g);
+    static const char *yes[] = {
+        "{}", "{ }", "{\"a\":1}", "{\"a\": [1, 2.5, -0.0e+5, true, null, {\"b\": \"c\"}]}",
+        "{\n\t\"k\" : \"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\"\r\n}",
+        "{\"emoji\":\"\\ud83d\\ude00\"}", "{\"raw\":\"h\xc3\xa9llo \xf0\x9f\x98\x80\"}",
+        "{\"n\": 1E9, \"m\": -12.50e-3, \"z\": 0}",
+    };
+    static const char *no[] = {
+        "", "[]", "1", "\"s\"", " {}", "{} ", "{\"a\":1,}", "{\"a\":[1,2,]}", "{,}", "{\"a\" 1}",
+        "{'a':1}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":.5}", "{\"a\":+1}", "{\"a\":1e}", "{\"a\":-}",
+        "{\"a\":\"\\x\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"tab\there\"}", "{\"a\":\"\\ud83d\"}",
+        "{\"a\":\"\\ude00\"}", "{\"a\":\"\xc3\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xc0\xaf\"}",
+        "{\"a\":tru}", "{\"a\":NaN}", "{\"a\":1}}",
+    };
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+}
+
+TEST(test_grammar_schema_object_takes_required_and_optional_properties_in_order)
+{
+    grammar *g = schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+                        "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
+                        "\"required\":[\"name\"],\"additionalProperties\":false}");
+    CHECK(g);
+    static const char *yes[] = {
+        "{\"name\":\"x\"}", "{\"name\":\"x\",\"age\":3}", "{\"name\":\"x\",\"tags\":[]}",
+        "{ \"name\" : \"x\" , \"age\" : -7 , \"tags\" : [ \"a\" , \"b\" ] }",
+    };
+    static const char *no[] = {
+        "{}", "{\"age\":3}", "{\"name\":\"x\",}", "{\"name\":\"x\",\"age\":3.5}", "{\"name\":1}",
+        "{\"name\":\"x\",\"other\":1}", "{\"name\":\"x\",\"name\":\"y\"}", "{\"name\":\"x\",\"tags\":[1]}",
+        "{\"name\":\"x\" \"age\":3}",
+    };
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+}
+
+TEST(test_grammar_schema_arrays_enums_consts_and_anyof)
+{
+    grammar *g = schema("{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",1,null,{\"a\":[true]}]},"
+                        "\"minItems\":2,\"maxItems\":3}");
+    CHECK(g);
+    static const char *yes[] = {"[\"red\",1]", "[null, {\"a\": [true]}, \"green\"]", "[ 1 , 1 ]"};
+    static const char *no[] = {"[]", "[\"red\"]", "[1,1,1,1]", "[\"blue\",1]", "[1,2]", "[1,1,]"};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+
+    g = schema("{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"null\"},{\"const\":\"a\\\"b\"}]}");
+    CHECK(g);
+    static const char *yes2[] = {"\"\"", "\"ab\"", "\"\\ud83d\\ude00x\"", "null", "\"a\\\"b\""};
+    static const char *no2[] = {"\"abc\"", "nul", "1"};
+    CHECK_CORPUS(g, yes2, no2);
+    grammar_free(g);
+}
+
+TEST(test_grammar_schema_refs_recurse_through_defs)
+{
+    grammar *g = schema("{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+                        "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},"
+                        "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}");
+    CHECK(g);
+    static const char *yes[] = {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[{\"v\":4}]}]}"};
+    static const char *no[] = {"{\"v\":1,\"kids\":[{}]}", "{\"kids\":[]}"};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+}
+
+TEST(test_grammar_schema_integer_bounds_are_exact)
+{
+    grammar *g = schema("{\"type\":\"integer\",\"minimum\":-15,\"exclusiveMaximum\":1234}");
+    CHECK(g);
+    char buf[32];
+    for (int v = -40; v <= 1300; v++) {
+        snprintf(buf, sizeof buf, "%d", v);
+        bool want = v >= -15 && v < 1234;
+        CHECK_MSG(acc(g, buf) == want, "%d: accepted %d, want %d", v, acc(g, buf), want);
+    }
+    static const char *no[] = {"-0", "007", "1e2", "1.0", "+5"};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        CHECK_MSG(!acc(g, no[i]), "should reject %s", no[i]);
+    grammar_free(g);
+
+    g = schema("{\"type\":\"integer\",\"minimum\":100}");
+    CHECK(g);
+    CHECK(!acc(g, "99") && acc(g, "100") && acc(g, "99999999999") && !acc(g, "-100"));
+    grammar_free(g);
+    g = schema("{\"type\":\"integer\",\"maximum\":-3}");
+    CHECK(g);
+    CHECK(acc(g, "-3") && acc(g, "-1000") && !acc(g, "-2") && !acc(g, "0") && !acc(g, "5"));
+    grammar_free(g);
+    g = schema("{\"type\":\"number\",\"minimum\":0,\"maximum\":10}");
+    CHECK(g);
+    CHECK(acc(g, "0") && acc(g, "9.99") && acc(g, "10") && acc(g, "10.000") && !acc(g, "10.5") &&
+          !acc(g, "-1") && !acc(g, "11"));
+    grammar_free(g);
+}
+
+TEST(test_grammar_schema_formats_follow_their_definitions)
+{
+    grammar *g = schema("{\"type\":\"string\",\"format\":\"date-time\"}");
+    CHECK(g);
+    static const char *yes[] = {"\"2024-01-31T23:59:59Z\"", "\"1999-12-01T00:00:00.123+05:30\"",
+                                "\"2023-02-28t12:00:00z\""};
+    static const char *no[] = {"\"2024-02-30T00:00:00Z\"", "\"2024-13-01T00:00:00Z\"", "\"2024-04-31T00:00:00Z\"",
+                               "\"2024-01-01T24:00:00Z\"", "\"2024-01-01T00:60:00Z\"", "\"2024-01-01 00:00:00Z\"",
+                               "\"2024-01-01T00:00:00\""};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    g = schema("{\"type\":\"string\",\"format\":\"uuid\"}");
+    CHECK(g);
+    CHECK(acc(g, "\"123e4567-e89b-12d3-A456-426614174000\"") && !acc(g, "\"123e4567e89b12d3a456426614174000\""));
+    grammar_free(g);
+}
+
+TEST(test_grammar_schema_patterns_match_inside_json_strings)
+{
+    grammar *g = schema("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,4}$\"}");
+    CHECK(g);
+    static const char *yes[] = {"\"AB-123\"", "\"ZZ-0000\""};
+    static const char *no[] = {"\"ab-123\"", "\"AB-12\"", "\"AB-12345\"", "\"xAB-123\""};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    /* unanchored: anywhere in the string; a quote in the class is written escaped */
+    g = schema("{\"type\":\"string\",\"pattern\":\"[\\\"]x\"}");
+    CHECK(g);
+    CHECK(acc(g, "\"ab\\\"xcd\"") && acc(g, "\"\\\"x\"") && !acc(g, "\"abx\""));
+    grammar_free(g);
+}
+
+TEST(test_grammar_unsupported_keywords_are_errors_that_name_them)
+{
+    static const char *bad[][2] = {
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems"},
+        {"{\"type\":\"object\",\"patternProperties\":{}}", "patternProperties"},
+        {"{\"type\":\"string\",\"format\":\"email\"}", "email"},
+        {"{\"not\":{}}", "not"},
+        {"{\"type\":\"number\",\"multipleOf\":2}", "multipleOf"},
+        {"{\"$ref\":\"http://example.com/s.json\"}", "$ref"},
+        {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "back-references"},
+        {"{\"type\":\"string\",\"maxLength\":1000000000}", "maxLength"},
+        {"{\"type\":", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        grammar *g = grammar_compile_json_schema(bad[i][0], strlen(bad[i][0]), NULL, err, sizeof err);
+        CHECK_MSG(!g, "accepted %s", bad[i][0]);
+        CHECK_MSG(strstr(err, bad[i][1]), "error for %s: '%s' does not name %s", bad[i][0], err, bad[i][1]);
+    }
+}
+
+TEST(test_grammar_regex_matches_the_whole_text)
+{
+    char err[256];
+    const char *re = "(ab|c)+[x-z]?\\.\\d{2}";
+    grammar *g = grammar_compile_regex(re, strlen(re), err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    static const char *yes[] = {"ab.12", "cabc.00", "cx.99"};
+    static const char *no[] = {"ab.1", "x.12", "ab.123", "ab12", ""};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    re = "[^a-c]é.";
+    g = grammar_compile_regex(re, strlen(re), err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    CHECK(acc(g, "dé\xf0\x9f\x98\x80") && acc(g, "\xe2\x82\xac" "éz") && !acc(g, "aéz") && !acc(g, "déz\n") &&
+          !acc(g, "dé\n"));
+    grammar_free(g);
+}
+
+/* ---- the token mask ---- */
+
+typedef struct toy_vocab {
+    const char *const *pieces;
+    int n;
+} toy_vocab;
+
+static int toy_piece(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
+{
+    const toy_vocab *tv = ctx;
+    const char *p = tv->pieces[id];
+    if (!strcmp(p, "<eos>")) {
+        *kind = GRAM_TOK_EOG;
+        return 0;
+    }
+    if (p[0] == '<' && p[1] == '|') {
+        *kind = GRAM_TOK_OTHER;
+        return (int)strlen(p);
+    }
+    *kind = GRAM_TOK_TEXT;
+    size_t n = strlen(p);
+    memcpy(buf, p, n < cap ? n : cap);
+    return (int)n;
+}
+
+/* The reference decision for token t: replay the output so far and t's
+ * bytes on a fresh byte-level matcher (no trie, no cache). */
+static bool ref_allows(const char *schema_src, const char *out, size_t n_out, const char *piece)
+{
+    char err[256];
+    grammar *g = grammar_compile_json_schema(schema_src, strlen(schema_src), NULL, err, sizeof err);
+    gram_matcher *m = gram_matcher_new(g, NULL);
+    bool ok = m && (n_out == 0 || gram_matcher_accept_bytes(m, out, n_out) == 0);
+    if (ok) {
+        if (!strcmp(piece, "<eos>"))
+            ok = gram_matcher_accepting(m);
+        else if (piece[0] == '<' && piece[1] == '|')
+            ok = false;
+        else
+            ok = gram_matcher_accept_bytes(m, piece, strlen(piece)) == 0;
+    }
+    gram_matcher_free(m);
+    return ok;
+}
+
+TEST(test_grammar_cached_mask_equals_the_byte_check_on_every_step)
+{
+    /* tokens that span several symbols, partial UTF-8, whitespace runs */
+    static const char *const pieces[] = {
+        "<eos>", "<|im_start|>", "{", "}", "{\"", "\"", "\":", "\",", "\"}", "\":\"", ",", ":", " ", "  ", "\n",
+        "\n  ", "a", "ab", "name", "\"name", "age", "\"age\":", "1", "12", "0", "-", ".", "e", "5", "1.5", "true",
+        "tr", "ue", "null", "[", "]", "[\"", "\"]", "\\", "\\\"", "\\u", "00", "e9", "\xc3", "\xa9", "\xc3\xa9",
+        "\xf0\x9f", "\x98\x80", "x\"", "\"}\n", "}}", "\"\"", "\t", "A", "Z", "-1", "]}",
+        "g", "s", "t", "m", "n", "u", "l", "f", "r", "b", "2", "9",
+    };
+    toy_vocab tv = {pieces, (int)(sizeof pieces / sizeof pieces[0])};
+    char err[256];
+    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    CHECK_MSG(v, "%s", err);
+    const char *src = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":"
+                      "{\"type\":\"integer\",\"minimum\":0},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"ab\"]},"
+                      "\"maxItems\":2}},\"required\":[\"name\"],\"additionalProperties\":false}";
+    /* several seeded random walks through the allowed tokens */
+    for (uint64_t seed = 1; seed <= 12; seed++) {
+        gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
+        CHECK(m);
+        char out[512];
+        size_t n_out = 0;
+        uint64_t x = seed * 0x9E3779B97F4A7C15ull;
+        for (int step = 0; step < 60; step++) {
+            uint64_t words[2];
+            int n = gram_matcher_fill_mask(m, words);
+            CHECK(n >= 0);
+            int allowed[80], n_allowed = 0;
+            for (int t = 0; t < tv.n; t++) {
+                bool got = (words[t >> 6] >> (t & 63)) & 1;
+                bool want = ref_allows(src, out, n_out, pieces[t]);
+                CHECK_MSG(got == want, "seed %llu step %d after '%.*s': token '%s' mask %d, byte check %d",
+                          (unsigned long long)seed, step, (int)n_out, out, pieces[t], got, want);
+                if (got)
+                    allowed[n_allowed++] = t;
+            }
+            CHECK_MSG(n == n_allowed && n_allowed > 0, "n %d allowed %d after %.*s", n, n_allowed, (int)n_out, out);
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            int t = allowed[(x * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)n_allowed];
+            CHECK(gram_matcher_accept_token(m, t) == 0);
+            if (t == 0)
+                break;
+            size_t len = strlen(pieces[t]);
+            CHECK(n_out + len < sizeof out);
+            memcpy(out + n_out, pieces[t], len);
+            n_out += len;
+        }
+        gram_matcher_free(m);
+    }
+    gram_vocab_free(v);
+}
+
+TEST(test_grammar_masked_logits_leave_only_valid_tokens_and_eog_at_the_end)
+{
+    static const char *const pieces[] = {"<eos>", "true", "false", "t", "rue", "fa", "lse", " ", "x", "<|x|>"};
+    toy_vocab tv = {pieces, 10};
+    char err[256];
+    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    CHECK(v);
+    const char *src = "{\"type\":\"boolean\"}";
+    gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
+    CHECK(m);
+    float logits[10];
+    for (int i = 0; i < 10; i++)
+        logits[i] = 1.0f;
+    CHECK(gram_matcher_mask(m, logits) == 4);
+    CHECK(isinf(logits[0]) && !isinf(logits[1]) && !isinf(logits[2]) && !isinf(logits[3]) && isinf(logits[4]) &&
+          !isinf(logits[5]) && isinf(logits[7]) && isinf(logits[8]) && isinf(logits[9]));
+    CHECK(gram_matcher_accept_token(m, 4) < 0);     /* "rue" cannot start */
+    CHECK(gram_matcher_accept_token(m, 3) == 0);
+    CHECK(!gram_matcher_accepting(m));
+    CHECK(gram_matcher_accept_token(m, 4) == 0);
+    CHECK(gram_matcher_accepting(m) && gram_matcher_finished(m));
+    for (int i = 0; i < 10; i++)
+        logits[i] = 0.0f;
+    CHECK(gram_matcher_mask(m, logits) == 1 && !isinf(logits[0]));
+    gram_matcher_free(m);
+    gram_vocab_free(v);
+}
+
+/* ---- the real Qwen3 vocabulary (tests/tmp/qwen3-tokenizer.gguf) ---- */
+
+#include <time.h>
+
+#include "gguf.h"
+#include "tokenizer.h"
+
+static int qwen_piece(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
+{
+    const tokenizer *t = ctx;
+    *kind = tok_is_eog(t, id) ? GRAM_TOK_EOG : tok_is_control(t, id) ? GRAM_TOK_OTHER : GRAM_TOK_TEXT;
+    return tok_piece(t, id, buf, cap);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+TEST(test_grammar_qwen3_vocab_mask_equals_the_byte_check_on_every_step)
+{
+    const char *gpath = "tests/tmp/qwen3-tokenizer.gguf";
+    char err[256];
+    gguf_ctx *gg = gguf_open(gpath, err, sizeof err);
+    CHECK_MSG(gg, "%s (tools/qwen3-tokenizer-gguf.sh builds it)", err);
+    tokenizer *tk = tok_new_from_gguf(gg, err, sizeof err);
+    gguf_close(gg);
+    CHECK_MSG(tk, "%s", err);
+    int n_vocab = tok_n_vocab(tk);
+    double t0 = now_s();
+    gram_vocab *v = gram_vocab_new(n_vocab, qwen_piece, tk, err, sizeof err);
+    double t_vocab = now_s() - t0;
+    CHECK_MSG(v, "%s", err);
+    const char *src = "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"pop\":{\"type\":\"integer\","
+                      "\"minimum\":0},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":6},"
+                      "\"maxItems\":3},\"ok\":{\"type\":\"boolean\"}},\"required\":[\"city\",\"pop\",\"tags\",\"ok\"],"
+                      "\"additionalProperties\":false}";
+    uint64_t *words = malloc(((size_t)n_vocab + 63) / 64 * sizeof *words);
+    int32_t *allowed = malloc((size_t)n_vocab * sizeof *allowed);
+    char *piece = malloc(1 << 12);
+    CHECK(words && allowed && piece);
+    double t_mask = 0;
+    int n_steps = 0;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
+        CHECK_MSG(m, "%s", err);
+        uint64_t x = seed * 0x9E3779B97F4A7C15ull;
+        bool done = false;
+        for (int step = 0; step < 40 && !done; step++) {
+            double t1 = now_s();
+            int n = gram_matcher_fill_mask(m, words);
+            t_mask += now_s() - t1;
+            n_steps++;
+            CHECK(n > 0);
+            int n_allowed = 0;
+            for (int32_t t = 0; t < n_vocab; t++) {
+                bool got = (words[t >> 6] >> (t & 63)) & 1;
+                bool want;
+                if (tok_is_eog(tk, t))
+                    want = gram_matcher_accepting(m);
+                else if (tok_is_control(tk, t))
+                    want = false;
+                else {
+                    int len = tok_piece(tk, t, piece, 1 << 12);
+                    want = len > 0 && gram_matcher_can_accept_bytes(m, piece, (size_t)len);
+                }
+                CHECK_MSG(got == want, "seed %llu step %d: token %d mask %d, byte check %d",
+                          (unsigned long long)seed, step, t, got, want);
+                if (got)
+                    allowed[n_allowed++] = t;
+            }
+            CHECK(n == n_allowed);
+            /* prefer closing tokens now and then so walks reach the end */
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            int32_t t = allowed[(x * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)n_allowed];
+            if (step > 20 && gram_matcher_accepting(m))
+                t = tok_eos(tk);
+            CHECK(gram_matcher_accept_token(m, t) == 0);
+            done = tok_is_eog(tk, t);
+        }
+        gram_matcher_free(m);
+    }
+    fprintf(stderr, "    qwen3 vocab %d tokens, %d trie nodes, built in %.0f ms; mask %.2f ms/step over %d steps\n",
+            n_vocab, gram_vocab_n_nodes(v), 1e3 * t_vocab, 1e3 * t_mask / n_steps, n_steps);
+    free(words);
+    free(allowed);
+    free(piece);
+    gram_vocab_free(v);
+    tok_free(tk);
+}
+
+TEST(test_grammar_default_json_bounds_whitespace_and_digit_runs)
+{
+    const char *src = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\"}},\"required\":[\"a\"]}";
+    char err[256];
+    grammar *g = grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    static const char *yes[] = {"{\"a\":1}", "{ \"a\": 1 }", "{\n  \"a\": 1.5e10\n}", "{\n\t\t\"a\":\n\t-0.25}",
+                                "{\"a\":1234567890123456}"};
+    static const char *no[] = {"{  \"a\":1}", "{\"a\":\r\n1}", "{\n\n\"a\":1}", "{\"a\":12345678901234567}",
+                               "{\n                     \"a\":1}"};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+}
+
+/* tests/grammar/schemas.json: schemas with documents labelled valid or
+ * invalid; `node tests/grammar/check.mjs labels` confirms every label with
+ * ajv (the HTTP suite runs it), so agreeing with the labels is agreeing
+ * with ajv. */
+#include <cjson/cJSON.h>
+
+TEST(test_grammar_matcher_agrees_with_ajv_on_the_corpus)
+{
+    FILE *f = fopen("tests/grammar/schemas.json", "rb");
+    CHECK_MSG(f, "tests/grammar/schemas.json missing");
+    static char buf[1 << 17];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *root = cJSON_ParseWithLength(buf, n);
+    CHECK(cJSON_IsArray(root));
+    int n_schemas = 0, n_docs = 0, n_bad = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, root)
+    {
+        const char *name = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
+        char *src = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c, "schema"));
+        char err[256];
+        grammar *g = grammar_compile_json_schema(src, strlen(src), &exact, err, sizeof err);
+        free(src);
+        if (!g) {
+            fprintf(stderr, "    %s: %s\n", name, err);
+            n_bad++;
+            continue;
+        }
+        n_schemas++;
+        static const char *const keys[2] = {"valid", "invalid"};
+        for (int k = 0; k < 2; k++) {
+            const cJSON *d;
+            cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(c, keys[k]))
+            {
+                n_docs++;
+                if (acc(g, d->valuestring) != (k == 0)) {
+                    fprintf(stderr, "    %s: %s %s\n", name, d->valuestring, k == 0 ? "rejected" : "accepted");
+                    n_bad++;
+                }
+            }
+        }
+        grammar_free(g);
+    }
+    cJSON_Delete(root);
+    CHECK_MSG(n_bad == 0, "%d disagreements", n_bad);
+    CHECK(n_schemas >= 40 && n_docs >= 150);
+}
+
+TEST(test_grammar_fifty_property_schema_compiles_and_matches_its_document)
+{
+    /* 50 properties of every kind, half of them required; prints the
+     * compile time (make bench's goal: under 50 ms) */
+    static const char *const kinds[] = {
+        "{\"type\":\"string\"}", "{\"type\":\"integer\",\"minimum\":0,\"maximum\":999}",
+        "{\"type\":\"number\"}", "{\"type\":\"boolean\"}", "{\"enum\":[\"a\",\"b\",\"c\"]}",
+        "{\"type\":\"string\",\"format\":\"date-time\"}", "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":4}",
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"}},\"required\":[\"x\"],\"additionalProperties\":false}",
+        "{\"type\":\"string\",\"pattern\":\"^[a-z]{2,6}$\"}", "{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"string\",\"maxLength\":8}]}",
+    };
+    static const char *const values[] = {"\"s\"", "42", "-1.5e3", "true", "\"b\"", "\"2024-05-06T07:08:09Z\"", "[1,2]",
+                                         "{\"x\":0.5}", "\"abc\"", "null"};
+    char *src = malloc(1 << 16), *doc = malloc(1 << 16);
+    CHECK(src && doc);
+    size_t ns = 0, nd = 0;
+    ns += (size_t)sprintf(src + ns, "{\"type\":\"object\",\"properties\":{");
+    nd += (size_t)sprintf(doc + nd, "{");
+    for (int i = 0; i < 50; i++) {
+        ns += (size_t)sprintf(src + ns, "%s\"field_%02d\":%s", i ? "," : "", i, kinds[i % 10]);
+        nd += (size_t)sprintf(doc + nd, "%s\"field_%02d\": %s", i ? ", " : "", i, values[i % 10]);
+    }
+    ns += (size_t)sprintf(src + ns, "},\"required\":[");
+    for (int i = 0; i < 50; i += 2)
+        ns += (size_t)sprintf(src + ns, "%s\"field_%02d\"", i ? "," : "", i);
+    sprintf(src + ns, "],\"additionalProperties\":false}");
+    sprintf(doc + nd, "}");
+    char err[256];
+    double t0 = now_s();
+    grammar *g = grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err);
+    double ms = 1e3 * (now_s() - t0);
+    CHECK_MSG(g, "%s", err);
+    int n_rules, n_el;
+    grammar_size(g, &n_rules, &n_el);
+    fprintf(stderr, "    50-property schema: %d rules, %d elements, compiled in %.2f ms\n", n_rules, n_el, ms);
+    CHECK(acc(g, doc));
+    doc[strlen(doc) - 1] = ',';         /* a trailing comma */
+    CHECK(!acc(g, doc));
+    grammar_free(g);
+    free(src);
+    free(doc);
+}
