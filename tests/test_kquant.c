@@ -325,3 +325,28 @@ TEST(test_kquant_decode_steps_equal_one_token_each_at_every_level)
     CHECK(!bad);
     free(X); free(Y); free(R); free(scratch);
 }
+
+/* The prompt path decodes rows for sgemm: the AVX2 decoder gives
+ * dequant_row's floats bit for bit (the numpy reference checks prompts on
+ * the same file exactly, tests/suite_reference_arch.py), extreme scales
+ * included. */
+TEST(test_kquant_row_decoding_is_bit_exact)
+{
+    if (!simd_avx2()) {
+        fprintf(stderr, "  (skipped: no AVX2 on this CPU)\n");
+        return;
+    }
+    static uint8_t row[KQ_N / 32 * 34];
+    float a[KQ_N], b[KQ_N];
+    for (size_t ti = 0; ti < sizeof KQ_TYPES / sizeof KQ_TYPES[0]; ti++)
+        for (int seed = 0; seed < 24; seed++) {
+            const uint32_t t = KQ_TYPES[ti];
+            kq_rng = 9000u + 100u * (uint32_t)ti + (uint32_t)seed;
+            kq_random_row(t, row, KQ_N, seed);
+            dequant_row(t, row, a, KQ_N);
+            avx2_dequant_kq(t, row, b, KQ_N);
+            CHECK_MSG(!memcmp(a, b, sizeof a), "type %u seed %d: decoded rows differ", t, seed);
+            dequant_row_fast(t, row, b, KQ_N);
+            CHECK_MSG(!memcmp(a, b, sizeof a), "type %u seed %d: the table's decoder differs", t, seed);
+        }
+}

@@ -9,6 +9,7 @@
 #include "ggml_type.h"
 #include "simd.h"
 #include "simd512.h"
+#include "simd_kquant.h"
 
 bool quant_supported(uint32_t type)
 {
@@ -417,6 +418,7 @@ void dequant_row_avx2(uint32_t type, const void *src, float *dst, int n)
     case GGML_F16: avx2_dequant_f16(src, dst, n); return;
     case GGML_BF16: avx2_dequant_bf16(src, dst, n); return;
     case GGML_Q8_0: avx2_dequant_q8_0(src, dst, n); return;
+    case GGML_Q4_0: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: avx2_dequant_kq(type, src, dst, n); return;
     default: dequant_row(type, src, dst, n); return;
     }
 }

@@ -210,6 +210,99 @@ AVX2 float avx2_dot_q4_0_act(const void *row, const int8_t *q, const float *d, i
     return hsum8_ps(acc);
 }
 
+/* ---- row decoding for the prompt path (sgemm on decoded tiles) ----
+ * Bit for bit as dequant_row: the same float operations in the same order,
+ * one rounding each (a product, then a difference; no fused multiply-add).
+ */
+
+/* y[i] = dd * (v[i] - off) - mm for the 32 unsigned bytes of v, dd = d0
+ * for i < 16 and d1 from 16; off != 0: no mm (Q6_K, Q4_0: one product) */
+AVX2 static inline void avx2_deq32(__m256i v, int off, float d0, float d1, float mm, float *y)
+{
+    const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
+    const __m128i part[4] = { a, _mm_srli_si128(a, 8), b, _mm_srli_si128(b, 8) };
+    const __m256 m = _mm256_set1_ps(mm);
+    const __m256i o = _mm256_set1_epi32(off);
+    for (int k = 0; k < 4; k++) {
+        const __m256 d = _mm256_set1_ps(k < 2 ? d0 : d1);
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(part[k]), o));
+        _mm256_storeu_ps(y + 8 * k, off ? _mm256_mul_ps(d, f) : _mm256_sub_ps(_mm256_mul_ps(d, f), m));
+    }
+}
+
+/* ref: deq_q4_k / deq_q5_k (qh NULL for Q4_K): y = (d sc) q - dmin mn */
+AVX2 static void avx2_dequant_kq45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float d, float dmin,
+                                   float *y)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    uint8_t sm[16];
+    kq_unpack_scales(scales, sm);
+    for (int j = 0; j < 4; j++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+        if (qh) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j + 1), one), 4));
+        }
+        const float dlo = d * (float)sm[2 * j], dhi = d * (float)sm[2 * j + 1];
+        avx2_deq32(lo, 0, dlo, dlo, dmin * (float)sm[8 + 2 * j], y + 64 * j);
+        avx2_deq32(hi, 0, dhi, dhi, dmin * (float)sm[8 + 2 * j + 1], y + 64 * j + 32);
+    }
+}
+
+/* ref: deq_q6_k: y = (d sc) (q - 32), 16 elements per scale */
+AVX2 static void avx2_dequant_q6k(const blk_q6_k *b, float *y)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const float d = fp16_to_f32(b->d);
+    for (int n = 0; n < 2; n++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * n));
+        for (int k = 0; k < 4; k++) {
+            const __m256i l = k & 1 ? l1 : l0;
+            const __m256i nib = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+            const __m256i w = _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2), 4));
+            const int g = 8 * n + 2 * k;
+            avx2_deq32(w, 32, d * (float)b->scales[g], d * (float)b->scales[g + 1], 0.0f, y + 128 * n + 32 * k);
+        }
+    }
+}
+
+/* ref: dequant_row for Q4_K, Q5_K, Q6_K and Q4_0 (y = d (q - 8)) */
+AVX2 void avx2_dequant_kq(uint32_t type, const void *src, float *dst, int n)
+{
+    switch (type) {
+    case GGML_Q4_K:
+        for (int i = 0; i < n / 256; i++) {
+            const blk_q4_k *b = (const blk_q4_k *)src + i;
+            avx2_dequant_kq45(b->scales, b->qs, NULL, fp16_to_f32(b->d), fp16_to_f32(b->dmin), dst + 256 * i);
+        }
+        break;
+    case GGML_Q5_K:
+        for (int i = 0; i < n / 256; i++) {
+            const blk_q5_k *b = (const blk_q5_k *)src + i;
+            avx2_dequant_kq45(b->scales, b->qs, b->qh, fp16_to_f32(b->d), fp16_to_f32(b->dmin), dst + 256 * i);
+        }
+        break;
+    case GGML_Q6_K:
+        for (int i = 0; i < n / 256; i++)
+            avx2_dequant_q6k((const blk_q6_k *)src + i, dst + 256 * i);
+        break;
+    default: {          /* Q4_0 */
+        const blk_q4_0 *b = src;
+        const __m128i m4 = _mm_set1_epi8(15);
+        for (int i = 0; i < n / 32; i++) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)b[i].qs);
+            const float d = fp16_to_f32(b[i].d);
+            avx2_deq32(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)), 8, d, d,
+                       0.0f, dst + 32 * i);
+        }
+    }
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* AVX-512                                                              */
 

@@ -21,6 +21,9 @@ float avx2_dot_kq_act(uint32_t type, const void *row, const int8_t *q, const flo
 /* ref: dot_q4_0_act_ref */
 float avx2_dot_q4_0_act(const void *row, const int8_t *q, const float *d, int n);
 
+/* ref: dequant_row for GGML_Q4_K, Q5_K, Q6_K or Q4_0, bit for bit */
+void avx2_dequant_kq(uint32_t type, const void *src, float *dst, int n);
+
 /* The same on 512-bit vectors (AVX-512 F, BW, VL, DQ), two sub-blocks per
  * register. The _vnni forms fold the scale products into vpdpwssd /
  * vpdpbusd (AVX512-VNNI); call them only where simd_avx512_vnni(). */
