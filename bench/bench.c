@@ -1069,6 +1069,11 @@ static int cmd_kernels(FILE *f, bool quick)
         { "q8_0", GGML_Q8_0, false }, { "f16 panels", GGML_F16, true }, { "bf16 panels", GGML_BF16, true },
         { "q8_0 panels", GGML_Q8_0, true } };
     const int n_types = !simd_avx512() ? 4 : simd_avx512_vnni() ? 7 : 6;
+    /* the K-quants and Q4_0 (int8 activations on every SIMD level): one-token rows only */
+    static const struct { const char *name; uint32_t type; bool panels; } kq[] = {
+        { "q4_k", GGML_Q4_K, false }, { "q5_k", GGML_Q5_K, false }, { "q6_k", GGML_Q6_K, false },
+        { "q4_0", GGML_Q4_0, false } };
+    const int n_kq = (int)(sizeof kq / sizeof kq[0]);
     const int n_in = 1024;
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     long bytes = 2 * (l3 > 0 ? l3 : 32L << 20);
@@ -1082,8 +1087,10 @@ static int cmd_kernels(FILE *f, bool quick)
     for (int i = 0; i < 64 * n_in; i++)
         x[i] = (float)(lcg_next(&s) % 2001) / 1000.0f - 1.0f;
     fprintf(f, "{\"matvec\": [");
-    for (int ti = 0; ti < n_types; ti++) {
-        const uint32_t type = types[ti].type;
+    for (int ti = 0; ti < n_types + n_kq; ti++) {
+        const char *tname = ti < n_types ? types[ti].name : kq[ti - n_types].name;
+        const uint32_t type = ti < n_types ? types[ti].type : kq[ti - n_types].type;
+        const bool tpanels = ti < n_types && types[ti].panels;
         const size_t rb = ggml_type_size(type) * n_in / ggml_block_size(type);
         const int n_out = (int)(bytes / (long)rb) / 16 * 16;
         char *W = malloc(rb * (size_t)n_out);
@@ -1099,7 +1106,7 @@ static int cmd_kernels(FILE *f, bool quick)
         for (int o = 0; o < n_out; o++)             /* one row pattern, written by the streaming thread */
             quantize_row(type, row, W + (size_t)o * rb, n_in);
         weight w = { .data = W, .type = type, .n_in = n_in, .n_out = n_out, .row_bytes = rb };
-        W = panels_of(&w, W, types[ti].panels);
+        W = panels_of(&w, W, tpanels);
         for (int t = 1; t <= 2; t++) {
             blas_set_threads(t);
             stats st = {0};
@@ -1110,7 +1117,7 @@ static int cmd_kernels(FILE *f, bool quick)
                 st_add(&st, engine_now_s() - t0);
             }
             fprintf(f, "%s{\"type\": \"%s\", \"threads\": %d, \"bytes\": %.6g, ", ti || t > 1 ? ",\n" : "",
-                    types[ti].name, t, (double)rb * n_out);
+                    tname, t, (double)rb * n_out);
             json_rate(f, "gb_s", &st, (double)rb * n_out / 1e9);
             fprintf(f, "}");
             fflush(f);

@@ -46,12 +46,61 @@ void matmul_set_small_max(int n_tok)
     mm_small_max = n_tok;
 }
 
+/* ---- the K-quants and Q4_0 on int8 activations ----
+ * One token's activations quantized for such a weight (quant.h): q [n_in],
+ * then d [n_in / 32] (Q4_0; the K-quants use n_in / 256 of them), then
+ * bsums [n_in / 16] (K-quants); act8_bytes per token, a multiple of 4. */
+typedef struct act8 {
+    int8_t *q;                  /* [n_in] */
+    float *d;                   /* [n_in / 32] or [n_in / 256] */
+    int16_t *bs;                /* [n_in / 16] */
+} act8;
+
+static size_t act8_bytes(int n_in)
+{
+    return (size_t)n_in + (size_t)n_in / 32 * sizeof(float) + (size_t)n_in / 16 * sizeof(int16_t) + 4;
+}
+
+static act8 act8_at(void *base, int n_in, int t)
+{
+    char *p = (char *)base + act8_bytes(n_in) * (size_t)t;
+    act8 a = { .q = (int8_t *)p, .d = (float *)(p + n_in) };
+    a.bs = (int16_t *)(a.d + n_in / 32);
+    return a;
+}
+
+/* true where a K-quant or Q4_0 weight's products run on int8 activations:
+ * one token, and decode steps token by token (the same arithmetic, so a
+ * sequence's results do not depend on its batch); prompts stay on f32
+ * (sgemm on decoded tiles), as the reference checks them */
+static bool kq_act(const weight *W)
+{
+    return simd_avx2() && W->type != GGML_Q8_0 && quant_int8_act(W->type) && W->n_in % quant_act_block(W->type) == 0;
+}
+
+static void act8_quantize(uint32_t type, const float *x, int n_in, act8 a)
+{
+    if (type == GGML_Q4_0)
+        quantize_act_q8(x, n_in, a.q, a.d);
+    else
+        quantize_act_q8k(x, n_in, a.q, a.d, a.bs);
+}
+
+/* y[r] = row r . x on the activations a, rows rb bytes apart */
+static void act8_rows(uint32_t type, const char *W, size_t rb, int n_rows, act8 a, int n_in, float *y, long ldy)
+{
+    for (int r = 0; r < n_rows; r++)
+        y[r * ldy] = type == GGML_Q4_0 ? dot_q4_0_act(W + (size_t)r * rb, a.q, a.d, n_in)
+                                       : dot_kq_act(type, W + (size_t)r * rb, a.q, a.d, a.bs, n_in);
+}
+
 long matmul_scratch_floats(const weight *W, int n_tok)
 {
     if (W->panels)
         return panels_scratch_floats(W, n_tok);
     if (n_tok == 1)
-        return W->type == GGML_Q8_0 ? W->n_in / 4 + W->n_in / 32 + 8 : 0;
+        return W->type == GGML_Q8_0 ? W->n_in / 4 + W->n_in / 32 + 8
+               : quant_int8_act(W->type) ? (long)act8_bytes(W->n_in) / 4 + 1 : 0;
     if (W->type == GGML_F32 && (n_tok > mm_small_max || !simd_avx2()))
         return 0;
     return (long)omp_get_max_threads() * MM_TILE_ROWS * W->n_in;
@@ -72,10 +121,14 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
         bytes += (long)W[i]->n_out * (long)W[i]->row_bytes;
     }
     const bool par = bytes >= MV_PAR_BYTES;
-    if (simd_avx2() && (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0)) {
+    const bool kq = kq_act(W[0]);
+    if (simd_avx2() && (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || kq)) {
         int8_t *xq = NULL;
         float *xd = NULL;
-        if (t == GGML_Q8_0) {
+        const act8 a8 = act8_at(scratch, n_in, 0);
+        if (kq) {
+            act8_quantize(t, X, n_in, a8);
+        } else if (t == GGML_Q8_0) {
             xq = (int8_t *)scratch;                         /* [n_in] */
             xd = scratch + n_in / 4 + 4;                    /* [n_in / 32], past xq */
             quantize_act_q8(X, n_in, xq, xd);
@@ -87,9 +140,11 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
             long off = 0;
             for (int i = 0; i < n; i++) {           /* the parts of [r0, r1) in each weight */
                 const long a = r0 > off ? r0 : off, b = r1 < off + W[i]->n_out ? r1 : off + W[i]->n_out;
-                if (b > a)
-                    avx2_matvec(t, (const char *)W[i]->data + (size_t)(a - off) * W[i]->row_bytes, W[i]->row_bytes,
-                                (int)(b - a), X, xq, xd, n_in, Y[i] + (a - off));
+                const char *rows = (const char *)W[i]->data + (size_t)(a - off) * W[i]->row_bytes;
+                if (b > a && kq)
+                    act8_rows(t, rows, W[i]->row_bytes, (int)(b - a), a8, n_in, Y[i] + (a - off), 1);
+                else if (b > a)
+                    avx2_matvec(t, rows, W[i]->row_bytes, (int)(b - a), X, xq, xd, n_in, Y[i] + (a - off));
                 off += W[i]->n_out;
             }
         }
@@ -323,11 +378,36 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
     }
 }
 
+/* K-quant and Q4_0 decode steps on int8 activations (kq_act): each
+ * thread quantizes a share of the tokens, then takes a contiguous share of
+ * the rows and dots each row with every token while it is in L1, with the
+ * one-token kernel. At most Q8_ACT_MAX_TOK tokens per call (act8_bytes
+ * each, about 1.2 n_in: within the small-batch scratch). */
+static void matmul_kq_act_chunk(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
+                                float *scratch)
+{
+    const int n_in = W->n_in, n_out = W->n_out;
+    #pragma omp parallel
+    {
+        const int nt = omp_get_num_threads(), it = omp_get_thread_num();
+        for (int t = n_tok * it / nt; t < n_tok * (it + 1) / nt; t++)
+            act8_quantize(W->type, X + (size_t)t * n_in, n_in, act8_at(scratch, n_in, t));
+        #pragma omp barrier
+        const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
+        for (int o = r0; o < r1; o++)
+            for (int t = 0; t < n_tok; t++)
+                act8_rows(W->type, (const char *)W->data + (size_t)o * W->row_bytes, W->row_bytes, 1,
+                          act8_at(scratch, n_in, t), n_in, Y + (size_t)t * n_out + o, 0);
+    }
+}
+
 static void matmul_q8_act(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
 {
+    const bool kq = W->type != GGML_Q8_0;
     for (int t0 = 0; t0 < n_tok; t0 += Q8_ACT_MAX_TOK)
-        matmul_q8_act_chunk(Y + (size_t)t0 * W->n_out, W, X + (size_t)t0 * W->n_in,
-                            n_tok - t0 < Q8_ACT_MAX_TOK ? n_tok - t0 : Q8_ACT_MAX_TOK, scratch);
+        (kq ? matmul_kq_act_chunk : matmul_q8_act_chunk)(Y + (size_t)t0 * W->n_out, W, X + (size_t)t0 * W->n_in,
+                                                         n_tok - t0 < Q8_ACT_MAX_TOK ? n_tok - t0 : Q8_ACT_MAX_TOK,
+                                                         scratch);
 }
 
 /* 2 <= n_tok <= mm_small_max, AVX2 only */
@@ -439,7 +519,7 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
         matmul_shared(1, &y, &W, X, n_tok, scratch);
         return;
     }
-    if (q8_act_step(W, n_tok, decode)) {
+    if (q8_act_step(W, n_tok, decode) || (decode && kq_act(W))) {
         matmul_q8_act(Y, W, X, n_tok, scratch);
         return;
     }

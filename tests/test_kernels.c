@@ -470,15 +470,22 @@ static void check_matmul_as(uint32_t type, int n_in, int n_out, int n_tok, bool 
             double ref = dot_row(type, row, x, n_in), got = Y[(size_t)t * n_out + o];
             double terms = abs_terms(type, row, x, n_in);
             double tol = 2.0 * gamma_n(n_in + n_in / 32 + 8) * terms + 1e-30;
-            if (type == GGML_Q8_0 && (n_tok == 1 || decode) && simd_avx2()) {
-                /* int8 activations: the quantization bound of quant.h */
+            if (quant_int8_act(type) && (n_tok == 1 || decode) && simd_avx2()) {
+                /* int8 activations: the quantization bound of quant.h (blocks of 32 for
+                 * Q8_0 and Q4_0, of 256 for the K-quants), and the rounding of the
+                 * scaled int sums (a K-quant's scale parts can exceed |w|: twice) */
                 int8_t q[4096];
                 float d[128], wd[4096];
-                quantize_act_q8_ref(x, n_in, q, d);
+                int16_t bs[256];
+                const int ab = quant_act_block(type);
+                if (ab == 32)
+                    quantize_act_q8_ref(x, n_in, q, d);
+                else
+                    quantize_act_q8k_ref(x, n_in, q, d, bs);
                 dequant_row(type, row, wd, n_in);
-                for (int b = 0; b < n_in / 32; b++)
-                    for (int j = 0; j < 32; j++)
-                        tol += fabs((double)wd[32 * b + j]) * d[b] / 2.0;
+                for (int i = 0; i < n_in; i++)
+                    tol += fabs((double)wd[i]) * d[i / ab] / 2.0;
+                tol *= ab == 32 ? 1.0 : 2.0;
             }
             if (!(fabs(got - ref) <= tol)) {
                 test_fail(__FILE__, __LINE__, "type %u %dx%d tokens %d: Y[%d][%d] = %.9g, reference %.9g (tol %.3g)",

@@ -16,6 +16,7 @@
 #include "quant.h"
 #include "simd.h"
 #include "simd512.h"
+#include "simd_kquant.h"
 #include "vecmath.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
@@ -25,7 +26,9 @@
 #define SCALAR_KERNELS                                                                                  \
     .sumsq = sumsq_ref, .scale = scale_ref, .silu_mul = silu_mul_ref, .sigmoid_mul = sigmoid_mul_ref,   \
     .dequant_row = dequant_row, .dot_row = dot_row, .quantize_row = quantize_row,                       \
-    .quantize_act_q8 = quantize_act_q8_ref, .dot_q8_0_act = dot_q8_0_act_ref, .exp_block = attn_exp_block_ref
+    .quantize_act_q8 = quantize_act_q8_ref, .dot_q8_0_act = dot_q8_0_act_ref,                           \
+    .quantize_act_q8k = quantize_act_q8k_ref, .dot_kq_act = dot_kq_act_ref, .dot_q4_0_act = dot_q4_0_act_ref, \
+    .exp_block = attn_exp_block_ref
 
 /* The scalar references until the constructor has probed the CPU. */
 cpu_kernels cpu_kern = { .name = "scalar", SCALAR_KERNELS };
@@ -44,9 +47,9 @@ static bool env_is(const char *v)
 static const char *level_name(const cpu_features *f)
 {
     if (f->amx)
-        return f->vnni ? "avx512+vnni+amx" : "avx512+amx";
+        return f->vnni || f->avx512_vnni ? "avx512+vnni+amx" : "avx512+amx";
     if (f->avx512)
-        return f->vnni ? "avx512+vnni" : "avx512";
+        return f->vnni || f->avx512_vnni ? "avx512+vnni" : "avx512";
     if (f->avx2)
         return f->vnni ? "avx2+vnni" : "avx2";
     return "scalar";
@@ -57,9 +60,12 @@ static void cpu_select(void)
 {
     cpu_features f = { 0 };
     f.avx2 = avx2_on;
-    f.vnni = vnni_on && f.avx2;
+    f.vnni = vnni_on && has_vnni && f.avx2;
     f.avx512 = avx512_on && f.avx2;
-    f.avx512_vnni = has_avx512_vnni && f.avx512 && f.vnni;
+    /* AVX512-VNNI stands on its own: Zen 4, Ice Lake and Cascade Lake have
+     * it without the 256-bit AVX-VNNI, and their 512-bit int8 kernels
+     * (Q8_0 panels and decode steps, the K-quant dots) need only it */
+    f.avx512_vnni = vnni_on && has_avx512_vnni && f.avx512;
     f.amx = amx_on && f.avx512;
     f.amx_bf16 = has_amx_bf16 && f.amx;
     f.amx_f16 = has_amx_f16 && f.amx;
@@ -75,6 +81,9 @@ static void cpu_select(void)
         k.quantize_row = quantize_row_avx2;
         k.quantize_act_q8 = avx2_quantize_act_q8;
         k.dot_q8_0_act = avx2_dot_q8_0_act;
+        k.quantize_act_q8k = avx2_quantize_act_q8k;
+        k.dot_kq_act = avx2_dot_kq_act;
+        k.dot_q4_0_act = avx2_dot_q4_0_act;
         k.exp_block = attn_exp_block_avx2;
         k.dnet_step = avx2_dnet_step;
         k.dnet_step_bf16 = avx2_dnet_step_bf16;
@@ -82,6 +91,8 @@ static void cpu_select(void)
     if (f.avx512) {
         k.dequant_row = dequant_row_avx512;
         k.dnet_step_bf16_x16 = avx512_dnet_step_bf16;
+        k.dot_kq_act = f.avx512_vnni ? avx512_dot_kq_act_vnni : avx512_dot_kq_act;
+        k.dot_q4_0_act = f.avx512_vnni ? avx512_dot_q4_0_act_vnni : avx512_dot_q4_0_act;
     }
     cpu_kern = k;
 }
@@ -105,7 +116,7 @@ __attribute__((constructor)) static void cpu_init(void)
         has_amx_f16 = has_amx_bf16 && __builtin_cpu_supports("avx512bf16");
     }
     avx2_on = has_avx2 && !env_is("0");
-    vnni_on = has_vnni;
+    vnni_on = (has_vnni || has_avx512_vnni) && !env_is("avx2");
     avx512_on = has_avx512 && !env_is("avx2");
     amx_on = has_amx;
     cpu_select();
@@ -119,7 +130,7 @@ void simd_set_enabled(bool on)
 
 void simd_set_vnni(bool on)
 {
-    vnni_on = on && has_vnni;
+    vnni_on = on && (has_vnni || has_avx512_vnni) && !env_is("avx2");
     cpu_select();
 }
 

@@ -25,7 +25,8 @@
 
 /* The features the kernels use now: the CPU's, less what HYSERVE_SIMD and
  * the switches below turned off. Each implies the ones it builds on
- * (avx512 implies avx2; amx implies avx512; avx512_vnni implies vnni). */
+ * (avx512 implies avx2; amx implies avx512; avx512_vnni implies avx512,
+ * not vnni: Zen 4 has AVX512-VNNI without AVX-VNNI). */
 typedef struct cpu_features {
     bool avx2;                  /* AVX2, FMA and F16C */
     bool vnni;                  /* AVX-VNNI */
@@ -54,6 +55,11 @@ typedef struct cpu_kernels {
     void (*quantize_row)(uint32_t type, const float *src, void *dst, int n);  /* quantize_row, bit for bit */
     void (*quantize_act_q8)(const float *x, int n, int8_t *q, float *d);      /* quantize_act_q8_ref */
     float (*dot_q8_0_act)(const void *row, const int8_t *q, const float *d, int n);   /* dot_q8_0_act_ref */
+    /* the K-quants and Q4_0 on int8 activations (quant.h) */
+    void (*quantize_act_q8k)(const float *x, int n, int8_t *q, float *d, int16_t *bsums);  /* ..._ref, bit for bit */
+    float (*dot_kq_act)(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums,
+                        int n);                                                 /* dot_kq_act_ref */
+    float (*dot_q4_0_act)(const void *row, const int8_t *q, const float *d, int n);   /* dot_q4_0_act_ref */
     /* attn.h: e^x for x <= 0 */
     void (*exp_block)(const float *x, float *y, int n);                    /* exp_neg_scalar per element */
     /* the gated delta rule, one token and one value head (simd.h);
@@ -75,7 +81,7 @@ extern cpu_kernels cpu_kern;
 /* true when the AVX2 kernels are in use (the CPU has AVX2, FMA and F16C and
  * they are not turned off) */
 static inline bool simd_avx2(void) { return cpu_kern.on.avx2; }
-/* true when the Q8_0 matrix-vector product uses AVX-VNNI's vpdpbusd */
+/* true when the 256-bit Q8_0 matrix-vector product uses AVX-VNNI's vpdpbusd */
 static inline bool simd_vnni(void) { return cpu_kern.on.vnni; }
 /* true when the AVX-512 kernels are in use (simd_avx2() too) */
 static inline bool simd_avx512(void) { return cpu_kern.on.avx512; }

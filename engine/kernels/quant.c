@@ -9,6 +9,7 @@
 #include "ggml_type.h"
 #include "simd.h"
 #include "simd512.h"
+#include "simd_kquant.h"
 
 bool quant_supported(uint32_t type)
 {
@@ -417,6 +418,7 @@ void dequant_row_avx2(uint32_t type, const void *src, float *dst, int n)
     case GGML_F16: avx2_dequant_f16(src, dst, n); return;
     case GGML_BF16: avx2_dequant_bf16(src, dst, n); return;
     case GGML_Q8_0: avx2_dequant_q8_0(src, dst, n); return;
+    case GGML_Q4_0: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: avx2_dequant_kq(type, src, dst, n); return;
     default: dequant_row(type, src, dst, n); return;
     }
 }
@@ -475,4 +477,121 @@ void quantize_act_q8(const float *x, int n, int8_t *q, float *d)
 float dot_q8_0_act(const void *row, const int8_t *q, const float *d, int n)
 {
     return cpu_kern.dot_q8_0_act(row, q, d, n);
+}
+
+/* ---- K-quants and Q4_0 on int8 activations (quant.h) ---- */
+
+bool quant_int8_act(uint32_t type)
+{
+    return type == GGML_Q8_0 || type == GGML_Q4_0 || type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K;
+}
+
+int quant_act_block(uint32_t type)
+{
+    return type == GGML_Q8_0 || type == GGML_Q4_0 ? 32 : 256;
+}
+
+void quantize_act_q8k_ref(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
+{
+    for (int b = 0; b < n / 256; b++) {
+        const float *xb = x + 256 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 256; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
+        float db = amax / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;    /* d = max|x| / 127 */
+        d[b] = db;
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) {
+                int v = (int)lrintf(xb[16 * g + j] * id);                 /* q = round(x / d) */
+                q[256 * b + 16 * g + j] = (int8_t)v;
+                s += v;
+            }
+            bsums[16 * b + g] = (int16_t)s;                             /* |s| <= 16 * 127 */
+        }
+    }
+}
+
+/* Q4_K / Q5_K super-block against int8 activations: the integer parts
+ * sum_s sc_s sum_l q_w q (into *si) and sum_s mn_s bsum_s (into *sm). */
+static void kq45_isums(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, const int8_t *q,
+                       const int16_t *bs, int32_t *si, int32_t *sm)
+{
+    int32_t a = 0, m = 0;
+    for (int s = 0; s < 8; s++) {
+        int sc, mn;
+        kq_scale_min(scales, s, &sc, &mn);
+        const int j = s / 2, hi = s & 1;                /* sub-block s: nibble hi of qs[32 j + l] */
+        int32_t t = 0;
+        for (int l = 0; l < 32; l++) {
+            int w = hi ? qs[32 * j + l] >> 4 : qs[32 * j + l] & 15;
+            if (qh && (qh[l] >> s & 1))                 /* Q5_K: bit s of qh[l] is bit 4 */
+                w += 16;
+            t += w * q[32 * s + l];
+        }
+        a += sc * t;                                    /* |a| <= 8 * 63 * 32 * 31 * 127 */
+        m += mn * (bs[2 * s] + bs[2 * s + 1]);
+    }
+    *si = a;
+    *sm = m;
+}
+
+float dot_kq_act_ref(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums, int n)
+{
+    float acc = 0.0f;
+    for (int i = 0; i < n / 256; i++) {
+        const int8_t *qb = q + 256 * i;
+        const int16_t *bs = bsums + 16 * i;
+        if (type == GGML_Q6_K) {
+            const block_q6_k *b = (const block_q6_k *)row + i;
+            int32_t a = 0;
+            for (int e = 0; e < 256; e++) {             /* element e = 128 n + 32 k + l */
+                const int nn = e / 128, k = (e / 32) & 3, l = e & 31;
+                const uint8_t lq = b->ql[64 * nn + l + 32 * (k & 1)];
+                const int w = ((k < 2 ? lq & 15 : lq >> 4) | ((b->qh[32 * nn + l] >> (2 * k) & 3) << 4));
+                a += b->scales[e / 16] * w * qb[e];     /* sc sum q_w q ... */
+            }
+            for (int g = 0; g < 16; g++)
+                a -= 32 * b->scales[g] * bs[g];         /* ... - 32 sc bsum */
+            acc += d[i] * (fp16_to_f32(b->d) * (float)a);
+        } else {
+            const block_q4_k *b4 = (const block_q4_k *)row + i;
+            const block_q5_k *b5 = (const block_q5_k *)row + i;
+            const bool five = type == GGML_Q5_K;
+            int32_t si, sm;
+            kq45_isums(five ? b5->scales : b4->scales, five ? b5->qs : b4->qs, five ? b5->qh : NULL, qb, bs, &si,
+                       &sm);
+            const float dd = fp16_to_f32(five ? b5->d : b4->d), dm = fp16_to_f32(five ? b5->dmin : b4->dmin);
+            acc += d[i] * (dd * (float)si - dm * (float)sm);
+        }
+    }
+    return acc;
+}
+
+float dot_q4_0_act_ref(const void *row, const int8_t *q, const float *d, int n)
+{
+    const block_q4_0 *b = row;
+    float acc = 0.0f;
+    for (int i = 0; i < n / 32; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += ((b[i].qs[j] & 15) - 8) * q[32 * i + j] + ((b[i].qs[j] >> 4) - 8) * q[32 * i + j + 16];
+        acc += fp16_to_f32(b[i].d) * d[i] * (float)s;             /* dw dq sum (q_w - 8) q */
+    }
+    return acc;
+}
+
+void quantize_act_q8k(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
+{
+    cpu_kern.quantize_act_q8k(x, n, q, d, bsums);
+}
+
+float dot_kq_act(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums, int n)
+{
+    return cpu_kern.dot_kq_act(type, row, q, d, bsums, n);
+}
+
+float dot_q4_0_act(const void *row, const int8_t *q, const float *d, int n)
+{
+    return cpu_kern.dot_q4_0_act(row, q, d, n);
 }

@@ -55,4 +55,30 @@ float dot_q8_0_act(const void *row, const int8_t *q, const float *d, int n);
 void quantize_act_q8_ref(const float *x, int n, int8_t *q, float *d);
 float dot_q8_0_act_ref(const void *row, const int8_t *q, const float *d, int n);
 
+/* ---- K-quant and Q4_0 weights against int8 activations ----
+ * The K-quants (Q4_K, Q5_K, Q6_K) take activations quantized per block of
+ * 256 (the Q8_K layout their super-blocks are designed for):
+ * d[b] = max_j |x[256b + j]| / 127, q[i] = round(x[i] / d[b]) (half to
+ * even), and bsums[16b + g] = sum_{j<16} q[256b + 16g + j], the exact int
+ * sums that carry the formats' offsets (Q4_K/Q5_K's mins, Q6_K's -32).
+ * Per super-block the dot is then exact integer sums scaled once:
+ *   Q4_K/Q5_K: d[b] (d sum_s sc_s sum_l q_w q - dmin sum_s mn_s bsum_s)
+ *   Q6_K:      d[b] d sum_g sc_g (sum_l q_w q - 32 bsum_g)
+ * Q4_0 takes Q8_0's activations (blocks of 32, quantize_act_q8):
+ *   sum_b dw d[b] (sum_j q_w q - 8 sum_j q).
+ * Against dot_row on the float x the error is at most
+ * sum_i |w[i]| d[b(i)] / 2 plus float rounding. n a multiple of 256
+ * (K-quants) or 32 (Q4_0); bsums holds n / 16 entries. */
+/* true for the types whose one-token product runs on int8 activations */
+bool quant_int8_act(uint32_t type);
+/* elements per activation scale for such a type: 32 or 256 */
+int quant_act_block(uint32_t type);
+void quantize_act_q8k(const float *x, int n, int8_t *q, float *d, int16_t *bsums);
+float dot_kq_act(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums, int n);
+float dot_q4_0_act(const void *row, const int8_t *q, const float *d, int n);
+/* the scalar references of the three above */
+void quantize_act_q8k_ref(const float *x, int n, int8_t *q, float *d, int16_t *bsums);
+float dot_kq_act_ref(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums, int n);
+float dot_q4_0_act_ref(const void *row, const int8_t *q, const float *d, int n);
+
 #endif

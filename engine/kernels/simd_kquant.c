@@ -1,0 +1,458 @@
+/* simd_kquant.c - the K-quant and Q4_0 int8 dot products of simd_kquant.h.
+ *
+ * Owns: one row of Q4_K, Q5_K, Q6_K or Q4_0 blocks against activations
+ * quantized to int8 (quant.h), on AVX2 and AVX-512, and the AVX2 quantizer
+ * of the K-quants' activations. Does not own: the block layouts and the
+ * references (quant.c), the choice of kernel (cpu.c), the row loops
+ * (matmul.c).
+ *
+ * The file is compiled for the baseline ISA; each kernel carries
+ * __attribute__((target(...))) and is called only after cpu.c's checks.
+ *
+ * Arithmetic, per super-block of 256 (ref: docs/models.md section 5):
+ * the weight's small unsigned integers (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63,
+ * Q4_0 0..15) meet the int8 activations in vpmaddubsw (u8 x s8 -> pairs
+ * summed in int16: at most 2 * 63 * 127 = 16002, never saturating, as
+ * |q| <= 127); the pairs are multiplied by the sub-block's 6- or 8-bit
+ * scale and summed in int32 by vpmaddwd (vpdpwssd with VNNI, which adds
+ * in the same instruction); the formats' offsets (Q4_K/Q5_K's mins, Q6_K's
+ * -32, Q4_0's -8) come from the activations' block sums. The int32 lanes
+ * are exact; each super-block's are converted to float once and scaled by
+ * d_x d_w (and d_x dmin for the mins).
+ * ref: Intel Intrinsics Guide; docs/models.md section 5 (block layouts).
+ */
+#include "simd_kquant.h"
+
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "ggml_type.h"
+#include "half.h"
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx512vnni")))
+
+/* the block layouts of quant.c (docs/models.md section 5) */
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_k;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } blk_q5_k;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_k;
+
+/* The 8 six-bit scales and 8 mins of a Q4_K/Q5_K super-block, unpacked
+ * from its 12 bytes four at a time: out[0..8) = sc, out[8..16) = mn.
+ *   s < 4:  sc = b[s] & 63,                        mn = b[s + 4] & 63
+ *   s >= 4: sc = (b[s + 4] & 15) | (b[s - 4] >> 6) << 4,
+ *           mn = (b[s + 4] >> 4) | (b[s] >> 6) << 4   (ref: kq_scale_min) */
+static inline void kq_unpack_scales(const uint8_t *scales, uint8_t out[16])
+{
+    uint32_t u[3], o[4];
+    memcpy(u, scales, 12);
+    o[0] = u[0] & 0x3f3f3f3fu;
+    o[1] = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    o[2] = u[1] & 0x3f3f3f3fu;
+    o[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    memcpy(out, o, 16);
+}
+
+/* ------------------------------------------------------------------ */
+/* AVX2                                                                 */
+
+AVX2 static inline float hsum8_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* d = max|x| / 127 and q = round(x / d) as quantize_act_q8k_ref: the same
+ * division, reciprocal and product, rounded to nearest even by cvtps */
+AVX2 void avx2_quantize_act_q8k(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int b = 0; b < n / 256; b++) {
+        const float *xb = x + 256 * b;
+        int8_t *qb = q + 256 * b;
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < 256; j += 8)
+            m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xb + j), absmask));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float db = _mm_cvtss_f32(m4) / 127.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        const __m256 vid = _mm256_set1_ps(id);
+        for (int j = 0; j < 256; j += 32) {
+            __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j), vid));
+            __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j + 8), vid));
+            __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j + 16), vid));
+            __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j + 24), vid));
+            /* bsums: 16 elements are two int32 vectors */
+            __m256i s01 = _mm256_add_epi32(i0, i1), s23 = _mm256_add_epi32(i2, i3);
+            __m256i h = _mm256_hadd_epi32(s01, s23);              /* per 128-bit lane: pairs of s01, s23 */
+            h = _mm256_hadd_epi32(h, h);
+            __m128i g = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            bsums[16 * b + j / 16] = (int16_t)_mm_cvtsi128_si32(g);
+            bsums[16 * b + j / 16 + 1] = (int16_t)_mm_extract_epi32(g, 1);
+            /* packs work per 128-bit lane: a dword permute restores the order */
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(qb + j), p);
+        }
+    }
+}
+
+/* sum_s sc_s sum_l w q and sum_s mn_s bsum_s of one Q4_K/Q5_K super-block;
+ * qh NULL for Q4_K. Sub-block 2j is the low nibbles of qs[32j..32j+32),
+ * 2j+1 the high ones; Q5_K's bit 4 of sub-block s is bit s of qh[l]. */
+AVX2 static inline __m256i avx2_kq45_block(const uint8_t *qs, const uint8_t *qh, const uint8_t sm[16],
+                                           const int8_t *q)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+        if (qh) {   /* bit s of each byte to bit 4: shifts of 16-bit lanes, masked per byte */
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j + 1), one), 4));
+        }
+        const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q + 64 * j)));
+        const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 64 * j + 32)));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sm[2 * j])));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sm[2 * j + 1])));
+    }
+    return sumi;
+}
+
+/* Q6_K super-block: 32 elements per step k of each half, weights
+ * (ql nibble | 2 bits of qh << 4) in 0..63, two 16-element scales per
+ * step; the -32 offset is left to the caller (bsums) */
+AVX2 static inline __m256i avx2_q6k_block(const blk_q6_k *b, const int8_t *q)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int n = 0; n < 2; n++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * n));
+        for (int k = 0; k < 4; k++) {
+            const __m256i l = k & 1 ? l1 : l0;
+            const __m256i nib = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+            const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2), 4);
+            const __m256i w = _mm256_or_si256(nib, hb);
+            const int g = 8 * n + 2 * k;                    /* the scales of elements 128n + 32k + [0, 16), [16, 32) */
+            const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]), _mm_set1_epi16(b->scales[g]));
+            const __m256i p = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(q + 128 * n + 32 * k)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
+        }
+    }
+    return sumi;
+}
+
+AVX2 float avx2_dot_kq_act(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums, int n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float off = 0.0f;               /* the offsets' part: mins (Q4_K/Q5_K) or 32 sum sc bsum (Q6_K) */
+    for (int i = 0; i < n / 256; i++) {
+        const int8_t *qb = q + 256 * i;
+        const int16_t *bs = bsums + 16 * i;
+        __m256i sumi;
+        float dd, dm;
+        int32_t m = 0;
+        if (type == GGML_Q6_K) {
+            const blk_q6_k *b = (const blk_q6_k *)row + i;
+            sumi = avx2_q6k_block(b, qb);
+            for (int g = 0; g < 16; g++)
+                m += b->scales[g] * bs[g];
+            dd = d[i] * fp16_to_f32(b->d);
+            dm = 32.0f * dd;
+        } else {
+            const bool five = type == GGML_Q5_K;
+            const blk_q4_k *b4 = (const blk_q4_k *)row + i;
+            const blk_q5_k *b5 = (const blk_q5_k *)row + i;
+            uint8_t sm[16];
+            kq_unpack_scales(five ? b5->scales : b4->scales, sm);
+            sumi = avx2_kq45_block(five ? b5->qs : b4->qs, five ? b5->qh : NULL, sm, qb);
+            for (int s = 0; s < 8; s++)
+                m += sm[8 + s] * (bs[2 * s] + bs[2 * s + 1]);
+            dd = d[i] * fp16_to_f32(five ? b5->d : b4->d);
+            dm = d[i] * fp16_to_f32(five ? b5->dmin : b4->dmin);
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(dd), acc);
+        off += dm * (float)m;
+    }
+    return hsum8_ps(acc) - off;
+}
+
+/* one Q4_0 block: [low nibbles | high nibbles] are elements [0, 16) and
+ * [16, 32); sum (w - 8) q as maddubs(w, q) - maddubs(8, q) in int16
+ * (|.| <= 3810 + 2032) */
+AVX2 static inline __m256i avx2_q4_0_block(const blk_q4_0 *b, const int8_t *q)
+{
+    const __m128i v = _mm_loadu_si128((const __m128i *)b->qs), m4 = _mm_set1_epi8(15);
+    const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    const __m256i x = _mm256_loadu_si256((const __m256i *)q);
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, x), _mm256_maddubs_epi16(_mm256_set1_epi8(8), x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+AVX2 float avx2_dot_q4_0_act(const void *row, const int8_t *q, const float *d, int n)
+{
+    const blk_q4_0 *b = row;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / 32; i++)
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(avx2_q4_0_block(b + i, q + 32 * i)),
+                              _mm256_set1_ps(fp16_to_f32(b[i].d) * d[i]), acc);
+    return hsum8_ps(acc);
+}
+
+/* ---- row decoding for the prompt path (sgemm on decoded tiles) ----
+ * Bit for bit as dequant_row: the same float operations in the same order,
+ * one rounding each (a product, then a difference; no fused multiply-add).
+ */
+
+/* y[i] = dd * (v[i] - off) - mm for the 32 unsigned bytes of v, dd = d0
+ * for i < 16 and d1 from 16; off != 0: no mm (Q6_K, Q4_0: one product) */
+AVX2 static inline void avx2_deq32(__m256i v, int off, float d0, float d1, float mm, float *y)
+{
+    const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
+    const __m128i part[4] = { a, _mm_srli_si128(a, 8), b, _mm_srli_si128(b, 8) };
+    const __m256 m = _mm256_set1_ps(mm);
+    const __m256i o = _mm256_set1_epi32(off);
+    for (int k = 0; k < 4; k++) {
+        const __m256 d = _mm256_set1_ps(k < 2 ? d0 : d1);
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(part[k]), o));
+        _mm256_storeu_ps(y + 8 * k, off ? _mm256_mul_ps(d, f) : _mm256_sub_ps(_mm256_mul_ps(d, f), m));
+    }
+}
+
+/* ref: deq_q4_k / deq_q5_k (qh NULL for Q4_K): y = (d sc) q - dmin mn */
+AVX2 static void avx2_dequant_kq45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float d, float dmin,
+                                   float *y)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    uint8_t sm[16];
+    kq_unpack_scales(scales, sm);
+    for (int j = 0; j < 4; j++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+        if (qh) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j + 1), one), 4));
+        }
+        const float dlo = d * (float)sm[2 * j], dhi = d * (float)sm[2 * j + 1];
+        avx2_deq32(lo, 0, dlo, dlo, dmin * (float)sm[8 + 2 * j], y + 64 * j);
+        avx2_deq32(hi, 0, dhi, dhi, dmin * (float)sm[8 + 2 * j + 1], y + 64 * j + 32);
+    }
+}
+
+/* ref: deq_q6_k: y = (d sc) (q - 32), 16 elements per scale */
+AVX2 static void avx2_dequant_q6k(const blk_q6_k *b, float *y)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const float d = fp16_to_f32(b->d);
+    for (int n = 0; n < 2; n++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * n));
+        for (int k = 0; k < 4; k++) {
+            const __m256i l = k & 1 ? l1 : l0;
+            const __m256i nib = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+            const __m256i w = _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2), 4));
+            const int g = 8 * n + 2 * k;
+            avx2_deq32(w, 32, d * (float)b->scales[g], d * (float)b->scales[g + 1], 0.0f, y + 128 * n + 32 * k);
+        }
+    }
+}
+
+/* ref: dequant_row for Q4_K, Q5_K, Q6_K and Q4_0 (y = d (q - 8)) */
+AVX2 void avx2_dequant_kq(uint32_t type, const void *src, float *dst, int n)
+{
+    switch (type) {
+    case GGML_Q4_K:
+        for (int i = 0; i < n / 256; i++) {
+            const blk_q4_k *b = (const blk_q4_k *)src + i;
+            avx2_dequant_kq45(b->scales, b->qs, NULL, fp16_to_f32(b->d), fp16_to_f32(b->dmin), dst + 256 * i);
+        }
+        break;
+    case GGML_Q5_K:
+        for (int i = 0; i < n / 256; i++) {
+            const blk_q5_k *b = (const blk_q5_k *)src + i;
+            avx2_dequant_kq45(b->scales, b->qs, b->qh, fp16_to_f32(b->d), fp16_to_f32(b->dmin), dst + 256 * i);
+        }
+        break;
+    case GGML_Q6_K:
+        for (int i = 0; i < n / 256; i++)
+            avx2_dequant_q6k((const blk_q6_k *)src + i, dst + 256 * i);
+        break;
+    default: {          /* Q4_0 */
+        const blk_q4_0 *b = src;
+        const __m128i m4 = _mm_set1_epi8(15);
+        for (int i = 0; i < n / 32; i++) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)b[i].qs);
+            const float d = fp16_to_f32(b[i].d);
+            avx2_deq32(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)), 8, d, d,
+                       0.0f, dst + 32 * i);
+        }
+    }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* AVX-512                                                              */
+
+/* The body of each AVX-512 kernel is written once, as a macro over the
+ * instruction that scales and accumulates the int16 pairs: vpmaddwd +
+ * vpaddd, or AVX512-VNNI's vpdpwssd. Two copies are compiled, each with
+ * its target, so the plain one holds no VNNI instruction. */
+#define MADD_ACC_PLAIN(acc, p, s) _mm512_add_epi32((acc), _mm512_madd_epi16((p), (s)))
+#define MADD_ACC_VNNI(acc, p, s) _mm512_dpwssd_epi32((acc), (p), (s))
+
+/* two 32-byte halves of activations, lo at a and hi at b */
+#define LOAD2X256(a, b) \
+    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a))), \
+                       _mm256_loadu_si256((const __m256i *)(b)), 1)
+
+/* Q4_K/Q5_K, one register per pair of sub-blocks: the 64 bytes qs[0..64)
+ * hold sub-blocks 0 and 2 in their low nibbles (elements [0, 32) and
+ * [64, 96)) and 1 and 3 in their high ones; qs[64..128) the same for 4-7.
+ * Each register's int16 pairs take a scale vector [sc_a x16 | sc_b x16]
+ * (vpermw from the unpacked scales); the mins [mn_s, mn_s] per 16-element
+ * bsum go through one vpmaddwd on 256 bits. Q5_K's high bits: qh[l] bit
+ * s is bit 4 of element 32s + l, so [qh | qh >> 2] lines them up with the
+ * pairs (0|2), shifted right by 1, 4, 5 with (1|3), (4|6), (5|7). */
+#define KQ512_BODY(MADD_ACC)                                                                              \
+    const __m512i m4 = _mm512_set1_epi8(15), one = _mm512_set1_epi8(1), m2 = _mm512_set1_epi8(3);            \
+    const __m512i i02 = _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,        \
+                                         0x0002000200020002, 0, 0, 0, 0);                                    \
+    const __m512i i_step = _mm512_set1_epi16(1);                                                             \
+    const __m256i imn = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);      \
+    const __m512i i6 = _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,         \
+                                        0x0002000200020002, 0x0001000100010001, 0x0001000100010001, 0, 0);   \
+    const __m512i i4 = _mm512_set1_epi16(4);                                                                 \
+    __m512 acc = _mm512_setzero_ps();                                                                        \
+    __m256 accm = _mm256_setzero_ps();                                                                       \
+    (void)m2; (void)one; (void)i02; (void)i_step; (void)imn; (void)i6; (void)i4;                             \
+    for (int i = 0; i < n / 256; i++) {                                                                      \
+        const int8_t *qb = q + 256 * i;                                                                      \
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)(bsums + 16 * i));                            \
+        __m512i sumi = _mm512_setzero_si512();                                                               \
+        __m256i msum;                                                                                        \
+        float dd, dm;                                                                                        \
+        if (type == GGML_Q6_K) {                                                                             \
+            const blk_q6_k *b = (const blk_q6_k *)row + i;                                                   \
+            /* scales as int16 [s0..s15]; step k's vector [s_4k x8, .., s_4k+3 x8] */                       \
+            const __m512i sc = _mm512_castsi256_si512(                                                       \
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));                           \
+            for (int h = 0; h < 2; h++) {                                                                    \
+                const __m512i l = _mm512_loadu_si512((const void *)(b->ql + 64 * h));                        \
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));                    \
+                const __m512i H = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1); \
+                /* elements 128h + [0, 64): low nibbles, qh bits 0-1 | 2-3 */                                \
+                const __m512i wa = _mm512_or_si512(_mm512_and_si512(l, m4),                                  \
+                                                   _mm512_slli_epi16(_mm512_and_si512(H, m2), 4));           \
+                /* elements 128h + [64, 128): high nibbles, qh bits 4-5 | 6-7 */                             \
+                const __m512i wb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),            \
+                                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m2), 4)); \
+                const __m512i ia = _mm512_add_epi16(i6, _mm512_set1_epi16((short)(8 * h)));                  \
+                const __m512i pa = _mm512_maddubs_epi16(wa, _mm512_loadu_si512((const void *)(qb + 128 * h))); \
+                const __m512i pb = _mm512_maddubs_epi16(wb, _mm512_loadu_si512((const void *)(qb + 128 * h + 64))); \
+                sumi = MADD_ACC(sumi, pa, _mm512_permutexvar_epi16(ia, sc));                                 \
+                sumi = MADD_ACC(sumi, pb, _mm512_permutexvar_epi16(_mm512_add_epi16(ia, i4), sc));           \
+            }                                                                                                \
+            msum = _mm256_madd_epi16(_mm512_castsi512_si256(sc), bs);        /* sum sc bsum */               \
+            dd = d[i] * fp16_to_f32(b->d);                                                                   \
+            dm = 32.0f * dd;                                                                                 \
+        } else {                                                                                             \
+            const bool five = type == GGML_Q5_K;                                                             \
+            const blk_q4_k *b4 = (const blk_q4_k *)row + i;                                                  \
+            const blk_q5_k *b5 = (const blk_q5_k *)row + i;                                                  \
+            const uint8_t *qs = five ? b5->qs : b4->qs;                                                      \
+            uint8_t sm[16];                                                                                  \
+            kq_unpack_scales(five ? b5->scales : b4->scales, sm);                                            \
+            const __m512i scm = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm))); \
+            __m512i H = _mm512_setzero_si512();                                                              \
+            if (five) {                                                                                      \
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)b5->qh);                              \
+                H = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);             \
+            }                                                                                                \
+            for (int h = 0; h < 2; h++) {        /* sub-blocks 4h + (0|2) and 4h + (1|3) */                   \
+                const __m512i w = _mm512_loadu_si512((const void *)(qs + 64 * h));                           \
+                __m512i lo = _mm512_and_si512(w, m4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);    \
+                if (five) {                                                                                  \
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(                                              \
+                        _mm512_and_si512(_mm512_srli_epi16(H, 4 * h), one), 4));                             \
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(                                              \
+                        _mm512_and_si512(_mm512_srli_epi16(H, 4 * h + 1), one), 4));                         \
+                }                                                                                            \
+                const __m512i ia = _mm512_add_epi16(i02, _mm512_set1_epi16((short)(4 * h)));                 \
+                const __m512i plo = _mm512_maddubs_epi16(lo, LOAD2X256(qb + 128 * h, qb + 128 * h + 64));   \
+                const __m512i phi = _mm512_maddubs_epi16(hi, LOAD2X256(qb + 128 * h + 32, qb + 128 * h + 96)); \
+                sumi = MADD_ACC(sumi, plo, _mm512_permutexvar_epi16(ia, scm));                               \
+                sumi = MADD_ACC(sumi, phi, _mm512_permutexvar_epi16(_mm512_add_epi16(ia, i_step), scm));     \
+            }                                                                                                \
+            msum = _mm256_madd_epi16(_mm256_permutexvar_epi16(imn, _mm512_castsi512_si256(scm)), bs);        \
+            dd = d[i] * fp16_to_f32(five ? b5->d : b4->d);                                                   \
+            dm = d[i] * fp16_to_f32(five ? b5->dmin : b4->dmin);                                             \
+        }                                                                                                    \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(dd), acc);                            \
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dm), accm);                          \
+    }                                                                                                        \
+    return _mm512_reduce_add_ps(acc) - hsum8_ps(accm)
+
+AVX512 float avx512_dot_kq_act(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums,
+                               int n)
+{
+    KQ512_BODY(MADD_ACC_PLAIN);
+}
+
+AVX512_VNNI float avx512_dot_kq_act_vnni(uint32_t type, const void *row, const int8_t *q, const float *d,
+                                         const int16_t *bsums, int n)
+{
+    KQ512_BODY(MADD_ACC_VNNI);
+}
+
+/* Q4_0, two blocks per register ([block i | block i + 1], each
+ * [low nibbles | high nibbles]), sum (w - 8) q as
+ * madd(maddubs(w, q) - maddubs(8, q), 1); a last odd block on 256 bits
+ * (avx2_q4_0_block, valid under this target). The per-block scale vector
+ * [dw dx x8 | dw' dx' x8]. */
+#define Q4_0_512_BODY(MADD_ACC)                                                                          \
+    const blk_q4_0 *b = row;                                                                                 \
+    const __m128i m4 = _mm_set1_epi8(15);                                                                    \
+    const __m512i eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi16(1);                                  \
+    __m512 acc = _mm512_setzero_ps();                                                                        \
+    const int nb = n / 32;                                                                                   \
+    int i = 0;                                                                                               \
+    for (; i + 2 <= nb; i += 2) {                                                                            \
+        const __m128i v0 = _mm_loadu_si128((const __m128i *)b[i].qs);                                        \
+        const __m128i v1 = _mm_loadu_si128((const __m128i *)b[i + 1].qs);                                    \
+        const __m256i w0 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v0, 4), m4), _mm_and_si128(v0, m4)); \
+        const __m256i w1 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v1, 4), m4), _mm_and_si128(v1, m4)); \
+        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);                             \
+        const __m512i x = _mm512_loadu_si512((const void *)(q + 32 * i));                                   \
+        const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(w, x), _mm512_maddubs_epi16(eight, x));      \
+        const __m512i s = MADD_ACC(_mm512_setzero_si512(), p, ones);                                         \
+        const __m512 sc = _mm512_insertf32x8(_mm512_set1_ps(fp16_to_f32(b[i].d) * d[i]),                      \
+                                             _mm256_set1_ps(fp16_to_f32(b[i + 1].d) * d[i + 1]), 1);          \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc);                                               \
+    }                                                                                                        \
+    float tail = 0.0f;                                                                                       \
+    if (i < nb)                                                                                              \
+        tail = hsum8_ps(_mm256_cvtepi32_ps(avx2_q4_0_block(b + i, q + 32 * i))) * (fp16_to_f32(b[i].d) * d[i]); \
+    return _mm512_reduce_add_ps(acc) + tail
+
+AVX512 float avx512_dot_q4_0_act(const void *row, const int8_t *q, const float *d, int n)
+{
+    Q4_0_512_BODY(MADD_ACC_PLAIN);
+}
+
+AVX512_VNNI float avx512_dot_q4_0_act_vnni(const void *row, const int8_t *q, const float *d, int n)
+{
+    Q4_0_512_BODY(MADD_ACC_VNNI);
+}

@@ -1,0 +1,352 @@
+/* test_kquant.c - the K-quant (Q4_K, Q5_K, Q6_K) and Q4_0 products on int8
+ * activations: the scalar references against a dequantize-then-dot in
+ * double, and every SIMD family this CPU runs (AVX2, AVX-512, AVX-512 with
+ * VNNI) against the references, on random blocks with extreme scales.
+ *
+ * Tolerances are rounding bounds, not tuned numbers: the integer sums per
+ * block are exact everywhere, so results differ only by the float scaling
+ * and summing, within 4 gamma(n) T where gamma(n) = n u / (1 - n u),
+ * u = 2^-24 (Higham 3.1) and T bounds the sum of the magnitudes of every
+ * float term (each weight's scale parts times |q| d_x, from the block
+ * fields as docs/models.md section 5 lays them out). Against the float dot
+ * on unquantized x, quantization moves each x by at most d_x / 2.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "kernels/blas.h"
+#include "kernels/quant.h"
+#include "kernels/simd.h"
+#include "kernels/simd512.h"
+#include "kernels/simd_kquant.h"
+#include "matmul.h"
+#include "test.h"
+
+static uint32_t kq_rng;
+
+static uint32_t kq_next(void)
+{
+    kq_rng = kq_rng * 1664525u + 1013904223u;
+    return kq_rng >> 8;
+}
+
+static float kq_frand(void)     /* uniform in [-1, 1) */
+{
+    return (float)kq_next() / (float)(1u << 23) - 1.0f;
+}
+
+static double kq_gamma(int n)
+{
+    const double u = 0x1p-24;
+    return n * u / (1.0 - n * u);
+}
+
+enum { KQ_N = 1024 };
+
+static const uint32_t KQ_TYPES[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q4_0 };
+
+/* half-precision scales: ordinary ones and the extremes (largest finite,
+ * smallest subnormal and normal, negative, zero) */
+static uint16_t kq_half(int pick)
+{
+    static const uint16_t extreme[] = { 0x7bff, 0x0001, 0x0400, 0xfbff, 0x8000, 0x0000, 0x3c00 };
+    if (pick % 3 != 0)
+        return f32_to_fp16(kq_frand() * 0.05f);
+    return extreme[(pick / 3) % (int)(sizeof extreme / sizeof extreme[0])];
+}
+
+/* A row of n elements of random bytes, with its scale fields set from
+ * kq_half (offsets of docs/models.md section 5). */
+static void kq_random_row(uint32_t type, void *row, int n, int seed)
+{
+    const size_t bs = ggml_type_size(type), nb = (size_t)n / ggml_block_size(type);
+    uint8_t *p = row;
+    for (size_t i = 0; i < bs * nb; i++)
+        p[i] = (uint8_t)kq_next();
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = p + b * bs;
+        const uint16_t d = kq_half(seed + (int)b), dmin = kq_half(seed + 2 * (int)b + 1);
+        switch (type) {
+        case GGML_Q6_K: memcpy(blk + 208, &d, 2); break;
+        case GGML_Q4_0: memcpy(blk, &d, 2); break;
+        default: memcpy(blk, &d, 2); memcpy(blk + 2, &dmin, 2); break;
+        }
+    }
+}
+
+/* activations: a scale per run, a zero block and a lone spike */
+static void kq_random_x(float *x, int n, int seed)
+{
+    static const float scale[] = { 1.0f, 1e4f, 1e-3f, 3e-20f };
+    const float s = scale[seed % 4];
+    for (int i = 0; i < n; i++)
+        x[i] = kq_frand() * s;
+    for (int i = 256; i < 512 && i < n; i++)
+        x[i] = 0.0f;
+    if (n > 600)
+        x[600] = 50.0f * s;
+}
+
+/* activation block of element i */
+static int act_blk(uint32_t type)
+{
+    return quant_act_block(type);
+}
+
+/* T: a bound on sum of |float terms| (see the file comment): per element,
+ * the weight's scale parts at their largest (6-bit scales <= 63, Q6_K's
+ * |sc| <= 128 with |q - 32| bounded by q + 32 <= 95, Q4_0's q + 8 <= 23)
+ * times |q_x| d_x. */
+static double kq_terms(uint32_t type, const void *row, const int8_t *q, const float *d, int n)
+{
+    const size_t bs = ggml_type_size(type), be = ggml_block_size(type);
+    const uint8_t *p = row;
+    double t = 0.0;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *blk = p + (size_t)i / be * bs;
+        uint16_t h0, h1 = 0;
+        double w;
+        switch (type) {
+        case GGML_Q6_K: memcpy(&h0, blk + 208, 2); w = fabs(fp16_to_f32(h0)) * 128.0 * 95.0; break;
+        case GGML_Q4_0: memcpy(&h0, blk, 2); w = fabs(fp16_to_f32(h0)) * 23.0; break;
+        default:
+            memcpy(&h0, blk, 2);
+            memcpy(&h1, blk + 2, 2);
+            w = fabs(fp16_to_f32(h0)) * 63.0 * (type == GGML_Q5_K ? 31.0 : 15.0) + fabs(fp16_to_f32(h1)) * 63.0;
+        }
+        t += w * fabs((double)q[i]) * d[i / act_blk(type)];
+    }
+    return t;
+}
+
+static void kq_quantize_ref(uint32_t type, const float *x, int n, int8_t *q, float *d, int16_t *bs)
+{
+    if (type == GGML_Q4_0)
+        quantize_act_q8_ref(x, n, q, d);
+    else
+        quantize_act_q8k_ref(x, n, q, d, bs);
+}
+
+static double kq_ref(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bs, int n)
+{
+    return type == GGML_Q4_0 ? dot_q4_0_act_ref(row, q, d, n) : dot_kq_act_ref(type, row, q, d, bs, n);
+}
+
+TEST(test_kquant_activation_quantizer_matches_reference_and_definition)
+{
+    float x[KQ_N];
+    int8_t q[KQ_N], q2[KQ_N];
+    float d[KQ_N / 256], d2[KQ_N / 256];
+    int16_t bs[KQ_N / 16], bs2[KQ_N / 16];
+    for (int seed = 0; seed < 8; seed++) {
+        kq_rng = 100u + (uint32_t)seed;
+        kq_random_x(x, KQ_N, seed);
+        quantize_act_q8k_ref(x, KQ_N, q, d, bs);
+        /* the definition: d = max|x| / 127, |x / d - q| <= 1/2, bsums the sums of q */
+        for (int b = 0; b < KQ_N / 256; b++) {
+            float amax = 0.0f;
+            for (int j = 0; j < 256; j++)
+                amax = fmaxf(amax, fabsf(x[256 * b + j]));
+            CHECK(d[b] == amax / 127.0f);
+            for (int j = 0; j < 256; j++)
+                CHECK(d[b] == 0.0f ? q[256 * b + j] == 0
+                                   : fabs((double)x[256 * b + j] / d[b] - q[256 * b + j]) <= 0.5 + 1e-5);
+        }
+        for (int g = 0; g < KQ_N / 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++)
+                s += q[16 * g + j];
+            CHECK(bs[g] == s);
+        }
+        if (!simd_avx2())
+            continue;       /* no AVX2: the reference alone */
+        avx2_quantize_act_q8k(x, KQ_N, q2, d2, bs2);
+        CHECK(!memcmp(q, q2, sizeof q) && !memcmp(d, d2, sizeof d) && !memcmp(bs, bs2, sizeof bs));
+    }
+}
+
+/* the references against a dequantize-then-dot on the same quantized
+ * activations (double), and against the float dot on the unquantized x */
+TEST(test_kquant_references_match_dequantized_dots)
+{
+    float x[KQ_N], w[KQ_N];
+    int8_t q[KQ_N];
+    float d[KQ_N / 32];
+    int16_t bs[KQ_N / 16];
+    static uint8_t row[KQ_N / 32 * 34];
+    for (size_t ti = 0; ti < sizeof KQ_TYPES / sizeof KQ_TYPES[0]; ti++)
+        for (int seed = 0; seed < 24; seed++) {
+            const uint32_t t = KQ_TYPES[ti];
+            kq_rng = 1000u * (uint32_t)ti + (uint32_t)seed;
+            kq_random_row(t, row, KQ_N, seed);
+            kq_random_x(x, KQ_N, seed);
+            kq_quantize_ref(t, x, KQ_N, q, d, bs);
+            dequant_row(t, row, w, KQ_N);
+            double exact = 0.0, quant = 0.0, absw = 0.0;
+            for (int i = 0; i < KQ_N; i++) {
+                exact += (double)w[i] * q[i] * d[i / act_blk(t)];
+                quant += fabs((double)w[i]) * d[i / act_blk(t)] / 2.0;
+                absw += fabs((double)w[i] * x[i]);
+            }
+            const double ref = kq_ref(t, row, q, d, bs, KQ_N), T = kq_terms(t, row, q, d, KQ_N);
+            const double tol = 4.0 * kq_gamma(KQ_N) * T;
+            CHECK_MSG(fabs(ref - exact) <= tol, "type %u seed %d: reference %.9g, dequantized dot %.9g (tol %.3g)",
+                      t, seed, ref, exact, tol);
+            const double fdot = dot_row(t, row, x, KQ_N);
+            const double tolq = quant + tol + 4.0 * kq_gamma(KQ_N) * absw;
+            CHECK_MSG(fabs(ref - fdot) <= tolq, "type %u seed %d: reference %.9g, float dot %.9g (tol %.3g)", t,
+                      seed, ref, fdot, tolq);
+        }
+}
+
+/* One SIMD family's kernels against the references. */
+static int kq_check_family(const char *name, float (*kdot)(uint32_t, const void *, const int8_t *, const float *,
+                                                            const int16_t *, int),
+                           float (*q40)(const void *, const int8_t *, const float *, int))
+{
+    float x[KQ_N];
+    int8_t q[KQ_N];
+    float d[KQ_N / 32];
+    int16_t bs[KQ_N / 16];
+    static uint8_t row[KQ_N / 32 * 34];
+    static const int lens[] = { 256, 512, KQ_N, 32, 96 };  /* Q4_0: odd block counts (the 512-bit tail) */
+    for (size_t ti = 0; ti < sizeof KQ_TYPES / sizeof KQ_TYPES[0]; ti++)
+        for (int seed = 0; seed < 40; seed++) {
+            const uint32_t t = KQ_TYPES[ti];
+            const int n = lens[seed % 5] < act_blk(t) ? act_blk(t) : lens[seed % 5];
+            kq_rng = 5000u + 100u * (uint32_t)ti + (uint32_t)seed;
+            kq_random_row(t, row, n, seed);
+            kq_random_x(x, n, seed);
+            kq_quantize_ref(t, x, n, q, d, bs);
+            const double ref = kq_ref(t, row, q, d, bs, n);
+            const double got = t == GGML_Q4_0 ? q40(row, q, d, n) : kdot(t, row, q, d, bs, n);
+            const double tol = 4.0 * kq_gamma(n) * kq_terms(t, row, q, d, n);
+            if (!(fabs(got - ref) <= tol)) {
+                test_fail(__FILE__, __LINE__, "%s type %u n %d seed %d: %.9g, reference %.9g (tol %.3g)", name, t, n,
+                          seed, got, ref, tol);
+                return 1;
+            }
+        }
+    return 0;
+}
+
+TEST(test_kquant_every_simd_family_matches_the_reference)
+{
+    int ran = 0;
+    if (simd_avx2()) {
+        CHECK(!kq_check_family("avx2", avx2_dot_kq_act, avx2_dot_q4_0_act));
+        ran++;
+    }
+    if (simd_avx512()) {
+        CHECK(!kq_check_family("avx512", avx512_dot_kq_act, avx512_dot_q4_0_act));
+        ran++;
+    }
+    if (simd_avx512_vnni()) {
+        CHECK(!kq_check_family("avx512+vnni", avx512_dot_kq_act_vnni, avx512_dot_q4_0_act_vnni));
+        ran++;
+    }
+    /* and the table's entry at this level */
+    CHECK(!kq_check_family(simd_name(), dot_kq_act, dot_q4_0_act));
+    if (!ran)
+        fprintf(stderr, "  (skipped: no AVX2 on this CPU, the scalar table only)\n");
+}
+
+/* matmul on a K-quant weight: one token and decode steps of any size give
+ * the one-token kernel's results bit for bit (the same int8 activations
+ * and kernel per token: a sequence's results do not depend on its batch),
+ * at every level this CPU runs (without AVX2, f32 activations: within
+ * the bound); and within the quantization bound of the float reference
+ * dots. */
+TEST(test_kquant_decode_steps_equal_one_token_each_at_every_level)
+{
+    enum { NIN = 512, NOUT = 70, TMAX = 65 };
+    static const int counts[] = { 2, 5, 17, 65 };
+    float *X = malloc(sizeof(float) * NIN * TMAX), *Y = malloc(sizeof(float) * NOUT * TMAX);
+    float *R = malloc(sizeof(float) * NOUT), *scratch = malloc(sizeof(float) * 64 * NIN * 4 + 64);
+    float wf[NIN];
+    CHECK(X && Y && R && scratch);
+    blas_set_threads(2);
+    const bool a512 = simd_avx512(), vnni = simd_avx512_vnni();
+    int bad = 0;
+    for (int level = 0; level < 3 && !bad; level++) {
+        simd_set_vnni(level == 0);              /* 0: everything on; 1: no VNNI; 2: AVX2 */
+        simd_set_avx512(level < 2);
+        for (size_t ti = 0; ti < sizeof KQ_TYPES / sizeof KQ_TYPES[0] && !bad; ti++) {
+            const uint32_t t = KQ_TYPES[ti];
+            const size_t rb = ggml_type_size(t) * NIN / ggml_block_size(t);
+            char *data = malloc(rb * NOUT);
+            kq_rng = 77u + (uint32_t)ti;
+            for (int o = 0; o < NOUT; o++) {
+                for (int i = 0; i < NIN; i++)
+                    wf[i] = kq_frand() * 0.3f;
+                quantize_row(t, wf, data + (size_t)o * rb, NIN);
+            }
+            for (int i = 0; i < NIN * TMAX; i++)
+                X[i] = kq_frand();
+            weight W = { .data = data, .type = t, .n_in = NIN, .n_out = NOUT, .row_bytes = rb };
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && !bad; ci++) {
+                matmul(Y, &W, X, counts[ci], true, scratch);
+                for (int tk = 0; tk < counts[ci] && !bad; tk++) {
+                    matmul(R, &W, X + (size_t)tk * NIN, 1, true, scratch);
+                    for (int o = 0; o < NOUT && !bad; o++) {
+                        const float *x = X + (size_t)tk * NIN;
+                        const char *row = data + (size_t)o * rb;
+                        int8_t q[NIN];
+                        float d[NIN / 32], w[NIN];
+                        int16_t bs[NIN / 16];
+                        kq_quantize_ref(t, x, NIN, q, d, bs);
+                        dequant_row(t, row, w, NIN);
+                        double quant = 0.0;
+                        for (int i = 0; i < NIN; i++)
+                            quant += fabs((double)w[i]) * d[i / act_blk(t)] / 2.0;
+                        const double fdot = dot_row(t, row, x, NIN);
+                        const double tol = quant + 8.0 * kq_gamma(NIN) * kq_terms(t, row, q, d, NIN);
+                        /* without AVX2 both stay on f32 activations, by different kernels */
+                        const double same = simd_avx2() ? 0.0 : tol;
+                        if (!(fabs(Y[(size_t)tk * NOUT + o] - R[o]) <= same) || !(fabs(R[o] - fdot) <= tol)) {
+                            test_fail(__FILE__, __LINE__,
+                                      "level %d type %u tokens %d: Y[%d][%d] = %.9g, one token %.9g, float dot %.9g "
+                                      "(tol %.3g)", level, t, counts[ci], tk, o, Y[(size_t)tk * NOUT + o], R[o], fdot,
+                                      tol);
+                            bad = 1;
+                        }
+                    }
+                }
+            }
+            free(data);
+        }
+    }
+    simd_set_vnni(true);
+    simd_set_avx512(true);
+    CHECK(simd_avx512() == a512 && simd_avx512_vnni() == vnni);
+    CHECK(!bad);
+    free(X); free(Y); free(R); free(scratch);
+}
+
+/* The prompt path decodes rows for sgemm: the AVX2 decoder gives
+ * dequant_row's floats bit for bit (the numpy reference checks prompts on
+ * the same file exactly, tests/suite_reference_arch.py), extreme scales
+ * included. */
+TEST(test_kquant_row_decoding_is_bit_exact)
+{
+    if (!simd_avx2()) {
+        fprintf(stderr, "  (skipped: no AVX2 on this CPU)\n");
+        return;
+    }
+    static uint8_t row[KQ_N / 32 * 34];
+    float a[KQ_N], b[KQ_N];
+    for (size_t ti = 0; ti < sizeof KQ_TYPES / sizeof KQ_TYPES[0]; ti++)
+        for (int seed = 0; seed < 24; seed++) {
+            const uint32_t t = KQ_TYPES[ti];
+            kq_rng = 9000u + 100u * (uint32_t)ti + (uint32_t)seed;
+            kq_random_row(t, row, KQ_N, seed);
+            dequant_row(t, row, a, KQ_N);
+            avx2_dequant_kq(t, row, b, KQ_N);
+            CHECK_MSG(!memcmp(a, b, sizeof a), "type %u seed %d: decoded rows differ", t, seed);
+            dequant_row_fast(t, row, b, KQ_N);
+            CHECK_MSG(!memcmp(a, b, sizeof a), "type %u seed %d: the table's decoder differs", t, seed);
+        }
+}
