@@ -60,7 +60,22 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 HYSERVE := $(BUILD)/hyserve
 TESTBIN := $(BUILD)/hyserve-tests
 
-.PHONY: FORCE all run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix clean help deps
+# libFuzzer targets (tests/fuzz/fuzz_NAME.c): Debian's clang with its
+# fuzzer runtime, ASan + UBSan, in build-fuzz/ whatever SANITIZE says.
+# `make fuzz` runs each for FUZZ_SECONDS from its seed corpus (new inputs
+# go to tests/tmp/fuzz/NAME); `make test` runs each for a fixed number of
+# inputs and every regression input (tests/suite_fuzz.sh).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -O1 -g -DHYSERVE_CHECKS $(WARN) -fopenmp -pthread -MMD -MP \
+                -Iengine -Iserver $(BLAS_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
+FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+
+.PHONY: FORCE all fuzz-build fuzz run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -95,14 +110,40 @@ $(HYSERVE): $(ENGINE_OBJ) $(SERVER_OBJ) $(CLI_OBJ)
 $(TESTBIN): $(ENGINE_OBJ) $(SERVER_OBJ) $(TEST_OBJ)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+$(FUZZ_BUILD)/%.o: %.c | deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+# the kernel table's CPU probe names features clang 14 does not know
+# (amx-tile, avxvnni), and clang takes minutes over the SIMD kernels with
+# ASan; none of them parses input, so gcc builds them uninstrumented
+FUZZ_PLAIN := $(patsubst %.c,$(FUZZ_BUILD)/%.o,engine/kernels/cpu.c $(wildcard engine/kernels/simd_*.c))
+$(FUZZ_PLAIN): $(FUZZ_BUILD)/%.o: %.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -g $(WARN) -MMD -MP -Iengine -c $< -o $@
+
+$(FUZZ_BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_OBJ)
+	$(FUZZ_CC) -fopenmp -pthread $(FUZZ_SAN) -fsanitize=fuzzer $^ $(LDLIBS) -o $@
+
+.SECONDARY: $(FUZZ_OBJ) $(FUZZ_NAMES:%=$(FUZZ_BUILD)/tests/fuzz/fuzz_%.o)
+
+fuzz-build: $(FUZZ_BINS) ## build the libFuzzer targets (clang) into build-fuzz/
+
+fuzz: fuzz-build ## run each libFuzzer target FUZZ_SECONDS (default 60) from its seed corpus
+	@FUZZ_DIR=$(FUZZ_BUILD) sh tests/suite_fuzz.sh --seconds $(FUZZ_SECONDS) $(FUZZ_NAMES)
+
 deps: ## install missing Debian packages (needs root; no-op when present)
 	@sh tools/install-deps.sh $(DEPS)
 
 run: all ## serve the default model on http://127.0.0.1:8080
 	@sh tools/run.sh $(HYSERVE)
 
-test: all ## run every test: unit, numpy reference, HTTP black-box
-	@HYSERVE=$(HYSERVE) TESTBIN=$(TESTBIN) PYTHON=$(PYTHON) sh tests/run.sh
+test: all fuzz-build ## run every test: unit, numpy reference, HTTP black-box, fuzz regressions
+	@HYSERVE=$(HYSERVE) TESTBIN=$(TESTBIN) PYTHON=$(PYTHON) FUZZ_DIR=$(FUZZ_BUILD) sh tests/run.sh
 
 # the environment tests/run.sh gives every suite
 TESTENV := HYSERVE=$(HYSERVE) TESTBIN=$(TESTBIN) PYTHON=$(PYTHON) OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE}
@@ -134,9 +175,9 @@ bench-prefix: all ## the prefix cache on vs off: multi-turn TTFT, a shared syste
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/prefix.sh
 
 clean: ## remove build outputs
-	rm -rf build build-san build-checks tests/tmp
+	rm -rf build build-san build-checks build-fuzz tests/tmp
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 12
 
--include $(ENGINE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(ENGINE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(wildcard $(FUZZ_BUILD)/*/*.d $(FUZZ_BUILD)/*/*/*.d)

@@ -396,6 +396,13 @@ static void bind_tensors(loader *ld, enum arch a)
 {
     model *m = ld->m;
     const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN3NEXT;
+    /* every layer has tensors of its own: a block_count the file's tensor
+     * table cannot hold is refused before allocating per layer for it */
+    if ((uint64_t)m->n_layer > ld->g->n_tensors) {
+        ld_fail(ld, "metadata %s.block_count = %d is more layers than the file's %llu tensors can hold",
+                m->arch, m->n_layer, (unsigned long long)ld->g->n_tensors);
+        return;
+    }
     m->kinds = calloc((size_t)m->n_layer, 1);
     m->layers = calloc((size_t)m->n_layer, sizeof(layer));
     if (!m->kinds || !m->layers) {

@@ -5,10 +5,11 @@
 # usage: sh tools/install-deps.sh [build|all]
 #   build  what compiling build/hyserve needs (the Docker image's build stage;
 #          python3-minimal runs tools/embed_web.py, the dashboard's files as C)
-#   all    that, and what the test suites need (default; `make` and `make test`)
+#   all    that, and what the test suites need (default; `make` and `make test`;
+#          clang with its libFuzzer runtime and libomp build tests/fuzz/)
 set -e
 BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libopenblas-openmp-dev python3-minimal"
-TEST_PKGS="python3-numpy python3-yaml curl nodejs npm unicode-data prometheus"
+TEST_PKGS="python3-numpy python3-yaml curl nodejs npm unicode-data prometheus clang libclang-rt-dev libomp-dev"
 case "${1:-all}" in
 build) PKGS=$BUILD_PKGS ;;
 all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
