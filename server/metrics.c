@@ -69,9 +69,11 @@ typedef struct hist {
 
 enum { FIN_LENGTH, FIN_EOS, FIN_STOP, N_FIN };
 static const char *const FIN_NAMES[N_FIN] = {"length", "eos_token", "stop_sequence"};
-enum { FAIL_VALIDATION, FAIL_OVERLOADED, FAIL_CANCELLED, FAIL_UNAVAILABLE, FAIL_GENERATION, FAIL_INTERNAL, N_FAIL };
+/* the words the request log writes after finish= (routes.c send_error) */
+enum { FAIL_VALIDATION, FAIL_OVERLOADED, FAIL_CANCELLED, FAIL_UNAVAILABLE, FAIL_GENERATION, FAIL_NOT_FOUND,
+       FAIL_INTERNAL, N_FAIL };
 static const char *const FAIL_NAMES[N_FAIL] = {"validation", "overloaded", "cancelled", "unavailable",
-                                               "generation", "internal"};
+                                               "generation", "not_found", "internal"};
 
 /* Owned by the server; every field under mu. */
 struct metrics {

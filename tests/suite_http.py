@@ -881,11 +881,15 @@ def test_model_names(srv, model):
           and re.fullmatch(r"fp_[0-9a-f]{16}", next(iter(fps)) or ""), f"{fps}")
     for path, body in (("/v1/completions", {"prompt": "Hi"}),
                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})):
+        before = failures(srv).get("not_found", 0)
         st, _, j, b = srv.jreq("POST", path, dict(body, model="gpt-4o", max_tokens=2))
         e = j.get("error", {}) if isinstance(j, dict) else {}
         check(f"{path} naming another model is 404 model_not_found on param model",
               st == 404 and e.get("code") == "model_not_found" and e.get("param") == "model"
               and e.get("type") == "invalid_request_error" and "gpt-4o" in e.get("message", ""), f"{st} {b[:300]}")
+        time.sleep(0.2)     # counted when the connection's request completes
+        check(f"{path}: the log's finish=not_found is counted under reason not_found",
+              failures(srv).get("not_found", 0) == before + 1, f"{failures(srv)}")
     # a second server: the default name (the file's, without .gguf) and --accept-any-model
     s2 = Server("anymodel", model, "--accept-any-model", "-t", "1", "--max-seqs", "2")
     try:
