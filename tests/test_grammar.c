@@ -536,3 +536,53 @@ TEST(test_grammar_fifty_property_schema_compiles_and_matches_its_document)
     free(src);
     free(doc);
 }
+
+/* Hostile input: byte-mutated and truncated schemas and regexes either
+ * compile or fail with a message, and what compiles matches bytes; under
+ * make SANITIZE=1 this is where an out-of-bounds read would show. */
+TEST(test_grammar_compilers_survive_mutated_inputs)
+{
+    static const char *const seeds[] = {
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^[a-z]{2,5}(x|y)?$\"},"
+        "\"b\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"maxItems\":3}},\"required\":[\"a\"],"
+        "\"$defs\":{\"n\":{\"type\":\"integer\",\"minimum\":-20,\"maximum\":300}}}",
+        "{\"anyOf\":[{\"enum\":[1,\"x\",null,[2]]},{\"type\":\"string\",\"format\":\"date-time\"},"
+        "{\"type\":\"number\",\"minimum\":0,\"maximum\":9}]}",
+        "(a|bc)*[^\\d\\s]{1,3}\\u00e9.\\x41+?",
+    };
+    static const char *const probes[] = {"{\"a\":\"ab\"}", "1", "\"x\"", "abc\xc3\xa9" "zA", "", "[2]", "{}"};
+    uint64_t x = 0x1234567;
+    char buf[512], err[256];
+    int n_ok = 0, n_err = 0;
+    for (int it = 0; it < 3000; it++) {
+        const char *src = seeds[it % 3];
+        size_t n = strlen(src);
+        memcpy(buf, src, n);
+        for (int k = 0; k < 1 + it % 4; k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            size_t at = (size_t)(x % n);
+            static const char alphabet[] = "{}[]()\"\\:,*+?|^$.-0123456789aezAZ \x80\xff";
+            buf[at] = alphabet[(x >> 20) % (sizeof alphabet - 1)];
+        }
+        if (it % 7 == 0)
+            n = (size_t)((x >> 33) % n);
+        char *exact_n = malloc(n ? n : 1);      /* no terminator: reading past n is a sanitizer error */
+        CHECK(exact_n);
+        memcpy(exact_n, buf, n);
+        grammar *g = it % 3 == 2 ? grammar_compile_regex(exact_n, n, err, sizeof err)
+                                 : grammar_compile_json_schema(exact_n, n, NULL, err, sizeof err);
+        free(exact_n);
+        if (!g) {
+            CHECK_MSG(err[0], "a refusal without a message: %.*s", (int)n, buf);
+            n_err++;
+            continue;
+        }
+        n_ok++;
+        for (size_t p = 0; p < sizeof probes / sizeof probes[0]; p++)
+            (void)acc(g, probes[p]);
+        grammar_free(g);
+    }
+    CHECK(n_ok > 100 && n_err > 100);
+}
