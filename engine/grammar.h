@@ -44,6 +44,14 @@ grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar
 /* A regular expression (the subset of grammar_regex.c) matched against the
  * whole output, as TGI's regex grammar does. */
 grammar *grammar_compile_regex(const char *re, size_t len, char *err, size_t errlen);
+/* Tool calls as the Qwen3 / ChatML templates write them:
+ *   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
+ * NAME one of the functions of tools (an OpenAI "tools" array as JSON
+ * text), or only name when it is not NULL (a named tool_choice); ARGS
+ * follows that function's "parameters" schema (any object without one).
+ * parallel: one or more calls, separated by "\n". */
+grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *name, bool parallel,
+                                    const grammar_opts *opts, char *err, size_t errlen);
 /* Any JSON object (OpenAI's json_object mode). */
 grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen);
 void grammar_free(grammar *g);

@@ -586,3 +586,31 @@ TEST(test_grammar_compilers_survive_mutated_inputs)
     }
     CHECK(n_ok > 100 && n_err > 100);
 }
+
+TEST(test_grammar_tool_calls_take_the_qwen_markup_and_each_functions_arguments)
+{
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\"],"
+                        "\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+    char err[256];
+    grammar *g = grammar_compile_tool_calls(tools, strlen(tools), NULL, false, NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    static const char *yes[] = {
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+    };
+    static const char *no[] = {
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"c\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+        "{\"name\": \"now\", \"arguments\": {}}",
+    };
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    g = grammar_compile_tool_calls(tools, strlen(tools), "now", true, NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    CHECK(acc(g, no[2]) && acc(g, yes[1]) && !acc(g, yes[0]));
+    grammar_free(g);
+    g = grammar_compile_tool_calls(tools, strlen(tools), "missing", false, NULL, err, sizeof err);
+    CHECK(!g && strstr(err, "missing"));
+}
