@@ -52,6 +52,9 @@ grammar *grammar_compile_regex(const char *re, size_t len, char *err, size_t err
  * parallel: one or more calls, separated by "\n". */
 grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *name, bool parallel,
                                     const grammar_opts *opts, char *err, size_t errlen);
+/* The same from one JSON spec: {"tools": [...], "name": "f" or null,
+ * "parallel": bool} (the scheduler's SCHED_CONSTRAINT_TOOL_CALLS). */
+grammar *grammar_compile_tool_spec(const char *spec, size_t len, const grammar_opts *opts, char *err, size_t errlen);
 /* Any JSON object (OpenAI's json_object mode). */
 grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen);
 void grammar_free(grammar *g);

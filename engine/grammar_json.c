@@ -1033,6 +1033,24 @@ grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *n
     return g;
 }
 
+grammar *grammar_compile_tool_spec(const char *spec, size_t len, const grammar_opts *opts, char *err, size_t errlen)
+{
+    cJSON *root = cJSON_ParseWithLengthOpts(spec, len, NULL, false);
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+    grammar *g = NULL;
+    char *text = tools ? cJSON_PrintUnformatted(tools) : NULL;
+    if (!text)
+        snprintf(err, errlen, "a tool-call constraint needs {\"tools\": [...]}");
+    else
+        g = grammar_compile_tool_calls(text, strlen(text), cJSON_IsString(name) ? name->valuestring : NULL,
+                                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "parallel")), opts, err,
+                                       errlen);
+    free(text);
+    cJSON_Delete(root);
+    return g;
+}
+
 grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen)
 {
     gbuild b;

@@ -49,6 +49,10 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
     case SCHED_CONSTRAINT_JSON_OBJECT:
         g = grammar_compile_json_object(NULL, why, sizeof why);
         break;
+    case SCHED_CONSTRAINT_TOOL_CALLS:
+        g = grammar_compile_tool_spec(p->constraint_src ? p->constraint_src : "", p->constraint_len, NULL, why,
+                                      sizeof why);
+        break;
     case SCHED_CONSTRAINT_REGEX:
         g = grammar_compile_regex(p->constraint_src ? p->constraint_src : "", p->constraint_len, why,
                                   sizeof why);

@@ -36,5 +36,19 @@ const char *chat_kind_name(int kind);
  * only (engine_tokenize_chat): message text is data, never markup. */
 int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t **data, int *n_data, char *err,
                 size_t errlen);
+/* The same with OpenAI tools (a JSON array, NULL for none), rendered as the
+ * Qwen3 / Qwen2.5 templates do: a "# Tools" block in the system turn,
+ * assistant tool calls as <tool_call> blocks, tool results as
+ * <tool_response> blocks in a user turn. ChatML only. */
+int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools, char **out, size_t **data,
+                      int *n_data, char *err, size_t errlen);
+/* Tool calls in generated text: every <tool_call>{"name", "arguments"}</tool_call>
+ * block. Returns the number of calls (0 when there are none or one is
+ * malformed: then the text is all content), with *calls an array of
+ * OpenAI tool_calls (ids "call_<id_prefix>_<i>", arguments as JSON text) and
+ * *content_len the length of the text before the first call, trailing
+ * whitespace dropped. */
+int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, size_t *content_len,
+                          cJSON **calls);
 
 #endif

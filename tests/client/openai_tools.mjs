@@ -1,0 +1,36 @@
+// openai_tools.mjs URL - tool calling through the official openai client:
+// tool_choice required, a named function and auto, not streamed; a
+// two-step conversation that sends the call and its result back; a
+// streamed request with tools (refused with 400 so far).
+// Prints one JSON line with what the client parsed.
+import OpenAI from "openai";
+
+const client = new OpenAI({ baseURL: process.argv[2] + "/v1", apiKey: "none", maxRetries: 0 });
+const tools = [
+  { type: "function", function: { name: "get_weather", description: "Weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string", maxLength: 12 }, unit: { enum: ["c", "f"] } },
+      required: ["city", "unit"], additionalProperties: false } } },
+  { type: "function", function: { name: "now", parameters: { type: "object", properties: {}, additionalProperties: false } } },
+];
+const user = { role: "user", content: "What is the weather in Paris?" };
+const pick = (r) => ({ finish: r.choices[0].finish_reason, content: r.choices[0].message.content,
+  calls: (r.choices[0].message.tool_calls || []).map((c) => ({ id: c.id, type: c.type, name: c.function.name,
+    args: JSON.parse(c.function.arguments) })) });
+const out = {};
+const base = { model: "hyserve", messages: [user], tools, max_tokens: 200, temperature: 1 };
+const req = await client.chat.completions.create({ ...base, seed: 1, tool_choice: "required" });
+out.required = pick(req);
+out.named = pick(await client.chat.completions.create({ ...base, seed: 2, parallel_tool_calls: false,
+  tool_choice: { type: "function", function: { name: "get_weather" } } }));
+out.auto = pick(await client.chat.completions.create({ ...base, seed: 3, max_tokens: 16, tool_choice: "auto" }));
+const msg = req.choices[0].message;
+const results = msg.tool_calls.map((c) => ({ role: "tool", tool_call_id: c.id, content: "{\"temp\": 21}" }));
+out.second = pick(await client.chat.completions.create({ ...base, seed: 4, max_tokens: 8,
+  messages: [user, msg, ...results] }));
+try {
+  await client.chat.completions.create({ ...base, stream: true });
+  out.stream = { status: 200 };
+} catch (e) {
+  out.stream = { status: e.status, message: e.message };
+}
+console.log(JSON.stringify(out));
