@@ -1157,7 +1157,8 @@ static int32_t dset_intern(gram_matcher *m, gset *s)
     }
     uint32_t mask = m->dset_tab_cap - 1, h = set_hash(s->c, s->n) & mask;
     for (int32_t id; (id = m->dset_tab[h]) >= 0; h = (h + 1) & mask)
-        if (m->dsets[id][1] == s->n && !memcmp(m->dpool + m->dsets[id][0], s->c, (size_t)s->n * sizeof *s->c))
+        if (m->dsets[id][1] == s->n &&
+            (s->n == 0 || !memcmp(m->dpool + m->dsets[id][0], s->c, (size_t)s->n * sizeof *s->c)))
             return id;
     if (m->n_dpool + s->n > m->cap_dpool) {
         long cap = m->cap_dpool ? 2 * m->cap_dpool : 4096;
