@@ -304,11 +304,39 @@ int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, s
 int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t **data, int *n_data, char *err,
                 size_t errlen)
 {
-    return chat_render_tools(kind, msgs, n_msgs, NULL, out, data, n_data, err, errlen);
+    return chat_render_tools(kind, msgs, n_msgs, NULL, false, out, data, n_data, err, errlen);
 }
 
-int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools_json, char **out, size_t **data,
-                      int *n_data, char *err, size_t errlen)
+bool chat_split_reasoning(const char *text, size_t len, size_t *r_off, size_t *r_len, size_t *c_off, size_t *c_len)
+{
+    static const char open_tag[] = "<think>", close_tag[] = "</think>";
+    size_t a = 0;
+    while (a < len && is_space(text[a]))
+        a++;
+    bool opened = len - a >= sizeof open_tag - 1 && !memcmp(text + a, open_tag, sizeof open_tag - 1);
+    const char *close = memmem(text, len, close_tag, sizeof close_tag - 1);
+    if (!opened && !close)
+        return false;
+    size_t r = opened ? a + sizeof open_tag - 1 : 0;
+    size_t e = close ? (size_t)(close - text) : len;
+    if (close && close < text + r)      /* "</think>" before "<think>": not reasoning */
+        return false;
+    size_t c = close ? e + sizeof close_tag - 1 : len;
+    while (r < e && text[r] == '\n')
+        r++;
+    while (e > r && text[e - 1] == '\n')
+        e--;
+    while (c < len && text[c] == '\n')
+        c++;
+    *r_off = r;
+    *r_len = e - r;
+    *c_off = c;
+    *c_len = len - c;
+    return true;
+}
+
+int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools_json, bool no_think, char **out,
+                      size_t **data, int *n_data, char *err, size_t errlen)
 {
     *out = NULL;
     *data = NULL;
@@ -337,6 +365,8 @@ int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *to
         }
     prompt_buf p = { 0 };
     int rc = kind == CHAT_CHATML ? render_chatml(msgs, n_msgs, tools, &p) : render_llama3(kind, msgs, n_msgs, &p);
+    if (rc == 0 && no_think && kind == CHAT_CHATML)
+        rc = marks(&p, "<think>\n\n</think>\n\n");
     cJSON_Delete(tools);
     /* an empty prompt still gets a buffer: callers take a string */
     if (rc == 0 && !p.buf)

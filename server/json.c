@@ -824,6 +824,23 @@ static int get_msg_tool_calls(chat_msg *cm, const cJSON *m, const char *where, p
 /* tools, tool_choice, parallel_tool_calls (chat). required and a named
  * function become a tool-call constraint; auto and none leave the output
  * free (auto's calls are parsed from the text afterwards). */
+/* chat_template_kwargs: {"enable_thinking": bool} (vLLM's and
+ * llama-server's way to pass template variables); other keys are ignored,
+ * as a template that does not read them would. */
+static int get_template_kwargs(gen_request *g, const cJSON *root, perr *pe)
+{
+    const cJSON *kw = field(root, "chat_template_kwargs");
+    if (!kw)
+        return 0;
+    if (!cJSON_IsObject(kw))
+        return fail(pe, "chat_template_kwargs", "expected an object");
+    bool think = true;
+    if (get_bool(kw, "enable_thinking", &think, pe) < 0)
+        return -1;
+    g->no_think = !think;
+    return 0;
+}
+
 static int get_tools(gen_request *g, const cJSON *root, perr *pe)
 {
     const cJSON *tools = field(root, "tools");
@@ -1030,7 +1047,8 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
                 rc = JSON_ENOMEM;
                 goto out;
             }
-        } else if (parse_chat_messages(g, root, &pe) || get_tools(g, root, &pe)) {
+        } else if (parse_chat_messages(g, root, &pe) || get_tools(g, root, &pe) ||
+                   get_template_kwargs(g, root, &pe)) {
             goto out;
         }
     }

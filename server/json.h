@@ -69,6 +69,7 @@ typedef struct gen_request {
     char constraint_param[32];  /* the field it came from, for errors: "response_format", "grammar", ... */
     char *tools;                /* chat: the tools array as JSON (compact), NULL without tools */
     int tool_choice;            /* enum gen_tool_choice */
+    bool no_think;              /* chat_template_kwargs.enable_thinking == false */
 } gen_request;
 
 /* What the output must match (the values of the scheduler's

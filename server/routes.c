@@ -268,17 +268,25 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
         /* tool calls the model wrote (forced by the grammar for required
          * and named choices) leave the content; the markup never shows */
         cJSON *calls = NULL;
-        size_t clen = res->len;
-        if (g->tools && g->tool_choice != TOOL_CHOICE_NONE && res->text &&
-            chat_parse_tool_calls(res->text, res->len, hr->id, &clen, &calls) > 0) {
+        const char *text = res->text ? res->text : "";
+        size_t len = res->text ? res->len : 0, clen, r_off, r_len, c_off;
+        /* Qwen3-style <think>...</think> goes to reasoning_content */
+        if (chat_split_reasoning(text, len, &r_off, &r_len, &c_off, &clen)) {
+            json_add_text(msg, "reasoning_content", text + r_off, r_len);
+            text += c_off;
+            len = clen;
+        }
+        clen = len;
+        if (g->tools && g->tool_choice != TOOL_CHOICE_NONE &&
+            chat_parse_tool_calls(text, len, hr->id, &clen, &calls) > 0) {
             if (clen)
-                json_add_text(msg, "content", res->text, clen);
+                json_add_text(msg, "content", text, clen);
             else
                 cJSON_AddNullToObject(msg, "content");
             cJSON_AddItemToObject(msg, "tool_calls", calls);
             finish = "tool_calls";
         } else {
-            json_add_text(msg, "content", res->text ? res->text : "", res->len);
+            json_add_text(msg, "content", text, len);
         }
     } else {
         json_add_text(c, "text", res->text ? res->text : "", res->len);
@@ -336,8 +344,8 @@ static int handle_generation(http_req *hr, int api, int mode)
         mode = GEN_BODY;
     if (api == API_OAI_CHAT) {
         const char *tools = g.tool_choice != TOOL_CHOICE_NONE ? g.tools : NULL;
-        if (chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, &g.prompt, &content, &n_content, err,
-                              sizeof(err))) {
+        if (chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &g.prompt, &content, &n_content,
+                              err, sizeof(err))) {
             err_extra x = {.param = "messages"};
             rc = send_error(hr, ERR_TEMPLATE, err, &x);
             goto out;
@@ -749,7 +757,8 @@ static int h_apply_template(http_req *hr)
         return routes_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : ERR_VALIDATION, err);
     }
     const char *tools = g.tool_choice != TOOL_CHOICE_NONE ? g.tools : NULL;
-    if (chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, &prompt, &content, &n_content, err, sizeof(err))) {
+    if (chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &prompt, &content, &n_content, err,
+                          sizeof(err))) {
         rc = routes_error(hr, ERR_TEMPLATE, err);
     } else {
         cJSON *o = cJSON_CreateObject();

@@ -1383,7 +1383,25 @@ def test_tool_calls(srv):
     r = run([node, os.path.join(cdir, "chat_template.mjs"), srv.url, cfg])
     out = json.loads(r.stdout.decode().strip().splitlines()[-1]) if r.stdout.strip() else {}
     check(f"/apply-template equals @huggingface/jinja on the Qwen3 template ({out.get('checked')} conversations)",
-          r.returncode == 0 and out.get("checked", 0) >= 6, f"{json.dumps(out)[:1500]} {r.stderr.decode()[-300:]}")
+          r.returncode == 0 and out.get("checked", 0) >= 8, f"{json.dumps(out)[:1500]} {r.stderr.decode()[-300:]}")
+    # reasoning: a forced <think>...</think> answer splits the same way streamed and not
+    for seed in (1, 2, 3):
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60, "seed": seed,
+                "response_format": {"type": "regex",
+                                    "value": "\\n?<think>\\n{1,2}[a-z]{3}\\n?[a-z]{2}\\n{1,2}</think>\\n{1,2}[a-z<]{4}"}}
+        st, _, j, _ = srv.jreq("POST", "/v1/chat/completions", body)
+        m = j["choices"][0]["message"] if st == 200 else {}
+        rs, cs = "", ""
+        st2, _, b = srv.req("POST", "/v1/chat/completions", dict(body, stream=True))
+        for line in b.decode().splitlines():
+            if line.startswith("data: {"):
+                d = json.loads(line[6:])["choices"][0]["delta"]
+                rs += d.get("reasoning_content") or ""
+                cs += d.get("content") or ""
+        check(f"reasoning_content: <think> splits off the content, streamed as in the answer (seed {seed})",
+              st == 200 and st2 == 200 and re.fullmatch(r"[a-z]{3}\n?[a-z]{2}", m.get("reasoning_content", ""))
+              and re.fullmatch(r"[a-z<]{4}", m.get("content") or "") and (rs, cs) == (m["reasoning_content"], m["content"]),
+              f"{m} vs {(rs, cs)}")
 
 
 def main(argv=None):

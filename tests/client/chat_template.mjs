@@ -1,7 +1,8 @@
 // chat_template.mjs URL TOKENIZER_CONFIG.json - hyserve's POST /apply-template
 // against @huggingface/jinja rendering the real Qwen3 chat template (the one
 // the converted Qwen3 tokenizer carries), byte for byte, for conversations
-// with system prompts, tools, tool calls, tool results and several turns.
+// with system prompts, tools, tool calls, tool results, several turns and
+// thinking off (chat_template_kwargs.enable_thinking false).
 // Prints one JSON line: {"checked": N, "failures": [...]}.
 import { readFileSync } from "node:fs";
 import { Template } from "@huggingface/jinja";
@@ -27,13 +28,16 @@ const cases = {
     { role: "assistant", content: "Let me check.", tool_calls: [call("a", "get_weather", { city: "Paris" }), call("b", "now", {})] },
     { role: "tool", tool_call_id: "a", content: "sunny" }, { role: "tool", tool_call_id: "b", content: "12:00" },
     { role: "assistant", content: "Sunny at noon." }, { role: "user", content: "Thanks" }] },
+  "thinking off": { messages: [{ role: "user", content: "Hi" }], kwargs: { enable_thinking: false } },
+  "thinking off with tools": { messages: [{ role: "system", content: "S" }, { role: "user", content: "Hi" }],
+    tools: [clock], kwargs: { enable_thinking: false } },
 };
 const failures = [];
 let checked = 0;
 for (const [name, c] of Object.entries(cases)) {
-  const want = tmpl.render({ messages: c.messages, tools: c.tools, add_generation_prompt: true });
+  const want = tmpl.render({ messages: c.messages, tools: c.tools, add_generation_prompt: true, ...(c.kwargs || {}) });
   const r = await fetch(url + "/apply-template", { method: "POST", headers: { "content-type": "application/json" },
-    body: JSON.stringify({ messages: c.messages, tools: c.tools }) });
+    body: JSON.stringify({ messages: c.messages, tools: c.tools, chat_template_kwargs: c.kwargs }) });
   const j = await r.json();
   checked++;
   if (r.status !== 200 || j.prompt !== want) failures.push({ name, status: r.status, got: j.prompt ?? j, want });
