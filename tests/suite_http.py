@@ -368,7 +368,7 @@ def test_errors(srv):
         ("repetition_penalty 0", {"inputs": "x", "parameters": {"repetition_penalty": 0}}, "repetition_penalty"),
         ("5 stop sequences", {"inputs": "x", "parameters": {"stop": ["a", "b", "c", "d", "e"]}}, "stop"),
         ("best_of 2 not supported", {"inputs": "x", "parameters": {"best_of": 2}}, "best_of"),
-        ("grammar not supported", {"inputs": "x", "parameters": {"grammar": {"type": "json", "value": {}}}}, "grammar"),
+        ("grammar of an unknown type", {"inputs": "x", "parameters": {"grammar": {"type": "gbnf", "value": "x"}}}, "grammar"),
     ]
     for name, body, field in cases:
         st, h, j, b = srv.jreq("POST", "/generate", body)
