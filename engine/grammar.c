@@ -1113,7 +1113,7 @@ static void ent_tab_put(gram_matcher *m, int32_t i)
     m->ent_tab[h] = i;
 }
 
-#define GRAM_DFA_MAX_CONFIGS (1L << 22)     /* the transition cache is cleared past this */
+#define GRAM_DFA_MAX_CONFIGS (1L << 20)     /* the transition cache (8 MiB of configurations) is cleared past this */
 
 static void dfa_clear(gram_matcher *m)
 {
