@@ -787,6 +787,11 @@ struct gram_matcher {
     uint64_t *mask;             /* [n_words] gram_matcher_mask's bitset */
     int depth;                  /* closure recursion */
     bool broken;                /* a limit was hit: the grammar is unusable */
+    char trigger[33];           /* lazy matching: "" when always active */
+    char win[96];               /* the output's last bytes while waiting for the trigger */
+    size_t n_win;
+    bool waiting;               /* lazy and the trigger not seen yet */
+    bool dead;                  /* the trigger came but what followed left the grammar: never constrain */
 };
 
 static uint32_t hash2(int32_t a, int32_t b)
@@ -1054,10 +1059,65 @@ static bool can_run(gram_matcher *m, const uint8_t *s, size_t n)
     return a->n > 0 && !m->broken;
 }
 
+int gram_matcher_set_trigger(gram_matcher *m, const char *trigger)
+{
+    size_t n = trigger ? strlen(trigger) : 0;
+    if (!m || n == 0 || n >= sizeof m->trigger)
+        return -1;
+    memcpy(m->trigger, trigger, n + 1);
+    m->waiting = true;
+    m->n_win = 0;
+    return 0;
+}
+
+bool gram_matcher_active(const gram_matcher *m)
+{
+    return m && !m->waiting && !m->dead;
+}
+
+/* Waiting for the trigger: look for it in the window plus s[0..n); when
+ * it appears, run the grammar from its first byte. */
+static void watch_trigger(gram_matcher *m, const char *s, size_t n)
+{
+    size_t t = strlen(m->trigger);
+    while (n > 0 && m->waiting) {
+        size_t take = sizeof m->win - m->n_win < n ? sizeof m->win - m->n_win : n;
+        memcpy(m->win + m->n_win, s, take);
+        m->n_win += take;
+        s += take;
+        n -= take;
+        const char *at = memmem(m->win, m->n_win, m->trigger, t);
+        if (at) {
+            size_t off = (size_t)(at - m->win);
+            /* the rest of this piece follows the trigger too */
+            char *rest = malloc(m->n_win - off + n);
+            if (!rest) {
+                m->dead = true;
+                m->waiting = false;
+                return;
+            }
+            memcpy(rest, at, m->n_win - off);
+            memcpy(rest + (m->n_win - off), s, n);
+            m->waiting = false;
+            m->dead = run_bytes(m, (const uint8_t *)rest, m->n_win - off + n) != 0;
+            free(rest);
+            return;
+        }
+        /* keep the last t - 1 bytes: a trigger may straddle pieces */
+        size_t keep = t - 1 < m->n_win ? t - 1 : m->n_win;
+        memmove(m->win, m->win + m->n_win - keep, keep);
+        m->n_win = keep;
+    }
+}
+
 int gram_matcher_accept_bytes(gram_matcher *m, const char *s, size_t n)
 {
     if (!m || m->broken)
         return -1;
+    if (m->waiting || m->dead) {
+        watch_trigger(m, s, n);
+        return 0;
+    }
     return run_bytes(m, (const uint8_t *)s, n);
 }
 
@@ -1078,7 +1138,7 @@ bool gram_matcher_accepting(const gram_matcher *m)
 
 bool gram_matcher_finished(const gram_matcher *m)
 {
-    return m && m->cur.n == 1 && m->cur.c[0].pos < 0;
+    return gram_matcher_active(m) && m->cur.n == 1 && m->cur.c[0].pos < 0;
 }
 
 int gram_matcher_accept_token(gram_matcher *m, int32_t tok)
@@ -1086,6 +1146,11 @@ int gram_matcher_accept_token(gram_matcher *m, int32_t tok)
     if (!m || !m->v || tok < 0 || tok >= m->v->n_vocab || m->broken)
         return -1;
     const gram_vocab *v = m->v;
+    if (m->waiting || m->dead) {
+        if (v->kind[tok] == GRAM_TOK_TEXT)
+            watch_trigger(m, v->bytes + v->off[tok], v->off[tok + 1] - v->off[tok]);
+        return 0;
+    }
     if (v->kind[tok] == GRAM_TOK_EOG)
         return gram_matcher_accepting(m) ? 0 : -1;
     if (v->kind[tok] != GRAM_TOK_TEXT)
@@ -1385,6 +1450,12 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
     if (!m || !m->v || m->broken)
         return -1;
     const gram_vocab *v = m->v;
+    if (m->waiting || m->dead) {    /* not constraining (yet): every token */
+        memset(words, 0xff, (size_t)m->n_words * sizeof *words);
+        if (v->n_vocab % 64)
+            words[m->n_words - 1] = (1ull << (v->n_vocab % 64)) - 1;
+        return v->n_vocab;
+    }
     memset(words, 0, (size_t)m->n_words * sizeof *words);
     bool accept = false;
     int n_cfg = m->cur.n;
@@ -1438,6 +1509,8 @@ int gram_matcher_mask(gram_matcher *m, float *logits)
 {
     if (!m || !m->v)
         return -1;
+    if (m->waiting || m->dead)
+        return m->v->n_vocab;       /* not constraining (yet) */
     uint64_t *words = m->mask;
     int n = gram_matcher_fill_mask(m, words);
     if (n >= 0)

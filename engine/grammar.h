@@ -106,6 +106,15 @@ bool gram_matcher_can_accept_bytes(gram_matcher *m, const char *s, size_t n);
 bool gram_matcher_accepting(const gram_matcher *m);
 /* Complete and nothing can follow: generation should end now. */
 bool gram_matcher_finished(const gram_matcher *m);
+/* Lazy matching (tool_choice auto): the output is free until it contains
+ * trigger (at most 32 bytes, e.g. "<tool_call>", which the grammar must
+ * start with); from the trigger's first byte on it must follow the grammar.
+ * Before that the mask allows everything and every token is accepted. If
+ * the bytes after the trigger in the same token already leave the
+ * grammar, the matcher stays inactive for good. Returns 0 or -1. */
+int gram_matcher_set_trigger(gram_matcher *m, const char *trigger);
+/* Constraining now (always, for a matcher without a trigger). */
+bool gram_matcher_active(const gram_matcher *m);
 /* Mask-cache entries computed so far (tests: the cache is reused). */
 int gram_matcher_cache_entries(const gram_matcher *m);
 

@@ -882,9 +882,12 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
         name = n->valuestring;
         g->tool_choice = TOOL_CHOICE_NAMED;
     }
-    if (g->tool_choice != TOOL_CHOICE_REQUIRED && g->tool_choice != TOOL_CHOICE_NAMED)
+    bool forced = g->tool_choice == TOOL_CHOICE_REQUIRED || g->tool_choice == TOOL_CHOICE_NAMED;
+    /* auto: a call the model opens is constrained from its "<tool_call>"
+     * on, unless the output already has a constraint of its own */
+    if (g->tool_choice == TOOL_CHOICE_NONE || (g->tool_choice == TOOL_CHOICE_AUTO && g->constraint))
         return 0;
-    if (g->constraint)
+    if (forced && g->constraint)
         return fail(pe, "tool_choice", "cannot be combined with %s", g->constraint_param);
     cJSON *spec = cJSON_CreateObject();
     cJSON *tcopy = cJSON_Duplicate(tools, true);
@@ -896,7 +899,8 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
     if (name)
         cJSON_AddStringToObject(spec, "name", name);
     cJSON_AddBoolToObject(spec, "parallel", parallel);
-    int rc = set_constraint(g, GEN_CONSTRAINT_TOOL_CALLS, spec, "tool_choice", pe);
+    int rc = set_constraint(g, forced ? GEN_CONSTRAINT_TOOL_CALLS : GEN_CONSTRAINT_TOOL_CALLS_AUTO, spec,
+                            forced ? "tool_choice" : "tools", pe);
     cJSON_Delete(spec);
     return rc;
 }

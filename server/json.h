@@ -80,6 +80,7 @@ enum gen_constraint {
     GEN_CONSTRAINT_JSON_OBJECT = 2,
     GEN_CONSTRAINT_REGEX = 3,
     GEN_CONSTRAINT_TOOL_CALLS = 4,
+    GEN_CONSTRAINT_TOOL_CALLS_AUTO = 5,
 };
 
 /* OpenAI tool_choice. */

@@ -436,7 +436,9 @@ static int handle_generation(http_req *hr, int api, int mode)
     _Static_assert((int)GEN_CONSTRAINT_JSON_SCHEMA == (int)SCHED_CONSTRAINT_JSON_SCHEMA &&
                    (int)GEN_CONSTRAINT_JSON_OBJECT == (int)SCHED_CONSTRAINT_JSON_OBJECT &&
                    (int)GEN_CONSTRAINT_REGEX == (int)SCHED_CONSTRAINT_REGEX &&
-                   (int)GEN_CONSTRAINT_TOOL_CALLS == (int)SCHED_CONSTRAINT_TOOL_CALLS, "json.h and scheduler.h agree");
+                   (int)GEN_CONSTRAINT_TOOL_CALLS == (int)SCHED_CONSTRAINT_TOOL_CALLS &&
+                   (int)GEN_CONSTRAINT_TOOL_CALLS_AUTO == (int)SCHED_CONSTRAINT_TOOL_CALLS_AUTO,
+                   "json.h and scheduler.h agree");
     sched_req_params rp = {
         .id = hr->id,
         .owner = hr->key_id,

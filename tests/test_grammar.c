@@ -614,3 +614,45 @@ TEST(test_grammar_tool_calls_take_the_qwen_markup_and_each_functions_arguments)
     g = grammar_compile_tool_calls(tools, strlen(tools), "missing", false, NULL, err, sizeof err);
     CHECK(!g && strstr(err, "missing"));
 }
+
+TEST(test_grammar_a_trigger_leaves_text_free_until_the_tool_call_opens)
+{
+    /* tool_choice auto: free text, then "<tool_call>" cut across tokens, then the call's grammar */
+    static const char *const pieces[] = {"<eos>", "Sure", ", ", "<to", "ol_c", "all>", "\n{\"name\": \"", "now",
+                                         "\", \"arguments\": ", "{}", "}\n</tool_call>", "x", "{", "\n"};
+    toy_vocab tv = {pieces, (int)(sizeof pieces / sizeof pieces[0])};
+    char err[256];
+    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    CHECK(v);
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{},\"additionalProperties\":false}}}]";
+    gram_matcher *m = gram_matcher_new(grammar_compile_tool_calls(tools, strlen(tools), NULL, false, NULL, err,
+                                                                  sizeof err), v);
+    CHECK_MSG(m, "%s", err);
+    CHECK(gram_matcher_set_trigger(m, "<tool_call>") == 0);
+    float logits[14];
+    for (int i = 0; i < tv.n; i++)
+        logits[i] = 0.5f;
+    CHECK(gram_matcher_mask(m, logits) == tv.n && !isinf(logits[11]));     /* free: even "x" */
+    int seq[] = {1, 2, 3, 4, 5};                                          /* "Sure, <tool_call>" */
+    for (int i = 0; i < 5; i++) {
+        CHECK(!gram_matcher_active(m));
+        CHECK(gram_matcher_accept_token(m, seq[i]) == 0);
+    }
+    CHECK(gram_matcher_active(m) && !gram_matcher_finished(m));
+    /* after the tag only the call goes on: "\n{\"name\": \"" and "\n" */
+    CHECK(gram_matcher_mask(m, logits) == 2 && !isinf(logits[6]) && !isinf(logits[13]) && isinf(logits[11]) &&
+          isinf(logits[0]) && isinf(logits[12]));
+    int call[] = {6, 7, 8, 9, 10};
+    for (int i = 0; i < 5; i++)
+        CHECK(gram_matcher_accept_token(m, call[i]) == 0);
+    CHECK(gram_matcher_finished(m));
+    gram_matcher_free(m);
+    /* what follows the trigger in its own token must fit, else the matcher never constrains */
+    m = gram_matcher_new(grammar_compile_tool_calls(tools, strlen(tools), NULL, false, NULL, err, sizeof err), v);
+    CHECK(m && gram_matcher_set_trigger(m, "<tool_call>") == 0);
+    CHECK(gram_matcher_accept_bytes(m, "<tool_call>x", 12) == 0 && !gram_matcher_active(m));
+    CHECK(gram_matcher_accept_token(m, 11) == 0 && gram_matcher_mask(m, logits) == tv.n);
+    gram_matcher_free(m);
+    gram_vocab_free(v);
+}
