@@ -766,13 +766,32 @@ struct gram_matcher {
 
     gset cur;                   /* the state */
     gset scratch[2];
-    gset *lvl;                  /* [max_depth + 1] trie walk, one set per depth */
+    int32_t *lvl;               /* [max_depth + 1] trie walk: the interned set at each depth */
     uint8_t *lvl_pop;
     int n_lvl;
+
+    /* the walks' transition cache: configuration sets interned (sorted, in
+     * dpool), and (set, byte) -> (set, popped) memoized, so a walk of the
+     * trie costs a table lookup per node once its sets have been seen */
+    gcfg *dpool;                /* [n_dpool] */
+    long n_dpool, cap_dpool;
+    int32_t (*dsets)[2];        /* [n_dsets] offset and count in dpool */
+    int n_dsets, cap_dsets;
+    int32_t *dset_tab;          /* [dset_tab_cap] set ids by content */
+    uint32_t dset_tab_cap;
+    uint64_t *dtr_key;          /* [dtr_cap] set * 256 + byte + 1; 0 free */
+    int32_t *dtr_val;           /* [dtr_cap] next set * 2 + popped */
+    uint32_t dtr_cap;
+    int n_dtr;
     gvec acc, unc;              /* trie walk output */
     uint64_t *mask;             /* [n_words] gram_matcher_mask's bitset */
     int depth;                  /* closure recursion */
     bool broken;                /* a limit was hit: the grammar is unusable */
+    char trigger[33];           /* lazy matching: "" when always active */
+    char win[96];               /* the output's last bytes while waiting for the trigger */
+    size_t n_win;
+    bool waiting;               /* lazy and the trigger not seen yet */
+    bool dead;                  /* the trigger came but what followed left the grammar: never constrain */
 };
 
 static uint32_t hash2(int32_t a, int32_t b)
@@ -987,10 +1006,13 @@ void gram_matcher_free(gram_matcher *m)
     free(m->cur.c);
     free(m->scratch[0].c);
     free(m->scratch[1].c);
-    for (int i = 0; i < m->n_lvl; i++)
-        free(m->lvl[i].c);
     free(m->lvl);
     free(m->lvl_pop);
+    free(m->dpool);
+    free(m->dsets);
+    free(m->dset_tab);
+    free(m->dtr_key);
+    free(m->dtr_val);
     free(m->acc.v);
     free(m->unc.v);
     free(m->mask);
@@ -1037,10 +1059,65 @@ static bool can_run(gram_matcher *m, const uint8_t *s, size_t n)
     return a->n > 0 && !m->broken;
 }
 
+int gram_matcher_set_trigger(gram_matcher *m, const char *trigger)
+{
+    size_t n = trigger ? strlen(trigger) : 0;
+    if (!m || n == 0 || n >= sizeof m->trigger)
+        return -1;
+    memcpy(m->trigger, trigger, n + 1);
+    m->waiting = true;
+    m->n_win = 0;
+    return 0;
+}
+
+bool gram_matcher_active(const gram_matcher *m)
+{
+    return m && !m->waiting && !m->dead;
+}
+
+/* Waiting for the trigger: look for it in the window plus s[0..n); when
+ * it appears, run the grammar from its first byte. */
+static void watch_trigger(gram_matcher *m, const char *s, size_t n)
+{
+    size_t t = strlen(m->trigger);
+    while (n > 0 && m->waiting) {
+        size_t take = sizeof m->win - m->n_win < n ? sizeof m->win - m->n_win : n;
+        memcpy(m->win + m->n_win, s, take);
+        m->n_win += take;
+        s += take;
+        n -= take;
+        const char *at = memmem(m->win, m->n_win, m->trigger, t);
+        if (at) {
+            size_t off = (size_t)(at - m->win);
+            /* the rest of this piece follows the trigger too */
+            char *rest = malloc(m->n_win - off + n);
+            if (!rest) {
+                m->dead = true;
+                m->waiting = false;
+                return;
+            }
+            memcpy(rest, at, m->n_win - off);
+            memcpy(rest + (m->n_win - off), s, n);
+            m->waiting = false;
+            m->dead = run_bytes(m, (const uint8_t *)rest, m->n_win - off + n) != 0;
+            free(rest);
+            return;
+        }
+        /* keep the last t - 1 bytes: a trigger may straddle pieces */
+        size_t keep = t - 1 < m->n_win ? t - 1 : m->n_win;
+        memmove(m->win, m->win + m->n_win - keep, keep);
+        m->n_win = keep;
+    }
+}
+
 int gram_matcher_accept_bytes(gram_matcher *m, const char *s, size_t n)
 {
     if (!m || m->broken)
         return -1;
+    if (m->waiting || m->dead) {
+        watch_trigger(m, s, n);
+        return 0;
+    }
     return run_bytes(m, (const uint8_t *)s, n);
 }
 
@@ -1061,7 +1138,7 @@ bool gram_matcher_accepting(const gram_matcher *m)
 
 bool gram_matcher_finished(const gram_matcher *m)
 {
-    return m && m->cur.n == 1 && m->cur.c[0].pos < 0;
+    return gram_matcher_active(m) && m->cur.n == 1 && m->cur.c[0].pos < 0;
 }
 
 int gram_matcher_accept_token(gram_matcher *m, int32_t tok)
@@ -1069,6 +1146,11 @@ int gram_matcher_accept_token(gram_matcher *m, int32_t tok)
     if (!m || !m->v || tok < 0 || tok >= m->v->n_vocab || m->broken)
         return -1;
     const gram_vocab *v = m->v;
+    if (m->waiting || m->dead) {
+        if (v->kind[tok] == GRAM_TOK_TEXT)
+            watch_trigger(m, v->bytes + v->off[tok], v->off[tok + 1] - v->off[tok]);
+        return 0;
+    }
     if (v->kind[tok] == GRAM_TOK_EOG)
         return gram_matcher_accepting(m) ? 0 : -1;
     if (v->kind[tok] != GRAM_TOK_TEXT)
@@ -1096,6 +1178,138 @@ static void ent_tab_put(gram_matcher *m, int32_t i)
     m->ent_tab[h] = i;
 }
 
+#define GRAM_DFA_MAX_CONFIGS (1L << 20)     /* the transition cache (8 MiB of configurations) is cleared past this */
+
+static void dfa_clear(gram_matcher *m)
+{
+    m->n_dpool = 0;
+    m->n_dsets = 0;
+    m->n_dtr = 0;
+    if (m->dset_tab)
+        memset(m->dset_tab, 0xff, (size_t)m->dset_tab_cap * sizeof *m->dset_tab);
+    if (m->dtr_key)
+        memset(m->dtr_key, 0, (size_t)m->dtr_cap * sizeof *m->dtr_key);
+}
+
+static uint32_t set_hash(const gcfg *c, int n)
+{
+    uint32_t h = 0x811C9DC5u ^ (uint32_t)n;
+    for (int i = 0; i < n; i++)
+        h = (h ^ hash2(c[i].pos, c[i].stk)) * 0x01000193u;
+    return h;
+}
+
+static void dset_tab_put(gram_matcher *m, int32_t id)
+{
+    uint32_t mask = m->dset_tab_cap - 1;
+    uint32_t h = set_hash(m->dpool + m->dsets[id][0], m->dsets[id][1]) & mask;
+    while (m->dset_tab[h] >= 0)
+        h = (h + 1) & mask;
+    m->dset_tab[h] = id;
+}
+
+/* The id of the set s (sorted here), stored once. -1 on limits. */
+static int32_t dset_intern(gram_matcher *m, gset *s)
+{
+    for (int i = 1; i < s->n; i++) {         /* insertion sort by (pos, stk) */
+        gcfg x = s->c[i];
+        int j = i;
+        while (j > 0 && (s->c[j - 1].pos > x.pos || (s->c[j - 1].pos == x.pos && s->c[j - 1].stk > x.stk))) {
+            s->c[j] = s->c[j - 1];
+            j--;
+        }
+        s->c[j] = x;
+    }
+    uint32_t mask = m->dset_tab_cap - 1, h = set_hash(s->c, s->n) & mask;
+    for (int32_t id; (id = m->dset_tab[h]) >= 0; h = (h + 1) & mask)
+        if (m->dsets[id][1] == s->n &&
+            (s->n == 0 || !memcmp(m->dpool + m->dsets[id][0], s->c, (size_t)s->n * sizeof *s->c)))
+            return id;
+    if (m->n_dpool + s->n > m->cap_dpool) {
+        long cap = m->cap_dpool ? 2 * m->cap_dpool : 4096;
+        while (cap < m->n_dpool + s->n)
+            cap *= 2;
+        gcfg *p = realloc(m->dpool, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        m->dpool = p;
+        m->cap_dpool = cap;
+    }
+    if (m->n_dsets == m->cap_dsets) {
+        int cap = m->cap_dsets ? 2 * m->cap_dsets : 1024;
+        void *p = realloc(m->dsets, (size_t)cap * sizeof *m->dsets);
+        if (!p)
+            return -1;
+        m->dsets = p;
+        m->cap_dsets = cap;
+    }
+    int32_t id = m->n_dsets++;
+    m->dsets[id][0] = (int32_t)m->n_dpool;
+    m->dsets[id][1] = s->n;
+    if (s->n)
+        memcpy(m->dpool + m->n_dpool, s->c, (size_t)s->n * sizeof *s->c);
+    m->n_dpool += s->n;
+    if ((uint32_t)m->n_dsets * 2 > m->dset_tab_cap) {
+        if (tab_grow(&m->dset_tab, &m->dset_tab_cap, (uint32_t)m->n_dsets) < 0)
+            return -1;
+        for (int32_t k = 0; k < m->n_dsets; k++)
+            dset_tab_put(m, k);
+    } else {
+        dset_tab_put(m, id);
+    }
+    return id;
+}
+
+static void dtr_put(gram_matcher *m, uint64_t key, int32_t val)
+{
+    uint32_t mask = m->dtr_cap - 1, h = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+    while (m->dtr_key[h])
+        h = (h + 1) & mask;
+    m->dtr_key[h] = key;
+    m->dtr_val[h] = val;
+}
+
+/* The set after byte c from set id, and whether a path popped UNKNOWN:
+ * (next << 1) | popped, or -1 on limits. */
+static int32_t dfa_step(gram_matcher *m, int32_t id, uint8_t c)
+{
+    uint64_t key = (uint64_t)id * 256 + c + 1;
+    uint32_t mask = m->dtr_cap - 1, h = (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+    for (; m->dtr_key[h]; h = (h + 1) & mask)
+        if (m->dtr_key[h] == key)
+            return m->dtr_val[h];
+    gset from = {m->dpool + m->dsets[id][0], m->dsets[id][1], m->dsets[id][1]};
+    bool popped = false;
+    advance(m, &from, c, &m->scratch[0], &popped);
+    int32_t next = m->broken ? -1 : dset_intern(m, &m->scratch[0]);
+    if (next < 0)
+        return -1;
+    if ((uint32_t)(m->n_dtr + 1) * 2 > m->dtr_cap) {
+        uint32_t old_cap = m->dtr_cap, cap = old_cap ? 2 * old_cap : 4096;
+        uint64_t *ok = m->dtr_key;
+        int32_t *ov = m->dtr_val;
+        m->dtr_key = calloc(cap, sizeof *m->dtr_key);
+        m->dtr_val = malloc((size_t)cap * sizeof *m->dtr_val);
+        if (!m->dtr_key || !m->dtr_val) {
+            free(m->dtr_key);
+            free(m->dtr_val);
+            m->dtr_key = ok;
+            m->dtr_val = ov;
+            return -1;
+        }
+        m->dtr_cap = cap;
+        for (uint32_t k = 0; k < old_cap; k++)
+            if (ok[k])
+                dtr_put(m, ok[k], ov[k]);
+        free(ok);
+        free(ov);
+    }
+    int32_t val = next * 2 + (popped ? 1 : 0);
+    dtr_put(m, key, val);
+    m->n_dtr++;
+    return val;
+}
+
 /* Walks the trie from key (pos, stk) and sorts the tokens into
  * m->acc / m->unc. */
 static void walk_trie(gram_matcher *m, int32_t pos, int32_t stk)
@@ -1103,34 +1317,51 @@ static void walk_trie(gram_matcher *m, int32_t pos, int32_t stk)
     const gram_vocab *v = m->v;
     m->acc.n = 0;
     m->unc.n = 0;
-    gset *l0 = &m->lvl[0];
+    if (m->n_dpool > GRAM_DFA_MAX_CONFIGS)
+        dfa_clear(m);
+    if (!m->dtr_key) {
+        m->dtr_cap = 4096;
+        m->dtr_key = calloc(m->dtr_cap, sizeof *m->dtr_key);
+        m->dtr_val = malloc((size_t)m->dtr_cap * sizeof *m->dtr_val);
+    }
+    if (!m->dtr_key || !m->dtr_val || (!m->dset_tab && tab_grow(&m->dset_tab, &m->dset_tab_cap, 1024) < 0)) {
+        m->broken = true;
+        return;
+    }
+    gset *l0 = &m->scratch[1];
     l0->n = 0;
     set_add(m, l0, pos, stk);
+    m->lvl[0] = dset_intern(m, l0);
     m->lvl_pop[0] = 0;
-    bool oom = false;
+    bool oom = m->lvl[0] < 0;
     int i = 1;
-    while (i < v->n_node && !m->broken) {
+    while (i < v->n_node && !m->broken && !oom) {
         const gtrie_node *nd = &v->node[i];
         int d = nd->depth;
-        bool popped = false;
         bool before = m->lvl_pop[d - 1];
-        gset *out = &m->lvl[d];
-        advance(m, &m->lvl[d - 1], nd->byte, out, &popped);
+        int32_t step = dfa_step(m, m->lvl[d - 1], nd->byte);
+        if (step < 0) {
+            oom = true;
+            break;
+        }
+        int32_t next = step >> 1;
+        bool popped = step & 1, alive = m->dsets[next][1] > 0;
         int32_t own_end = v->node[i + 1].tok_first;
-        if (out->n > 0 || popped) {
+        if (alive || popped) {
             for (int32_t k = nd->tok_first; k < own_end; k++)
                 oom |= gvec_push(&m->acc, v->tok_ids[k]) != 0;
         } else if (before) {
             for (int32_t k = nd->tok_first; k < own_end; k++)
                 oom |= gvec_push(&m->unc, v->tok_ids[k]) != 0;
         }
-        if (out->n == 0) {
+        if (!alive) {
             if (before || popped)
                 for (int32_t k = own_end; k < v->node[nd->end].tok_first; k++)
                     oom |= gvec_push(&m->unc, v->tok_ids[k]) != 0;
             i = nd->end;
             continue;
         }
+        m->lvl[d] = next;
         m->lvl_pop[d] = before || popped;
         i++;
     }
@@ -1219,6 +1450,12 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
     if (!m || !m->v || m->broken)
         return -1;
     const gram_vocab *v = m->v;
+    if (m->waiting || m->dead) {    /* not constraining (yet): every token */
+        memset(words, 0xff, (size_t)m->n_words * sizeof *words);
+        if (v->n_vocab % 64)
+            words[m->n_words - 1] = (1ull << (v->n_vocab % 64)) - 1;
+        return v->n_vocab;
+    }
     memset(words, 0, (size_t)m->n_words * sizeof *words);
     bool accept = false;
     int n_cfg = m->cur.n;
@@ -1272,6 +1509,8 @@ int gram_matcher_mask(gram_matcher *m, float *logits)
 {
     if (!m || !m->v)
         return -1;
+    if (m->waiting || m->dead)
+        return m->v->n_vocab;       /* not constraining (yet) */
     uint64_t *words = m->mask;
     int n = gram_matcher_fill_mask(m, words);
     if (n >= 0)

@@ -44,6 +44,17 @@ grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar
 /* A regular expression (the subset of grammar_regex.c) matched against the
  * whole output, as TGI's regex grammar does. */
 grammar *grammar_compile_regex(const char *re, size_t len, char *err, size_t errlen);
+/* Tool calls as the Qwen3 / ChatML templates write them:
+ *   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
+ * NAME one of the functions of tools (an OpenAI "tools" array as JSON
+ * text), or only name when it is not NULL (a named tool_choice); ARGS
+ * follows that function's "parameters" schema (any object without one).
+ * parallel: one or more calls, separated by "\n". */
+grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *name, bool parallel,
+                                    const grammar_opts *opts, char *err, size_t errlen);
+/* The same from one JSON spec: {"tools": [...], "name": "f" or null,
+ * "parallel": bool} (the scheduler's SCHED_CONSTRAINT_TOOL_CALLS). */
+grammar *grammar_compile_tool_spec(const char *spec, size_t len, const grammar_opts *opts, char *err, size_t errlen);
 /* Any JSON object (OpenAI's json_object mode). */
 grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen);
 void grammar_free(grammar *g);
@@ -95,6 +106,15 @@ bool gram_matcher_can_accept_bytes(gram_matcher *m, const char *s, size_t n);
 bool gram_matcher_accepting(const gram_matcher *m);
 /* Complete and nothing can follow: generation should end now. */
 bool gram_matcher_finished(const gram_matcher *m);
+/* Lazy matching (tool_choice auto): the output is free until it contains
+ * trigger (at most 32 bytes, e.g. "<tool_call>", which the grammar must
+ * start with); from the trigger's first byte on it must follow the grammar.
+ * Before that the mask allows everything and every token is accepted. If
+ * the bytes after the trigger in the same token already leave the
+ * grammar, the matcher stays inactive for good. Returns 0 or -1. */
+int gram_matcher_set_trigger(gram_matcher *m, const char *trigger);
+/* Constraining now (always, for a matcher without a trigger). */
+bool gram_matcher_active(const gram_matcher *m);
 /* Mask-cache entries computed so far (tests: the cache is reused). */
 int gram_matcher_cache_entries(const gram_matcher *m);
 

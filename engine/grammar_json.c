@@ -958,6 +958,99 @@ grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar
     return g;
 }
 
+/* One call of function fn (an OpenAI tools[] entry's "function"). */
+static gsym tool_call(gbuild *b, const cJSON *fn, const grammar_opts *opts)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+    const char *s = cJSON_IsString(name) ? name->valuestring : "";
+    size_t n = strlen(s);
+    if (n == 0 || n > 64 || strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != n) {
+        gb_fail(b, "a function name must be 1 to 64 letters, digits, '_', '-' or '.'");
+        return -1;
+    }
+    char head[128];
+    snprintf(head, sizeof head, "<tool_call>\n{\"name\": \"%s\", \"arguments\": ", s);
+    jctx c;
+    jctx_init(&c, b, params, opts);
+    gsym args;
+    if (params) {
+        args = schema(&c, params);
+    } else {
+        p_value(&c);
+        args = c.obj_any;
+    }
+    jctx_deinit(&c);
+    gsym sq[3] = {lits(b, head), args, lits(b, "}\n</tool_call>")};
+    return gb_seq(b, sq, 3);
+}
+
+grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *name, bool parallel,
+                                    const grammar_opts *opts, char *err, size_t errlen)
+{
+    cJSON *root = cJSON_ParseWithLengthOpts(tools, len, NULL, false);
+    if (!cJSON_IsArray(root) || cJSON_GetArraySize(root) == 0) {
+        cJSON_Delete(root);
+        snprintf(err, errlen, "tools must be a non-empty array");
+        return NULL;
+    }
+    gbuild b;
+    gb_init(&b);
+    gvec calls = {0};
+    const cJSON *t;
+    cJSON_ArrayForEach(t, root)
+    {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *fname = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn)) {
+            gb_fail(&b, "each tool must be {\"type\": \"function\", \"function\": {...}}");
+            break;
+        }
+        if (name && (!cJSON_IsString(fname) || strcmp(fname->valuestring, name)))
+            continue;
+        if (gvec_push(&calls, tool_call(&b, fn, opts)))
+            gb_fail(&b, "out of memory");
+    }
+    if (!b.failed && calls.n == 0)
+        gb_fail(&b, "tool_choice names the function \"%.64s\", which is not among the tools", name ? name : "");
+    grammar *g = NULL;
+    if (!b.failed) {
+        gsym one = gb_or(&b, calls.v, calls.n);
+        gsym root_sym = one;
+        if (parallel) {
+            gsym more[2] = {gb_byte(&b, '\n'), one};
+            gsym sq[2] = {one, gb_star(&b, gb_seq(&b, more, 2))};
+            root_sym = gb_seq(&b, sq, 2);
+        }
+        g = gb_finish(&b, root_sym);
+    }
+    if (!g)
+        snprintf(err, errlen, "%s", b.err);
+    free(calls.v);
+    gb_deinit(&b);
+    cJSON_Delete(root);
+    return g;
+}
+
+grammar *grammar_compile_tool_spec(const char *spec, size_t len, const grammar_opts *opts, char *err, size_t errlen)
+{
+    cJSON *root = cJSON_ParseWithLengthOpts(spec, len, NULL, false);
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+    grammar *g = NULL;
+    char *text = tools ? cJSON_PrintUnformatted(tools) : NULL;
+    if (!text)
+        snprintf(err, errlen, "a tool-call constraint needs {\"tools\": [...]}");
+    else
+        g = grammar_compile_tool_calls(text, strlen(text), cJSON_IsString(name) ? name->valuestring : NULL,
+                                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "parallel")), opts, err,
+                                       errlen);
+    free(text);
+    cJSON_Delete(root);
+    return g;
+}
+
 grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen)
 {
     gbuild b;

@@ -49,6 +49,11 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
     case SCHED_CONSTRAINT_JSON_OBJECT:
         g = grammar_compile_json_object(NULL, why, sizeof why);
         break;
+    case SCHED_CONSTRAINT_TOOL_CALLS:
+    case SCHED_CONSTRAINT_TOOL_CALLS_AUTO:
+        g = grammar_compile_tool_spec(p->constraint_src ? p->constraint_src : "", p->constraint_len, NULL, why,
+                                      sizeof why);
+        break;
     case SCHED_CONSTRAINT_REGEX:
         g = grammar_compile_regex(p->constraint_src ? p->constraint_src : "", p->constraint_len, why,
                                   sizeof why);
@@ -71,6 +76,11 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
     if (!r->gm) {
         snprintf(err, errlen, "out of memory while compiling the constraint");
         return SCHED_ENOMEM;
+    }
+    /* auto: free text until the model opens a call, then the call's grammar */
+    if (p->constraint == SCHED_CONSTRAINT_TOOL_CALLS_AUTO && gram_matcher_set_trigger(r->gm, "<tool_call>")) {
+        snprintf(err, errlen, "the tool-call trigger could not be set");
+        return SCHED_EINVAL;
     }
     return 0;
 }

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "chat.h"
 
 int chat_detect(const char *tmpl)
@@ -109,20 +111,232 @@ static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, prompt_buf 
     return markup(p, "<|start_header_id|>assistant<|end_header_id|>\n\n", 47);
 }
 
-static int render_chatml(const chat_msg *msgs, int n_msgs, prompt_buf *p)
+/* ---- tools (the Qwen3 template's forms) ---- */
+
+static int marks(prompt_buf *p, const char *s)
 {
-    for (int i = 0; i < n_msgs; i++) {
+    return markup(p, s, strlen(s));
+}
+
+/* A JSON string as Python's json.dumps(ensure_ascii=False) writes it (the
+ * template's tojson): data, since it comes from the request. */
+static int py_string(prompt_buf *p, const char *s)
+{
+    size_t n = strlen(s), k = 0;
+    char *b = malloc(6 * n + 3);
+    if (!b)
+        return -1;
+    b[k++] = '"';
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        static const char esc[] = "\"\\\b\f\n\r\t", letter[] = "\"\\bfnrt";
+        const char *e = strchr(esc, *c);
+        if (e && *c) {
+            b[k++] = '\\';
+            b[k++] = letter[e - esc];
+        } else if (*c < 0x20) {
+            k += (size_t)sprintf(b + k, "\\u%04x", *c);
+        } else {
+            b[k++] = (char)*c;
+        }
+    }
+    b[k++] = '"';
+    int rc = content(p, b, k);
+    free(b);
+    return rc;
+}
+
+/* v as json.dumps writes it: ", " and ": " separators, keys in order. */
+static int py_json(prompt_buf *p, const cJSON *v, int depth)
+{
+    if (depth > 64)
+        return -1;
+    if (cJSON_IsString(v))
+        return py_string(p, v->valuestring);
+    if (cJSON_IsNumber(v)) {
+        char num[40];
+        double d = v->valuedouble;
+        if (d == (double)(long long)d && d < 1e15 && d > -1e15)
+            snprintf(num, sizeof num, "%lld", (long long)d);
+        else if (snprintf(num, sizeof num, "%.15g", d), strtod(num, NULL) != d)
+            snprintf(num, sizeof num, "%.17g", d);     /* the shortest that reads back, mostly */
+        return content(p, num, strlen(num));
+    }
+    if (cJSON_IsBool(v))
+        return content(p, cJSON_IsTrue(v) ? "true" : "false", cJSON_IsTrue(v) ? 4 : 5);
+    if (cJSON_IsNull(v))
+        return content(p, "null", 4);
+    bool obj = cJSON_IsObject(v);
+    if (content(p, obj ? "{" : "[", 1))
+        return -1;
+    for (const cJSON *e = v->child; e; e = e->next) {
+        if (e != v->child && content(p, ", ", 2))
+            return -1;
+        if (obj && (py_string(p, e->string) || content(p, ": ", 2)))
+            return -1;
+        if (py_json(p, e, depth + 1))
+            return -1;
+    }
+    return content(p, obj ? "}" : "]", 1);
+}
+
+static int tools_block(prompt_buf *p, const cJSON *tools, const char *system)
+{
+    if (marks(p, "<|im_start|>system\n") ||
+        (system && (content(p, system, strlen(system)) || marks(p, "\n\n"))) ||
+        marks(p, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"))
+        return -1;
+    for (const cJSON *t = tools->child; t; t = t->next)
+        if (marks(p, "\n") || py_json(p, t, 0))
+            return -1;
+    return marks(p, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                    "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+}
+
+/* An assistant turn's tool calls (OpenAI's shape, arguments a JSON string). */
+static int tool_calls(prompt_buf *p, const char *calls_json, bool had_content)
+{
+    cJSON *calls = cJSON_Parse(calls_json);
+    int rc = calls ? 0 : -1, i = 0;
+    for (const cJSON *c = calls ? calls->child : NULL; c && rc == 0; c = c->next, i++) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(name) || !cJSON_IsString(args))
+            rc = -1;
+        else if (((i == 0 && had_content) || i > 0) && marks(p, "\n"))
+            rc = -1;
+        else if (marks(p, "<tool_call>\n{\"name\": \"") || content(p, name->valuestring, strlen(name->valuestring)) ||
+                 marks(p, "\", \"arguments\": ") || content(p, args->valuestring, strlen(args->valuestring)) ||
+                 marks(p, "}\n</tool_call>"))
+            rc = -1;
+    }
+    cJSON_Delete(calls);
+    return rc;
+}
+
+static int render_chatml(const chat_msg *msgs, int n_msgs, const cJSON *tools, prompt_buf *p)
+{
+    int first = 0;
+    if (tools) {
+        bool sys = n_msgs > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer"));
+        if (tools_block(p, tools, sys ? msgs[0].content : NULL))
+            return -1;
+        first = sys ? 1 : 0;
+    }
+    for (int i = first; i < n_msgs; i++) {
+        const chat_msg *m = &msgs[i];
+        if (!strcmp(m->role, "tool")) {
+            /* consecutive tool results share one user turn */
+            bool open = i == first || strcmp(msgs[i - 1].role, "tool");
+            bool close = i + 1 == n_msgs || strcmp(msgs[i + 1].role, "tool");
+            if ((open && marks(p, "<|im_start|>user")) || marks(p, "\n<tool_response>\n") ||
+                content(p, m->content, strlen(m->content)) || marks(p, "\n</tool_response>") ||
+                (close && marks(p, "<|im_end|>\n")))
+                return -1;
+            continue;
+        }
         /* "developer" is OpenAI's newer name for the system role */
-        const char *role = strcmp(msgs[i].role, "developer") ? msgs[i].role : "system";
+        const char *role = strcmp(m->role, "developer") ? m->role : "system";
         if (markup(p, "<|im_start|>", 12) || markup(p, role, strlen(role)) || markup(p, "\n", 1) ||
-            content(p, msgs[i].content, strlen(msgs[i].content)) || markup(p, "<|im_end|>\n", 11))
+            content(p, m->content, strlen(m->content)) ||
+            (m->tool_calls && tool_calls(p, m->tool_calls, m->content[0] != '\0')) || markup(p, "<|im_end|>\n", 11))
             return -1;
     }
     return markup(p, "<|im_start|>assistant\n", 22);
 }
 
+int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, size_t *content_len, cJSON **calls)
+{
+    static const char open_tag[] = "<tool_call>", close_tag[] = "</tool_call>";
+    *calls = NULL;
+    *content_len = len;
+    const char *first = memmem(text, len, open_tag, sizeof open_tag - 1);
+    if (!first)
+        return 0;
+    cJSON *arr = cJSON_CreateArray();
+    const char *at = first, *end = text + len;
+    int n = 0;
+    while (arr && at) {
+        const char *body = at + sizeof open_tag - 1;
+        const char *stop = memmem(body, (size_t)(end - body), close_tag, sizeof close_tag - 1);
+        cJSON *call = stop ? cJSON_ParseWithLength(body, (size_t)(stop - body)) : NULL;
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(call, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(call, "arguments");
+        char *args_text = cJSON_IsString(args) ? strdup(args->valuestring)
+                          : cJSON_IsObject(args) ? cJSON_PrintUnformatted(args) : NULL;
+        cJSON *tc = cJSON_CreateObject(), *fn = NULL;
+        char id[160];
+        snprintf(id, sizeof id, "call_%s_%d", id_prefix, n);
+        bool ok = cJSON_IsString(name) && args_text && tc && cJSON_AddStringToObject(tc, "id", id) &&
+                  cJSON_AddStringToObject(tc, "type", "function") && (fn = cJSON_AddObjectToObject(tc, "function")) &&
+                  cJSON_AddStringToObject(fn, "name", name->valuestring) &&
+                  cJSON_AddStringToObject(fn, "arguments", args_text);
+        free(args_text);
+        cJSON_Delete(call);
+        if (!ok) {
+            cJSON_Delete(tc);
+            cJSON_Delete(arr);
+            return 0;
+        }
+        cJSON_AddItemToArray(arr, tc);
+        n++;
+        const char *after = stop + sizeof close_tag - 1;
+        while (after < end && is_space(*after))
+            after++;
+        at = after < end ? memmem(after, (size_t)(end - after), open_tag, sizeof open_tag - 1) : NULL;
+        if (after < end && at != after) {   /* text after a call: not a clean tool-call answer */
+            cJSON_Delete(arr);
+            return 0;
+        }
+    }
+    if (!arr)
+        return 0;
+    size_t cl = (size_t)(first - text);
+    while (cl > 0 && is_space(text[cl - 1]))
+        cl--;
+    *content_len = cl;
+    *calls = arr;
+    return n;
+}
+
 int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t **data, int *n_data, char *err,
                 size_t errlen)
+{
+    return chat_render_tools(kind, msgs, n_msgs, NULL, false, out, data, n_data, err, errlen);
+}
+
+bool chat_split_reasoning(const char *text, size_t len, size_t *r_off, size_t *r_len, size_t *c_off, size_t *c_len)
+{
+    static const char open_tag[] = "<think>", close_tag[] = "</think>";
+    size_t a = 0;
+    while (a < len && is_space(text[a]))
+        a++;
+    bool opened = len - a >= sizeof open_tag - 1 && !memcmp(text + a, open_tag, sizeof open_tag - 1);
+    const char *close = memmem(text, len, close_tag, sizeof close_tag - 1);
+    if (!opened && !close)
+        return false;
+    size_t r = opened ? a + sizeof open_tag - 1 : 0;
+    size_t e = close ? (size_t)(close - text) : len;
+    if (close && close < text + r)      /* "</think>" before "<think>": not reasoning */
+        return false;
+    size_t c = close ? e + sizeof close_tag - 1 : len;
+    while (r < e && text[r] == '\n')
+        r++;
+    while (e > r && text[e - 1] == '\n')
+        e--;
+    while (c < len && text[c] == '\n')
+        c++;
+    *r_off = r;
+    *r_len = e - r;
+    *c_off = c;
+    *c_len = len - c;
+    return true;
+}
+
+int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools_json, bool no_think, char **out,
+                      size_t **data, int *n_data, char *err, size_t errlen)
 {
     *out = NULL;
     *data = NULL;
@@ -137,8 +351,23 @@ int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t *
                               "Llama 3); send a formatted prompt to /v1/completions instead");
         return -1;
     }
+    cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
+    if (tools_json && kind != CHAT_CHATML) {
+        cJSON_Delete(tools);
+        snprintf(err, errlen, "tools are rendered for ChatML (Qwen) templates only so far");
+        return -1;
+    }
+    for (int i = 0; i < n_msgs; i++)
+        if (msgs[i].tool_calls && kind != CHAT_CHATML) {
+            cJSON_Delete(tools);
+            snprintf(err, errlen, "assistant tool_calls are rendered for ChatML (Qwen) templates only so far");
+            return -1;
+        }
     prompt_buf p = { 0 };
-    int rc = kind == CHAT_CHATML ? render_chatml(msgs, n_msgs, &p) : render_llama3(kind, msgs, n_msgs, &p);
+    int rc = kind == CHAT_CHATML ? render_chatml(msgs, n_msgs, tools, &p) : render_llama3(kind, msgs, n_msgs, &p);
+    if (rc == 0 && no_think && kind == CHAT_CHATML)
+        rc = marks(&p, "<think>\n\n</think>\n\n");
+    cJSON_Delete(tools);
     /* an empty prompt still gets a buffer: callers take a string */
     if (rc == 0 && !p.buf)
         rc = markup(&p, "", 0);

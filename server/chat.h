@@ -15,6 +15,7 @@
 #ifndef HYSERVE_CHAT_H
 #define HYSERVE_CHAT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "json.h"
@@ -36,5 +37,26 @@ const char *chat_kind_name(int kind);
  * only (engine_tokenize_chat): message text is data, never markup. */
 int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t **data, int *n_data, char *err,
                 size_t errlen);
+/* The same with OpenAI tools (a JSON array, NULL for none), rendered as the
+ * Qwen3 / Qwen2.5 templates do: a "# Tools" block in the system turn,
+ * assistant tool calls as <tool_call> blocks, tool results as
+ * <tool_response> blocks in a user turn. ChatML only. no_think: Qwen3's
+ * enable_thinking=false, an empty <think></think> after the generation
+ * prompt. */
+int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools, bool no_think, char **out,
+                      size_t **data, int *n_data, char *err, size_t errlen);
+/* Qwen3-style reasoning in generated text: "<think>R</think>C" (the
+ * opening tag may be in the prompt instead). Returns true when there is
+ * some, with R (newlines around it dropped) at text + *r_off, *r_len and C
+ * (leading newlines dropped) at text + *c_off, *c_len. */
+bool chat_split_reasoning(const char *text, size_t len, size_t *r_off, size_t *r_len, size_t *c_off, size_t *c_len);
+/* Tool calls in generated text: every <tool_call>{"name", "arguments"}</tool_call>
+ * block. Returns the number of calls (0 when there are none or one is
+ * malformed: then the text is all content), with *calls an array of
+ * OpenAI tool_calls (ids "call_<id_prefix>_<i>", arguments as JSON text) and
+ * *content_len the length of the text before the first call, trailing
+ * whitespace dropped. */
+int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, size_t *content_len,
+                          cJSON **calls);
 
 #endif

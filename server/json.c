@@ -762,8 +762,7 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
         return -1;
     if (model)
         snprintf(g->model, sizeof(g->model), "%s", model);
-    static const char *const unsup[] = {"n", "best_of", "suffix", "tools",
-                                        "functions", "tool_choice", "function_call", NULL};
+    static const char *const unsup[] = {"n", "best_of", "suffix", "functions", "function_call", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(root, unsup[i], pe))
             return -1;
@@ -887,6 +886,112 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
     return 0;
 }
 
+/* An assistant message's tool_calls: [{"id", "type": "function", "function":
+ * {"name", "arguments": a JSON string}}], kept as compact JSON for the
+ * template. */
+static int get_msg_tool_calls(chat_msg *cm, const cJSON *m, const char *where, perr *pe)
+{
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    if (!tc || cJSON_IsNull(tc))
+        return 0;
+    if (!cJSON_IsArray(tc) || strcmp(cm->role, "assistant"))
+        return fail(pe, where, "`tool_calls` must be an array on an assistant message");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, tc)
+    {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")) ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "arguments")))
+            return fail(pe, where, "each tool call needs function.name and function.arguments (a JSON string)");
+    }
+    cm->tool_calls = cJSON_PrintUnformatted(tc);
+    return cm->tool_calls ? 0 : fail(pe, where, "out of memory");
+}
+
+/* tools, tool_choice, parallel_tool_calls (chat). required and a named
+ * function become a tool-call constraint; auto and none leave the output
+ * free (auto's calls are parsed from the text afterwards). */
+/* chat_template_kwargs: {"enable_thinking": bool} (vLLM's and
+ * llama-server's way to pass template variables); other keys are ignored,
+ * as a template that does not read them would. */
+static int get_template_kwargs(gen_request *g, const cJSON *root, perr *pe)
+{
+    const cJSON *kw = field(root, "chat_template_kwargs");
+    if (!kw)
+        return 0;
+    if (!cJSON_IsObject(kw))
+        return fail(pe, "chat_template_kwargs", "expected an object");
+    bool think = true;
+    if (get_bool(kw, "enable_thinking", &think, pe) < 0)
+        return -1;
+    g->no_think = !think;
+    return 0;
+}
+
+static int get_tools(gen_request *g, const cJSON *root, perr *pe)
+{
+    const cJSON *tools = field(root, "tools");
+    const cJSON *choice = field(root, "tool_choice");
+    bool parallel = true;
+    if (get_bool(root, "parallel_tool_calls", &parallel, pe) < 0)
+        return -1;
+    if (!tools || (cJSON_IsArray(tools) && !tools->child)) {
+        if (choice && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")))
+            return fail(pe, "tool_choice", "needs tools");
+        return 0;
+    }
+    if (!cJSON_IsArray(tools))
+        return fail(pe, "tools", "expected an array of {\"type\": \"function\", \"function\": {...}}");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools)
+    {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn) ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
+            return fail(pe, "tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
+    }
+    g->tools = cJSON_PrintUnformatted(tools);
+    if (!g->tools)
+        return fail(pe, "tools", "out of memory");
+    g->tool_choice = TOOL_CHOICE_AUTO;
+    const char *name = NULL;
+    if (cJSON_IsString(choice)) {
+        const char *c = choice->valuestring;
+        g->tool_choice = !strcmp(c, "none") ? TOOL_CHOICE_NONE : !strcmp(c, "auto") ? TOOL_CHOICE_AUTO
+                         : !strcmp(c, "required") ? TOOL_CHOICE_REQUIRED : -1;
+        if (g->tool_choice < 0)
+            return fail(pe, "tool_choice", "must be none, auto, required or {\"type\": \"function\", ...}");
+    } else if (choice) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "function"), "name");
+        if (!cJSON_IsString(n))
+            return fail(pe, "tool_choice", "a named choice is {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        name = n->valuestring;
+        g->tool_choice = TOOL_CHOICE_NAMED;
+    }
+    bool forced = g->tool_choice == TOOL_CHOICE_REQUIRED || g->tool_choice == TOOL_CHOICE_NAMED;
+    /* auto: a call the model opens is constrained from its "<tool_call>"
+     * on, unless the output already has a constraint of its own */
+    if (g->tool_choice == TOOL_CHOICE_NONE || (g->tool_choice == TOOL_CHOICE_AUTO && g->constraint))
+        return 0;
+    if (forced && g->constraint)
+        return fail(pe, "tool_choice", "cannot be combined with %s", g->constraint_param);
+    cJSON *spec = cJSON_CreateObject();
+    cJSON *tcopy = cJSON_Duplicate(tools, true);
+    if (!spec || !tcopy || !cJSON_AddItemToObject(spec, "tools", tcopy)) {
+        cJSON_Delete(spec);
+        cJSON_Delete(tcopy);
+        return fail(pe, "tools", "out of memory");
+    }
+    if (name)
+        cJSON_AddStringToObject(spec, "name", name);
+    cJSON_AddBoolToObject(spec, "parallel", parallel);
+    int rc = set_constraint(g, forced ? GEN_CONSTRAINT_TOOL_CALLS : GEN_CONSTRAINT_TOOL_CALLS_AUTO, spec,
+                            forced ? "tool_choice" : "tools", pe);
+    cJSON_Delete(spec);
+    return rc;
+}
+
 static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)
 {
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");
@@ -947,6 +1052,8 @@ static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)
         g->n_msgs++;
         if (!g->msgs[i].role || !g->msgs[i].content)
             return fail(pe, where, "out of memory");
+        if (get_msg_tool_calls(&g->msgs[i], m, where, pe) < 0)
+            return -1;
     }
     return 0;
 }
@@ -1031,7 +1138,8 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
                 rc = JSON_ENOMEM;
                 goto out;
             }
-        } else if (parse_chat_messages(g, root, &pe)) {
+        } else if (parse_chat_messages(g, root, &pe) || get_tools(g, root, &pe) ||
+                   get_template_kwargs(g, root, &pe)) {
             goto out;
         }
     }
@@ -1057,6 +1165,7 @@ void json_gen_free(gen_request *g)
     for (int i = 0; i < g->n_msgs; i++) {
         free(g->msgs[i].role);
         free(g->msgs[i].content);
+        free(g->msgs[i].tool_calls);
     }
     free(g->msgs);
     for (int i = 0; i < g->n_stop; i++)
@@ -1072,6 +1181,7 @@ void json_gen_free(gen_request *g)
     free(g->batch_ids);
     free(g->batch_n_ids);
     free(g->constraint_src);
+    free(g->tools);
     memset(g, 0, sizeof(*g));
 }
 

@@ -39,6 +39,7 @@ enum json_status {
 typedef struct chat_msg {
     char *role;
     char *content;
+    char *tool_calls;           /* assistant: its tool_calls as a JSON array (compact), or NULL */
 } chat_msg;
 
 /* A validated generation request. Owned by the route handler (and then by
@@ -79,6 +80,9 @@ typedef struct gen_request {
     char *constraint_src;       /* [constraint_len] the JSON Schema or regex text (heap), NULL for json_object */
     size_t constraint_len;
     char constraint_param[32];  /* the field it came from, for errors: "response_format", "grammar", ... */
+    char *tools;                /* chat: the tools array as JSON (compact), NULL without tools */
+    int tool_choice;            /* enum gen_tool_choice */
+    bool no_think;              /* chat_template_kwargs.enable_thinking == false */
 } gen_request;
 
 /* What the output must match (the values of the scheduler's
@@ -88,6 +92,16 @@ enum gen_constraint {
     GEN_CONSTRAINT_JSON_SCHEMA = 1,
     GEN_CONSTRAINT_JSON_OBJECT = 2,
     GEN_CONSTRAINT_REGEX = 3,
+    GEN_CONSTRAINT_TOOL_CALLS = 4,
+    GEN_CONSTRAINT_TOOL_CALLS_AUTO = 5,
+};
+
+/* OpenAI tool_choice. */
+enum gen_tool_choice {
+    TOOL_CHOICE_NONE = 0,       /* no tools, or "none": tool markup is not parsed */
+    TOOL_CHOICE_AUTO = 1,
+    TOOL_CHOICE_REQUIRED = 2,
+    TOOL_CHOICE_NAMED = 3,
 };
 
 /* Parse and validate body for the given API. max_stop bounds the stop

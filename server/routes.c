@@ -342,10 +342,33 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);
+    const char *finish = stream_oai_finish(res->finish);
     if (chat) {
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        json_add_text(msg, "content", res->text ? res->text : "", res->len);
+        /* tool calls the model wrote (forced by the grammar for required
+         * and named choices) leave the content; the markup never shows */
+        cJSON *calls = NULL;
+        const char *text = res->text ? res->text : "";
+        size_t len = res->text ? res->len : 0, clen, r_off, r_len, c_off;
+        /* Qwen3-style <think>...</think> goes to reasoning_content */
+        if (chat_split_reasoning(text, len, &r_off, &r_len, &c_off, &clen)) {
+            json_add_text(msg, "reasoning_content", text + r_off, r_len);
+            text += c_off;
+            len = clen;
+        }
+        clen = len;
+        if (g->tools && g->tool_choice != TOOL_CHOICE_NONE &&
+            chat_parse_tool_calls(text, len, hr->id, &clen, &calls) > 0) {
+            if (clen)
+                json_add_text(msg, "content", text, clen);
+            else
+                cJSON_AddNullToObject(msg, "content");
+            cJSON_AddItemToObject(msg, "tool_calls", calls);
+            finish = "tool_calls";
+        } else {
+            json_add_text(msg, "content", text, len);
+        }
     }
     lp_list lp = {0};
     if (!chat) {
@@ -363,7 +386,7 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
     else
         cJSON_AddNullToObject(c, "logprobs");
     lp_list_free(&lp);
-    cJSON_AddStringToObject(c, "finish_reason", stream_oai_finish(res->finish));
+    cJSON_AddStringToObject(c, "finish_reason", finish);
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", res->n_toks);
@@ -471,7 +494,9 @@ static int handle_batch(http_req *hr, gen_request *g)
                                .max_new_tokens = max_new, .sampling = g->sp,
                                .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
                                .ignore_eos = g->ignore_eos, .top_logprobs = g->top_logprobs,
-                               .prompt_logprobs = g->prompt_logprobs, .cache_salt = g->cache_salt};
+                               .prompt_logprobs = g->prompt_logprobs, .cache_salt = g->cache_salt,
+                               .constraint = g->constraint, .constraint_src = g->constraint_src,
+                               .constraint_len = g->constraint_len};
         int src = sched_submit(srv->sched, &rp, &it[i].r, err, sizeof err);
         if (src) {
             rc = send_error(hr, sched_err_kind(src), err, NULL);
@@ -583,7 +608,9 @@ static int handle_generation(http_req *hr, int api, int mode)
     if (mode == GEN_COMPAT && g.stream)
         mode = GEN_BODY;
     if (api == API_OAI_CHAT) {
-        if (chat_render(srv->chat_kind, g.msgs, g.n_msgs, &g.prompt, &content, &n_content, err, sizeof(err))) {
+        const char *tools = g.tool_choice != TOOL_CHOICE_NONE ? g.tools : NULL;
+        if (chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &g.prompt, &content, &n_content,
+                              err, sizeof(err))) {
             err_extra x = {.param = "messages"};
             rc = send_error(hr, ERR_TEMPLATE, err, &x);
             goto out;
@@ -673,7 +700,10 @@ static int handle_generation(http_req *hr, int api, int mode)
 
     _Static_assert((int)GEN_CONSTRAINT_JSON_SCHEMA == (int)SCHED_CONSTRAINT_JSON_SCHEMA &&
                    (int)GEN_CONSTRAINT_JSON_OBJECT == (int)SCHED_CONSTRAINT_JSON_OBJECT &&
-                   (int)GEN_CONSTRAINT_REGEX == (int)SCHED_CONSTRAINT_REGEX, "json.h and scheduler.h agree");
+                   (int)GEN_CONSTRAINT_REGEX == (int)SCHED_CONSTRAINT_REGEX &&
+                   (int)GEN_CONSTRAINT_TOOL_CALLS == (int)SCHED_CONSTRAINT_TOOL_CALLS &&
+                   (int)GEN_CONSTRAINT_TOOL_CALLS_AUTO == (int)SCHED_CONSTRAINT_TOOL_CALLS_AUTO,
+                   "json.h and scheduler.h agree");
     sched_req_params rp = {
         .id = hr->id,
         .owner = hr->key_id,
@@ -1035,6 +1065,38 @@ static bool known_preset(const char *name)
     return false;
 }
 
+/* POST /apply-template (llama-server's name): the chat body's prompt text,
+ * exactly as /v1/chat/completions would feed it to the model, tools and
+ * tool calls included: {"prompt": "..."}. */
+static int h_apply_template(http_req *hr)
+{
+    server *srv = hr->srv;
+    gen_request g;
+    char err[512], param[64];
+    char *prompt = NULL;
+    size_t *content = NULL;
+    int n_content = 0, rc;
+    int jrc = json_parse_gen(&g, API_OAI_CHAT, hr->body, hr->n_body, srv->cfg->max_stop, err, sizeof(err), param,
+                             sizeof(param));
+    if (jrc != JSON_OK) {
+        json_gen_free(&g);
+        return routes_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : ERR_VALIDATION, err);
+    }
+    const char *tools = g.tool_choice != TOOL_CHOICE_NONE ? g.tools : NULL;
+    if (chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &prompt, &content, &n_content, err,
+                          sizeof(err))) {
+        rc = routes_error(hr, ERR_TEMPLATE, err);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        json_add_text(o, "prompt", prompt, strlen(prompt));
+        rc = http_send_json(hr, 200, o, NULL);
+    }
+    free(prompt);
+    free(content);
+    json_gen_free(&g);
+    return rc;
+}
+
 /* POST /v1/memory/estimate: the planner (memplan.c) over HTTP, no weights.
  * Body: {"preset": NAME} or {"layout": {...preset format...}} or neither
  * (the loaded model's layout), plus optional "context", "batch",
@@ -1235,6 +1297,7 @@ static const route ROUTES[] = {
     {"GET", "/v1/models", h_models},
     {"POST", "/tokenize", h_tokenize},
     {"POST", "/detokenize", h_detokenize},
+    {"POST", "/apply-template", h_apply_template},
     {"GET", "/health", h_health},
     {"GET", "/live", h_health},
     {"GET", "/ready", h_ready},

@@ -20,6 +20,7 @@
 
 #include <microhttpd.h>
 
+#include "chat.h"
 #include "metrics.h"
 #include "stream.h"
 
@@ -161,6 +162,13 @@ typedef struct stream {
     lp_list prompt_lp;          /* completions echo: the prompt's tokens, logprobs from PROMPT events */
     bool echoed;                /* completions echo: the prompt chunk was sent */
     size_t text_off;            /* completions logprobs: text_offset of the next token */
+    int think;                  /* chat: enum think_state, splitting <think>...</think> off the content */
+    char hold[64];              /* chat: bytes held back until they are known to be a tag or not */
+    size_t n_hold;
+    char *tc;                   /* chat with tools: [n_tc] content from "<tool_call>" on (or a prefix of it) */
+    size_t n_tc, cap_tc;
+    bool tc_open;               /* a "<tool_call>" has begun: everything after is held for the parser */
+    bool tc_sent;               /* tool_calls deltas went out: finish_reason is tool_calls */
 } stream;
 
 static cJSON *oai_base(stream *st, const char *object)
@@ -211,9 +219,198 @@ static cJSON *oai_chunk_logprobs(stream *st, bool with_lp)
     return lp;
 }
 
-/* An OpenAI chunk with one choice: text (completion) or delta (chat);
- * with_lp carries the pending logprobs. */
+/* An OpenAI chunk with one choice: text (completion) or delta (chat)
+ * under field; with_lp carries the pending logprobs. */
+static int oai_chunk_field(stream *st, const char *field, const char *text, size_t len, const char *finish,
+                           bool role, bool with_lp);
+
 static int oai_chunk(stream *st, const char *text, size_t len, const char *finish, bool role, bool with_lp)
+{
+    return oai_chunk_field(st, "content", text, len, finish, role, with_lp);
+}
+
+/* ---- reasoning: Qwen3's <think>...</think> streamed as reasoning_content ---- */
+
+enum think_state {
+    THINK_START = 0,            /* nothing decided: the output may open with <think> */
+    THINK_IN = 1,               /* inside the reasoning */
+    THINK_AFTER = 2,            /* after </think>: newlines before the content are dropped */
+    THINK_CONTENT = 3,          /* plain content */
+    THINK_OPENED = 4,           /* after <think>: newlines before the reasoning are dropped */
+};
+
+static const char think_open[] = "<think>", think_close[] = "</think>";
+
+/* Longest suffix of s[0..n) that is a proper prefix of tag. */
+static size_t tag_prefix_suffix(const char *s, size_t n, const char *tag)
+{
+    size_t t = strlen(tag);
+    for (size_t k = t - 1 < n ? t - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, tag, k))
+            return k;
+    return 0;
+}
+
+static int tool_content(stream *st, const char *s, size_t n);
+
+static int emit_if(stream *st, const char *field, const char *s, size_t n)
+{
+    if (n && !strcmp(field, "content") && st->g.tools && st->g.tool_choice != TOOL_CHOICE_NONE)
+        return tool_content(st, s, n);
+    return n ? oai_chunk_field(st, field, s, n, NULL, false, true) : 0;
+}
+
+/* ---- tool calls: "<tool_call>" and what follows never reach content ---- */
+
+static const char tc_open_tag[] = "<tool_call>";
+
+/* Content of a chat with tools: streamed until a "<tool_call>" begins
+ * (a possible start of one is held), then held whole for tool_flush. */
+static int tool_content(stream *st, const char *s, size_t n)
+{
+    if (json_buf_append(&st->tc, &st->n_tc, &st->cap_tc, s, n))
+        return -1;
+    if (st->tc_open)
+        return 0;
+    const char *at = memmem(st->tc, st->n_tc, tc_open_tag, sizeof tc_open_tag - 1);
+    size_t free_n = at ? (size_t)(at - st->tc) : st->n_tc - tag_prefix_suffix(st->tc, st->n_tc, tc_open_tag);
+    st->tc_open = at != NULL;
+    int rc = free_n ? oai_chunk_field(st, "content", st->tc, free_n, NULL, false, true) : 0;
+    memmove(st->tc, st->tc + free_n, st->n_tc - free_n);
+    st->n_tc -= free_n;
+    return rc;
+}
+
+/* At the end: the held text as tool_calls deltas (for each call one chunk
+ * with its index, id, type and name, then one with its arguments), or as
+ * content when it does not parse as calls. */
+static int tool_flush(stream *st)
+{
+    if (st->n_tc == 0)
+        return 0;
+    cJSON *calls = NULL;
+    size_t clen;
+    int n = st->tc_open ? chat_parse_tool_calls(st->tc, st->n_tc, st->hr->id, &clen, &calls) : 0;
+    int rc = 0;
+    if (n <= 0) {
+        rc = oai_chunk_field(st, "content", st->tc, st->n_tc, NULL, false, true);
+    } else {
+        int i = 0;
+        for (const cJSON *c = calls->child; c && rc == 0; c = c->next, i++) {
+            for (int part = 0; part < 2 && rc == 0; part++) {
+                cJSON *o = oai_base(st, "chat.completion.chunk");
+                cJSON *ch = cJSON_CreateObject(), *d = NULL, *arr = NULL, *t = NULL, *fn = NULL;
+                cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
+                cJSON_AddNumberToObject(ch, "index", 0);
+                d = cJSON_AddObjectToObject(ch, "delta");
+                arr = cJSON_AddArrayToObject(d, "tool_calls");
+                t = cJSON_CreateObject();
+                cJSON_AddItemToArray(arr, t);
+                cJSON_AddNumberToObject(t, "index", i);
+                const cJSON *cfn = cJSON_GetObjectItemCaseSensitive(c, "function");
+                if (part == 0) {
+                    cJSON_AddStringToObject(t, "id", cJSON_GetObjectItemCaseSensitive(c, "id")->valuestring);
+                    cJSON_AddStringToObject(t, "type", "function");
+                }
+                fn = cJSON_AddObjectToObject(t, "function");
+                if (part == 0) {
+                    cJSON_AddStringToObject(fn, "name", cJSON_GetObjectItemCaseSensitive(cfn, "name")->valuestring);
+                    cJSON_AddStringToObject(fn, "arguments", "");
+                } else {
+                    cJSON_AddStringToObject(fn, "arguments",
+                                            cJSON_GetObjectItemCaseSensitive(cfn, "arguments")->valuestring);
+                }
+                cJSON_AddNullToObject(ch, "logprobs");
+                cJSON_AddNullToObject(ch, "finish_reason");
+                if (st->g.include_usage)
+                    cJSON_AddNullToObject(o, "usage");
+                rc = o && ch ? frame(st, o, true) : -1;
+            }
+        }
+        st->tc_sent = rc == 0;
+    }
+    cJSON_Delete(calls);
+    st->n_tc = 0;
+    return rc;
+}
+
+/* Feeds generated bytes through the <think> splitter: reasoning goes out
+ * as delta.reasoning_content, the rest as delta.content; a possible tag cut
+ * across pieces is held back (final: flushed). The same split as
+ * chat_split_reasoning on the whole text, except that a reasoning whose
+ * opening tag was in the prompt streams as content. */
+static int think_feed(stream *st, const char *text, size_t len, bool final)
+{
+    char *buf = malloc(st->n_hold + len + 1);
+    if (!buf)
+        return -1;
+    memcpy(buf, st->hold, st->n_hold);
+    memcpy(buf + st->n_hold, text, len);
+    size_t n = st->n_hold + len, at = 0;
+    int rc = 0;
+    st->n_hold = 0;
+    while (rc == 0 && at < n) {
+        const char *s = buf + at;
+        size_t left = n - at;
+        if (st->think == THINK_START) {
+            size_t ws = 0;
+            while (ws < left && (s[ws] == ' ' || s[ws] == '\n' || s[ws] == '\r' || s[ws] == '\t'))
+                ws++;
+            size_t k = left - ws < sizeof think_open - 1 ? left - ws : sizeof think_open - 1;
+            if (memcmp(s + ws, think_open, k)) {
+                st->think = THINK_CONTENT;
+            } else if (k == sizeof think_open - 1) {
+                st->think = THINK_OPENED;
+                at += ws + k;
+            } else {
+                break;          /* a prefix of "<think>" so far: hold it */
+            }
+        } else if (st->think == THINK_IN) {
+            const char *close = memmem(s, left, think_close, sizeof think_close - 1);
+            size_t end = close ? (size_t)(close - s) : left - tag_prefix_suffix(s, left, think_close);
+            size_t keep = end;
+            while (keep > 0 && s[keep - 1] == '\n')
+                keep--;         /* newlines before </think> are not reasoning */
+            rc = emit_if(st, "reasoning_content", s, keep);
+            if (close) {
+                st->think = THINK_AFTER;
+                at += end + sizeof think_close - 1;
+            } else {
+                at += keep;
+                break;          /* hold the newlines and a partial tag */
+            }
+        } else if (st->think == THINK_AFTER || st->think == THINK_OPENED) {
+            while (at < n && buf[at] == '\n')
+                at++;
+            if (at < n)
+                st->think = st->think == THINK_AFTER ? THINK_CONTENT : THINK_IN;
+        } else {
+            rc = emit_if(st, "content", s, left);
+            at = n;
+        }
+    }
+    if (rc == 0 && at < n) {
+        if (final || n - at > sizeof st->hold) {
+            /* the end, or no tag can be this long: what is held is text */
+            bool in = st->think == THINK_IN || st->think == THINK_OPENED;
+            const char *field = in ? "reasoning_content" : "content";
+            size_t k = n - at;
+            while (in && final && k > 0 && buf[at + k - 1] == '\n')
+                k--;
+            rc = emit_if(st, field, buf + at, k);
+            if (st->think == THINK_START)
+                st->think = THINK_CONTENT;
+        } else {
+            memcpy(st->hold, buf + at, n - at);
+            st->n_hold = n - at;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+static int oai_chunk_field(stream *st, const char *field, const char *text, size_t len, const char *finish,
+                           bool role, bool with_lp)
 {
     bool chat = st->g.api == API_OAI_CHAT;
     cJSON *o = oai_base(st, chat ? "chat.completion.chunk" : "text_completion");
@@ -231,7 +428,7 @@ static int oai_chunk(stream *st, const char *text, size_t len, const char *finis
         if (role)
             cJSON_AddStringToObject(d, "role", "assistant");
         if (text)
-            json_add_text(d, "content", text, len);
+            json_add_text(d, field, text, len);
     } else {
         json_add_text(c, "text", text ? text : "", text ? len : 0);
     }
@@ -343,14 +540,18 @@ static int on_event_oai(stream *st, const sched_event *ev)
         return -1;
     if (ev->text_len > 0 || ev->final) {
         const char *fin = ev->final ? stream_oai_finish(ev->finish) : NULL;
-        if (st->g.api == API_OAI_CHAT && ev->final && ev->text_len > 0) {
-            /* chat: content, then an empty delta carrying finish_reason */
-            if (oai_chunk(st, ev->text, ev->text_len, NULL, false, true))
+        if (st->g.api == API_OAI_CHAT && (ev->text_len > 0 || st->n_hold > 0)) {
+            /* chat: reasoning and content (split by think_feed), then an
+             * empty delta carrying finish_reason (and the logprobs of
+             * tokens no chunk has carried yet) */
+            if (think_feed(st, ev->text ? ev->text : "", ev->text_len, ev->final))
                 return -1;
-            if (oai_chunk(st, NULL, 0, fin, false, false))
+            if (ev->final && tool_flush(st))
+                return -1;
+            if (ev->final && oai_chunk(st, NULL, 0, st->tc_sent ? "tool_calls" : fin, false, st->pend.n > 0))
                 return -1;
         } else if (st->g.api == API_OAI_CHAT && ev->final) {
-            if (oai_chunk(st, NULL, 0, fin, false, st->pend.n > 0))
+            if (tool_flush(st) || oai_chunk(st, NULL, 0, st->tc_sent ? "tool_calls" : fin, false, st->pend.n > 0))
                 return -1;
         } else if (oai_chunk(st, ev->text ? ev->text : "", ev->text_len, fin, false, true)) {
             return -1;
@@ -474,6 +675,7 @@ static void stream_free(void *cls)
     free(st->text);
     lp_list_free(&st->pend);
     lp_list_free(&st->prompt_lp);
+    free(st->tc);
     free(st);
     http_req_unref(hr);
 }

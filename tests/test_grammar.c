@@ -536,3 +536,123 @@ TEST(test_grammar_fifty_property_schema_compiles_and_matches_its_document)
     free(src);
     free(doc);
 }
+
+/* Hostile input: byte-mutated and truncated schemas and regexes either
+ * compile or fail with a message, and what compiles matches bytes; under
+ * make SANITIZE=1 this is where an out-of-bounds read would show. */
+TEST(test_grammar_compilers_survive_mutated_inputs)
+{
+    static const char *const seeds[] = {
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^[a-z]{2,5}(x|y)?$\"},"
+        "\"b\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"maxItems\":3}},\"required\":[\"a\"],"
+        "\"$defs\":{\"n\":{\"type\":\"integer\",\"minimum\":-20,\"maximum\":300}}}",
+        "{\"anyOf\":[{\"enum\":[1,\"x\",null,[2]]},{\"type\":\"string\",\"format\":\"date-time\"},"
+        "{\"type\":\"number\",\"minimum\":0,\"maximum\":9}]}",
+        "(a|bc)*[^\\d\\s]{1,3}\\u00e9.\\x41+?",
+    };
+    static const char *const probes[] = {"{\"a\":\"ab\"}", "1", "\"x\"", "abc\xc3\xa9" "zA", "", "[2]", "{}"};
+    uint64_t x = 0x1234567;
+    char buf[512], err[256];
+    int n_ok = 0, n_err = 0;
+    for (int it = 0; it < 3000; it++) {
+        const char *src = seeds[it % 3];
+        size_t n = strlen(src);
+        memcpy(buf, src, n);
+        for (int k = 0; k < 1 + it % 4; k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            size_t at = (size_t)(x % n);
+            static const char alphabet[] = "{}[]()\"\\:,*+?|^$.-0123456789aezAZ \x80\xff";
+            buf[at] = alphabet[(x >> 20) % (sizeof alphabet - 1)];
+        }
+        if (it % 7 == 0)
+            n = (size_t)((x >> 33) % n);
+        char *exact_n = malloc(n ? n : 1);      /* no terminator: reading past n is a sanitizer error */
+        CHECK(exact_n);
+        memcpy(exact_n, buf, n);
+        grammar *g = it % 3 == 2 ? grammar_compile_regex(exact_n, n, err, sizeof err)
+                                 : grammar_compile_json_schema(exact_n, n, NULL, err, sizeof err);
+        free(exact_n);
+        if (!g) {
+            CHECK_MSG(err[0], "a refusal without a message: %.*s", (int)n, buf);
+            n_err++;
+            continue;
+        }
+        n_ok++;
+        for (size_t p = 0; p < sizeof probes / sizeof probes[0]; p++)
+            (void)acc(g, probes[p]);
+        grammar_free(g);
+    }
+    CHECK(n_ok > 100 && n_err > 100);
+}
+
+TEST(test_grammar_tool_calls_take_the_qwen_markup_and_each_functions_arguments)
+{
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\"],"
+                        "\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+    char err[256];
+    grammar *g = grammar_compile_tool_calls(tools, strlen(tools), NULL, false, NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    static const char *yes[] = {
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+    };
+    static const char *no[] = {
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"c\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+        "{\"name\": \"now\", \"arguments\": {}}",
+    };
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    g = grammar_compile_tool_calls(tools, strlen(tools), "now", true, NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    CHECK(acc(g, no[2]) && acc(g, yes[1]) && !acc(g, yes[0]));
+    grammar_free(g);
+    g = grammar_compile_tool_calls(tools, strlen(tools), "missing", false, NULL, err, sizeof err);
+    CHECK(!g && strstr(err, "missing"));
+}
+
+TEST(test_grammar_a_trigger_leaves_text_free_until_the_tool_call_opens)
+{
+    /* tool_choice auto: free text, then "<tool_call>" cut across tokens, then the call's grammar */
+    static const char *const pieces[] = {"<eos>", "Sure", ", ", "<to", "ol_c", "all>", "\n{\"name\": \"", "now",
+                                         "\", \"arguments\": ", "{}", "}\n</tool_call>", "x", "{", "\n"};
+    toy_vocab tv = {pieces, (int)(sizeof pieces / sizeof pieces[0])};
+    char err[256];
+    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    CHECK(v);
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{},\"additionalProperties\":false}}}]";
+    gram_matcher *m = gram_matcher_new(grammar_compile_tool_calls(tools, strlen(tools), NULL, false, NULL, err,
+                                                                  sizeof err), v);
+    CHECK_MSG(m, "%s", err);
+    CHECK(gram_matcher_set_trigger(m, "<tool_call>") == 0);
+    float logits[14];
+    for (int i = 0; i < tv.n; i++)
+        logits[i] = 0.5f;
+    CHECK(gram_matcher_mask(m, logits) == tv.n && !isinf(logits[11]));     /* free: even "x" */
+    int seq[] = {1, 2, 3, 4, 5};                                          /* "Sure, <tool_call>" */
+    for (int i = 0; i < 5; i++) {
+        CHECK(!gram_matcher_active(m));
+        CHECK(gram_matcher_accept_token(m, seq[i]) == 0);
+    }
+    CHECK(gram_matcher_active(m) && !gram_matcher_finished(m));
+    /* after the tag only the call goes on: "\n{\"name\": \"" and "\n" */
+    CHECK(gram_matcher_mask(m, logits) == 2 && !isinf(logits[6]) && !isinf(logits[13]) && isinf(logits[11]) &&
+          isinf(logits[0]) && isinf(logits[12]));
+    int call[] = {6, 7, 8, 9, 10};
+    for (int i = 0; i < 5; i++)
+        CHECK(gram_matcher_accept_token(m, call[i]) == 0);
+    CHECK(gram_matcher_finished(m));
+    gram_matcher_free(m);
+    /* what follows the trigger in its own token must fit, else the matcher never constrains */
+    m = gram_matcher_new(grammar_compile_tool_calls(tools, strlen(tools), NULL, false, NULL, err, sizeof err), v);
+    CHECK(m && gram_matcher_set_trigger(m, "<tool_call>") == 0);
+    CHECK(gram_matcher_accept_bytes(m, "<tool_call>x", 12) == 0 && !gram_matcher_active(m));
+    CHECK(gram_matcher_accept_token(m, 11) == 0 && gram_matcher_mask(m, logits) == tv.n);
+    gram_matcher_free(m);
+    gram_vocab_free(v);
+}

@@ -340,7 +340,7 @@ TEST(test_json_text_replaces_invalid_utf8)
 
 TEST(test_chatml_renders_messages_and_the_generation_prompt)
 {
-    chat_msg m[2] = {{"system", "Be brief."}, {"user", "Hi"}};
+    chat_msg m[2] = {{"system", "Be brief.", NULL}, {"user", "Hi", NULL}};
     char *out = NULL, err[256];
     size_t *data = NULL;
     int n_data = 0;
@@ -361,7 +361,7 @@ TEST(test_chatml_renders_messages_and_the_generation_prompt)
 TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_text)
 {
     /* expected strings written out from the Llama 3 and 3.1 Jinja templates */
-    chat_msg m[3] = {{"system", "  Be brief. "}, {"user", "Hi\n"}, {"assistant", "Hello"}};
+    chat_msg m[3] = {{"system", "  Be brief. ", NULL}, {"user", "Hi\n", NULL}, {"assistant", "Hello", NULL}};
     char *out = NULL, err[256];
     size_t *data = NULL;
     int n_data = 0;
