@@ -291,10 +291,13 @@ static void prom_prefix_cache(sbuf *s, const sched_stats *st)
                  (double)p->hits);
     sb_printf(s, "# HELP hyserve_prefix_cache_misses_total admissions that reused nothing or less than the shared "
                  "prefix, by reason\n# TYPE hyserve_prefix_cache_misses_total counter\n");
-    for (int r = 1; r < PREFIX_N_REASONS; r++)
-        if (r != PREFIX_OFF)
-            sb_printf(s, "hyserve_prefix_cache_misses_total{reason=\"%s\"} %llu\n", prefix_reason_name(r),
-                      (unsigned long long)p->misses[r]);
+    for (int r = 1; r < PREFIX_N_REASONS; r++) {
+        if (r == PREFIX_OFF)
+            continue;
+        char lab[64];
+        snprintf(lab, sizeof(lab), "reason=\"%s\"", prefix_reason_name(r));
+        prom_u64(s, "hyserve_prefix_cache_misses_total", lab, p->misses[r]);
+    }
     prom_counter(s, "hyserve_prefix_cache_recomputed_tokens_total",
                  "prompt tokens shared with a cached entry but recomputed from an earlier snapshot",
                  (double)p->recomputed_tokens);
@@ -713,9 +716,10 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(tot, "mla_latent_bytes", (double)t_mla);
     cJSON_AddNumberToObject(tot, "deltanet_state_bytes", (double)t_state);
     cJSON_AddNumberToObject(tot, "deltanet_conv_bytes", (double)t_conv);
+    /* the snapshots a running request takes for the prefix store are its
+     * own until it ends; the store's entries are in pools.prefix_cache */
     cJSON_AddNumberToObject(tot, "checkpoint_bytes", (double)t_snap);
-    cJSON_AddNumberToObject(tot, "prefix_cache_bytes", (double)st.prefix.bytes);
-    cJSON_AddNumberToObject(tot, "all_requests_bytes", (double)t_all);
+    cJSON_AddNumberToObject(tot, "all_requests_bytes", (double)(t_all + t_snap));
 out:
     free(reqs);
     return o;

@@ -32,7 +32,7 @@ N_GEN = 8
 
 
 def complete(srv, prompt, salt=None, max_tokens=N_GEN):
-    body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     if salt:
         body["cache_salt"] = salt
     st, _, j, b = srv.jreq("POST", "/v1/completions", body)
@@ -153,7 +153,7 @@ def test_salts(on, off):
     check("another salt, or none, never hits the first's entry", cached_b == 0 and cached_none == 0,
           f"{cached_b} {cached_none}")
     check("/metrics counts those misses as salt_differs", m1["salt_differs"] == m0["salt_differs"] + 2, f"{m0} {m1}")
-    st, _, j, _ = on.jreq("POST", "/v1/completions", {"model": "m", "prompt": p, "max_tokens": 2, "cache_salt": 5})
+    st, _, j, _ = on.jreq("POST", "/v1/completions", {"prompt": p, "max_tokens": 2, "cache_salt": 5})
     check("a cache_salt that is not a string is a 400 naming it", st == 400 and "cache_salt" in json.dumps(j), f"{st}")
 
 
