@@ -56,6 +56,9 @@ typedef struct sched_params {
     double queue_timeout_s;     /* longest wait before admission; <= 0: 30 */
     int prefill_chunk;          /* prompt tokens per step over all sequences; <= 0: 512 */
     int n_threads;              /* OpenMP threads of the scheduler thread (the engine's -t); <= 0: default */
+    size_t max_unread_bytes;    /* bytes of events (records + text) a request may hold unread; past it
+                                 * the request is cancelled and its sequence freed (a client that reads
+                                 * nothing cannot make the server buffer without bound); 0: no limit */
 } sched_params;
 
 void sched_params_default(sched_params *p);

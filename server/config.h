@@ -54,6 +54,10 @@ typedef struct server_config {
     double idle_timeout;        /* seconds a connection may take to send a whole request head (or idle between requests) */
     double request_timeout;     /* seconds a request body may take to arrive after its head */
     int max_conn_per_client;    /* open connections from one address, 0: no limit */
+    uint64_t max_header_bytes;  /* request line + headers, bytes (431 beyond) */
+    int max_prompt_tokens;      /* prompt tokens per request, 0: the context limit */
+    int max_stop_len;           /* bytes of one stop sequence */
+    uint64_t max_stream_buffer; /* output bytes a stream may hold unread before it is cancelled */
 } server_config;
 
 void config_defaults(server_config *c);

@@ -44,6 +44,7 @@ static const err_map ERRS[] = {
     {ERR_NOT_FOUND, 404, "not_found", "invalid_request_error"},
     {ERR_METHOD, 405, "method_not_allowed", "invalid_request_error"},
     {ERR_TOO_LARGE, 413, "payload_too_large", "invalid_request_error"},
+    {ERR_HEAD_TOO_LARGE, 431, "headers_too_large", "invalid_request_error"},
     {ERR_OVERLOADED, 429, "overloaded", "overloaded_error"},
     {ERR_LOADING, 503, "not_ready", "server_error"},
     {ERR_DRAINING, 503, "draining", "server_error"},
@@ -101,6 +102,7 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
     if (!hr->failure) {
         switch (kind) {
         case ERR_BAD_JSON: case ERR_VALIDATION: case ERR_CONTEXT: case ERR_TEMPLATE: case ERR_TOO_LARGE:
+        case ERR_HEAD_TOO_LARGE:
             hr->failure = "validation";
             break;
         case ERR_OVERLOADED: hr->failure = "overloaded"; break;
@@ -315,6 +317,16 @@ static int handle_generation(http_req *hr, int api, int mode)
         json_gen_free(&g);
         return rc;
     }
+    for (int i = 0; i < g.n_stop; i++) {
+        if (strlen(g.stop[i]) > (size_t)cfg->max_stop_len) {
+            err_extra x = {.param = "stop"};
+            snprintf(err, sizeof(err), "`stop`: sequence %d is %zu bytes, more than the limit of %d "
+                     "(--max-stop-length)", i, strlen(g.stop[i]), cfg->max_stop_len);
+            rc = send_error(hr, ERR_VALIDATION, err, &x);
+            json_gen_free(&g);
+            return rc;
+        }
+    }
     if (mode == GEN_STREAM)
         g.stream = true;
     if (mode == GEN_COMPAT && g.stream)
@@ -372,6 +384,13 @@ static int handle_generation(http_req *hr, int api, int mode)
         n_prompt = g.truncate;
     }
     hr->n_prompt = n_prompt;
+    if (cfg->max_prompt_tokens > 0 && n_prompt > cfg->max_prompt_tokens) {
+        err_extra x = {.param = api == API_TGI ? "inputs" : api == API_OAI_CHAT ? "messages" : "prompt"};
+        snprintf(err, sizeof(err), "the prompt has %d tokens, more than the limit of %d (--max-prompt-tokens)",
+                 n_prompt, cfg->max_prompt_tokens);
+        rc = send_error(hr, ERR_VALIDATION, err, &x);
+        goto out;
+    }
     if (n_prompt == 0) {
         err_extra x = {.param = api == API_TGI ? "inputs" : api == API_OAI_CHAT ? "messages" : "prompt"};
         rc = send_error(hr, ERR_VALIDATION, "the prompt produced no tokens", &x);
@@ -934,6 +953,12 @@ static int send_unauthorized(http_req *hr)
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
+    if (hr->head_too_large) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "request line and headers are larger than the limit of %llu bytes "
+                 "(--max-header-bytes)", (unsigned long long)hr->srv->cfg->max_header_bytes);
+        return routes_error(hr, ERR_HEAD_TOO_LARGE, msg);
+    }
     if (keys->n && !auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public)) {
         hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
         if (!hr->key_id)

@@ -284,6 +284,7 @@ int serve_main(int argc, char **argv)
 
     sp.max_queue = cfg.max_queue;
     sp.queue_timeout_s = cfg.queue_timeout;
+    sp.max_unread_bytes = (size_t)cfg.max_stream_buffer;
     sp.prefill_chunk = cfg.prefill_chunk;
     srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
     if (!srv.sched || sched_start(srv.sched)) {
