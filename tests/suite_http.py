@@ -1391,6 +1391,42 @@ def test_request_limits(model):
         srv.stop()
 
 
+def test_idle_and_prefill_disconnect(model):
+    """200 idle connections do not keep a normal request from being served,
+    and a client gone in the middle of a prefill frees its cache."""
+    srv = Server("idleconn", model, "-t", "1", "--max-connections-per-client", "0", "--prefill-chunk", "1")
+    socks = []
+    try:
+        idle = srv.stats()["pools"]["reserved_bytes"]
+        for _ in range(200):
+            socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=10))
+        st, _, j = gen(srv, "Hi", max_new_tokens=3)
+        check("with 200 idle connections open a normal request is served", st == 200 and
+              "generated_text" in (j or {}), f"{st} {j}")
+        for s_ in socks:
+            s_.close()
+        socks = []
+        # a 1500-byte prompt prefilled one token a step; the client leaves mid-prefill
+        s_ = socket.create_connection(("127.0.0.1", srv.port))
+        body = json.dumps({"inputs": "x" * 1500, "parameters": {"max_new_tokens": 5}}).encode()
+        s_.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        seen, deadline = None, time.time() + 30
+        while time.time() < deadline and not seen:
+            reqs = srv.stats()["requests"]
+            seen = next((r for r in reqs if r["state"] == "prefill" and 0 < r["prefilled_tokens"] <
+                         r["prompt_tokens"]), None)
+        s_.close()
+        ok, st_ = wait_idle(srv, idle, timeout=30)
+        check("a client gone mid-prefill: seen prefilling, then nothing running and the pools back to idle",
+              seen is not None and ok, f"{seen} {st_ and st_['pools']}")
+        st, _, j = gen(srv, "Hi", max_new_tokens=2)
+        check("the server serves normally afterwards", st == 200, f"{st} {j}")
+    finally:
+        for s_ in socks:
+            s_.close()
+        srv.stop()
+
+
 def main(argv=None):
     # in the order they run; test_drain ends the main server, so it is last
     on_main = [("test_basic_routes", lambda: test_basic_routes(srv)),
@@ -1416,6 +1452,7 @@ def main(argv=None):
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_request_limits", lambda: test_request_limits(model)),
+            ("test_idle_and_prefill_disconnect", lambda: test_idle_and_prefill_disconnect(model)),
             ("test_drain", lambda: test_drain(srv))]
     names = [n for n, _ in on_main + on_limits + last]
     chosen = select(sys.argv[1:] if argv is None else argv, names, "http")
