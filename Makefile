@@ -75,7 +75,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -167,6 +167,9 @@ test-dashboard: all ## the dashboard (GET /) in headless Chromium; screenshots i
 
 test-deploy: ## build the Docker images, run three replicas behind nginx and check them (needs root)
 	@sh tools/test-deploy.sh
+
+soak: all ## SOAK_CLIENTS (32) streaming clients for SOAK_SECONDS (600) against a live server (tools/soak.py)
+	@$(PYTHON) tools/soak.py --hyserve $(HYSERVE) --seconds $${SOAK_SECONDS:-600} --clients $${SOAK_CLIENTS:-32} --rss-tolerance 0.05
 
 bench: all ## run the benchmarks, results under bench/results/
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh

@@ -44,6 +44,7 @@ void sched_params_default(sched_params *p)
     p->prefix_cache = false;
     p->prefix_budget_bytes = 0;
     p->prefix_snap_interval = 0;
+    p->max_unread_bytes = 0;
 }
 
 void sched_event_clear(sched_event *ev)
@@ -140,6 +141,7 @@ static int req_push(sched_req *r, sched_event *ev)
     }
     r->q[(r->q_head + r->q_len) % r->q_cap] = *ev;
     r->q_len++;
+    r->q_bytes += sizeof(*ev) + ev->text_len;
     pthread_cond_broadcast(&r->cv);
     uint64_t one = 1;
     if (write(r->efd, &one, sizeof(one)) < 0) {
@@ -187,6 +189,7 @@ int sched_req_next(sched_req *r, sched_event *ev, int timeout_ms)
         *ev = r->q[r->q_head];
         r->q_head = (r->q_head + 1) % r->q_cap;
         r->q_len--;
+        r->q_bytes -= sizeof(*ev) + ev->text_len;
         got = 1;
     }
     if (r->q_len == 0) {
@@ -780,6 +783,24 @@ static char *pending_take(sched_req *r, size_t n)
     return t;
 }
 
+/* A submitter that reads nothing (a stalled stream client) leaves its
+ * events queued: past max_unread_bytes the request is cancelled, so the
+ * next step frees its sequence and the queue stops growing. */
+static void check_unread(sched *s, sched_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    const size_t unread = r->q_bytes;
+    pthread_mutex_unlock(&r->mu);
+    if (unread <= s->p.max_unread_bytes || atomic_load(&r->cancel))
+        return;
+    pthread_mutex_lock(&s->mu);
+    snprintf(r->cancel_msg, sizeof(r->cancel_msg),
+             "the client left %zu bytes of output unread (limit %zu): request cancelled", unread,
+             s->p.max_unread_bytes);
+    atomic_store(&r->cancel, true);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* A token was sampled for r. Emit its event; returns SCHED_OK when the
  * request continues, 1 when it finished, or a negative error. */
 static int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sampler_top *top)
@@ -852,7 +873,10 @@ static int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sa
         r->final_ev = ev;       /* pushed after the sequence is freed */
         return 1;
     }
-    return req_push(r, &ev);
+    int rc = req_push(r, &ev);
+    if (rc == 0 && s->p.max_unread_bytes)
+        check_unread(s, r);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1182,6 +1206,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->p.prefix_cache = p->prefix_cache;
         s->p.prefix_budget_bytes = p->prefix_budget_bytes;
         s->p.prefix_snap_interval = p->prefix_snap_interval > 0 ? p->prefix_snap_interval : 0;
+        s->p.max_unread_bytes = p->max_unread_bytes;
     }
     s->max_seqs = s->info->max_seqs > 0 ? s->info->max_seqs : 1;
     s->n_vocab = s->info->n_vocab;

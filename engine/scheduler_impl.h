@@ -77,6 +77,7 @@ struct sched_req {
     int efd;                    /* eventfd: readable while events are pending */
     sched_event *q;             /* [q_cap] ring of pending events */
     int q_head, q_len, q_cap;
+    size_t q_bytes;             /* the queued events' records and text: what the submitter has not read */
 
     atomic_bool cancel;
     atomic_int refs;            /* submitter + scheduler */

@@ -92,6 +92,15 @@ static const opt_def OPTS[] = {
     {"max-connections-per-client", 0, "HYSERVE_MAX_CONNECTIONS_PER_CLIENT", OPT_INT, OFF(max_conn_per_client), 0,
      "N", "open connections from one client address; 0: no limit (default 64; behind a load balancer every "
      "connection comes from it: raise it to --max-connections)"},
+    {"max-header-bytes", 0, "HYSERVE_MAX_HEADER_BYTES", OPT_BYTES, OFF(max_header_bytes), 0, "BYTES",
+     "request line and headers together, 431 beyond (default 16K)"},
+    {"max-prompt-tokens", 0, "HYSERVE_MAX_PROMPT_TOKENS", OPT_INT, OFF(max_prompt_tokens), 0, "N",
+     "prompt tokens per request, 422 (OpenAI 400) beyond; 0: only the context limit (default 0)"},
+    {"max-stop-length", 0, "HYSERVE_MAX_STOP_LENGTH", OPT_INT, OFF(max_stop_len), 0, "BYTES",
+     "bytes of one stop sequence (default 256)"},
+    {"max-stream-buffer", 0, "HYSERVE_MAX_STREAM_BUFFER", OPT_BYTES, OFF(max_stream_buffer), 0, "BYTES",
+     "generated output a stream may hold that its client has not read; beyond it the request is "
+     "cancelled and its cache freed (default 1M)"},
     {"metrics-public", 0, "HYSERVE_METRICS_PUBLIC", OPT_BOOL, OFF(metrics_public), 0, NULL,
      "serve /metrics and /stats without a key, for a trusted scraper (default off)"},
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
@@ -142,6 +151,10 @@ void config_defaults(server_config *c)
     c->request_timeout = 30.0;
     c->max_conn_per_client = 64;
     snprintf(c->prefix_cache, sizeof(c->prefix_cache), "on");
+    c->max_header_bytes = 16384;
+    c->max_prompt_tokens = 0;
+    c->max_stop_len = 256;
+    c->max_stream_buffer = 1 << 20;
 }
 
 void config_usage(FILE *f)
@@ -517,5 +530,15 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
         c->default_max_tokens = 1;
     if (c->max_body < 16)
         c->max_body = 16;
+    if (c->max_header_bytes < 1024 || c->max_header_bytes > (1u << 20)) {
+        snprintf(err, errlen, "--max-header-bytes %llu is out of range 1K..1M", (unsigned long long)c->max_header_bytes);
+        return -1;
+    }
+    if (c->max_prompt_tokens < 0)
+        c->max_prompt_tokens = 0;
+    if (c->max_stop_len < 1)
+        c->max_stop_len = 1;
+    if (c->max_stream_buffer < 4096)
+        c->max_stream_buffer = 4096;
     return 0;
 }

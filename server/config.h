@@ -64,6 +64,10 @@ typedef struct server_config {
     int cors_origins_from;      /* their source, as api_keys_from */
     char log_format[8];         /* "text" (default) or "json" */
     bool log_probes;            /* log GET /health, /live, /ready and /metrics too */
+    uint64_t max_header_bytes;  /* request line + headers, bytes (431 beyond) */
+    int max_prompt_tokens;      /* prompt tokens per request, 0: the context limit */
+    int max_stop_len;           /* bytes of one stop sequence */
+    uint64_t max_stream_buffer; /* output bytes a stream may hold unread before it is cancelled */
 } server_config;
 
 void config_defaults(server_config *c);

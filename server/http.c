@@ -270,17 +270,28 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req_unref(hr);
 }
 
-/* Every connection gets a deadline record while it is open (guard.h). */
+/* The kernel's send buffer of a connection. Left to autotuning it grows to
+ * megabytes (tcp_wmem), all of it output a client that reads nothing makes
+ * the server hold before --max-stream-buffer sees any; fixed, it bounds
+ * that, at 128 KiB (the kernel doubles the value) per round trip, far more
+ * than a token stream needs. */
+#define HTTP_SNDBUF_BYTES (64 * 1024)
+
+/* Every connection gets a fixed send buffer and a deadline record while it
+ * is open (guard.h). */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
     server *srv = cls;
-    if (!srv->guard)
-        return;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? guard_open(srv->guard, (int)ci->connect_fd) : NULL;
-    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (ci) {
+            int sndbuf = HTTP_SNDBUF_BYTES;
+            (void)setsockopt((int)ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+        }
+        if (srv->guard)
+            *socket_context = ci ? guard_open(srv->guard, (int)ci->connect_fd) : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && srv->guard) {
         guard_close(srv->guard, *socket_context);
         *socket_context = NULL;
     }
@@ -289,6 +300,14 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 /* ---------------------------------------------------------------------- */
 /* The access handler                                                     */
 /* ---------------------------------------------------------------------- */
+
+/* Adds up the bytes of the header lines ("Name: value\r\n"). */
+static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    size_t *n = cls;
+    *n += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
@@ -314,6 +333,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
             hr->gconn = ci ? ci->socket_context : NULL;
             guard_head_done(srv->guard, hr->gconn);
+        }
+        /* the request line and headers against --max-header-bytes (the
+         * connection's memory limit, set from it, stops a much larger head
+         * before it is read at all, with libmicrohttpd's own 431) */
+        size_t head = strlen(method) + strlen(url) + strlen(version) + 4;
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_bytes, &head);
+        if (head > srv->cfg->max_header_bytes) {
+            hr->head_too_large = true;
+            return routes_dispatch(hr) == 0 ? MHD_YES : MHD_NO;
         }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
@@ -400,6 +428,10 @@ int http_start(server *srv, char *err, size_t errlen)
                                    MHD_OPTION_CONNECTION_TIMEOUT,
                                    (unsigned)(c->idle_timeout >= 1 ? c->idle_timeout + 0.5 : 120),
                                    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)c->max_conn_per_client,
+                                   /* room for a head at the limit twice over (MHD also keeps the
+                                    * response headers here), never below MHD's 32 KiB default */
+                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                                   (size_t)(c->max_header_bytes < 12288 ? 32768 : 2 * c->max_header_bytes + 8192),
                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                    MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
                                    MHD_OPTION_END);

@@ -37,6 +37,7 @@ typedef struct http_req {
     char *body;                 /* [n_body] + NUL */
     size_t n_body, cap_body;
     bool body_too_large;
+    bool head_too_large;        /* request line + headers past --max-header-bytes: 431 */
     bool body_done;
     int status;                 /* status sent, 0 before */
     bool inflight;              /* counted in srv->n_inflight */

@@ -46,6 +46,7 @@ static const err_map ERRS[] = {
     {ERR_NOT_FOUND, 404, "not_found", "invalid_request_error"},
     {ERR_METHOD, 405, "method_not_allowed", "invalid_request_error"},
     {ERR_TOO_LARGE, 413, "payload_too_large", "invalid_request_error"},
+    {ERR_HEAD_TOO_LARGE, 431, "headers_too_large", "invalid_request_error"},
     {ERR_OVERLOADED, 429, "overloaded", "overloaded_error"},
     {ERR_LOADING, 503, "not_ready", "server_error"},
     {ERR_DRAINING, 503, "draining", "server_error"},
@@ -104,6 +105,7 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
     if (!hr->failure) {
         switch (kind) {
         case ERR_BAD_JSON: case ERR_VALIDATION: case ERR_CONTEXT: case ERR_TEMPLATE: case ERR_TOO_LARGE:
+        case ERR_HEAD_TOO_LARGE:
             hr->failure = "validation";
             break;
         case ERR_OVERLOADED: hr->failure = "overloaded"; break;
@@ -477,6 +479,12 @@ static int handle_batch(http_req *hr, gen_request *g)
             rc = send_error(hr, ERR_VALIDATION, err, &xp);
             goto out;
         }
+        if (srv->cfg->max_prompt_tokens > 0 && it[i].n_prompt > srv->cfg->max_prompt_tokens) {
+            snprintf(err, sizeof err, "prompt %d has %d tokens, more than the limit of %d (--max-prompt-tokens)", i,
+                     it[i].n_prompt, srv->cfg->max_prompt_tokens);
+            rc = send_error(hr, ERR_VALIDATION, err, &xp);
+            goto out;
+        }
         if ((long)it[i].n_prompt + max_new > n_ctx) {
             err_extra x = {.param = "max_tokens", .n_prompt = it[i].n_prompt, .max_total = n_ctx};
             snprintf(err, sizeof err, "prompt %d: prompt tokens + max_tokens must be <= %d. Given: %d prompt tokens "
@@ -582,6 +590,16 @@ static int handle_generation(http_req *hr, int api, int mode)
         json_gen_free(&g);
         return rc;
     }
+    for (int i = 0; i < g.n_stop; i++) {
+        if (strlen(g.stop[i]) > (size_t)cfg->max_stop_len) {
+            err_extra x = {.param = "stop"};
+            snprintf(err, sizeof(err), "`stop`: sequence %d is %zu bytes, more than the limit of %d "
+                     "(--max-stop-length)", i, strlen(g.stop[i]), cfg->max_stop_len);
+            rc = send_error(hr, ERR_VALIDATION, err, &x);
+            json_gen_free(&g);
+            return rc;
+        }
+    }
     /* @huggingface/inference 4.x sends its endpoint URL as "model" when given
      * an endpointUrl: a URL names this endpoint, not another model */
     if (!strncmp(g.model, "http://", 7) || !strncmp(g.model, "https://", 8))
@@ -662,6 +680,13 @@ static int handle_generation(http_req *hr, int api, int mode)
         n_prompt = g.truncate;
     }
     hr->n_prompt = n_prompt;
+    if (cfg->max_prompt_tokens > 0 && n_prompt > cfg->max_prompt_tokens) {
+        err_extra x = {.param = api == API_TGI ? "inputs" : api == API_OAI_CHAT ? "messages" : "prompt"};
+        snprintf(err, sizeof(err), "the prompt has %d tokens, more than the limit of %d (--max-prompt-tokens)",
+                 n_prompt, cfg->max_prompt_tokens);
+        rc = send_error(hr, ERR_VALIDATION, err, &x);
+        goto out;
+    }
     if (n_prompt == 0) {
         err_extra x = {.param = api == API_TGI ? "inputs" : api == API_OAI_CHAT ? "messages" : "prompt"};
         rc = send_error(hr, ERR_VALIDATION, "the prompt produced no tokens", &x);
@@ -1351,6 +1376,12 @@ static int preflight(http_req *hr)
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
+    if (hr->head_too_large) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "request line and headers are larger than the limit of %llu bytes "
+                 "(--max-header-bytes)", (unsigned long long)hr->srv->cfg->max_header_bytes);
+        return routes_error(hr, ERR_HEAD_TOO_LARGE, msg);
+    }
     int pf = preflight(hr);
     if (pf <= 0)
         return pf;

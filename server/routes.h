@@ -19,6 +19,7 @@ enum route_err {
     ERR_NOT_FOUND,          /* 404 */
     ERR_METHOD,             /* 405 */
     ERR_TOO_LARGE,          /* 413 */
+    ERR_HEAD_TOO_LARGE,     /* 431 */
     ERR_OVERLOADED,         /* 429 + Retry-After */
     ERR_LOADING,            /* 503 + Retry-After */
     ERR_DRAINING,           /* 503 + Retry-After */

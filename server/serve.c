@@ -357,6 +357,7 @@ int serve_main(int argc, char **argv)
 
     sp.max_queue = cfg.max_queue;
     sp.queue_timeout_s = cfg.queue_timeout;
+    sp.max_unread_bytes = (size_t)cfg.max_stream_buffer;
     sp.prefill_chunk = cfg.prefill_chunk;
     sp.prefix_cache = strcmp(cfg.prefix_cache, "off") != 0;
     sp.prefix_budget_bytes = cfg.prefix_cache_mem;

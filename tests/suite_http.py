@@ -1932,6 +1932,131 @@ def test_tool_calls(srv):
               st == 200 and st2 == 200 and re.fullmatch(r"[a-z]{3}\n?[a-z]{2}", m.get("reasoning_content", ""))
               and re.fullmatch(r"[a-z<]{4}", m.get("content") or "") and (rs, cs) == (m["reasoning_content"], m["content"]),
               f"{m} vs {(rs, cs)}")
+def test_request_limits(model):
+    """--max-header-bytes (431), --max-prompt-tokens, --max-stop-length and
+    --max-stream-buffer: each refuses with a 4xx naming its flag, or (the
+    stream buffer) cancels a stream whose client reads nothing, frees its
+    cache and leaves the other streams running."""
+    srv = Server("reqlimits", model, "-t", "1", "--max-seqs", "4", "--max-header-bytes", "2048",
+                 "--max-prompt-tokens", "40", "--max-stop-length", "8", "--max-stream-buffer", "256K")
+    socks = []
+    try:
+        idle = srv.stats()["pools"]["reserved_bytes"]
+        st, h, j, b = srv.jreq("POST", "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 2}},
+                               headers={"X-Pad": "a" * 1500})
+        check("a 1.6 KB head under --max-header-bytes 2048 is served", st == 200, f"{st} {b[:200]}")
+        st, h, j, b = srv.jreq("POST", "/generate", {"inputs": "Hi"}, headers={"X-Pad": "a" * 3000})
+        check("a 3 KB head is 431 naming --max-header-bytes", st == 431 and j and "--max-header-bytes" in j["error"],
+              f"{st} {b[:200]}")
+        st, h, j, b = srv.jreq("GET", "/v1/models", headers={"X-Pad": "a" * 3000})
+        check("OpenAI routes: 431 with the OpenAI envelope", st == 431 and j and "--max-header-bytes" in
+              j["error"]["message"], f"{st} {b[:200]}")
+        # far past the connection's memory: libmicrohttpd's own 431 or a close, never a crash
+        try:
+            st, h, b = srv.req("GET", "/health", headers={"X-Pad": "a" * 200000}, timeout=10)
+        except OSError as e:
+            st = repr(e)
+        st2, _, _ = srv.req("GET", "/health")
+        check("a 200 KB head is refused (431 or closed) and the server keeps serving",
+              st in (431, ) or isinstance(st, str), f"{st} then /health {st2}")
+        check("the server answers after the oversized heads", st2 == 200, f"{st2}")
+
+        long_prompt = "a b c d e f g h " * 10
+        st, h, j, b = srv.jreq("POST", "/generate", {"inputs": long_prompt, "parameters": {"max_new_tokens": 1}})
+        check("a prompt over --max-prompt-tokens is 422 naming the flag", st == 422 and
+              "--max-prompt-tokens" in j["error"], f"{st} {b[:200]}")
+        st, h, j, b = srv.jreq("POST", "/v1/completions", {"prompt": long_prompt, "max_tokens": 1})
+        check("OpenAI: 400 with param prompt", st == 400 and j["error"]["param"] == "prompt" and
+              "--max-prompt-tokens" in j["error"]["message"], f"{st} {b[:200]}")
+        st, h, j, b = srv.jreq("POST", "/v1/completions", {"prompt": list(range(1, 60)), "max_tokens": 1})
+        check("token-id prompts count against --max-prompt-tokens too", st == 400 and
+              "--max-prompt-tokens" in j["error"]["message"], f"{st} {b[:200]}")
+        st, h, j, b = srv.jreq("POST", "/generate", {"inputs": "a b", "parameters": {"max_new_tokens": 1}})
+        check("a short prompt passes", st == 200, f"{st} {b[:200]}")
+
+        st, h, j, b = srv.jreq("POST", "/generate", {"inputs": "Hi", "parameters": {"stop": ["123456789"]}})
+        check("a stop sequence over --max-stop-length is 422 naming the flag", st == 422 and
+              "--max-stop-length" in j["error"], f"{st} {b[:200]}")
+        st, h, j, b = srv.jreq("POST", "/v1/completions", {"prompt": "Hi", "stop": "123456789", "max_tokens": 1})
+        check("OpenAI: 400 with param stop", st == 400 and j["error"]["param"] == "stop", f"{st} {b[:200]}")
+        st, h, j, b = srv.jreq("POST", "/generate", {"inputs": "Hi", "parameters": {"stop": ["12345678"],
+                                                                                   "max_new_tokens": 1}})
+        check("a stop sequence at the limit passes", st == 200, f"{st} {b[:200]}")
+
+        # a reader that reads nothing: a small receive window, a long stream. 3000
+        # token events (~330 bytes each) outgrow the kernel's buffers and 256K;
+        # the reading client's 200 events (~66K) could not reach it even unread
+        # (a lower limit can cut a reader that merely lags a fast model)
+        body = json.dumps({"inputs": "Hi", "parameters": {"max_new_tokens": 3000, "details": True}}).encode()
+        for _ in range(2):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+            s.connect(("127.0.0.1", srv.port))
+            s.sendall(b"POST /generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            socks.append(s)
+        # meanwhile a client that reads streams to the end
+        st, h, evs, _ = stream(srv, "/generate_stream", {"inputs": "Hello", "parameters": {"max_new_tokens": 200}})
+        datas = [json.loads(p) for k, p in evs if k == "data"]
+        check("a reading stream beside two stalled ones runs to its end", st == 200 and datas and
+              datas[-1].get("generated_text") is not None and len(datas) == 200, f"{st} {len(datas)} events")
+        ok, s = wait_idle(srv, idle, timeout=60)
+        check("the stalled streams are cancelled at --max-stream-buffer and their cache freed, "
+              "though their sockets stay open", ok, f"{s and s['scheduler']} {s and s['pools']}")
+        # the log line is written when the response ends: once the sockets close
+        for s_ in socks:
+            s_.close()
+        socks = []
+        cut, deadline = [], time.time() + 30
+        while time.time() < deadline and len(cut) < 2:
+            with open(srv.log_path, "rb") as f:
+                log = f.read().decode("utf-8", "replace")
+            cut = [l for l in log.splitlines() if "POST /generate_stream" in l and "cancelled" in l]
+            time.sleep(0.1)
+        check("the request log books both as cancelled, short of their 3000 tokens", len(cut) == 2 and
+              all("gen_tokens=3000" not in l for l in cut), "\n".join(log.splitlines()[-5:]))
+        st, _, j = gen(srv, "Hi", max_new_tokens=2)
+        check("the server serves normally afterwards", st == 200, f"{st} {j}")
+    finally:
+        for s_ in socks:
+            s_.close()
+        srv.stop()
+
+
+def test_idle_and_prefill_disconnect(model):
+    """200 idle connections do not keep a normal request from being served,
+    and a client gone in the middle of a prefill frees its cache."""
+    srv = Server("idleconn", model, "-t", "1", "--max-connections-per-client", "0", "--prefill-chunk", "1")
+    socks = []
+    try:
+        idle = srv.stats()["pools"]["reserved_bytes"]
+        for _ in range(200):
+            socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=10))
+        st, _, j = gen(srv, "Hi", max_new_tokens=3)
+        check("with 200 idle connections open a normal request is served", st == 200 and
+              "generated_text" in (j or {}), f"{st} {j}")
+        for s_ in socks:
+            s_.close()
+        socks = []
+        # a 1500-byte prompt prefilled one token a step; the client leaves mid-prefill
+        s_ = socket.create_connection(("127.0.0.1", srv.port))
+        body = json.dumps({"inputs": "x" * 1500, "parameters": {"max_new_tokens": 5}}).encode()
+        s_.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        seen, deadline = None, time.time() + 30
+        while time.time() < deadline and not seen:
+            reqs = srv.stats()["requests"]
+            seen = next((r for r in reqs if r["state"] == "prefill" and 0 < r["prefilled_tokens"] <
+                         r["prompt_tokens"]), None)
+        s_.close()
+        ok, st_ = wait_idle(srv, idle, timeout=30)
+        check("a client gone mid-prefill: seen prefilling, then nothing running and the pools back to idle",
+              seen is not None and ok, f"{seen} {st_ and st_['pools']}")
+        st, _, j = gen(srv, "Hi", max_new_tokens=2)
+        check("the server serves normally afterwards", st == 200, f"{st} {j}")
+    finally:
+        for s_ in socks:
+            s_.close()
+        srv.stop()
 
 
 def main(argv=None):
@@ -1970,6 +2095,8 @@ def main(argv=None):
             ("test_readme_sample", test_readme_sample),
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
+            ("test_request_limits", lambda: test_request_limits(model)),
+            ("test_idle_and_prefill_disconnect", lambda: test_idle_and_prefill_disconnect(model)),
             ("test_drain", lambda: test_drain(srv))]
     names = [n for n, _ in on_main + on_limits + last]
     chosen = select(sys.argv[1:] if argv is None else argv, names, "http")
