@@ -104,22 +104,45 @@ AVX2 void avx2_quantize_act_q8k(const float *x, int n, int8_t *q, float *d, int1
     }
 }
 
+/* The weights of Q4_K/Q5_K sub-blocks 2j (*lo) and 2j + 1 (*hi), 32
+ * bytes each: the low and high nibbles of qs[32j..32j+32), plus (Q5_K, h
+ * the 32 bytes of qh, else NULL) bit s of qh[l] as bit 4. Shifts of 16-bit
+ * lanes, masked per byte. */
+AVX2 static inline void avx2_kq45_w32(const uint8_t *qs, const __m256i *h, int j, __m256i *lo, __m256i *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+    *lo = _mm256_and_si256(w, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+    if (h) {
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*h, 2 * j), one), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(*h, 2 * j + 1), one), 4));
+    }
+}
+
+/* The 32 weights (0..63) of Q6_K elements 128n + 32k + [0, 32): the low
+ * (k < 2) or high nibbles of ql[64n + 32 (k & 1) + l] | bits 2k, 2k+1 of
+ * qh[32n + l] << 4 */
+AVX2 static inline __m256i avx2_q6k_w32(const blk_q6_k *b, int n, int k)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n + 32 * (k & 1)));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * n));
+    const __m256i nib = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+    return _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2), 4));
+}
+
 /* sum_s sc_s sum_l w q and sum_s mn_s bsum_s of one Q4_K/Q5_K super-block;
  * qh NULL for Q4_K. Sub-block 2j is the low nibbles of qs[32j..32j+32),
  * 2j+1 the high ones; Q5_K's bit 4 of sub-block s is bit s of qh[l]. */
 AVX2 static inline __m256i avx2_kq45_block(const uint8_t *qs, const uint8_t *qh, const uint8_t sm[16],
                                            const int8_t *q)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     __m256i sumi = _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-        __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
-        if (qh) {   /* bit s of each byte to bit 4: shifts of 16-bit lanes, masked per byte */
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j + 1), one), 4));
-        }
+        __m256i lo, hi;
+        avx2_kq45_w32(qs, qh ? &h : NULL, j, &lo, &hi);
         const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q + 64 * j)));
         const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 64 * j + 32)));
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sm[2 * j])));
@@ -133,23 +156,15 @@ AVX2 static inline __m256i avx2_kq45_block(const uint8_t *qs, const uint8_t *qh,
  * step; the -32 offset is left to the caller (bsums) */
 AVX2 static inline __m256i avx2_q6k_block(const blk_q6_k *b, const int8_t *q)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
     __m256i sumi = _mm256_setzero_si256();
-    for (int n = 0; n < 2; n++) {
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n));
-        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n + 32));
-        const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * n));
+    for (int n = 0; n < 2; n++)
         for (int k = 0; k < 4; k++) {
-            const __m256i l = k & 1 ? l1 : l0;
-            const __m256i nib = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-            const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2), 4);
-            const __m256i w = _mm256_or_si256(nib, hb);
             const int g = 8 * n + 2 * k;                    /* the scales of elements 128n + 32k + [0, 16), [16, 32) */
             const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]), _mm_set1_epi16(b->scales[g]));
-            const __m256i p = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(q + 128 * n + 32 * k)));
+            const __m256i p = _mm256_maddubs_epi16(avx2_q6k_w32(b, n, k),
+                                                   _mm256_loadu_si256((const __m256i *)(q + 128 * n + 32 * k)));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
         }
-    }
     return sumi;
 }
 
@@ -234,17 +249,12 @@ AVX2 static inline void avx2_deq32(__m256i v, int off, float d0, float d1, float
 AVX2 static void avx2_dequant_kq45(const uint8_t *scales, const uint8_t *qs, const uint8_t *qh, float d, float dmin,
                                    float *y)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     uint8_t sm[16];
     kq_unpack_scales(scales, sm);
     for (int j = 0; j < 4; j++) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-        __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
-        if (qh) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * j + 1), one), 4));
-        }
+        __m256i lo, hi;
+        avx2_kq45_w32(qs, qh ? &h : NULL, j, &lo, &hi);
         const float dlo = d * (float)sm[2 * j], dhi = d * (float)sm[2 * j + 1];
         avx2_deq32(lo, 0, dlo, dlo, dmin * (float)sm[8 + 2 * j], y + 64 * j);
         avx2_deq32(hi, 0, dhi, dhi, dmin * (float)sm[8 + 2 * j + 1], y + 64 * j + 32);
@@ -254,20 +264,13 @@ AVX2 static void avx2_dequant_kq45(const uint8_t *scales, const uint8_t *qs, con
 /* ref: deq_q6_k: y = (d sc) (q - 32), 16 elements per scale */
 AVX2 static void avx2_dequant_q6k(const blk_q6_k *b, float *y)
 {
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
     const float d = fp16_to_f32(b->d);
-    for (int n = 0; n < 2; n++) {
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n));
-        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * n + 32));
-        const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * n));
+    for (int n = 0; n < 2; n++)
         for (int k = 0; k < 4; k++) {
-            const __m256i l = k & 1 ? l1 : l0;
-            const __m256i nib = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-            const __m256i w = _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2), 4));
             const int g = 8 * n + 2 * k;
-            avx2_deq32(w, 32, d * (float)b->scales[g], d * (float)b->scales[g + 1], 0.0f, y + 128 * n + 32 * k);
+            avx2_deq32(avx2_q6k_w32(b, n, k), 32, d * (float)b->scales[g], d * (float)b->scales[g + 1], 0.0f,
+                       y + 128 * n + 32 * k);
         }
-    }
 }
 
 /* ref: dequant_row for Q4_K, Q5_K, Q6_K and Q4_0 (y = d (q - 8)) */
