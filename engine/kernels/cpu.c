@@ -92,6 +92,7 @@ static void cpu_select(void)
         k.dequant_row = dequant_row_avx512;
         k.dnet_step_bf16_x16 = avx512_dnet_step_bf16;
         k.dot_kq_act = f.avx512_vnni ? avx512_dot_kq_act_vnni : avx512_dot_kq_act;
+        k.dot_kq_act_tokens = f.avx512_vnni ? avx512_dot_kq_act_tokens_vnni : avx512_dot_kq_act_tokens;
         k.dot_q4_0_act = f.avx512_vnni ? avx512_dot_q4_0_act_vnni : avx512_dot_q4_0_act;
     }
     cpu_kern = k;

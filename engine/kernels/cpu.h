@@ -60,6 +60,10 @@ typedef struct cpu_kernels {
     float (*dot_kq_act)(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums,
                         int n);                                                 /* dot_kq_act_ref */
     float (*dot_q4_0_act)(const void *row, const int8_t *q, const float *d, int n);   /* dot_q4_0_act_ref */
+    /* one K-quant row against n_tok tokens' activations, y[t ldy] = dot_kq_act(.., token t), bit for bit
+     * (simd_kquant.h); NULL: call dot_kq_act per token */
+    void (*dot_kq_act_tokens)(uint32_t type, const void *row, int n, const int8_t *const *q, const float *const *d,
+                              const int16_t *const *bs, int n_tok, float *y, long ldy);
     /* attn.h: e^x for x <= 0 */
     void (*exp_block)(const float *x, float *y, int n);                    /* exp_neg_scalar per element */
     /* the gated delta rule, one token and one value head (simd.h);
