@@ -1937,7 +1937,9 @@ def test_request_limits(model):
     --max-stream-buffer: each refuses with a 4xx naming its flag, or (the
     stream buffer) cancels a stream whose client reads nothing, frees its
     cache and leaves the other streams running."""
-    srv = Server("reqlimits", model, "-t", "1", "--max-seqs", "4", "--max-header-bytes", "2048",
+    # the prefix cache off: finished requests would stay in its store, and
+    # "back to idle" here means the pools hold nothing at all
+    srv = Server("reqlimits", model, "-t", "1", "--prefix-cache", "off", "--max-seqs", "4", "--max-header-bytes", "2048",
                  "--max-prompt-tokens", "40", "--max-stop-length", "8", "--max-stream-buffer", "256K")
     socks = []
     try:
@@ -2026,7 +2028,8 @@ def test_request_limits(model):
 def test_idle_and_prefill_disconnect(model):
     """200 idle connections do not keep a normal request from being served,
     and a client gone in the middle of a prefill frees its cache."""
-    srv = Server("idleconn", model, "-t", "1", "--max-connections-per-client", "0", "--prefill-chunk", "1")
+    srv = Server("idleconn", model, "-t", "1", "--prefix-cache", "off", "--max-connections-per-client", "0",
+                 "--prefill-chunk", "1")   # prefix cache off: idle means the pools hold nothing
     socks = []
     try:
         idle = srv.stats()["pools"]["reserved_bytes"]

@@ -47,6 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *p = tmpl + 1, *end = tmpl + size;
     while (p < end && n_msgs < MAX_MSGS) {
         char *z = p + strlen(p);
+        msgs[n_msgs] = (chat_msg){0};   /* no tool calls: the fields this target does not fuzz */
         msgs[n_msgs].role = (char *)roles[(uint8_t)*p % 5];
         msgs[n_msgs].content = *p ? p + 1 : p;
         n_msgs++;
