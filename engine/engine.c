@@ -244,8 +244,7 @@ void engine_close(engine *e)
     if (!e)
         return;
     scratch_deinit(&e->sc);
-    if (e->kv.seqs)
-        cache_deinit(&e->kv);
+    cache_deinit(&e->kv);       /* also a half-made or never-made cache */
     tok_free(e->tok);
     model_free(e->m);
     free(e);

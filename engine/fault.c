@@ -2,6 +2,7 @@
 #include "fault.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 _Atomic int fault_countdown;
@@ -29,7 +30,11 @@ void fault_inject_from_env(void)
         return;
     char *end;
     const long n = strtol(s, &end, 10);
-    if (*end == '\0' && n > 0 && n <= INT_MAX)
-        fault_inject((int)n);
+    if (*end != '\0' || n <= 0 || n > INT_MAX) {
+        fprintf(stderr, "HYSERVE_FAULT_NTH=%s: not a count from 1; no allocation will fail\n", s);
+        return;
+    }
+    fault_inject((int)n);
+    fprintf(stderr, "HYSERVE_FAULT_NTH=%ld: the engine's allocation %ld from now fails (test build)\n", n, n);
 #endif
 }

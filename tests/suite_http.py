@@ -1162,6 +1162,38 @@ def test_log_prompts(model):
     check("--log-prompts puts the (escaped) prompt in the log line", 'prompt="Secret prompt \\"quoted\\""' in log, log[-300:])
 
 
+def test_fault_injection(model):
+    """HYSERVE_FAULT_NTH=N fails the N-th engine allocation after load (test
+    builds only: CHECKS=1 or SANITIZE=1): the request it hits gets a JSON
+    error, its cache is freed, and the next request is served."""
+    n_errors = 0
+    for n in (1, 3, 6, 10, 14):
+        srv = Server(f"fault-{n}", model, "-t", "1", env={"HYSERVE_FAULT_NTH": str(n)})
+        try:
+            with open(srv.log_path, "rb") as f:
+                armed = b"HYSERVE_FAULT_NTH=" in f.read()
+            if not armed:
+                print("  skipped test_fault_injection: not a CHECKS/SANITIZE build (HYSERVE_FAULT_NTH ignored)")
+                return
+            idle = srv.stats()["pools"]["reserved_bytes"]
+            st, h, j = gen(srv, "Hello world", max_new_tokens=8, stop=["zz"])
+            if st != 200:
+                n_errors += 1
+                check(f"fault {n}: the failed request gets a JSON error", 500 <= st < 600 and j and "error" in j,
+                      f"{st} {j}")
+            ok, s = wait_idle(srv, idle)
+            check(f"fault {n}: nothing held after the request", ok, f"{s and s['pools']}")
+            st, h, j = gen(srv, "Hello world", max_new_tokens=8)
+            check(f"fault {n}: the next request is served", st == 200 and isinstance(j.get("generated_text"), str)
+                  and h.get("x-generated-tokens") == "8", f"{st} {j}")
+            st, _, _ = srv.req("GET", "/health")
+            check(f"fault {n}: /health is 200", st == 200, f"{st}")
+        finally:
+            srv.stop()
+        check(f"fault {n}: the server exited cleanly", srv.proc.returncode == 0, f"{srv.proc.returncode}")
+    check("fault injection failed at least three of the first requests", n_errors >= 3, f"{n_errors}")
+
+
 def test_api_keys(model):
     """Deny by default once a key exists; probes stay open; keys compared as
     whole strings, never logged; a request cancelled only by its own key."""
@@ -1323,6 +1355,7 @@ def main(argv=None):
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_container_limits", lambda: test_container_limits(model)),
             ("test_api_keys", lambda: test_api_keys(model)),
+            ("test_fault_injection", lambda: test_fault_injection(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_drain", lambda: test_drain(srv))]
     names = [n for n, _ in on_main + on_limits + last]
