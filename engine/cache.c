@@ -79,8 +79,8 @@ int cache_init(cache *c, const cache_layout *l)
         if (l->budget_max_bytes && c->budget_bytes > l->budget_max_bytes)
             c->budget_bytes = l->budget_max_bytes;
     }
-    c->seqs = calloc((size_t)c->max_seqs, sizeof *c->seqs);
-    c->free_slots = calloc((size_t)c->max_seqs, sizeof *c->free_slots);
+    c->seqs = FAULT_OR(calloc((size_t)c->max_seqs, sizeof *c->seqs));
+    c->free_slots = FAULT_OR(calloc((size_t)c->max_seqs, sizeof *c->free_slots));
     return c->seqs && c->free_slots ? 0 : -1;
 }
 

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "engine_impl.h"
+#include "fault.h"
 #include "gguf.h"
 #include "kernels/attn.h"
 #include "kernels/blas.h"
@@ -35,7 +36,7 @@ static int imax(int a, int b) { return a > b ? a : b; }
 
 static float *alloc_f(long n)
 {
-    return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    return FAULT_OR(malloc((size_t)(n > 0 ? n : 1) * sizeof(float)));
 }
 
 static int scratch_init(engine *e)
@@ -69,9 +70,9 @@ static int scratch_init(engine *e)
     s->dnet.fused = s->mla.q_lora = s->moe.probs = s->slab[SLAB_5];
     s->moe.in = alloc_f(UB * m->n_embd);
     s->moe.out = alloc_f(UB * m->n_embd);
-    s->moe.sel = malloc(sizeof(int) * (size_t)UB * (size_t)imax(m->n_expert_used, 1));
+    s->moe.sel = FAULT_OR(malloc(sizeof(int) * (size_t)UB * (size_t)imax(m->n_expert_used, 1)));
     s->moe.selw = alloc_f(UB * imax(m->n_expert_used, 1));
-    s->moe.rows = malloc(sizeof(int) * (size_t)UB);
+    s->moe.rows = FAULT_OR(malloc(sizeof(int) * (size_t)UB));
     s->moe.roww = alloc_f(UB);
     s->mla_work = alloc_f(mla_scratch_floats(m, e->kv.n_ctx));
     s->mm = alloc_f((long)nt * 64 * max_in);
@@ -178,7 +179,7 @@ static void fill_info(engine *e)
 
 engine *engine_open(const engine_params *p, char *err, size_t errlen)
 {
-    engine *e = calloc(1, sizeof *e);
+    engine *e = FAULT_OR(calloc(1, sizeof *e));
     if (!e) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -230,6 +231,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
      * released (21 when both are the same thread). Another parallel region
      * here makes a new pool. */
     omp_pause_resource_all(omp_pause_soft);
+    fault_inject_from_env();        /* test builds: HYSERVE_FAULT_NTH */
     return e;
 
 out_fail:
@@ -242,8 +244,7 @@ void engine_close(engine *e)
     if (!e)
         return;
     scratch_deinit(&e->sc);
-    if (e->kv.seqs)
-        cache_deinit(&e->kv);
+    cache_deinit(&e->kv);       /* also a half-made or never-made cache */
     tok_free(e->tok);
     model_free(e->m);
     free(e);

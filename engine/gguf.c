@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fault.h"
+
 #define GGUF_MAGIC 0x46554747u
 #define GGUF_MAX_ARRAY (1ull << 32)
 #define GGUF_MAX_COUNT (1ull << 24)
@@ -149,7 +151,7 @@ static void read_kv(cursor *c, gguf_kv *kv)
                          (int)kv->key.n, kv->key.p, (unsigned long long)kv->arr_n);
                 return;
             }
-            kv->strs = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof(gguf_str));
+            kv->strs = FAULT_OR(malloc((kv->arr_n ? kv->arr_n : 1) * sizeof(gguf_str)));
             if (!kv->strs) {
                 cur_fail(c, "out of memory reading string array");
                 return;
@@ -246,7 +248,7 @@ static int check_tensor_table(gguf_ctx *g, cursor *c)
 {
     if (g->n_tensors < 2)
         return 0;
-    const gguf_tensor **by = malloc((size_t)g->n_tensors * sizeof *by);
+    const gguf_tensor **by = FAULT_OR(malloc((size_t)g->n_tensors * sizeof *by));
     if (!by) {
         cur_fail(c, "out of memory");
         return -1;
@@ -281,7 +283,7 @@ static int check_tensor_table(gguf_ctx *g, cursor *c)
 
 gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
 {
-    gguf_ctx *g = calloc(1, sizeof *g);
+    gguf_ctx *g = FAULT_OR(calloc(1, sizeof *g));
     cursor c = { .err = err, .errlen = errlen, .path = path };
     if (err && errlen)
         err[0] = 0;
@@ -290,7 +292,11 @@ gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
         return NULL;
     }
     g->fd = -1;
-    g->path = strdup(path);
+    g->path = FAULT_OR(strdup(path));
+    if (!g->path) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto out_fail;
+    }
     g->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (g->fd < 0) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -307,7 +313,7 @@ gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
                  path, g->size);
         goto out_fail;
     }
-    void *m = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, g->fd, 0);
+    void *m = fault_now() ? MAP_FAILED : mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, g->fd, 0);
     if (m == MAP_FAILED) {
         snprintf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
         goto out_fail;
@@ -345,8 +351,8 @@ gguf_ctx *gguf_open(const char *path, char *err, size_t errlen)
                  (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, (unsigned long long)left);
         goto out_fail;
     }
-    g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
-    g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
+    g->kv = FAULT_OR(calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv));
+    g->tensors = FAULT_OR(calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors));
     if (!g->kv || !g->tensors) {
         cur_fail(&c, "out of memory");
         goto out_fail;
@@ -563,6 +569,12 @@ bool gguf_get_f32(const gguf_ctx *g, const char *key, float *out)
     return false;
 }
 
+bool gguf_has_str(const gguf_ctx *g, const char *key)
+{
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    return kv && kv->type == GGUF_T_STRING;
+}
+
 char *gguf_get_str_dup(const gguf_ctx *g, const char *key)
 {
     const gguf_kv *kv = gguf_find_kv(g, key);
@@ -570,7 +582,7 @@ char *gguf_get_str_dup(const gguf_ctx *g, const char *key)
         return NULL;
     uint64_t n;
     memcpy(&n, kv->data, 8);
-    char *s = malloc(n + 1);
+    char *s = FAULT_OR(malloc(n + 1));
     if (!s)
         return NULL;
     memcpy(s, (const char *)kv->data + 8, n);

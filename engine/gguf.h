@@ -102,8 +102,11 @@ bool gguf_get_u32(const gguf_ctx *g, const char *key, uint32_t *out);
 bool gguf_get_i64(const gguf_ctx *g, const char *key, int64_t *out);
 bool gguf_get_f32(const gguf_ctx *g, const char *key, float *out);
 bool gguf_get_bool(const gguf_ctx *g, const char *key, bool *out);
-/* Returns a NUL-terminated heap copy (caller frees) or NULL. */
+/* Returns a NUL-terminated heap copy (caller frees) or NULL: absent, not
+ * a string, or out of memory (gguf_has_str tells the last apart). */
 char *gguf_get_str_dup(const gguf_ctx *g, const char *key);
+/* Whether key is present and holds a string. */
+bool gguf_has_str(const gguf_ctx *g, const char *key);
 /* Element i of an integer/bool array as int64; false if out of range. */
 bool gguf_arr_get_i64(const gguf_kv *kv, uint64_t i, int64_t *out);
 

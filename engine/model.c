@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "kernels/panels.h"
 #include "kernels/quant.h"
 #include "kernels/vecmath.h"
@@ -149,7 +150,7 @@ static float *bind_vec2(loader *ld, const char *name, int n, int n_rows)
                 ggml_type_name(t->type));
         return NULL;
     }
-    float *v = malloc((size_t)n * (size_t)n_rows * sizeof(float));
+    float *v = FAULT_OR(malloc((size_t)n * (size_t)n_rows * sizeof(float)));
     if (!v) {
         ld_fail(ld, "out of memory");
         return NULL;
@@ -171,7 +172,7 @@ static void transpose_taps(loader *ld, float **w, int K, int n_ch)
 {
     if (ld->failed || !*w)
         return;
-    float *t = malloc(sizeof(float) * (size_t)K * (size_t)n_ch);
+    float *t = FAULT_OR(malloc(sizeof(float) * (size_t)K * (size_t)n_ch));
     if (!t) {
         ld_fail(ld, "out of memory");
         return;
@@ -257,6 +258,10 @@ static void load_mla_hparams(loader *ld, enum arch a)
     char *scaling = NULL, key[128];
     key_name(ld, "rope.scaling.type", key, sizeof key);
     scaling = gguf_get_str_dup(ld->g, key);
+    if (!scaling && gguf_has_str(ld->g, key)) {
+        ld_fail(ld, "out of memory");
+        return;
+    }
     if (scaling && strcmp(scaling, "none")) {
         ld_fail(ld, "RoPE scaling '%s' is not supported for MLA layers yet", scaling);
         free(scaling);
@@ -403,8 +408,8 @@ static void bind_tensors(loader *ld, enum arch a)
                 m->arch, m->n_layer, (unsigned long long)ld->g->n_tensors);
         return;
     }
-    m->kinds = calloc((size_t)m->n_layer, 1);
-    m->layers = calloc((size_t)m->n_layer, sizeof(layer));
+    m->kinds = FAULT_OR(calloc((size_t)m->n_layer, 1));
+    m->layers = FAULT_OR(calloc((size_t)m->n_layer, sizeof(layer)));
     if (!m->kinds || !m->layers) {
         ld_fail(ld, "out of memory");
         return;
@@ -525,7 +530,7 @@ static void bind_tensors(loader *ld, enum arch a)
     if (ld->failed)
         return;
 
-    m->rope_inv_freq = malloc((size_t)(m->n_rot / 2 + 1) * sizeof(float));
+    m->rope_inv_freq = FAULT_OR(malloc((size_t)(m->n_rot / 2 + 1) * sizeof(float)));
     if (!m->rope_inv_freq) {
         ld_fail(ld, "out of memory");
         return;
@@ -533,7 +538,7 @@ static void bind_tensors(loader *ld, enum arch a)
     /* inv_freq[i] = theta^(-2i/n_rot); Llama 3.1 files carry per-frequency
      * divisors in rope_freqs.weight (llama.cpp's freq_factors) */
     if (m->n_mla) {
-        m->mla_inv_freq = malloc((size_t)(m->mla_rope / 2 + 1) * sizeof(float));
+        m->mla_inv_freq = FAULT_OR(malloc((size_t)(m->mla_rope / 2 + 1) * sizeof(float)));
         if (!m->mla_inv_freq) {
             ld_fail(ld, "out of memory");
             return;
@@ -571,7 +576,7 @@ static const struct { const char *name; enum arch a; } archs[] = {
 static void pack_panels(model *m)
 {
     const int per_layer = 21;
-    weight **ws = malloc(sizeof *ws * ((size_t)m->n_layer * per_layer + 1));
+    weight **ws = FAULT_OR(malloc(sizeof *ws * ((size_t)m->n_layer * per_layer + 1)));
     if (!ws)
         return;
     int n = 0;
@@ -594,7 +599,7 @@ static void pack_panels(model *m)
         max_bytes = bytes > max_bytes ? bytes : max_bytes;
     }
     if (n && m->gguf->data_copy) {
-        void *tmp = malloc(max_bytes);
+        void *tmp = FAULT_OR(malloc(max_bytes));
         if (tmp && gguf_data_writable(m->gguf, true) == 0) {
             for (int i = 0; i < n; i++) {
                 weight *w = ws[i];
@@ -607,7 +612,7 @@ static void pack_panels(model *m)
         }
         free(tmp);
     } else if (n) {
-        uint8_t *arena = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        uint8_t *arena = fault_now() ? MAP_FAILED : mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (arena != MAP_FAILED) {
             const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
             #pragma omp parallel for schedule(dynamic, 1)
@@ -638,7 +643,7 @@ static const char *supported_archs = "qwen35, qwen3next, qwen3, llama, deepseek2
 
 model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
 {
-    model *m = calloc(1, sizeof *m);
+    model *m = FAULT_OR(calloc(1, sizeof *m));
     loader ld = { .m = m, .path = path, .err = err, .errlen = errlen };
     if (!m) {
         snprintf(err, errlen, "%s: out of memory", path);
@@ -651,6 +656,10 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
         snprintf(m->huge_note, sizeof m->huge_note, "%s: huge pages not used", path);   /* stays mapped */
     ld.g = m->gguf;
     char *arch = gguf_get_str_dup(m->gguf, "general.architecture");
+    if (!arch && gguf_has_str(m->gguf, "general.architecture")) {
+        ld_fail(&ld, "out of memory");
+        goto out_fail;
+    }
     if (!arch) {
         ld_fail(&ld, "missing metadata general.architecture (is this a model file?)");
         goto out_fail;
@@ -670,6 +679,13 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
         goto out_fail;
 
     char *name = gguf_get_str_dup(m->gguf, "general.name");
+    m->chat_template = gguf_get_str_dup(m->gguf, "tokenizer.chat_template");
+    if ((!name && gguf_has_str(m->gguf, "general.name")) ||
+        (!m->chat_template && gguf_has_str(m->gguf, "tokenizer.chat_template"))) {
+        free(name);
+        ld_fail(&ld, "out of memory");
+        goto out_fail;
+    }
     if (name) {
         snprintf(m->name, sizeof m->name, "%s", name);
         free(name);
@@ -677,7 +693,6 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
         const char *base = strrchr(path, '/');
         snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
     }
-    m->chat_template = gguf_get_str_dup(m->gguf, "tokenizer.chat_template");
 
     load_hparams(&ld, a);
     if (!ld.failed && m->n_ctx_train <= 0)

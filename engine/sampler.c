@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
+
 /* One candidate token: logit, then probability after the softmax. */
 typedef struct samp_cand {
     int32_t id;
@@ -123,27 +125,27 @@ sampler *sampler_new(const sampler_params *p, int n_vocab)
     sampler *s = NULL;
     if (!p || n_vocab <= 0)
         return NULL;
-    s = calloc(1, sizeof *s);
+    s = FAULT_OR(calloc(1, sizeof *s));
     if (!s)
         goto fail;
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-    s->seen = calloc((size_t)n_vocab, 1);
+    s->cand = FAULT_OR(malloc((size_t)n_vocab * sizeof *s->cand));
+    s->seen = FAULT_OR(calloc((size_t)n_vocab, 1));
     if (!s->cand || !s->seen)
         goto fail;
     s->p.bias = NULL;
     s->p.n_bias = 0;
     if (p->n_bias > 0 && p->bias) {
-        s->bias = malloc((size_t)p->n_bias * sizeof *s->bias);
+        s->bias = FAULT_OR(malloc((size_t)p->n_bias * sizeof *s->bias));
         if (!s->bias)
             goto fail;
         memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
         s->n_bias = p->n_bias;
     }
     if (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f) {
-        s->count = calloc((size_t)n_vocab, sizeof *s->count);
-        s->drawn = malloc((size_t)n_vocab * sizeof *s->drawn);
+        s->count = FAULT_OR(calloc((size_t)n_vocab, sizeof *s->count));
+        s->drawn = FAULT_OR(malloc((size_t)n_vocab * sizeof *s->drawn));
         if (!s->count || !s->drawn)
             goto fail;
     }

@@ -119,14 +119,18 @@ static void req_unref(sched_req *r)
 }
 
 /* Append an event (takes ownership of ev->text). Returns 0 or SCHED_ENOMEM
- * (then the text is freed and the event dropped). */
+ * (then the text is freed and the event dropped). The queue keeps one slot
+ * free for the last event (ERROR or the final token), so out of memory can
+ * drop a token but never the end a client waits for: sched_submit makes
+ * the queue, and only the others grow it. */
 static int req_push(sched_req *r, sched_event *ev)
 {
     int rc = 0;
+    const bool last = ev->kind == SCHED_EV_ERROR || ev->final;
     pthread_mutex_lock(&r->mu);
-    if (r->q_len == r->q_cap) {
+    if (r->q_len + (last ? 0 : 1) >= r->q_cap) {
         int cap = r->q_cap ? r->q_cap * 2 : 16;
-        sched_event *q = malloc((size_t)cap * sizeof(*q));
+        sched_event *q = FAULT_OR(malloc((size_t)cap * sizeof(*q)));
         if (!q) {
             sched_event_clear(ev);
             rc = SCHED_ENOMEM;
@@ -265,7 +269,7 @@ static sampler *new_sampler(const sched *s, const sched_req_params *p)
         return sampler_new(&p->sampling, s->n_vocab);
     sampler_params sp = p->sampling;
     int n = sp.n_bias + s->n_eog;
-    sampler_bias *b = malloc((size_t)n * sizeof(*b));
+    sampler_bias *b = FAULT_OR(malloc((size_t)n * sizeof(*b)));
     if (!b)
         return NULL;
     if (sp.n_bias > 0)
@@ -331,6 +335,10 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
         }
     }
     r->prompt_lp = p->prompt_logprobs && p->n_prompt > 1;
+    r->q_cap = 16;
+    r->q = FAULT_OR(malloc((size_t)r->q_cap * sizeof(*r->q)));
+    if (!r->q)
+        goto out_free;
     r->cap_pending = 256;
     r->pending = FAULT_OR(malloc(r->cap_pending));
     if (!r->pending)
@@ -759,7 +767,7 @@ static int pending_append(sched_req *r, const char *b, size_t n)
         size_t cap = r->cap_pending * 2;
         while (cap < r->n_pending + n + 1)
             cap *= 2;
-        char *p = realloc(r->pending, cap);
+        char *p = FAULT_OR(realloc(r->pending, cap));
         if (!p)
             return SCHED_ENOMEM;
         r->pending = p;
@@ -773,7 +781,7 @@ static int pending_append(sched_req *r, const char *b, size_t n)
 /* Move the first n pending bytes into a new heap string. NULL on OOM. */
 static char *pending_take(sched_req *r, size_t n)
 {
-    char *t = malloc(n + 1);
+    char *t = FAULT_OR(malloc(n + 1));
     if (!t)
         return NULL;
     memcpy(t, r->pending, n);
@@ -827,7 +835,7 @@ static int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sa
         if (n < 0)
             n = 0;
         if ((size_t)n > sizeof(piece)) {
-            char *big = malloc((size_t)n);
+            char *big = FAULT_OR(malloc((size_t)n));
             if (!big)
                 return SCHED_ENOMEM;
             engine_token_piece(s->e, tok, big, (size_t)n);

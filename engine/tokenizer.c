@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "unicode_tables.h"
 
 /* token_type values written by llama.cpp's converter */
@@ -507,9 +508,9 @@ static void tok_decode_cps(const char *text, size_t len, tok_cps *c)
 
 static int tok_cps_alloc(tok_cps *c, size_t len)
 {
-    c->cp = malloc((len + 1) * sizeof *c->cp);
-    c->fl = malloc(len + 1);
-    c->off = malloc((len + 1) * sizeof *c->off);
+    c->cp = FAULT_OR(malloc((len + 1) * sizeof *c->cp));
+    c->fl = FAULT_OR(malloc(len + 1));
+    c->off = FAULT_OR(malloc((len + 1) * sizeof *c->off));
     c->n = 0;
     return (c->cp && c->fl && c->off) ? 0 : -1;
 }
@@ -666,7 +667,7 @@ static int arena_put(tokenizer *t, const char *s, size_t n, uint32_t *off)
         size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
         while (cap < t->arena_n + n)
             cap *= 2;
-        char *p = realloc(t->arena, cap);
+        char *p = FAULT_OR(realloc(t->arena, cap));
         if (!p)
             return -1;
         t->arena = p;
@@ -779,7 +780,7 @@ static int tok_build_specials(tokenizer *t)
         if ((e->type == TOK_T_CONTROL || e->type == TOK_T_USER_DEFINED) && e->text_len > 0)
             n++;
     }
-    t->specials = malloc(((size_t)n + 1) * sizeof *t->specials);
+    t->specials = FAULT_OR(malloc(((size_t)n + 1) * sizeof *t->specials));
     if (!t->specials)
         return -1;
     n = 0;
@@ -825,6 +826,8 @@ tokenizer *tok_new_from_gguf(const gguf_ctx *g, char *err, size_t errlen)
         return NULL;
     }
     model = gguf_get_str_dup(g, "tokenizer.ggml.model");
+    if (!model && gguf_has_str(g, "tokenizer.ggml.model"))
+        goto oom;
     if (!model) {
         tok_err(err, errlen, "tokenizer.ggml.model is missing or not a string");
         goto fail;
@@ -868,11 +871,11 @@ tokenizer *tok_new_from_gguf(const gguf_ctx *g, char *err, size_t errlen)
         goto fail;
     }
 
-    t = calloc(1, sizeof *t);
+    t = FAULT_OR(calloc(1, sizeof *t));
     if (!t)
         goto oom;
     t->n_vocab = (int32_t)kt->arr_n;
-    t->tokens = calloc((size_t)t->n_vocab, sizeof *t->tokens);
+    t->tokens = FAULT_OR(calloc((size_t)t->n_vocab, sizeof *t->tokens));
     if (!t->tokens)
         goto oom;
 
@@ -909,7 +912,7 @@ tokenizer *tok_new_from_gguf(const gguf_ctx *g, char *err, size_t errlen)
 
     /* string -> id */
     t->str_cap = pow2_at_least(2 * (uint64_t)t->n_vocab);
-    t->str_tab = malloc((size_t)t->str_cap * sizeof *t->str_tab);
+    t->str_tab = FAULT_OR(malloc((size_t)t->str_cap * sizeof *t->str_tab));
     if (!t->str_tab)
         goto oom;
     for (uint32_t i = 0; i < t->str_cap; i++)
@@ -928,7 +931,7 @@ tokenizer *tok_new_from_gguf(const gguf_ctx *g, char *err, size_t errlen)
 
     /* merges "A B" -> (id A, id B) -> rank, id AB */
     t->pair_cap = pow2_at_least(2 * km->arr_n);
-    t->pair_tab = malloc((size_t)t->pair_cap * sizeof *t->pair_tab);
+    t->pair_tab = FAULT_OR(malloc((size_t)t->pair_cap * sizeof *t->pair_tab));
     if (!t->pair_tab)
         goto oom;
     for (uint32_t i = 0; i < t->pair_cap; i++)
@@ -952,7 +955,7 @@ tokenizer *tok_new_from_gguf(const gguf_ctx *g, char *err, size_t errlen)
         }
         size_t na = (size_t)(sp - s->p), nb = n - na - 1;
         if (na + nb > mbuf_cap) {
-            char *p = realloc(mbuf, na + nb);
+            char *p = FAULT_OR(realloc(mbuf, na + nb));
             if (!p)
                 goto oom;
             mbuf = p;
@@ -987,6 +990,8 @@ tokenizer *tok_new_from_gguf(const gguf_ctx *g, char *err, size_t errlen)
         goto oom;
 
     pre = gguf_get_str_dup(g, "tokenizer.ggml.pre");
+    if (!pre && gguf_has_str(g, "tokenizer.ggml.pre"))
+        goto oom;                   /* not the default pre-tokenizer by mistake */
     t->pre = tok_pre_from_name(pre);
 
     if (read_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos, err, errlen) < 0 ||
@@ -1174,15 +1179,15 @@ static int bpe_reserve(bpe_work *w, size_t n)
     size_t cap = w->cap ? w->cap : 64;
     while (cap < n)
         cap *= 2;
-    bpe_sym *s = realloc(w->sym, cap * sizeof *s);
+    bpe_sym *s = FAULT_OR(realloc(w->sym, cap * sizeof *s));
     if (!s)
         return -1;
     w->sym = s;
-    bpe_cand *h = realloc(w->heap, 3 * cap * sizeof *h);
+    bpe_cand *h = FAULT_OR(realloc(w->heap, 3 * cap * sizeof *h));
     if (!h)
         return -1;
     w->heap = h;
-    char *m = realloc(w->mapped, 2 * cap);
+    char *m = FAULT_OR(realloc(w->mapped, 2 * cap));
     if (!m)
         return -1;
     w->mapped = m;

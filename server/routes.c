@@ -671,7 +671,7 @@ static int handle_generation(http_req *hr, int api, int mode)
         n_prompt = tokenize(srv, g.prompt, content, n_content, &toks);
     }
     if (n_prompt < 0) {
-        rc = send_error(hr, ERR_VALIDATION, "the prompt could not be tokenized", NULL);
+        rc = send_error(hr, ERR_INTERNAL, "out of memory while tokenizing the prompt", NULL);   /* any text encodes */
         goto out;
     }
     if (g.truncate > 0 && n_prompt > g.truncate) {
@@ -1041,7 +1041,7 @@ static int h_tokenize(http_req *hr)
     int n = tokenize(srv, inputs, NULL, 0, &toks);
     free(inputs);
     if (n < 0)
-        return routes_error(hr, ERR_VALIDATION, "the input could not be tokenized");
+        return routes_error(hr, ERR_INTERNAL, "out of memory while tokenizing the input");   /* any text encodes */
     /* the answer costs about 80 bytes a token: bound it by what a request
      * can hold (a 2 MB body of CJK text is over a million tokens) */
     if (n > srv->info->n_ctx) {

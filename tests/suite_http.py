@@ -1687,6 +1687,50 @@ def test_log_prompts(model):
     check("--log-prompts puts the (escaped) prompt in the log line", 'prompt="Secret prompt \\"quoted\\""' in log, log[-300:])
 
 
+def test_fault_injection(model):
+    """HYSERVE_FAULT_NTH=N fails the N-th engine allocation after load (test
+    builds only: CHECKS=1 or SANITIZE=1): the request it hits gets a JSON
+    error, its cache is freed, and the next request is served."""
+    n_errors = n_stream_errors = 0
+    for n, streamed in ((1, False), (3, False), (6, False), (10, False), (14, False), (6, True), (14, True)):
+        srv = Server(f"fault-{n}{'-stream' if streamed else ''}", model, "-t", "1", env={"HYSERVE_FAULT_NTH": str(n)})
+        try:
+            with open(srv.log_path, "rb") as f:
+                armed = b"HYSERVE_FAULT_NTH=" in f.read()
+            if not armed:
+                print("  skipped test_fault_injection: not a CHECKS/SANITIZE build (HYSERVE_FAULT_NTH ignored)")
+                return
+            idle = srv.stats()["pools"]["reserved_bytes"]
+            if streamed:
+                st, h, evs, b = stream(srv, "/generate_stream",
+                                       {"inputs": "Hello world", "parameters": {"max_new_tokens": 8, "stop": ["zz"]}})
+                datas = [json.loads(p) for k, p in evs if k == "data"] if st == 200 else []
+                if st != 200 or any("error" in d for d in datas):
+                    n_stream_errors += 1
+                    check(f"fault {n}: the failed stream gets a JSON error before or an error event last",
+                          (500 <= st < 600 and b"error" in b)
+                          or (st == 200 and "error" in datas[-1] and all("error" not in d for d in datas[:-1])
+                              and all(d.get("generated_text") is None for d in datas)), f"{st} {datas[-3:]}")
+            else:
+                st, h, j = gen(srv, "Hello world", max_new_tokens=8, stop=["zz"])
+                if st != 200:
+                    n_errors += 1
+                    check(f"fault {n}: the failed request gets a JSON error", 500 <= st < 600 and j and "error" in j,
+                          f"{st} {j}")
+            ok, s = wait_idle(srv, idle)
+            check(f"fault {n}: nothing held after the request", ok, f"{s and s['pools']}")
+            st, h, j = gen(srv, "Hello world", max_new_tokens=8)
+            check(f"fault {n}: the next request is served", st == 200 and isinstance(j.get("generated_text"), str)
+                  and h.get("x-generated-tokens") == "8", f"{st} {j}")
+            st, _, _ = srv.req("GET", "/health")
+            check(f"fault {n}: /health is 200", st == 200, f"{st}")
+        finally:
+            srv.stop()
+        check(f"fault {n}: the server exited cleanly", srv.proc.returncode == 0, f"{srv.proc.returncode}")
+    check("fault injection failed at least three of the first requests and a stream",
+          n_errors >= 3 and n_stream_errors >= 1, f"{n_errors} requests, {n_stream_errors} streams")
+
+
 def test_api_keys(model):
     """Deny by default once a key exists; probes stay open; keys compared as
     whole strings, never logged; a request cancelled only by its own key."""
@@ -2097,6 +2141,7 @@ def main(argv=None):
             ("test_container_limits", lambda: test_container_limits(model)),
             ("test_readme_sample", test_readme_sample),
             ("test_api_keys", lambda: test_api_keys(model)),
+            ("test_fault_injection", lambda: test_fault_injection(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_request_limits", lambda: test_request_limits(model)),
             ("test_idle_and_prefill_disconnect", lambda: test_idle_and_prefill_disconnect(model)),
