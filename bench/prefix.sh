@@ -35,7 +35,7 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
 LOAD0=$(loadavg)
 for mode in on off; do
     port=$((19000 + $$ % 1000))
-    "$HYSERVE" serve -m "$MODEL" --port "$port" -t 2 --config /dev/null --ctx 4096 --prefix-cache "$mode" \
+    "$HYSERVE" serve -m "$MODEL" --port "$port" -t 2 --config /dev/null --ctx 8192 --prefix-cache "$mode" \
         > "$TMP/server-$mode.log" 2>&1 &
     SRV_PID=$!
     i=0

@@ -8,7 +8,7 @@ one with off, started by bench/prefix.sh on the same model file):
           turn ~270 new user tokens and a 32-token answer (ignore_eos), for
           --turns turns (10: ~300 tokens of growth a turn to ~3,000). The
           answer's text goes back through /tokenize, as a client's history
-          would. Time to first token is measured on the stream (first chunk).
+          would (cut to 32 tokens: a random model's bytes retokenize longer). Time to first token is measured on the stream (first chunk).
   system: --n requests (32) with one 40-token system prompt and a different
           20-token question each, one after another; cached tokens each.
 
@@ -69,7 +69,10 @@ def chat(port, turns, seed):
         prompt = history + words(270)
         ttft, text, cached = stream_ttft(port, prompt, 32)
         out.append({"turn": turn, "prompt_tokens": len(prompt), "cached_tokens": cached, "ttft_s": round(ttft, 4)})
-        history = prompt + tokenize(port, text)
+        # the answer as the client would resend it: its text tokenized again
+        # (not always the ids generated), cut to the 32 generated so each turn
+        # grows by about 300 tokens
+        history = prompt + tokenize(port, text)[:32]
     return out
 
 

@@ -102,6 +102,10 @@ def test_hybrid_hits(on, off):
     snap = j["model"]["cache_layout"]["recurrent"]["bytes_per_seq"] if "model" in j else None
     check("/stats: one snapshot's bytes are the layout's DeltaNet state + conv per sequence",
           snap is not None and pc["snapshot_bytes_each"] == snap, f"{pc.get('snapshot_bytes_each')} vs {snap}")
+    st, _, est, _ = on.jreq("POST", "/v1/memory/estimate", {"context": 1024, "budget": 10 * snap if snap else 0})
+    check("/v1/memory/estimate: a snapshot's bytes, and 10 of them fit a budget of 10",
+          st == 200 and est["prefix_cache"]["snapshot_bytes"] == snap and est["prefix_cache"]["snapshots_in_budget"] == 10,
+          json.dumps(est and est.get("prefix_cache")))
     check("/stats: store bytes within its budget, split by kind",
           0 < pc["bytes"] <= pc["budget_bytes"]
           and pc["bytes"] == pc["attn_kv_bytes"] + pc["recurrent_state_bytes"] + pc["conv_state_bytes"], json.dumps(pc))
