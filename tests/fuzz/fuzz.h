@@ -56,6 +56,17 @@ static inline const char *fuzz_file(const uint8_t *data, size_t size)
 
 /* Occurrences of pat in s[0..n) lying wholly outside the data spans
  * data[2i] .. data[2i + 1] (a chat prompt's markup, not its content). */
+/* Turns a ChatML prompt opens for msgs: one a message, except that
+ * consecutive tool results share one user turn (as the Qwen3 template
+ * writes them, in <tool_response> blocks). */
+static inline int fuzz_chatml_turns(const char *const *roles, int n_msgs)
+{
+    int turns = 0;
+    for (int i = 0; i < n_msgs; i++)
+        turns += !(i > 0 && !strcmp(roles[i], "tool") && !strcmp(roles[i - 1], "tool"));
+    return turns;
+}
+
 static inline int fuzz_markup_count(const char *s, size_t n, const size_t *data, int n_data, const char *pat)
 {
     const size_t k = strlen(pat);
