@@ -415,6 +415,33 @@ static int sched_err_kind(int status)
     }
 }
 
+/* Wait for r's admission: until then every failure has a real status.
+ * Returns 0 once admitted, else -1 with *rc the answer's (an error sent,
+ * or -1 when the client went away). */
+static int wait_admitted(http_req *hr, sched_req *r, int api, int n_prompt, int *rc)
+{
+    for (;;) {
+        sched_event ev;
+        int erc = stream_next_event(hr, r, &ev, 1000);
+        if (erc < 0) {
+            *rc = -1;
+            hr->failure = "cancelled";
+            return -1;
+        }
+        if (erc == 0)
+            continue;
+        if (ev.kind == SCHED_EV_ADMITTED)
+            return 0;
+        if (ev.kind == SCHED_EV_ERROR) {
+            err_extra x = {.param = api == API_TGI ? "max_new_tokens" : "max_tokens", .n_prompt = n_prompt,
+                           .max_total = ev.error == SCHED_ETOOBIG ? hr->srv->info->n_ctx : 0};
+            *rc = send_error(hr, sched_err_kind(ev.error), ev.message, &x);
+            return -1;
+        }
+        sched_event_clear(&ev);
+    }
+}
+
 /* ---- several sequences in one request: prompt arrays, n, best_of ---- */
 
 /* The seed of choice i of a request seeded s: s itself for choice 0 (so
@@ -509,6 +536,19 @@ static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_ite
         int src = sched_submit(srv->sched, &rp, &it[k].r, err, sizeof err);
         if (src)
             return send_error(hr, sched_err_kind(src), err, NULL);
+    }
+    if (g->stream) {
+        /* OpenAI n > 1 streamed (one prompt): every choice admitted, then one stream of all */
+        sched_req *rs[JSON_MAX_BATCH];
+        int rc = 0;
+        for (int k = 0; k < n_items; k++)
+            if (wait_admitted(hr, it[k].r, g->api, it[k].n_prompt, &rc))
+                return rc;
+        for (int k = 0; k < n_items; k++) {
+            rs[k] = it[k].r;
+            it[k].r = NULL;     /* the stream owns them now */
+        }
+        return stream_start_n(hr, rs, n_items, g, it[0].toks, it[0].n_prompt);
     }
     for (int k = 0; k < n_items; k++) {
         if (stream_collect(hr, it[k].r, &it[k].res) < 0) {
@@ -719,11 +759,11 @@ static int handle_generation(http_req *hr, int api, int mode)
         rc = send_error(hr, ERR_VALIDATION, err, &x);
         goto out;
     }
-    if (n_seq > 1 && g.stream) {
+    if (n_seq > 1 && g.stream && (api == API_TGI || n_seq > JSON_MAX_BATCH)) {
         err_extra x = {.param = api == API_TGI ? "best_of" : "n"};
-        rc = send_error(hr, ERR_VALIDATION, api == API_TGI ? "`best_of` != 1 is not supported when streaming tokens"
-                                                           : "`n` > 1 is not supported with `stream` yet",
-                        &x);
+        snprintf(err, sizeof(err), api == API_TGI ? "`best_of` != 1 is not supported when streaming tokens"
+                                                  : "a stream carries at most %d choices", JSON_MAX_BATCH);
+        rc = send_error(hr, ERR_VALIDATION, err, &x);
         goto out;
     }
     if (g.n_batch > 1) {
@@ -879,27 +919,8 @@ static int handle_generation(http_req *hr, int api, int mode)
         goto out;
     }
 
-    /* wait for admission: until then every failure has a real status */
-    for (;;) {
-        sched_event ev;
-        int erc = stream_next_event(hr, r, &ev, 1000);
-        if (erc < 0) {
-            rc = -1;
-            hr->failure = "cancelled";
-            goto out;
-        }
-        if (erc == 0)
-            continue;
-        if (ev.kind == SCHED_EV_ADMITTED)
-            break;
-        if (ev.kind == SCHED_EV_ERROR) {
-            err_extra x = {.param = api == API_TGI ? "max_new_tokens" : "max_tokens", .n_prompt = n_prompt,
-                           .max_total = ev.error == SCHED_ETOOBIG ? n_ctx : 0};
-            rc = send_error(hr, sched_err_kind(ev.error), ev.message, &x);
-            goto out;
-        }
-        sched_event_clear(&ev);
-    }
+    if (wait_admitted(hr, r, api, n_prompt, &rc))
+        goto out;
 
     if (g.stream) {
         rc = stream_start(hr, r, &g, toks, n_prompt);

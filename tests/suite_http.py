@@ -1390,8 +1390,34 @@ def test_n_best_of(srv):
         e = j.get("error", {}) if j else {}
         check(f"chat n={bad} ({why}) is a 400 on n", st == 400 and e.get("param") == "n"
               and (bad != 9 or "8" in e.get("message", "")), f"{st} {b[:200]}")
-    st, _, j, b = chat({"n": 2, "stream": True})
-    check("n > 1 streamed is a 400 on n (not implemented)", st == 400 and j["error"]["param"] == "n", f"{st} {b[:200]}")
+    # streamed: one stream interleaving the choices, each chunk naming its choice's index
+    for path, body, field in (("/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0.9, "seed": 5},
+                               "chat"),
+                              ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 2,
+                                                   "seed": seed, "echo": True, "logprobs": 1}, "completion")):
+        whole = srv.jreq("POST", path, dict(body, n=3))[2]
+        st, _, evs, _ = stream(srv, path, dict(body, n=3, stream=True, stream_options={"include_usage": True}))
+        datas = [json.loads(p) for k, p in evs if k == "data" and p != "[DONE]"]
+        texts, fins, lps = ["", "", ""], [None] * 3, [[], [], []]
+        for d in datas:
+            for c in d["choices"]:
+                texts[c["index"]] += (c.get("delta", {}).get("content") or "") if field == "chat" else c["text"]
+                fins[c["index"]] = c.get("finish_reason") or fins[c["index"]]
+                if field == "completion" and c.get("logprobs"):
+                    lps[c["index"]] += c["logprobs"]["tokens"]
+        want = [c["message"]["content"] if field == "chat" else c["text"] for c in whole["choices"]]
+        usage = datas[-1].get("usage") if datas else None
+        idx = [c["index"] for d in datas for c in d["choices"]]
+        check(f"{field} n=3 streamed: each choice's chunks give its non-streamed text", st == 200
+              and texts == want and fins == [c["finish_reason"] for c in whole["choices"]], f"{texts} vs {want}")
+        check(f"{field} n=3 streamed: the choices interleave in one stream, one [DONE] at the end",
+              evs[-1] == ("data", "[DONE]") and sum(1 for e in evs if e == ("data", "[DONE]")) == 1
+              and sorted(set(idx)) == [0, 1, 2] and idx != sorted(idx), f"{idx}")
+        check(f"{field} n=3 streamed: one usage chunk, the prompt counted once", usage == whole["usage"], f"{usage} vs {whole['usage']}")
+        if field == "completion":
+            check("completion n=3 streamed with echo and logprobs: each choice echoes the prompt and lists its tokens",
+                  all(t.startswith("Once upon a time") for t in texts)
+                  and [len(l) for l in lps] == [len(c["logprobs"]["tokens"]) for c in whole["choices"]], f"{lps}")
 
     # TGI best_of: the answer is the sequence with the highest sum of token logprobs
     par = {"max_new_tokens": 8, "do_sample": True, "temperature": 2.5, "details": True, "seed": seed}
