@@ -652,7 +652,7 @@ static int multi_next(stream *st)
                 st->done = true;
                 st->error = c->error;
             }
-            if (rc == 0)
+            if (rc == 0 && c->n_out)
                 rc = json_buf_append(&st->out, &st->n_out, &st->cap_out, c->out, c->n_out);
             c->n_out = 0;
             return rc ? -1 : 1;
@@ -821,7 +821,7 @@ int stream_start_n(http_req *hr, sched_req **r, int n, gen_request *g, const int
     memset(g, 0, sizeof(*g));
     for (int k = 0; rc == 0 && kids && k < n; k++) {
         rc = stream_setup(&kids[k], hr, r[k], &st->g, prompt, n_prompt);
-        if (rc == 0)
+        if (rc == 0 && kids[k].n_out)
             rc = json_buf_append(&st->out, &st->n_out, &st->cap_out, kids[k].out, kids[k].n_out);
         kids[k].n_out = 0;
     }
