@@ -514,7 +514,7 @@ static cJSON *tgi_best_of(server *srv, const gen_request *g, batch_item *it, int
  * batch), collect them in order and answer: OpenAI one choice each (index
  * k: prompt k / n_per, choice k % n_per) with the usage summed and each
  * prompt counted once; TGI the best of them. Not streamed. */
-static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_items, int n_per, int max_new)
+static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_items, int n_per, int max_new, bool compat)
 {
     server *srv = hr->srv;
     char err[512];
@@ -560,8 +560,12 @@ static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_ite
         hr->n_gen += it[k].res.n_toks;
         hr->finish = sched_finish_name(it[k].res.finish);
     }
-    if (g->api == API_TGI)
-        return http_send_json(hr, 200, tgi_best_of(srv, g, it, n_items), NULL);
+    if (g->api == API_TGI) {
+        cJSON *best = tgi_best_of(srv, g, it, n_items), *arr = compat ? cJSON_CreateArray() : NULL;
+        if (arr)
+            cJSON_AddItemToArray(arr, best);    /* POST /: an array of one answer */
+        return http_send_json(hr, 200, arr ? arr : best, NULL);
+    }
     /* one answer: the first sequence's, with every sequence's choice and the usage summed */
     cJSON *body = NULL, *choices = NULL;
     int n_gen = 0, n_cached = 0;
@@ -611,7 +615,7 @@ static void free_sequences(batch_item *it, int n_items, int n_per)
 
 /* One prompt, n (OpenAI) or best_of (TGI) sequences of it. toks stays the
  * caller's. */
-static int handle_choices(http_req *hr, gen_request *g, int32_t *toks, int n_prompt, int max_new)
+static int handle_choices(http_req *hr, gen_request *g, int32_t *toks, int n_prompt, int max_new, bool compat)
 {
     int n = g->api == API_TGI ? g->best_of : g->n;
     batch_item *it = calloc((size_t)n, sizeof(*it));
@@ -621,7 +625,7 @@ static int handle_choices(http_req *hr, gen_request *g, int32_t *toks, int n_pro
         it[k].toks = toks;
         it[k].n_prompt = n_prompt;
     }
-    int rc = run_sequences(hr, g, it, n, n, max_new);
+    int rc = run_sequences(hr, g, it, n, n, max_new, compat);
     it[0].toks = NULL;      /* the caller's */
     free_sequences(it, n, n);
     return rc;
@@ -699,7 +703,7 @@ static int handle_batch(http_req *hr, gen_request *g)
         }
         hr->n_prompt += p->n_prompt;
     }
-    rc = run_sequences(hr, g, it, n, n_per, max_new);
+    rc = run_sequences(hr, g, it, n, n_per, max_new, false);
 out:
     free_sequences(it, n, n_per);
     return rc;
@@ -874,7 +878,7 @@ static int handle_generation(http_req *hr, int api, int mode)
         }
     }
     if (n_seq > 1) {
-        rc = handle_choices(hr, &g, toks, n_prompt, max_new);
+        rc = handle_choices(hr, &g, toks, n_prompt, max_new, mode == GEN_COMPAT);
         goto out;
     }
     if (!g.sp.greedy && !g.seed_given)

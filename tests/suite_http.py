@@ -1441,6 +1441,9 @@ def test_n_best_of(srv):
             bad.append((s, text, one["generated_text"], toks, one["details"]["tokens"]))
     check("best_of=3: each sequence is the request alone with its seed", not bad, f"{bad}"[:600])
     sums = [sum(t["logprob"] for t in e[2] or []) for e in everyone]
+    st, _, arr, b = srv.jreq("POST", "/", {"inputs": "Once upon a time", "parameters": dict(par, best_of=3)})
+    check("best_of on POST /: an array of the same one answer", st == 200 and isinstance(arr, list) and len(arr) == 1
+          and arr[0]["generated_text"] == j.get("generated_text"), f"{st} {b[:200]}")
     check("best_of=3: the answer has the highest sum of token logprobs", st == 200 and sums[0] >= max(sums)
           and len(set(sums)) > 1, f"{sums}")
     for body, why in (({"best_of": 2}, "without sampling"), (dict(par, best_of=9), "above --max-n 8"),
