@@ -66,6 +66,8 @@ static const opt_def OPTS[] = {
     {"keepalive", 0, "HYSERVE_KEEPALIVE", OPT_SECONDS, OFF(keepalive), 0, "SEC",
      "SSE ': ping' comment after this much silence (default 15)"},
     {"max-stop", 0, "HYSERVE_MAX_STOP", OPT_INT, OFF(max_stop), 0, "N", "stop sequences per request (default 4)"},
+    {"max-n", 0, "HYSERVE_MAX_N", OPT_INT, OFF(max_n), 0, "N",
+     "OpenAI n and TGI best_of: sequences one request may ask for, 400 (TGI 422) beyond (default 8)"},
     {"default-max-tokens", 0, "HYSERVE_DEFAULT_MAX_TOKENS", OPT_INT, OFF(default_max_tokens), 0, "N",
      "max_new_tokens when a request gives none (default 256; /v1/completions: 16)"},
     {"max-connections", 0, "HYSERVE_MAX_CONNECTIONS", OPT_INT, OFF(max_connections), 0, "N",
@@ -145,6 +147,7 @@ void config_defaults(server_config *c)
     c->prefill_chunk = 512;
     c->keepalive = 15.0;
     c->max_stop = 4;
+    c->max_n = 8;
     c->default_max_tokens = 256;
     c->max_connections = 256;
     c->idle_timeout = 60.0;
@@ -536,6 +539,8 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     }
     if (c->max_prompt_tokens < 0)
         c->max_prompt_tokens = 0;
+    if (c->max_n < 1)
+        c->max_n = 1;
     if (c->max_stop_len < 1)
         c->max_stop_len = 1;
     if (c->max_stream_buffer < 4096)

@@ -40,6 +40,7 @@ typedef struct server_config {
     int prefill_chunk;          /* prompt tokens per step over all sequences */
     double keepalive;           /* seconds of SSE silence before a ": ping" comment */
     int max_stop;               /* stop sequences per request */
+    int max_n;                  /* OpenAI n and TGI best_of: sequences per request */
     int default_max_tokens;     /* max_new_tokens when a request gives none (TGI and chat) */
     int max_connections;        /* concurrent HTTP connections */
     char synth[1024];           /* preset name or layout JSON to synthesize and serve */

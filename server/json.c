@@ -546,8 +546,7 @@ static int unsupported(const cJSON *obj, const char *name, perr *pe)
         return 0;
     if (cJSON_IsFalse(it))
         return 0;
-    if (cJSON_IsNumber(it) && (it->valuedouble == 0 ||
-                               ((!strcmp(name, "best_of") || !strcmp(name, "n")) && it->valuedouble == 1)))
+    if (cJSON_IsNumber(it) && it->valuedouble == 0)
         return 0;
     if ((cJSON_IsObject(it) || cJSON_IsArray(it)) && !it->child)
         return 0;
@@ -762,7 +761,11 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
         return -1;
     if (model)
         snprintf(g->model, sizeof(g->model), "%s", model);
-    static const char *const unsup[] = {"n", "best_of", "suffix", "functions", "function_call", NULL};
+    if ((rc = get_int(root, "n", 1, JSON_MAX_N, &v, pe)) < 0)
+        return -1;
+    if (rc)
+        g->n = (int)v;
+    static const char *const unsup[] = {"best_of", "suffix", "functions", "function_call", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(root, unsup[i], pe))
             return -1;
@@ -878,11 +881,21 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
         return -1;
     if (g->prompt_logprobs && g->stream)
         return fail(pe, "decoder_input_details", "decoder_input_details == true is not supported when streaming tokens");
-    static const char *const unsup[] = {"best_of", "watermark", "adapter_id", "frequency_penalty", NULL};
+    static const char *const unsup[] = {"watermark", "adapter_id", "frequency_penalty", NULL};
     for (int i = 0; unsup[i]; i++)
         if (unsupported(p, unsup[i], pe))
             return -1;
     g->sp.greedy = !(sample || do_sample);
+    /* best_of: TGI's rules (sampling on, not streamed); the cap is --max-n */
+    if ((rc = get_int(p, "best_of", 1, JSON_MAX_N, &v, pe)) < 0)
+        return -1;
+    if (rc && v > 1) {
+        if (g->sp.greedy)
+            return fail(pe, "best_of", "you must use sampling when `best_of` is > 1");
+        if (g->stream)
+            return fail(pe, "best_of", "`best_of` != 1 is not supported when streaming tokens");
+        g->best_of = (int)v;
+    }
     return 0;
 }
 
@@ -1067,6 +1080,8 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
     memset(g, 0, sizeof(*g));
     g->api = api;
     g->max_new_tokens = -1;
+    g->n = 1;
+    g->best_of = 1;
     sampler_params_default(&g->sp);
     param[0] = '\0';
     if (!body || len == 0) {

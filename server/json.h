@@ -21,6 +21,8 @@
 
 /* Prompts one /v1/completions request may carry. */
 #define JSON_MAX_BATCH 32
+/* Largest n / best_of the parser accepts; --max-n is checked by the route. */
+#define JSON_MAX_N 1000000
 
 enum api_kind {
     API_TGI = 0,                /* /generate, /generate_stream, POST / */
@@ -83,6 +85,8 @@ typedef struct gen_request {
     char *tools;                /* chat: the tools array as JSON (compact), NULL without tools */
     int tool_choice;            /* enum gen_tool_choice */
     bool no_think;              /* chat_template_kwargs.enable_thinking == false */
+    int n;                      /* OpenAI n: choices per prompt (1..JSON_MAX_N; the route checks --max-n) */
+    int best_of;                /* TGI best_of: sequences generated, the best answered (1..JSON_MAX_N) */
 } gen_request;
 
 /* What the output must match (the values of the scheduler's

@@ -415,15 +415,221 @@ static int sched_err_kind(int status)
     }
 }
 
-/* ---- several completion prompts (OpenAI's prompt array) ---- */
+/* Wait for r's admission: until then every failure has a real status.
+ * Returns 0 once admitted, else -1 with *rc the answer's (an error sent,
+ * or -1 when the client went away). */
+static int wait_admitted(http_req *hr, sched_req *r, int api, int n_prompt, int *rc)
+{
+    for (;;) {
+        sched_event ev;
+        int erc = stream_next_event(hr, r, &ev, 1000);
+        if (erc < 0) {
+            *rc = -1;
+            hr->failure = "cancelled";
+            return -1;
+        }
+        if (erc == 0)
+            continue;
+        if (ev.kind == SCHED_EV_ADMITTED)
+            return 0;
+        if (ev.kind == SCHED_EV_ERROR) {
+            err_extra x = {.param = api == API_TGI ? "max_new_tokens" : "max_tokens", .n_prompt = n_prompt,
+                           .max_total = ev.error == SCHED_ETOOBIG ? hr->srv->info->n_ctx : 0};
+            *rc = send_error(hr, sched_err_kind(ev.error), ev.message, &x);
+            return -1;
+        }
+        sched_event_clear(&ev);
+    }
+}
 
-/* One prompt of a batch: its tokens, its scheduler request, its result. */
+/* ---- several sequences in one request: prompt arrays, n, best_of ---- */
+
+/* The seed of choice i of a request seeded s: s itself for choice 0 (so
+ * n = 1 is unchanged), else splitmix64's output for state s at step i:
+ * z = s + i * 0x9e3779b97f4a7c15, then z ^= z >> 30, z *= 0xbf58476d1ce4e5b9,
+ * z ^= z >> 27, z *= 0x94d049bb133111eb, z ^= z >> 31 (mod 2^64).
+ * ref: docs/serving.md 3.1. */
+static uint64_t choice_seed(uint64_t s, int i)
+{
+    if (i == 0)
+        return s;
+    uint64_t z = s + (uint64_t)i * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* One sequence of a request: its prompt's tokens, its scheduler request,
+ * its result. */
 typedef struct batch_item {
-    int32_t *toks;              /* [n_prompt] heap */
+    int32_t *toks;              /* [n_prompt] heap (shared by a prompt's n choices: owned by choice 0) */
     int n_prompt;
+    int prompt;                 /* which prompt of a prompt array (0 for one prompt) */
     sched_req *r;
     gen_result res;
+    sampler_params sp;          /* the request's, with this choice's seed */
 } batch_item;
+
+/* Sum of the generated tokens' logprobs: TGI's best_of score. */
+static double seq_logprob(const gen_result *res)
+{
+    double s = 0;
+    for (int i = 0; i < res->n_toks; i++)
+        s += res->toks[i].logprob;
+    return s;
+}
+
+/* TGI answer for best_of: the sequence with the highest logprob sum (the
+ * first of equals), details.best_of_sequences the others in order. */
+static cJSON *tgi_best_of(server *srv, const gen_request *g, batch_item *it, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (seq_logprob(&it[i].res) > seq_logprob(&it[best].res))
+            best = i;
+    gen_request gi = *g;
+    sched_result sr;
+    sched_req_result(it[best].r, &sr);
+    gi.sp = it[best].sp;
+    cJSON *o = tgi_response(srv, &gi, &it[best].res, &sr, it[best].toks, it[best].n_prompt);
+    cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "details");
+    cJSON *seqs = d ? cJSON_AddArrayToObject(d, "best_of_sequences") : NULL;
+    for (int i = 0; seqs && i < n; i++) {
+        if (i == best)
+            continue;
+        sched_req_result(it[i].r, &sr);
+        gi.sp = it[i].sp;
+        cJSON *one = tgi_response(srv, &gi, &it[i].res, &sr, it[i].toks, it[i].n_prompt);
+        cJSON *seq = one ? cJSON_DetachItemFromObjectCaseSensitive(one, "details") : NULL;
+        if (seq) {
+            cJSON_AddItemToObject(seq, "generated_text", cJSON_DetachItemFromObjectCaseSensitive(one, "generated_text"));
+            cJSON_AddItemToArray(seqs, seq);
+        }
+        cJSON_Delete(one);
+    }
+    return o;
+}
+
+/* Queue every sequence of it[0..n_items) at once (they run in the same
+ * batch), collect them in order and answer: OpenAI one choice each (index
+ * k: prompt k / n_per, choice k % n_per) with the usage summed and each
+ * prompt counted once; TGI the best of them. Not streamed. */
+static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_items, int n_per, int max_new, bool compat)
+{
+    server *srv = hr->srv;
+    char err[512];
+    if (!g->sp.greedy && !g->seed_given)
+        g->sp.seed = random_seed();     /* one seed for the request: each choice derives its own */
+    http_inflight_begin(hr);
+    for (int k = 0; k < n_items; k++) {
+        char id[128];
+        snprintf(id, sizeof id, "%s-%d", hr->id, k);
+        it[k].sp = g->sp;
+        it[k].sp.seed = choice_seed(g->sp.seed, k % n_per);
+        sched_req_params rp = {.id = id, .owner = hr->key_id, .prompt = it[k].toks, .n_prompt = it[k].n_prompt,
+                               .max_new_tokens = max_new, .sampling = it[k].sp,
+                               .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
+                               .include_stop = g->api == API_TGI, .ignore_eos = g->ignore_eos,
+                               .top_logprobs = g->top_logprobs, .prompt_logprobs = g->prompt_logprobs,
+                               .cache_salt = g->cache_salt, .constraint = g->constraint,
+                               .constraint_src = g->constraint_src, .constraint_len = g->constraint_len};
+        int src = sched_submit(srv->sched, &rp, &it[k].r, err, sizeof err);
+        if (src)
+            return send_error(hr, sched_err_kind(src), err, NULL);
+    }
+    if (g->stream) {
+        /* OpenAI n > 1 streamed (one prompt): every choice admitted, then one stream of all */
+        sched_req *rs[JSON_MAX_BATCH];
+        int rc = 0;
+        for (int k = 0; k < n_items; k++)
+            if (wait_admitted(hr, it[k].r, g->api, it[k].n_prompt, &rc))
+                return rc;
+        for (int k = 0; k < n_items; k++) {
+            rs[k] = it[k].r;
+            it[k].r = NULL;     /* the stream owns them now */
+        }
+        return stream_start_n(hr, rs, n_items, g, it[0].toks, it[0].n_prompt);
+    }
+    for (int k = 0; k < n_items; k++) {
+        if (stream_collect(hr, it[k].r, &it[k].res) < 0) {
+            hr->failure = "cancelled";
+            return -1;
+        }
+        if (it[k].res.error)
+            return send_error(hr, sched_err_kind(it[k].res.error), it[k].res.message, NULL);
+        hr->n_gen += it[k].res.n_toks;
+        hr->finish = sched_finish_name(it[k].res.finish);
+    }
+    if (g->api == API_TGI) {
+        cJSON *best = tgi_best_of(srv, g, it, n_items), *arr = compat ? cJSON_CreateArray() : NULL;
+        if (arr)
+            cJSON_AddItemToArray(arr, best);    /* POST /: an array of one answer */
+        return http_send_json(hr, 200, arr ? arr : best, NULL);
+    }
+    /* one answer: the first sequence's, with every sequence's choice and the usage summed */
+    cJSON *body = NULL, *choices = NULL;
+    int n_gen = 0, n_cached = 0;
+    for (int k = 0; k < n_items; k++) {
+        char *saved = g->prompt;
+        sched_result sr;
+        sched_req_result(it[k].r, &sr);
+        if (k % n_per == 0)
+            n_cached += sr.cached_tokens;
+        if (g->n_batch > 1)
+            g->prompt = g->batch_prompt[it[k].prompt];     /* echo gives this prompt's text */
+        cJSON *one = oai_response(srv, hr, g, &it[k].res, it[k].toks, it[k].n_prompt, sr.cached_tokens);
+        g->prompt = saved;
+        if (!one)
+            continue;
+        cJSON *ch = cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(one, "choices"), 0);
+        cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(ch, "index"), k);
+        n_gen += it[k].res.n_toks;
+        if (!body) {
+            body = one;
+            choices = cJSON_GetObjectItemCaseSensitive(body, "choices");
+        } else {
+            cJSON_Delete(one);
+        }
+        cJSON_AddItemToArray(choices, ch);
+    }
+    cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), hr->n_prompt);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"), n_gen);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "total_tokens"), hr->n_prompt + n_gen);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details"),
+                                                          "cached_tokens"),
+                         n_cached);
+    return http_send_json(hr, 200, body, NULL);
+}
+
+static void free_sequences(batch_item *it, int n_items, int n_per)
+{
+    for (int k = 0; k < n_items; k++) {
+        gen_result_free(&it[k].res);
+        sched_req_release(it[k].r);
+        if (k % n_per == 0)
+            free(it[k].toks);
+    }
+    free(it);
+}
+
+/* One prompt, n (OpenAI) or best_of (TGI) sequences of it. toks stays the
+ * caller's. */
+static int handle_choices(http_req *hr, gen_request *g, int32_t *toks, int n_prompt, int max_new, bool compat)
+{
+    int n = g->api == API_TGI ? g->best_of : g->n;
+    batch_item *it = calloc((size_t)n, sizeof(*it));
+    if (!it)
+        return send_error(hr, ERR_INTERNAL, "out of memory", NULL);
+    for (int k = 0; k < n; k++) {
+        it[k].toks = toks;
+        it[k].n_prompt = n_prompt;
+    }
+    int rc = run_sequences(hr, g, it, n, n, max_new, compat);
+    it[0].toks = NULL;      /* the caller's */
+    free_sequences(it, n, n);
+    return rc;
+}
 
 /* Tokens of batch prompt i (as given for token ids, checked against the
  * vocabulary). Returns the count, or -1 with a message in err. */
@@ -451,14 +657,13 @@ static int batch_tokens(server *srv, const gen_request *g, int i, int32_t **out,
     return g->batch_n_ids[i];
 }
 
-/* /v1/completions with prompt: [p0, p1, ...]: every prompt is queued at
- * once (they run in the same batch), then collected in order; the answer
- * has one choice per prompt, index i for prompt i, and the usage summed.
+/* /v1/completions with prompt: [p0, p1, ...]: n choices of every prompt,
+ * choices p * n .. p * n + n - 1 for prompt p, as OpenAI orders them.
  * Not streamed (400): one stream would interleave several requests. */
 static int handle_batch(http_req *hr, gen_request *g)
 {
     server *srv = hr->srv;
-    const int n = g->n_batch, n_ctx = srv->info->n_ctx;
+    const int n_per = g->n, n = g->n_batch * n_per, n_ctx = srv->info->n_ctx;
     batch_item *it = calloc((size_t)n, sizeof(*it));
     char err[512];
     int rc = 0;
@@ -470,99 +675,37 @@ static int handle_batch(http_req *hr, gen_request *g)
                                             "streaming request per prompt", &xp);
         goto out;
     }
-    if (!g->sp.greedy && !g->seed_given)
-        g->sp.seed = random_seed();     /* one seed for the request: every prompt draws from its own sampler */
     int max_new = g->max_new_tokens > 0 ? g->max_new_tokens : 16;
-    for (int i = 0; i < n; i++) {
-        it[i].n_prompt = batch_tokens(srv, g, i, &it[i].toks, err, sizeof err);
-        if (it[i].n_prompt < 1) {
+    for (int i = 0; i < g->n_batch; i++) {
+        batch_item *p = &it[i * n_per];
+        p->n_prompt = batch_tokens(srv, g, i, &p->toks, err, sizeof err);
+        if (p->n_prompt < 1) {
             rc = send_error(hr, ERR_VALIDATION, err, &xp);
             goto out;
         }
-        if (srv->cfg->max_prompt_tokens > 0 && it[i].n_prompt > srv->cfg->max_prompt_tokens) {
+        for (int j = 0; j < n_per; j++) {
+            p[j].toks = p->toks;
+            p[j].n_prompt = p->n_prompt;
+            p[j].prompt = i;
+        }
+        if (srv->cfg->max_prompt_tokens > 0 && p->n_prompt > srv->cfg->max_prompt_tokens) {
             snprintf(err, sizeof err, "prompt %d has %d tokens, more than the limit of %d (--max-prompt-tokens)", i,
-                     it[i].n_prompt, srv->cfg->max_prompt_tokens);
+                     p->n_prompt, srv->cfg->max_prompt_tokens);
             rc = send_error(hr, ERR_VALIDATION, err, &xp);
             goto out;
         }
-        if ((long)it[i].n_prompt + max_new > n_ctx) {
-            err_extra x = {.param = "max_tokens", .n_prompt = it[i].n_prompt, .max_total = n_ctx};
+        if ((long)p->n_prompt + max_new > n_ctx) {
+            err_extra x = {.param = "max_tokens", .n_prompt = p->n_prompt, .max_total = n_ctx};
             snprintf(err, sizeof err, "prompt %d: prompt tokens + max_tokens must be <= %d. Given: %d prompt tokens "
-                                      "and %d max_tokens", i, n_ctx, it[i].n_prompt, max_new);
+                                      "and %d max_tokens", i, n_ctx, p->n_prompt, max_new);
             rc = send_error(hr, ERR_CONTEXT, err, &x);
             goto out;
         }
-        hr->n_prompt += it[i].n_prompt;
+        hr->n_prompt += p->n_prompt;
     }
-    http_inflight_begin(hr);
-    for (int i = 0; i < n; i++) {
-        char id[128];
-        snprintf(id, sizeof id, "%s-%d", hr->id, i);
-        sched_req_params rp = {.id = id, .owner = hr->key_id, .prompt = it[i].toks, .n_prompt = it[i].n_prompt,
-                               .max_new_tokens = max_new, .sampling = g->sp,
-                               .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
-                               .ignore_eos = g->ignore_eos, .top_logprobs = g->top_logprobs,
-                               .prompt_logprobs = g->prompt_logprobs, .cache_salt = g->cache_salt,
-                               .constraint = g->constraint, .constraint_src = g->constraint_src,
-                               .constraint_len = g->constraint_len};
-        int src = sched_submit(srv->sched, &rp, &it[i].r, err, sizeof err);
-        if (src) {
-            rc = send_error(hr, sched_err_kind(src), err, NULL);
-            goto out;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        if (stream_collect(hr, it[i].r, &it[i].res) < 0) {
-            rc = -1;
-            hr->failure = "cancelled";
-            goto out;
-        }
-        if (it[i].res.error) {
-            rc = send_error(hr, sched_err_kind(it[i].res.error), it[i].res.message, NULL);
-            goto out;
-        }
-        hr->n_gen += it[i].res.n_toks;
-    }
-    /* one answer: the first prompt's, with every prompt's choice and the usage summed */
-    cJSON *body = NULL, *choices = NULL;
-    int n_gen = 0, n_cached = 0;
-    for (int i = 0; i < n; i++) {
-        char *saved = g->prompt;
-        sched_result sr;
-        sched_req_result(it[i].r, &sr);
-        n_cached += sr.cached_tokens;
-        g->prompt = g->batch_prompt[i];     /* echo gives this prompt's text */
-        cJSON *one = oai_response(srv, hr, g, &it[i].res, it[i].toks, it[i].n_prompt, sr.cached_tokens);
-        g->prompt = saved;
-        if (!one)
-            continue;
-        cJSON *ch = cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(one, "choices"), 0);
-        cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(ch, "index"), i);
-        n_gen += it[i].res.n_toks;
-        if (!body) {
-            body = one;
-            choices = cJSON_GetObjectItemCaseSensitive(body, "choices");
-        } else {
-            cJSON_Delete(one);
-        }
-        cJSON_AddItemToArray(choices, ch);
-        hr->finish = sched_finish_name(it[i].res.finish);
-    }
-    cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
-    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), hr->n_prompt);
-    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens"), n_gen);
-    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "total_tokens"), hr->n_prompt + n_gen);
-    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details"),
-                                                          "cached_tokens"),
-                         n_cached);
-    rc = http_send_json(hr, 200, body, NULL);
+    rc = run_sequences(hr, g, it, n, n_per, max_new, false);
 out:
-    for (int i = 0; i < n; i++) {
-        gen_result_free(&it[i].res);
-        sched_req_release(it[i].r);
-        free(it[i].toks);
-    }
-    free(it);
+    free_sequences(it, n, n_per);
     return rc;
 }
 
@@ -611,12 +754,26 @@ static int handle_generation(http_req *hr, int api, int mode)
         rc = send_error(hr, ERR_MODEL, err, &x);
         goto out;
     }
+    if (mode == GEN_STREAM)
+        g.stream = true;
+    int n_seq = api == API_TGI ? g.best_of : g.n;
+    if (n_seq > cfg->max_n) {
+        err_extra x = {.param = api == API_TGI ? "best_of" : "n"};
+        snprintf(err, sizeof(err), "`%s` must be <= %d (--max-n). Given: %d", x.param, cfg->max_n, n_seq);
+        rc = send_error(hr, ERR_VALIDATION, err, &x);
+        goto out;
+    }
+    if (n_seq > 1 && g.stream && (api == API_TGI || n_seq > JSON_MAX_BATCH)) {
+        err_extra x = {.param = api == API_TGI ? "best_of" : "n"};
+        snprintf(err, sizeof(err), api == API_TGI ? "`best_of` != 1 is not supported when streaming tokens"
+                                                  : "a stream carries at most %d choices", JSON_MAX_BATCH);
+        rc = send_error(hr, ERR_VALIDATION, err, &x);
+        goto out;
+    }
     if (g.n_batch > 1) {
         rc = handle_batch(hr, &g);
         goto out;
     }
-    if (mode == GEN_STREAM)
-        g.stream = true;
     if (g.stream && g.prompt_logprobs && api == API_TGI) {
         err_extra x = {.param = "decoder_input_details"};
         rc = send_error(hr, ERR_VALIDATION, "decoder_input_details == true is not supported when streaming tokens",
@@ -720,6 +877,10 @@ static int handle_generation(http_req *hr, int api, int mode)
             goto out;
         }
     }
+    if (n_seq > 1) {
+        rc = handle_choices(hr, &g, toks, n_prompt, max_new, mode == GEN_COMPAT);
+        goto out;
+    }
     if (!g.sp.greedy && !g.seed_given)
         g.sp.seed = random_seed();
 
@@ -762,27 +923,8 @@ static int handle_generation(http_req *hr, int api, int mode)
         goto out;
     }
 
-    /* wait for admission: until then every failure has a real status */
-    for (;;) {
-        sched_event ev;
-        int erc = stream_next_event(hr, r, &ev, 1000);
-        if (erc < 0) {
-            rc = -1;
-            hr->failure = "cancelled";
-            goto out;
-        }
-        if (erc == 0)
-            continue;
-        if (ev.kind == SCHED_EV_ADMITTED)
-            break;
-        if (ev.kind == SCHED_EV_ERROR) {
-            err_extra x = {.param = api == API_TGI ? "max_new_tokens" : "max_tokens", .n_prompt = n_prompt,
-                           .max_total = ev.error == SCHED_ETOOBIG ? n_ctx : 0};
-            rc = send_error(hr, sched_err_kind(ev.error), ev.message, &x);
-            goto out;
-        }
-        sched_event_clear(&ev);
-    }
+    if (wait_admitted(hr, r, api, n_prompt, &rc))
+        goto out;
 
     if (g.stream) {
         rc = stream_start(hr, r, &g, toks, n_prompt);

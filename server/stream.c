@@ -169,6 +169,10 @@ typedef struct stream {
     size_t n_tc, cap_tc;
     bool tc_open;               /* a "<tool_call>" has begun: everything after is held for the parser */
     bool tc_sent;               /* tool_calls deltas went out: finish_reason is tool_calls */
+    int choice;                 /* OpenAI choices[].index of this stream's chunks */
+    bool kid;                   /* one choice of a multi-choice stream: g is the parent's, no [DONE] */
+    struct stream *kids;        /* [n_kids] OpenAI n > 1: the choices, interleaved into this one's out */
+    int n_kids;
 } stream;
 
 static cJSON *oai_base(stream *st, const char *object)
@@ -301,7 +305,7 @@ static int tool_flush(stream *st)
                 cJSON *o = oai_base(st, "chat.completion.chunk");
                 cJSON *ch = cJSON_CreateObject(), *d = NULL, *arr = NULL, *t = NULL, *fn = NULL;
                 cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
-                cJSON_AddNumberToObject(ch, "index", 0);
+                cJSON_AddNumberToObject(ch, "index", st->choice);
                 d = cJSON_AddObjectToObject(ch, "delta");
                 arr = cJSON_AddArrayToObject(d, "tool_calls");
                 t = cJSON_CreateObject();
@@ -422,7 +426,7 @@ static int oai_chunk_field(stream *st, const char *field, const char *text, size
         return -1;
     }
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", st->choice);
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role)
@@ -534,6 +538,25 @@ out:
     return rc;
 }
 
+/* The end of an OpenAI stream: with include_usage a chunk with empty
+ * choices and the usage (n_gen generated tokens; cached tokens those of
+ * r, the first choice's), then [DONE]. */
+static int oai_end(stream *st, int n_gen, sched_req *r)
+{
+    if (st->g.include_usage) {
+        cJSON *o = oai_base(st, st->g.api == API_OAI_CHAT ? "chat.completion.chunk" : "text_completion");
+        if (!o)
+            return -1;
+        cJSON_AddArrayToObject(o, "choices");
+        sched_result res;
+        sched_req_result(r, &res);
+        cJSON_AddItemToObject(o, "usage", json_add_cached_tokens(usage_obj(st->n_prompt, n_gen), res.cached_tokens));
+        if (frame(st, o, true))
+            return -1;
+    }
+    return frame_raw(st, "data: [DONE]\n\n");
+}
+
 static int on_event_oai(stream *st, const sched_event *ev)
 {
     if (st->g.echo && !st->echoed && oai_echo_chunk(st))
@@ -557,21 +580,9 @@ static int on_event_oai(stream *st, const sched_event *ev)
             return -1;
         }
     }
-    if (!ev->final)
+    if (!ev->final || st->kid)
         return 0;
-    if (st->g.include_usage) {
-        cJSON *o = oai_base(st, st->g.api == API_OAI_CHAT ? "chat.completion.chunk" : "text_completion");
-        if (!o)
-            return -1;
-        cJSON_AddArrayToObject(o, "choices");
-        sched_result res;
-        sched_req_result(st->r, &res);
-        cJSON_AddItemToObject(o, "usage", json_add_cached_tokens(usage_obj(st->n_prompt, st->n_gen),
-                                                                 res.cached_tokens));
-        if (frame(st, o, true))
-            return -1;
-    }
-    return frame_raw(st, "data: [DONE]\n\n");
+    return oai_end(st, st->n_gen, st->r);
 }
 
 static int on_error(stream *st, const sched_event *ev)
@@ -619,9 +630,75 @@ static int on_event(stream *st, sched_event *ev)
     return st->g.api == API_TGI ? on_event_tgi(st, ev) : on_event_oai(st, ev);
 }
 
+/* n > 1: wait for an event of any unfinished choice (or the client
+ * leaving), turn it into that choice's frames and move them to st's out.
+ * Returns 1 with frames, 0 on timeout, -1 when the client went away or out
+ * of memory (every choice is then cancelled). */
+static int multi_next(stream *st)
+{
+    struct pollfd p[JSON_MAX_BATCH + 1];
+    int np = 0, sock = http_socket(st->hr);
+    bool ended = true;
+    for (int k = 0; k < st->n_kids; k++) {
+        stream *c = &st->kids[k];
+        if (c->done)
+            continue;
+        ended = false;
+        sched_event ev;
+        if (sched_req_next(c->r, &ev, 0)) {
+            int rc = on_event(c, &ev);
+            sched_event_clear(&ev);
+            if (rc == 0 && c->error) {         /* a choice failed: the stream ends with its error */
+                st->done = true;
+                st->error = c->error;
+            }
+            if (rc == 0 && c->n_out)
+                rc = json_buf_append(&st->out, &st->n_out, &st->cap_out, c->out, c->n_out);
+            c->n_out = 0;
+            return rc ? -1 : 1;
+        }
+        if (np < JSON_MAX_BATCH)
+            p[np++] = (struct pollfd){.fd = sched_req_event_fd(c->r), .events = POLLIN};
+    }
+    if (ended) {
+        int n_gen = 0;
+        st->done = st->ok = true;
+        for (int k = 0; k < st->n_kids; k++)
+            n_gen += st->kids[k].n_gen;
+        st->finish = st->kids[0].finish;
+        return oai_end(st, n_gen, st->kids[0].r) ? -1 : 1;
+    }
+    if (sock >= 0)
+        p[np++] = (struct pollfd){.fd = sock, .events = POLLRDHUP};
+    int n = poll(p, (nfds_t)np, st->keepalive_ms);
+    if (sock >= 0 && n > 0 && (p[np - 1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        st->gone = true;
+        return -1;
+    }
+    return n > 0 ? 1 : 0;
+}
+
+static void multi_cancel(stream *st)
+{
+    for (int k = 0; k < st->n_kids; k++)
+        sched_req_cancel(st->kids[k].r);
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     stream *st = cls;
+    while (st->n_kids && st->off_out == st->n_out) {
+        if (st->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        st->n_out = st->off_out = 0;
+        int rc = multi_next(st);
+        if (rc < 0) {
+            multi_cancel(st);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (rc == 0 && frame_raw(st, ": ping\n\n"))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
     while (st->off_out == st->n_out) {
         if (st->done)
             return MHD_CONTENT_READER_END_OF_STREAM;
@@ -652,14 +729,35 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
+/* Frees what st owns of itself (not st, not g unless own_g). */
+static void stream_clear(stream *st, bool own_g)
+{
+    sched_req_release(st->r);
+    if (own_g)
+        json_gen_free(&st->g);
+    free(st->out);
+    free(st->text);
+    lp_list_free(&st->pend);
+    lp_list_free(&st->prompt_lp);
+    free(st->tc);
+    for (int k = 0; k < st->n_kids; k++)
+        stream_clear(&st->kids[k], false);
+    free(st->kids);
+}
+
 static void stream_free(void *cls)
 {
     stream *st = cls;
     http_req *hr = st->hr;
     sched_result res;
-    sched_req_result(st->r, &res);
+    sched_req_result(st->n_kids ? st->kids[0].r : st->r, &res);
     hr->n_prompt = res.n_prompt;
     hr->n_gen = res.n_generated;
+    for (int k = 1; k < st->n_kids; k++) {
+        sched_result rk;
+        sched_req_result(st->kids[k].r, &rk);
+        hr->n_gen += rk.n_generated;
+    }
     hr->queue_ms = res.queue_ms;
     hr->ttft_ms = res.ttft_ms;
     hr->cache_bytes = res.peak_cache_bytes;
@@ -669,34 +767,22 @@ static void stream_free(void *cls)
         hr->failure = st->gone || !st->done || st->error == SCHED_ECANCELLED || st->error == SCHED_EDELETED
                           ? "cancelled"
                           : "generation";
-    sched_req_release(st->r);
-    json_gen_free(&st->g);
-    free(st->out);
-    free(st->text);
-    lp_list_free(&st->pend);
-    lp_list_free(&st->prompt_lp);
-    free(st->tc);
+    stream_clear(st, true);
     free(st);
     http_req_unref(hr);
 }
 
-int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prompt, int n_prompt)
+/* The fields of one stream of r, sharing g's contents (shallow). */
+static int stream_setup(stream *st, http_req *hr, sched_req *r, const gen_request *g, const int32_t *prompt,
+                        int n_prompt)
 {
-    stream *st = calloc(1, sizeof(*st));
-    if (!st) {
-        sched_req_release(r);
-        json_gen_free(g);
-        return -1;
-    }
     st->hr = hr;
-    hr->refs++;
     st->r = r;
     st->g = *g;
-    memset(g, 0, sizeof(*g));
     st->n_prompt = n_prompt;
     for (int i = 0; st->g.echo && i < n_prompt; i++)
         if (lp_list_push(&st->prompt_lp, prompt[i], NAN, false, NULL))
-            goto out_free;
+            return -1;
     double ka = hr->srv->cfg->keepalive;
     st->keepalive_ms = ka > 0 ? (int)(ka * 1e3) : 15000;
     if (st->keepalive_ms < 10)
@@ -704,10 +790,42 @@ int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prom
     st->created = (long long)time(NULL);
     st->model = st->g.model[0] ? st->g.model : server_model_name(hr->srv);
     snprintf(st->oai_id, sizeof(st->oai_id), "%s-%s", st->g.api == API_OAI_CHAT ? "chatcmpl" : "cmpl", hr->id);
-
     /* chat streams open with the assistant role, so the client sees bytes
      * (and the role) before the first token */
-    if (st->g.api == API_OAI_CHAT && oai_chunk(st, "", 0, NULL, true, false))
+    if (st->g.api == API_OAI_CHAT && !st->n_kids && oai_chunk(st, "", 0, NULL, true, false))
+        return -1;
+    return 0;
+}
+
+int stream_start_n(http_req *hr, sched_req **r, int n, gen_request *g, const int32_t *prompt, int n_prompt)
+{
+    stream *st = calloc(1, sizeof(*st));
+    stream *kids = n > 1 ? calloc((size_t)n, sizeof(*kids)) : NULL;
+    if (!st || (n > 1 && !kids)) {
+        for (int k = 0; k < n; k++)
+            sched_req_release(r[k]);
+        free(st);
+        free(kids);
+        json_gen_free(g);
+        return -1;
+    }
+    hr->refs++;
+    st->kids = kids;
+    st->n_kids = kids ? n : 0;
+    for (int k = 0; kids && k < n; k++) {
+        kids[k].kid = true;
+        kids[k].choice = k;
+        kids[k].r = r[k];
+    }
+    int rc = stream_setup(st, hr, kids ? NULL : r[0], g, prompt, n_prompt);
+    memset(g, 0, sizeof(*g));
+    for (int k = 0; rc == 0 && kids && k < n; k++) {
+        rc = stream_setup(&kids[k], hr, r[k], &st->g, prompt, n_prompt);
+        if (rc == 0 && kids[k].n_out)
+            rc = json_buf_append(&st->out, &st->n_out, &st->cap_out, kids[k].out, kids[k].n_out);
+        kids[k].n_out = 0;
+    }
+    if (rc)
         goto out_free;
 
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st,
@@ -724,11 +842,13 @@ int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prom
     return ok == MHD_YES ? 0 : -1;
 
 out_free:
-    sched_req_release(st->r);
-    json_gen_free(&st->g);
-    free(st->out);
-    lp_list_free(&st->prompt_lp);
+    stream_clear(st, true);
     free(st);
     hr->refs--;
     return -1;
+}
+
+int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prompt, int n_prompt)
+{
+    return stream_start_n(hr, &r, 1, g, prompt, n_prompt);
 }

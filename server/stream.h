@@ -60,6 +60,12 @@ void gen_result_free(gen_result *res);
  * (copied for a completions echo). */
 int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prompt, int n_prompt);
 
+/* OpenAI n > 1 (at most JSON_MAX_BATCH): one SSE body interleaving the
+ * chunks of the admitted requests r[0..n), chunk choices[0].index k for
+ * r[k], one usage chunk (the prompt counted once) and one [DONE] when all
+ * have ended. Takes ownership of r[0..n) and *g, as stream_start. */
+int stream_start_n(http_req *hr, sched_req **r, int n, gen_request *g, const int32_t *prompt, int n_prompt);
+
 /* finish_reason for the OpenAI routes ("stop" or "length"). */
 const char *stream_oai_finish(int finish);
 

@@ -393,7 +393,7 @@ def test_errors(srv):
         ("top_k 0", {"inputs": "x", "parameters": {"top_k": 0}}, "top_k"),
         ("repetition_penalty 0", {"inputs": "x", "parameters": {"repetition_penalty": 0}}, "repetition_penalty"),
         ("5 stop sequences", {"inputs": "x", "parameters": {"stop": ["a", "b", "c", "d", "e"]}}, "stop"),
-        ("best_of 2 not supported", {"inputs": "x", "parameters": {"best_of": 2}}, "best_of"),
+        ("best_of 2 without sampling", {"inputs": "x", "parameters": {"best_of": 2}}, "best_of"),
         ("grammar of an unknown type", {"inputs": "x", "parameters": {"grammar": {"type": "gbnf", "value": "x"}}}, "grammar"),
     ]
     for name, body, field in cases:
@@ -1337,6 +1337,123 @@ def client_dir():
     return cdir, node
 
 
+def choice_seed(s, i):
+    """The seed of choice i of a request seeded s, as docs/serving.md 3.1 defines it: s for choice 0,
+    else splitmix64's output for state s at step i."""
+    if i == 0:
+        return s
+    m = (1 << 64) - 1
+    z = (s + i * 0x9E3779B97F4A7C15) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+def test_n_best_of(srv):
+    """OpenAI n and TGI best_of: every sequence equals the same request run alone with its derived seed."""
+    seed = 2 ** 63 + 12345
+    comp = lambda body: srv.jreq("POST", "/v1/completions", dict({"prompt": "Once upon a time", "max_tokens": 8,
+                                                                  "temperature": 2}, **body))
+    alone = [comp({"seed": choice_seed(seed, i)})[2] for i in range(3)]
+    st, _, j, b = comp({"seed": seed, "n": 3})
+    ch = j.get("choices", []) if st == 200 else []
+    check("completions n=3: choice i is the request alone with seed derive(seed, i)", [c["index"] for c in ch] == [0, 1, 2]
+          and [c["text"] for c in ch] == [a["choices"][0]["text"] for a in alone], f"{st} {b[:300]}")
+    check("completions n=3: the choices differ (sampled with different seeds)", len({c["text"] for c in ch}) > 1, f"{ch}")
+    check("completions n=3: usage counts the prompt once and sums the completions", st == 200
+          and j["usage"]["prompt_tokens"] == alone[0]["usage"]["prompt_tokens"]
+          and j["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in alone)
+          and j["usage"]["total_tokens"] == j["usage"]["prompt_tokens"] + j["usage"]["completion_tokens"], f"{j.get('usage')}")
+    st, _, j, b = comp({"seed": seed, "n": 1})
+    check("completions n=1 is the request without n", st == 200 and j["choices"][0]["text"] == alone[0]["choices"][0]["text"])
+    # a prompt array with n: choices p * n + j
+    prompts = ["Once upon a time", "The city"]
+    st, _, j, b = comp({"prompt": prompts, "seed": seed, "n": 2})
+    want = [comp({"prompt": p, "seed": choice_seed(seed, k)})[2]["choices"][0]["text"] for p in prompts for k in range(2)]
+    check("completions prompt array with n=2: choice p*n+j is prompt p with seed derive(seed, j)", st == 200
+          and [c["index"] for c in j["choices"]] == [0, 1, 2, 3] and [c["text"] for c in j["choices"]] == want,
+          f"{st} {b[:300]} vs {want}")
+    msgs = [{"role": "user", "content": "Say hello."}]
+    chat = lambda body: srv.jreq("POST", "/v1/chat/completions", dict({"messages": msgs, "max_tokens": 8,
+                                                                       "temperature": 0.9}, **body))
+    alone = [chat({"seed": choice_seed(5, i)})[2]["choices"][0]["message"]["content"] for i in range(4)]
+    st, _, j, b = chat({"seed": 5, "n": 4})
+    check("chat n=4: choice i is the request alone with seed derive(seed, i)", st == 200
+          and [c["index"] for c in j["choices"]] == [0, 1, 2, 3]
+          and [c["message"]["content"] for c in j["choices"]] == alone, f"{st} {b[:300]} vs {alone}")
+    st, _, j, b = chat({"temperature": 0, "n": 3})
+    g1 = chat({"temperature": 0})[2]["choices"][0]["message"]["content"]
+    check("chat n=3 greedy: every choice is the greedy text", st == 200
+          and [c["message"]["content"] for c in j["choices"]] == [g1] * 3, f"{st} {b[:300]}")
+    for bad, why in ((9, "above --max-n 8"), (0, "zero"), (1.5, "not an integer")):
+        st, _, j, b = chat({"n": bad})
+        e = j.get("error", {}) if j else {}
+        check(f"chat n={bad} ({why}) is a 400 on n", st == 400 and e.get("param") == "n"
+              and (bad != 9 or "8" in e.get("message", "")), f"{st} {b[:200]}")
+    # streamed: one stream interleaving the choices, each chunk naming its choice's index
+    for path, body, field in (("/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0.9, "seed": 5},
+                               "chat"),
+                              ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 2,
+                                                   "seed": seed, "echo": True, "logprobs": 1}, "completion")):
+        whole = srv.jreq("POST", path, dict(body, n=3))[2]
+        st, _, evs, _ = stream(srv, path, dict(body, n=3, stream=True, stream_options={"include_usage": True}))
+        datas = [json.loads(p) for k, p in evs if k == "data" and p != "[DONE]"]
+        texts, fins, lps = ["", "", ""], [None] * 3, [[], [], []]
+        for d in datas:
+            for c in d["choices"]:
+                texts[c["index"]] += (c.get("delta", {}).get("content") or "") if field == "chat" else c["text"]
+                fins[c["index"]] = c.get("finish_reason") or fins[c["index"]]
+                if field == "completion" and c.get("logprobs"):
+                    lps[c["index"]] += c["logprobs"]["tokens"]
+        want = [c["message"]["content"] if field == "chat" else c["text"] for c in whole["choices"]]
+        usage = datas[-1].get("usage") if datas else None
+        idx = [c["index"] for d in datas for c in d["choices"]]
+        check(f"{field} n=3 streamed: each choice's chunks give its non-streamed text", st == 200
+              and texts == want and fins == [c["finish_reason"] for c in whole["choices"]], f"{texts} vs {want}")
+        check(f"{field} n=3 streamed: the choices interleave in one stream, one [DONE] at the end",
+              evs[-1] == ("data", "[DONE]") and sum(1 for e in evs if e == ("data", "[DONE]")) == 1
+              and sorted(set(idx)) == [0, 1, 2] and idx != sorted(idx), f"{idx}")
+        check(f"{field} n=3 streamed: one usage chunk, the prompt counted once", usage == whole["usage"], f"{usage} vs {whole['usage']}")
+        if field == "completion":
+            check("completion n=3 streamed with echo and logprobs: each choice echoes the prompt and lists its tokens",
+                  all(t.startswith("Once upon a time") for t in texts)
+                  and [len(l) for l in lps] == [len(c["logprobs"]["tokens"]) for c in whole["choices"]], f"{lps}")
+
+    # TGI best_of: the answer is the sequence with the highest sum of token logprobs
+    par = {"max_new_tokens": 8, "do_sample": True, "temperature": 2.5, "details": True, "seed": seed}
+    st, _, j, b = srv.jreq("POST", "/generate", {"inputs": "Once upon a time", "parameters": dict(par, best_of=3)})
+    d = j.get("details", {}) if st == 200 else {}
+    seqs = d.get("best_of_sequences", [])
+    everyone = [(j.get("generated_text"), d.get("seed"), d.get("tokens"))] + \
+               [(s.get("generated_text"), s.get("seed"), s.get("tokens")) for s in seqs]
+    check("best_of=3: the answer and 2 best_of_sequences in TGI's shape", st == 200 and len(seqs) == 2
+          and all(set(s) >= {"generated_text", "finish_reason", "generated_tokens", "seed", "prefill", "tokens"}
+                  for s in seqs), f"{st} {b[:400]}")
+    check("best_of=3: the sequences' seeds are derive(seed, 0..2)",
+          sorted(e[1] for e in everyone) == sorted(choice_seed(seed, i) for i in range(3)), f"{[e[1] for e in everyone]}")
+    bad = []
+    for text, s, toks in everyone:
+        one = srv.jreq("POST", "/generate", {"inputs": "Once upon a time", "parameters": dict(par, seed=s)})[2]
+        # the same tokens; logprobs to float rounding (a batch of 3 runs other matrix shapes than 1)
+        same = [t["id"] for t in one["details"]["tokens"]] == [t["id"] for t in toks] and all(
+            abs(a["logprob"] - b["logprob"]) <= 1e-4 for a, b in zip(one["details"]["tokens"], toks))
+        if one["generated_text"] != text or not same:
+            bad.append((s, text, one["generated_text"], toks, one["details"]["tokens"]))
+    check("best_of=3: each sequence is the request alone with its seed", not bad, f"{bad}"[:600])
+    sums = [sum(t["logprob"] for t in e[2] or []) for e in everyone]
+    st, _, arr, b = srv.jreq("POST", "/", {"inputs": "Once upon a time", "parameters": dict(par, best_of=3)})
+    check("best_of on POST /: an array of the same one answer", st == 200 and isinstance(arr, list) and len(arr) == 1
+          and arr[0]["generated_text"] == j.get("generated_text"), f"{st} {b[:200]}")
+    check("best_of=3: the answer has the highest sum of token logprobs", st == 200 and sums[0] >= max(sums)
+          and len(set(sums)) > 1, f"{sums}")
+    for body, why in (({"best_of": 2}, "without sampling"), (dict(par, best_of=9), "above --max-n 8"),
+                      (dict(par, best_of=0), "zero")):
+        st, _, j, b = srv.jreq("POST", "/generate", {"inputs": "x", "parameters": body})
+        check(f"best_of {why} is a 422 naming best_of", st == 422 and "best_of" in j.get("error", ""), f"{st} {b[:200]}")
+    st, _, j, b = srv.jreq("POST", "/generate_stream", {"inputs": "x", "parameters": dict(par, best_of=2)})
+    check("best_of streamed is a 422", st == 422 and "stream" in j.get("error", ""), f"{st} {b[:200]}")
+
+
 def test_openai_client(srv):
     out = run_client("openai_chat.mjs", srv.url)
     if out is None:
@@ -1360,6 +1477,12 @@ def test_openai_client(srv):
     check("openai client: completions with a prompt array give one choice per prompt",
           [c["text"] for c in pa.get("choices", [])] == singles and [c["index"] for c in pa["choices"]] == [0, 1],
           f"{pa} vs {singles}")
+    n3 = out.get("n3", {}).get("choices", [])
+    singles = [srv.jreq("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 6, "temperature": 0.9,
+                                                         "seed": choice_seed(7, i)})[2]["choices"][0]["message"]["content"]
+               for i in range(3)]
+    check("openai client: n: 3 gives 3 choices, each the request alone with its derived seed",
+          [c["index"] for c in n3] == [0, 1, 2] and [c["text"] for c in n3] == singles, f"{n3} vs {singles}")
     lp, lps = out.get("logprobs", {}), out.get("logprobs_stream", {})
     check("openai client: chat logprobs with top_logprobs arrive, the same streamed and not",
           lp.get("content") and len(lp["content"]) == 6 and all(len(c["top_logprobs"]) == 2 for c in lp["content"])
@@ -2118,6 +2241,7 @@ def main(argv=None):
                ("test_seed_64bit", lambda: test_seed_64bit(srv)),
                ("test_sampling_params", lambda: test_sampling_params(srv, model)),
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
+               ("test_n_best_of", lambda: test_n_best_of(srv)),
                ("test_logprobs", lambda: test_logprobs(srv, model)),
                ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
                ("test_model_names", lambda: test_model_names(srv, model)),

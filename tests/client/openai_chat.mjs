@@ -54,6 +54,13 @@ const multi = await client.completions.create({
 });
 out.prompt_array = { choices: multi.choices.map((c) => ({ index: c.index, text: c.text })), usage: multi.usage };
 
+// n: 3 sampled choices of one chat request (each as the same request with
+// the seed the server derives for it, checked by the suite)
+const nc = await client.chat.completions.create({
+  model: 'hyserve', messages, max_tokens: 6, temperature: 0.9, seed: 7, n: 3,
+});
+out.n3 = { choices: nc.choices.map((c) => ({ index: c.index, text: c.message.content })), usage: nc.usage };
+
 // chat with logprobs, whole and streamed: the client's types carry them through
 const lp = await client.chat.completions.create({
   model: 'hyserve', messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2,
