@@ -231,7 +231,6 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
      * released (21 when both are the same thread). Another parallel region
      * here makes a new pool. */
     omp_pause_resource_all(omp_pause_soft);
-    fault_inject_from_env();        /* test builds: HYSERVE_FAULT_NTH */
     return e;
 
 out_fail:

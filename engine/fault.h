@@ -37,7 +37,8 @@ void fault_inject(int n);
 bool fault_fired(void);
 /* Builds with HYSERVE_CHECKS (CHECKS=1, SANITIZE=1): the first call arms
  * fault_inject(N) from HYSERVE_FAULT_NTH=N, so a test can fail the N-th
- * allocation of a live server (engine_open calls it once loaded: N counts
+ * allocation of a live server (sched_start calls it, once the model, the
+ * scheduler and its prefix store are made: N counts
  * the allocations of serving). Other builds ignore the variable. */
 void fault_inject_from_env(void);
 

@@ -1264,6 +1264,9 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
 
 int sched_start(sched *s)
 {
+    /* test builds: HYSERVE_FAULT_NTH counts the allocations of serving,
+     * from here on (the model, the scheduler and its prefix store are made) */
+    fault_inject_from_env();
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0)
         return SCHED_ENOMEM;
     s->started = true;

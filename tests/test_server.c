@@ -314,7 +314,7 @@ TEST(test_request_validation_rejects_with_the_field_named)
     CHECK(parse(&g, API_TGI, "{\"inputs\":\"x\",\"parameters\":{\"top_p\":1.0}}", err, sizeof(err)) == JSON_EINVALID);
     CHECK(strstr(err, "top_p") != NULL);
     json_gen_free(&g);
-    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":2}", err, sizeof(err)) == JSON_EINVALID);
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":0}", err, sizeof(err)) == JSON_EINVALID);
     CHECK(strstr(err, "`n`") != NULL);
     json_gen_free(&g);
     CHECK(parse(&g, API_OAI_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", err, sizeof(err)) ==
