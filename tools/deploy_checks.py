@@ -138,9 +138,10 @@ def metric(port, name):
     st, _, b = request(port, "GET", "/metrics", timeout=3)
     if st != 200:
         return None
+    # every series carries a model_name label: name{model_name="..."} value
     for line in b.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(None, 1)[1])
     return None
 
 
