@@ -48,7 +48,7 @@ def misses(srv):
     for line in b.decode().splitlines():
         if line.startswith("hyserve_prefix_cache_misses_total{reason="):
             out[line.split('"')[1]] = int(float(line.split()[-1]))
-        elif line.startswith("hyserve_prefix_cache_hits_total "):
+        elif line.startswith(("hyserve_prefix_cache_hits_total ", "hyserve_prefix_cache_hits_total{")):
             out["hits"] = int(float(line.split()[-1]))
     return out
 
