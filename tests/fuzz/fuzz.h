@@ -18,6 +18,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "chat.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
@@ -56,17 +58,6 @@ static inline const char *fuzz_file(const uint8_t *data, size_t size)
 
 /* Occurrences of pat in s[0..n) lying wholly outside the data spans
  * data[2i] .. data[2i + 1] (a chat prompt's markup, not its content). */
-/* Turns a ChatML prompt opens for msgs: one a message, except that
- * consecutive tool results share one user turn (as the Qwen3 template
- * writes them, in <tool_response> blocks). */
-static inline int fuzz_chatml_turns(const char *const *roles, int n_msgs)
-{
-    int turns = 0;
-    for (int i = 0; i < n_msgs; i++)
-        turns += !(i > 0 && !strcmp(roles[i], "tool") && !strcmp(roles[i - 1], "tool"));
-    return turns;
-}
-
 static inline int fuzz_markup_count(const char *s, size_t n, const size_t *data, int n_data, const char *pat)
 {
     const size_t k = strlen(pat);
@@ -80,6 +71,27 @@ static inline int fuzz_markup_count(const char *s, size_t n, const size_t *data,
         c += !inside;
     }
     return c;
+}
+
+/* The markup of a rendered chat prompt opens and closes the right turns
+ * outside its data spans, whatever the content holds. ChatML: one turn a
+ * message, except that consecutive tool results share one user turn (as
+ * the Qwen3 template writes them, in <tool_response> blocks). Llama 3:
+ * llama_turns (one a message, plus 3.1's own system turn). Both then open
+ * the generation prompt. */
+static inline void fuzz_check_turns(int kind, const char *out, size_t n, const size_t *spans, int n_spans,
+                                    const chat_msg *msgs, int n_msgs, int llama_turns)
+{
+    if (kind == CHAT_CHATML) {
+        int t = 0;
+        for (int i = 0; i < n_msgs; i++)
+            t += !(i > 0 && !strcmp(msgs[i].role, "tool") && !strcmp(msgs[i - 1].role, "tool"));
+        FUZZ_CHECK(fuzz_markup_count(out, n, spans, n_spans, "<|im_start|>") == t + 1);
+        FUZZ_CHECK(fuzz_markup_count(out, n, spans, n_spans, "<|im_end|>") == t);
+    } else {
+        FUZZ_CHECK(fuzz_markup_count(out, n, spans, n_spans, "<|start_header_id|>") == llama_turns + 1);
+        FUZZ_CHECK(fuzz_markup_count(out, n, spans, n_spans, "<|eot_id|>") == llama_turns);
+    }
 }
 
 #endif

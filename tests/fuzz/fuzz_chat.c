@@ -98,17 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         d++;
     }
     FUZZ_CHECK(d == n_spans);
-    if (kind == CHAT_CHATML) {
-        const char *roles_of[MAX_MSGS];
-        for (int i = 0; i < n_msgs; i++)
-            roles_of[i] = msgs[i].role;
-        const int t = fuzz_chatml_turns(roles_of, n_msgs);
-        FUZZ_CHECK(fuzz_markup_count(out, n, spans, n_spans, "<|im_start|>") == t + 1);
-        FUZZ_CHECK(fuzz_markup_count(out, n, spans, n_spans, "<|im_end|>") == t);
-    } else {
-        FUZZ_CHECK(fuzz_markup_count(out, n, spans, n_spans, "<|start_header_id|>") == turns + 1);
-        FUZZ_CHECK(fuzz_markup_count(out, n, spans, n_spans, "<|eot_id|>") == turns);
-    }
+    fuzz_check_turns(kind, out, n, spans, n_spans, msgs, n_msgs, turns);
     free(out);
     free(spans);
     free(tmpl);

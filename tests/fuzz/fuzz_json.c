@@ -44,19 +44,7 @@ static void check_render(const gen_request *g)
         const int turns = g->n_msgs + (kinds[k] == CHAT_LLAMA31 &&
                                        (g->n_msgs == 0 || (strcmp(g->msgs[0].role, "system") &&
                                                            strcmp(g->msgs[0].role, "developer"))));
-        if (kinds[k] == CHAT_CHATML) {
-            const char **roles_of = malloc(((size_t)g->n_msgs + 1) * sizeof(*roles_of));
-            FUZZ_CHECK(roles_of != NULL);
-            for (int i = 0; i < g->n_msgs; i++)
-                roles_of[i] = g->msgs[i].role;
-            const int t = fuzz_chatml_turns(roles_of, g->n_msgs);
-            free(roles_of);
-            FUZZ_CHECK(fuzz_markup_count(out, n, data, n_data, "<|im_start|>") == t + 1);
-            FUZZ_CHECK(fuzz_markup_count(out, n, data, n_data, "<|im_end|>") == t);
-        } else {
-            FUZZ_CHECK(fuzz_markup_count(out, n, data, n_data, "<|start_header_id|>") == turns + 1);
-            FUZZ_CHECK(fuzz_markup_count(out, n, data, n_data, "<|eot_id|>") == turns);
-        }
+        fuzz_check_turns(kinds[k], out, n, data, n_data, g->msgs, g->n_msgs, turns);
         free(out);
         free(data);
     }
