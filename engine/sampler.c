@@ -73,6 +73,14 @@ static uint64_t splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+uint64_t sampler_choice_seed(uint64_t seed, int i)
+{
+    if (i <= 0)
+        return seed;
+    uint64_t x = seed + (uint64_t)(i - 1) * 0x9e3779b97f4a7c15ull;
+    return splitmix64(&x);      /* advances x by one more step first */
+}
+
 static uint64_t rotl(uint64_t x, int k)
 {
     return (x << k) | (x >> (64 - k));

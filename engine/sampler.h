@@ -47,6 +47,13 @@ typedef struct sampler_top {
 void sampler_params_default(sampler_params *p);   /* greedy off, temp 1, everything else off */
 sampler *sampler_new(const sampler_params *p, int n_vocab);
 void sampler_free(sampler *s);
+/* The seed of choice i (n > 1, best_of) of a request seeded seed: seed
+ * itself for choice 0 (so n = 1 is unchanged), else splitmix64's output
+ * for state seed at step i: z = seed + i * 0x9e3779b97f4a7c15, then
+ * z ^= z >> 30, z *= 0xbf58476d1ce4e5b9, z ^= z >> 27,
+ * z *= 0x94d049bb133111eb, z ^= z >> 31 (mod 2^64). ref: docs/serving.md 3.1. */
+uint64_t sampler_choice_seed(uint64_t seed, int i);
+
 /* Picks the next token and counts it as drawn (the frequency and presence
  * penalties apply to the tokens this sampler returned, not the prompt). logits is scratch (modified). history: tokens the
  * penalty applies to. logprob (may be NULL) receives log softmax of the

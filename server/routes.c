@@ -444,21 +444,6 @@ static int wait_admitted(http_req *hr, sched_req *r, int api, int n_prompt, int 
 
 /* ---- several sequences in one request: prompt arrays, n, best_of ---- */
 
-/* The seed of choice i of a request seeded s: s itself for choice 0 (so
- * n = 1 is unchanged), else splitmix64's output for state s at step i:
- * z = s + i * 0x9e3779b97f4a7c15, then z ^= z >> 30, z *= 0xbf58476d1ce4e5b9,
- * z ^= z >> 27, z *= 0x94d049bb133111eb, z ^= z >> 31 (mod 2^64).
- * ref: docs/serving.md 3.1. */
-static uint64_t choice_seed(uint64_t s, int i)
-{
-    if (i == 0)
-        return s;
-    uint64_t z = s + (uint64_t)i * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* One sequence of a request: its prompt's tokens, its scheduler request,
  * its result. */
 typedef struct batch_item {
@@ -525,7 +510,7 @@ static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_ite
         char id[128];
         snprintf(id, sizeof id, "%s-%d", hr->id, k);
         it[k].sp = g->sp;
-        it[k].sp.seed = choice_seed(g->sp.seed, k % n_per);
+        it[k].sp.seed = sampler_choice_seed(g->sp.seed, k % n_per);
         sched_req_params rp = {.id = id, .owner = hr->key_id, .prompt = it[k].toks, .n_prompt = it[k].n_prompt,
                                .max_new_tokens = max_new, .sampling = it[k].sp,
                                .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
