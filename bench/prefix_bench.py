@@ -24,7 +24,7 @@ import time
 
 def stream_ttft(port, prompt, max_tokens):
     """POST a streamed completion; (ttft seconds, text, cached tokens)."""
-    body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.monotonic()
