@@ -101,6 +101,7 @@ static void req_free(sched_req *r)
     free(r->salt);
     free(r->snap_at);
     free(r->snaps);             /* empty: run_remove gave the snapshots back on the scheduler thread */
+    free(r->fol);
     sched_event_clear(&r->final_ev);
     free(r->tokens);
     sampler_free(r->smp);
@@ -283,8 +284,9 @@ static sampler *new_sampler(const sched *s, const sched_req_params *p)
     return smp;
 }
 
-int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
-                 char *err, size_t errlen)
+/* A request made from p, not queued yet (refs: submitter + scheduler).
+ * Returns 0, SCHED_EINVAL or SCHED_ENOMEM with a message in err. */
+static int req_make(sched *s, const sched_req_params *p, sched_req **out, char *err, size_t errlen)
 {
     sched_req *r = NULL;
     int rc = SCHED_ENOMEM;
@@ -351,32 +353,6 @@ int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
         goto out_free;
     rc = SCHED_ENOMEM;
     r->t_submit = engine_now_s();
-
-    pthread_mutex_lock(&s->mu);
-    if (s->draining || s->stop) {
-        pthread_mutex_unlock(&s->mu);
-        snprintf(err, errlen, "the server is shutting down and accepts no new requests");
-        rc = SCHED_EDRAINING;
-        goto out_free;
-    }
-    if (s->n_waiting >= s->p.max_queue) {
-        s->st.rejected_full_total++;
-        int n_wait = s->n_waiting;
-        pthread_mutex_unlock(&s->mu);
-        snprintf(err, errlen, "model is overloaded: %d requests are already waiting (--max-queue %d); retry later",
-                 n_wait, s->p.max_queue);
-        rc = SCHED_EFULL;
-        goto out_free;
-    }
-    r->state = RS_QUEUED;
-    if (s->wait_tail)
-        s->wait_tail->wait_next = r;
-    else
-        s->wait_head = r;
-    s->wait_tail = r;
-    s->n_waiting++;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
     *out = r;
     return 0;
 
@@ -384,6 +360,111 @@ out_free:
     if (rc == SCHED_ENOMEM)
         snprintf(err, errlen, "out of memory while queueing the request");
     req_free(r);
+    return rc;
+}
+
+/* Queue rs[0..n) at the tail, in order, all or none. Returns 0, or
+ * SCHED_EDRAINING / SCHED_EFULL with a message in err (the requests stay
+ * the caller's). */
+static int wait_append(sched *s, sched_req *const *rs, int n, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->draining || s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        snprintf(err, errlen, "the server is shutting down and accepts no new requests");
+        return SCHED_EDRAINING;
+    }
+    if (s->n_waiting + n > s->p.max_queue) {
+        s->st.rejected_full_total++;
+        int n_wait = s->n_waiting;
+        pthread_mutex_unlock(&s->mu);
+        if (n > 1)
+            snprintf(err, errlen, "model is overloaded: %d requests are already waiting and the %d choices of this "
+                     "one do not fit the queue (--max-queue %d); retry later", n_wait, n, s->p.max_queue);
+        else
+            snprintf(err, errlen, "model is overloaded: %d requests are already waiting (--max-queue %d); retry later",
+                     n_wait, s->p.max_queue);
+        return SCHED_EFULL;
+    }
+    for (int i = 0; i < n; i++) {
+        sched_req *r = rs[i];
+        r->state = RS_QUEUED;
+        if (s->wait_tail)
+            s->wait_tail->wait_next = r;
+        else
+            s->wait_head = r;
+        s->wait_tail = r;
+        s->n_waiting++;
+    }
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
+                 char *err, size_t errlen)
+{
+    sched_req *r = NULL;
+    int rc = req_make(s, p, &r, err, errlen);
+    *out = NULL;
+    if (rc)
+        return rc;
+    rc = wait_append(s, &r, 1, err, errlen);
+    if (rc) {
+        req_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int sched_submit_group(sched *s, const sched_req_params *p, int n, const uint64_t *seeds, const char *const *ids,
+                       sched_req **out, char *err, size_t errlen)
+{
+    int rc = 0, made = 0;
+    if (n < 1 || n > s->max_seqs) {
+        snprintf(err, errlen, "%d choices cannot run together: the server runs at most %d sequences (--max-seqs)",
+                 n, s->max_seqs);
+        return SCHED_EINVAL;
+    }
+    if (p->prompt_logprobs && n > 1) {
+        snprintf(err, errlen, "the choices of a group cannot ask for prompt logprobs");
+        return SCHED_EINVAL;
+    }
+    for (int k = 0; k < n; k++)
+        out[k] = NULL;
+    sched_req *lead = NULL;
+    for (; made < n; made++) {
+        sched_req_params pk = *p;
+        pk.id = ids[made];
+        pk.sampling.seed = seeds[made];
+        if ((rc = req_make(s, &pk, &out[made], err, errlen)) != 0)
+            goto out_free;
+        snprintf(out[made]->gid, sizeof out[made]->gid, "%s", p->id ? p->id : "");
+    }
+    lead = out[0];
+    if (n > 1) {
+        lead->fol = FAULT_OR(calloc((size_t)n - 1, sizeof *lead->fol));
+        if (!lead->fol) {
+            rc = SCHED_ENOMEM;
+            snprintf(err, errlen, "out of memory while queueing the request");
+            goto out_free;
+        }
+    }
+    for (int k = 1; k < n; k++) {
+        lead->fol[lead->n_fol++] = out[k];
+        out[k]->leader = lead;
+        out[k]->await_fork = true;
+    }
+    if ((rc = wait_append(s, out, n, err, errlen)) != 0)
+        goto out_free;
+    return 0;
+
+out_free:
+    for (int k = 0; k < made; k++) {
+        req_free(out[k]);
+        out[k] = NULL;
+    }
     return rc;
 }
 
@@ -537,6 +618,114 @@ static void prefix_keep(sched *s, sched_req *r)
 /* Scheduler thread: admission, finishing                                 */
 /* ---------------------------------------------------------------------- */
 
+static void run_fail(sched *s, sched_req *r, int status, const char *msg);
+static void wait_reject(sched *s, sched_req *r, int status, const char *msg);
+
+/* ---- groups (sched_submit_group) ----
+ * A follower waits in the queue behind its leader, is admitted with it
+ * holding a placeholder (an empty sequence reserving what its fork will
+ * own), and forks when the leader's prefill ends. */
+
+/* Tokens a follower's fork owns: all of its reservation but the prompt's
+ * whole pages, which it shares with its leader (the copied partly filled
+ * page and the pages decoding fills are its own). */
+static int fork_own_tokens(const sched *s, const sched_req *r)
+{
+    const int pt = s->info->page_tokens > 0 ? s->info->page_tokens : 1;
+    return r->n_prompt + r->max_new - r->n_prompt / pt * pt;
+}
+
+/* r and the followers it still lists. */
+static int group_size(const sched_req *r)
+{
+    int m = 1;
+    for (int i = 0; i < r->n_fol; i++)
+        m += r->fol[i] != NULL;
+    return m;
+}
+
+/* Cache bytes r's admission reserves: its own reservation and each
+ * follower's placeholder. */
+static uint64_t group_need_bytes(const sched *s, const sched_req *r)
+{
+    const uint64_t own = engine_bytes_for_tokens(s->e, r->n_prompt + r->max_new);
+    return own + (uint64_t)(group_size(r) - 1) * engine_bytes_for_tokens(s->e, fork_own_tokens(s, r));
+}
+
+/* Give back the placeholders of r's followers. Caller holds s->mu. */
+static void group_unhold(sched *s, sched_req *r)
+{
+    for (int i = 0; i < r->n_fol; i++) {
+        if (r->fol[i] && r->fol[i]->seq >= 0) {
+            engine_seq_free(s->e, r->fol[i]->seq);
+            r->fol[i]->seq = -1;
+        }
+    }
+}
+
+/* A placeholder for each of r's followers, evicting prefix store entries
+ * while they do not fit. 0, or -1 with none held. Caller holds s->mu. */
+static int group_hold(sched *s, sched_req *r)
+{
+    const int own = fork_own_tokens(s, r);
+    for (int i = 0; i < r->n_fol; i++) {
+        sched_req *f = r->fol[i];
+        while (f) {
+            const int seq = engine_seq_new(s->e);
+            if (seq >= 0 && engine_seq_reserve(s->e, seq, own) == 0) {
+                f->seq = seq;
+                break;
+            }
+            engine_seq_free(s->e, seq);
+            if (!s->prefix || (!prefix_evict_one(s->prefix) && !prefix_drop_running_snaps(s))) {
+                group_unhold(s, r);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Unlink leader r's follower i (NULL when it already left): it no longer
+ * waits for a fork. Scheduler thread. */
+static sched_req *group_take(sched_req *r, int i)
+{
+    sched_req *f = r->fol[i];
+    if (f) {
+        r->fol[i] = NULL;
+        f->leader = NULL;
+        f->await_fork = false;
+    }
+    return f;
+}
+
+/* r ended (queued or running): a follower leaves its leader's list; a
+ * leader's followers that have not forked end with it, with its error.
+ * Caller holds s->mu. */
+static void group_leave(sched *s, sched_req *r, int status, const char *msg)
+{
+    if (r->leader) {
+        for (int i = 0; i < r->leader->n_fol; i++)
+            if (r->leader->fol[i] == r)
+                r->leader->fol[i] = NULL;
+        r->leader = NULL;
+    }
+    if (status == SCHED_OK) {   /* cannot happen: followers fork before the leader samples */
+        status = SCHED_EENGINE;
+        msg = "generation failed: the choice that prefilled the prompt ended before the others forked";
+    }
+    for (int i = 0; i < r->n_fol; i++) {
+        sched_req *f = group_take(r, i);
+        if (!f)
+            continue;
+        if (f->state == RS_QUEUED)
+            wait_reject(s, f, status, msg);
+        else
+            run_fail(s, f, status, msg);
+    }
+    r->n_fol = 0;
+}
+
 /* Unlink r from the wait queue. Caller holds s->mu. */
 static void wait_remove(sched *s, sched_req *r)
 {
@@ -589,6 +778,7 @@ static void run_finish(sched *s, sched_req *r, int status, sched_event *ev)
     if (status == SCHED_OK)
         prefix_keep(s, r);
     run_remove(s, r);
+    group_leave(s, r, status, ev->kind == SCHED_EV_ERROR ? ev->message : "");
     double dur = r->t_end - r->t_submit;
     s->ema_req_s = s->ema_req_s > 0 ? 0.8 * s->ema_req_s + 0.2 * dur : dur;
     if (status == SCHED_OK)
@@ -642,6 +832,7 @@ static void wait_reject(sched *s, sched_req *r, int status, const char *msg)
     wait_remove(s, r);
     r->state = RS_DONE;
     r->t_end = engine_now_s();
+    group_leave(s, r, status, msg);
     req_push_error(r, status, msg);
     if (status == SCHED_ETIMEOUT)
         s->st.rejected_timeout_total++;
@@ -654,48 +845,81 @@ static void wait_reject(sched *s, sched_req *r, int status, const char *msg)
 
 static void fmt_toobig(const sched *s, const sched_req *r, char *buf, size_t n)
 {
-    int total = r->n_prompt + r->max_new;
-    uint64_t need = engine_bytes_for_tokens(s->e, total);
-    snprintf(buf, n,
-             "request needs %d tokens of cache (prompt %d + max_new_tokens %d) = %llu bytes, "
-             "but the cache budget is %llu bytes (--cache-mem) and the context limit is %d tokens; "
-             "shorten the prompt or lower max_new_tokens",
-             total, r->n_prompt, r->max_new, (unsigned long long)need,
-             (unsigned long long)s->info->cache_budget_bytes, s->info->n_ctx);
+    const int total = r->n_prompt + r->max_new, m = group_size(r);
+    uint64_t need = group_need_bytes(s, r);
+    if (m > 1)
+        snprintf(buf, n,
+                 "%d choices need %llu bytes of cache (prompt %d + max_new_tokens %d each, the prompt's pages "
+                 "shared), but the budget is %llu bytes (--cache-mem) and the context %d tokens; lower max_new_tokens or n",
+                 m, (unsigned long long)need, r->n_prompt, r->max_new,
+                 (unsigned long long)s->info->cache_budget_bytes, s->info->n_ctx);
+    else
+        snprintf(buf, n,
+                 "request needs %d tokens of cache (prompt %d + max_new_tokens %d) = %llu bytes, "
+                 "but the cache budget is %llu bytes (--cache-mem) and the context limit is %d tokens; "
+                 "shorten the prompt or lower max_new_tokens",
+                 total, r->n_prompt, r->max_new, (unsigned long long)need,
+                 (unsigned long long)s->info->cache_budget_bytes, s->info->n_ctx);
 }
 
-/* Admit queued requests in FIFO order while they fit. Caller holds s->mu. */
+/* Move queued r into the running set with sequence seq. Caller holds s->mu. */
+static void admit_one(sched *s, sched_req *r, int seq)
+{
+    wait_remove(s, r);
+    r->seq = seq;
+    r->n_fed = engine_seq_len(s->e, seq);  /* the tokens the prefix store restored (0 for a placeholder) */
+    r->slot = s->free_slots[--s->n_free_slots];
+    r->state = RS_PREFILL;
+    r->t_admit = engine_now_s();
+    engine_seq_get_usage(s->e, seq, &r->usage);
+    if (r->usage.total_reserved_bytes > r->peak_bytes)
+        r->peak_bytes = r->usage.total_reserved_bytes;
+    s->running[s->n_running++] = r;
+    s->st.admitted_total++;
+    sched_event ev = {0};
+    ev.kind = SCHED_EV_ADMITTED;
+    req_push(r, &ev);
+}
+
+/* Admit queued requests in FIFO order while they fit; a group (a leader
+ * and the followers queued behind it) all at once or not at all. Caller
+ * holds s->mu. */
 static void admit(sched *s)
 {
     char msg[256];
     double now = engine_now_s();
 
-    /* drop cancelled and expired requests first */
+    /* drop cancelled and expired requests first (a leader takes its
+     * followers along: the scan starts over) */
     for (sched_req *r = s->wait_head, *next; r; r = next) {
         next = r->wait_next;
         if (atomic_load(&r->cancel)) {
             wait_reject(s, r, cancel_status(r), r->cancel_msg[0] ? r->cancel_msg : "request cancelled");
+            next = s->wait_head;
         } else if (now - r->t_submit > s->p.queue_timeout_s) {
             snprintf(msg, sizeof(msg),
                      "request waited %.1f s without the cache budget to admit it (queue timeout %.0f s); retry later",
                      now - r->t_submit, s->p.queue_timeout_s);
             wait_reject(s, r, SCHED_ETIMEOUT, msg);
+            next = s->wait_head;
         }
     }
 
     while (s->wait_head) {
         sched_req *r = s->wait_head;
         int total = r->n_prompt + r->max_new;
-        uint64_t need = engine_bytes_for_tokens(s->e, total);
+        const int m = group_size(r);
+        uint64_t need = group_need_bytes(s, r);
         if (total > s->info->n_ctx || need > s->info->cache_budget_bytes) {
             fmt_toobig(s, r, msg, sizeof(msg));
             wait_reject(s, r, SCHED_ETOOBIG, msg);
             continue;
         }
-        if (s->n_running >= s->max_seqs || s->n_free_slots == 0)
+        if (s->n_running + m > s->max_seqs || s->n_free_slots < m)
             break;
-        int seq = prefix_admit_seq(s, r, total);
+        int seq = group_hold(s, r) == 0 ? prefix_admit_seq(s, r, total) : -1;
         if (seq < 0) {
+            group_unhold(s, r);
             if (s->n_running == 0) {
                 /* nothing else holds cache: it will never fit */
                 fmt_toobig(s, r, msg, sizeof(msg));
@@ -704,21 +928,11 @@ static void admit(sched *s)
             }
             break;      /* head-of-line: wait for running requests to free cache */
         }
-        wait_remove(s, r);
-        r->seq = seq;
-        r->n_fed = engine_seq_len(s->e, seq);  /* the tokens the prefix store restored */
-        r->slot = s->free_slots[--s->n_free_slots];
-        r->state = RS_PREFILL;
-        r->t_admit = engine_now_s();
-        engine_seq_get_usage(s->e, seq, &r->usage);
-        if (r->usage.total_reserved_bytes > r->peak_bytes)
-            r->peak_bytes = r->usage.total_reserved_bytes;
-        s->running[s->n_running++] = r;
-        s->st.admitted_total++;
+        admit_one(s, r, seq);
+        for (int i = 0; i < r->n_fol; i++)
+            if (r->fol[i])
+                admit_one(s, r->fol[i], r->fol[i]->seq);
         INVARIANT(sched_check(s));
-        sched_event ev = {0};
-        ev.kind = SCHED_EV_ADMITTED;
-        req_push(r, &ev);
     }
 }
 
@@ -964,6 +1178,8 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
     for (int i = 0; i < s->n_running; i++) {
         sched_req *r = s->running[i];
         engine_batch_item *it = &s->items[n];
+        if (r->await_fork)
+            continue;       /* fed nothing: it forks from its leader */
         it->seq = r->seq;
         it->tokens = r->tokens + r->n_fed;
         it->out = s->logits + (size_t)r->slot * (size_t)s->n_vocab;
@@ -990,6 +1206,54 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
     return n;
 }
 
+/* Sample r's next token from logits (scratch) and emit it. Caller does
+ * not hold s->mu. Returns 0, 1 (finished) or a negative error. */
+static int sample_emit(sched *s, sched_req *r, float *logits)
+{
+    float lp = 0.0f;
+    if (sched_grammar_mask(r, logits))
+        return SCHED_EENGINE;
+    int32_t tok = sampler_sample(r->smp, logits, r->tokens, r->n_prompt + r->n_gen, &lp);
+    if (tok < 0 || tok >= s->n_vocab || sched_grammar_advance(r, tok))
+        return SCHED_EENGINE;
+    sampler_top top;
+    sampler_last_top(r->smp, logits, r->top_logprobs, &top);
+    return on_token(s, r, tok, lp, &top);
+}
+
+/* Leader r's prefill ended with logits (not yet sampled from): each
+ * follower trades its placeholder for a fork of r's sequence (the freed
+ * placeholder is what the fork and its reservation take, so it fits) and
+ * samples its first token from its own copy of the logits. Its outcome
+ * goes to fork_rc and the follower to s->forked, for the step's end.
+ * Scheduler thread; s->mu not held (the group links are the scheduler
+ * thread's). */
+static void group_fork(sched *s, sched_req *r, const float *logits)
+{
+    const size_t nv = (size_t)s->n_vocab;
+    for (int i = 0; i < r->n_fol; i++) {
+        sched_req *f = group_take(r, i);
+        if (!f)
+            continue;
+        engine_seq_free(s->e, f->seq);
+        f->seq = engine_seq_fork(s->e, r->seq, r->n_fed);
+        if (f->seq >= 0 && engine_seq_reserve(s->e, f->seq, f->n_prompt + f->max_new) != 0) {
+            engine_seq_free(s->e, f->seq);
+            f->seq = -1;
+        }
+        if (f->seq < 0) {
+            f->fork_rc = SCHED_ENOMEM;
+        } else {
+            float *slot = s->logits + (size_t)f->slot * nv;
+            memcpy(slot, logits, nv * sizeof(float));
+            f->n_fed = r->n_fed;
+            f->fork_rc = sample_emit(s, f, slot);
+        }
+        s->forked[s->n_forked++] = f;
+    }
+    r->n_fol = 0;
+}
+
 /* The item ran: advance r and sample when logits came back. Caller does
  * not hold s->mu. Returns 0, 1 (finished) or a negative error. */
 static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
@@ -1005,15 +1269,9 @@ static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
     } else if (it->logits == ENGINE_LOGITS_NONE) {
         return 0;
     }
-    float lp = 0.0f;
-    if (sched_grammar_mask(r, logits))
-        return SCHED_EENGINE;
-    int32_t tok = sampler_sample(r->smp, logits, r->tokens, r->n_prompt + r->n_gen, &lp);
-    if (tok < 0 || tok >= s->n_vocab || sched_grammar_advance(r, tok))
-        return SCHED_EENGINE;
-    sampler_top top;
-    sampler_last_top(r->smp, logits, r->top_logprobs, &top);
-    return on_token(s, r, tok, lp, &top);
+    if (r->n_fol > 0)
+        group_fork(s, r, logits);
+    return sample_emit(s, r, logits);
 }
 
 /* The tokens-per-step histogram (sched_stats.step_tokens): bucket k holds
@@ -1079,27 +1337,30 @@ static void sched_step(sched *s)
         s->st.decode_steps_total++;
         s->st.decode_forward_seconds += fwd_s;
     }
-    for (int i = 0; i < n; i++) {
-        sched_req *r = s->item_req[i];
+    for (int i = 0; i < n + s->n_forked; i++) {
+        /* the items, then the followers that forked from them */
+        sched_req *r = i < n ? s->item_req[i] : s->forked[i - n];
+        const int rc = i < n ? rcs[i] : r->fork_rc;
         r->pub_n_fed = r->n_fed;
         r->pub_n_snaps = r->n_snaps;
-        if (rcs[i] == 0 && s->items[i].logits != ENGINE_LOGITS_NONE && r->n_fed >= r->n_prompt)
+        if (rc == 0 && (i >= n || s->items[i].logits != ENGINE_LOGITS_NONE) && r->n_fed >= r->n_prompt)
             r->state = RS_DECODE;
-        if (rcs[i] == 0) {
+        if (rc == 0) {
             engine_seq_get_usage(s->e, r->seq, &r->usage);
             if (r->usage.total_reserved_bytes > r->peak_bytes)
                 r->peak_bytes = r->usage.total_reserved_bytes;
-        } else if (rcs[i] == 1) {
+        } else if (rc == 1) {
             run_finish(s, r, SCHED_OK, &r->final_ev);
         } else {
             char msg[256];
-            if (rcs[i] == SCHED_EENGINE)
-                snprintf(msg, sizeof(msg), "generation failed: %.200s", frc ? err : "sampler returned no token");
+            if (rc == SCHED_EENGINE)
+                snprintf(msg, sizeof(msg), "generation failed: %.200s", frc && i < n ? err : "sampler returned no token");
             else
                 snprintf(msg, sizeof(msg), "generation failed: out of memory");
-            run_fail(s, r, rcs[i], msg);
+            run_fail(s, r, rc, msg);
         }
     }
+    s->n_forked = 0;
     tell_ended(s);
     INVARIANT_STEP(sched_check(s));
     pthread_mutex_unlock(&s->mu);
@@ -1155,6 +1416,8 @@ const char *sched_broken(const sched *s)
             return "a running request's sequence is live and holds the tokens fed to it";
         if (r->n_gen < 0 || r->n_gen > r->max_new || r->n_fed > r->n_prompt + r->n_gen)
             return "a running request was fed only its prompt and its generated tokens";
+        if (r->await_fork && (r->n_fed != 0 || !r->leader || r->leader->state != RS_PREFILL))
+            return "a follower awaiting its fork is fed nothing and its leader is prefilling";
     }
     for (int i = 0; i < s->n_free_slots; i++) {
         const int slot = s->free_slots[i];
@@ -1173,6 +1436,8 @@ const char *sched_broken(const sched *s)
             return "the wait queue holds n_waiting requests";
         if (r->state != RS_QUEUED || r->seq != -1 || r->slot != -1)
             return "a waiting request is queued, without a sequence or a slot";
+        if (r->await_fork && (!r->leader || r->leader->state != RS_QUEUED))
+            return "a queued follower's leader is queued before it";
     }
     if (n_wait != s->n_waiting || last != s->wait_tail)
         return "the wait queue holds n_waiting requests, wait_tail the last";
@@ -1231,9 +1496,10 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     s->running = calloc((size_t)s->max_seqs, sizeof(*s->running));
     s->rcs = calloc((size_t)s->max_seqs, sizeof(*s->rcs));
     s->check_marks = calloc((size_t)s->max_seqs, sizeof(*s->check_marks));
+    s->forked = calloc((size_t)s->max_seqs, sizeof(*s->forked));
     s->eog = malloc((size_t)s->n_vocab * sizeof(*s->eog));
     if (!s->logits || !s->plp_logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
-        !s->ended_ev || !s->rcs || !s->check_marks || !s->eog) {
+        !s->ended_ev || !s->rcs || !s->check_marks || !s->forked || !s->eog) {
         snprintf(err, errlen, "out of memory for %d sequence slots of %d logits", s->max_seqs, s->n_vocab);
         sched_free(s);
         return NULL;
@@ -1308,6 +1574,7 @@ void sched_free(sched *s)
     free(s->running);
     free(s->rcs);
     free(s->check_marks);
+    free(s->forked);
     pthread_cond_destroy(&s->cv);
     sched_grammar_deinit(s);
     pthread_mutex_destroy(&s->mu);
@@ -1336,24 +1603,36 @@ void sched_cancel_all(sched *s, const char *why)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Whether sched_cancel_id(id, owner) cancels r: its own id (the first
+ * such request only: once found is set) or its group's. */
+static bool cancel_id_matches(const sched_req *r, const char *id, int owner, bool found)
+{
+    if (r->owner != owner || atomic_load(&r->cancel))
+        return false;
+    return (!found && !strcmp(r->id, id)) || (r->gid[0] && !strcmp(r->gid, id));
+}
+
+/* Cancel r by its id with why. Caller holds s->mu. */
+static void cancel_by_id(sched_req *r, const char *why)
+{
+    snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
+    r->cancel_by_id = true;
+    atomic_store(&r->cancel, true);
+}
+
 int sched_cancel_id(sched *s, const char *id, int owner, const char *why)
 {
     int rc = -1;
     pthread_mutex_lock(&s->mu);
-    for (sched_req *r = s->wait_head; r && rc; r = r->wait_next) {
-        if (!strcmp(r->id, id) && r->owner == owner && !atomic_load(&r->cancel)) {
-            snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
-            r->cancel_by_id = true;
-            atomic_store(&r->cancel, true);
+    for (sched_req *r = s->wait_head; r; r = r->wait_next) {
+        if (cancel_id_matches(r, id, owner, rc == 0)) {
+            cancel_by_id(r, why);
             rc = 0;
         }
     }
-    for (int i = 0; i < s->n_running && rc; i++) {
-        sched_req *r = s->running[i];
-        if (!strcmp(r->id, id) && r->owner == owner && !atomic_load(&r->cancel)) {
-            snprintf(r->cancel_msg, sizeof(r->cancel_msg), "%s", why);
-            r->cancel_by_id = true;
-            atomic_store(&r->cancel, true);
+    for (int i = 0; i < s->n_running; i++) {
+        if (cancel_id_matches(s->running[i], id, owner, rc == 0)) {
+            cancel_by_id(s->running[i], why);
             rc = 0;
         }
     }

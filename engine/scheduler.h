@@ -161,6 +161,24 @@ void sched_free(sched *s);
 int sched_submit(sched *s, const sched_req_params *p, sched_req **out,
                  char *err, size_t errlen);
 
+/* Queue n >= 1 choices of one prompt as a group (OpenAI n, TGI best_of):
+ * choice k samples with seeds[k], the rest of p is shared. The prompt is
+ * prefilled once, by choice 0; when its prefill ends every other choice
+ * forks its sequence (attention pages shared, DeltaNet state and conv
+ * copied, engine_seq_fork) and samples its first token from the same
+ * logits, so each choice equals the request run alone with its seed. The
+ * group is queued and admitted whole: it needs n free sequences and the
+ * cache for choice 0's reservation plus what each fork will own (its pages
+ * past the shared prompt pages, and its state), or it waits (and times out
+ * as a request does); one that can never fit is rejected with
+ * SCHED_ETOOBIG. Choice 0 ending before the fork ends every choice with its
+ * error. Choice k's id is ids[k]; sched_cancel_id(p->id), the group's id,
+ * cancels every choice. Not with prompt_logprobs (SCHED_EINVAL): only choice 0 would see
+ * the prompt's logits. Returns 0 with out[0..n) filled, or an error as
+ * sched_submit (SCHED_EFULL when the queue cannot take all n). */
+int sched_submit_group(sched *s, const sched_req_params *p, int n, const uint64_t *seeds, const char *const *ids,
+                       sched_req **out, char *err, size_t errlen);
+
 /* Pop the next event, waiting up to timeout_ms (0: do not wait, < 0:
  * forever). Returns 1 with *ev filled, 0 when none arrived. */
 int sched_req_next(sched_req *r, sched_event *ev, int timeout_ms);
@@ -180,9 +198,9 @@ void sched_req_release(sched_req *r);
 void sched_drain(sched *s);
 /* Cancel every queued and running request with the given message. */
 void sched_cancel_all(sched *s, const char *why);
-/* Cancel the live request with this id submitted by owner (as
- * sched_req_cancel, but its error is SCHED_EDELETED, with why as the
- * message its submitter gets). Returns
+/* Cancel the live request with this id submitted by owner, or every
+ * choice of the group with this id (as sched_req_cancel, but the error is
+ * SCHED_EDELETED, with why as the message its submitter gets). Returns
  * 0, or -1 when none matches. */
 int sched_cancel_id(sched *s, const char *id, int owner, const char *why);
 /* Queued + running requests. */

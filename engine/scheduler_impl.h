@@ -59,6 +59,17 @@ struct sched_req {
     engine_snap **snaps;        /* [n_snap_at] taken so far, handed to the store at the end */
     int n_snaps;
     int pub_n_snaps;            /* under s->mu: n_snaps as of the last step, for /stats */
+    /* a group (sched_submit_group): choice 0, the leader, prefills the
+     * prompt; each other choice, a follower, holds an empty placeholder
+     * sequence reserving what its fork will own until the leader's prefill
+     * ends, then forks the leader's sequence and samples its first token
+     * from a copy of the leader's last logits */
+    char gid[80];               /* the group's id (sched_cancel_id matches it too); "" alone */
+    sched_req *leader;          /* a follower not forked yet: its leader (else NULL) */
+    sched_req **fol;            /* [n_fol] a leader's followers not forked yet (NULL: ended) */
+    int n_fol;
+    bool await_fork;            /* a follower whose leader is still prefilling */
+    int fork_rc;                /* the step the follower forked in: as after_item's result */
 
     /* under s->mu */
     sched_req *wait_next;       /* wait queue link */
@@ -94,7 +105,9 @@ struct sched_req {
  *   other live sequences are the prefix store's entries (the scheduler owns
  *   every sequence);
  *   the wait queue holds n_waiting <= max_queue requests, all queued,
- *   none with a sequence or a slot, wait_tail its last. */
+ *   none with a sequence or a slot, wait_tail its last;
+ *   a follower awaiting its fork is fed nothing and its leader is live
+ *   (queued before it, or running), still listing it. */
 struct sched {
     engine *e;
     const engine_info *info;
@@ -120,6 +133,8 @@ struct sched {
     sched_event *ended_ev;      /* [max_seqs] their last event */
     int n_ended;
     int *rcs;                   /* [max_seqs] each item's outcome in this step */
+    sched_req **forked;         /* [max_seqs] followers that forked this step (their fork_rc says how) */
+    int n_forked;
     uint8_t *check_marks;       /* [max_seqs] sched_broken's scratch */
 
     /* under mu */

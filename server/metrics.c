@@ -511,6 +511,7 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     cJSON_AddNumberToObject(kv, "tokens_reserved", u->n_reserved_tokens);
     cJSON_AddNumberToObject(kv, "bytes_reserved", (double)(u->kv_reserved_bytes + u->mla_reserved_bytes));
     cJSON_AddNumberToObject(kv, "bytes_used", (double)(u->kv_used_bytes + u->mla_used_bytes));
+    cJSON_AddNumberToObject(kv, "blocks_shared", u->n_shared_pages);   /* held by another sequence too */
     cJSON_AddNumberToObject(kv, "bytes_shared", (double)u->shared_bytes);
     cJSON_AddNumberToObject(kv, "bytes_owned", (double)(u->kv_reserved_bytes + u->mla_reserved_bytes - u->shared_bytes));
     cJSON *rec = cJSON_AddObjectToObject(o, "recurrent");

@@ -495,10 +495,68 @@ static cJSON *tgi_best_of(server *srv, const gen_request *g, batch_item *it, int
     return o;
 }
 
+/* Queue the n_per choices of one prompt, it[0..n_per): as a group that
+ * prefills the prompt once and forks (sched_submit_group), or, when the
+ * choices ask for the prompt's logprobs (echo) or are more than the
+ * sequences the server runs at once, one request each. Returns 0 or a
+ * scheduler status with a message in err. */
+static int submit_choices(http_req *hr, const gen_request *g, batch_item *it, int k0, int n_per, int max_new,
+                          char *err, size_t errlen)
+{
+    server *srv = hr->srv;
+    enum { ID_LEN = 128 };
+    int rc = SCHED_ENOMEM;
+    char *ids = malloc((size_t)n_per * ID_LEN), gid[ID_LEN];
+    const char **idp = malloc((size_t)n_per * sizeof *idp);
+    uint64_t *seeds = malloc((size_t)n_per * sizeof *seeds);
+    sched_req **rs = malloc((size_t)n_per * sizeof *rs);
+    if (!ids || !idp || !seeds || !rs) {
+        snprintf(err, errlen, "out of memory");
+        goto out_free;
+    }
+    for (int j = 0; j < n_per; j++) {
+        snprintf(ids + (size_t)j * ID_LEN, ID_LEN, "%s-%d", hr->id, k0 + j);
+        idp[j] = ids + (size_t)j * ID_LEN;
+        it[j].sp = g->sp;
+        it[j].sp.seed = seeds[j] = sampler_choice_seed(g->sp.seed, j);
+    }
+    /* the group's id: the request's for one prompt, else one per prompt */
+    if (g->n_batch <= 1)
+        snprintf(gid, sizeof gid, "%s", hr->id);
+    else
+        snprintf(gid, sizeof gid, "%s-p%d", hr->id, it[0].prompt);
+    sched_req_params rp = {.id = gid, .owner = hr->key_id, .prompt = it[0].toks, .n_prompt = it[0].n_prompt,
+                           .max_new_tokens = max_new, .sampling = it[0].sp,
+                           .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
+                           .include_stop = g->api == API_TGI, .ignore_eos = g->ignore_eos,
+                           .top_logprobs = g->top_logprobs, .prompt_logprobs = g->prompt_logprobs,
+                           .cache_salt = g->cache_salt, .constraint = g->constraint,
+                           .constraint_src = g->constraint_src, .constraint_len = g->constraint_len};
+    if (n_per > 1 && !g->prompt_logprobs && n_per <= srv->info->max_seqs) {
+        rc = sched_submit_group(srv->sched, &rp, n_per, seeds, idp, rs, err, errlen);
+        for (int j = 0; rc == 0 && j < n_per; j++)
+            it[j].r = rs[j];
+        goto out_free;
+    }
+    for (int j = 0; j < n_per; j++) {
+        rp.id = idp[j];
+        rp.sampling = it[j].sp;
+        if ((rc = sched_submit(srv->sched, &rp, &it[j].r, err, errlen)) != 0)
+            goto out_free;
+    }
+out_free:
+    free(ids);
+    free(idp);
+    free(seeds);
+    free(rs);
+    return rc;
+}
+
 /* Queue every sequence of it[0..n_items) at once (they run in the same
- * batch), collect them in order and answer: OpenAI one choice each (index
- * k: prompt k / n_per, choice k % n_per) with the usage summed and each
- * prompt counted once; TGI the best of them. Not streamed. */
+ * batch; the choices of one prompt prefill it once), collect them in
+ * order and answer: OpenAI one choice each (index k: prompt k / n_per,
+ * choice k % n_per) with the usage summed and each prompt counted once;
+ * TGI the best of them. Not streamed. */
 static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_items, int n_per, int max_new, bool compat)
 {
     server *srv = hr->srv;
@@ -506,19 +564,8 @@ static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_ite
     if (!g->sp.greedy && !g->seed_given)
         g->sp.seed = random_seed();     /* one seed for the request: each choice derives its own */
     http_inflight_begin(hr);
-    for (int k = 0; k < n_items; k++) {
-        char id[128];
-        snprintf(id, sizeof id, "%s-%d", hr->id, k);
-        it[k].sp = g->sp;
-        it[k].sp.seed = sampler_choice_seed(g->sp.seed, k % n_per);
-        sched_req_params rp = {.id = id, .owner = hr->key_id, .prompt = it[k].toks, .n_prompt = it[k].n_prompt,
-                               .max_new_tokens = max_new, .sampling = it[k].sp,
-                               .stop = (const char *const *)g->stop, .n_stop = g->n_stop,
-                               .include_stop = g->api == API_TGI, .ignore_eos = g->ignore_eos,
-                               .top_logprobs = g->top_logprobs, .prompt_logprobs = g->prompt_logprobs,
-                               .cache_salt = g->cache_salt, .constraint = g->constraint,
-                               .constraint_src = g->constraint_src, .constraint_len = g->constraint_len};
-        int src = sched_submit(srv->sched, &rp, &it[k].r, err, sizeof err);
+    for (int k = 0; k < n_items; k += n_per) {
+        int src = submit_choices(hr, g, it + k, k, n_per, max_new, err, sizeof err);
         if (src)
             return send_error(hr, sched_err_kind(src), err, NULL);
     }

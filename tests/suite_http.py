@@ -1454,6 +1454,114 @@ def test_n_best_of(srv):
     check("best_of streamed is a 422", st == 422 and "stream" in j.get("error", ""), f"{st} {b[:200]}")
 
 
+def prompt_tokens_prefilled(srv):
+    """hyserve_prompt_tokens_total from /metrics: prompt tokens the engine prefilled."""
+    st, _, b = srv.req("GET", "/metrics")
+    m = re.search(rb"^hyserve_prompt_tokens_total(?:\{[^}]*\})? (\S+)$", b, re.M) if st == 200 else None
+    return float(m.group(1)) if m else None
+
+
+def wait_quiet(srv, timeout=10.0):
+    """Wait until nothing runs or waits and the engine's live sequences are the prefix store's
+    entries alone (requests hold none). Returns (ok, last /stats)."""
+    deadline, s = time.time() + timeout, None
+    while time.time() < deadline:
+        s = srv.stats()
+        pc = s["pools"].get("prefix_cache", {})
+        if (s["scheduler"]["running"] == 0 and s["scheduler"]["waiting"] == 0 and not s["requests"]
+                and s["pools"]["n_seqs"] == (pc.get("entries", 0) if pc.get("enabled") else 0)):
+            return True, s
+        time.sleep(0.02)
+    return False, s
+
+
+def check_fork(srv, tag):
+    """n > 1 prefills the prompt once and forks: the prefill counter grows by the prompt (less what
+    the prefix cache restored) once, not n times; while the choices decode, each holds the prompt's
+    whole pages shared and the pool holds them once; DELETE of the request's id ends every choice
+    and gives all the cache back."""
+    page = srv.jreq("GET", "/info")[2]["cache_layout"]["page_tokens"]
+    wait_quiet(srv)
+    # a prompt no earlier request sent (the prefix cache has nothing of it past a few tokens)
+    prompt = f"fork {tag} {time.time_ns()}: " + " ".join(["the quick brown fox jumps over the lazy dog"] * 3)
+    n_prompt = None
+    for path, body, n in (("/v1/completions", {"prompt": prompt, "max_tokens": 6, "temperature": 1.5, "seed": 9, "n": 4}, 4),
+                          ("/generate", {"inputs": "again " + prompt, "parameters": {
+                              "max_new_tokens": 6, "do_sample": True, "temperature": 1.5, "seed": 9, "best_of": 4,
+                              "details": True}}, 4)):
+        before = prompt_tokens_prefilled(srv)
+        st, _, j, b = srv.jreq("POST", path, body)
+        after = prompt_tokens_prefilled(srv)
+        grew = after - before if after is not None and before is not None else -1
+        if path == "/generate":
+            # TGI reports no cached count: the prefix cache may have restored a few leading tokens
+            n_p = len(srv.jreq("POST", "/tokenize", {"inputs": "again " + prompt})[2])
+            cached = None
+            grew_once = st == 200 and 0 < grew <= n_p and len(j["details"]["best_of_sequences"]) == n - 1
+        else:
+            n_prompt = n_p = j["usage"]["prompt_tokens"] if st == 200 else 0
+            cached = j["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0) if st == 200 else 0
+            grew_once = st == 200 and len(j["choices"]) == n and 0 < grew == n_p - cached
+        check(f"{tag}: {path} with {n} choices prefills the prompt once: {n_p} tokens ({cached} cached), "
+              f"the prefill counter grew by {grew}, not {n} times that", grew_once, f"{st} {b[:300]}")
+    if not n_prompt:
+        return
+    # pages shared while the choices decode
+    max_new = 120
+    body = {"prompt": prompt, "max_tokens": max_new, "temperature": 1.0, "seed": 3, "n": 4, "ignore_eos": True}
+    box = {}
+    seen = run_watched(srv, [lambda: box.update(r=srv.jreq("POST", "/v1/completions", body, timeout=120))], period=0.01)
+    st = box.get("r", (None,))[0]
+    full = n_prompt // page
+    shared_views = []
+    for s in seen:
+        mine = [q for q in s.get("requests", []) if q["state"] == "decoding" and q["prompt_tokens"] == n_prompt
+                and q["max_new_tokens"] == max_new]
+        if len(mine) == 4:
+            shared_views.append((s, mine))
+    ok_share = bool(shared_views) and all(all(q["attn_kv"]["blocks_shared"] >= full for q in mine)
+                                          and s["pools"]["attn_kv"]["blocks_used"] < sum(q["attn_kv"]["blocks"] for q in mine)
+                                          for s, mine in shared_views)
+    check(f"{tag}: n=4 decoding: each choice shares the prompt's {full} whole pages, the pool holds them once",
+          st == 200 and ok_share,
+          f"{st} views={len(shared_views)} {[(q['id'], q['attn_kv']) for q in (shared_views[0][1] if shared_views else [])]}"
+          f" {shared_views[0][0]['pools'] if shared_views else seen[-1:]}"[:800])
+    ok, s = wait_quiet(srv)
+    check(f"{tag}: after the n=4 request no sequence is left but the prefix store's", ok, f"{s and s['pools']}")
+    # DELETE of the request's id cancels every choice
+    rid = "fork-delete-" + tag.replace(" ", "-")
+    box = {}
+    t = threading.Thread(target=lambda: box.update(r=srv.req("POST", "/v1/completions", dict(body, max_tokens=3000),
+                                                             headers={"X-Request-Id": rid}, timeout=120)))
+    t.start()
+    deadline, dst = time.time() + 20, 404
+    while time.time() < deadline and dst == 404:
+        dst = srv.req("DELETE", "/requests/" + rid)[0]
+        time.sleep(0.02)
+    t.join(120)
+    st, h, b = box.get("r", (None, {}, b""))
+    ok, s = wait_quiet(srv)
+    check(f"{tag}: DELETE of an n=4 request's id ends every choice (499) and frees all their cache",
+          dst == 204 and st == 499 and ok, f"{dst} {st} {b[:200]} {s and s['scheduler']}")
+
+
+def test_n_fork(srv, model):
+    """OpenAI n and TGI best_of prefill once and fork, with the prefix cache on and off."""
+    check_fork(srv, "main server")
+    other = Server("fork", model, "--max-seqs", "8", "-t", "2", "--prefix-cache", "off")
+    try:
+        check_fork(other, "prefix cache off")
+        st, _, j, b = other.jreq("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8,
+                                                             "temperature": 2, "seed": 77, "n": 3})
+        alone = [other.jreq("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8,
+                                                        "temperature": 2, "seed": choice_seed(77, i)})[2]
+                 for i in range(3)]
+        check("prefix cache off: n=3 choice i is the request alone with seed derive(seed, i)", st == 200
+              and [c["text"] for c in j["choices"]] == [a["choices"][0]["text"] for a in alone], f"{st} {b[:300]}")
+    finally:
+        other.stop()
+
+
 def test_openai_client(srv):
     out = run_client("openai_chat.mjs", srv.url)
     if out is None:
@@ -2242,6 +2350,7 @@ def main(argv=None):
                ("test_sampling_params", lambda: test_sampling_params(srv, model)),
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
                ("test_n_best_of", lambda: test_n_best_of(srv)),
+               ("test_n_fork", lambda: test_n_fork(srv, model)),
                ("test_logprobs", lambda: test_logprobs(srv, model)),
                ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
                ("test_model_names", lambda: test_model_names(srv, model)),

@@ -1,7 +1,8 @@
 /* test_scheduler.c - the scheduler (engine/scheduler.c) driven directly on
  * a synthesized model: stop strings held back and cut across tokens,
  * cancellation frees the cache, never-fitting requests are refused with the
- * numbers, a submission that runs out of memory anywhere queues nothing;
+ * numbers, a submission that runs out of memory anywhere queues nothing,
+ * a group of choices prefills once and ends and is admitted as a whole;
  * and its invariant checker sched_broken, which must notice each kind of
  * broken running set, slot list and wait queue. */
 #include <pthread.h>
@@ -388,6 +389,185 @@ TEST(test_scheduler_submit_out_of_memory_at_each_allocation_queues_nothing)
                   "allocation %d failed: rc %d, %d waiting, '%s'", k, rc, n_waiting, err);
     }
     CHECK_MSG(n_failed >= 7, "only %d allocations could be failed", n_failed);
+    sched_free(s);
+    engine_close(e);
+}
+
+/* The text of r's tokens to its end; *error the error it ended with (0 for none). */
+static char *collect(sched_req *r, int *error)
+{
+    char *text = calloc(1, 1);
+    size_t len = 0;
+    *error = -100;
+    sched_event ev;
+    while (text && sched_req_next(r, &ev, 10000) == 1) {
+        const int kind = ev.kind;
+        const bool final = ev.final;
+        if (kind == SCHED_EV_TOKEN) {
+            char *t = realloc(text, len + ev.text_len + 1);
+            if (t) {
+                memcpy(t + len, ev.text, ev.text_len + 1);
+                len += ev.text_len;
+            }
+            text = t;
+        }
+        *error = kind == SCHED_EV_ERROR ? ev.error : 0;
+        sched_event_clear(&ev);
+        if (kind == SCHED_EV_ERROR || final)
+            break;
+    }
+    return text;
+}
+
+static sched_req_params sampled_request(const char *id, const int32_t *prompt, int n_prompt, int max_new)
+{
+    sched_req_params rp = greedy_request(id, prompt, n_prompt, max_new);
+    rp.sampling.greedy = false;
+    rp.sampling.temperature = 10.0f;     /* every choice its own text */
+    return rp;
+}
+
+/* sched_submit_group: the prompt is prefilled once (the prefill counter
+ * grows by one prompt), each choice equals the request run alone with its
+ * seed, and the cache is all given back. */
+TEST(test_scheduler_group_prefills_once_and_each_choice_is_its_seed_alone)
+{
+    engine *e = open_model("group", 512 * 1024);
+    CHECK(e != NULL);
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.n_threads = 1;
+    sched *s = sched_new(e, &sp, NULL, 0);
+    CHECK(s != NULL && sched_start(s) == 0);
+    const char *text = "The quick brown fox jumps over the lazy dog, again and again.";
+    int32_t prompt[128];
+    const int np = engine_tokenize(e, text, strlen(text), true, true, prompt, 128);
+    CHECK(np > 2 * engine_get_info(e)->page_tokens && np < 128);   /* whole pages to share */
+    enum { N = 3, MAX_NEW = 12 };
+    const uint64_t seeds[N] = {11, 12, 13};
+    const char *ids[N] = {"g-0", "g-1", "g-2"};
+    char *alone[N] = {0}, *both[N] = {0};
+    char err[256];
+    for (int k = 0; k < N; k++) {
+        sched_req_params rp = sampled_request(ids[k], prompt, np, MAX_NEW);
+        rp.sampling.seed = seeds[k];
+        sched_req *r = NULL;
+        int error = 0;
+        CHECK(sched_submit(s, &rp, &r, err, sizeof err) == 0);
+        alone[k] = collect(r, &error);
+        CHECK(error == 0);
+        sched_req_release(r);
+    }
+    sched_stats st0, st1;
+    CHECK(sched_get_stats(s, &st0, NULL, NULL) == 0);
+    sched_req_params rp = sampled_request("g", prompt, np, MAX_NEW);
+    sched_req *rs[N];
+    CHECK(sched_submit_group(s, &rp, N, seeds, ids, rs, err, sizeof err) == 0);
+    for (int k = 0; k < N; k++) {
+        int error = 0;
+        both[k] = collect(rs[k], &error);
+        CHECK(error == 0);
+        CHECK_MSG(alone[k] && both[k] && !strcmp(alone[k], both[k]), "choice %d: '%s' alone, '%s' in the group", k,
+                  alone[k] ? alone[k] : "", both[k] ? both[k] : "");
+    }
+    CHECK(strcmp(both[0], both[1]) || strcmp(both[1], both[2]));
+    CHECK(sched_get_stats(s, &st1, NULL, NULL) == 0);
+    CHECK_MSG(st1.prompt_tokens_total - st0.prompt_tokens_total == (uint64_t)np, "prefilled %llu, the prompt is %d",
+              (unsigned long long)(st1.prompt_tokens_total - st0.prompt_tokens_total), np);
+    CHECK(st1.running == 0 && st1.pool.reserved_bytes == 0 && st1.pool.n_seqs == 0);
+    for (int k = 0; k < N; k++) {
+        sched_req_release(rs[k]);
+        free(alone[k]);
+        free(both[k]);
+    }
+    /* more choices than sequences can never run together */
+    const uint64_t many[5] = {1, 2, 3, 4, 5};
+    const char *mids[5] = {"m0", "m1", "m2", "m3", "m4"};
+    sched_req *ms[5];
+    CHECK(sched_submit_group(s, &rp, 5, many, mids, ms, err, sizeof err) == SCHED_EINVAL);
+    sched_free(s);
+    engine_close(e);
+}
+
+/* A queued group whose first choice is cancelled ends every choice; a group
+ * whose forks cannot fit the budget is refused whole while one choice alone
+ * would fit. */
+TEST(test_scheduler_group_ends_together_and_is_admitted_whole)
+{
+    engine *e = open_model("group-end", 256 * 1024);
+    CHECK(e != NULL);
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.n_threads = 1;
+    sched *s = sched_new(e, &sp, NULL, 0);
+    CHECK(s != NULL && sched_start(s) == 0);
+    int32_t prompt[64];
+    const char *text = "Hello there, a prompt of two pages or so.";
+    const int np = engine_tokenize(e, text, strlen(text), true, true, prompt, 64);
+    char err[256];
+    sched_event ev;
+    /* two long requests hold two of the four sequences: a group of 3 waits */
+    sched_req *hold[2];
+    for (int i = 0; i < 2; i++) {
+        sched_req_params rp = greedy_request("hold", prompt, np, 200);
+        CHECK(sched_submit(s, &rp, &hold[i], err, sizeof err) == 0);
+        CHECK(sched_req_next(hold[i], &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
+    }
+    const uint64_t seeds[3] = {1, 2, 3};
+    const char *ids[3] = {"q-0", "q-1", "q-2"};
+    sched_req *rs[3];
+    sched_req_params rp = sampled_request("q", prompt, np, 8);
+    CHECK(sched_submit_group(s, &rp, 3, seeds, ids, rs, err, sizeof err) == 0);
+    sched_stats st;
+    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0 && st.waiting == 3);
+    sched_req_cancel(rs[0]);
+    for (int k = 0; k < 3; k++) {
+        int error = 0;
+        free(collect(rs[k], &error));
+        CHECK_MSG(error == SCHED_ECANCELLED, "choice %d ended with %d", k, error);
+        sched_req_release(rs[k]);
+    }
+    for (int i = 0; i < 2; i++) {
+        sched_req_cancel(hold[i]);
+        CHECK(last_error(hold[i]) == SCHED_ECANCELLED);
+        sched_req_release(hold[i]);
+    }
+    /* the group's id (DELETE /requests/{id}) cancels every choice */
+    CHECK(sched_submit_group(s, &rp, 3, seeds, ids, rs, err, sizeof err) == 0);
+    for (int k = 0; k < 3; k++)
+        CHECK(sched_req_next(rs[k], &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
+    CHECK(sched_cancel_id(s, "q", 0, "by the group's id") == 0);
+    for (int k = 0; k < 3; k++) {
+        int error = 0;
+        free(collect(rs[k], &error));
+        CHECK_MSG(error == SCHED_EDELETED || error == 0, "choice %d ended with %d", k, error);
+        sched_req_release(rs[k]);
+    }
+    CHECK(sched_get_stats(s, &st, NULL, NULL) == 0 && st.running == 0 && st.pool.reserved_bytes == 0);
+
+    /* the largest max_new one choice fits in the budget, 3 choices do not */
+    const engine_info *in = engine_get_info(e);
+    int max_new = 0;
+    for (int m = 1; np + m <= in->n_ctx; m++) {
+        const uint64_t one = engine_bytes_for_tokens(e, np + m);
+        const uint64_t fork = engine_bytes_for_tokens(e, np + m - np / in->page_tokens * in->page_tokens);
+        if (one <= in->cache_budget_bytes && one + 2 * fork > in->cache_budget_bytes) {
+            max_new = m;
+            break;
+        }
+    }
+    CHECK(max_new > 0);
+    rp.max_new_tokens = max_new;
+    CHECK(sched_submit_group(s, &rp, 3, seeds, ids, rs, err, sizeof err) == 0);
+    for (int k = 0; k < 3; k++) {
+        CHECK(sched_req_next(rs[k], &ev, 5000) == 1 && ev.kind == SCHED_EV_ERROR && ev.error == SCHED_ETOOBIG);
+        CHECK_MSG(strstr(ev.message, "3 choices"), "%s", ev.message);
+        sched_req_release(rs[k]);
+    }
+    sched_req *one = NULL;
+    CHECK(sched_submit(s, &rp, &one, err, sizeof err) == 0);
+    CHECK(sched_req_next(one, &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
+    sched_req_release(one);
     sched_free(s);
     engine_close(e);
 }
