@@ -149,19 +149,51 @@ TEST(test_scheduler_stop_strings_hold_back_and_cut_across_tokens)
 }
 
 /* The last event of r: its error (0 after a final token). */
-static int last_error(sched_req *r)
+/* The text of r's tokens to its end; *error the error it ended with (0 for none). */
+static char *collect(sched_req *r, int *error)
 {
+    char *text = calloc(1, 1);
+    size_t len = 0;
+    *error = -100;
     sched_event ev;
-    int error = -100;
-    while (sched_req_next(r, &ev, 5000) == 1) {
-        int kind = ev.kind;
-        bool final = ev.final;
-        error = kind == SCHED_EV_ERROR ? ev.error : 0;
+    while (text && sched_req_next(r, &ev, 10000) == 1) {
+        const int kind = ev.kind;
+        const bool final = ev.final;
+        if (kind == SCHED_EV_TOKEN) {
+            char *t = realloc(text, len + ev.text_len + 1);
+            if (t) {
+                memcpy(t + len, ev.text, ev.text_len + 1);
+                len += ev.text_len;
+            }
+            text = t;
+        }
+        *error = kind == SCHED_EV_ERROR ? ev.error : 0;
         sched_event_clear(&ev);
         if (kind == SCHED_EV_ERROR || final)
             break;
     }
+    return text;
+}
+
+static int last_error(sched_req *r)
+{
+    int error = 0;
+    free(collect(r, &error));
     return error;
+}
+
+/* A started scheduler on e with the default parameters and one thread. */
+static sched *sched_started(engine *e)
+{
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.n_threads = 1;
+    sched *s = sched_new(e, &sp, NULL, 0);
+    if (s && sched_start(s) != 0) {
+        sched_free(s);
+        return NULL;
+    }
+    return s;
 }
 
 TEST(test_scheduler_cancel_by_id_ends_with_deleted_and_counts_as_cancelled)
@@ -393,32 +425,6 @@ TEST(test_scheduler_submit_out_of_memory_at_each_allocation_queues_nothing)
     engine_close(e);
 }
 
-/* The text of r's tokens to its end; *error the error it ended with (0 for none). */
-static char *collect(sched_req *r, int *error)
-{
-    char *text = calloc(1, 1);
-    size_t len = 0;
-    *error = -100;
-    sched_event ev;
-    while (text && sched_req_next(r, &ev, 10000) == 1) {
-        const int kind = ev.kind;
-        const bool final = ev.final;
-        if (kind == SCHED_EV_TOKEN) {
-            char *t = realloc(text, len + ev.text_len + 1);
-            if (t) {
-                memcpy(t + len, ev.text, ev.text_len + 1);
-                len += ev.text_len;
-            }
-            text = t;
-        }
-        *error = kind == SCHED_EV_ERROR ? ev.error : 0;
-        sched_event_clear(&ev);
-        if (kind == SCHED_EV_ERROR || final)
-            break;
-    }
-    return text;
-}
-
 static sched_req_params sampled_request(const char *id, const int32_t *prompt, int n_prompt, int max_new)
 {
     sched_req_params rp = greedy_request(id, prompt, n_prompt, max_new);
@@ -434,11 +440,8 @@ TEST(test_scheduler_group_prefills_once_and_each_choice_is_its_seed_alone)
 {
     engine *e = open_model("group", 512 * 1024);
     CHECK(e != NULL);
-    sched_params sp;
-    sched_params_default(&sp);
-    sp.n_threads = 1;
-    sched *s = sched_new(e, &sp, NULL, 0);
-    CHECK(s != NULL && sched_start(s) == 0);
+    sched *s = sched_started(e);
+    CHECK(s != NULL);
     const char *text = "The quick brown fox jumps over the lazy dog, again and again.";
     int32_t prompt[128];
     const int np = engine_tokenize(e, text, strlen(text), true, true, prompt, 128);
@@ -496,11 +499,8 @@ TEST(test_scheduler_group_ends_together_and_is_admitted_whole)
 {
     engine *e = open_model("group-end", 256 * 1024);
     CHECK(e != NULL);
-    sched_params sp;
-    sched_params_default(&sp);
-    sp.n_threads = 1;
-    sched *s = sched_new(e, &sp, NULL, 0);
-    CHECK(s != NULL && sched_start(s) == 0);
+    sched *s = sched_started(e);
+    CHECK(s != NULL);
     int32_t prompt[64];
     const char *text = "Hello there, a prompt of two pages or so.";
     const int np = engine_tokenize(e, text, strlen(text), true, true, prompt, 64);
