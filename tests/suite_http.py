@@ -808,6 +808,44 @@ def test_logprobs(srv, model):
         st, _, j, b = srv.jreq("POST", "/v1/chat/completions", dict({"messages": msgs, "max_tokens": 2}, **bad))
         check(f"chat {bad} is a 400", st == 400 and j["error"]["param"] in ("logprobs", "top_logprobs"), b[:200])
 
+    # chat against the CLI: the prompt as the chat route renders it (/apply-template), its tokens
+    # (/tokenize parses the template's control tokens); the drawn tokens' ids from TGI on the same
+    # rendered prompt, seed and temperature, held to the chat's own token texts; then every logprob
+    # and top entry is log-softmax(logits / T) of `hyserve logits` over those tokens
+    cb = {"messages": msgs, "max_tokens": n_new, "temperature": T, "seed": seed, "logprobs": True, "top_logprobs": 4}
+    rendered = srv.jreq("POST", "/apply-template", {"messages": msgs})[2].get("prompt", "")
+    pids = [t["id"] for t in srv.jreq("POST", "/tokenize", {"inputs": rendered})[2]]
+    st, _, j, b = srv.jreq("POST", "/v1/chat/completions", cb)
+    content = j["choices"][0]["logprobs"]["content"] if st == 200 else []
+    check("chat: the rendered prompt's tokens are the ones the chat request counted",
+          st == 200 and rendered and j["usage"]["prompt_tokens"] == len(pids), f"{st} {len(pids)} {b[:200]}")
+    tg = srv.jreq("POST", "/generate", {"inputs": rendered, "parameters": {
+        "max_new_tokens": n_new, "temperature": T, "seed": seed, "do_sample": True, "details": True}})[2]
+    gtoks = tg.get("details", {}).get("tokens", [])
+    n_c = len(content)
+    check("chat and TGI on the rendered prompt draw the same tokens (same seed and temperature)",
+          n_c > 0 and [t["text"] for t in gtoks[:n_c]] == [c["token"] for c in content], f"{gtoks} vs {content}")
+    cids = [t["id"] for t in gtoks[:n_c]]
+    rows = cli_logits_all(model, pids + cids[:-1]) if n_c else None
+    ok_lp = ok_top = rows is not None and len(rows) == len(pids) + n_c - 1
+    for i in range(n_c if ok_lp else 0):
+        dist = log_softmax(rows[len(pids) - 1 + i], T)
+        ok_lp &= abs(content[i]["logprob"] - dist[cids[i]]) < 1e-3
+        want = sorted(dist, reverse=True)[:4]
+        got = [t["logprob"] for t in content[i]["top_logprobs"]]
+        ok_top &= len(got) == 4 and all(abs(a - w) < 1e-3 for a, w in zip(got, want))
+        if content[i]["logprob"] >= got[-1] + 1e-6:
+            ok_top &= content[i]["token"] in [t["token"] for t in content[i]["top_logprobs"]]
+    check("chat logprobs are log-softmax(logits / T) of hyserve logits for the same tokens", ok_lp,
+          f"{[c['logprob'] for c in content]}")
+    check("chat top_logprobs: the 4 largest of the reference distribution, sorted, holding the drawn token", ok_top,
+          f"{content[:1]}")
+    st, _, evs, _ = stream(srv, "/v1/chat/completions", dict(cb, stream=True))
+    scontent = [x for p in evs if p[0] == "data" and p[1] != "[DONE]" for ch in json.loads(p[1])["choices"]
+                if ch.get("logprobs") for x in ch["logprobs"]["content"]]
+    check("chat stream at T > 0: the same logprobs as the whole answer", st == 200 and scontent == content,
+          f"{scontent[:2]} vs {content[:2]}")
+
 
 
 def promtool_check(txt):
