@@ -700,6 +700,46 @@ def cli_logits_all(model, tokens):
     return json.loads(r.stdout)["logits"] if r.returncode == 0 else None
 
 
+def test_penalties_formula(srv, model):
+    """frequency_penalty, presence_penalty and logit_bias over HTTP against OpenAI's formula
+    l'[j] = l[j] + bias[j] - c[j] * frequency_penalty - (c[j] > 0) * presence_penalty, c[j] counting j
+    among the tokens generated so far, on `hyserve logits` rows: a greedy request must pick
+    argmax l' at every step and report log_softmax(l')[pick] as each token's logprob."""
+    ids = [t["id"] for t in srv.jreq("POST", "/tokenize", {"inputs": "Once upon a time"})[2]]
+    freq, pres, n_new = 1.3, 0.9, 8
+    first = cli_logits_all(model, ids)
+    if not check("hyserve logits runs on the prompt", first is not None):
+        return
+    order = sorted(range(len(first[-1])), key=lambda t: -first[-1][t])
+    bias = {order[0]: -4.0, order[5]: 3.5}         # push the greedy token down, a runner-up up
+    body = {"prompt": ids, "max_tokens": n_new, "temperature": 0, "frequency_penalty": freq,
+            "presence_penalty": pres, "logit_bias": {str(k): v for k, v in bias.items()}, "logprobs": 1}
+    st, _, j, b = srv.jreq("POST", "/v1/completions", body)
+    if not check("completions with penalties and logit_bias answer 200", st == 200, f"{st} {b[:300]}"):
+        return
+    lp = j["choices"][0]["logprobs"]
+    got_toks, got_lps = lp["tokens"], lp["token_logprobs"]
+    gen_ids, want_lps = [], []
+    for step in range(len(got_toks)):
+        row = (cli_logits_all(model, ids + gen_ids) or [[0.0]])[-1]
+        adj = list(row)
+        for k, v in bias.items():
+            adj[k] += v
+        for t in set(gen_ids):
+            adj[t] -= gen_ids.count(t) * freq + pres
+        pick = max(range(len(adj)), key=lambda t: (adj[t], -t))
+        want_lps.append(log_softmax(adj)[pick])
+        gen_ids.append(pick)
+    want_text = srv.jreq("POST", "/detokenize", {"tokens": gen_ids})[2].get("content") if gen_ids else ""
+    check("penalised, biased greedy: every pick is argmax of l + bias - c * freq - (c > 0) * pres",
+          len(got_toks) == n_new and j["choices"][0]["text"] == want_text, f"{j['choices'][0]['text']!r} vs {want_text!r}")
+    check("penalised, biased greedy: each logprob is log_softmax of the adjusted logits",
+          len(got_lps) == len(want_lps) and all(abs(a - w) < 1e-3 for a, w in zip(got_lps, want_lps)),
+          f"{got_lps} vs {want_lps}")
+    plain = srv.jreq("POST", "/v1/completions", {"prompt": ids, "max_tokens": n_new, "temperature": 0})[2]
+    check("the penalties and bias changed the greedy text", plain["choices"][0]["text"] != j["choices"][0]["text"])
+
+
 def test_logprobs(srv, model):
     """Logprobs on both APIs against log-softmax of `hyserve logits` (the CLI, not the server) for
     the same tokens: generated tokens at the request's temperature, prompt tokens at T = 1; top
@@ -2390,6 +2430,7 @@ def main(argv=None):
                ("test_n_best_of", lambda: test_n_best_of(srv)),
                ("test_n_fork", lambda: test_n_fork(srv, model)),
                ("test_logprobs", lambda: test_logprobs(srv, model)),
+               ("test_penalties_formula", lambda: test_penalties_formula(srv, model)),
                ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
                ("test_model_names", lambda: test_model_names(srv, model)),
                ("test_detokenize_and_version", lambda: test_detokenize_and_version(srv)),
