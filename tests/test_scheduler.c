@@ -398,29 +398,36 @@ TEST(test_scheduler_submit_out_of_memory_at_each_allocation_queues_nothing)
     sched_req_params rp = greedy_request("oom", prompt, 4, 4);
     rp.stop = stops;
     rp.n_stop = 2;
-    int n_failed = 0, k = 1;
-    for (; k < 100; k++) {
-        sched_req *r = NULL;
-        char err[256] = "";
-        fault_inject(k);
-        const int rc = sched_submit(s, &rp, &r, err, sizeof err);
-        const bool fired = fault_fired();
-        fault_inject(0);
-        pthread_mutex_lock(&s->mu);
-        const char *why = sched_broken(s);
-        const int n_waiting = s->n_waiting;
-        pthread_mutex_unlock(&s->mu);
-        CHECK_MSG(why == NULL, "allocation %d failed: %s", k, why);
-        if (!fired) {
-            CHECK_MSG(rc == 0 && r != NULL && n_waiting == 1, "allocation %d: nothing failed, rc %d", k, rc);
-            sched_req_release(r);
-            break;
+    const uint64_t seeds[3] = { 1, 2, 3 };
+    const char *ids[3] = { "oom-0", "oom-1", "oom-2" };
+    /* one request (sched_submit), then a group of 3 (sched_submit_group) */
+    for (int n = 1, base = 0; n <= 3; base += n, n += 2) {
+        int n_failed = 0, k = 1;
+        for (; k < 200; k++) {
+            sched_req *r[3] = { NULL, NULL, NULL };
+            char err[256] = "";
+            fault_inject(k);
+            const int rc = n == 1 ? sched_submit(s, &rp, &r[0], err, sizeof err)
+                                  : sched_submit_group(s, &rp, n, seeds, ids, r, err, sizeof err);
+            const bool fired = fault_fired();
+            fault_inject(0);
+            pthread_mutex_lock(&s->mu);
+            const char *why = sched_broken(s);
+            const int n_waiting = s->n_waiting;
+            pthread_mutex_unlock(&s->mu);
+            CHECK_MSG(why == NULL, "allocation %d failed: %s", k, why);
+            if (!fired) {
+                CHECK_MSG(rc == 0 && r[n - 1] != NULL && n_waiting == base + n, "allocation %d: nothing failed, rc %d", k, rc);
+                for (int i = 0; i < n; i++)
+                    sched_req_release(r[i]);     /* still queued: sched_free ends them */
+                break;
+            }
+            n_failed++;
+            CHECK_MSG(rc == SCHED_ENOMEM && !r[0] && !r[1] && !r[2] && n_waiting == base && strstr(err, "out of memory"),
+                      "allocation %d failed: rc %d, %d waiting, '%s'", k, rc, n_waiting, err);
         }
-        n_failed++;
-        CHECK_MSG(rc == SCHED_ENOMEM && r == NULL && n_waiting == 0 && strstr(err, "out of memory"),
-                  "allocation %d failed: rc %d, %d waiting, '%s'", k, rc, n_waiting, err);
+        CHECK_MSG(n_failed >= 7 * n, "only %d allocations could be failed (n = %d)", n_failed, n);
     }
-    CHECK_MSG(n_failed >= 7, "only %d allocations could be failed", n_failed);
     sched_free(s);
     engine_close(e);
 }
