@@ -1181,6 +1181,30 @@ def test_readme_sample():
     check("the README's /generate sample is what models/default.gguf answers", st == 200 and j == json.loads(m.group(1)),
           f"{j} vs {m.group(1)}")
 
+def test_docs_cover_routes_and_commands():
+    """Every route of the server's table (server/routes.c) is in the README's route table as
+    `METHOD /path`, every command `hyserve --help` lists is shown as `hyserve COMMAND`, and
+    `make help` works after a build."""
+    root = os.path.dirname(HERE)
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    src = open(os.path.join(root, "server", "routes.c"), encoding="utf-8").read()
+    routes = re.findall(r'^\s*\{"(GET|POST|DELETE|PUT|OPTIONS)", "(/[^"]*)", h_\w+\}', src, re.M)
+    shown = {"/requests/": "/requests/{id}", "/web/": "/web/NAME"}
+    missing = [f"{m} {p}" for m, p in routes if f"`{m} {shown.get(p, p)}`" not in readme
+               and f"and `{m} {shown.get(p, p)}`" not in readme and f"also `{m} {shown.get(p, p)}`" not in readme]
+    check("the README's route table names every route of server/routes.c", len(routes) > 15 and not missing,
+          f"{len(routes)} routes; missing {missing}")
+    r = run([HYSERVE, "--help"])
+    text = (r.stdout + r.stderr).decode()
+    cmds = re.findall(r"^  ([a-z]+) +\S", text.split("commands:", 1)[-1], re.M)
+    undocumented = [c for c in cmds if not re.search(rf"hyserve {c}\b", readme)]
+    check("the README shows every command of hyserve --help", len(cmds) >= 9 and not undocumented,
+          f"{cmds}; undocumented {undocumented}")
+    r = run(["make", "-s", "-C", root, "help"])
+    check("make help lists the targets after a build", r.returncode == 0 and b"test-http" in r.stdout,
+          (r.stdout + r.stderr).decode()[-300:])
+
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -2456,6 +2480,7 @@ def main(argv=None):
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_container_limits", lambda: test_container_limits(model)),
             ("test_readme_sample", test_readme_sample),
+            ("test_docs_cover_routes_and_commands", test_docs_cover_routes_and_commands),
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_fault_injection", lambda: test_fault_injection(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
