@@ -1097,7 +1097,7 @@ static int h_info(http_req *hr)
     cJSON_AddStringToObject(o, "model_dtype", in->weights_dtype);
     cJSON_AddStringToObject(o, "model_pipeline_tag", "text-generation");
     cJSON_AddNumberToObject(o, "max_concurrent_requests", in->max_seqs + srv->cfg->max_queue);
-    cJSON_AddNumberToObject(o, "max_best_of", 1);
+    cJSON_AddNumberToObject(o, "max_best_of", srv->cfg->max_n);     /* TGI best_of up to --max-n */
     cJSON_AddNumberToObject(o, "max_stop_sequences", srv->cfg->max_stop);
     cJSON_AddNumberToObject(o, "max_input_tokens", in->n_ctx - 1);
     cJSON_AddNumberToObject(o, "max_total_tokens", in->n_ctx);

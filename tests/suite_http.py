@@ -1205,6 +1205,44 @@ def test_docs_cover_routes_and_commands():
           (r.stdout + r.stderr).decode()[-300:])
 
 
+def test_serve_synth():
+    """`serve --synth PRESET` says what it is loading before it is ready, then serves a model of
+    that preset's layout; a planner-only preset (Mamba layers) is refused with a line saying why."""
+    port = free_port()
+    log = os.path.join(TMP, "synth.log")
+    with open(log, "wb") as f:
+        p = subprocess.Popen([HYSERVE, "serve", "--synth", "qwen3.5-0.8b", "--host", "127.0.0.1", "--port", str(port),
+                              "--config", "/dev/null", "-t", "1", "--cache-mem", "64M"], stdout=f, stderr=subprocess.STDOUT)
+    info = None
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and info is None:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/info")
+                r = c.getresponse()
+                info = json.loads(r.read()) if r.status == 200 else None
+            except (OSError, ValueError):
+                time.sleep(0.1)
+    finally:
+        p.terminate()
+        p.wait(30)
+    text = open(log, "rb").read().decode("utf-8", "replace")
+    lines = text.splitlines()
+    loading = [i for i, l in enumerate(lines) if "loading a synthesized model with the cache layout of qwen3.5-0.8b" in l]
+    ready = [i for i, l in enumerate(lines) if "ready: synth of Qwen3.5-0.8B" in l
+             and "24 layers: 6 attention + 18 deltanet" in l]
+    check("serve --synth says what it is loading, then that it is ready", loading and ready and loading[0] < ready[0],
+          text[-600:])
+    check("serve --synth is ready with the preset's layout (6 attention + 18 DeltaNet layers) and serves it",
+          bool(ready) and info is not None and info.get("model_id") == "qwen3.5-0.8b", f"{info}"[:300])
+    r = run([HYSERVE, "serve", "--synth", "jamba-v0.1", "--host", "127.0.0.1", "--port", str(free_port()),
+             "--config", "/dev/null"])
+    err = (r.stdout + r.stderr).decode()
+    check("serve --synth of a planner-only preset exits non-zero naming the Mamba layers and hyserve mem",
+          r.returncode != 0 and "Mamba" in err and "hyserve mem" in err, f"{r.returncode} {err[-300:]}")
+
+
 def test_completion_prompt_forms(srv):
     """/v1/completions prompt as a string, a token-id array, or a batch of one of either."""
     comp = lambda prompt: srv.jreq("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
@@ -1554,6 +1592,8 @@ def test_n_best_of(srv):
         check(f"best_of {why} is a 422 naming best_of", st == 422 and "best_of" in j.get("error", ""), f"{st} {b[:200]}")
     st, _, j, b = srv.jreq("POST", "/generate_stream", {"inputs": "x", "parameters": dict(par, best_of=2)})
     check("best_of streamed is a 422", st == 422 and "stream" in j.get("error", ""), f"{st} {b[:200]}")
+    mb = srv.jreq("GET", "/info")[2].get("max_best_of")
+    check("/info max_best_of is the best_of the server takes: --max-n (8)", mb == 8, f"{mb}")
 
 
 def prompt_tokens_prefilled(srv):
@@ -2481,6 +2521,7 @@ def main(argv=None):
             ("test_container_limits", lambda: test_container_limits(model)),
             ("test_readme_sample", test_readme_sample),
             ("test_docs_cover_routes_and_commands", test_docs_cover_routes_and_commands),
+            ("test_serve_synth", test_serve_synth),
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_fault_injection", lambda: test_fault_injection(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
