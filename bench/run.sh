@@ -5,7 +5,8 @@
 #   HYSERVE=build/hyserve PYTHON=python3 sh bench/run.sh
 #   BENCH_QUICK=1      smoke test: fewer sizes and repetitions (~3 minutes)
 #   BENCH_DTYPES="f32 q8_0"   weight types to run (default f32 f16 bf16 q8_0
-#                      q4_k q5_k q6_k; also q4_0)
+#                      q4_k q5_k q6_k q4_k_m q5_k_m; also q4_0; the _m types are
+#                      llama-quantize's Q4_K_M / Q5_K_M mixes, `hyserve synth --dtype`)
 #   BENCH_SKIP="server dnet-model"   sections to leave out (prefix: bench/prefix.sh)
 #   BENCH_NOTE="text"  a line for the report (what was special about this run)
 #   BENCH_CTX8K="f32,q8_0"   weight types that also decode after an 8K context
@@ -19,7 +20,7 @@
 set -u
 : "${HYSERVE:=build/hyserve}" "${PYTHON:=/usr/bin/python3}" "${CC:=cc}"
 QUICK=${BENCH_QUICK:-0}
-DTYPES=${BENCH_DTYPES:-"f32 f16 bf16 q8_0 q4_k q5_k q6_k"}
+DTYPES=${BENCH_DTYPES:-"f32 f16 bf16 q8_0 q4_k q5_k q6_k q4_k_m q5_k_m"}
 SKIP=${BENCH_SKIP:-}
 BUILD=$(dirname "$HYSERVE")
 OUT=bench/results
@@ -78,7 +79,7 @@ for dt in $DTYPES; do
     want="$SYNTH --dtype $dt"
     # the K-quants' check wants every width a multiple of 256, the (unused
     # in qwen35) expert widths too
-    case $dt in q4_k|q5_k|q6_k) want="$want --expert-ff 256 --shared-ff 256" ;; esac
+    case $dt in q4_k|q5_k|q6_k|q4_k_m|q5_k_m) want="$want --expert-ff 256 --shared-ff 256" ;; esac
     if [ ! -f "$f" ] || [ "$(cat "$f.args" 2>/dev/null)" != "$want" ]; then
         log "synthesizing $f"
         # shellcheck disable=SC2086

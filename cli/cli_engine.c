@@ -645,7 +645,9 @@ static const char synth_help[] =
     "      --ctx N            training context written to the file (default 4096)\n"
     "      --tied | --untied  LM head tied to the embedding (default tied)\n"
     "      --dtype T          f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q5_k | q6_k for the 2-D\n"
-    "                         weights (default f32); quantized widths must be block multiples\n"
+    "                         weights (default f32); quantized widths must be block multiples;\n"
+    "                         q4_k_m | q5_k_m: llama-quantize's mixes (Q6_K output, attn_v and\n"
+    "                         ffn_down in its \"more bits\" layers; Q5_K/Q6_K attn_qkv)\n"
     "      --experts N        qwen3next: routed experts (default 8)\n"
     "      --experts-used K   qwen3next: experts per token (default 2)\n"
     "      --expert-ff N      qwen3next: expert MLP size (default 32)\n"
@@ -745,7 +747,10 @@ int cli_synth(int argc, char **argv)
             else if (!strcmp(v, "q4_k")) c.dtype = GGML_Q4_K;
             else if (!strcmp(v, "q5_k")) c.dtype = GGML_Q5_K;
             else if (!strcmp(v, "q6_k")) c.dtype = GGML_Q6_K;
-            else { fprintf(stderr, "hyserve: synth: --dtype must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k, got '%s'\n", v); return 2; }
+            else if (!strcmp(v, "q4_k_m")) c.dtype = GGML_Q4_K;
+            else if (!strcmp(v, "q5_k_m")) c.dtype = GGML_Q5_K;
+            else { fprintf(stderr, "hyserve: synth: --dtype must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m, got '%s'\n", v); return 2; }
+            c.mix = !strcmp(v, "q4_k_m") || !strcmp(v, "q5_k_m") ? SYNTH_MIX_K_M : SYNTH_MIX_NONE;
         } else if (IS("--chat-template", NULL)) {
             if (!(v = NEXT())) return 2;
             if (strcmp(v, "chatml")) { fprintf(stderr, "hyserve: synth: only --chat-template chatml is known\n"); return 2; }

@@ -433,6 +433,11 @@ const char *engine_kernels_name(void)
     return simd_name();
 }
 
+const char *engine_bf16_decode(void)
+{
+    return simd_bf16_dot_why();
+}
+
 int engine_threads(void)
 {
     return blas_get_threads();

@@ -78,6 +78,9 @@ void engine_process_init(char **argv);
 const char *engine_blas_core(void);
 /* The hand-written kernels in use: "avx512+vnni+amx", "avx2", "scalar"... */
 const char *engine_kernels_name(void);
+/* The BF16 decode kernel and why it was chosen, e.g. "vdpbf16ps (measured
+ * 1.31x the speed of the FMA kernel)" or "fma (no AVX512_BF16)" (kernels/cpu.h). */
+const char *engine_bf16_decode(void);
 /* Threads the engine's parallel regions and OpenBLAS use now. */
 int engine_threads(void);
 /* Seconds on the monotonic clock: the one clock the scheduler, the server

@@ -81,7 +81,70 @@ typedef struct sw {
     float *buf;
     void *qbuf;
     int failed;
+    int attn_v_seen;            /* attn_v.weight tensors written so far (the mixes count them) */
 } sw;
+
+/* llama-quantize's layer choice for the tensors a *_K_M mix gives more bits */
+static bool use_more_bits(int i, int n)
+{
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+static bool has_part(const char *name, const char *part)
+{
+    return strstr(name, part) != NULL;
+}
+
+static char kind_of(const synth_config *c, int il);
+
+/* llama-quantize's n_attention_wv: the tensors named attn_v, attn_qkv or
+ * attn_kv_b (one per attention or DeltaNet layer here; MLA layers have none) */
+static int attn_v_count(const synth_config *c)
+{
+    int n = 0;
+    for (int il = 0; il < c->n_layer; il++)
+        n += kind_of(c, il) != 'M';
+    return n;
+}
+
+uint32_t synth_tensor_type(const synth_config *c, const char *name, int attn_v_index)
+{
+    if (c->mix != SYNTH_MIX_K_M || (c->dtype != GGML_Q4_K && c->dtype != GGML_Q5_K))
+        return c->dtype;
+    const bool q4 = c->dtype == GGML_Q4_K;
+    const bool eight_experts = !strcmp(c->arch, "qwen3next") && c->n_expert == 8;
+    if (!strcmp(name, "output.weight") || (c->tied && !strcmp(name, "token_embd.weight")))
+        return GGML_Q6_K;
+    if (has_part(name, "attn_v.weight")) {
+        if (eight_experts)
+            return GGML_Q8_0;
+        return use_more_bits(attn_v_index, attn_v_count(c)) ? GGML_Q6_K : c->dtype;
+    }
+    if (has_part(name, "attn_k.weight"))
+        return eight_experts ? GGML_Q8_0 : c->dtype;
+    if (has_part(name, "ffn_down")) {
+        int il = -1;
+        if (sscanf(name, "blk.%d.", &il) == 1 && il >= 0 && use_more_bits(il, c->n_layer))
+            return GGML_Q6_K;
+        return c->dtype;
+    }
+    if (has_part(name, "attn_output.weight"))
+        return eight_experts && q4 ? GGML_Q5_K : c->dtype;
+    if (has_part(name, "attn_qkv.weight"))
+        return q4 ? GGML_Q5_K : GGML_Q6_K;
+    return c->dtype;
+}
+
+/* The type a weight passed as the config's dtype is stored in: the mix's */
+static uint32_t weight_type(sw *s, const char *name, uint32_t type)
+{
+    if (type != s->c->dtype || s->c->mix == SYNTH_MIX_NONE)
+        return type;
+    uint32_t t = synth_tensor_type(s->c, name, s->attn_v_seen);
+    if (has_part(name, "attn_v.weight"))
+        s->attn_v_seen++;
+    return t;
+}
 
 enum fill { FILL_PROJ, FILL_NORM, FILL_EMBD, FILL_CONV, FILL_A, FILL_DT };
 
@@ -90,6 +153,7 @@ static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t
 {
     if (s->failed)
         return;
+    type = weight_type(s, name, type);
     size_t n = (size_t)n0 * (size_t)n1;
     float *v = malloc(n * sizeof(float));
     void *q = malloc(n * 4 + 64);
@@ -126,6 +190,7 @@ static void put3s(sw *s, const char *name, int n0, int n1, int n2, uint32_t type
 {
     if (s->failed)
         return;
+    type = weight_type(s, name, type);
     size_t row_bytes = (size_t)n0 / ggml_block_size(type) * ggml_type_size(type);
     size_t slab = row_bytes * (size_t)n1;
     uint8_t *all = malloc(slab * (size_t)n2);
@@ -282,9 +347,12 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     else if (c->attn_every < 1 && !c->pattern[0]) bad = "attn-every must be at least 1";
     else if (c->chat_template && c->n_vocab < 259) bad = "a chat template needs vocab >= 259 for its special tokens";
     else if (!quant_supported(c->dtype)) bad = "unsupported dtype";
+    else if (c->mix != SYNTH_MIX_NONE && c->dtype != GGML_Q4_K && c->dtype != GGML_Q5_K)
+        bad = "the _K_M mixes need dtype q4_k or q5_k";
     else if (bs > 1 && (c->n_embd % (int)bs || c->n_ff % (int)bs || (c->n_head * c->head_dim) % (int)bs ||
-                        (c->dnet_n_v * c->dnet_d_v) % (int)bs || c->n_ff_exp % (int)bs ||
-                        c->n_ff_shexp % (int)bs))
+                        /* the DeltaNet and expert widths only where those layers are */
+                        (hybrid(c) && (c->dnet_n_v * c->dnet_d_v) % (int)bs) ||
+                        (!strcmp(c->arch, "qwen3next") && (c->n_ff_exp % (int)bs || c->n_ff_shexp % (int)bs))))
         bad = "quantized dtypes need embd, ff, expert ff and head widths that are multiples of the block size (32, or 256 for K-quants)";
     else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen3next") && strcmp(c->arch, "qwen3") &&
              strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2"))
@@ -337,7 +405,7 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     gguf_w_str(w, "general.name", c->name);
     gguf_w_u32(w, "general.file_type", t == GGML_F32 ? 0 : t == GGML_F16 ? 1 : t == GGML_BF16 ? 32 :
                                        t == GGML_Q8_0 ? 7 : t == GGML_Q4_0 ? 2 : t == GGML_Q4_K ? 15 :
-                                       t == GGML_Q5_K ? 17 : 18);
+                                       t == GGML_Q5_K ? 17 : 18);   /* Q4_K_M 15, Q5_K_M 17 */
     gguf_w_u32(w, K("block_count"), (uint32_t)c->n_layer);
     gguf_w_u32(w, K("context_length"), (uint32_t)c->n_ctx);
     gguf_w_u32(w, K("embedding_length"), (uint32_t)E);

@@ -22,13 +22,30 @@ typedef struct synth_config {
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;   /* qwen3next MoE */
     int mla_kv_lora, mla_q_lora, mla_nope, mla_rope, mla_v; /* MLA layers (n_head heads) */
     int tied;
-    uint32_t dtype;             /* ggml type of the 2-D weights */
+    uint32_t dtype;             /* ggml type of the 2-D weights (a mix's base type) */
+    int mix;                    /* SYNTH_MIX_*: llama-quantize's per-tensor choice on top of dtype */
     float rope_theta;
     int chat_template;          /* 1: write a ChatML template and its special tokens */
     char name[64];
 } synth_config;
 
+/* The *_K_M mixes (dtype Q4_K or Q5_K): the tensors llama-quantize gives more
+ * bits to, by its rule (src/llama-quant.cpp, llama_tensor_get_type), get them:
+ *   output.weight (token_embd.weight when tied)       Q6_K
+ *   attn_qkv.weight (the DeltaNet input projection)  Q5_K (Q4_K_M) / Q6_K (Q5_K_M)
+ *   attn_v.weight number i of n, ffn_down* of layer i of n (the routed and
+ *   shared experts' too) where use_more_bits: i < n/8, i >= 7n/8 or
+ *   (i - n/8) % 3 == 2                               Q6_K
+ *   with 8 routed experts (qwen3next): attn_v and attn_k Q8_0, and for
+ *   Q4_K_M attn_output Q5_K
+ * general.file_type is 15 (Q4_K_M) or 17 (Q5_K_M). */
+enum { SYNTH_MIX_NONE = 0, SYNTH_MIX_K_M = 1 };
+
 void synth_config_default(synth_config *c);
+/* The type synth writes `name` (a 2-D or 3-D weight named as in the file)
+ * in: c->dtype, or the mix's choice; attn_v_index is the tensor's position
+ * among the file's attn_v.weight tensors. */
+uint32_t synth_tensor_type(const synth_config *c, const char *name, int attn_v_index);
 /* Writes the model; 0 or -1 with one line in err. */
 int synth_write(const synth_config *c, const char *path, char *err, size_t errlen);
 

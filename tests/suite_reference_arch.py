@@ -639,9 +639,11 @@ def t_ref_make_model_arch_layouts(ctx):
                      "--shared-ff", "256", "--untied", "--dtype", "q4_k_m"])
     r = gguf_io.GGUFReader(path)
     ty = {n: ti.type_name for n, ti in r.tensors.items()}
+    # 8 experts (the default): llama-quantize's attn_v / attn_k Q8_0 and attn_output Q5_K
     exp = {"output.weight": "Q6_K", "token_embd.weight": "Q4_K", "blk.0.attn_qkv.weight": "Q5_K",
            "blk.0.ffn_down_exps.weight": "Q4_K", "blk.2.ffn_down_exps.weight": "Q6_K",
-           "blk.3.attn_v.weight": "Q6_K", "blk.0.ffn_up_exps.weight": "Q4_K", "blk.0.ffn_gate_inp.weight": "F32",
+           "blk.3.attn_v.weight": "Q8_0", "blk.3.attn_k.weight": "Q8_0", "blk.3.attn_output.weight": "Q5_K",
+           "blk.0.ffn_up_exps.weight": "Q4_K", "blk.0.ffn_gate_inp.weight": "F32",
            "blk.0.ssm_conv1d.weight": "F32", "blk.0.attn_norm.weight": "F32", "blk.0.ssm_ba.weight": "Q4_K"}
     bad = {n: (ty.get(n), t) for n, t in exp.items() if ty.get(n) != t}
     if bad:
@@ -649,6 +651,40 @@ def t_ref_make_model_arch_layouts(ctx):
     if r.kv.get("general.file_type") != 15:
         raise CaseFailure("q4_k_m file_type %r" % r.kv.get("general.file_type"))
     return "qwen3next (split, legacy), qwen3, llama layouts; q4_k_m types %s" % sorted(set(ty.values()))
+
+
+def t_c_synth_mix_types(ctx):
+    """`hyserve synth --dtype q4_k_m / q5_k_m` stores each tensor in the type make_model.py's
+    weight_dtype (llama-quantize's rule, written separately) picks, and writes file_type 15 / 17."""
+    cases = [("qwen35_24_tied_q4_k_m", aspec(arch="qwen35", layers=24, attn_every=4, tied=True, dtype="q4_k_m", **Q)),
+             ("qwen35_16_untied_q5_k_m", aspec(arch="qwen35", layers=16, attn_every=4, dtype="q5_k_m", **Q)),
+             ("qwen3next_8exp_q4_k_m", aspec(arch="qwen3next", layers=8, attn_every=4, dtype="q4_k_m",
+                                             **dict(Q, expert_ff=256))),
+             ("llama_8_q5_k_m", aspec(arch="llama", layers=8, dtype="q5_k_m", **dict(Q, rope_dim=64)))]
+    seen = set()
+    for tag, s in cases:
+        need_synth_arch(ctx, s)
+        cpath = os.path.join(ctx.tmpdir, "mix_c_%s.gguf" % tag)
+        ppath = os.path.join(ctx.tmpdir, "mix_py_%s.gguf" % tag)
+        run(c_argv(ctx.hyserve, cpath, 5, s), "hyserve synth")
+        make_model.main(py_argv(ppath, 5, s))
+        rc, rp = gguf_io.GGUFReader(cpath), gguf_io.GGUFReader(ppath)
+        tc = {n: ti.type_name for n, ti in rc.tensors.items()}
+        tp = {n: ti.type_name for n, ti in rp.tensors.items()}
+        common = sorted(set(tc) & set(tp))
+        bad = {n: (tc[n], tp[n]) for n in common if tc[n] != tp[n]}
+        if bad or len(common) < 20:
+            raise CaseFailure("%s: C synth vs make_model types differ (%d common): %s" % (tag, len(common), bad))
+        want_ft = make_model.FILE_TYPE[s["dtype"]]
+        if rc.kv.get("general.file_type") != want_ft:
+            raise CaseFailure("%s: file_type %r, want %d" % (tag, rc.kv.get("general.file_type"), want_ft))
+        seen |= {(n.split(".", 2)[-1] if n.startswith("blk.") else n, tc[n]) for n in common}
+    for need in [("attn_v.weight", "Q6_K"), ("attn_v.weight", "Q4_K"), ("attn_v.weight", "Q8_0"),
+                 ("ffn_down.weight", "Q6_K"), ("ffn_down.weight", "Q5_K"), ("attn_qkv.weight", "Q5_K"),
+                 ("attn_qkv.weight", "Q6_K"), ("token_embd.weight", "Q6_K"), ("output.weight", "Q6_K")]:
+        if need not in seen:
+            raise CaseFailure("no case exercised %s as %s" % need)
+    return "%d files, C synth types == make_model's rule; file_type 15/17" % len(cases)
 
 
 def t_ref_cli_other_archs(ctx):
@@ -701,6 +737,8 @@ GOLDEN = [
     # quantized files written by the C synth
     ("c_qwen3_q8_0", "c", 78, aspec(arch="qwen3", layers=4, dtype="q8_0", **dict(Q, rope_dim=64))),
     ("c_qwen3next_q4_k", "c", 79, aspec(arch="qwen3next", layers=4, attn_every=4, dtype="q4_k", **Q)),
+    ("c_qwen35_q4_k_m", "c", 80, aspec(arch="qwen35", layers=8, attn_every=4, tied=True, dtype="q4_k_m", **Q)),
+    ("c_qwen35_q5_k_m", "c", 81, aspec(arch="qwen35", layers=8, attn_every=2, dtype="q5_k_m", **Q)),
 ]
 
 
@@ -718,7 +756,8 @@ def all_tests():
              ("ref_llama_norm_rope_matches_hf_rotate_half", t_ref_llama_norm_rope_matches_hf_rotate_half),
              ("ref_moe_routing_topk_ties_renorm_shared", t_ref_moe_routing),
              ("ref_segmented_decode_qwen3next_llama_qwen3", t_ref_qwen3next_segmented_decode),
-             ("ref_cli_other_archs", t_ref_cli_other_archs)]
+             ("ref_cli_other_archs", t_ref_cli_other_archs),
+             ("c_synth_k_m_mix_types_match_llama_quantize_rule", t_c_synth_mix_types)]
     for t in DEQ_TYPES:
         tests.append(("c_tensor_dequant_bitexact_%s" % t, t_c_dequant(t)))
     for name, writer, seed, s in GOLDEN:

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "kernels/cpu.h"
 #include "kernels/panels.h"
 #include "kernels/quant.h"
 #include "kernels/simd512.h"
@@ -211,6 +212,9 @@ TEST(test_panels_products_match_double_dots_of_the_stored_rows)
     /* 1-12 every tile width; 13, 16, 25, 65 several groups of 12 and a remainder */
     static const int toks[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 25, 65 };
     rng_state = 29;
+    /* the exact (convert+FMA) kernel for BF16 decode steps: the vdpbf16ps
+     * one rounds the activations (tests/test_bf16.c checks it) */
+    simd_set_bf16_dot(0);
     int n = 0;
     for (size_t a = 0; a < 2; a++)
         for (size_t b = 0; b < sizeof shapes / sizeof shapes[0]; b++)
@@ -227,6 +231,7 @@ TEST(test_panels_products_match_double_dots_of_the_stored_rows)
     simd_set_avx512(false);
     int bad = check_products(GGML_BF16, 48, 1024, 5, 1) || check_products(GGML_F16, 80, 130, 17, 0);
     simd_set_avx512(true);
+    simd_set_bf16_dot(-1);
     CHECK(!bad);
 }
 
@@ -263,6 +268,7 @@ TEST(test_panels_matmul_many_takes_packed_weights)
     }
     const weight *W[3] = { &w[0], &w[1], &w[2] };
     float *Yp[3] = { Y[0], Y[1], Y[2] };
+    simd_set_bf16_dot(0);       /* the exact kernel (as above) */
     float *scratch = malloc(sizeof(float) * (size_t)matmul_scratch_floats(&w[2], T_MAX));
     CHECK(scratch);
     for (int n_tok = 1; scratch && n_tok <= T_MAX; n_tok += T_MAX - 1) {
@@ -277,6 +283,7 @@ TEST(test_panels_matmul_many_takes_packed_weights)
                 }
     }
     free(scratch);
+    simd_set_bf16_dot(-1);
 out:
     for (int m = 0; m < 3; m++)
         free(rows[m]);
@@ -447,5 +454,6 @@ TEST(test_panels_q8_0_products_match_the_int8_arithmetic_of_the_stored_rows)
     const int bad = check_q8_products(48, 1024, 5, 1) || check_q8_products(80, 160, 17, 0) ||
                     check_q8_products(32, 96, 1, 0);
     simd_set_avx512(true);
+    simd_set_bf16_dot(-1);
     CHECK(!bad);
 }

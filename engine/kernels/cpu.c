@@ -7,6 +7,7 @@
  */
 #include "cpu.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -16,6 +17,7 @@
 #include "quant.h"
 #include "simd.h"
 #include "simd512.h"
+#include "simd_bf16.h"
 #include "simd_kquant.h"
 #include "vecmath.h"
 
@@ -34,9 +36,14 @@
 cpu_kernels cpu_kern = { .name = "scalar", SCALAR_KERNELS };
 
 /* what the CPU has (set once by the constructor, read-only after) */
-static bool has_avx2, has_vnni, has_avx512, has_avx512_vnni, has_amx, has_amx_bf16, has_amx_f16;
+static bool has_avx2, has_vnni, has_avx512, has_avx512_vnni, has_amx, has_amx_bf16, has_amx_f16, has_avx512_bf16;
 /* the switches: HYSERVE_SIMD at start-up, then simd_set_* */
 static bool avx2_on, vnni_on, avx512_on, amx_on;
+/* BF16 decode on vdpbf16ps: the start-up choice, the switch, and why */
+static bool bf16_dot_auto, bf16_dot_on;
+static char bf16_dot_auto_why[96];
+static const char *bf16_dot_why = "fma (no AVX512_BF16)";
+static char kern_name[48];
 
 static bool env_is(const char *v)
 {
@@ -69,8 +76,14 @@ static void cpu_select(void)
     f.amx = amx_on && f.avx512;
     f.amx_bf16 = has_amx_bf16 && f.amx;
     f.amx_f16 = has_amx_f16 && f.amx;
+    f.avx512_bf16 = has_avx512_bf16 && f.avx512;
+    f.bf16_dot = bf16_dot_on && f.avx512_bf16;
+    bf16_dot_why = !f.avx512_bf16 ? "fma (no AVX512_BF16 in use)"
+                   : bf16_dot_on == bf16_dot_auto ? bf16_dot_auto_why
+                   : f.bf16_dot ? "vdpbf16ps (forced)" : "fma (forced)";
+    snprintf(kern_name, sizeof kern_name, "%s%s", level_name(&f), f.bf16_dot ? "+bf16dp" : "");
 
-    cpu_kernels k = { .on = f, .name = level_name(&f), SCALAR_KERNELS };
+    cpu_kernels k = { .on = f, .name = kern_name, SCALAR_KERNELS };
     if (f.avx2) {
         k.sumsq = avx2_sumsq;
         k.scale = avx2_scale;
@@ -116,6 +129,22 @@ __attribute__((constructor)) static void cpu_init(void)
         has_amx_bf16 = has_amx && __builtin_cpu_supports("amx-bf16");
         has_amx_f16 = has_amx_bf16 && __builtin_cpu_supports("avx512bf16");
     }
+    has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16") && !env_is("avx2") && !env_is("0");
+    /* BF16 decode: forced by HYSERVE_BF16_DOT, else measured (a few ms) */
+    const char *bd = getenv("HYSERVE_BF16_DOT");
+    if (!has_avx512_bf16) {
+        snprintf(bf16_dot_auto_why, sizeof bf16_dot_auto_why, "fma (no AVX512_BF16)");
+    } else if (bd && (!strcmp(bd, "dp") || !strcmp(bd, "fma"))) {
+        bf16_dot_auto = !strcmp(bd, "dp");
+        snprintf(bf16_dot_auto_why, sizeof bf16_dot_auto_why, "%s (HYSERVE_BF16_DOT=%s)",
+                 bf16_dot_auto ? "vdpbf16ps" : "fma", bd);
+    } else {
+        const double r = bf16_dot_speedup();
+        bf16_dot_auto = r > 1.05;       /* a clear win only: the FMA kernel is exact */
+        snprintf(bf16_dot_auto_why, sizeof bf16_dot_auto_why, "%s (measured %.2fx the speed of the FMA kernel)",
+                 bf16_dot_auto ? "vdpbf16ps" : "fma", r);
+    }
+    bf16_dot_on = bf16_dot_auto;
     avx2_on = has_avx2 && !env_is("0");
     vnni_on = (has_vnni || has_avx512_vnni) && !env_is("avx2");
     avx512_on = has_avx512 && !env_is("avx2");
@@ -145,6 +174,17 @@ void simd_set_amx(bool on)
 {
     amx_on = on && has_amx;
     cpu_select();
+}
+
+void simd_set_bf16_dot(int mode)
+{
+    bf16_dot_on = mode < 0 ? bf16_dot_auto : mode > 0;
+    cpu_select();
+}
+
+const char *simd_bf16_dot_why(void)
+{
+    return bf16_dot_why;
 }
 
 const char *simd_name(void)

@@ -15,7 +15,8 @@
  * with the kernels of every level, sits on top of them.
  *
  * HYSERVE_SIMD=0 runs the scalar references, =avx2 the AVX2 kernels (no
- * VNNI, AVX-512 or AMX), =avx512 everything but AMX.
+ * VNNI, AVX-512 or AMX), =avx512 everything but AMX. HYSERVE_BF16_DOT=dp
+ * or =fma forces the BF16 decode kernel (simd_set_bf16_dot).
  */
 #ifndef HYSERVE_CPU_H
 #define HYSERVE_CPU_H
@@ -35,6 +36,8 @@ typedef struct cpu_features {
     bool amx;                   /* AMX-TILE and AMX-INT8, tile state granted */
     bool amx_bf16;              /* AMX-BF16 */
     bool amx_f16;               /* AMX-BF16 and AVX512-BF16 (F16 weights split in two bf16) */
+    bool avx512_bf16;           /* AVX512_BF16 (vdpbf16ps, vcvtneps2bf16) */
+    bool bf16_dot;              /* BF16 decode steps on vdpbf16ps (simd_bf16.h): chosen, see simd_bf16_dot_why */
 } cpu_features;
 
 /* The kernels of the current level. Each entry has the contract of the
@@ -94,6 +97,9 @@ static inline bool simd_avx512_vnni(void) { return cpu_kern.on.avx512_vnni; }
 static inline bool simd_amx(void) { return cpu_kern.on.amx; }
 static inline bool simd_amx_bf16(void) { return cpu_kern.on.amx_bf16; }
 static inline bool simd_amx_f16(void) { return cpu_kern.on.amx_f16; }
+/* true when BF16 weights in panels decode on vdpbf16ps against activations
+ * rounded to bf16 (simd_bf16.h), false: the exact convert+FMA kernel */
+static inline bool simd_bf16_dot(void) { return cpu_kern.on.bf16_dot; }
 
 /* Tests and benchmarks: turn the fast paths off (false) or back on; on only
  * takes effect where the CPU has them. Each rebuilds `cpu_kern`.
@@ -105,6 +111,14 @@ void simd_set_enabled(bool on);
 void simd_set_vnni(bool on);
 void simd_set_avx512(bool on);
 void simd_set_amx(bool on);
+/* BF16 decode on vdpbf16ps: 1 on (where the CPU has AVX512_BF16 and
+ * AVX-512 is on), 0 off (the exact kernel), -1 the start-up choice. The
+ * start-up choice: HYSERVE_BF16_DOT=dp or =fma forces one, else a short
+ * measurement (bf16_dot_speedup) picks vdpbf16ps where it ran faster. */
+void simd_set_bf16_dot(int mode);
+/* the BF16 decode kernel in use and why, one phrase for the ready line and
+ * /info: "vdpbf16ps (measured 1.31x the speed of the FMA kernel)", "fma (no AVX512_BF16)" */
+const char *simd_bf16_dot_why(void);
 
 /* "avx512", "avx2" or "scalar" (with "+vnni", "+amx"): the widest
  * hand-written kernels in use */

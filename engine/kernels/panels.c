@@ -12,6 +12,7 @@
 #include "ggml_type.h"
 #include "quant.h"
 #include "simd_amx.h"
+#include "simd_bf16.h"
 #include "simd512.h"
 
 bool panels_wanted(void)
@@ -170,9 +171,17 @@ static void q8_acts_fill(const float *X, int n_in, int t0, int t1, q8_acts a)
     }
 }
 
+/* BF16 decode steps on vdpbf16ps take at most this many tokens per pass:
+ * their rounded activations, n_in / 2 floats a token, sit in the scratch */
+#define BF16DP_MAX_TOK 64
+
 long panels_scratch_floats(const weight *w, int n_tok)
 {
     const long tile = n_tok > 1 ? (long)omp_get_max_threads() * PANEL_TILE_ROWS * w->n_in : 0;
+    if (w->type == GGML_BF16) {
+        const long acts = (long)(n_tok < BF16DP_MAX_TOK ? n_tok : BF16DP_MAX_TOK) * (w->n_in / 2 + 16);
+        return acts > tile ? acts : tile;
+    }
     if (w->type != GGML_Q8_0)
         return tile;
     const long acts = q8_acts_floats(w->n_in, n_tok < Q8P_MAX_TOK ? n_tok : Q8P_MAX_TOK);
@@ -575,12 +584,18 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
     }
     const int n_in = W[0]->n_in;
     const uint32_t type = W[0]->type;
-    /* Q8_0 on int8 activations in passes of up to Q8P_MAX_TOK tokens; the others in one */
+    /* Q8_0 on int8 activations in passes of up to Q8P_MAX_TOK tokens, BF16
+     * decode steps on vdpbf16ps (where chosen, simd_bf16.h) in passes of
+     * BF16DP_MAX_TOK; the others in one */
     const bool int8 = type == GGML_Q8_0 && (decode || n_tok == 1);
-    const int per = int8 ? Q8P_MAX_TOK : n_tok;
+    const bool dp = type == GGML_BF16 && (decode || n_tok == 1) && simd_bf16_dot() && scratch;
+    const int per = int8 ? Q8P_MAX_TOK : dp ? BF16DP_MAX_TOK : n_tok;
     for (int c0 = 0; c0 < n_tok; c0 += per) {
         const int nc = n_tok - c0 < per ? n_tok - c0 : per;
         const q8_acts acts = int8 ? q8_acts_at(scratch, n_in, nc) : (q8_acts){ 0 };
+        uint16_t *xb = (uint16_t *)(void *)scratch;     /* dp: token t's pairs at xb + t n_in */
+        for (int t = 0; dp && t < nc; t++)
+            avx512bf16_round_row(X + (size_t)(c0 + t) * n_in, n_in, xb + (size_t)t * n_in);
         #pragma omp parallel if (bytes >= 128 * 1024)
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
@@ -600,6 +615,8 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
                     q8p_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, acts, nc, y, W[i]->n_out);
                 else if (b > a && type == GGML_Q8_0)
                     q8f_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
+                else if (b > a && dp)
+                    avx512bf16_pan_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, xb, nc, y, W[i]->n_out);
                 else if (b > a && type == GGML_BF16)
                     pan_rows_bf16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
                 else if (b > a)

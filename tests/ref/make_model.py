@@ -16,10 +16,14 @@ Weight types (section 2.3 item 8): 2-D projections and the embedding use --dtype
 (ffn_gate_inp) use --small-dtype (F32 by default, as the converter and
 llama-quantize keep them). --dtype may be a quantized type (q8_0, q4_0, q4_k,
 q5_k, q6_k; our own simple quantizer, see quants.py) or a llama.cpp-like mix:
-  q4_k_m: Q4_K, except output.weight Q6_K, fused attn_qkv Q5_K, and attn_v /
-          ffn_down / ffn_down_exps / ffn_down_shexp Q6_K in the "more bits" layers
-          (i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2), as llama-quantize does.
-  q5_k_m: the same with Q5_K as the base and Q6_K for attn_qkv.
+  q4_k_m: Q4_K, except output.weight (token_embd.weight when tied) Q6_K, fused
+          attn_qkv Q5_K, and Q6_K for ffn_down / ffn_down_exps / ffn_down_shexp of
+          the "more bits" layers i of n = layers (i < n/8, i >= 7n/8, or
+          (i - n/8) % 3 == 2) and for the attn_v.weight number i (in layer order)
+          of n = the count of attn_v and attn_qkv tensors; with 8 experts
+          (qwen3next) attn_v and attn_k Q8_0 and attn_output Q5_K instead,
+          as llama-quantize's llama_tensor_get_type does.
+  q5_k_m: the same with Q5_K as the base, Q6_K for attn_qkv, attn_output kept.
 A tensor whose ne[0] is not a multiple of its type's block falls back to Q8_0 (if
 ne[0] % 32 == 0) or F16 (llama-quantize falls back similarly, to Q5_0/Q5_1/Q8_0).
 
@@ -166,17 +170,28 @@ def use_more_bits(il, n_layer):
     return il < n_layer // 8 or il >= 7 * n_layer // 8 or (il - n_layer // 8) % 3 == 2
 
 
-def weight_dtype(a, name, ne0, il=None, n_layer=1):
-    """Storage type of a 2-D/3-D weight (or the embedding) under --dtype, with block fallback."""
+def weight_dtype(a, name, ne0, il=None, n_layer=1, wv=None):
+    """Storage type of a 2-D/3-D weight (or the embedding) under --dtype, with block fallback.
+    wv = (i, n): this attn_v.weight's index among the file's attn_v tensors, and n the
+    count of attn_v + attn_qkv tensors (llama-quantize's i/n_attention_wv)."""
     if a.dtype in MIXES:
         base = MIXES[a.dtype]
         t = base
-        if name == "output.weight":
+        eight = a.arch == "qwen3next" and a.experts == 8
+        if name == "output.weight" or (a.tied and name == "token_embd.weight"):
             t = "q6_k"
         elif name.endswith("attn_qkv.weight"):
             t = "q5_k" if base == "q4_k" else "q6_k"
-        elif (name.endswith(("attn_v.weight", "ffn_down.weight", "ffn_down_exps.weight",
-                             "ffn_down_shexp.weight")) and il is not None and use_more_bits(il, n_layer)):
+        elif name.endswith("attn_v.weight"):
+            if eight:
+                t = "q8_0"
+            elif wv is not None and use_more_bits(*wv):
+                t = "q6_k"
+        elif name.endswith("attn_k.weight") and eight:
+            t = "q8_0"
+        elif name.endswith("attn_output.weight") and eight and base == "q4_k":
+            t = "q5_k"
+        elif "ffn_down" in name and il is not None and use_more_bits(il, n_layer):
             t = "q6_k"
     else:
         t = a.dtype
@@ -268,9 +283,19 @@ def build(a):
 
     small = a.small_dtype
 
+    # llama-quantize counts attn_v and attn_qkv tensors for n_attention_wv and
+    # indexes the attn_v ones in file (layer) order
+    n_wv = sum(1 for il in range(n_block) if not (il < a.layers and recurrent[il] and a.legacy_ssm_in
+                                                  and ARCH == "qwen3next"))
+    seen_v = [0]
+
     def W(name, arr, il=None):
         """A 2-D / 3-D weight (or the embedding) in the --dtype storage type."""
-        w.add_tensor(name, arr, weight_dtype(a, name, arr.shape[-1], il, a.layers))
+        wv = None
+        if name.endswith("attn_v.weight"):
+            wv = (seen_v[0], n_wv)
+            seen_v[0] += 1
+        w.add_tensor(name, arr, weight_dtype(a, name, arr.shape[-1], il, a.layers, wv))
 
     W("token_embd.weight", rng.standard_normal((V, D)))                      # ne {D, V}
     w.add_tensor("output_norm.weight", norm(D), small)
