@@ -209,8 +209,8 @@ int cli_mem(int argc, char **argv)
            c.all_attention_bytes_per_token ? (double)c.cache_bytes_per_token / (double)c.all_attention_bytes_per_token : 0.0);
     uint64_t res = memplan_seq_reserved_bytes(&l, context);
     fmt_bytes(b1, sizeof b1, res);
-    fmt_bytes(b2, sizeof b2, res * (uint64_t)batch);
-    fmt_bytes(b3, sizeof b3, c.mha_bytes_per_token * (uint64_t)context * (uint64_t)batch);
+    fmt_bytes(b2, sizeof b2, memplan_mul(res, (uint64_t)batch));
+    fmt_bytes(b3, sizeof b3, memplan_mul(memplan_mul(c.mha_bytes_per_token, (uint64_t)context), (uint64_t)batch));
     printf("%ld tokens x %ld:  %s per sequence, %s in all (plain MHA: %s)\n", context, batch, b1, b2, b3);
     if (budget) {
         fmt_bytes(b1, sizeof b1, budget);

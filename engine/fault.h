@@ -7,7 +7,10 @@
  * cache_make_room and the regions behind it, sched_submit) and a request's
  * life on the scheduler thread (sampler, events, text), so a test can fail
  * each of them in turn and see that nothing leaks and every invariant
- * still holds (tests/test_fault.c). The countdown is atomic, so exactly one
+ * still holds (tests/test_fault.c). The server allocates through the same
+ * countdown: fault_malloc and friends below for its own buffers, and cJSON
+ * through fault_json_hooks() (json_init), so one count covers a request's
+ * whole life from its first byte to its last event. The countdown is atomic, so exactly one
  * allocation fails even when several threads allocate; which one is then
  * up to the race. Disarmed it costs one relaxed load and a predictable
  * branch per allocation.
@@ -17,6 +20,8 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 extern _Atomic int fault_countdown;     /* <= 0: disarmed */
 
@@ -31,6 +36,15 @@ static inline bool fault_now(void)
  * armed countdown says this one fails. */
 #define FAULT_OR(expr) (fault_now() ? NULL : (expr))
 
+/* The C library's allocators behind the countdown, for code that has no
+ * expression to wrap (the server's buffers, cJSON's hooks). Each returns
+ * NULL when this allocation is the one to fail; fault_realloc then leaves
+ * p as it was, as realloc does. */
+static inline void *fault_malloc(size_t n) { return FAULT_OR(malloc(n)); }
+static inline void *fault_calloc(size_t n, size_t size) { return FAULT_OR(calloc(n, size)); }
+static inline void *fault_realloc(void *p, size_t n) { return FAULT_OR(realloc(p, n)); }
+static inline char *fault_strdup(const char *s) { return FAULT_OR(strdup(s)); }
+
 /* Fail the n-th allocation from now (n >= 1), or disarm (n = 0). */
 void fault_inject(int n);
 /* Whether the armed failure has happened since fault_inject(n >= 1). */
@@ -41,5 +55,15 @@ bool fault_fired(void);
  * scheduler and its prefix store are made: N counts
  * the allocations of serving). Other builds ignore the variable. */
 void fault_inject_from_env(void);
+/* Builds with HYSERVE_CHECKS, when the server was started with
+ * HYSERVE_FAULT_LIVE=1: whether the server honours the request header
+ * X-Hyserve-Fault-Nth: n (fault_inject(n) before the request allocates
+ * anything) and answers GET /debug/fault, so a test can fail each
+ * allocation of a request in turn on one live server. Otherwise false. */
+bool fault_live(void);
+/* Disarms, keeping what the countdown said for fault_taken: whether the
+ * armed failure happened, and how many allocations it still had to go. */
+void fault_take(void);
+void fault_taken(bool *fired, int *remaining);
 
 #endif

@@ -17,49 +17,78 @@ void memplan_set_state_dtype(memplan_layout *l, int bytes)
     l->state_bytes = bytes;
 }
 
+/* Products and sums that stick at UINT64_MAX instead of wrapping: a layout
+ * from a request (POST /v1/memory/estimate) may have every dimension at
+ * its 1e9 limit, and "more bytes than 64 bits count" must not come out as
+ * a small number. A real model's numbers are far below, so they are exact. */
+uint64_t memplan_mul(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t memplan_add(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static uint64_t mul3(uint64_t a, uint64_t b, uint64_t c) { return memplan_mul(memplan_mul(a, b), c); }
+static uint64_t mul4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) { return memplan_mul(mul3(a, b, c), d); }
+static uint64_t add3(uint64_t a, uint64_t b, uint64_t c) { return memplan_add(memplan_add(a, b), c); }
+
 void memplan_costs_of(const memplan_layout *l, memplan_costs *c)
 {
     const uint64_t kvb = u(l->kv_bytes), sb = u(l->state_bytes), cb = l->conv_bytes > 0 ? u(l->conv_bytes) : sb;
-    c->gqa_numbers_per_token_layer = 2 * u(l->attn_kv_heads) * u(l->attn_head_dim);
+    c->gqa_numbers_per_token_layer = mul3(2, u(l->attn_kv_heads), u(l->attn_head_dim));
     c->mla_numbers_per_token_layer = u(l->mla_kv_lora) + u(l->mla_rope);
-    c->attn_kv_bytes_per_token = u(l->attn_layers) * c->gqa_numbers_per_token_layer * kvb;
-    c->mla_bytes_per_token = u(l->mla_layers) * c->mla_numbers_per_token_layer * kvb;
-    c->cache_bytes_per_token = c->attn_kv_bytes_per_token + c->mla_bytes_per_token;
+    c->attn_kv_bytes_per_token = mul3(u(l->attn_layers), c->gqa_numbers_per_token_layer, kvb);
+    c->mla_bytes_per_token = mul3(u(l->mla_layers), c->mla_numbers_per_token_layer, kvb);
+    c->cache_bytes_per_token = memplan_add(c->attn_kv_bytes_per_token, c->mla_bytes_per_token);
 
     /* Gated DeltaNet: S is n_v heads of d_k x d_v; the conv keeps K-1 inputs
      * of every channel of [q | k | v] */
-    uint64_t conv_dim = 2 * u(l->dnet_k_heads) * u(l->dnet_d_k) + u(l->dnet_v_heads) * u(l->dnet_d_v);
-    c->dnet_state_bytes_per_seq = u(l->dnet_layers) * u(l->dnet_v_heads) * u(l->dnet_d_k) * u(l->dnet_d_v) * sb;
-    c->dnet_conv_bytes_per_seq = u(l->dnet_layers) * (l->dnet_conv > 1 ? u(l->dnet_conv - 1) : 0) * conv_dim * cb;
+    const uint64_t conv_dim = memplan_add(mul3(2, u(l->dnet_k_heads), u(l->dnet_d_k)),
+                                          memplan_mul(u(l->dnet_v_heads), u(l->dnet_d_v)));
+    c->dnet_state_bytes_per_seq = memplan_mul(mul4(u(l->dnet_layers), u(l->dnet_v_heads), u(l->dnet_d_k),
+                                                   u(l->dnet_d_v)), sb);
+    c->dnet_conv_bytes_per_seq = mul4(u(l->dnet_layers), l->dnet_conv > 1 ? u(l->dnet_conv - 1) : 0, conv_dim, cb);
     /* Mamba-1: d_state x d_inner SSM state + K-1 conv inputs of d_inner */
-    c->mamba_bytes_per_seq = u(l->mamba_layers) * u(l->mamba_d_inner) *
-                             (u(l->mamba_d_state) * sb + (l->mamba_conv > 1 ? u(l->mamba_conv - 1) : 0) * cb);
+    c->mamba_bytes_per_seq = mul3(u(l->mamba_layers), u(l->mamba_d_inner),
+                                  memplan_add(memplan_mul(u(l->mamba_d_state), sb),
+                                              memplan_mul(l->mamba_conv > 1 ? u(l->mamba_conv - 1) : 0, cb)));
     /* KDA: heads x hd x hd state + three short convs (q, k, v) of K-1 inputs */
-    uint64_t kda_width = u(l->kda_heads) * u(l->kda_head_dim);
-    c->kda_bytes_per_seq = u(l->kda_layers) *
-                           (kda_width * u(l->kda_head_dim) * sb + 3 * (l->kda_conv > 1 ? u(l->kda_conv - 1) : 0) * kda_width * cb);
-    c->state_bytes_per_seq = c->dnet_state_bytes_per_seq + c->dnet_conv_bytes_per_seq +
-                             c->mamba_bytes_per_seq + c->kda_bytes_per_seq;
-    c->page_bytes = u(l->page_tokens) * c->cache_bytes_per_token;
+    const uint64_t kda_width = memplan_mul(u(l->kda_heads), u(l->kda_head_dim));
+    c->kda_bytes_per_seq = memplan_mul(u(l->kda_layers),
+                                       memplan_add(mul3(kda_width, u(l->kda_head_dim), sb),
+                                                   mul4(3, l->kda_conv > 1 ? u(l->kda_conv - 1) : 0, kda_width, cb)));
+    c->state_bytes_per_seq = memplan_add(add3(c->dnet_state_bytes_per_seq, c->dnet_conv_bytes_per_seq,
+                                              c->mamba_bytes_per_seq), c->kda_bytes_per_seq);
+    c->page_bytes = memplan_mul(u(l->page_tokens), c->cache_bytes_per_token);
 
     /* counterfactuals: plain MHA keeps keys and values for every query head
      * (an MLA layer's MHA keeps nope-dim keys and v-dim values per head, the
      * seeds' 2 x 128 x 128); "all attention" turns every layer into the
      * model's own attention layer (GQA first, else MLA) */
-    uint64_t mha_attn = 2 * u(l->attn_heads) * u(l->attn_head_dim);
-    uint64_t mha_mla = u(l->mla_heads) * (u(l->mla_nope) + u(l->mla_v));
-    uint64_t mha_other = l->attn_layers > 0 ? mha_attn : mha_mla;
+    const uint64_t mha_attn = mul3(2, u(l->attn_heads), u(l->attn_head_dim));
+    const uint64_t mha_mla = memplan_mul(u(l->mla_heads), u(l->mla_nope) + u(l->mla_v));
+    const uint64_t mha_other = l->attn_layers > 0 ? mha_attn : mha_mla;
     uint64_t n_other = u(l->n_layers) - u(l->attn_layers) - u(l->mla_layers);
     if (u(l->n_layers) < u(l->attn_layers) + u(l->mla_layers))
         n_other = 0;
-    c->mha_bytes_per_token = (u(l->attn_layers) * mha_attn + u(l->mla_layers) * mha_mla + n_other * mha_other) * kvb;
-    uint64_t own = l->attn_layers > 0 ? c->gqa_numbers_per_token_layer : c->mla_numbers_per_token_layer;
-    c->all_attention_bytes_per_token = (u(l->attn_layers) * c->gqa_numbers_per_token_layer +
-                                        u(l->mla_layers) * c->mla_numbers_per_token_layer + n_other * own) * kvb;
+    c->mha_bytes_per_token = memplan_mul(add3(memplan_mul(u(l->attn_layers), mha_attn),
+                                              memplan_mul(u(l->mla_layers), mha_mla),
+                                              memplan_mul(n_other, mha_other)), kvb);
+    const uint64_t own = l->attn_layers > 0 ? c->gqa_numbers_per_token_layer : c->mla_numbers_per_token_layer;
+    c->all_attention_bytes_per_token = memplan_mul(add3(memplan_mul(u(l->attn_layers), c->gqa_numbers_per_token_layer),
+                                                        memplan_mul(u(l->mla_layers), c->mla_numbers_per_token_layer),
+                                                        memplan_mul(n_other, own)), kvb);
     /* the same layer count with one kind throughout, for comparing kinds
      * (the seeds' GQA-vs-MLA factors); a kind the layout lacks has none */
-    c->gqa_all_layers_bytes_per_token = l->attn_layers > 0 ? u(l->n_layers) * c->gqa_numbers_per_token_layer * kvb : 0;
-    c->mla_all_layers_bytes_per_token = l->mla_layers > 0 ? u(l->n_layers) * c->mla_numbers_per_token_layer * kvb : 0;
+    c->gqa_all_layers_bytes_per_token =
+        l->attn_layers > 0 ? mul3(u(l->n_layers), c->gqa_numbers_per_token_layer, kvb) : 0;
+    c->mla_all_layers_bytes_per_token =
+        l->mla_layers > 0 ? mul3(u(l->n_layers), c->mla_numbers_per_token_layer, kvb) : 0;
 }
 
 static uint64_t pages_for(const memplan_layout *l, int64_t n_tokens)
@@ -72,20 +101,22 @@ uint64_t memplan_seq_reserved_bytes(const memplan_layout *l, int64_t n_tokens)
 {
     memplan_costs c;
     memplan_costs_of(l, &c);
-    return c.state_bytes_per_seq + pages_for(l, n_tokens) * c.page_bytes;
+    return memplan_add(c.state_bytes_per_seq, memplan_mul(pages_for(l, n_tokens), c.page_bytes));
 }
 
 uint64_t memplan_seq_used_bytes(const memplan_layout *l, int64_t n_tokens)
 {
     memplan_costs c;
     memplan_costs_of(l, &c);
-    return c.state_bytes_per_seq + (n_tokens > 0 ? (uint64_t)n_tokens : 0) * c.cache_bytes_per_token;
+    return memplan_add(c.state_bytes_per_seq, memplan_mul(n_tokens > 0 ? (uint64_t)n_tokens : 0, c.cache_bytes_per_token));
 }
 
 int64_t memplan_max_batch(const memplan_layout *l, uint64_t budget, int64_t n_tokens)
 {
     uint64_t per = memplan_seq_reserved_bytes(l, n_tokens);
-    return per ? (int64_t)(budget / per) : -1;     /* -1: costs nothing, unbounded */
+    if (!per)
+        return -1;      /* costs nothing, unbounded */
+    return budget / per > INT64_MAX ? INT64_MAX : (int64_t)(budget / per);
 }
 
 int64_t memplan_max_context(const memplan_layout *l, uint64_t budget, int64_t batch)
@@ -94,12 +125,12 @@ int64_t memplan_max_context(const memplan_layout *l, uint64_t budget, int64_t ba
     memplan_costs_of(l, &c);
     if (batch <= 0)
         return 0;
-    uint64_t state = c.state_bytes_per_seq * (uint64_t)batch;
+    uint64_t state = memplan_mul(c.state_bytes_per_seq, (uint64_t)batch);
     if (state > budget)
         return 0;
     if (c.page_bytes == 0)
         return 1 << 30;
-    uint64_t pages = (budget - state) / (c.page_bytes * (uint64_t)batch);
-    uint64_t ctx = pages * u(l->page_tokens);
+    uint64_t pages = (budget - state) / memplan_mul(c.page_bytes, (uint64_t)batch);   /* never 0: sticks at the top */
+    uint64_t ctx = memplan_mul(pages, u(l->page_tokens));
     return ctx > (1u << 30) ? (int64_t)1 << 30 : (int64_t)ctx;
 }

@@ -52,6 +52,11 @@ typedef struct memplan_costs {
 } memplan_costs;
 
 void memplan_costs_of(const memplan_layout *l, memplan_costs *c);
+/* a * b and a + b, stuck at UINT64_MAX where they would wrap: every byte
+ * count here is one of these, so a layout too large for 64 bits reads as
+ * UINT64_MAX, never as a small number. */
+uint64_t memplan_mul(uint64_t a, uint64_t b);
+uint64_t memplan_add(uint64_t a, uint64_t b);
 /* Recurrent-state numbers of `bytes` each (4: f32, 2: bf16); conv windows
  * keep what they had (f32 unless set). */
 void memplan_set_state_dtype(memplan_layout *l, int bytes);

@@ -92,14 +92,15 @@ int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen
         return -1;
     if (a && l->attn_kv_heads == 0)
         l->attn_kv_heads = l->attn_heads;               /* MHA */
-    int sum = l->attn_layers + l->mla_layers + l->dnet_layers + l->mamba_layers + l->kda_layers;
-    if (l->n_layers == 0)
-        l->n_layers = sum;
-    if (sum == 0 || sum > l->n_layers) {
-        snprintf(err, errlen, "layer counts by kind (%d) must be at least 1 and at most layers (%d)",
-                 sum, l->n_layers);
+    /* each count is at most 1e9 (get_int): their sum can pass INT_MAX */
+    const int64_t sum = (int64_t)l->attn_layers + l->mla_layers + l->dnet_layers + l->mamba_layers + l->kda_layers;
+    if (sum == 0 || sum > (l->n_layers ? l->n_layers : 1000000000)) {
+        snprintf(err, errlen, "layer counts by kind (%lld) must be at least 1 and at most layers (%d)",
+                 (long long)sum, l->n_layers ? l->n_layers : 1000000000);
         return -1;
     }
+    if (l->n_layers == 0)
+        l->n_layers = (int)sum;
     if (l->page_tokens == 0)
         l->page_tokens = 16;
     memplan_set_kv_dtype(l, "bf16");   /* published checkpoints' own dtype, unless the preset says */
@@ -274,11 +275,11 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
         uint64_t res = memplan_seq_reserved_bytes(l, context), used = memplan_seq_used_bytes(l, context);
         add_u64(t, "bytes_reserved_per_sequence", res);
         add_u64(t, "bytes_used_per_sequence", used);
-        add_u64(t, "bytes_reserved", res * (uint64_t)batch);
-        add_u64(t, "bytes_used", used * (uint64_t)batch);
-        add_u64(t, "kv_bytes", (res - c.state_bytes_per_seq) * (uint64_t)batch);
-        add_u64(t, "recurrent_state_bytes", c.state_bytes_per_seq * (uint64_t)batch);
-        add_u64(t, "mha_kv_bytes", c.mha_bytes_per_token * (uint64_t)context * (uint64_t)batch);
+        add_u64(t, "bytes_reserved", memplan_mul(res, (uint64_t)batch));
+        add_u64(t, "bytes_used", memplan_mul(used, (uint64_t)batch));
+        add_u64(t, "kv_bytes", memplan_mul(res - c.state_bytes_per_seq, (uint64_t)batch));
+        add_u64(t, "recurrent_state_bytes", memplan_mul(c.state_bytes_per_seq, (uint64_t)batch));
+        add_u64(t, "mha_kv_bytes", memplan_mul(memplan_mul(c.mha_bytes_per_token, (uint64_t)context), (uint64_t)batch));
     }
     /* the prefix cache keeps the recurrent state at chosen lengths: one
      * snapshot is a sequence's state (the KV of a cached prefix is its pages) */

@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "fault.h"
 #include "chat.h"
 
 int chat_detect(const char *tmpl)
@@ -58,7 +59,7 @@ static int content(prompt_buf *p, const char *s, size_t n)
         return 0;
     if (p->n_data == p->cap_data) {
         int c = p->cap_data ? 2 * p->cap_data : 8;
-        size_t *d = realloc(p->data, 2 * (size_t)c * sizeof *d);
+        size_t *d = fault_realloc(p->data, 2 * (size_t)c * sizeof *d);
         if (!d)
             return -1;
         p->data = d;
@@ -123,7 +124,7 @@ static int marks(prompt_buf *p, const char *s)
 static int py_string(prompt_buf *p, const char *s)
 {
     size_t n = strlen(s), k = 0;
-    char *b = malloc(6 * n + 3);
+    char *b = fault_malloc(6 * n + 3);
     if (!b)
         return -1;
     b[k++] = '"';
@@ -264,7 +265,7 @@ int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, s
         cJSON *call = stop ? cJSON_ParseWithLength(body, (size_t)(stop - body)) : NULL;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(call, "name");
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(call, "arguments");
-        char *args_text = cJSON_IsString(args) ? strdup(args->valuestring)
+        char *args_text = cJSON_IsString(args) ? fault_strdup(args->valuestring)
                           : cJSON_IsObject(args) ? cJSON_PrintUnformatted(args) : NULL;
         cJSON *tc = cJSON_CreateObject(), *fn = NULL;
         char id[160];
@@ -280,7 +281,7 @@ int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, s
             cJSON_Delete(arr);
             return 0;
         }
-        cJSON_AddItemToArray(arr, tc);
+        json_push(arr, tc);
         n++;
         const char *after = stop + sizeof close_tag - 1;
         while (after < end && is_space(*after))
@@ -352,6 +353,10 @@ int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *to
         return -1;
     }
     cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
+    if (tools_json && !tools) {        /* our own compact copy of the tools: no memory to read it */
+        snprintf(err, errlen, "out of memory rendering the chat template");
+        return CHAT_ENOMEM;
+    }
     if (tools_json && kind != CHAT_CHATML) {
         cJSON_Delete(tools);
         snprintf(err, errlen, "tools are rendered for ChatML (Qwen) templates only so far");
@@ -375,7 +380,7 @@ int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *to
         free(p.buf);
         free(p.data);
         snprintf(err, errlen, "out of memory rendering the chat template");
-        return -1;
+        return CHAT_ENOMEM;
     }
     *out = p.buf;
     *data = p.data;

@@ -42,7 +42,9 @@ int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t *
  * assistant tool calls as <tool_call> blocks, tool results as
  * <tool_response> blocks in a user turn. ChatML only. no_think: Qwen3's
  * enable_thinking=false, an empty <think></think> after the generation
- * prompt. */
+ * prompt. Returns 0, -1 (the request asks for what the template cannot do)
+ * or CHAT_ENOMEM, with err filled. */
+#define CHAT_ENOMEM (-2)
 int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools, bool no_think, char **out,
                       size_t **data, int *n_data, char *err, size_t errlen);
 /* Qwen3-style reasoning in generated text: "<think>R</think>C" (the

@@ -1,4 +1,5 @@
 /* guard.c - connection deadlines (guard.h says what it owns). */
+#include "fault.h"
 #include "guard.h"
 
 #include <pthread.h>
@@ -68,7 +69,7 @@ static void *sweep(void *arg)
 
 guard *guard_new(double idle_timeout, double request_timeout)
 {
-    guard *g = calloc(1, sizeof *g);
+    guard *g = fault_calloc(1, sizeof *g);
     if (!g)
         return NULL;
     g->idle_timeout = idle_timeout;
@@ -105,7 +106,7 @@ void guard_free(guard *g)
 
 guard_conn *guard_open(guard *g, int fd)
 {
-    guard_conn *c = calloc(1, sizeof *c);
+    guard_conn *c = fault_calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->fd = fd;

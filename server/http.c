@@ -21,8 +21,10 @@
 
 #include <microhttpd.h>
 
+#include "fault.h"
 #include "guard.h"
 #include "http.h"
+#include "json.h"
 #include "metrics.h"
 #include "cors.h"
 #include "log.h"
@@ -95,6 +97,10 @@ int http_send_json(http_req *hr, int status, cJSON *obj, const char *const *head
 {
     char *txt = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
+    if (json_oom_take() && txt) {      /* built while memory ran out: it lacks something */
+        cJSON_free(txt);
+        txt = NULL;
+    }
     if (!txt) {
         static const char oom[] = "{\"error\":\"out of memory\",\"error_type\":\"internal\"}";
         return http_send(hr, 500, "application/json", oom, sizeof(oom) - 1, NULL);
@@ -190,7 +196,7 @@ static void log_request_json(const http_req *hr, double total_s)
     if (hr->log_prompt) {
         /* log_prompt is JSON-escaped text without its quotes: read it back into a string */
         size_t n = strlen(hr->log_prompt);
-        char *q = malloc(n + 3);
+        char *q = fault_malloc(n + 3);
         if (q) {
             q[0] = '"';
             memcpy(q + 1, hr->log_prompt, n);
@@ -198,7 +204,7 @@ static void log_request_json(const http_req *hr, double total_s)
             q[n + 2] = '\0';
             cJSON *p = cJSON_Parse(q);
             if (p)
-                cJSON_AddItemToObject(o, "prompt", p);
+                json_put(o, "prompt", p);
             free(q);
         }
     }
@@ -255,12 +261,17 @@ void http_req_unref(http_req *hr)
     free(hr);
 }
 
+/* The request whose state could not be allocated: a 500 from static
+ * memory, and the rest of its body read and dropped (the con_cls of such
+ * a request is &oom_req). */
+static http_req oom_req;
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     http_req *hr = *con_cls;
     *con_cls = NULL;
-    if (!hr)
+    if (!hr || hr == &oom_req)
         return;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !hr->failure && hr->generation && !hr->finish)
         hr->failure = "cancelled";
@@ -309,6 +320,39 @@ static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, cons
     return MHD_YES;
 }
 
+/* Test builds with HYSERVE_FAULT_LIVE=1 (fault.h): X-Hyserve-Fault-Nth: n
+ * fails the n-th allocation from the start of this request on; GET
+ * /debug/fault disarms before it allocates anything, and answers what the
+ * countdown said (routes.c). */
+static void arm_fault(struct MHD_Connection *conn, const char *url)
+{
+    if (!fault_live())
+        return;
+    if (!strcmp(url, "/debug/fault")) {
+        fault_take();
+        return;
+    }
+    const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Hyserve-Fault-Nth");
+    char *end;
+    long n = v ? strtol(v, &end, 10) : 0;
+    if (v && *end == '\0' && n > 0 && n < 1000000)
+        fault_inject((int)n);
+}
+
+static enum MHD_Result answer_oom(struct MHD_Connection *conn, void **con_cls)
+{
+    static const char body[] = "{\"error\":\"out of memory\",\"error_type\":\"internal\"}";
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(sizeof(body) - 1, (void *)(uintptr_t)body, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, resp);
+    MHD_destroy_response(resp);
+    *con_cls = &oom_req;
+    return ok;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -316,10 +360,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     server *srv = cls;
     http_req *hr = *con_cls;
 
+    if (hr == &oom_req) {   /* answered 500 below: discard the body */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
     if (!hr) {
-        hr = calloc(1, sizeof(*hr));
+        json_oom_take();        /* nothing from this thread's last request carries over */
+        arm_fault(conn, url);
+        hr = fault_calloc(1, sizeof(*hr));
         if (!hr)
-            return MHD_NO;
+            return answer_oom(conn, con_cls);
         hr->srv = srv;
         hr->conn = conn;
         hr->refs = 1;
@@ -363,7 +413,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (hr->body_too_large)
+        if (hr->body_too_large || hr->body_oom)
             return MHD_YES;
         if (hr->n_body + n > srv->cfg->max_body) {
             hr->body_too_large = true;
@@ -376,9 +426,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             size_t cap = hr->cap_body ? hr->cap_body : 1024;
             while (cap < hr->n_body + n + 1)
                 cap *= 2;
-            char *b = realloc(hr->body, cap);
-            if (!b)
-                return MHD_NO;
+            char *b = fault_realloc(hr->body, cap);
+            if (!b) {
+                hr->body_oom = true;
+                free(hr->body);
+                hr->body = NULL;
+                hr->n_body = hr->cap_body = 0;
+                return MHD_YES;
+            }
             hr->body = b;
             hr->cap_body = cap;
         }
@@ -390,6 +445,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     hr->body_done = true;
     if (srv->guard)
         guard_busy(srv->guard, hr->gconn);
+    if (hr->body_oom)
+        return routes_error(hr, ERR_INTERNAL, "out of memory reading the request body") == 0 ? MHD_YES : MHD_NO;
     return routes_dispatch(hr) == 0 ? MHD_YES : MHD_NO;
 }
 

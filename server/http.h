@@ -38,6 +38,7 @@ typedef struct http_req {
     size_t n_body, cap_body;
     bool body_too_large;
     bool head_too_large;        /* request line + headers past --max-header-bytes: 431 */
+    bool body_oom;              /* no memory for the body: the rest is read and dropped, then a 500 */
     bool body_done;
     int status;                 /* status sent, 0 before */
     bool inflight;              /* counted in srv->n_inflight */

@@ -14,7 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "json.h"
+
+/* Set by an allocation for JSON that failed on this thread (cJSON's own,
+ * json_text's, a key json_put could not copy): the object being built
+ * lacks something, so whoever sends it sends a static error instead
+ * (json_oom_take). */
+static _Thread_local bool json_oom;
 
 /* ---------------------------------------------------------------------- */
 /* Text and buffers                                                       */
@@ -66,9 +73,11 @@ cJSON *json_text(const char *s, size_t len)
             i += l;
         }
     }
-    char *out = malloc(len + bad * 2 + 1);
-    if (!out)
+    char *out = fault_malloc(len + bad * 2 + 1);
+    if (!out) {
+        json_oom = true;
         return NULL;
+    }
     size_t o = 0;
     for (size_t i = 0; i < len;) {
         size_t l = utf8_seq_len(u + i, len - i);
@@ -89,6 +98,69 @@ cJSON *json_text(const char *s, size_t len)
     return item;
 }
 
+/* ---------------------------------------------------------------------- */
+/* cJSON's allocator                                                      */
+/* ---------------------------------------------------------------------- */
+
+/* Items json_put and json_push could not attach, kept (in static storage,
+ * which needs no allocation) until json_oom_take frees them: the builder
+ * may still be filling them in, so they cannot be freed on the spot. */
+static _Thread_local cJSON json_orphans = {.type = cJSON_Array};
+
+static void *json_malloc(size_t n)
+{
+    void *p = fault_malloc(n);
+    if (!p)
+        json_oom = true;
+    return p;
+}
+
+void json_init(void)
+{
+    cJSON_Hooks h = {.malloc_fn = json_malloc, .free_fn = free};
+    cJSON_InitHooks(&h);
+}
+
+bool json_oom_take(void)
+{
+    const bool was = json_oom;
+    json_oom = false;
+    while (json_orphans.child)
+        cJSON_Delete(cJSON_DetachItemViaPointer(&json_orphans, json_orphans.child));
+    return was;
+}
+
+cJSON *json_parse_body(const char *body, size_t len, const char **end, bool *oom)
+{
+    json_oom_take();
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, end, false);
+    *oom = !j && json_oom_take();
+    return j;
+}
+
+/* Keeps item, which could not be attached, for json_oom_take to free. */
+static bool orphan(cJSON *item)
+{
+    json_oom = true;
+    if (item)
+        cJSON_AddItemToArray(&json_orphans, item);     /* allocates nothing */
+    return false;
+}
+
+bool json_put(cJSON *obj, const char *key, cJSON *item)
+{
+    if (obj && item && cJSON_AddItemToObject(obj, key, item))
+        return true;
+    return orphan(item);
+}
+
+bool json_push(cJSON *arr, cJSON *item)
+{
+    if (arr && item && cJSON_AddItemToArray(arr, item))
+        return true;
+    return orphan(item);
+}
+
 cJSON *json_add_text(cJSON *obj, const char *name, const char *s, size_t len)
 {
     cJSON *item = json_text(s, len);
@@ -105,7 +177,7 @@ int json_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t 
         size_t c = *cap ? *cap : 512;
         while (c < *len + n + 1)
             c *= 2;
-        char *b = realloc(*buf, c);
+        char *b = fault_realloc(*buf, c);
         if (!b)
             return -1;
         *buf = b;
@@ -121,8 +193,10 @@ int json_sse_frame(cJSON *obj, bool space, char **buf, size_t *len, size_t *cap)
 {
     char *txt = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
-    if (!txt)
+    if (json_oom_take() || !txt) {     /* the event lacks something: the caller ends the stream */
+        cJSON_free(txt);
         return -1;
+    }
     int rc = json_buf_append(buf, len, cap, space ? "data: " : "data:", space ? 6 : 5);
     if (!rc)
         rc = json_buf_append(buf, len, cap, txt, strlen(txt));
@@ -135,10 +209,10 @@ int json_sse_frame(cJSON *obj, bool space, char **buf, size_t *len, size_t *cap)
 cJSON *json_error_tgi(const char *msg, const char *error_type)
 {
     cJSON *o = cJSON_CreateObject();
-    if (!o)
+    if (!o || !json_add_text(o, "error", msg, strlen(msg)) || !cJSON_AddStringToObject(o, "error_type", error_type)) {
+        cJSON_Delete(o);    /* out of memory: NULL, and the caller's static answer */
         return NULL;
-    json_add_text(o, "error", msg, strlen(msg));
-    cJSON_AddStringToObject(o, "error_type", error_type);
+    }
     return o;
 }
 
@@ -150,17 +224,13 @@ cJSON *json_error_oai(const char *msg, const char *type, const char *param, cons
         cJSON_Delete(e);
         return NULL;
     }
-    cJSON_AddItemToObject(o, "error", e);
-    json_add_text(e, "message", msg, strlen(msg));
-    cJSON_AddStringToObject(e, "type", type);
-    if (param && *param)
-        cJSON_AddStringToObject(e, "param", param);
-    else
-        cJSON_AddNullToObject(e, "param");
-    if (code && *code)
-        cJSON_AddStringToObject(e, "code", code);
-    else
-        cJSON_AddNullToObject(e, "code");
+    bool ok = json_put(o, "error", e) && json_add_text(e, "message", msg, strlen(msg)) && cJSON_AddStringToObject(e, "type", type);
+    ok = ok && (param && *param ? cJSON_AddStringToObject(e, "param", param) : cJSON_AddNullToObject(e, "param"));
+    ok = ok && (code && *code ? cJSON_AddStringToObject(e, "code", code) : cJSON_AddNullToObject(e, "code"));
+    if (!ok) {
+        cJSON_Delete(o);    /* out of memory: NULL, and the caller's static answer */
+        return NULL;
+    }
     return o;
 }
 
@@ -174,6 +244,7 @@ typedef struct perr {
     char *param;
     size_t paramlen;
     const char *prefix;         /* "" or "parameters." for messages */
+    bool oom;                   /* the failure was an allocation: a 500, not the request's fault */
 } perr;
 
 __attribute__((format(printf, 3, 4))) static int fail(perr *pe, const char *field, const char *fmt, ...)
@@ -186,6 +257,12 @@ __attribute__((format(printf, 3, 4))) static int fail(perr *pe, const char *fiel
     snprintf(pe->err, pe->errlen, "`%s`: %s", field, msg);
     snprintf(pe->param, pe->paramlen, "%s", field);
     return -1;
+}
+
+static int fail_oom(perr *pe, const char *field)
+{
+    pe->oom = true;
+    return fail(pe, field, "out of memory");
 }
 
 static const cJSON *field(const cJSON *obj, const char *name)
@@ -429,18 +506,18 @@ static int get_stop(gen_request *g, const cJSON *obj, bool allow_string, int max
     }
     if (n == 0)
         return 0;
-    g->stop = calloc((size_t)n, sizeof(char *));
+    g->stop = fault_calloc((size_t)n, sizeof(char *));
     if (!g->stop)
-        return fail(pe, "stop", "out of memory");
+        return fail_oom(pe, "stop");
     for (int i = 0; i < n; i++) {
         const cJSON *s = cJSON_IsString(it) ? it : cJSON_GetArrayItem(it, i);
         if (!cJSON_IsString(s))
             return fail(pe, "stop", "expected an array of strings");
         if (!s->valuestring[0])
             return fail(pe, "stop", "stop sequences must not be empty");
-        g->stop[i] = strdup(s->valuestring);
+        g->stop[i] = fault_strdup(s->valuestring);
         if (!g->stop[i])
-            return fail(pe, "stop", "out of memory");
+            return fail_oom(pe, "stop");
         g->n_stop++;
     }
     return 1;
@@ -461,9 +538,9 @@ static int get_logit_bias(gen_request *g, const cJSON *root, perr *pe)
     int n = cJSON_GetArraySize(lb);
     if (n == 0)
         return 0;
-    g->bias = calloc((size_t)n, sizeof(*g->bias));
+    g->bias = fault_calloc((size_t)n, sizeof(*g->bias));
     if (!g->bias)
-        return fail(pe, "logit_bias", "out of memory");
+        return fail_oom(pe, "logit_bias");
     const cJSON *it;
     cJSON_ArrayForEach(it, lb)
     {
@@ -488,9 +565,9 @@ static int get_logit_bias(gen_request *g, const cJSON *root, perr *pe)
 static int get_prompt_ids(gen_request *g, const cJSON *arr, perr *pe)
 {
     int n = cJSON_GetArraySize(arr);
-    g->prompt_ids = malloc((size_t)n * sizeof(*g->prompt_ids));
+    g->prompt_ids = fault_malloc((size_t)n * sizeof(*g->prompt_ids));
     if (!g->prompt_ids)
-        return fail(pe, "prompt", "out of memory");
+        return fail_oom(pe, "prompt");
     const cJSON *it;
     cJSON_ArrayForEach(it, arr)
     {
@@ -509,19 +586,19 @@ static int get_prompt_batch(gen_request *g, const cJSON *arr, perr *pe)
     int n = cJSON_GetArraySize(arr);
     if (n > JSON_MAX_BATCH)
         return fail(pe, "prompt", "at most %d prompts in one request", JSON_MAX_BATCH);
-    g->batch_prompt = calloc((size_t)n, sizeof(*g->batch_prompt));
-    g->batch_ids = calloc((size_t)n, sizeof(*g->batch_ids));
-    g->batch_n_ids = calloc((size_t)n, sizeof(*g->batch_n_ids));
+    g->batch_prompt = fault_calloc((size_t)n, sizeof(*g->batch_prompt));
+    g->batch_ids = fault_calloc((size_t)n, sizeof(*g->batch_ids));
+    g->batch_n_ids = fault_calloc((size_t)n, sizeof(*g->batch_n_ids));
     if (!g->batch_prompt || !g->batch_ids || !g->batch_n_ids)
-        return fail(pe, "prompt", "out of memory");
+        return fail_oom(pe, "prompt");
     const cJSON *it;
     cJSON_ArrayForEach(it, arr)
     {
         int i = g->n_batch++;
         if (cJSON_IsString(it) && it->valuestring[0]) {
-            g->batch_prompt[i] = strdup(it->valuestring);
+            g->batch_prompt[i] = fault_strdup(it->valuestring);
             if (!g->batch_prompt[i])
-                return fail(pe, "prompt", "out of memory");
+                return fail_oom(pe, "prompt");
         } else if (cJSON_IsArray(it) && it->child && cJSON_IsNumber(it->child)) {
             if (get_prompt_ids(g, it, pe) < 0)
                 return -1;
@@ -600,9 +677,9 @@ static int set_constraint(gen_request *g, int kind, const cJSON *src, const char
     g->constraint_src = NULL;
     g->constraint_len = 0;
     if (src) {
-        g->constraint_src = cJSON_IsString(src) ? strdup(src->valuestring) : cJSON_PrintUnformatted(src);
+        g->constraint_src = cJSON_IsString(src) ? fault_strdup(src->valuestring) : cJSON_PrintUnformatted(src);
         if (!g->constraint_src)
-            return fail(pe, param, "out of memory");
+            return fail_oom(pe, param);
         g->constraint_len = strlen(g->constraint_src);
     }
     g->constraint = kind;
@@ -783,9 +860,9 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
         return fail(pe, "inputs", "missing field (expected a string)");
     if (!inputs[0])
         return fail(pe, "inputs", "cannot be empty");
-    g->prompt = strdup(inputs);
+    g->prompt = fault_strdup(inputs);
     if (!g->prompt)
-        return fail(pe, "inputs", "out of memory");
+        return fail_oom(pe, "inputs");
     if (get_bool(root, "stream", &g->stream, pe) < 0)
         return -1;
     g->sp.greedy = true;
@@ -918,7 +995,7 @@ static int get_msg_tool_calls(chat_msg *cm, const cJSON *m, const char *where, p
             return fail(pe, where, "each tool call needs function.name and function.arguments (a JSON string)");
     }
     cm->tool_calls = cJSON_PrintUnformatted(tc);
-    return cm->tool_calls ? 0 : fail(pe, where, "out of memory");
+    return cm->tool_calls ? 0 : fail_oom(pe, where);
 }
 
 /* tools, tool_choice, parallel_tool_calls (chat). required and a named
@@ -966,7 +1043,7 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
     }
     g->tools = cJSON_PrintUnformatted(tools);
     if (!g->tools)
-        return fail(pe, "tools", "out of memory");
+        return fail_oom(pe, "tools");
     g->tool_choice = TOOL_CHOICE_AUTO;
     const char *name = NULL;
     if (cJSON_IsString(choice)) {
@@ -994,7 +1071,7 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
     if (!spec || !tcopy || !cJSON_AddItemToObject(spec, "tools", tcopy)) {
         cJSON_Delete(spec);
         cJSON_Delete(tcopy);
-        return fail(pe, "tools", "out of memory");
+        return fail_oom(pe, "tools");
     }
     if (name)
         cJSON_AddStringToObject(spec, "name", name);
@@ -1015,9 +1092,9 @@ static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)
     int n = cJSON_GetArraySize(ms);
     if (n == 0)
         return fail(pe, "messages", "must contain at least one message");
-    g->msgs = calloc((size_t)n, sizeof(*g->msgs));
+    g->msgs = fault_calloc((size_t)n, sizeof(*g->msgs));
     if (!g->msgs)
-        return fail(pe, "messages", "out of memory");
+        return fail_oom(pe, "messages");
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(ms, i);
         char where[48];
@@ -1035,9 +1112,9 @@ static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         char *text = NULL;
         if (!content || cJSON_IsNull(content)) {
-            text = strdup("");
+            text = fault_strdup("");
         } else if (cJSON_IsString(content)) {
-            text = strdup(content->valuestring);
+            text = fault_strdup(content->valuestring);
         } else if (cJSON_IsArray(content)) {
             /* content parts: concatenate the text parts */
             size_t tl = 0, tc = 0;
@@ -1052,19 +1129,19 @@ static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)
                 }
                 if (json_buf_append(&text, &tl, &tc, t->valuestring, strlen(t->valuestring))) {
                     free(text);
-                    return fail(pe, where, "out of memory");
+                    return fail_oom(pe, where);
                 }
             }
             if (!text)
-                text = strdup("");
+                text = fault_strdup("");
         } else {
             return fail(pe, where, "`content` must be a string or an array of text parts");
         }
-        g->msgs[i].role = strdup(role->valuestring);
+        g->msgs[i].role = fault_strdup(role->valuestring);
         g->msgs[i].content = text;
         g->n_msgs++;
         if (!g->msgs[i].role || !g->msgs[i].content)
-            return fail(pe, where, "out of memory");
+            return fail_oom(pe, where);
         if (get_msg_tool_calls(&g->msgs[i], m, where, pe) < 0)
             return -1;
     }
@@ -1074,7 +1151,7 @@ static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)
 int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int max_stop,
                    char *err, size_t errlen, char *param, size_t paramlen)
 {
-    perr pe = {err, errlen, param, paramlen, ""};
+    perr pe = {err, errlen, param, paramlen, "", false};
     const char *end = NULL;
     double v;
     memset(g, 0, sizeof(*g));
@@ -1088,7 +1165,12 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
         snprintf(err, errlen, "empty request body: expected a JSON object");
         return JSON_EPARSE;
     }
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    bool oom;
+    cJSON *root = json_parse_body(body, len, &end, &oom);
+    if (!root && oom) {
+        snprintf(err, errlen, "out of memory reading the request body");
+        return JSON_ENOMEM;
+    }
     if (!root) {
         size_t off = end && end >= body ? (size_t)(end - body) : 0;
         snprintf(err, errlen, "malformed JSON in the request body near byte %zu", off);
@@ -1148,7 +1230,7 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
                 fail(&pe, "prompt", "cannot be empty");
                 goto out;
             }
-            g->prompt = strdup(p->valuestring);
+            g->prompt = fault_strdup(p->valuestring);
             if (!g->prompt) {
                 rc = JSON_ENOMEM;
                 goto out;
@@ -1160,6 +1242,8 @@ int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int ma
     }
     rc = JSON_OK;
 out:
+    if (rc == JSON_EINVALID && pe.oom)
+        rc = JSON_ENOMEM;
     cJSON_Delete(root);
     return rc;
 }
@@ -1210,7 +1294,12 @@ static int parse_small_body(const char *body, size_t len, const char *want, cJSO
         snprintf(err, errlen, "empty request body: expected %s", want);
         return JSON_EPARSE;
     }
-    *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    bool oom;
+    *root = json_parse_body(body, len, &end, &oom);
+    if (!*root && oom) {
+        snprintf(err, errlen, "out of memory reading the request body");
+        return JSON_ENOMEM;
+    }
     if (!*root) {
         snprintf(err, errlen, "malformed JSON in the request body near byte %zu",
                  end && end >= body ? (size_t)(end - body) : (size_t)0);
@@ -1223,15 +1312,16 @@ int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, 
 {
     cJSON *root;
     *inputs = NULL;
-    if (parse_small_body(body, len, "{\"inputs\": \"...\"}", &root, err, errlen))
-        return JSON_EPARSE;
+    int prc = parse_small_body(body, len, "{\"inputs\": \"...\"}", &root, err, errlen);
+    if (prc)
+        return prc;
     int rc = JSON_EINVALID;
     const cJSON *in = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "inputs") : NULL;
     if (!cJSON_IsString(in)) {
         snprintf(err, errlen, "`inputs`: missing field (expected a string)");
         goto out;
     }
-    *inputs = strdup(in->valuestring);
+    *inputs = fault_strdup(in->valuestring);
     rc = *inputs ? JSON_OK : JSON_ENOMEM;
 out:
     cJSON_Delete(root);
@@ -1244,8 +1334,9 @@ int json_parse_detokenize(const char *body, size_t len, int32_t max_id, int32_t 
     cJSON *root;
     *ids = NULL;
     *n_ids = 0;
-    if (parse_small_body(body, len, "{\"tokens\": [ids]}", &root, err, errlen))
-        return JSON_EPARSE;
+    int prc = parse_small_body(body, len, "{\"tokens\": [ids]}", &root, err, errlen);
+    if (prc)
+        return prc;
     int rc = JSON_EINVALID;
     const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "tokens") : NULL;
     if (!cJSON_IsArray(arr)) {
@@ -1253,7 +1344,7 @@ int json_parse_detokenize(const char *body, size_t len, int32_t max_id, int32_t 
         goto out;
     }
     int n = cJSON_GetArraySize(arr);
-    *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(**ids));
+    *ids = fault_malloc((size_t)(n > 0 ? n : 1) * sizeof(**ids));
     if (!*ids) {
         rc = JSON_ENOMEM;
         goto out;

@@ -37,6 +37,28 @@ enum json_status {
     JSON_ENOMEM = -3,
 };
 
+/* cJSON allocates through the fault countdown (fault.h), so a test can fail
+ * its allocations like any other; the server calls this once at start-up,
+ * before any thread parses. */
+void json_init(void);
+/* cJSON_ParseWithLengthOpts that tells a body it could not parse for want
+ * of memory (*oom set: a 500, not the client's fault) from one that is not
+ * JSON (*oom clear: a 400). */
+cJSON *json_parse_body(const char *body, size_t len, const char **end, bool *oom);
+/* Whether an allocation for JSON failed on this thread since the last
+ * call (the object built meanwhile lacks something: send a static error
+ * instead); frees what json_put could not attach. Senders (http_send_json,
+ * json_sse_frame) call it after freeing what they were given; a request
+ * calls it as it starts, so nothing carries over. */
+bool json_oom_take(void);
+
+/* cJSON_AddItemToObject and cJSON_AddItemToArray that never lose item:
+ * when it cannot be attached (no memory for the key, or a NULL parent that
+ * failed to be made) it is kept aside, the build is marked out of memory,
+ * and json_oom_take frees it. Return whether item was attached. */
+bool json_put(cJSON *obj, const char *key, cJSON *item);
+bool json_push(cJSON *arr, cJSON *item);
+
 /* One chat message, content flattened to text. */
 typedef struct chat_msg {
     char *role;

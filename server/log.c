@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "log.h"
 
 static bool g_json;     /* set once by log_setup before threads start */
@@ -71,7 +72,7 @@ static void emit_json(int level, cJSON *o)
     cJSON_AddStringToObject(line, "level", LEVELS_JSON[level]);
     while (o && o->child) {             /* move the fields over, in order */
         cJSON *f = cJSON_DetachItemViaPointer(o, o->child);
-        cJSON_AddItemToObject(line, f->string, f);
+        json_put(line, f->string, f);
     }
     cJSON_Delete(o);
     char *txt = cJSON_PrintUnformatted(line);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "json.h"
 #include "logprobs.h"
 
@@ -16,7 +17,7 @@ int lp_list_push(lp_list *l, int32_t id, float logprob, bool special, const samp
 {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 32;
-        lp_token *v = realloc(l->v, (size_t)cap * sizeof(*v));
+        lp_token *v = fault_realloc(l->v, (size_t)cap * sizeof(*v));
         if (!v)
             return -1;
         l->v = v;
@@ -73,10 +74,10 @@ static cJSON *oai_entry(const engine *e, int32_t id, float logprob)
         return NULL;
     }
     json_add_text(o, "token", buf, n);
-    cJSON_AddItemToObject(o, "logprob", lp_number(logprob));
+    json_put(o, "logprob", lp_number(logprob));
     for (size_t i = 0; i < n; i++)
-        cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)buf[i]));
-    cJSON_AddItemToObject(o, "bytes", bytes);
+        json_push(bytes, cJSON_CreateNumber((unsigned char)buf[i]));
+    json_put(o, "bytes", bytes);
     return o;
 }
 
@@ -94,8 +95,8 @@ cJSON *lp_oai_chat(const engine *e, const lp_token *t, int n)
         cJSON *it = oai_entry(e, t[i].id, t[i].logprob);
         cJSON *top = cJSON_AddArrayToObject(it, "top_logprobs");
         for (int k = 0; top && k < t[i].top.n; k++)
-            cJSON_AddItemToArray(top, oai_entry(e, t[i].top.id[k], t[i].top.logprob[k]));
-        cJSON_AddItemToArray(content, it);
+            json_push(top, oai_entry(e, t[i].top.id[k], t[i].top.logprob[k]));
+        json_push(content, it);
     }
     cJSON_AddNullToObject(o, "refusal");
     return o;
@@ -117,14 +118,14 @@ cJSON *lp_oai_completion(const engine *e, const lp_token *t, int n, bool with_to
     char buf[256];
     for (int i = 0; i < n; i++) {
         size_t len = piece(e, t[i].id, buf, sizeof(buf));
-        cJSON_AddItemToArray(toks, json_text(buf, len));
-        cJSON_AddItemToArray(lps, lp_number(t[i].logprob));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        json_push(toks, json_text(buf, len));
+        json_push(lps, lp_number(t[i].logprob));
+        json_push(offs, cJSON_CreateNumber((double)off));
         off += len;
         if (!with_top)
             continue;
         if (isnan(t[i].logprob)) {
-            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            json_push(tops, cJSON_CreateNull());
             continue;
         }
         /* {"token text": logprob}, most likely first; a text two ids share
@@ -135,10 +136,10 @@ cJSON *lp_oai_completion(const engine *e, const lp_token *t, int n, bool with_to
             size_t tl = piece(e, t[i].top.id[k], tb, sizeof(tb));
             cJSON *key = json_text(tb, tl);
             if (key && !cJSON_GetObjectItemCaseSensitive(d, key->valuestring))
-                cJSON_AddItemToObject(d, key->valuestring, lp_number(t[i].top.logprob[k]));
+                json_put(d, key->valuestring, lp_number(t[i].top.logprob[k]));
             cJSON_Delete(key);
         }
-        cJSON_AddItemToArray(tops, d);
+        json_push(tops, d);
     }
     if (offset_end)
         *offset_end = off;
@@ -154,7 +155,7 @@ cJSON *lp_tgi_token(const engine *e, int32_t id, float logprob, bool special)
         return NULL;
     cJSON_AddNumberToObject(o, "id", id);
     json_add_text(o, "text", buf, n);
-    cJSON_AddItemToObject(o, "logprob", lp_number(logprob));
+    json_put(o, "logprob", lp_number(logprob));
     cJSON_AddBoolToObject(o, "special", special);
     return o;
 }
@@ -163,6 +164,6 @@ cJSON *lp_tgi_top(const engine *e, const sampler_top *top)
 {
     cJSON *a = cJSON_CreateArray();
     for (int k = 0; a && k < top->n; k++)
-        cJSON_AddItemToArray(a, lp_tgi_token(e, top->id[k], top->logprob[k], engine_token_is_eog(e, top->id[k])));
+        json_push(a, lp_tgi_token(e, top->id[k], top->logprob[k], engine_token_is_eog(e, top->id[k])));
     return a;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "chat.h"
 #include "metrics.h"
 #include "serve.h"
@@ -104,7 +105,7 @@ static void hist_add(hist *h, double v)
 
 metrics *metrics_new(void)
 {
-    metrics *m = calloc(1, sizeof(*m));
+    metrics *m = fault_calloc(1, sizeof(*m));
     if (!m)
         return NULL;
     pthread_mutex_init(&m->mu, NULL);
@@ -201,7 +202,7 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *s, const char 
         size_t cap = s->cap ? s->cap * 2 : 8192;
         while (cap < s->len + (size_t)n + 1)
             cap *= 2;
-        char *nb = realloc(s->b, cap);
+        char *nb = fault_realloc(s->b, cap);
         if (!nb) {
             s->oom = true;
             return;
@@ -648,7 +649,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     mem_info(&mem_total, &mem_avail);
     cJSON *devs = cJSON_AddArrayToObject(o, "devices");
     cJSON *dev = cJSON_CreateObject();
-    cJSON_AddItemToArray(devs, dev);
+    json_push(devs, dev);
     cJSON_AddNumberToObject(dev, "id", 0);
     cJSON_AddStringToObject(dev, "name", "cpu");
     cJSON_AddNumberToObject(dev, "total_bytes", (double)mem_total);
@@ -708,7 +709,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON *arr = with_requests ? cJSON_AddArrayToObject(o, "requests") : NULL;
     for (int i = 0; i < n_reqs; i++) {
         if (arr && (!request_id || !strcmp(request_id, reqs[i].id)))
-            cJSON_AddItemToArray(arr, request_json(&reqs[i], in));
+            json_push(arr, request_json(&reqs[i], in));
     }
     /* disjoint parts only, so they add up to all_requests_bytes (no
      * attention or recurrent subtotal beside its parts to count twice) */

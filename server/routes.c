@@ -16,8 +16,10 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "fault.h"
 #include "chat.h"
 #include "json.h"
+#include "memest.h"
 #include "config.h"
 #include "cors.h"
 #include "metrics.h"
@@ -132,6 +134,13 @@ static int send_error(http_req *hr, int kind, const char *msg, const err_extra *
     return http_send_json(hr, status, body, hdrs);
 }
 
+/* The error kind of a json_parse_* status: not JSON 400, out of memory
+ * 500, anything else the request's fields (422). */
+static int parse_error_kind(int jrc)
+{
+    return jrc == JSON_EPARSE ? ERR_BAD_JSON : jrc == JSON_ENOMEM ? ERR_INTERNAL : ERR_VALIDATION;
+}
+
 int routes_error(http_req *hr, int kind, const char *msg)
 {
     return send_error(hr, kind, msg, NULL);
@@ -166,7 +175,7 @@ static int tokenize(server *srv, const char *text, const size_t *data, int n_dat
     int cap = (int)(len < 1000000000 ? len : 1000000000) + 8;
     *out = NULL;
     for (int tries = 0; tries < 2; tries++) {
-        int32_t *buf = malloc((size_t)cap * sizeof(int32_t));
+        int32_t *buf = fault_malloc((size_t)cap * sizeof(int32_t));
         if (!buf)
             return -1;
         int n = engine_tokenize_chat(srv->eng, text, len, srv->info->add_bos, data, n_data, buf, cap);
@@ -226,7 +235,7 @@ static void tgi_prefill(server *srv, cJSON *d, const gen_request *g, const gen_r
         if (!t)
             return;
         cJSON_DeleteItemFromObjectCaseSensitive(t, "special");   /* TGI's PrefillToken has none */
-        cJSON_AddItemToArray(pre, t);
+        json_push(pre, t);
     }
 }
 
@@ -260,7 +269,7 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
             cJSON *to = cJSON_CreateObject();
             if (!to)
                 break;
-            cJSON_AddItemToArray(gtoks, to);
+            json_push(gtoks, to);
             cJSON_AddNumberToObject(to, "id", t->id);
             json_add_text(to, "text", res->text + t->off, t->len);
             cJSON_AddNumberToObject(to, "logprob", t->logprob);
@@ -269,7 +278,7 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         if (g->top_logprobs > 0) {
             cJSON *tt = cJSON_AddArrayToObject(d, "top_tokens");
             for (int i = 0; tt && i < res->lp.n; i++)
-                cJSON_AddItemToArray(tt, lp_tgi_top(srv->eng, &res->lp.v[i].top));
+                json_push(tt, lp_tgi_top(srv->eng, &res->lp.v[i].top));
         }
     }
     if (g->return_usage) {
@@ -342,7 +351,7 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
     cJSON_AddStringToObject(o, "system_fingerprint", srv->fingerprint);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
+    json_push(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);
     const char *finish = stream_oai_finish(res->finish);
     if (chat) {
@@ -366,7 +375,7 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
                 json_add_text(msg, "content", text, clen);
             else
                 cJSON_AddNullToObject(msg, "content");
-            cJSON_AddItemToObject(msg, "tool_calls", calls);
+            json_put(msg, "tool_calls", calls);
             finish = "tool_calls";
         } else {
             json_add_text(msg, "content", text, len);
@@ -384,7 +393,7 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
         free(text);
     }
     if (g->logprobs)
-        cJSON_AddItemToObject(c, "logprobs", oai_logprobs(srv, g, res, &lp));
+        json_put(c, "logprobs", oai_logprobs(srv, g, res, &lp));
     else
         cJSON_AddNullToObject(c, "logprobs");
     lp_list_free(&lp);
@@ -487,8 +496,8 @@ static cJSON *tgi_best_of(server *srv, const gen_request *g, batch_item *it, int
         cJSON *one = tgi_response(srv, &gi, &it[i].res, &sr, it[i].toks, it[i].n_prompt);
         cJSON *seq = one ? cJSON_DetachItemFromObjectCaseSensitive(one, "details") : NULL;
         if (seq) {
-            cJSON_AddItemToObject(seq, "generated_text", cJSON_DetachItemFromObjectCaseSensitive(one, "generated_text"));
-            cJSON_AddItemToArray(seqs, seq);
+            json_put(seq, "generated_text", cJSON_DetachItemFromObjectCaseSensitive(one, "generated_text"));
+            json_push(seqs, seq);
         }
         cJSON_Delete(one);
     }
@@ -595,7 +604,7 @@ static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_ite
     if (g->api == API_TGI) {
         cJSON *best = tgi_best_of(srv, g, it, n_items), *arr = compat ? cJSON_CreateArray() : NULL;
         if (arr)
-            cJSON_AddItemToArray(arr, best);    /* POST /: an array of one answer */
+            json_push(arr, best);    /* POST /: an array of one answer */
         return http_send_json(hr, 200, arr ? arr : best, NULL);
     }
     /* one answer: the first sequence's, with every sequence's choice and the usage summed */
@@ -622,7 +631,7 @@ static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_ite
         } else {
             cJSON_Delete(one);
         }
-        cJSON_AddItemToArray(choices, ch);
+        json_push(choices, ch);
     }
     cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "usage");
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens"), hr->n_prompt);
@@ -650,7 +659,7 @@ static void free_sequences(batch_item *it, int n_items, int n_per)
 static int handle_choices(http_req *hr, gen_request *g, int32_t *toks, int n_prompt, int max_new, bool compat)
 {
     int n = g->api == API_TGI ? g->best_of : g->n;
-    batch_item *it = calloc((size_t)n, sizeof(*it));
+    batch_item *it = fault_calloc((size_t)n, sizeof(*it));
     if (!it)
         return send_error(hr, ERR_INTERNAL, "out of memory", NULL);
     for (int k = 0; k < n; k++) {
@@ -680,7 +689,7 @@ static int batch_tokens(server *srv, const gen_request *g, int i, int32_t **out,
             return -1;
         }
     }
-    *out = malloc((size_t)g->batch_n_ids[i] * sizeof(**out));
+    *out = fault_malloc((size_t)g->batch_n_ids[i] * sizeof(**out));
     if (!*out) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -696,7 +705,7 @@ static int handle_batch(http_req *hr, gen_request *g)
 {
     server *srv = hr->srv;
     const int n_per = g->n, n = g->n_batch * n_per, n_ctx = srv->info->n_ctx;
-    batch_item *it = calloc((size_t)n, sizeof(*it));
+    batch_item *it = fault_calloc((size_t)n, sizeof(*it));
     char err[512];
     int rc = 0;
     err_extra xp = {.param = "prompt"};
@@ -760,7 +769,7 @@ static int handle_generation(http_req *hr, int api, int mode)
     int jrc = json_parse_gen(&g, api, hr->body, hr->n_body, cfg->max_stop, err, sizeof(err), param, sizeof(param));
     if (jrc != JSON_OK) {
         err_extra x = {.param = param};
-        rc = send_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : jrc == JSON_ENOMEM ? ERR_INTERNAL : ERR_VALIDATION,
+        rc = send_error(hr, parse_error_kind(jrc),
                         err, &x);
         json_gen_free(&g);
         return rc;
@@ -816,10 +825,11 @@ static int handle_generation(http_req *hr, int api, int mode)
         mode = GEN_BODY;
     if (api == API_OAI_CHAT) {
         const char *tools = g.tool_choice != TOOL_CHOICE_NONE ? g.tools : NULL;
-        if (chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &g.prompt, &content, &n_content,
-                              err, sizeof(err))) {
+        int crc = chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &g.prompt, &content,
+                                    &n_content, err, sizeof(err));
+        if (crc) {
             err_extra x = {.param = "messages"};
-            rc = send_error(hr, ERR_TEMPLATE, err, &x);
+            rc = send_error(hr, crc == CHAT_ENOMEM ? ERR_INTERNAL : ERR_TEMPLATE, err, &x);
             goto out;
         }
     }
@@ -831,7 +841,7 @@ static int handle_generation(http_req *hr, int api, int mode)
             size_t n = strlen(p);
             if (n >= 2) {
                 p[n - 1] = '\0';
-                hr->log_prompt = strdup(p + 1);   /* JSON-escaped, without the quotes */
+                hr->log_prompt = fault_strdup(p + 1);   /* JSON-escaped, without the quotes */
             }
             cJSON_free(p);
         }
@@ -849,7 +859,7 @@ static int handle_generation(http_req *hr, int api, int mode)
                 goto out;
             }
         }
-        toks = malloc((size_t)g.n_prompt_ids * sizeof(*toks));
+        toks = fault_malloc((size_t)g.n_prompt_ids * sizeof(*toks));
         if (!toks) {
             rc = send_error(hr, ERR_INTERNAL, "out of memory", NULL);
             goto out;
@@ -941,7 +951,14 @@ static int handle_generation(http_req *hr, int api, int mode)
         .constraint_len = g.constraint_len,
     };
     http_inflight_begin(hr);
+    json_oom_take();
     int src = sched_submit(srv->sched, &rp, &r, err, sizeof(err));
+    if (src == SCHED_EINVAL && g.constraint && json_oom_take()) {
+        /* the compiler's cJSON ran out of memory reading our own copy of
+         * the schema: not the request's fault */
+        rc = send_error(hr, ERR_INTERNAL, "out of memory compiling the constraint", NULL);
+        goto out;
+    }
     if (src == SCHED_EINVAL && g.constraint) {
         /* the constraint did not compile: name the field it came from */
         char msg[sizeof(err) + 40];
@@ -978,6 +995,7 @@ static int handle_generation(http_req *hr, int api, int mode)
     if (res.error) {
         rc = send_error(hr, res.error == SCHED_ECANCELLED  ? ERR_DRAINING
                            : res.error == SCHED_EDELETED ? ERR_CANCELLED
+                           : res.error == SCHED_ENOMEM   ? ERR_INTERNAL     /* the server's fault: 500 */
                                                          : ERR_GENERATION,
                         res.message, NULL);
         goto out;
@@ -989,7 +1007,7 @@ static int handle_generation(http_req *hr, int api, int mode)
         if (body && mode == GEN_COMPAT) {
             cJSON *arr = cJSON_CreateArray();
             if (arr)
-                cJSON_AddItemToArray(arr, body);
+                json_push(arr, body);
             else
                 cJSON_Delete(body);
             body = arr;
@@ -1148,7 +1166,7 @@ static int h_models(http_req *hr)
     /* one entry per served name (aliases of the one model) */
     for (int i = 0; i < hr->srv->n_model_names || i == 0; i++) {
         cJSON *m = cJSON_CreateObject();
-        cJSON_AddItemToArray(data, m);
+        json_push(data, m);
         cJSON_AddStringToObject(m, "id", i < hr->srv->n_model_names ? hr->srv->model_names[i] : in->name);
         cJSON_AddStringToObject(m, "object", "model");
         cJSON_AddNumberToObject(m, "created", (double)hr->srv->started_at);
@@ -1177,7 +1195,7 @@ static int h_detokenize(http_req *hr)
     int n = 0;
     int jrc = json_parse_detokenize(hr->body, hr->n_body, srv->info->n_vocab - 1, &ids, &n, err, sizeof(err));
     if (jrc != JSON_OK)
-        return routes_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : jrc == JSON_ENOMEM ? ERR_INTERNAL : ERR_VALIDATION,
+        return routes_error(hr, parse_error_kind(jrc),
                             err);
     char *text = NULL, piece[512];
     size_t len = 0, cap = 0;
@@ -1212,7 +1230,7 @@ static int h_tokenize(http_req *hr)
     int32_t *toks = NULL;
     int jrc = json_parse_tokenize(hr->body, hr->n_body, &inputs, err, sizeof(err));
     if (jrc != JSON_OK)
-        return routes_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : ERR_VALIDATION, err);
+        return routes_error(hr, parse_error_kind(jrc), err);
     int n = tokenize(srv, inputs, NULL, 0, &toks);
     free(inputs);
     if (n < 0)
@@ -1237,7 +1255,7 @@ static int h_tokenize(http_req *hr)
             pl = (int)sizeof(piece);
         bool added_bos = i == 0 && srv->info->add_bos && toks[0] == srv->info->bos_id;
         cJSON *t = cJSON_CreateObject();
-        cJSON_AddItemToArray(arr, t);
+        json_push(arr, t);
         cJSON_AddNumberToObject(t, "id", toks[i]);
         json_add_text(t, "text", piece, (size_t)pl);
         cJSON_AddNumberToObject(t, "start", (double)off);
@@ -1255,16 +1273,6 @@ static int h_tokenize(http_req *hr)
 
 /* Is name one of config/presets/ (a name, never a path: "qwen3.5-9b" has a
  * dot, so the check is membership, not a character filter)? */
-static bool known_preset(const char *name)
-{
-    char names[64][PRESET_NAME_MAX];
-    int n = preset_list(names, 64);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(names[i], name))
-            return true;
-    return false;
-}
-
 /* POST /apply-template (llama-server's name): the chat body's prompt text,
  * exactly as /v1/chat/completions would feed it to the model, tools and
  * tool calls included: {"prompt": "..."}. */
@@ -1280,12 +1288,13 @@ static int h_apply_template(http_req *hr)
                              sizeof(param));
     if (jrc != JSON_OK) {
         json_gen_free(&g);
-        return routes_error(hr, jrc == JSON_EPARSE ? ERR_BAD_JSON : ERR_VALIDATION, err);
+        return routes_error(hr, parse_error_kind(jrc), err);
     }
     const char *tools = g.tool_choice != TOOL_CHOICE_NONE ? g.tools : NULL;
-    if (chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &prompt, &content, &n_content, err,
-                          sizeof(err))) {
-        rc = routes_error(hr, ERR_TEMPLATE, err);
+    int crc = chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &prompt, &content, &n_content,
+                                err, sizeof(err));
+    if (crc) {
+        rc = routes_error(hr, crc == CHAT_ENOMEM ? ERR_INTERNAL : ERR_TEMPLATE, err);
     } else {
         cJSON *o = cJSON_CreateObject();
         json_add_text(o, "prompt", prompt, strlen(prompt));
@@ -1297,105 +1306,24 @@ static int h_apply_template(http_req *hr)
     return rc;
 }
 
-/* POST /v1/memory/estimate: the planner (memplan.c) over HTTP, no weights.
- * Body: {"preset": NAME} or {"layout": {...preset format...}} or neither
- * (the loaded model's layout), plus optional "context", "batch",
- * "kv_dtype", "state_dtype" (recurrent state: f32 or bf16; conv windows stay
- * f32), "page_tokens", "budget" (bytes, or a string like "24G"). */
+/* POST /v1/memory/estimate: the planner (memplan.c) over HTTP, no weights;
+ * memest.c reads the body. */
 static int h_memory_estimate(http_req *hr)
 {
     server *srv = hr->srv;
     char err[512];
-    const char *end = NULL;
-    cJSON *j = hr->n_body ? cJSON_ParseWithLengthOpts(hr->body, hr->n_body, &end, 0) : cJSON_CreateObject();
-    if (!j)
-        return routes_error(hr, ERR_BAD_JSON, "the body is not valid JSON");
-    memplan_layout l;
-    int rc = 0;
-    const cJSON *preset = cJSON_GetObjectItemCaseSensitive(j, "preset");
-    const cJSON *layout = cJSON_GetObjectItemCaseSensitive(j, "layout");
-    if (!cJSON_IsObject(j)) {
-        snprintf(err, sizeof(err), "the body must be a JSON object");
-        rc = -1;
-    } else if (preset && layout) {
-        snprintf(err, sizeof(err), "give either \"preset\" or \"layout\", not both");
-        rc = -1;
-    } else if (preset) {
-        if (!cJSON_IsString(preset) || !known_preset(preset->valuestring)) {
-            snprintf(err, sizeof(err), "\"preset\" must be a preset name (known: %s)", preset_names());
-            rc = -1;
-        } else {
-            rc = preset_load(preset->valuestring, &l, err, sizeof(err));
-        }
-    } else if (layout) {
-        char e2[256];
-        rc = preset_from_json(layout, &l, e2, sizeof(e2));
-        if (rc)
-            snprintf(err, sizeof(err), "layout: %s", e2);
-    } else if (atomic_load(&srv->state) == SERVER_READY || atomic_load(&srv->state) == SERVER_DRAINING) {
-        engine_get_memplan(srv->eng, &l);
-        snprintf(l.name, sizeof(l.name), "%s", srv->info->name);
-    } else {
-        snprintf(err, sizeof(err), "the model is not loaded yet: name a \"preset\" or give a \"layout\"");
-        rc = -1;
+    memplan_layout served;
+    const bool loaded = atomic_load(&srv->state) == SERVER_READY || atomic_load(&srv->state) == SERVER_DRAINING;
+    if (loaded) {
+        engine_get_memplan(srv->eng, &served);
+        snprintf(served.name, sizeof(served.name), "%s", srv->info->name);
     }
-    double context = preset || layout ? (l.max_context > 0 && l.max_context < 4096 ? l.max_context : 4096)
-                                      : (rc == 0 ? srv->info->n_ctx : 0);
-    double batch = 1;
-    uint64_t budget = 0;
-    const cJSON *v;
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "context"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e9 || v->valuedouble != (double)(long long)v->valuedouble) {
-            snprintf(err, sizeof(err), "\"context\" must be an integer from 1 to 1e9");
-            rc = -1;
-        } else {
-            context = v->valuedouble;
-        }
-    }
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "batch"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e6 || v->valuedouble != (double)(long long)v->valuedouble) {
-            snprintf(err, sizeof(err), "\"batch\" must be an integer from 1 to 1e6");
-            rc = -1;
-        } else {
-            batch = v->valuedouble;
-        }
-    }
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "kv_dtype"))) {
-        if (!cJSON_IsString(v) || !kv_dtype_bytes(v->valuestring)) {
-            snprintf(err, sizeof(err), "\"kv_dtype\" must be \"f32\", \"f16\" or \"bf16\"");
-            rc = -1;
-        } else {
-            memplan_set_kv_dtype(&l, v->valuestring);
-        }
-    }
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "state_dtype"))) {
-        if (!cJSON_IsString(v) || (strcmp(v->valuestring, "f32") && strcmp(v->valuestring, "bf16"))) {
-            snprintf(err, sizeof(err), "\"state_dtype\" must be \"f32\" or \"bf16\"");
-            rc = -1;
-        } else {
-            memplan_set_state_dtype(&l, !strcmp(v->valuestring, "bf16") ? 2 : 4);
-        }
-    }
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "page_tokens"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 4096) {
-            snprintf(err, sizeof(err), "\"page_tokens\" must be an integer from 1 to 4096");
-            rc = -1;
-        } else {
-            l.page_tokens = v->valueint;
-        }
-    }
-    if (!rc && (v = cJSON_GetObjectItemCaseSensitive(j, "budget"))) {
-        if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1e18)
-            budget = (uint64_t)v->valuedouble;
-        else if (!cJSON_IsString(v) || config_parse_bytes(v->valuestring, &budget)) {
-            snprintf(err, sizeof(err), "\"budget\" must be a byte count or a size like \"24G\"");
-            rc = -1;
-        }
-    }
-    cJSON_Delete(j);
-    if (rc)
-        return routes_error(hr, ERR_VALIDATION, err);
-    return http_send_json(hr, 200, memplan_estimate_json(&l, (int64_t)context, (int64_t)batch, budget), NULL);
+    memest_req q;
+    int jrc = memest_parse(hr->body, hr->n_body, loaded ? &served : NULL, loaded ? srv->info->n_ctx : 0, &q, err,
+                           sizeof(err));
+    if (jrc != JSON_OK)
+        return routes_error(hr, parse_error_kind(jrc), err);
+    return http_send_json(hr, 200, memplan_estimate_json(&q.l, q.context, q.batch, q.budget), NULL);
 }
 
 /* GET /v1/memory/presets: the names POST /v1/memory/estimate takes as
@@ -1408,7 +1336,7 @@ static int h_memory_presets(http_req *hr)
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "presets");
     for (int i = 0; arr && i < n; i++)
-        cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+        json_push(arr, cJSON_CreateString(names[i]));
     return http_send_json(hr, 200, o, NULL);
 }
 
@@ -1476,6 +1404,26 @@ static int h_web(http_req *hr)
     return http_send(hr, 200, a->content_type, (const char *)a->data, a->len, hdrs);
 }
 
+/* GET /debug/fault, test builds started with HYSERVE_FAULT_LIVE=1 only
+ * (fault.h; a 404 like any unknown path otherwise): the request arrived
+ * disarmed (http.c); says whether the failure armed by the last
+ * X-Hyserve-Fault-Nth happened, and how many allocations it had left. */
+static int h_debug_fault(http_req *hr)
+{
+    if (!fault_live()) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "no route %s %s; see GET /info and the README for the API", hr->method, hr->path);
+        return routes_error(hr, ERR_NOT_FOUND, msg);
+    }
+    bool fired;
+    int remaining;
+    fault_taken(&fired, &remaining);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "fired", fired);
+    cJSON_AddNumberToObject(o, "remaining", remaining);
+    return http_send_json(hr, 200, o, NULL);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The table                                                              */
 /* ---------------------------------------------------------------------- */
@@ -1507,6 +1455,7 @@ static const route ROUTES[] = {
     {"GET", "/v1/memory/presets", h_memory_presets},
     {"GET", "/metrics", h_metrics},
     {"DELETE", "/requests/", h_cancel},
+    {"GET", "/debug/fault", h_debug_fault},
 };
 
 static bool route_matches(const route *r, const char *path)

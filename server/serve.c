@@ -237,6 +237,7 @@ int serve_main(int argc, char **argv)
     char err[512];
     int rc = 1;
 
+    json_init();        /* before any thread: cJSON allocates through the fault countdown */
     int lrc = config_load(&cfg, argc, argv, err, sizeof(err));
     if (lrc == 1)
         return 0;

@@ -20,6 +20,7 @@
 
 #include <microhttpd.h>
 
+#include "fault.h"
 #include "chat.h"
 #include "metrics.h"
 #include "stream.h"
@@ -100,7 +101,7 @@ int stream_collect(http_req *hr, sched_req *r, gen_result *res)
             goto out_nomem;
         if (res->n_toks == res->cap_toks) {
             int cap = res->cap_toks ? res->cap_toks * 2 : 64;
-            gen_token *t = realloc(res->toks, (size_t)cap * sizeof(*t));
+            gen_token *t = fault_realloc(res->toks, (size_t)cap * sizeof(*t));
             if (!t)
                 goto out_nomem;
             res->toks = t;
@@ -173,6 +174,8 @@ typedef struct stream {
     bool kid;                   /* one choice of a multi-choice stream: g is the parent's, no [DONE] */
     struct stream *kids;        /* [n_kids] OpenAI n > 1: the choices, interleaved into this one's out */
     int n_kids;
+    const char *tail;           /* out of memory: the static last frame sent instead of out, from off_tail */
+    size_t n_tail, off_tail;
 } stream;
 
 static cJSON *oai_base(stream *st, const char *object)
@@ -304,12 +307,12 @@ static int tool_flush(stream *st)
             for (int part = 0; part < 2 && rc == 0; part++) {
                 cJSON *o = oai_base(st, "chat.completion.chunk");
                 cJSON *ch = cJSON_CreateObject(), *d = NULL, *arr = NULL, *t = NULL, *fn = NULL;
-                cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), ch);
+                json_push(cJSON_AddArrayToObject(o, "choices"), ch);
                 cJSON_AddNumberToObject(ch, "index", st->choice);
                 d = cJSON_AddObjectToObject(ch, "delta");
                 arr = cJSON_AddArrayToObject(d, "tool_calls");
                 t = cJSON_CreateObject();
-                cJSON_AddItemToArray(arr, t);
+                json_push(arr, t);
                 cJSON_AddNumberToObject(t, "index", i);
                 const cJSON *cfn = cJSON_GetObjectItemCaseSensitive(c, "function");
                 if (part == 0) {
@@ -345,7 +348,7 @@ static int tool_flush(stream *st)
  * opening tag was in the prompt streams as content. */
 static int think_feed(stream *st, const char *text, size_t len, bool final)
 {
-    char *buf = malloc(st->n_hold + len + 1);
+    char *buf = fault_malloc(st->n_hold + len + 1);
     if (!buf)
         return -1;
     memcpy(buf, st->hold, st->n_hold);
@@ -425,7 +428,7 @@ static int oai_chunk_field(stream *st, const char *field, const char *text, size
         cJSON_Delete(c);
         return -1;
     }
-    cJSON_AddItemToArray(choices, c);
+    json_push(choices, c);
     cJSON_AddNumberToObject(c, "index", st->choice);
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
@@ -436,7 +439,7 @@ static int oai_chunk_field(stream *st, const char *field, const char *text, size
     } else {
         json_add_text(c, "text", text ? text : "", text ? len : 0);
     }
-    cJSON_AddItemToObject(c, "logprobs", oai_chunk_logprobs(st, with_lp));
+    json_put(c, "logprobs", oai_chunk_logprobs(st, with_lp));
     if (finish)
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
@@ -455,13 +458,13 @@ static int on_event_tgi(stream *st, const sched_event *ev)
         return -1;
     }
     cJSON_AddNumberToObject(o, "index", ++st->index);
-    cJSON_AddItemToObject(o, "token", tok);
+    json_put(o, "token", tok);
     cJSON_AddNumberToObject(tok, "id", ev->token);
     json_add_text(tok, "text", ev->text ? ev->text : "", ev->text_len);
     cJSON_AddNumberToObject(tok, "logprob", ev->logprob);
     cJSON_AddBoolToObject(tok, "special", ev->special);
     if (st->g.top_logprobs > 0)
-        cJSON_AddItemToObject(o, "top_tokens", lp_tgi_top(st->hr->srv->eng, &ev->top));
+        json_put(o, "top_tokens", lp_tgi_top(st->hr->srv->eng, &ev->top));
     if (!ev->final) {
         cJSON_AddNullToObject(o, "generated_text");
         cJSON_AddNullToObject(o, "details");
@@ -494,7 +497,7 @@ static int on_event_tgi(stream *st, const sched_event *ev)
         sched_result res;
         sched_req_result(st->r, &res);
         cJSON *u = usage_obj(st->n_prompt, st->n_gen);
-        cJSON_AddItemToObject(o, "usage", u);
+        json_put(o, "usage", u);
         cJSON_AddNumberToObject(u, "cached_tokens", res.cached_tokens);
         cJSON *cache = cJSON_AddObjectToObject(u, "cache");
         cJSON_AddNumberToObject(cache, "attn_kv_bytes", (double)res.kv_bytes);
@@ -550,7 +553,7 @@ static int oai_end(stream *st, int n_gen, sched_req *r)
         cJSON_AddArrayToObject(o, "choices");
         sched_result res;
         sched_req_result(r, &res);
-        cJSON_AddItemToObject(o, "usage", json_add_cached_tokens(usage_obj(st->n_prompt, n_gen), res.cached_tokens));
+        json_put(o, "usage", json_add_cached_tokens(usage_obj(st->n_prompt, n_gen), res.cached_tokens));
         if (frame(st, o, true))
             return -1;
     }
@@ -684,9 +687,21 @@ static void multi_cancel(stream *st)
         sched_req_cancel(st->kids[k].r);
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+/* Up to max bytes of src[*off .. n) into buf, *off moved past them. */
+static ssize_t hand_out(const char *src, size_t n, size_t *off, char *buf, size_t max)
 {
-    stream *st = cls;
+    size_t k = n - *off;
+    if (k > max)
+        k = max;
+    memcpy(buf, src + *off, k);
+    *off += k;
+    return (ssize_t)k;
+}
+
+/* The frames of the events, into buf; MHD_CONTENT_READER_END_WITH_ERROR
+ * when the client went away (st->gone) or memory ran out. */
+static ssize_t read_frames(stream *st, char *buf, size_t max)
+{
     while (st->n_kids && st->off_out == st->n_out) {
         if (st->done)
             return MHD_CONTENT_READER_END_OF_STREAM;
@@ -721,12 +736,42 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
     }
-    size_t n = st->n_out - st->off_out;
-    if (n > max)
-        n = max;
-    memcpy(buf, st->out + st->off_out, n);
-    st->off_out += n;
-    return (ssize_t)n;
+    return hand_out(st->out, st->n_out, &st->off_out, buf, max);
+}
+
+/* Memory ran out framing an event (or a ping): every choice is cancelled,
+ * what was framed of that event (out holds nothing else then) is dropped,
+ * and the stream ends with an error event made of static bytes. */
+static void end_out_of_memory(stream *st)
+{
+    static const char tgi[] = "data:{\"error\":\"out of memory\",\"error_type\":\"generation\"}\n\n";
+    static const char oai[] = "data: {\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                              "\"param\":null,\"code\":\"generation\"}}\n\ndata: [DONE]\n\n";
+    if (st->n_kids)
+        multi_cancel(st);
+    else
+        sched_req_cancel(st->r);
+    st->n_out = st->off_out = 0;
+    st->done = true;
+    st->ok = false;
+    st->tail = st->g.api == API_TGI ? tgi : oai;
+    st->n_tail = strlen(st->tail);
+    st->off_tail = 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream *st = cls;
+    if (!st->tail) {
+        json_oom_take();        /* nothing from the thread's earlier work carries over */
+        ssize_t n = read_frames(st, buf, max);
+        if (n != MHD_CONTENT_READER_END_WITH_ERROR || st->gone)
+            return n;
+        end_out_of_memory(st);
+    }
+    if (st->off_tail == st->n_tail)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    return hand_out(st->tail, st->n_tail, &st->off_tail, buf, max);
 }
 
 /* Frees what st owns of itself (not st, not g unless own_g). */
@@ -797,17 +842,29 @@ static int stream_setup(stream *st, http_req *hr, sched_req *r, const gen_reques
     return 0;
 }
 
+/* No memory to start the stream: a 500 in the API's shape, from static
+ * bytes (nothing was sent yet). */
+static int start_failed(http_req *hr, int api)
+{
+    static const char tgi[] = "{\"error\":\"out of memory starting the stream\",\"error_type\":\"internal\"}";
+    static const char oai[] = "{\"error\":{\"message\":\"out of memory starting the stream\",\"type\":"
+                              "\"server_error\",\"param\":null,\"code\":null}}";
+    const char *b = api == API_TGI ? tgi : oai;
+    return http_send(hr, 500, "application/json", b, strlen(b), NULL);
+}
+
 int stream_start_n(http_req *hr, sched_req **r, int n, gen_request *g, const int32_t *prompt, int n_prompt)
 {
-    stream *st = calloc(1, sizeof(*st));
-    stream *kids = n > 1 ? calloc((size_t)n, sizeof(*kids)) : NULL;
+    const int api = g->api;
+    stream *st = fault_calloc(1, sizeof(*st));
+    stream *kids = n > 1 ? fault_calloc((size_t)n, sizeof(*kids)) : NULL;
     if (!st || (n > 1 && !kids)) {
         for (int k = 0; k < n; k++)
             sched_req_release(r[k]);
         free(st);
         free(kids);
         json_gen_free(g);
-        return -1;
+        return start_failed(hr, api);
     }
     hr->refs++;
     st->kids = kids;
@@ -845,7 +902,7 @@ out_free:
     stream_clear(st, true);
     free(st);
     hr->refs--;
-    return -1;
+    return start_failed(hr, api);
 }
 
 int stream_start(http_req *hr, sched_req *r, gen_request *g, const int32_t *prompt, int n_prompt)

@@ -2066,11 +2066,13 @@ def test_log_prompts(model):
 
 
 def test_fault_injection(model):
-    """HYSERVE_FAULT_NTH=N fails the N-th engine allocation after load (test
-    builds only: CHECKS=1 or SANITIZE=1): the request it hits gets a JSON
-    error, its cache is freed, and the next request is served."""
+    """HYSERVE_FAULT_NTH=N fails the N-th allocation (engine or server) once
+    the server serves (test builds only: CHECKS=1 or SANITIZE=1): the request
+    it hits gets a JSON error, its cache is freed, and the next request is
+    served."""
     n_errors = n_stream_errors = 0
-    for n, streamed in ((1, False), (3, False), (6, False), (10, False), (14, False), (6, True), (14, True)):
+    # N past the allocations of the /ready poll that saw the server ready
+    for n, streamed in ((6, False), (10, False), (14, False), (20, False), (30, False), (10, True), (30, True)):
         srv = Server(f"fault-{n}{'-stream' if streamed else ''}", model, "-t", "1", env={"HYSERVE_FAULT_NTH": str(n)})
         try:
             with open(srv.log_path, "rb") as f:
@@ -2078,7 +2080,10 @@ def test_fault_injection(model):
             if not armed:
                 print("  skipped test_fault_injection: not a CHECKS/SANITIZE build (HYSERVE_FAULT_NTH ignored)")
                 return
-            idle = srv.stats()["pools"]["reserved_bytes"]
+            # the countdown counts the server's allocations too (the /ready poll that
+            # saw the server ready is the first thing it sees), so nothing else is
+            # asked before the request; this server reserves nothing at idle
+            idle = 0
             if streamed:
                 st, h, evs, b = stream(srv, "/generate_stream",
                                        {"inputs": "Hello world", "parameters": {"max_new_tokens": 8, "stop": ["zz"]}})
@@ -2095,8 +2100,9 @@ def test_fault_injection(model):
                     n_errors += 1
                     check(f"fault {n}: the failed request gets a JSON error", 500 <= st < 600 and j and "error" in j,
                           f"{st} {j}")
-            ok, s = wait_idle(srv, idle)
-            check(f"fault {n}: nothing held after the request", ok, f"{s and s['pools']}")
+            ok, s = wait_quiet(srv, idle)
+            check(f"fault {n}: nothing held after the request (but the prefix store's entries)", ok,
+                  f"{s and s.get('pools')}")
             st, h, j = gen(srv, "Hello world", max_new_tokens=8)
             check(f"fault {n}: the next request is served", st == 200 and isinstance(j.get("generated_text"), str)
                   and h.get("x-generated-tokens") == "8", f"{st} {j}")
@@ -2107,6 +2113,273 @@ def test_fault_injection(model):
         check(f"fault {n}: the server exited cleanly", srv.proc.returncode == 0, f"{srv.proc.returncode}")
     check("fault injection failed at least three of the first requests and a stream",
           n_errors >= 3 and n_stream_errors >= 1, f"{n_errors} requests, {n_stream_errors} streams")
+
+
+FAULT_KINDS = {
+    # name: (path, body, streamed)
+    "generate": ("/generate", {"inputs": "Hello world", "parameters": {"max_new_tokens": 4, "stop": ["zz"]}}, False),
+    "stream": ("/generate_stream", {"inputs": "Hello world", "parameters": {"max_new_tokens": 4, "stop": ["zz"]}}, True),
+    "chat_schema": ("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {
+            "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}}, False),
+    "n2": ("/v1/completions", {"prompt": "Hello", "max_tokens": 3, "n": 2, "temperature": 1, "seed": 5}, False),
+}
+
+
+def wait_quiet(srv, idle_reserved, timeout=10.0):
+    """wait_idle with the prefix cache on: nothing runs, waits or holds
+    cache, and the pools hold what they held at the start plus only what the
+    prefix store's entries hold (finished requests it keeps on purpose)."""
+    deadline, s = time.time() + timeout, None
+    while time.time() < deadline:
+        s = srv.stats() or {}
+        if "pools" not in s:        # a /stats that an armed failure made a 500
+            time.sleep(0.02)
+            continue
+        store = s["pools"].get("prefix_cache", {}).get("bytes", 0)
+        if (s["scheduler"]["running"] == 0 and s["scheduler"]["waiting"] == 0 and not s["requests"]
+                and s["totals"]["all_requests_bytes"] == 0 and s["pools"]["reserved_bytes"] <= idle_reserved + store):
+            return True, s
+        time.sleep(0.02)
+    return False, s
+
+
+def fault_request(srv, kind, nth=None, timeout=60):
+    """One request of a FAULT_KINDS kind, the nth allocation from its start
+    failing (X-Hyserve-Fault-Nth). Returns (verdict, detail): "ok" (a whole,
+    well-formed answer), "error" (a clean error: a 5xx JSON body, or a
+    stream whose last event is an error and has no answer), or "bad"."""
+    path, body, streamed = FAULT_KINDS[kind]
+    c = srv.conn(timeout)
+    try:
+        h = {"Content-Type": "application/json"}
+        if nth:
+            h["X-Hyserve-Fault-Nth"] = str(nth)
+        c.request("POST", path, body=json.dumps(body).encode(), headers=h)
+        r = c.getresponse()
+        if r.status != 200 or not streamed:
+            raw = r.read()
+            try:
+                j = json.loads(raw)
+            except ValueError:
+                return "bad", f"{r.status} not JSON: {raw[:200]}"
+            if r.status != 200:
+                return ("error" if 500 <= r.status < 600 and "error" in j else "bad"), f"{r.status} {raw[:200]}"
+            if kind == "generate":
+                ok = isinstance(j.get("generated_text"), str)
+            elif kind == "chat_schema":
+                ch = j.get("choices") or [{}]
+                ok = isinstance(ch[0].get("message", {}).get("content"), str) and ch[0].get("finish_reason")
+            else:
+                ok = [c_.get("index") for c_ in j.get("choices", [])] == [0, 1]
+            return ("ok" if ok else "bad"), f"200 {raw[:200]}"
+        datas = [json.loads(p_) for k, p_ in sse_events(r) if k == "data"]
+        if datas and "error" in datas[-1]:
+            clean = all("error" not in d and d.get("generated_text") is None for d in datas[:-1])
+            return ("error" if clean else "bad"), f"stream {datas[-2:]}"
+        ok = datas and datas[-1].get("generated_text") is not None and all("error" not in d for d in datas)
+        return ("ok" if ok else "bad"), f"stream {datas[-2:]}"
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        return "bad", f"{type(e).__name__}: {e}"
+    finally:
+        c.close()
+
+
+def test_fault_every_allocation(model):
+    """HYSERVE_FAULT_LIVE=1 (CHECKS/SANITIZE builds): for a plain request, a
+    stream, a chat with a JSON schema and an n=2 completion, fail each of
+    the allocations of the request's whole life in turn (HTTP state, cJSON,
+    validation, admission, the scheduler, the events, the answer) on one
+    live server: every one ends in a whole answer or a clean error, holds
+    nothing after, and the server goes on serving. Then many requests
+    queued behind two slots while allocations keep failing."""
+    srv = Server("fault-live", model, "-t", "1", "--max-seqs", "2", env={"HYSERVE_FAULT_LIVE": "1"})
+    try:
+        st, _, j, _ = srv.jreq("GET", "/debug/fault")
+        if st != 200:
+            print("  skipped test_fault_every_allocation: not a CHECKS/SANITIZE build "
+                  f"(GET /debug/fault is {st}; HYSERVE_FAULT_LIVE is ignored)")
+            return
+        idle = srv.stats()["pools"]["reserved_bytes"]
+        big = 999999
+        for kind in FAULT_KINDS:
+            # K: the allocations of one whole request of this kind (the countdown's use),
+            # counted on the second run, once the prefix store holds the prompt
+            fault_request(srv, kind)
+            v, d = fault_request(srv, kind, big)
+            st, _, j, _ = srv.jreq("GET", "/debug/fault")
+            k = big - j["remaining"] if st == 200 and not j["fired"] else 0
+            if not check(f"fault {kind}: a request makes allocations the countdown sees (K = {k}), and succeeds",
+                         v == "ok" and k > 10, f"{v} {d} {j}"):
+                continue
+            # every N up to 40 (the HTTP state, cJSON, validation), then a stride that
+            # keeps about 40 more through admission, the steps and the events, and the
+            # last 3 (the answer and its release): K is hundreds, and each N costs 5
+            # requests of a sanitized server
+            ns = sorted(set(range(1, min(k, 40) + 1)) | set(range(41, k + 1, max(1, (k - 40) // 40)))
+                        | set(range(max(1, k - 2), k + 1)))
+            bad, fired, unfired, errors, t0 = [], 0, [], 0, time.time()
+            for n in ns:
+                v, d = fault_request(srv, kind, n)
+                st, _, j, _ = srv.jreq("GET", "/debug/fault")
+                fired += bool(j and j.get("fired"))
+                if not (j and j.get("fired")):
+                    unfired.append((n, j and j.get("remaining")))
+                errors += v == "error"
+                why = [] if v != "bad" else [d]
+                ok, s = wait_quiet(srv, idle)
+                if not ok:
+                    why.append(f"not idle: pools {s and s['pools']['reserved_bytes']}, requests "
+                               f"{s and s['requests']}, scheduler {s and s['scheduler']['running']} running "
+                               f"{s and s['scheduler']['waiting']} waiting")
+                st, _, _ = srv.req("GET", "/health")
+                if st != 200:
+                    why.append(f"/health {st}")
+                v2, d2 = fault_request(srv, "generate")
+                if v2 != "ok":
+                    why.append(f"next request: {d2}")
+                if why:
+                    bad.append((n, why))
+            check(f"fault {kind}: each of {len(ns)} allocations N in 1..{k} failed in turn gives a whole answer or a "
+                  f"clean error, nothing held after, /health 200, the next request served "
+                  f"({errors} errors, {fired} fired, {time.time() - t0:.0f} s)", not bad, f"{bad[:4]}")
+            # a run may make a couple fewer allocations than the one K was counted
+            # on (the prefix store replaces an entry instead of making one)
+            early = [u for u in unfired if u[0] < k - 2]
+            check(f"fault {kind}: the armed allocation failed for every N up to K - 3 ({fired} of {len(ns)} fired), "
+                  f"and some failures became errors", not early and errors > 0,
+                  f"{errors} errors; not fired (N, left): {unfired}")
+        # queue growth: 24 clients against 2 slots while an arming client keeps failing
+        # an allocation somewhere among them (whichever thread makes the Nth)
+        results, stop, waiting = [], threading.Event(), []
+
+        def client(i):
+            kinds = list(FAULT_KINDS)
+            for r_ in range(3):
+                results.append(fault_request(srv, kinds[(i + r_) % len(kinds)], timeout=120))
+
+        def armer():
+            n = 1
+            while not stop.is_set():
+                results.append(fault_request(srv, "generate", 1 + (n * 37) % 200, timeout=120))
+                st_, _, j_, _ = srv.jreq("GET", "/debug/fault")
+                waiting.append((j_ or {}).get("fired", False))
+                n += 1
+
+        def watch():
+            while not stop.is_set():
+                s_ = srv.stats() or {}      # a failed allocation may make a /stats a 500
+                if "scheduler" in s_:
+                    waiting.append(s_["scheduler"]["waiting"])
+                time.sleep(0.05)
+        ts = [threading.Thread(target=client, args=(i,)) for i in range(24)]
+        aux = [threading.Thread(target=armer), threading.Thread(target=watch)]
+        for t in aux + ts:
+            t.start()
+        for t in ts:
+            t.join()
+        stop.set()
+        for t in aux:
+            t.join()
+        srv.jreq("GET", "/debug/fault")     # disarm
+        bad = [d for v, d in results if v == "bad"]
+        n_err = sum(v == "error" for v, _ in results)
+        most = max([w for w in waiting if not isinstance(w, bool)] or [0])
+        fired = sum(1 for w in waiting if w is True)
+        check(f"fault queue: {len(results)} requests with 24 clients on 2 slots (queue up to {most}) while "
+              f"{fired} allocations failed: each a whole answer or a clean error ({n_err} errors)",
+              not bad and most >= 8 and fired >= 3, f"{bad[:3]} queue {most} fired {fired}")
+        ok, s = wait_quiet(srv, idle, timeout=20)
+        check("fault queue: nothing held after", ok, f"{s and s['pools']} {s and s['scheduler']}")
+        st, _, _ = srv.req("GET", "/health")
+        v, d = fault_request(srv, "stream")
+        check("fault queue: /health 200 and the next stream served", st == 200 and v == "ok", f"{st} {d}")
+    finally:
+        srv.stop()
+    check("fault live: the server exited cleanly (LeakSanitizer found nothing in a SANITIZE build)",
+          srv.proc.returncode == 0, f"{srv.proc.returncode}; see {srv.log_path}")
+
+
+def test_auth_every_route(model):
+    """Issue 23's auth list, route by route: with a key set, every route of
+    the table (the ones test_api_keys does not name too: /detokenize,
+    /apply-template, /v1/memory/presets, HEAD, the test-only /debug/fault,
+    any unknown path) answers 401 without the key, with a wrong one, with one
+    differing only in its last byte and with the key in another header, and
+    is served with the key; only /health, /live, /ready (and the dashboard's
+    static files) stay open."""
+    key = "hy-every-route-5e1f"
+    srv = Server("auth-routes", model, "--api-key", key, "-t", "1", env={"HYSERVE_FAULT_LIVE": "1"})
+    try:
+        gen_body = {"inputs": "Hi", "parameters": {"max_new_tokens": 2}}
+        chat_body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        routes = [("GET", "/info", None), ("GET", "/v1/models", None), ("POST", "/generate", gen_body),
+                  ("POST", "/generate_stream", gen_body), ("POST", "/", gen_body),
+                  ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
+                  ("POST", "/v1/chat/completions", chat_body), ("POST", "/tokenize", {"inputs": "Hi"}),
+                  ("POST", "/detokenize", {"tokens": [1, 2]}), ("POST", "/apply-template", chat_body),
+                  ("GET", "/stats", None), ("GET", "/metrics", None), ("HEAD", "/info", None),
+                  ("POST", "/v1/memory/estimate", {"preset": "qwen3.5-9b"}), ("GET", "/v1/memory/presets", None),
+                  ("DELETE", "/requests/nobody", None), ("GET", "/debug/fault", None),
+                  ("GET", "/no-such-route", None)]
+        wrong = {"no key": {}, "a wrong key": {"Authorization": "Bearer hy-wrong"},
+                 "the last byte changed": {"Authorization": f"Bearer {key[:-1]}{chr(ord(key[-1]) ^ 1)}"},
+                 "the key in X-API-Key": {"X-API-Key": key},
+                 "the key in the query": None}
+        let_in, refused = [], []
+        for m, p, body in routes:
+            for what, hdr in wrong.items():
+                path = p + ("?api_key=" + key if hdr is None else "")
+                st, h, _ = srv.req(m, path, body, hdr or {})
+                if st != 401 or h.get("www-authenticate") != "Bearer":
+                    let_in.append(f"{m} {p} with {what}: {st}")
+            st, _, _ = srv.req(m, p, body, {"Authorization": f"Bearer {key}"})
+            if st == 401:
+                refused.append(f"{m} {p}")
+        check(f"each of {len(routes)} routes (and an unknown path) is 401 without the key, with a wrong key, "
+              "one differing in its last byte, or the key in another header or the query", not let_in,
+              "; ".join(let_in[:6]))
+        check("each route is served with the key (no 401)", not refused, ", ".join(refused))
+        opened = [p for p in ("/health", "/live", "/ready") if srv.req("GET", p)[0] != 200]
+        check("only /health, /live and /ready answer without a key", not opened, str(opened))
+    finally:
+        srv.stop()
+
+
+def test_overload_recovers(model):
+    """Over-budget load: 12 clients at once against one slot and a queue of
+    2 get 429 with Retry-After (never a 5xx or a reset), and once the load
+    drops the pools are idle and the next request is served."""
+    srv = Server("overload", model, "-t", "1", "--max-seqs", "1", "--max-queue", "2")
+    try:
+        idle = srv.stats()["pools"]["reserved_bytes"]
+        out = []
+
+        def client(i):
+            try:
+                st, h, j, b = srv.jreq("POST", "/generate", {"inputs": f"load {i}",
+                                                             "parameters": {"max_new_tokens": 60}}, timeout=120)
+                out.append((st, h.get("retry-after"), b[:120]))
+            except OSError as e:
+                out.append(("reset", None, repr(e)))
+        ts = [threading.Thread(target=client, args=(i,)) for i in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        refused = [o for o in out if o[0] in (429, 503)]
+        bad = [o for o in out if o[0] not in (200, 429, 503) or (o[0] != 200 and not (o[1] or "").isdigit())]
+        check(f"12 clients on 1 slot + a queue of 2: {len(out) - len(refused)} served, {len(refused)} refused "
+              "with 429/503 and Retry-After, nothing else", not bad and refused and len(out) - len(refused) >= 3,
+              f"{bad[:3]} {[o[0] for o in out]}")
+        ok, s = wait_quiet(srv, idle, timeout=30)
+        check("after the overload nothing is held (but the prefix store's entries)", ok, f"{s and s.get('pools')}")
+        st, _, j = gen(srv, "after", max_new_tokens=4)
+        st2, _, _ = srv.req("GET", "/health")
+        check("after the overload /health is 200 and a request is served", st == 200 and st2 == 200, f"{st} {j}")
+    finally:
+        srv.stop()
 
 
 def test_api_keys(model):
@@ -2525,6 +2798,9 @@ def main(argv=None):
             ("test_serve_synth", test_serve_synth),
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_fault_injection", lambda: test_fault_injection(model)),
+            ("test_fault_every_allocation", lambda: test_fault_every_allocation(model)),
+            ("test_auth_every_route", lambda: test_auth_every_route(model)),
+            ("test_overload_recovers", lambda: test_overload_recovers(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_request_limits", lambda: test_request_limits(model)),
             ("test_idle_and_prefill_disconnect", lambda: test_idle_and_prefill_disconnect(model)),

@@ -4,16 +4,24 @@
 Starts `hyserve serve` on a synthesized model (or uses --url), then runs N
 client threads until the time is up. Each request is one of: a stream read
 to its end (prompt 1..1500 tokens), a stream the client drops mid-prefill, one
-it drops mid-decode, a slow reader (sleeps between reads), garbage bytes, or a
-non-streamed /v1/completions. It reports requests served, errors by kind,
-TTFT and inter-token percentiles, resident memory over time (the server's
-VmRSS), and the cache pools once the load stops.
+it drops mid-decode, a slow reader (sleeps between reads), garbage bytes, a
+non-streamed /v1/completions, or a slow-reader stream: a long stream (1500
+tokens with details) on a small receive window that its client stops reading
+for 3-15 s ("stalled") or reads a few bytes every half second ("trickle"),
+then reads to the end. The server must cut those at --max-stream-buffer (64K
+here): they end with the "cancelled" error event naming the unread bytes, or
+with their final event when the client came back before the limit. They are
+counted apart (slow_* kinds), and so are the ordinary streams that finished
+while some slow reader was stalled: slow readers must not stall the others.
+It reports requests served, errors by kind, TTFT and inter-token
+percentiles, resident memory over time (the server's VmRSS), and the cache
+pools once the load stops.
 
 "Lost" is a request that was neither dropped by its client nor ended with its
 final event or a documented error status (4xx, 429/503 with Retry-After): a
 stream that stopped without a final event or an error event, a reset, a 5xx.
-Exit status 1 when anything was lost, a 5xx was seen, or the pools did not
-return to idle; --rss-tolerance also checks the last RSS against the one
+Exit status 1 when anything was lost, a 5xx was seen, the pools did not
+return to idle, or slow readers were stalled while no other stream finished; --rss-tolerance also checks the last RSS against the one
 after warm-up (the first tenth of the run).
 usage: soak.py --hyserve build/hyserve --seconds 30 --clients 8 [--rss-tolerance 0.05]
 """
@@ -55,6 +63,8 @@ class Soak:
         self.served = 0
         self.lost = []
         self.rng = random.Random(seed)
+        self.stalled = 0                # slow readers not reading right now
+        self.served_during_stall = 0    # ordinary streams finished meanwhile
 
     def book(self, kind, detail=None):
         with self.mu:
@@ -108,6 +118,7 @@ class Soak:
                 if ev.get("generated_text") is not None:
                     with self.mu:
                         self.served += 1
+                        self.served_during_stall += self.stalled > 0
                     self.book("ok_stream")
                     return
                 if mode == "drop_decode" and n_tok >= 2:
@@ -116,6 +127,58 @@ class Soak:
                 if mode == "slow":
                     time.sleep(0.05)
         finally:
+            s.close()
+
+    def slow_reader(self, rng, mode):
+        """A long stream on a 2 KiB receive window, read by a client that
+        stops ("stalled") or trickles ("trickle"); see the module text."""
+        body = json.dumps({"inputs": "slow " * rng.randint(1, 20),
+                           "parameters": {"max_new_tokens": 1500, "details": True}}).encode()
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        s.settimeout(120)
+        stalled = False
+        try:
+            s.connect(("127.0.0.1", self.port))
+            s.sendall(b"POST /generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            with self.mu:
+                self.stalled += 1
+            stalled = True
+            got = b""
+            if mode == "stalled":
+                time.sleep(rng.uniform(3, 15))
+            else:
+                for _ in range(rng.randint(6, 30)):
+                    got += s.recv(64)
+                    time.sleep(0.5)
+            with self.mu:
+                self.stalled -= 1
+            stalled = False
+            lines = socket_lines(s, got)
+            status = next(lines, b"").split()
+            code = int(status[1]) if len(status) >= 2 and status[1].isdigit() else 0
+            if code != 200:
+                self.book(str(code) if code else f"lost_slow_{mode}", f"slow_{mode}: {status}")
+                return
+            for line in lines:
+                if not line.startswith(b"data:"):
+                    continue
+                ev = json.loads(line[5:])
+                if "error" in ev:
+                    unread = ev.get("error_type") == "cancelled" and "unread" in str(ev.get("error"))
+                    self.book(f"slow_{mode}_cut" if unread else f"error_event_{ev.get('error_type')}")
+                    return
+                if ev.get("generated_text") is not None:
+                    with self.mu:
+                        self.served += 1
+                    self.book(f"slow_{mode}_done")
+                    return
+            self.book(f"lost_slow_{mode}", "stream cut without a final or error event")
+        finally:
+            if stalled:
+                with self.mu:
+                    self.stalled -= 1
             s.close()
 
     def garbage(self, rng):
@@ -156,7 +219,8 @@ class Soak:
 
     def client(self, i, end):
         rng = random.Random(self.rng.random() + i)
-        modes = ["full"] * 5 + ["drop_prefill", "drop_decode", "slow", "garbage", "completion", "completion"]
+        modes = ["full"] * 5 + ["drop_prefill", "drop_decode", "slow", "garbage", "completion", "completion",
+                                "slow_stalled", "slow_trickle"]
         while time.time() < end:
             m = rng.choice(modes)
             try:
@@ -164,10 +228,30 @@ class Soak:
                     self.garbage(rng)
                 elif m == "completion":
                     self.completion(rng)
+                elif m.startswith("slow_"):
+                    self.slow_reader(rng, m[5:])
                 else:
                     self.stream(rng, m)
             except (OSError, ValueError) as e:
                 self.book("lost_exception", repr(e))
+
+
+def socket_lines(s, got=b""):
+    """The lines of what s sends from now on, after the bytes got already
+    read, until it closes."""
+    buf = got
+    while True:
+        i = buf.find(b"\n")
+        if i >= 0:
+            yield buf[:i + 1]
+            buf = buf[i + 1:]
+            continue
+        data = s.recv(65536)
+        if not data:
+            if buf:
+                yield buf
+            return
+        buf += data
 
 
 def rss_kb(pid):
@@ -191,6 +275,7 @@ def main():
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rss-tolerance", type=float, default=None)
+    ap.add_argument("--max-stream-buffer", default="64K", help="the server's --max-stream-buffer")
     ap.add_argument("--tmp", default=os.environ.get("TEST_TMPDIR", "tests/tmp"))
     a = ap.parse_args()
     os.makedirs(a.tmp, exist_ok=True)
@@ -204,14 +289,15 @@ def main():
     log = open(os.path.join(a.tmp, "soak-server.log"), "wb")
     srv = subprocess.Popen([a.hyserve, "serve", "-m", model, "--config", "/dev/null", "--port", str(port), "-t", "2",
                             "--max-seqs", "16", "--ctx", "2048", "--max-connections-per-client", "0",
-                            "--queue-timeout", "60"], stdout=log, stderr=subprocess.STDOUT)
+                            "--queue-timeout", "60", "--max-stream-buffer", a.max_stream_buffer], stdout=log, stderr=subprocess.STDOUT)
     try:
         for _ in range(600):
             try:
-                if stats(port):
+                if "pools" in stats(port):      # not the 503 of a server still loading
                     break
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         idle = stats(port)["pools"]["reserved_bytes"]
         soak = Soak(port, a.seconds, a.clients, a.seed)
         end = time.time() + a.seconds
@@ -241,6 +327,12 @@ def main():
     ms = lambda x: f"{x * 1e3:.1f}"
     print(f"soak: TTFT ms p50 {ms(pct(soak.ttft, 50))} p90 {ms(pct(soak.ttft, 90))} p99 {ms(pct(soak.ttft, 99))}; "
           f"inter-token ms p50 {ms(pct(soak.itl, 50))} p90 {ms(pct(soak.itl, 90))} p99 {ms(pct(soak.itl, 99))}")
+    slow = {k: v for k, v in soak.kinds.items() if k.startswith("slow_") or k.startswith("lost_slow")}
+    print(f"soak: slow readers {sum(slow.values())}: cut at --max-stream-buffer {a.max_stream_buffer} "
+          f"{sum(v for k, v in slow.items() if k.endswith('_cut'))}, read to their end "
+          f"{sum(v for k, v in slow.items() if k.endswith('_done'))}, lost "
+          f"{sum(v for k, v in slow.items() if k.startswith('lost'))}; ordinary streams finished while one "
+          f"was stalled: {soak.served_during_stall}")
     print("soak: RSS MiB over time: " + " ".join(f"{t:.0f}s:{kb / 1024:.1f}" for t, kb in rss))
     print(f"soak: pools at the end: reserved {st['pools']['reserved_bytes']} (idle {idle}; prefix store "
           f"{st['pools'].get('prefix_cache', {}).get('bytes', 0)} in {st['pools'].get('prefix_cache', {}).get('entries', 0)} "
@@ -251,6 +343,8 @@ def main():
         bad.append("pools not back to idle")
     if rc != 0:
         bad.append(f"server exited {rc}")
+    if sum(v for k, v in slow.items() if k.endswith("_cut")) and soak.served_during_stall == 0:
+        bad.append("slow readers were cut, but no other stream finished while one was stalled")
     if a.rss_tolerance is not None and rss[-1][1] > warm * (1 + a.rss_tolerance):
         bad.append(f"RSS {rss[-1][1]} KiB at the end, more than {a.rss_tolerance:.0%} over {warm} KiB after warm-up")
     for b in bad[:10]:

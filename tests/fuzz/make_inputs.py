@@ -15,7 +15,7 @@ absent). Each malicious input names the advisory class it reproduces:
   llama.cpp #26690  array element types not checked before use
   llama.cpp #25475  special-token ids beyond the vocabulary
   llama.cpp #18674  dimension overflow in the hyperparameters
-  CVE-2026-21869  negative / huge JSON numeric fields
+  CVE-2026-21869  negative / huge JSON numeric fields (also /v1/memory/estimate's)
 The files are committed; rerun after changing this script:
   python3 tests/fuzz/make_inputs.py [--hyserve build/hyserve]
 """
@@ -263,6 +263,54 @@ def json_inputs():
     yield "body-invalid-utf8", R_TGI, b'{"inputs": "\xff\xfe\xc3"}'
 
 
+def memest_inputs():
+    """(name, first byte, body) for fuzz_memest: byte 0 bit 0 set is a size
+    text, else a body (bit 1: a model is served)."""
+    B, SERVED, SIZE = b"\0", b"\2", b"\1"
+    big = 2 ** 31
+    yield "cve-2026-21869-context-negative", B, {"preset": "qwen3.5-9b", "context": -1}
+    yield "cve-2026-21869-context-huge", B, {"preset": "qwen3.5-9b", "context": 1e300}
+    yield "cve-2026-21869-batch-fraction", B, {"preset": "qwen3.5-9b", "batch": 1.5}
+    yield "cve-2026-21869-batch-max-context-max", SERVED, {"context": 1e9, "batch": 1e6}
+    yield "cve-2026-21869-page-tokens-zero", B, {"preset": "llama-3.1-8b", "page_tokens": 0}
+    yield "cve-2026-21869-page-tokens-fraction", B, {"preset": "llama-3.1-8b", "page_tokens": 0.5}
+    yield "cve-2026-21869-budget-negative", B, {"preset": "llama-3.1-8b", "budget": -1}
+    yield "cve-2026-21869-budget-2p64", B, {"preset": "llama-3.1-8b", "budget": "16E"}
+    yield "cve-2026-21869-budget-1e19-text", B, {"preset": "llama-3.1-8b", "budget": "1e19"}
+    yield "cve-2026-21869-budget-nan-text", B, {"preset": "llama-3.1-8b", "budget": "nan"}
+    yield "cve-2026-21869-layout-layers-2p31", B, {"layout": {"layers": big, "attention": {
+        "layers": big, "heads": big, "kv_heads": big, "head_dim": big}}, "context": 1e9, "batch": 1e6}
+    g = 10 ** 9     # the largest count a layout field takes; three of them overflow an int
+    yield "cve-2026-21869-layout-sum-wraps", B, {"layout": {"layers": g, "attention": {
+        "layers": g, "heads": 1, "head_dim": 1}, "deltanet": {"layers": g}, "mla": {"layers": g}}}
+    yield "cve-2026-21869-layout-every-field-max", B, {"layout": {
+        "layers": g, "max_context": g, "page_tokens": g,
+        "attention": {"layers": g, "heads": g, "kv_heads": g, "head_dim": g},
+        "mla": {"layers": g, "heads": g, "kv_lora_rank": g, "rope_dim": g, "nope_dim": g, "v_dim": g},
+        "deltanet": {"layers": g, "k_heads": g, "v_heads": g, "d_k": g, "d_v": g, "conv_kernel": g},
+        "mamba": {"layers": g, "d_inner": g, "d_state": g, "conv_kernel": g},
+        "kda": {"layers": g, "heads": g, "head_dim": g, "conv_kernel": g}}, "context": g, "batch": 10 ** 6,
+        "budget": "16E"}
+    yield "cve-2026-21869-layout-negative", B, {"layout": {"layers": 1, "attention": {
+        "layers": 1, "heads": -8, "kv_heads": -1, "head_dim": 64}}}
+    yield "llama.cpp-18674-layout-dims-huge", B, {"layout": {"layers": 64, "mla": {
+        "layers": 64, "heads": 128, "kv_lora_rank": 1 << 30, "rope_dim": 1 << 30, "nope_dim": 1, "v_dim": 1}},
+        "context": 1e9, "batch": 1e6}
+    yield "llama.cpp-18674-layout-deltanet-huge", B, {"layout": {"layers": 64, "deltanet": {
+        "layers": 64, "k_heads": 1 << 20, "v_heads": 1 << 20, "d_k": 1 << 20, "d_v": 1 << 20, "conv_kernel": 1 << 20}}}
+    yield "llama.cpp-26690-layout-types", B, {"layout": {"layers": "8", "attention": [1, 2]}}
+    yield "preset-and-layout", B, {"preset": "qwen3.5-9b", "layout": {}}
+    yield "preset-path-traversal", B, {"preset": "../../etc/passwd"}
+    yield "preset-not-string", B, {"preset": ["qwen3.5-9b"]}
+    yield "neither-not-served", B, {}
+    yield "not-object", SERVED, [1, 2]
+    yield "deep-nesting", B, '{"layout":' * 5000
+    yield "size-text-e-huge", SIZE, "1.8e19"
+    yield "size-text-hex", SIZE, "0x1p64"
+    yield "size-text-inf", SIZE, "infGiB"
+    yield "size-text-garbage", SIZE, " 12 K iB "
+
+
 def main():
     hyserve = None
     if "--hyserve" in sys.argv:
@@ -326,6 +374,27 @@ def main():
     write(os.path.join(regress, "tokenize"), "cve-2025-52566-specials-dense", b"\1" + b"<|im_end|>" * 400)
     write(os.path.join(regress, "tokenize"), "cve-2025-52566-special-cut", b"\3" + b"<|im_end|" * 400)
     write(os.path.join(regress, "tokenize"), "invalid-utf8-every-byte", b"\0" + bytes(range(256)) * 8)
+    for name, how, body in memest_inputs():
+        b = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        write(os.path.join(regress, "memest"), name, how + b)
+    mem_seeds = [
+        (b"\0", {"preset": "qwen3-next-80b-a3b", "context": 131072, "batch": 4, "budget": "80G"}),
+        (b"\0", {"preset": "deepseek-v2", "kv_dtype": "bf16", "state_dtype": "bf16", "page_tokens": 32}),
+        (b"\2", {"context": 8192, "budget": 25769803776}),
+        (b"\0", {"layout": {"name": "mix", "layers": 8, "max_context": 32768, "page_tokens": 16,
+                            "attention": {"layers": 2, "heads": 16, "kv_heads": 2, "head_dim": 256},
+                            "deltanet": {"layers": 4, "k_heads": 16, "v_heads": 32, "d_k": 128, "d_v": 128,
+                                         "conv_kernel": 4},
+                            "mla": {"layers": 1, "heads": 16, "kv_lora_rank": 512, "rope_dim": 64, "nope_dim": 128,
+                                    "v_dim": 128},
+                            "mamba": {"layers": 1, "d_inner": 8192, "d_state": 16, "conv_kernel": 4}},
+                 "kv_dtype": "f16"}),
+        (b"\0", {"layout": {"layers": 4, "kda": {"layers": 4, "heads": 32, "head_dim": 128, "conv_kernel": 4}}}),
+        (b"\1", "24G"), (b"\1", "512MiB"), (b"\1", "1.5T"), (b"\1", "4096"),
+    ]
+    for i, (how, body) in enumerate(mem_seeds):
+        b = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        write(os.path.join(corpus, "memest"), "seed-%d" % i, how + b)
     chats = [b"\2\2hello\0\3hi there\0\2<|im_end|>\n<|im_start|>system\nx",
              b"\4\0  sys  \0\2 user \0\3", b"\3\1\0\2\t\n", b"\1\2a", b"\0\2a"]
     for i, c in enumerate(chats):
