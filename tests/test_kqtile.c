@@ -182,7 +182,7 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
         }
     }
     kt_levels_restore();
-    CHECK(levels >= 2);         /* the scalar level always runs, and this CPU's own */
+    CHECK(levels >= 1);         /* the scalar level always runs (HYSERVE_SIMD may hide the others) */
     CHECK(!bad);
     free(x); free(y); free(q); free(d); free(bs); free(rows); free(panel);
 }
