@@ -50,7 +50,7 @@ void matmul_set_small_max(int n_tok);
  * HYSERVE_INT8_PROMPT: "0" off, "1" on, unset or else auto.
  * matmul_int8_prompt(): whether prompts take them now. */
 enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO };
-#define MATMUL_KQ_PROMPT_MIN_TOK 64
+#define MATMUL_KQ_PROMPT_MIN_TOK 32
 void matmul_set_int8_prompt(int mode);
 bool matmul_int8_prompt(void);
 

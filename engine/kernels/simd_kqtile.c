@@ -50,19 +50,33 @@ size_t kqtile_panel_bytes(int n)
     return (size_t)((n + 255) / 256) * KQT_GROUP_BYTES;
 }
 
-/* Group g (elements 256 g ..) of one row: its unsigned integers into w,
- * its scale fields into sc [16], mn [8], dw [8]. */
-static void unpack_group(uint32_t type, const void *row, int g, int n, uint8_t *w, int32_t *sc, int32_t *mn,
+/* 4 bytes as one word (little-endian: byte m is bits 8m ..) */
+static inline uint32_t kt_w32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Group g (elements 256 g ..) of row i: its unsigned integers as quads
+ * (4 elements, one word each, byte m element 4 k + m) at G + 64 k + 4 i,
+ * its scale fields into sc [16], mn [8], dw [8]. Each quad is built from
+ * word loads of the block: the 4 elements share their nibble (and high
+ * bits) positions. */
+static void unpack_group(uint32_t type, const void *row, int g, int n, uint8_t *G, int i, int32_t *sc, int32_t *mn,
                          float *dw)
 {
+    const uint32_t lo4 = 0x0F0F0F0Fu;
+    uint8_t *Q = G + 4 * i;
     if (type == GGML_Q4_0) {
         const kt_q4_0 *b = (const kt_q4_0 *)row + 8 * g;
         const int nj = n / 32 - 8 * g < 8 ? n / 32 - 8 * g : 8;
-        for (int j = 0; j < nj; j++) {
+        for (int j = 0; j < nj; j++) {          /* element l: low nibble of qs[l], l + 16: high */
             dw[j] = fp16_to_f32(b[j].d);
-            for (int l = 0; l < 16; l++) {      /* element l: low nibble, l + 16: high */
-                w[32 * j + l] = b[j].qs[l] & 15;
-                w[32 * j + l + 16] = b[j].qs[l] >> 4;
+            for (int k = 0; k < 4; k++) {
+                const uint32_t v = kt_w32(b[j].qs + 4 * k), a = v & lo4, h = (v >> 4) & lo4;
+                memcpy(Q + 64 * (8 * j + k), &a, 4);
+                memcpy(Q + 64 * (8 * j + 4 + k), &h, 4);
             }
         }
     } else if (type == GGML_Q6_K) {
@@ -72,10 +86,11 @@ static void unpack_group(uint32_t type, const void *row, int g, int n, uint8_t *
             sc[j] = b->scales[j];
         for (int nn = 0; nn < 2; nn++)          /* element 128 nn + 32 k + l */
             for (int k = 0; k < 4; k++)
-                for (int l = 0; l < 32; l++) {
-                    const uint8_t lq = b->ql[64 * nn + l + 32 * (k & 1)];
-                    w[128 * nn + 32 * k + l] =
-                        (uint8_t)(((lq >> (4 * (k >> 1))) & 15) | ((b->qh[32 * nn + l] >> (2 * k) & 3) << 4));
+                for (int l = 0; l < 32; l += 4) {
+                    const uint32_t lq = (kt_w32(b->ql + 64 * nn + l + 32 * (k & 1)) >> (4 * (k >> 1))) & lo4;
+                    const uint32_t hq = ((kt_w32(b->qh + 32 * nn + l) >> (2 * k)) & 0x03030303u) << 4;
+                    const uint32_t v = lq | hq;
+                    memcpy(Q + 64 * ((128 * nn + 32 * k + l) / 4), &v, 4);
                 }
     } else {                                    /* Q4_K, Q5_K */
         const bool five = type == GGML_Q5_K;
@@ -89,11 +104,11 @@ static void unpack_group(uint32_t type, const void *row, int g, int n, uint8_t *
             kq_scale_min(scales, s, &a, &m);
             sc[s] = a;
             mn[s] = m;
-            for (int l = 0; l < 32; l++) {
-                int v = (qs[32 * (s / 2) + l] >> (4 * (s & 1))) & 15;
-                if (five)
-                    v |= (b5->qh[l] >> s & 1) << 4;     /* bit s of qh[l] is bit 4 */
-                w[32 * s + l] = (uint8_t)v;
+            for (int l = 0; l < 32; l += 4) {
+                uint32_t v = (kt_w32(qs + 32 * (s / 2) + l) >> (4 * (s & 1))) & lo4;
+                if (five)                       /* bit s of qh[l] is bit 4 */
+                    v |= ((kt_w32(b5->qh + l) >> s) & 0x01010101u) << 4;
+                memcpy(Q + 64 * ((32 * s + l) / 4), &v, 4);
             }
         }
     }
@@ -109,12 +124,9 @@ void kqtile_unpack(uint32_t type, const void *rows, size_t rb, int nr, int n, vo
         int32_t *SC = (int32_t *)(G + KQT_SC), *MN = (int32_t *)(G + KQT_MN);
         float *DW = (float *)(G + KQT_DW);
         for (int i = 0; i < nr; i++) {
-            uint8_t w[256] = { 0 };
             int32_t sc[16] = { 0 }, mn[8] = { 0 };
             float dw[8] = { 0 };
-            unpack_group(type, (const char *)rows + (size_t)i * rb, g, n, w, sc, mn, dw);
-            for (int k = 0; k < 64; k++)        /* quad k of row i at 64 k + 4 i */
-                memcpy(G + 64 * k + 4 * i, w + 4 * k, 4);
+            unpack_group(type, (const char *)rows + (size_t)i * rb, g, n, G, i, sc, mn, dw);
             for (int j = 0; j < 16; j++)
                 SC[16 * j + i] = sc[j];
             for (int j = 0; j < 8; j++) {
