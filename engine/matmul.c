@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/blas.h"
 #include "kernels/cpu.h"
@@ -13,6 +14,7 @@
 #include "kernels/simd.h"
 #include "kernels/simd_amx.h"
 #include "kernels/simd512.h"
+#include "kernels/simd_kqtile.h"
 
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
  * input: each thread turns a tile to f32 and runs sgemm on it. */
@@ -81,10 +83,37 @@ static bool kq_act(const weight *W)
 
 static void act8_quantize(uint32_t type, const float *x, int n_in, act8 a)
 {
-    if (type == GGML_Q4_0)
+    if (type == GGML_Q4_0) {
         quantize_act_q8(x, n_in, a.q, a.d);
-    else
+        for (int g = 0; g < n_in / 16; g++) {       /* the per-16 sums the prompt tiles read */
+            int s = 0;
+            for (int j = 0; j < 16; j++)
+                s += a.q[16 * g + j];
+            a.bs[g] = (int16_t)s;
+        }
+    } else
         quantize_act_q8k(x, n_in, a.q, a.d, a.bs);
+}
+
+/* the pointers of n_tok tokens' activations laid out from base */
+static void act8_pointers(void *base, int n_in, int n_tok, const int8_t **q, const float **d, const int16_t **bs)
+{
+    for (int t = 0; t < n_tok; t++) {
+        const act8 a = act8_at(base, n_in, t);
+        q[t] = a.q;
+        d[t] = a.d;
+        bs[t] = a.bs;
+    }
+}
+
+/* inside a parallel region: this thread's share of n_tok tokens of X
+ * quantized to base, then a barrier */
+static void act8_quantize_share(uint32_t type, const float *X, int n_in, int n_tok, void *base)
+{
+    const int nt = omp_get_num_threads(), it = omp_get_thread_num();
+    for (int t = n_tok * it / nt; t < n_tok * (it + 1) / nt; t++)
+        act8_quantize(type, X + (size_t)t * n_in, n_in, act8_at(base, n_in, t));
+    #pragma omp barrier
 }
 
 /* y[r] = row r . x on the activations a, rows rb bytes apart */
@@ -93,6 +122,81 @@ static void act8_rows(uint32_t type, const char *W, size_t rb, int n_rows, act8 
     for (int r = 0; r < n_rows; r++)
         y[r * ldy] = type == GGML_Q4_0 ? dot_q4_0_act(W + (size_t)r * rb, a.q, a.d, n_in)
                                        : dot_kq_act(type, W + (size_t)r * rb, a.q, a.d, a.bs, n_in);
+}
+
+/* ---- prompts on int8 products ----
+ * HYSERVE_INT8_PROMPT (or matmul_set_int8_prompt): "0" prompts of every
+ * type on f32 activations (sgemm on decoded tiles, or the f32 tile);
+ * "1" every Q8_0, K-quant and Q4_0 prompt product on int8 activations
+ * quantized per token as for one token (Q8_0: the decode-step kernels;
+ * K-quants, Q4_0: simd_kqtile.h) at every level: what the reference's
+ * int8 mode computes; unset (or anything else), auto: where the CPU has
+ * AVX512-VNNI, Q8_0 and Q4_0 prompts and K-quant prompts from
+ * MATMUL_KQ_PROMPT_MIN_TOK tokens, else none. */
+static int mm_int8_prompt = -1;         /* MATMUL_INT8_*, -1 before the environment is read */
+
+void matmul_set_int8_prompt(int mode)
+{
+    mm_int8_prompt = mode;
+}
+
+bool matmul_int8_prompt(void)
+{
+    if (mm_int8_prompt < 0) {
+        const char *e = getenv("HYSERVE_INT8_PROMPT");
+        mm_int8_prompt = e && !strcmp(e, "0") ? MATMUL_INT8_OFF : e && !strcmp(e, "1") ? MATMUL_INT8_ON
+                                                                                      : MATMUL_INT8_AUTO;
+    }
+    return mm_int8_prompt == MATMUL_INT8_ON || (mm_int8_prompt == MATMUL_INT8_AUTO && simd_avx512_vnni());
+}
+
+/* true when a prompt of n_tok tokens on W takes the int8 tiles: always
+ * when int8 prompts are forced on; on auto, Q4_0 always and the K-quants
+ * from MATMUL_KQ_PROMPT_MIN_TOK tokens */
+static bool kq_prompt(const weight *W, int n_tok, bool decode)
+{
+    if (decode || n_tok < 2 || !kqtile_fits(W->type, W->n_in) || !matmul_int8_prompt())
+        return false;
+    return mm_int8_prompt == MATMUL_INT8_ON || W->type == GGML_Q4_0 || n_tok >= MATMUL_KQ_PROMPT_MIN_TOK;
+}
+
+/* at most this many tokens per pass of matmul_kq_prompt (the pointer arrays) */
+#define KQ_PROMPT_MAX_TOK 512
+
+/* A prompt on a K-quant or Q4_0 weight as int8 products (kq_prompt): the
+ * tokens quantized as for one token (a share per thread), then each
+ * thread unpacks a panel of 16 rows at a time (simd_kqtile.h) and
+ * multiplies it with every token of the pass. Scratch: a panel per thread,
+ * then as many tokens' activations as fit the rest of the prompt scratch
+ * (64 n_in floats per thread, matmul_scratch_floats): about 200 tokens on
+ * one thread, 400 on two. */
+static void matmul_kq_prompt(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch)
+{
+    const int n_in = W->n_in, n_out = W->n_out, nth = omp_get_max_threads(), n_pan = (n_out + KQT_ROWS - 1) / KQT_ROWS;
+    const size_t pb = kqtile_panel_bytes(n_in), ab = act8_bytes(n_in);
+    const size_t have = (size_t)nth * MM_TILE_ROWS * (size_t)n_in * sizeof(float) - 64;
+    char *panels = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *acts = panels + (size_t)nth * pb;
+    size_t fit = (have - (size_t)nth * pb) / ab;
+    const int per = fit > KQ_PROMPT_MAX_TOK ? KQ_PROMPT_MAX_TOK : (int)fit;
+    const int8_t *q[KQ_PROMPT_MAX_TOK];
+    const float *d[KQ_PROMPT_MAX_TOK];
+    const int16_t *bs[KQ_PROMPT_MAX_TOK];
+    for (int t0 = 0; t0 < n_tok; t0 += per) {
+        const int nt = n_tok - t0 < per ? n_tok - t0 : per;
+        act8_pointers(acts, n_in, nt, q, d, bs);
+        #pragma omp parallel
+        {
+            act8_quantize_share(W->type, X + (size_t)t0 * n_in, n_in, nt, acts);
+            void *panel = panels + (size_t)omp_get_thread_num() * pb;
+            #pragma omp for schedule(dynamic, 1)
+            for (int p = 0; p < n_pan; p++) {
+                const int r0 = KQT_ROWS * p, nr = n_out - r0 < KQT_ROWS ? n_out - r0 : KQT_ROWS;
+                kqtile_unpack(W->type, (const char *)W->data + (size_t)r0 * W->row_bytes, W->row_bytes, nr, n_in,
+                              panel);
+                kqtile_mul(W->type, panel, n_in, nr, q, d, bs, nt, Y + (size_t)t0 * n_out + r0, n_out);
+            }
+        }
+    }
 }
 
 long matmul_scratch_floats(const weight *W, int n_tok)
@@ -401,18 +505,11 @@ static void matmul_kq_act_chunk(float *restrict Y, const weight *W, const float 
     const int8_t *q[Q8_ACT_MAX_TOK];
     const float *d[Q8_ACT_MAX_TOK];
     const int16_t *bs[Q8_ACT_MAX_TOK];
-    for (int t = 0; t < n_tok; t++) {
-        const act8 a = act8_at(scratch, n_in, t);
-        q[t] = a.q;
-        d[t] = a.d;
-        bs[t] = a.bs;
-    }
+    act8_pointers(scratch, n_in, n_tok, q, d, bs);
     #pragma omp parallel
     {
+        act8_quantize_share(W->type, X, n_in, n_tok, scratch);
         const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-        for (int t = n_tok * it / nt; t < n_tok * (it + 1) / nt; t++)
-            act8_quantize(W->type, X + (size_t)t * n_in, n_in, act8_at(scratch, n_in, t));
-        #pragma omp barrier
         const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
         for (int o = r0; o < r1; o++) {
             const char *row = (const char *)W->data + (size_t)o * W->row_bytes;
@@ -483,9 +580,9 @@ static void matmul_shared(int n, float *const *Y, const weight *const *W, const 
  * decode steps (Q8_0 on int8 activations, as the rows'), and on f32
  * activations for short prompts (as the rows' tile); sgemm on decoded
  * panels for longer prompts */
-static int panels_path(int n_tok, bool decode)
+static int panels_path(const weight *W, int n_tok, bool decode)
 {
-    if (n_tok == 1 || decode)
+    if (n_tok == 1 || decode || (W->type == GGML_Q8_0 && matmul_int8_prompt()))
         return PANELS_DECODE;
     return n_tok <= mm_small_max ? PANELS_OUTER : PANELS_SGEMM;
 }
@@ -500,7 +597,7 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
     int f = 0;                  /* the first packed weight: the group's type and width */
     while (f < n && !W[f]->panels)
         f++;
-    const int path = panels_path(n_tok, decode);
+    const int path = f < n ? panels_path(W[f], n_tok, decode) : PANELS_SGEMM;
     if (n >= 2 && n <= MATMUL_MANY_MAX && f < n && panels_kernel(W[f]) && path != PANELS_SGEMM) {
         const weight *P[MATMUL_MANY_MAX];
         float *YP[MATMUL_MANY_MAX];
@@ -536,7 +633,7 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
 {
     const int n_in = W->n_in, n_out = W->n_out;
     if (W->panels) {        /* BF16/F16/Q8_0 in panels: the outer-product kernel, sgemm for prompts */
-        panels_matmul(Y, W, X, n_tok, panels_path(n_tok, decode), scratch);
+        panels_matmul(Y, W, X, n_tok, panels_path(W, n_tok, decode), scratch);
         return;
     }
     if (n_tok == 1 || amx_step(W, n_tok, decode)) {
@@ -544,8 +641,13 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
         matmul_shared(1, &y, &W, X, n_tok, scratch);
         return;
     }
-    if (q8_act_step(W, n_tok, decode) || (decode && kq_act(W))) {
+    if (q8_act_step(W, n_tok, decode) || (decode && kq_act(W)) ||
+        (!decode && W->type == GGML_Q8_0 && W->n_in % 32 == 0 && matmul_int8_prompt())) {
         matmul_q8_act(Y, W, X, n_tok, scratch);
+        return;
+    }
+    if (kq_prompt(W, n_tok, decode)) {
+        matmul_kq_prompt(Y, W, X, n_tok, scratch);
         return;
     }
     /* decode steps of any size but F32's stay on the tile (F16 and BF16

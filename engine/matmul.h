@@ -21,7 +21,10 @@
  * one token (quantized per block of 32, as llama.cpp does); in a decode
  * step of several tokens too (int8 tiles on AMX, the int8 kernels
  * elsewhere), so a sequence decoded in a batch sees the same int8 inputs
- * as decoded alone. BF16 weights in a decode step of several tokens on
+ * as decoded alone. Prompts on Q8_0, K-quant and Q4_0 weights meet int8
+ * activations too where matmul_int8_prompt() (quantized per token as for
+ * one token: Q8_0 and Q4_0 per block of 32, the K-quants per super-block
+ * of 256 with per-16 sums), else f32. BF16 weights in a decode step of several tokens on
  * AMX-BF16 meet activations rounded to bf16 (as llama.cpp rounds them for
  * every BF16 product); one token keeps f32 activations. Other batches keep
  * f32 activations. */
@@ -38,5 +41,17 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
 /* Tuning and tests: batches of up to n_tok tokens (default 16) take the
  * small-batch kernel instead of sgemm; 1 turns it off. */
 void matmul_set_small_max(int n_tok);
+/* Prompts on int8 products (Q8_0, K-quants, Q4_0): MATMUL_INT8_OFF never;
+ * MATMUL_INT8_ON every such product at every level (the int8 kernels have
+ * AVX-512, AVX2 and scalar forms; the reference's int8 mode);
+ * MATMUL_INT8_AUTO where the CPU has AVX512-VNNI, and there K-quant
+ * prompts only from MATMUL_KQ_PROMPT_MIN_TOK tokens (the tile unpacks
+ * each weight once per prompt: too dear for a few tokens). The default is
+ * HYSERVE_INT8_PROMPT: "0" off, "1" on, unset or else auto.
+ * matmul_int8_prompt(): whether prompts take them now. */
+enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO };
+#define MATMUL_KQ_PROMPT_MIN_TOK 32
+void matmul_set_int8_prompt(int mode);
+bool matmul_int8_prompt(void);
 
 #endif

@@ -45,7 +45,7 @@ _Static_assert(sizeof(block_q5_k) == 176, "Q5_K block is 176 bytes");
 _Static_assert(sizeof(block_q6_k) == 210, "Q6_K block is 210 bytes");
 
 /* 6-bit scale and min of sub-block s (0..7) of a Q4_K/Q5_K super-block. */
-static void kq_scale_min(const uint8_t *sc, int s, int *scale, int *min)
+void kq_scale_min(const uint8_t *sc, int s, int *scale, int *min)
 {
     if (s < 4) {
         *scale = sc[s] & 63;

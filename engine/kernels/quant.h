@@ -69,6 +69,9 @@ float dot_q8_0_act_ref(const void *row, const int8_t *q, const float *d, int n);
  * Against dot_row on the float x the error is at most
  * sum_i |w[i]| d[b(i)] / 2 plus float rounding. n a multiple of 256
  * (K-quants) or 32 (Q4_0); bsums holds n / 16 entries. */
+/* the 6-bit scale and min of sub-block s (0..7) of a Q4_K/Q5_K
+ * super-block's 12 packed scale bytes (docs/models.md section 5) */
+void kq_scale_min(const uint8_t *sc, int s, int *scale, int *min);
 /* true for the types whose one-token product runs on int8 activations */
 bool quant_int8_act(uint32_t type);
 /* elements per activation scale for such a type: 32 or 256 */

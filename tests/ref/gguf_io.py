@@ -63,6 +63,14 @@ def align_up(n, a):
     return (n + a - 1) // a * a
 
 
+class WeightArray(np.ndarray):
+    """A decoded tensor that remembers its GGUF type (ggml_type), which the reference's int8
+    activation mode reads (qwen35_ref.linear); views of it (one expert's slice) keep it."""
+
+    def __array_finalize__(self, obj):
+        self.ggml_type = getattr(obj, "ggml_type", None)
+
+
 # --------------------------------------------------------------------------
 # scalar conversions
 
@@ -264,7 +272,8 @@ class GGUFReader:
         return self.buf[start:start + ti.n_bytes]
 
     def tensor(self, name):
-        """Tensor decoded to float64, numpy shape = reversed ne."""
+        """Tensor decoded to float64, numpy shape = reversed ne, as a WeightArray (its type
+        in .ggml_type)."""
         ti = self.tensors[name]
         raw = self.raw(name)
         n = ti.n_elements
@@ -275,7 +284,9 @@ class GGUFReader:
             a = quants.dequantize(raw, t, n).astype(np.float64)
         else:
             raise GGUFError("tensor %s: unsupported ggml type %s" % (name, ti.type_name))
-        return a.reshape(ti.shape)
+        w = a.reshape(ti.shape).view(WeightArray)
+        w.ggml_type = t
+        return w
 
     def tensor_f32(self, name):
         """Tensor dequantized to float32 (exactly the values an f32 engine holds), flat in

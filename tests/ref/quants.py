@@ -517,3 +517,31 @@ def self_test(verbose=False):
 if __name__ == "__main__":
     self_test(verbose=True)
     print("quants self-test ok")
+
+
+# --------------------------------------------------------------------------
+# int8 activations: what the Q8_0 / Q4_0 / K-quant int8 products multiply (docs/performance.md)
+
+def act_block(t):
+    """Activation values per scale for the int8 products on weights of type t: 32 for Q8_0 and
+    Q4_0 (Q8_0-style blocks), 256 for the K-quants (Q8_K-style super-blocks); None for the rest."""
+    t = type_id(t)
+    if t in (GGML_Q8_0, GGML_Q4_0):
+        return QK
+    if t in (GGML_Q4_K, GGML_Q5_K, GGML_Q6_K):
+        return QK_K
+    return None
+
+
+def quantize_activations(x, block):
+    """x [..., n] (n a multiple of block) as the int8 products see it: per block of each row,
+    in float32 arithmetic, d = max|x| / 127, q = round_half_even(x * (1 / d)) (q = 0 where d = 0),
+    |q| <= 127; returns q d in float64, the exact value each integer product is scaled by
+    (sum_i w_i q_i d = sum_i w_i (q_i d) exactly)."""
+    x32 = np.asarray(x, dtype=np.float64).astype(F32)
+    xb = x32.reshape(-1, block)
+    amax = np.max(np.abs(xb), axis=1)
+    d = (amax / F32(127.0)).astype(F32)
+    inv = np.where(d > 0, F32(1.0) / np.where(d > 0, d, F32(1.0)), F32(0.0)).astype(F32)
+    q = np.rint(xb * inv[:, None])                  # float32 product, ties to even
+    return (q.astype(np.float64) * d.astype(np.float64)[:, None]).reshape(np.shape(x))

@@ -15,7 +15,7 @@ Written from the math notes (now docs/models.md) only; it is the golden referenc
 C engine is tested against, so it favours obviousness over speed.
 
 CLI:
-  /usr/bin/python3 tests/ref/qwen35_ref.py MODEL.gguf --tokens 1,2,3 [--all] [--chunked]
+  /usr/bin/python3 tests/ref/qwen35_ref.py MODEL.gguf --tokens 1,2,3 [--all] [--chunked] [--int8-act]
   /usr/bin/python3 tests/ref/qwen35_ref.py --self-test
 prints one JSON object {"tokens": [...], "logits": [[...], ...]} (one row of
 n_vocab floats per position with --all, else only the last position's row).
@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_io import GGUFReader, round_to_dtype  # noqa: E402
+import quants  # noqa: E402
 
 ARCH = "qwen35"
 
@@ -63,8 +64,23 @@ def l2norm(x, eps):
     return x / np.maximum(n, eps)
 
 
+# int8 activation mode (set_int8_activations, --int8-act): the engine's int8 prompt products
+# (HYSERVE_INT8_PROMPT=1) multiply Q8_0 / Q4_0 / K-quant weights by activations quantized per
+# block (quants.quantize_activations); off, every product takes x as it is
+INT8_ACT = False
+
+
+def set_int8_activations(on):
+    global INT8_ACT
+    INT8_ACT = bool(on)
+
+
 def linear(x, w):
-    """x [..., in] times GGUF weight ne={in, out} (numpy W[out, in]) -> [..., out]."""
+    """x [..., in] times GGUF weight ne={in, out} (numpy W[out, in]) -> [..., out]; in the int8
+    activation mode x is first quantized per block as the weight's type dictates."""
+    block = quants.act_block(w.ggml_type) if INT8_ACT and getattr(w, "ggml_type", None) is not None else None
+    if block:
+        x = quants.quantize_activations(x, block)
     return x @ w.T
 
 
@@ -475,7 +491,10 @@ def main(argv=None):
     ap.add_argument("--chunked", action="store_true", help="use the chunked DeltaNet form")
     ap.add_argument("--chunk", type=int, default=64)
     ap.add_argument("--self-test", action="store_true", help="check chunked vs recurrent delta rule")
+    ap.add_argument("--int8-act", action="store_true",
+                    help="quantize the activations of Q8_0 / Q4_0 / K-quant products (HYSERVE_INT8_PROMPT=1)")
     args = ap.parse_args(argv)
+    set_int8_activations(args.int8_act)
     if args.self_test:
         e = self_test_delta_rule(verbose=True)
         ok = e < 1e-10
