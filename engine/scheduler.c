@@ -573,6 +573,7 @@ static void prefix_reset_due(sched *s)
     engine_get_pool_usage(s->e, &after);
     f.pool_freed_bytes = before.reserved_bytes - after.reserved_bytes;
     f.pool_reserved_bytes = after.reserved_bytes;
+    f.running = s->n_running;
     s->reset_last = f;
     s->reset_done = s->reset_asked;
     publish_pool(s);

@@ -249,6 +249,7 @@ typedef struct sched_prefix_freed {
     uint64_t bytes;             /* the store's bytes before (entries counted whole) */
     uint64_t pool_freed_bytes;  /* pool reservation given back: bytes less what running requests still share */
     uint64_t pool_reserved_bytes; /* the pool's reservation after the reset */
+    int running;                /* requests running at the reset (their caches untouched) */
 } sched_prefix_freed;
 
 /* Empty the prefix store on the scheduler thread (waits for the step in

@@ -1458,7 +1458,8 @@ static int h_reset_prefix(http_req *hr)
         !cJSON_AddNumberToObject(o, "freed_snapshots", f.snapshots) ||
         !cJSON_AddNumberToObject(o, "freed_store_bytes", (double)f.bytes) ||
         !cJSON_AddNumberToObject(o, "freed_pool_bytes", (double)f.pool_freed_bytes) ||
-        !cJSON_AddNumberToObject(o, "pool_reserved_bytes", (double)f.pool_reserved_bytes)) {
+        !cJSON_AddNumberToObject(o, "pool_reserved_bytes", (double)f.pool_reserved_bytes) ||
+        !cJSON_AddNumberToObject(o, "running_requests", f.running)) {
         cJSON_Delete(o);
         return routes_error(hr, ERR_INTERNAL, "out of memory");
     }
