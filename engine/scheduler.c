@@ -408,6 +408,17 @@ static void publish_pool(sched *s)
 static bool prefix_drop_running_snaps(sched *s);
 static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_planned);
 
+/* A branch point or a hint closer than this to the previous snapshot
+ * length is not worth an engine step of its own: at b4e0b13 each turn of
+ * the multi-turn bench ran three prefill steps with the cache on (1 token
+ * to a branch point right after the restored snapshot, ~300, then 1 to
+ * the prompt's end - 1) against one with it off, and a step's fixed cost
+ * (the weights read once, a parallel region per matmul) is ~55 ms at 2
+ * threads on a quiet machine (bench/results/latest.md: 128 against 512
+ * prompt tokens), far more when the cores are shared; 32 tokens of
+ * recompute cost ~0.2 s, paid only by a request that branches there. */
+enum { PREFIX_MIN_SNAP_GAP = 32 };
+
 /* A new sequence for r reserved for total tokens. With the prefix store:
  * r's longest cached prefix restored into it, and store entries evicted,
  * least recently used first, while the cache cannot hold the reservation
@@ -447,7 +458,7 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
     if (!prefix_needs_snapshots(s->prefix))
         return seq;
     const int iv = prefix_snap_interval(s->prefix), from = r->pm.n_cached;
-    const int n_max = (iv > 0 ? r->n_prompt / iv : 0) + 3 + SCHED_MAX_SNAP_HINTS;
+    const int n_max = (iv > 0 ? r->n_prompt / iv : 0) + 3 + 2 * SCHED_MAX_SNAP_HINTS;
     free(r->snap_at);
     free(r->snaps);
     r->snap_at = FAULT_OR(malloc((size_t)n_max * sizeof *r->snap_at));
@@ -455,28 +466,40 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
     r->n_snap_at = r->i_snap_at = r->n_snaps = 0;
     if (!r->snap_at || !r->snaps)
         return seq;     /* no snapshots: only the end of the output is kept */
-    /* the lengths past from: the multiples of iv, the divergence point,
-     * and one short of the prompt (the same prompt again leaves its last
-     * token to prefill, for the logits; a longer one that extends it
-     * restores there and recomputes one token); ascending, once each */
+    /* the lengths past from: the multiples of iv and one short of the
+     * prompt (the same prompt again leaves its last token to prefill, for
+     * the logits; a longer one that extends it restores there and
+     * recomputes one token), always; the divergence point and the hints
+     * only PREFIX_MIN_SNAP_GAP tokens or more past the previous length
+     * kept (or from): each length is one more engine step for r, and a
+     * later request that would have restored at a closer one restores the
+     * previous one and recomputes fewer tokens than that step costs. The
+     * kept lengths ascending, once each, into snap_at. */
+    enum { OPT = SCHED_MAX_SNAP_HINTS + 1 };
     const int last = r->n_prompt - 1;
-    int *at = r->snap_at, n = 0;
+    int *req = r->snap_at + OPT, n_req = 0, opt[OPT], n_opt = 0;
     for (int t = iv > 0 ? (from / iv + 1) * iv : last; iv > 0 && t < last; t += iv)
-        at[n++] = t;
-    if (r->pm.diverged_at > from && r->pm.diverged_at < last)
-        at[n++] = r->pm.diverged_at;
-    n += prefix_hints(s, r, at + n, n + 1);
+        req[n_req++] = t;
     if (last > from)
-        at[n++] = last;
-    for (int i = 1; i < n; i++)         /* insertion sort: a few are out of order */
-        for (int j = i; j > 0 && at[j - 1] > at[j]; j--) {
-            const int t = at[j];
-            at[j] = at[j - 1];
-            at[j - 1] = t;
+        req[n_req++] = last;
+    if (r->pm.diverged_at > from && r->pm.diverged_at < last)
+        opt[n_opt++] = r->pm.diverged_at;
+    n_opt += prefix_hints(s, r, opt + n_opt, n_req + n_opt);
+    for (int i = 1; i < n_opt; i++)     /* insertion sort: the divergence point among the hints */
+        for (int j = i; j > 0 && opt[j - 1] > opt[j]; j--) {
+            const int t = opt[j];
+            opt[j] = opt[j - 1];
+            opt[j - 1] = t;
         }
-    for (int i = 0; i < n; i++)
-        if (r->n_snap_at == 0 || at[i] != at[r->n_snap_at - 1])
-            at[r->n_snap_at++] = at[i];
+    int i = 0, j = 0, prev = from;
+    while (i < n_req || j < n_opt) {    /* writes snap_at[k] with k <= i + j < OPT + i: never unread req */
+        const bool take_req = j == n_opt || (i < n_req && req[i] <= opt[j]);
+        const int t = take_req ? req[i++] : opt[j++];
+        if ((take_req || t - prev >= PREFIX_MIN_SNAP_GAP) && t > prev) {
+            r->snap_at[r->n_snap_at++] = t;
+            prev = t;
+        }
+    }
     return seq;
 }
 

@@ -129,8 +129,8 @@ def test_hybrid_hits(on, off):
     check("and says so: earlier_snapshot counted", m2["earlier_snapshot"] == m1["earlier_snapshot"] + 1, f"{m1} {m2}")
     p4 = base[:25] + fresh(rng, 12, avoid=(base[25], p3[25]))
     eq, cached, t = same_text(on, off, p4)
-    check("the next prompt parting there hits the branch-point snapshot (25), same text", eq and cached == 25,
-          f"{cached} {t}")
+    check("a branch point 9 tokens past the restored snapshot takes no step of its own: the next prompt parting "
+          "there restores 16 again, same text", eq and cached == 16, f"{cached} {t}")
     eq, cached, t = same_text(on, off, base)
     check("the same prompt again restores all but its last token, same text", eq and cached == len(base) - 1,
           f"{cached} {t}")
@@ -146,6 +146,21 @@ def test_hybrid_hits(on, off):
     check("/stats: store bytes within its budget, split by kind",
           0 < pc["bytes"] <= pc["budget_bytes"]
           and pc["bytes"] == pc["attn_kv_bytes"] + pc["recurrent_state_bytes"] + pc["conv_state_bytes"], json.dumps(pc))
+
+
+def test_branch_point(on, off):
+    """No fixed interval: a prompt that leaves a cached one 40 tokens in
+    (past PREFIX_MIN_SNAP_GAP from what it restored) keeps a snapshot there,
+    and the next prompt parting at the same token restores all 40."""
+    rng = random.Random(12)
+    a = fresh(rng, 60)
+    complete(on, a)
+    b = a[:40] + fresh(rng, 10, avoid=(a[40],))
+    eq1, c1, _ = same_text(on, off, b)
+    c = a[:40] + fresh(rng, 12, avoid=(a[40], b[40]))
+    eq2, c2, t = same_text(on, off, c)
+    check("branch point: the second prompt restores nothing (no state at 40 yet), the third all 40, same texts",
+          eq1 and eq2 and c1 == 0 and c2 == 40, f"{c1} {c2} {t}")
 
 
 def test_multi_turn(on, off):
@@ -432,7 +447,8 @@ def test_mem_cli(model, on):
 def main(argv=None):
     names = ["test_hybrid_hits", "test_multi_turn", "test_attention_mid_page", "test_salts", "test_eviction",
              "test_random_load", "test_layouts", "test_chat_system_prompt", "test_chat_history_boundaries",
-             "test_reset_while_running", "test_api_key_isolation", "test_full_cache_evicts_to_admit", "test_mem_cli"]
+             "test_reset_while_running", "test_api_key_isolation", "test_full_cache_evicts_to_admit", "test_mem_cli",
+             "test_branch_point"]
     chosen = hs.select(sys.argv[1:] if argv is None else argv, names, "prefix")
     os.makedirs(TMP, exist_ok=True)
     models = {"hybrid": ("LLLA", 4, []), "attn": ("A", 2, []), "dnet": ("L", 2, []), "mla": ("LAML", 4, []),
@@ -496,8 +512,10 @@ def main(argv=None):
                 print(f"-- layout {name} ({models[name][0]})")
                 test_hybrid_hits(l_on, l_off)
                 eviction(paths[name], l_off)
-        if "test_chat_system_prompt" in chosen or "test_chat_history_boundaries" in chosen:
+        if {"test_chat_system_prompt", "test_chat_history_boundaries", "test_branch_point"} & chosen:
             c_on, c_off = pair("chat", paths["chat"], "0")    # the default: no fixed interval
+            if "test_branch_point" in chosen:
+                test_branch_point(c_on, c_off)
             if "test_chat_system_prompt" in chosen:
                 test_chat_system_prompt(c_on, c_off)
             if "test_chat_history_boundaries" in chosen:

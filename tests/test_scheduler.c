@@ -411,14 +411,15 @@ static int cached_run(sched *s, const int32_t *prompt, int n_prompt, const int *
 }
 
 /* A hint inside the prompt makes the request snapshot its DeltaNet state
- * there, so the next prompt sharing exactly that much restores it: 30 of
- * a 30-token shared head on the second request, where without the hint
+ * there, so the next prompt sharing exactly that much restores it: 40 of
+ * a 40-token shared head on the second request, where without the hint
  * the only snapshot (one short of the first prompt) is past the shared
  * part and nothing is restored. Hints outside (0, n_prompt - 1) are
  * dropped. Then sched_prefix_reset frees every entry: the pool is empty. */
 TEST(test_scheduler_snapshot_hints_let_the_second_request_restore_a_shared_head)
 {
-    enum { HEAD = 30, N = 40 };
+    /* the first prompt is HEAD shared tokens and 16 of its own */
+    enum { HEAD = 40, N = 56 };     /* HEAD past PREFIX_MIN_SNAP_GAP (32): a hint closer to 0 takes no step */
     int32_t a[N], b[N];
     for (int i = 0; i < N; i++) {
         a[i] = (int32_t)(40 + (i * 7) % 80);
