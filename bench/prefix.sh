@@ -6,9 +6,11 @@
 # then off, 2 threads each, one after the other. Writes
 # bench/results/prefix-latest.json and prefix-latest.md.
 #   BENCH_PREFIX_TURNS=10   turns of the chat (about 300 tokens each)
+#   BENCH_PREFIX_N=32       requests sharing the system prompt
 set -u
 : "${HYSERVE:=build/hyserve}" "${PYTHON:=/usr/bin/python3}"
 TURNS=${BENCH_PREFIX_TURNS:-10}
+NREQ=${BENCH_PREFIX_N:-32}
 OUT=bench/results
 MODEL=bench/models/q35-q8_0-chat.gguf   # its own file: the same weights as make bench's, with a ChatML template
 SYNTH="--layers 24 --attn-every 4 --embd 1024 --heads 8 --kv-heads 2 --head-dim 256 --rope-dim 64 \
@@ -49,7 +51,7 @@ for mode in on off; do
         sleep 1
     done
     log "cache $mode: running"
-    "$PYTHON" bench/prefix_bench.py --port "$port" --turns "$TURNS" > "$TMP/$mode.json" || exit 1
+    "$PYTHON" bench/prefix_bench.py --port "$port" --turns "$TURNS" --n "$NREQ" > "$TMP/$mode.json" || exit 1
     kill "$SRV_PID"
     wait "$SRV_PID" 2>/dev/null
     SRV_PID=

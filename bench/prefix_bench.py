@@ -28,8 +28,8 @@ import time
 
 
 def sse_ttft(port, path, body):
-    """POST a streamed request; (ttft seconds: the first chunk with a choice,
-    the choices' text or delta content, cached tokens from the usage chunk)."""
+    """POST a streamed request; (ttft seconds: the first chunk with a token's
+    text or content, the text, cached tokens from the usage chunk)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.monotonic()
     c.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
@@ -45,11 +45,13 @@ def sse_ttft(port, path, body):
         if data == b"[DONE]":
             break
         j = json.loads(data)
-        if j.get("choices"):
+        ch = j["choices"][0] if j.get("choices") else None
+        # the first token: a chat stream opens with a chunk of the role and
+        # no text, sent at admission (server/stream.c)
+        if ch is not None and ("text" in ch or "role" not in (ch.get("delta") or {"role": 0})):
             if ttft is None:
                 ttft = time.monotonic() - t0
-            ch = j["choices"][0]
-            text.append(ch.get("text") or (ch.get("delta") or {}).get("content") or "")
+            text.append(ch.get("text") or ch["delta"].get("content") or "")
         if j.get("usage"):
             cached = j["usage"].get("prompt_tokens_details", {}).get("cached_tokens")
     c.close()
