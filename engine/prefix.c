@@ -421,6 +421,11 @@ int prefix_snap_interval(const prefix_store *ps)
     return ps->p.snap_interval;
 }
 
+uint64_t prefix_budget(const prefix_store *ps)
+{
+    return ps->p.budget_bytes;
+}
+
 const char *prefix_reason_name(int reason)
 {
     switch (reason) {

@@ -99,5 +99,6 @@ const char *prefix_reason_name(int reason);
 /* Whether the model needs snapshots (has DeltaNet layers). */
 bool prefix_needs_snapshots(const prefix_store *ps);
 int prefix_snap_interval(const prefix_store *ps);
+uint64_t prefix_budget(const prefix_store *ps);
 
 #endif

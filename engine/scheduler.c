@@ -316,6 +316,11 @@ static int req_make(sched *s, const sched_req_params *p, sched_req **out, char *
     r->seed = p->sampling.seed;
     r->pm = (prefix_match){ .reason = PREFIX_OFF, .entry = -1 };
     r->salt = FAULT_OR(strdup(p->cache_salt ? p->cache_salt : ""));
+    for (int i = 0; i < p->n_snap_hints && r->n_hints < SCHED_MAX_SNAP_HINTS; i++) {
+        const int h = p->snap_hints[i];
+        if (h > 0 && h < p->n_prompt && (r->n_hints == 0 || h > r->hints[r->n_hints - 1]))
+            r->hints[r->n_hints++] = h;
+    }
     if (!r->salt)
         goto out_free;
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -482,6 +487,18 @@ static void publish_pool(sched *s)
 }
 
 static bool prefix_drop_running_snaps(sched *s);
+static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_planned);
+
+/* A branch point or a hint closer than this to the previous snapshot
+ * length is not worth an engine step of its own: at b4e0b13 each turn of
+ * the multi-turn bench ran three prefill steps with the cache on (1 token
+ * to a branch point right after the restored snapshot, ~300, then 1 to
+ * the prompt's end - 1) against one with it off, and a step's fixed cost
+ * (the weights read once, a parallel region per matmul) is ~55 ms at 2
+ * threads on a quiet machine (bench/results/latest.md: 128 against 512
+ * prompt tokens), far more when the cores are shared; 32 tokens of
+ * recompute cost ~0.2 s, paid only by a request that branches there. */
+enum { PREFIX_MIN_SNAP_GAP = 32 };
 
 /* A new sequence for r reserved for total tokens. With the prefix store:
  * r's longest cached prefix restored into it, and store entries evicted,
@@ -516,12 +533,13 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
         r->pm.reason = PREFIX_NO_ENTRY;
     /* where r's prefill stops for a DeltaNet snapshot: the point where it
      * diverged from a cached entry (the next request sharing that prefix
-     * hits there), every snap_interval tokens, and one short of the end of
-     * the prompt */
+     * hits there), every snap_interval tokens, the submitter's hints (a
+     * chat's message boundaries: the end of a shared system prompt) and
+     * one short of the end of the prompt */
     if (!prefix_needs_snapshots(s->prefix))
         return seq;
     const int iv = prefix_snap_interval(s->prefix), from = r->pm.n_cached;
-    const int n_max = (iv > 0 ? r->n_prompt / iv : 0) + 3;
+    const int n_max = (iv > 0 ? r->n_prompt / iv : 0) + 3 + 2 * SCHED_MAX_SNAP_HINTS;
     free(r->snap_at);
     free(r->snaps);
     r->snap_at = FAULT_OR(malloc((size_t)n_max * sizeof *r->snap_at));
@@ -529,28 +547,62 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
     r->n_snap_at = r->i_snap_at = r->n_snaps = 0;
     if (!r->snap_at || !r->snaps)
         return seq;     /* no snapshots: only the end of the output is kept */
-    /* the lengths past from: the multiples of iv, the divergence point,
-     * and one short of the prompt (the same prompt again leaves its last
-     * token to prefill, for the logits; a longer one that extends it
-     * restores there and recomputes one token); ascending, once each */
+    /* the lengths past from: the multiples of iv and one short of the
+     * prompt (the same prompt again leaves its last token to prefill, for
+     * the logits; a longer one that extends it restores there and
+     * recomputes one token), always; the divergence point and the hints
+     * only PREFIX_MIN_SNAP_GAP tokens or more past the previous length
+     * kept (or from): each length is one more engine step for r, and a
+     * later request that would have restored at a closer one restores the
+     * previous one and recomputes fewer tokens than that step costs. The
+     * kept lengths ascending, once each, into snap_at. */
+    enum { OPT = SCHED_MAX_SNAP_HINTS + 1 };
     const int last = r->n_prompt - 1;
-    int *at = r->snap_at, n = 0;
+    int *req = r->snap_at + OPT, n_req = 0, opt[OPT], n_opt = 0;
     for (int t = iv > 0 ? (from / iv + 1) * iv : last; iv > 0 && t < last; t += iv)
-        at[n++] = t;
-    if (r->pm.diverged_at > from && r->pm.diverged_at < last)
-        at[n++] = r->pm.diverged_at;
+        req[n_req++] = t;
     if (last > from)
-        at[n++] = last;
-    for (int i = 1; i < n; i++)         /* insertion sort: all but one are in order */
-        for (int j = i; j > 0 && at[j - 1] > at[j]; j--) {
-            const int t = at[j];
-            at[j] = at[j - 1];
-            at[j - 1] = t;
+        req[n_req++] = last;
+    if (r->pm.diverged_at > from && r->pm.diverged_at < last)
+        opt[n_opt++] = r->pm.diverged_at;
+    n_opt += prefix_hints(s, r, opt + n_opt, n_req + n_opt);
+    for (int i = 1; i < n_opt; i++)     /* insertion sort: the divergence point among the hints */
+        for (int j = i; j > 0 && opt[j - 1] > opt[j]; j--) {
+            const int t = opt[j];
+            opt[j] = opt[j - 1];
+            opt[j - 1] = t;
         }
-    for (int i = 0; i < n; i++)
-        if (r->n_snap_at == 0 || at[i] != at[r->n_snap_at - 1])
-            at[r->n_snap_at++] = at[i];
+    int i = 0, j = 0, prev = from;
+    while (i < n_req || j < n_opt) {    /* writes snap_at[k] with k <= i + j < OPT + i: never unread req */
+        const bool take_req = j == n_opt || (i < n_req && req[i] <= opt[j]);
+        const int t = take_req ? req[i++] : opt[j++];
+        if ((take_req || t - prev >= PREFIX_MIN_SNAP_GAP) && t > prev) {
+            r->snap_at[r->n_snap_at++] = t;
+            prev = t;
+        }
+    }
     return seq;
+}
+
+/* Copy to at[] r's hints that are worth a snapshot: past what the store
+ * restored (no entry of r's salt holds a state there, else the lookup
+ * would have restored at least that far) and short of the end of the
+ * prompt, as many as the store's budget holds beside the n_planned others
+ * (a snapshot it cannot hold would only evict one it can). Returns the
+ * count. */
+static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_planned)
+{
+    const uint64_t each = engine_snap_bytes(s->e), budget = prefix_budget(s->prefix);
+    int n = 0;
+    for (int i = 0; i < r->n_hints; i++) {
+        const int h = r->hints[i];
+        if (h <= r->pm.n_cached || h >= r->n_prompt - 1)
+            continue;
+        if (each == 0 || (uint64_t)(n_planned + n + 1) * each > budget)
+            break;
+        at[n++] = h;
+    }
+    return n;
 }
 
 /* The prompt tokens r may prefill this step (at most k): up to its next
@@ -601,6 +653,35 @@ static bool prefix_drop_running_snaps(sched *s)
         prefix_drop_snaps(s, s->running[i]);
     }
     return any;
+}
+
+/* Carry out the resets sched_prefix_reset asked for: every entry of the
+ * store goes (a running request forked from one keeps its own references
+ * to the pages it shares, and its snapshots). Caller holds s->mu, on the
+ * thread that owns the engine. */
+static void prefix_reset_due(sched *s)
+{
+    if (s->reset_done == s->reset_asked)
+        return;
+    sched_prefix_freed f = { .enabled = s->prefix != NULL };
+    engine_pool_usage before, after;
+    engine_get_pool_usage(s->e, &before);
+    if (s->prefix) {
+        prefix_stats st;
+        prefix_get_stats(s->prefix, &st);
+        f.entries = st.n_entries;
+        f.snapshots = st.n_snapshots;
+        f.bytes = st.bytes;
+        prefix_clear(s->prefix);
+    }
+    engine_get_pool_usage(s->e, &after);
+    f.pool_freed_bytes = before.reserved_bytes - after.reserved_bytes;
+    f.pool_reserved_bytes = after.reserved_bytes;
+    f.running = s->n_running;
+    s->reset_last = f;
+    s->reset_done = s->reset_asked;
+    publish_pool(s);
+    pthread_cond_broadcast(&s->reset_cv);
 }
 
 /* r finished: the store keeps its sequence (prompt and the output fed
@@ -1376,10 +1457,11 @@ static void *sched_main(void *arg)
         omp_set_num_threads(s->p.n_threads);
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->stop && !s->wait_head && s->n_running == 0)
+        while (!s->stop && !s->wait_head && s->n_running == 0 && s->reset_done == s->reset_asked)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stop)
             break;
+        prefix_reset_due(s);    /* between steps: no forward is using the engine */
         pthread_mutex_unlock(&s->mu);
         sched_step(s);
         pthread_mutex_lock(&s->mu);
@@ -1486,6 +1568,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gram_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->reset_cv, NULL);
     s->logits = malloc((size_t)s->max_seqs * (size_t)s->n_vocab * sizeof(float));
     s->plp_logits = malloc((size_t)SCHED_PLP_ROWS * (size_t)s->n_vocab * sizeof(float));
     s->free_slots = malloc((size_t)s->max_seqs * sizeof(int));
@@ -1547,6 +1630,7 @@ void sched_free(sched *s)
         pthread_mutex_lock(&s->mu);
         s->stop = true;
         pthread_cond_signal(&s->cv);
+        pthread_cond_broadcast(&s->reset_cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
     }
@@ -1576,9 +1660,26 @@ void sched_free(sched *s)
     free(s->check_marks);
     free(s->forked);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->reset_cv);
     sched_grammar_deinit(s);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+int sched_prefix_reset(sched *s, sched_prefix_freed *out)
+{
+    int rc = SCHED_OK;
+    pthread_mutex_lock(&s->mu);
+    const uint64_t ticket = ++s->reset_asked;
+    pthread_cond_signal(&s->cv);
+    while (s->started && !s->stop && s->reset_done < ticket)
+        pthread_cond_wait(&s->reset_cv, &s->mu);
+    if (s->reset_done >= ticket)
+        *out = s->reset_last;
+    else
+        rc = SCHED_EDRAINING;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 void sched_drain(sched *s)

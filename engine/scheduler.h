@@ -67,6 +67,8 @@ typedef struct sched_params {
 
 void sched_params_default(sched_params *p);
 
+enum { SCHED_MAX_SNAP_HINTS = 4 };  /* snapshot hints a request carries at most */
+
 /* What a submitter asks for. Everything is copied by sched_submit. */
 typedef struct sched_req_params {
     const char *id;             /* request id for /stats and logs */
@@ -80,6 +82,9 @@ typedef struct sched_req_params {
     bool include_stop;          /* keep the matched stop string in the text (TGI) or cut it (OpenAI) */
     bool ignore_eos;            /* ban end-of-generation tokens: generate to max_new_tokens (or a stop string) */
     const char *cache_salt;     /* prefix cache isolation: entries match only under the same salt and owner; NULL: "" */
+    const int *snap_hints;      /* [n_snap_hints] prompt lengths worth a DeltaNet snapshot (a rendered chat's
+                                 * message boundaries), ascending; the first SCHED_MAX_SNAP_HINTS are kept */
+    int n_snap_hints;
     int top_logprobs;           /* 0..SAMPLER_MAX_TOP: most likely tokens listed with each token event */
     bool prompt_logprobs;       /* emit a PROMPT event for each prompt token after the first */
     int constraint;             /* enum sched_constraint: what the output must match */
@@ -251,6 +256,24 @@ typedef struct sched_stats {
 /* Copy the numbers; with reqs != NULL also a malloc'd array of the live
  * requests (*n_reqs entries, caller frees). Returns 0 or SCHED_ENOMEM. */
 int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_reqs);
+
+/* What POST /reset_prefix_cache freed: the prefix store's entries (a
+ * running request forked from one keeps its own references to the shared
+ * pages: nothing it holds is freed) and the pool bytes that came back. */
+typedef struct sched_prefix_freed {
+    bool enabled;               /* the prefix cache is on (else nothing was done) */
+    int entries;                /* entries dropped */
+    int snapshots;              /* their DeltaNet snapshots */
+    uint64_t bytes;             /* the store's bytes before (entries counted whole) */
+    uint64_t pool_freed_bytes;  /* pool reservation given back: bytes less what running requests still share */
+    uint64_t pool_reserved_bytes; /* the pool's reservation after the reset */
+    int running;                /* requests running at the reset (their caches untouched) */
+} sched_prefix_freed;
+
+/* Empty the prefix store on the scheduler thread (waits for the step in
+ * progress to end; never cancels a request). Fills *out. 0, or
+ * SCHED_EDRAINING when the scheduler has stopped. */
+int sched_prefix_reset(sched *s, sched_prefix_freed *out);
 
 const char *sched_finish_name(int finish);   /* "length" | "eos_token" | "stop_sequence" */
 const char *sched_status_name(int status);

@@ -54,6 +54,8 @@ struct sched_req {
     sched_event final_ev;       /* the last token's event, pushed once the sequence is freed */
     char *salt;                 /* sched_req_params.cache_salt, copied ("" for none) */
     prefix_match pm;            /* what admission found in the prefix store */
+    int hints[SCHED_MAX_SNAP_HINTS]; /* [n_hints] sched_req_params.snap_hints, ascending, in (0, n_prompt) */
+    int n_hints;
     int *snap_at;               /* [n_snap_at] ascending prompt lengths to snapshot at (prefill stops there) */
     int n_snap_at, i_snap_at;   /* i_snap_at: the next one */
     engine_snap **snaps;        /* [n_snap_at] taken so far, handed to the store at the end */
@@ -148,6 +150,9 @@ struct sched {
     int n_running;
     sched_stats st;
     prefix_store *prefix;       /* NULL when the prefix cache is off; scheduler thread only */
+    pthread_cond_t reset_cv;    /* sched_prefix_reset waits here for the scheduler thread */
+    uint64_t reset_asked, reset_done;   /* resets asked for and carried out (tickets) */
+    sched_prefix_freed reset_last;      /* what the last reset freed */
     double ema_req_s;           /* smoothed request duration, for Retry-After */
 };
 

@@ -387,3 +387,47 @@ int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *to
     *n_data = p.n_data;
     return 0;
 }
+
+const char *chat_turn_marker(int kind)
+{
+    return kind == CHAT_CHATML ? "<|im_start|>" : kind == CHAT_LLAMA3 || kind == CHAT_LLAMA31 ? "<|start_header_id|>"
+                                                                                             : NULL;
+}
+
+int chat_turns(int kind, const char *text, const size_t *data, int n_data, size_t **at, bool **sys)
+{
+    const char *mark = chat_turn_marker(kind);
+    const size_t len = strlen(text), n_mark = mark ? strlen(mark) : 0;
+    int n = 0, cap = 0;
+    *at = NULL;
+    *sys = NULL;
+    /* the markup between data spans: [from, to) */
+    for (int d = 0; mark && d <= n_data; d++) {
+        const size_t from = d == 0 ? 0 : data[2 * d - 1], to = d < n_data ? data[2 * d] : len;
+        for (size_t i = from; i + n_mark <= to; i++) {
+            if (memcmp(text + i, mark, n_mark) != 0)
+                continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                size_t *a = fault_realloc(*at, (size_t)cap * sizeof *a);
+                if (a)
+                    *at = a;
+                bool *b = a ? fault_realloc(*sys, (size_t)cap * sizeof *b) : NULL;
+                if (!b) {
+                    free(*at);
+                    free(*sys);
+                    *at = NULL;
+                    *sys = NULL;
+                    return -1;
+                }
+                *sys = b;
+            }
+            /* the role follows the marker in both templates, as markup */
+            (*at)[n] = i;
+            (*sys)[n] = i + n_mark + 6 <= to && !memcmp(text + i + n_mark, "system", 6);
+            n++;
+            i += n_mark - 1;
+        }
+    }
+    return n;
+}

@@ -47,6 +47,15 @@ int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t *
 #define CHAT_ENOMEM (-2)
 int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools, bool no_think, char **out,
                       size_t **data, int *n_data, char *err, size_t errlen);
+/* The control-token text that opens a turn of kind's rendered prompts
+ * (ChatML "<|im_start|>", Llama 3 "<|start_header_id|>"); NULL for none. */
+const char *chat_turn_marker(int kind);
+/* Where the turns of text (as chat_render made it, with its data spans)
+ * open: the byte offset of each turn marker outside the data spans, in
+ * order (the generation prompt's is the last), and whether that turn is a
+ * system turn. Returns the count, with *at and *sys heap arrays of it
+ * (NULL for none), or -1 when out of memory. */
+int chat_turns(int kind, const char *text, const size_t *data, int n_data, size_t **at, bool **sys);
 /* Qwen3-style reasoning in generated text: "<think>R</think>C" (the
  * opening tag may be in the prompt instead). Returns true when there is
  * some, with R (newlines around it dropped) at text + *r_off, *r_len and C

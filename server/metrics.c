@@ -30,7 +30,7 @@ static const double BYTE_BUCKETS[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 2
 static const char *const ROUTE_NAMES[] = {"/", "/generate", "/generate_stream", "/v1/completions",
                                           "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize",
                                           "/info", "/health", "/live", "/ready", "/stats", "/metrics",
-                                          "/v1/memory/estimate", "/v1/memory/presets", "/requests/{id}",
+                                          "/v1/memory/estimate", "/v1/memory/presets", "/reset_prefix_cache", "/requests/{id}",
                                           "/web/{name}", "other"};
 #define N_ROUTES ((int)(sizeof(ROUTE_NAMES) / sizeof(ROUTE_NAMES[0])))
 /* Statuses the server sends (docs/serving.md 4); any other is counted as 0 ("other"). */
@@ -42,9 +42,9 @@ static int route_index(const char *path)
     if (!path)
         return N_ROUTES - 1;
     if (!strncmp(path, "/requests/", 10) && path[10])
-        return 16;
+        return N_ROUTES - 3;
     if (!strncmp(path, "/web/", 5) && path[5])
-        return 17;
+        return N_ROUTES - 2;
     for (int i = 0; i < N_ROUTES - 3; i++)
         if (!strcmp(path, ROUTE_NAMES[i]))
             return i;

@@ -193,6 +193,51 @@ static int tokenize(server *srv, const char *text, const size_t *data, int n_dat
     return -1;
 }
 
+/* Snapshot hints for the prefix cache (issue 26): the token positions of
+ * a rendered chat's message boundaries, where a hybrid model's DeltaNet
+ * state is worth keeping because the next request is likely to share the
+ * prompt up to there: the end of the leading system turn(s) (every request
+ * with that system prompt hits from the second on) and the starts of the
+ * last few turns before the generation prompt (a history's edited or
+ * regenerated end). Each turn opens with the template's marker, a control
+ * token that only markup produces (data spans never parse control tokens),
+ * so the k-th marker in the text is the k-th marker token in toks; when the
+ * counts differ (a model without that control token) there are no hints.
+ * Fills hints[0..SCHED_MAX_SNAP_HINTS) ascending; returns the count. */
+static int chat_snap_hints(server *srv, const char *text, const size_t *data, int n_data, const int32_t *toks,
+                           int n_toks, int *hints)
+{
+    const char *mark = chat_turn_marker(srv->chat_kind);
+    int32_t id[2];
+    size_t *at = NULL;
+    bool *sys = NULL;
+    int n_hints = 0;
+    if (!mark || engine_tokenize(srv->eng, mark, strlen(mark), false, true, id, 2) != 1)
+        return 0;
+    const int n_turns = chat_turns(srv->chat_kind, text, data, n_data, &at, &sys);
+    int *pos = n_turns > 0 ? fault_malloc((size_t)n_turns * sizeof *pos) : NULL;
+    int n_pos = 0;
+    for (int i = 0; pos && i < n_toks; i++)
+        if (toks[i] == id[0] && n_pos++ < n_turns)
+            pos[n_pos - 1] = i;
+    if (!pos || n_pos != n_turns)
+        goto out;
+    /* turns [0, n_turns - 1) are messages, the last the generation prompt */
+    int first_user = 0;
+    while (first_user < n_turns - 1 && sys[first_user])
+        first_user++;
+    if (first_user > 0 && first_user < n_turns - 1)
+        hints[n_hints++] = pos[first_user];
+    int from = n_turns - 1 - (SCHED_MAX_SNAP_HINTS - n_hints);
+    for (int t = from > first_user ? from : first_user + 1; t < n_turns - 1; t++)
+        hints[n_hints++] = pos[t];
+out:
+    free(pos);
+    free(at);
+    free(sys);
+    return n_hints;
+}
+
 /* Is name one of the names this server serves (--served-model-name)? */
 static bool served_name(const server *srv, const char *name)
 {
@@ -462,6 +507,8 @@ typedef struct batch_item {
     sched_req *r;
     gen_result res;
     sampler_params sp;          /* the request's, with this choice's seed */
+    const int *hints;           /* [n_hints] prefix-cache snapshot hints (chat_snap_hints), first choice only */
+    int n_hints;
 } batch_item;
 
 /* Sum of the generated tokens' logprobs: TGI's best_of score. */
@@ -515,10 +562,10 @@ static int submit_choices(http_req *hr, const gen_request *g, batch_item *it, in
     server *srv = hr->srv;
     enum { ID_LEN = 128 };
     int rc = SCHED_ENOMEM;
-    char *ids = malloc((size_t)n_per * ID_LEN), gid[ID_LEN];
-    const char **idp = malloc((size_t)n_per * sizeof *idp);
-    uint64_t *seeds = malloc((size_t)n_per * sizeof *seeds);
-    sched_req **rs = malloc((size_t)n_per * sizeof *rs);
+    char *ids = fault_malloc((size_t)n_per * ID_LEN), gid[ID_LEN];
+    const char **idp = fault_malloc((size_t)n_per * sizeof *idp);
+    uint64_t *seeds = fault_malloc((size_t)n_per * sizeof *seeds);
+    sched_req **rs = fault_malloc((size_t)n_per * sizeof *rs);
     if (!ids || !idp || !seeds || !rs) {
         snprintf(err, errlen, "out of memory");
         goto out_free;
@@ -540,7 +587,8 @@ static int submit_choices(http_req *hr, const gen_request *g, batch_item *it, in
                            .include_stop = g->api == API_TGI, .ignore_eos = g->ignore_eos,
                            .top_logprobs = g->top_logprobs, .prompt_logprobs = g->prompt_logprobs,
                            .cache_salt = g->cache_salt, .constraint = g->constraint,
-                           .constraint_src = g->constraint_src, .constraint_len = g->constraint_len};
+                           .constraint_src = g->constraint_src, .constraint_len = g->constraint_len,
+                           .snap_hints = it[0].hints, .n_snap_hints = it[0].n_hints};
     if (n_per > 1 && !g->prompt_logprobs && n_per <= srv->info->max_seqs) {
         rc = sched_submit_group(srv->sched, &rp, n_per, seeds, idp, rs, err, errlen);
         for (int j = 0; rc == 0 && j < n_per; j++)
@@ -552,6 +600,8 @@ static int submit_choices(http_req *hr, const gen_request *g, batch_item *it, in
         rp.sampling = it[j].sp;
         if ((rc = sched_submit(srv->sched, &rp, &it[j].r, err, errlen)) != 0)
             goto out_free;
+        rp.snap_hints = NULL;   /* the choices share the prompt: the first snapshots it */
+        rp.n_snap_hints = 0;
     }
 out_free:
     free(ids);
@@ -656,7 +706,8 @@ static void free_sequences(batch_item *it, int n_items, int n_per)
 
 /* One prompt, n (OpenAI) or best_of (TGI) sequences of it. toks stays the
  * caller's. */
-static int handle_choices(http_req *hr, gen_request *g, int32_t *toks, int n_prompt, int max_new, bool compat)
+static int handle_choices(http_req *hr, gen_request *g, int32_t *toks, int n_prompt, const int *hints, int n_hints,
+                          int max_new, bool compat)
 {
     int n = g->api == API_TGI ? g->best_of : g->n;
     batch_item *it = fault_calloc((size_t)n, sizeof(*it));
@@ -666,6 +717,8 @@ static int handle_choices(http_req *hr, gen_request *g, int32_t *toks, int n_pro
         it[k].toks = toks;
         it[k].n_prompt = n_prompt;
     }
+    it[0].hints = hints;    /* the choices share the prompt: one of them snapshots it */
+    it[0].n_hints = n_hints;
     int rc = run_sequences(hr, g, it, n, n, max_new, compat);
     it[0].toks = NULL;      /* the caller's */
     free_sequences(it, n, n);
@@ -891,6 +944,9 @@ static int handle_generation(http_req *hr, int api, int mode)
         rc = send_error(hr, ERR_VALIDATION, "the prompt produced no tokens", &x);
         goto out;
     }
+    int hints[SCHED_MAX_SNAP_HINTS], n_hints = 0;
+    if (api == API_OAI_CHAT && g.truncate <= 0)
+        n_hints = chat_snap_hints(srv, g.prompt, content, n_content, toks, n_prompt, hints);
     int n_ctx = srv->info->n_ctx;
     int max_new = g.max_new_tokens;
     if (max_new < 0) {
@@ -920,7 +976,7 @@ static int handle_generation(http_req *hr, int api, int mode)
         }
     }
     if (n_seq > 1) {
-        rc = handle_choices(hr, &g, toks, n_prompt, max_new, mode == GEN_COMPAT);
+        rc = handle_choices(hr, &g, toks, n_prompt, hints, n_hints, max_new, mode == GEN_COMPAT);
         goto out;
     }
     if (!g.sp.greedy && !g.seed_given)
@@ -949,6 +1005,8 @@ static int handle_generation(http_req *hr, int api, int mode)
         .constraint = g.constraint,
         .constraint_src = g.constraint_src,
         .constraint_len = g.constraint_len,
+        .snap_hints = hints,
+        .n_snap_hints = n_hints,
     };
     http_inflight_begin(hr);
     json_oom_take();
@@ -1361,6 +1419,31 @@ static int h_metrics(http_req *hr)
     return rc;
 }
 
+/* POST /reset_prefix_cache (vLLM's route): empty the prefix cache. Never
+ * refused for running requests: it drops the entries, and a running
+ * request forked from one keeps the pages it shares until it ends. Says
+ * what it freed. */
+static int h_reset_prefix(http_req *hr)
+{
+    if (!check_ready(hr))
+        return 0;
+    sched_prefix_freed f;
+    if (sched_prefix_reset(hr->srv->sched, &f) != SCHED_OK)
+        return routes_error(hr, ERR_DRAINING, "the server is shutting down");
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddBoolToObject(o, "enabled", f.enabled) ||
+        !cJSON_AddNumberToObject(o, "freed_entries", f.entries) ||
+        !cJSON_AddNumberToObject(o, "freed_snapshots", f.snapshots) ||
+        !cJSON_AddNumberToObject(o, "freed_store_bytes", (double)f.bytes) ||
+        !cJSON_AddNumberToObject(o, "freed_pool_bytes", (double)f.pool_freed_bytes) ||
+        !cJSON_AddNumberToObject(o, "pool_reserved_bytes", (double)f.pool_reserved_bytes) ||
+        !cJSON_AddNumberToObject(o, "running_requests", f.running)) {
+        cJSON_Delete(o);
+        return routes_error(hr, ERR_INTERNAL, "out of memory");
+    }
+    return http_send_json(hr, 200, o, NULL);
+}
+
 /* DELETE /requests/{id}: cancel a request by its X-Request-Id, for
  * clients that cannot close their socket. Its own client gets the
  * cancellation (an error event on a stream). */
@@ -1454,6 +1537,7 @@ static const route ROUTES[] = {
     {"POST", "/v1/memory/estimate", h_memory_estimate},
     {"GET", "/v1/memory/presets", h_memory_presets},
     {"GET", "/metrics", h_metrics},
+    {"POST", "/reset_prefix_cache", h_reset_prefix},
     {"DELETE", "/requests/", h_cancel},
     {"GET", "/debug/fault", h_debug_fault},
 };

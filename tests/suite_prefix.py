@@ -31,14 +31,51 @@ COMMON = ["--embd", "64", "--vocab", "300", "--ctx", "4096", "--seed", "5"]
 N_GEN = 8
 
 
-def complete(srv, prompt, salt=None, max_tokens=N_GEN):
+def complete(srv, prompt, salt=None, max_tokens=N_GEN, key=None):
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     if salt:
         body["cache_salt"] = salt
-    st, _, j, b = srv.jreq("POST", "/v1/completions", body)
+    st, _, j, b = srv.jreq("POST", "/v1/completions", body, {"Authorization": f"Bearer {key}"} if key else None)
     if st != 200:
         raise RuntimeError(f"completion answered {st}: {b[:200]!r}")
     return j["choices"][0]["text"], j["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def chat(srv, msgs, salt=None, max_tokens=N_GEN):
+    """A greedy /v1/chat/completions; (text, cached tokens)."""
+    body = {"messages": msgs, "max_tokens": max_tokens, "temperature": 0}
+    if salt:
+        body["cache_salt"] = salt
+    st, _, j, b = srv.jreq("POST", "/v1/chat/completions", body)
+    if st != 200:
+        raise RuntimeError(f"chat answered {st}: {b[:200]!r}")
+    return j["choices"][0]["message"]["content"], j["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def n_tokens(srv, text):
+    """How many tokens /tokenize makes of text (control tokens parsed, the model's BOS rule)."""
+    st, _, j, _ = srv.jreq("POST", "/tokenize", {"inputs": text})
+    if st != 200:
+        raise RuntimeError(f"/tokenize answered {st}")
+    return len(j)
+
+
+def turns_tokens(off, msgs):
+    """Tokens of msgs' ChatML turns as a chat request renders them (message
+    text is tokenized apart from the markup): the prompt tokens the
+    cache-off server reports for msgs, less its generation prompt's
+    (markup only: /tokenize counts it, less the BOS /tokenize of "" gives)."""
+    st, _, j, b = off.jreq("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 1})
+    if st != 200:
+        raise RuntimeError(f"chat answered {st}: {b[:200]!r}")
+    return j["usage"]["prompt_tokens"] - (n_tokens(off, "<|im_start|>assistant\n") - n_tokens(off, ""))
+
+
+def reset(srv, key=None):
+    st, _, j, b = srv.jreq("POST", "/reset_prefix_cache", None, {"Authorization": f"Bearer {key}"} if key else None)
+    if st != 200:
+        raise RuntimeError(f"/reset_prefix_cache answered {st}: {b[:200]!r}")
+    return j
 
 
 def misses(srv):
@@ -92,8 +129,8 @@ def test_hybrid_hits(on, off):
     check("and says so: earlier_snapshot counted", m2["earlier_snapshot"] == m1["earlier_snapshot"] + 1, f"{m1} {m2}")
     p4 = base[:25] + fresh(rng, 12, avoid=(base[25], p3[25]))
     eq, cached, t = same_text(on, off, p4)
-    check("the next prompt parting there hits the branch-point snapshot (25), same text", eq and cached == 25,
-          f"{cached} {t}")
+    check("a branch point 9 tokens past the restored snapshot takes no step of its own: the next prompt parting "
+          "there restores 16 again, same text", eq and cached == 16, f"{cached} {t}")
     eq, cached, t = same_text(on, off, base)
     check("the same prompt again restores all but its last token, same text", eq and cached == len(base) - 1,
           f"{cached} {t}")
@@ -109,6 +146,21 @@ def test_hybrid_hits(on, off):
     check("/stats: store bytes within its budget, split by kind",
           0 < pc["bytes"] <= pc["budget_bytes"]
           and pc["bytes"] == pc["attn_kv_bytes"] + pc["recurrent_state_bytes"] + pc["conv_state_bytes"], json.dumps(pc))
+
+
+def test_branch_point(on, off):
+    """No fixed interval: a prompt that leaves a cached one 40 tokens in
+    (past PREFIX_MIN_SNAP_GAP from what it restored) keeps a snapshot there,
+    and the next prompt parting at the same token restores all 40."""
+    rng = random.Random(12)
+    a = fresh(rng, 60)
+    complete(on, a)
+    b = a[:40] + fresh(rng, 10, avoid=(a[40],))
+    eq1, c1, _ = same_text(on, off, b)
+    c = a[:40] + fresh(rng, 12, avoid=(a[40], b[40]))
+    eq2, c2, t = same_text(on, off, c)
+    check("branch point: the second prompt restores nothing (no state at 40 yet), the third all 40, same texts",
+          eq1 and eq2 and c1 == 0 and c2 == 40, f"{c1} {c2} {t}")
 
 
 def test_multi_turn(on, off):
@@ -161,11 +213,11 @@ def test_salts(on, off):
     check("a cache_salt that is not a string is a 400 naming it", st == 400 and "cache_salt" in json.dumps(j), f"{st}")
 
 
-def test_eviction(model, off, entry_bytes):
+def test_eviction(model, off, entry_bytes, tag="evict"):
     """A store budget for about one entry: the second prompt evicts the
     first, which then misses as 'evicted' and still reads the same."""
     budget = entry_bytes * 3 // 2
-    srv = hs.Server("evict", model, "-t", "1", "--prefix-cache-mem", str(budget))
+    srv = hs.Server(tag, model, "-t", "1", "--prefix-cache-mem", str(budget))
     try:
         rng = random.Random(5)
         a, b = fresh(rng, 40), fresh(rng, 40)
@@ -215,29 +267,222 @@ def test_random_load(model, off):
         check("after the load the pool holds exactly the store's entries",
               s["pools"]["n_seqs"] == pc["entries"] and s["pools"]["reserved_bytes"] <= pc["bytes"]
               and s["totals"]["all_requests_bytes"] == 0, json.dumps(s["pools"]))
+        j = reset(srv)
+        z = srv.stats()
+        zp = z["pools"]
+        check("POST /reset_prefix_cache after the load: the pool back to exactly zero (pages, slots, snapshots)",
+              j["freed_entries"] == pc["entries"] and j["freed_pool_bytes"] == s["pools"]["reserved_bytes"]
+              and j["pool_reserved_bytes"] == 0 and zp["reserved_bytes"] == 0 and zp["n_seqs"] == 0
+              and zp["attn_kv"]["blocks_used"] == 0 and zp["recurrent"]["slots_used"] == 0
+              and zp["prefix_cache"]["entries"] == 0 and zp["prefix_cache"]["bytes"] == 0
+              and zp["prefix_cache"]["snapshot_state_bytes_held"] == 0
+              and zp["prefix_cache"]["snapshot_conv_bytes_held"] == 0, json.dumps(j) + json.dumps(zp))
+        hits = pc["hits"]
+        complete(srv, prompts[0])
+        check("after the reset the counters stay and the same prompt misses",
+              srv.stats()["pools"]["prefix_cache"]["hits"] == hits)
     finally:
         srv.stop()
 
 
+def sentence(rng, n):
+    """n random lowercase words."""
+    return " ".join("".join(chr(rng.randrange(97, 123)) for _ in range(rng.randrange(2, 7))) for _ in range(n))
+
+
+def test_chat_system_prompt(on, off):
+    """/v1/chat/completions marks the end of the system turn for a snapshot:
+    the second request with the same system message and another question
+    restores every system token (the ChatML rendering up to the user turn's
+    <|im_start|>, counted by turns_tokens), and later ones at least as many;
+    greedy text as without the cache."""
+    rng = random.Random(7)
+    system = "You answer briefly. " + sentence(rng, 12)
+    n_sys = turns_tokens(off, [{"role": "system", "content": system}])
+    got, ok = [], True
+    for i, first in enumerate("QRSTU"):
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": first + sentence(rng, 5)}]
+        a, cached = chat(on, msgs)
+        b, _ = chat(off, msgs)
+        got.append(cached)
+        ok = ok and a == b
+    check(f"chat system prompt ({n_sys} tokens): nothing cached on the first request", got[0] == 0, f"{got}")
+    check("the second request restores exactly the system turn (the snapshot the first took there)",
+          got[1] == n_sys, f"cached {got}, system turn {n_sys} tokens")
+    check("every later request restores at least the system turn", all(c >= n_sys for c in got[2:]), f"{got}")
+    check("greedy chat text with those hits equals the cache-off server's", ok)
+
+
+def test_chat_history_boundaries(on, off):
+    """A multi-turn history sent to a server that has none of it: the
+    request snapshots at its message boundaries, so a second history that
+    keeps the first messages and replaces the assistant turn (a regenerated
+    answer) restores up to that turn's start."""
+    rng = random.Random(8)
+    system, user = "Be exact. " + sentence(rng, 6), "A" + sentence(rng, 8)
+    head = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    h1 = head + [{"role": "assistant", "content": "B" + sentence(rng, 6)}, {"role": "user", "content": "C" + sentence(rng, 4)}]
+    h2 = head + [{"role": "assistant", "content": "D" + sentence(rng, 6)}, {"role": "user", "content": "E" + sentence(rng, 4)}]
+    n_head = turns_tokens(off, head)
+    a1, c1 = chat(on, h1, salt="history")
+    a2, c2 = chat(on, h2, salt="history")
+    check("a history's first request restores nothing (its own salt)", c1 == 0, f"{c1}")
+    check("a history with another assistant turn restores up to that turn's start", c2 == n_head,
+          f"cached {c2}, the turns before {n_head} tokens")
+    check("and reads as without the cache", a1 == chat(off, h1)[0] and a2 == chat(off, h2)[0])
+
+
+def test_reset_while_running(on, off):
+    """POST /reset_prefix_cache while a request forked from an entry
+    streams: 200 with what it freed and the request counted as running, the
+    request ends with the text it would have had, and the pool then holds
+    exactly what the store keeps: its entry."""
+    rng = random.Random(9)
+    p = fresh(rng, 40)
+    q = p + fresh(rng, 4)
+    complete(on, p)
+    body = {"prompt": q, "max_tokens": 3000, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    c = on.conn(600)
+    c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    text, cached, j = [], None, None
+    for line in r:
+        line = line.strip()
+        if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+            continue
+        ev = json.loads(line[5:])
+        if ev.get("choices"):
+            text.append(ev["choices"][0]["text"])
+            if j is None:
+                j = reset(on)       # the request has its first token: it runs on
+        if ev.get("usage"):
+            cached = ev["usage"]["prompt_tokens_details"]["cached_tokens"]
+    c.close()
+    check("reset while a request runs: 200 with the entries and bytes it freed, the request running",
+          j and j["enabled"] is True and j["freed_entries"] >= 1 and j["freed_store_bytes"] > 0
+          and j["running_requests"] == 1 and j["pool_reserved_bytes"] > 0, json.dumps(j))
+    st, _, jo, _ = off.jreq("POST", "/v1/completions", {"prompt": q, "max_tokens": 3000, "temperature": 0,
+                                                        "ignore_eos": True}, timeout=600)
+    check("it ends with the cache-off server's text (a hit before the reset)",
+          cached and cached > 0 and st == 200 and "".join(text) == jo["choices"][0]["text"], f"cached {cached}")
+    s = on.stats()
+    pc = s["pools"]["prefix_cache"]
+    check("after it ends the pool holds exactly the store's one entry (its own)",
+          pc["entries"] == 1 and s["pools"]["n_seqs"] == 1 and s["pools"]["reserved_bytes"] == pc["bytes"],
+          json.dumps(s["pools"]))
+
+
+def test_api_key_isolation(model):
+    """Entries are keyed by the API key too: the same prompt and salt under
+    another key is a miss that prefills the whole prompt (the prompt tokens
+    the scheduler counts, not a wall time), and the key's own second request
+    prefills one token; /reset_prefix_cache needs a key like every route."""
+    k1, k2 = "hy-prefix-key-one-0001", "hy-prefix-key-two-0002"
+    srv = hs.Server("keys", model, "-t", "1", "--api-key", k1, "--api-key", k2)
+    try:
+        auth = {"Authorization": f"Bearer {k1}"}
+        p = fresh(random.Random(10), 30)
+
+        def prefilled(key, salt=None):
+            before = srv.jreq("GET", "/stats", None, auth)[2]["scheduler"]["prompt_tokens_total"]
+            _, cached = complete(srv, p, salt=salt, key=key)
+            after = srv.jreq("GET", "/stats", None, auth)[2]["scheduler"]["prompt_tokens_total"]
+            return cached, after - before
+
+        first = prefilled(k1)
+        again = prefilled(k1)
+        other = prefilled(k2)
+        salted = prefilled(k1, salt="s2")
+        check("key 1 first: the whole prompt prefilled", first == (0, len(p)), f"{first}")
+        check("key 1 again: all but the last token restored, one prefilled", again == (len(p) - 1, 1), f"{again}")
+        check("key 2, same prompt: a miss, the whole prompt prefilled as on key 1's first", other == (0, len(p)),
+              f"{other}")
+        check("key 1 under another salt: a miss, the whole prompt prefilled", salted == (0, len(p)), f"{salted}")
+        st, _, _ = srv.req("POST", "/reset_prefix_cache")
+        check("/reset_prefix_cache without a key: 401", st == 401, f"{st}")
+        j = reset(srv, key=k2)
+        s = srv.jreq("GET", "/stats", None, auth)[2]
+        check("/reset_prefix_cache with a key: every entry freed, the pool back to zero",
+              j["freed_entries"] == 3 and s["pools"]["reserved_bytes"] == 0 and s["pools"]["n_seqs"] == 0
+              and s["pools"]["prefix_cache"]["entries"] == 0 and s["pools"]["prefix_cache"]["bytes"] == 0,
+              json.dumps(j) + json.dumps(s["pools"]))
+    finally:
+        srv.stop()
+
+
+def test_full_cache_evicts_to_admit(model, off):
+    """A pool that holds a few entries and a store allowed all of it: once
+    the entries fill the pool, a new request is admitted by evicting (the
+    store's own budget is never what evicts here), and reads the same."""
+    srv = hs.Server("full", model, "-t", "1", "--cache-mem", "200K", "--prefix-cache-mem", "200K")
+    try:
+        rng = random.Random(11)
+        ok = True
+        for _ in range(12):
+            p = fresh(rng, 60)
+            a, _ = complete(srv, p)
+            ok = ok and a == complete(off, p)[0]
+        s = srv.stats()
+        pc = s["pools"]["prefix_cache"]
+        check("a full cache admitted every request by evicting entries, texts as without the cache",
+              ok and pc["evictions"] > 0 and s["pools"]["reserved_bytes"] <= s["pools"]["budget_bytes"],
+              json.dumps(s["pools"]))
+        check("the store never passed its budget (the pool's)", pc["bytes"] <= pc["budget_bytes"], json.dumps(pc))
+    finally:
+        srv.stop()
+
+
+def test_mem_cli(model, on):
+    """`hyserve mem` on the served model: one snapshot's bytes as /stats
+    gives them, and how many a budget holds."""
+    each = on.stats()["pools"]["prefix_cache"]["snapshot_bytes_each"]
+    r = subprocess.run([HYSERVE, "mem", "-m", model, "--context", "256", "--budget", str(7 * each)],
+                       capture_output=True, text=True)
+    line = next((l for l in r.stdout.splitlines() if l.startswith("prefix snapshot:")), "")
+    check("hyserve mem: a prefix snapshot line, 7 of them in a budget of 7", "the budget holds 7" in line,
+          r.stdout[-400:] + r.stderr[-200:])
+
+
 def main(argv=None):
     names = ["test_hybrid_hits", "test_multi_turn", "test_attention_mid_page", "test_salts", "test_eviction",
-             "test_random_load"]
+             "test_random_load", "test_layouts", "test_chat_system_prompt", "test_chat_history_boundaries",
+             "test_reset_while_running", "test_api_key_isolation", "test_full_cache_evicts_to_admit", "test_mem_cli",
+             "test_branch_point"]
     chosen = hs.select(sys.argv[1:] if argv is None else argv, names, "prefix")
     os.makedirs(TMP, exist_ok=True)
-    hyb, att = os.path.join(TMP, "hybrid.gguf"), os.path.join(TMP, "attn.gguf")
-    r1 = subprocess.run([HYSERVE, "synth", "-o", hyb, "--layers", "4", "--pattern", "LLLA"] + COMMON,
-                        capture_output=True)
-    r2 = subprocess.run([HYSERVE, "synth", "-o", att, "--layers", "2", "--pattern", "A"] + COMMON,
-                        capture_output=True)
-    if not check("synthesize the hybrid and attention models", r1.returncode == 0 and r2.returncode == 0,
-                 (r1.stderr + r2.stderr).decode()[-400:]):
+    models = {"hybrid": ("LLLA", 4, []), "attn": ("A", 2, []), "dnet": ("L", 2, []), "mla": ("LAML", 4, []),
+              "chat": ("LLLA", 4, ["--chat-template", "chatml"])}
+    paths, errs = {}, b""
+    for name, (pattern, layers, extra) in models.items():
+        paths[name] = os.path.join(TMP, name + ".gguf")
+        r = subprocess.run([HYSERVE, "synth", "-o", paths[name], "--layers", str(layers), "--pattern", pattern]
+                           + COMMON + extra, capture_output=True)
+        errs += r.stderr if r.returncode else b""
+    if not check("synthesize the hybrid, attention, DeltaNet-only, MLA and chat models", not errs, errs.decode()[-400:]):
         print(f"prefix: {hs.passed} passed, {hs.failed} failed")
         sys.exit(1)
+    hyb, att = paths["hybrid"], paths["attn"]
     servers = []
+
+    def pair(name, model, interval="16"):
+        """A cache-on server (snapshots every 16 tokens) and a cache-off one of model."""
+        a = hs.Server(name + "_on", model, "-t", "1", "--prefix-cache", "on", "--prefix-snapshot-interval", interval)
+        servers.append(a)
+        b = hs.Server(name + "_off", model, "-t", "1", "--prefix-cache", "off")
+        servers.append(b)
+        return a, b
+
+    def eviction(model, off):
+        tag = os.path.basename(model)[:-5]
+        one = hs.Server("one_" + tag, model, "-t", "1")
+        servers.append(one)
+        complete(one, fresh(random.Random(5), 40))
+        entry = one.stats()["pools"]["prefix_cache"]["bytes"]
+        test_eviction(model, off, entry, "evict_" + tag)
+
     try:
-        on = hs.Server("on", hyb, "-t", "1", "--prefix-cache", "on", "--prefix-snapshot-interval", "16")
-        off = hs.Server("off", hyb, "-t", "1", "--prefix-cache", "off")
-        servers += [on, off]
+        on, off = pair("hyb", hyb)
         check("--prefix-cache off: /stats says disabled", off.stats()["pools"]["prefix_cache"]["enabled"] is False)
         if "test_hybrid_hits" in chosen:
             test_hybrid_hits(on, off)
@@ -245,18 +490,36 @@ def main(argv=None):
             test_multi_turn(on, off)
         if "test_salts" in chosen:
             test_salts(on, off)
+        if "test_reset_while_running" in chosen:
+            test_reset_while_running(on, off)
+        if "test_mem_cli" in chosen:
+            test_mem_cli(hyb, on)
         if "test_eviction" in chosen:
-            one = hs.Server("one", hyb, "-t", "1")
-            servers.append(one)
-            complete(one, fresh(random.Random(5), 40))
-            test_eviction(hyb, off, one.stats()["pools"]["prefix_cache"]["bytes"])
+            eviction(hyb, off)
         if "test_random_load" in chosen:
             test_random_load(hyb, off)
+        if "test_full_cache_evicts_to_admit" in chosen:
+            test_full_cache_evicts_to_admit(hyb, off)
+        if "test_api_key_isolation" in chosen:
+            test_api_key_isolation(hyb)
         if "test_attention_mid_page" in chosen:
-            a_on = hs.Server("attn_on", att, "-t", "1")
-            a_off = hs.Server("attn_off", att, "-t", "1", "--prefix-cache", "off")
-            servers += [a_on, a_off]
+            a_on, a_off = pair("attn", att)
             test_attention_mid_page(a_on, a_off)
+            eviction(att, a_off)
+        if "test_layouts" in chosen:
+            for name in ("dnet", "mla"):
+                l_on, l_off = pair(name, paths[name])
+                print(f"-- layout {name} ({models[name][0]})")
+                test_hybrid_hits(l_on, l_off)
+                eviction(paths[name], l_off)
+        if {"test_chat_system_prompt", "test_chat_history_boundaries", "test_branch_point"} & chosen:
+            c_on, c_off = pair("chat", paths["chat"], "0")    # the default: no fixed interval
+            if "test_branch_point" in chosen:
+                test_branch_point(c_on, c_off)
+            if "test_chat_system_prompt" in chosen:
+                test_chat_system_prompt(c_on, c_off)
+            if "test_chat_history_boundaries" in chosen:
+                test_chat_history_boundaries(c_on, c_off)
     except Exception as e:  # noqa: BLE001 - a crash in a test is a failure
         import traceback
         traceback.print_exc()

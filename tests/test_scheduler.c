@@ -578,3 +578,60 @@ TEST(test_scheduler_group_ends_together_and_is_admitted_whole)
     sched_free(s);
     engine_close(e);
 }
+
+/* Run prompt greedily to its end with the given snapshot hints; the
+ * prompt tokens the prefix cache restored for it, -1 on an error. */
+static int cached_run(sched *s, const int32_t *prompt, int n_prompt, const int *hints, int n_hints)
+{
+    sched_req_params rp = greedy_request("hinted", prompt, n_prompt, 4);
+    rp.snap_hints = hints;
+    rp.n_snap_hints = n_hints;
+    sched_req *r = NULL;
+    char err[256];
+    if (sched_submit(s, &rp, &r, err, sizeof(err)) != 0)
+        return -1;
+    sched_result res;
+    int rc = last_error(r);
+    sched_req_result(r, &res);
+    sched_req_release(r);
+    return rc == 0 ? res.cached_tokens : -1;
+}
+
+/* A hint inside the prompt makes the request snapshot its DeltaNet state
+ * there, so the next prompt sharing exactly that much restores it: 40 of
+ * a 40-token shared head on the second request, where without the hint
+ * the only snapshot (one short of the first prompt) is past the shared
+ * part and nothing is restored. Hints outside (0, n_prompt - 1) are
+ * dropped. Then sched_prefix_reset frees every entry: the pool is empty. */
+TEST(test_scheduler_snapshot_hints_let_the_second_request_restore_a_shared_head)
+{
+    /* the first prompt is HEAD shared tokens and 16 of its own */
+    enum { HEAD = 40, N = 56 };     /* HEAD past PREFIX_MIN_SNAP_GAP (32): a hint closer to 0 takes no step */
+    int32_t a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (int32_t)(40 + (i * 7) % 80);
+        b[i] = i < HEAD ? a[i] : (int32_t)(200 + i);
+    }
+    const int hints[] = { 0, HEAD, N, N + 5 };
+    for (int with = 0; with < 2; with++) {
+        engine *e = open_model(with ? "hints-on" : "hints-off", 0);
+        CHECK(e != NULL);
+        sched_params sp;
+        sched_params_default(&sp);
+        sp.n_threads = 1;
+        sp.prefix_cache = true;
+        sched *s = sched_new(e, &sp, NULL, 0);
+        CHECK(s != NULL && sched_start(s) == 0);
+        CHECK(cached_run(s, a, N, with ? hints : NULL, with ? 4 : 0) == 0);
+        const int got = cached_run(s, b, N, NULL, 0);
+        CHECK_MSG(got == (with ? HEAD : 0), "%s hints: restored %d", with ? "with" : "without", got);
+        sched_prefix_freed f;
+        CHECK(sched_prefix_reset(s, &f) == 0);
+        CHECK(f.enabled && f.entries >= 1 && f.pool_freed_bytes > 0 && f.pool_reserved_bytes == 0);
+        sched_stats st;
+        CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
+        CHECK(st.pool.reserved_bytes == 0 && st.pool.n_seqs == 0 && st.prefix.n_entries == 0);
+        sched_free(s);
+        engine_close(e);
+    }
+}
