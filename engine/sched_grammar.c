@@ -78,7 +78,9 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
         return SCHED_ENOMEM;
     }
     /* auto: free text until the model opens a call, then the call's grammar */
-    if (p->constraint == SCHED_CONSTRAINT_TOOL_CALLS_AUTO && gram_matcher_set_trigger(r->gm, "<tool_call>")) {
+    if (p->constraint == SCHED_CONSTRAINT_TOOL_CALLS_AUTO &&
+        gram_matcher_set_trigger(r->gm, grammar_tool_trigger(p->constraint_src ? p->constraint_src : "",
+                                                             p->constraint_len))) {
         snprintf(err, errlen, "the tool-call trigger could not be set");
         return SCHED_EINVAL;
     }

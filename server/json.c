@@ -1005,6 +1005,22 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
     return rc;
 }
 
+int json_set_tool_format(gen_request *g, const char *format)
+{
+    if ((g->constraint != GEN_CONSTRAINT_TOOL_CALLS && g->constraint != GEN_CONSTRAINT_TOOL_CALLS_AUTO) ||
+        !g->constraint_src)
+        return 0;
+    cJSON *spec = cJSON_ParseWithLength(g->constraint_src, g->constraint_len);
+    char *text = spec && cJSON_AddStringToObject(spec, "format", format) ? cJSON_PrintUnformatted(spec) : NULL;
+    cJSON_Delete(spec);
+    if (!text)
+        return -1;
+    free(g->constraint_src);
+    g->constraint_src = text;
+    g->constraint_len = strlen(text);
+    return 0;
+}
+
 static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)
 {
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(root, "messages");

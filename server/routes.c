@@ -361,7 +361,7 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
         }
         clen = len;
         if (g->tools && g->tool_choice != TOOL_CHOICE_NONE &&
-            chat_parse_tool_calls(text, len, hr->id, &clen, &calls) > 0) {
+            chat_parse_tool_calls(srv->chat_kind, text, len, hr->id, &clen, &calls) > 0) {
             if (clen)
                 json_add_text(msg, "content", text, clen);
             else
@@ -773,6 +773,11 @@ static int handle_generation(http_req *hr, int api, int mode)
                               err, sizeof(err))) {
             err_extra x = {.param = "messages"};
             rc = send_error(hr, ERR_TEMPLATE, err, &x);
+            goto out;
+        }
+        /* a forced or started tool call in the template's own form */
+        if (srv->chat_kind == CHAT_LLAMA31 && json_set_tool_format(&g, "llama3.1")) {
+            rc = send_error(hr, ERR_INTERNAL, "out of memory", NULL);
             goto out;
         }
     }

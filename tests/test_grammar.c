@@ -615,6 +615,62 @@ TEST(test_grammar_tool_calls_take_the_qwen_markup_and_each_functions_arguments)
     CHECK(!g && strstr(err, "missing"));
 }
 
+TEST(test_grammar_llama31_tool_call_is_one_bare_object_with_parameters)
+{
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\"],"
+                        "\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+    char err[256];
+    grammar *g = grammar_compile_llama_tool_call(tools, strlen(tools), NULL, NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    /* the form Llama 3.1's template writes a call in */
+    static const char *yes[] = {
+        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"c\"}}",
+        "{\"name\": \"now\", \"parameters\": {}}",
+        "{\"name\": \"now\", \"parameters\": {\"any\": [1, \"x\"]}}",
+    };
+    static const char *no[] = {
+        "{\"name\": \"get_weather\", \"parameters\": {\"unit\": \"c\"}}",        /* city required */
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}",         /* Qwen's key */
+        "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+        "{\"name\": \"now\", \"parameters\": {}}\n{\"name\": \"now\", \"parameters\": {}}",  /* one call a turn */
+        "{\"name\": \"other\", \"parameters\": {}}",
+    };
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    /* the scheduler's spec picks the form and the auto trigger */
+    const char *spec = "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"now\"}}],\"name\":\"now\","
+                       "\"parallel\":true,\"format\":\"llama3.1\"}";
+    g = grammar_compile_tool_spec(spec, strlen(spec), NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    CHECK(acc(g, yes[1]) && !acc(g, no[3]) && !acc(g, no[2]));
+    grammar_free(g);
+    CHECK(!strcmp(grammar_tool_trigger(spec, strlen(spec)), "{\"name\""));
+    CHECK(!strcmp(grammar_tool_trigger("{\"tools\":[]}", 12), "<tool_call>"));
+    /* auto: prose (even with braces) stays free until {"name" opens a call */
+    static const char *const pieces[] = {"<eos>", "Use", " {x}", " {\"", "name", "\": \"now\", \"parameters\": ",
+                                         "{}", "}", "x"};
+    toy_vocab tv = {pieces, (int)(sizeof pieces / sizeof pieces[0])};
+    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    CHECK(v);
+    gram_matcher *m = gram_matcher_new(grammar_compile_tool_spec(spec, strlen(spec), NULL, err, sizeof err), v);
+    CHECK(m && gram_matcher_set_trigger(m, grammar_tool_trigger(spec, strlen(spec))) == 0);
+    int seq[] = {1, 2, 3, 4};
+    for (int i = 0; i < 4; i++) {
+        CHECK(!gram_matcher_active(m));
+        CHECK(gram_matcher_accept_token(m, seq[i]) == 0);
+    }
+    /* the trigger ends with the quote after name: the next token completes it */
+    CHECK(!gram_matcher_active(m) && gram_matcher_accept_token(m, 5) == 0 && gram_matcher_active(m));
+    float logits[9];
+    for (int i = 0; i < tv.n; i++)
+        logits[i] = 0.5f;
+    CHECK(gram_matcher_mask(m, logits) == 1 && !isinf(logits[6]));
+    CHECK(gram_matcher_accept_token(m, 6) == 0 && gram_matcher_accept_token(m, 7) == 0 && gram_matcher_finished(m));
+    gram_matcher_free(m);
+    gram_vocab_free(v);
+}
+
 TEST(test_grammar_a_trigger_leaves_text_free_until_the_tool_call_opens)
 {
     /* tool_choice auto: free text, then "<tool_call>" cut across tokens, then the call's grammar */
