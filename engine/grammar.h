@@ -44,6 +44,9 @@ grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar
 /* A regular expression (the subset of grammar_regex.c) matched against the
  * whole output, as TGI's regex grammar does. */
 grammar *grammar_compile_regex(const char *re, size_t len, char *err, size_t errlen);
+/* A GBNF grammar (llama.cpp's form, llama-server's "grammar" field; the
+ * syntax is in grammar_gbnf.c). Errors name the line and column. */
+grammar *grammar_compile_gbnf(const char *text, size_t len, char *err, size_t errlen);
 /* Tool calls as the Qwen3 / ChatML templates write them:
  *   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
  * NAME one of the functions of tools (an OpenAI "tools" array as JSON

@@ -54,6 +54,9 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
         g = grammar_compile_tool_spec(p->constraint_src ? p->constraint_src : "", p->constraint_len, NULL, why,
                                       sizeof why);
         break;
+    case SCHED_CONSTRAINT_GBNF:
+        g = grammar_compile_gbnf(p->constraint_src ? p->constraint_src : "", p->constraint_len, why, sizeof why);
+        break;
     case SCHED_CONSTRAINT_REGEX:
         g = grammar_compile_regex(p->constraint_src ? p->constraint_src : "", p->constraint_len, why,
                                   sizeof why);

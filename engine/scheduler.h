@@ -99,6 +99,7 @@ enum sched_constraint {
     SCHED_CONSTRAINT_REGEX = 3,         /* constraint_src: a regular expression over the whole output */
     SCHED_CONSTRAINT_TOOL_CALLS = 4,    /* constraint_src: {"tools", "name", "parallel", "format"} (grammar_compile_tool_spec) */
     SCHED_CONSTRAINT_TOOL_CALLS_AUTO = 5, /* the same from the first "<tool_call>" (Llama 3.1: {"name") on */
+    SCHED_CONSTRAINT_GBNF = 6,          /* constraint_src: a GBNF grammar (llama-server's "grammar") */
 };
 
 enum sched_event_kind {

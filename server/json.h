@@ -98,6 +98,7 @@ enum gen_constraint {
     GEN_CONSTRAINT_REGEX = 3,
     GEN_CONSTRAINT_TOOL_CALLS = 4,
     GEN_CONSTRAINT_TOOL_CALLS_AUTO = 5,
+    GEN_CONSTRAINT_GBNF = 6,
 };
 
 /* OpenAI tool_choice. */

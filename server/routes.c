@@ -878,7 +878,8 @@ static int handle_generation(http_req *hr, int api, int mode)
                    (int)GEN_CONSTRAINT_JSON_OBJECT == (int)SCHED_CONSTRAINT_JSON_OBJECT &&
                    (int)GEN_CONSTRAINT_REGEX == (int)SCHED_CONSTRAINT_REGEX &&
                    (int)GEN_CONSTRAINT_TOOL_CALLS == (int)SCHED_CONSTRAINT_TOOL_CALLS &&
-                   (int)GEN_CONSTRAINT_TOOL_CALLS_AUTO == (int)SCHED_CONSTRAINT_TOOL_CALLS_AUTO,
+                   (int)GEN_CONSTRAINT_TOOL_CALLS_AUTO == (int)SCHED_CONSTRAINT_TOOL_CALLS_AUTO &&
+                   (int)GEN_CONSTRAINT_GBNF == (int)SCHED_CONSTRAINT_GBNF,
                    "json.h and scheduler.h agree");
     sched_req_params rp = {
         .id = hr->id,

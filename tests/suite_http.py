@@ -2038,6 +2038,58 @@ def test_structured_output(srv):
     check("the server serves normally after refused schemas", st == 200, f"{st} {j}")
 
 
+def test_gbnf(srv):
+    """llama-server's GBNF "grammar": outputs sampled at temperature 1 with
+    12 seeds are sentences of the grammar by an independent check (a Python
+    regex for a regular grammar; a recursive-descent parser for a recursive
+    one, a prefix of a sentence when the output stopped at max_tokens);
+    syntax errors are 400s naming the line and column."""
+    regular = ('# ids, then up to three words\n'
+               'root ::= "id-" [0-9]{2,4} ( "," " "? word ){0,3} "."\n'
+               'word ::= [a-z] [a-z_]{0,4}   # a comment\n')
+    pattern = re.compile(r"id-[0-9]{2,4}(, ?[a-z][a-z_]{0,4}){0,3}\.")
+    nested = 'root ::= item{1,3}\nitem ::= "[" ( "x" | item )? "]"\n'
+
+    def brackets(text, complete):
+        """1-3 items, an item "[" then "x", an item or nothing, then "]"
+        (recursive descent); not complete: a prefix of such a text"""
+        end = len(text)
+
+        def item(i):      # the index after an item at i, end if the text stops inside it, -1 if it breaks it
+            if i >= end or text[i] != "[":
+                return -1
+            i += 1
+            if i < end and text[i] == "x":
+                i += 1
+            elif i < end and text[i] == "[":
+                i = item(i)
+                if i < 0 or i == end:
+                    return i
+            return end if i == end else i + 1 if text[i] == "]" else -1
+        i, n = 0, 0
+        while 0 <= i < end:
+            i, n = item(i), n + 1
+        return i == end and 1 <= n <= 3 and (not complete or text.count("[") == text.count("]"))
+    for seed in range(1, 13):
+        for name, gbnf in (("regular", regular), ("nested", nested)):
+            st, _, j, _ = srv.jreq("POST", "/v1/completions", {"prompt": "x", "max_tokens": 60, "temperature": 1,
+                                                              "seed": seed, "grammar": gbnf})
+            ch = j["choices"][0] if st == 200 else {}
+            text, fin = ch.get("text", ""), ch.get("finish_reason")
+            # the random model may nest until max_tokens: then a prefix of a sentence
+            ok = st == 200 and (pattern.fullmatch(text) and fin == "stop" if name == "regular"
+                                else fin in ("stop", "length") and brackets(text, fin == "stop"))
+            if not check(f"GBNF {name}, seed {seed}: the output is in the grammar's language", bool(ok), f"{st} {j}"):
+                break
+    for gbnf, where in [('root ::= "a"\nitem = "b"\n', "line 2, column 6"), ('root ::= "a" | <[5]>', "line 1, column 16"),
+                        ('root ::= item', "line 1, column 10"), (7, "GBNF grammar")]:
+        st, _, j, _ = srv.jreq("POST", "/v1/completions", {"prompt": "x", "max_tokens": 4, "grammar": gbnf})
+        msg = j.get("error", {}).get("message", "") if isinstance(j, dict) else ""
+        check(f"a bad GBNF grammar is a 400 naming where ({where})", st == 400 and where in msg, f"{st} {j}")
+    st, _, j, _ = srv.jreq("POST", "/v1/completions", {"prompt": "x", "max_tokens": 4})
+    check("the server serves normally after refused grammars", st == 200, f"{st} {j}")
+
+
 def client_node(cdir):
     """node, with tests/client's packages installed (npm ci), or None."""
     node, npm = shutil.which("node"), shutil.which("npm")
@@ -2348,7 +2400,8 @@ def main(argv=None):
                ("test_openai_client", lambda: test_openai_client(srv)),
                ("test_hf_clients", lambda: test_hf_clients(srv)),
                ("test_structured_output", lambda: test_structured_output(srv)),
-               ("test_tool_calls", lambda: test_tool_calls(srv))]
+               ("test_tool_calls", lambda: test_tool_calls(srv)),
+               ("test_gbnf", lambda: test_gbnf(srv))]
     on_limits = [("test_body_limit", lambda: test_body_limit(srv2)),
                  ("test_limits", lambda: test_limits(srv2)),
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
