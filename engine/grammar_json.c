@@ -25,7 +25,6 @@
  *   - enum and const values are written in canonical form (JSON.stringify's
  *     escapes and number spelling);
  *   - strings never hold lone surrogates (\ud800 must pair with \udc00..);
- *   - date leaves out 29 February (the leap-year rule is not expressed).
  */
 #include "grammar.h"
 #include "grammar_impl.h"
@@ -529,7 +528,17 @@ static gsym f_date(jctx *c)
     gsym a28[3] = {lits(b, "02"), dash, gb_or(b, d28, 3)};
     gsym md[3] = {gb_seq(b, a31, 3), gb_seq(b, a30, 3), gb_seq(b, a28, 3)};
     gsym s[6] = {d, d, d, d, dash, gb_or(b, md, 3)};
-    return gb_seq(b, s, 6);
+    /* 29 February of a leap year (the Gregorian rule, as ajv-formats has
+     * it): the last two digits a multiple of 4 but not 00, or 00 after two
+     * that are a multiple of 4 (years divisible by 400, 0000 too) */
+    gsym m4nz[3] = {two_digit(b, "0", "48"), two_digit(b, "2468", "048"), two_digit(b, "13579", "26")};
+    gsym mult4_nz = gb_or(b, m4nz, 3);
+    gsym m4[2] = {mult4_nz, lits(b, "00")};
+    gsym by4[3] = {d, d, mult4_nz}, by400[2] = {gb_or(b, m4, 2), lits(b, "00")};
+    gsym leap[2] = {gb_seq(b, by4, 3), gb_seq(b, by400, 2)};
+    gsym feb29[2] = {gb_or(b, leap, 2), lits(b, "-02-29")};
+    gsym any[2] = {gb_seq(b, s, 6), gb_seq(b, feb29, 2)};
+    return gb_or(b, any, 2);
 }
 
 static gsym f_time(jctx *c)
