@@ -14,13 +14,22 @@ key choices follow what llama.cpp's converter writes for gpt2-style vocabularies
               4 USER_DEFINED (other added tokens), 5 UNUSED
   merges      "A B" strings, rank = index
   bos/eos/pad ids of the tokens named in tokenizer_config.json; add_bos_token
+  --extend-to N   grows the vocabulary to N ids the way BPE training grows one:
+              each new token is the concatenation A+B of two tokens already in
+              it (A letters, with or without the leading-space mark; B 1-6
+              lowercase letters), with the merge "A B" ranked after the others;
+              pairs drawn with a seeded random.Random (--extend-seed), so the
+              file is the same on every machine. For a large-vocabulary stand-in
+              (Qwen3.5's 248320 tokens) when the real one is not at hand.
 
 Usage: /usr/bin/python3 tools/tokjson2gguf.py tokenizer.json -o out.gguf
            [--config tokenizer_config.json] [--pre qwen2] [--vocab-size N]
-           [--weights model.gguf]
+           [--weights model.gguf] [--extend-to N [--extend-seed S]]
 """
 import argparse
 import json
+import random
+import re
 import struct
 import sys
 
@@ -156,6 +165,26 @@ def looks_special(text):
         (text.startswith("<\uff5c") and text.endswith("\uff5c>"))
 
 
+def extend(tokens, types, merges, vocab, n_to, seed):
+    """Append BPE-made tokens (see --extend-to) until there are n_to."""
+    if n_to < len(tokens):
+        sys.exit("tokjson2gguf: --extend-to %d is below the vocabulary's %d ids" % (n_to, len(tokens)))
+    heads = sorted(t for t in vocab if re.fullmatch("\u0120?[A-Za-z]{1,10}", t))
+    tails = sorted(t for t in vocab if re.fullmatch("[a-z]{1,6}", t))
+    if not heads or not tails:
+        sys.exit("tokjson2gguf: --extend-to needs letter tokens to combine")
+    rng = random.Random(seed)
+    have = set(tokens)
+    while len(tokens) < n_to:
+        a, b = rng.choice(heads), rng.choice(tails)
+        if a + b in have:
+            continue
+        have.add(a + b)
+        tokens.append(a + b)
+        types.append(TT_NORMAL)
+        merges.append(a + " " + b)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tokenizer_json")
@@ -164,6 +193,9 @@ def main():
     ap.add_argument("--pre", default="qwen2", help="tokenizer.ggml.pre value (default qwen2)")
     ap.add_argument("--vocab-size", type=int, default=0,
                     help="pad the vocabulary to this many ids (the model's embedding rows)")
+    ap.add_argument("--extend-to", type=int, default=0,
+                    help="grow the vocabulary to this many ids with BPE-made tokens (after --vocab-size padding)")
+    ap.add_argument("--extend-seed", type=int, default=1)
     ap.add_argument("--weights", help="a model GGUF (e.g. from `hyserve synth --vocab N`) whose keys and "
                     "tensors the output keeps, its tokenizer replaced by this one")
     args = ap.parse_args()
@@ -193,11 +225,13 @@ def main():
         text, tt = by_id.get(i, ("[PAD%d]" % i, TT_UNUSED))
         tokens.append(text)
         types.append(tt)
-    ids = {t: i for i, t in reversed(list(enumerate(tokens)))}
-
     merges = []
     for m in model.get("merges", []):
         merges.append(" ".join(m) if isinstance(m, list) else m)
+    if args.extend_to:
+        extend(tokens, types, merges, vocab, args.extend_to, args.extend_seed)
+        n = len(tokens)
+    ids = {t: i for i, t in reversed(list(enumerate(tokens)))}
 
     w = GgufWriter()
     weights = read_model(args.weights, n) if args.weights else None
