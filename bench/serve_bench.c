@@ -7,6 +7,8 @@
  * events, and aggregate tokens/s over the run's wall time. Writes one JSON
  * object. A C client keeps its own cost per token far below the server's,
  * which a Python client at 32 streams would not.
+ * --params adds TGI parameters to every request (e.g. a grammar, for the
+ * constrained decode run).
  * Does not own: starting or stopping the server (bench/run.sh).
  */
 #include <arpa/inet.h>
@@ -69,6 +71,7 @@ typedef struct client {
     pthread_t th;
     int port, requests, max_new;
     const char *prompt;
+    const char *params;         /* more TGI parameters ("k": v, ...), or NULL */
     samples ttft, itl;          /* seconds */
     long tokens;
     int errors;
@@ -192,9 +195,14 @@ static int one_request(client *c)
         close(fd);
         return -1;
     }
-    char body[2048], req[4096];
-    int bl = snprintf(body, sizeof body, "{\"inputs\": \"%s\", \"parameters\": {\"max_new_tokens\": %d}}",
-                      c->prompt, c->max_new);
+    char body[8192], req[9216];
+    int bl = snprintf(body, sizeof body, "{\"inputs\": \"%s\", \"parameters\": {\"max_new_tokens\": %d%s%s}}",
+                      c->prompt, c->max_new, c->params ? ", " : "", c->params ? c->params : "");
+    if (bl < 0 || bl >= (int)sizeof body) {
+        snprintf(c->err, sizeof c->err, "request body over %zu bytes", sizeof body);
+        close(fd);
+        return -1;
+    }
     int rl = snprintf(req, sizeof req,
                       "POST /generate_stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Accept: text/event-stream\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
@@ -237,7 +245,7 @@ static void *client_main(void *arg)
 int main(int argc, char **argv)
 {
     int port = 8080, n_clients = 1, requests = 2, max_new = 64;
-    const char *prompt = "The quick brown fox jumps over the lazy dog", *out = NULL;
+    const char *prompt = "The quick brown fox jumps over the lazy dog", *out = NULL, *params = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--port") && i + 1 < argc) port = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--clients") && i + 1 < argc) n_clients = atoi(argv[++i]);
@@ -245,9 +253,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--max-new") && i + 1 < argc) max_new = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc) prompt = argv[++i];
         else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--params") && i + 1 < argc) params = argv[++i];
         else {
             fprintf(stderr, "usage: serve_bench [--port N] [--clients N] [--requests N] [--max-new N] "
-                            "[--prompt TEXT] [-o OUT.json]\n");
+                            "[--prompt TEXT] [--params '\"k\": v, ...'] [-o OUT.json]\n");
             return 2;
         }
     }
@@ -256,7 +265,7 @@ int main(int argc, char **argv)
         return 1;
     double t0 = now_s();
     for (int i = 0; i < n_clients; i++) {
-        cs[i] = (client){ .port = port, .requests = requests, .max_new = max_new, .prompt = prompt };
+        cs[i] = (client){ .port = port, .requests = requests, .max_new = max_new, .prompt = prompt, .params = params };
         pthread_create(&cs[i].th, NULL, client_main, &cs[i]);
     }
     samples ttft = { 0 }, itl = { 0 };

@@ -286,7 +286,7 @@ gsym gb_rep(gbuild *b, gsym x, long min, long max)
 
 /* UTF-8 of one code point into out (continuation bytes filled from the
  * end); returns the length. */
-static int utf8_put(uint32_t cp, uint8_t *out)
+int gb_utf8_put(uint32_t cp, uint8_t *out)
 {
     static const uint8_t lead[5] = {0, 0, 0xC0, 0xE0, 0xF0};
     int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
@@ -336,8 +336,8 @@ static void cp_split(gbuild *b, uint32_t lo, uint32_t hi, gvec *alts)
         }
     }
     uint8_t el[4], eh[4];
-    int n = utf8_put(lo, el);
-    utf8_put(hi, eh);
+    int n = gb_utf8_put(lo, el);
+    gb_utf8_put(hi, eh);
     gsym s[4];
     for (int i = 0; i < n; i++)
         s[i] = gb_range(b, el[i], eh[i]);

@@ -44,6 +44,9 @@ grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar
 /* A regular expression (the subset of grammar_regex.c) matched against the
  * whole output, as TGI's regex grammar does. */
 grammar *grammar_compile_regex(const char *re, size_t len, char *err, size_t errlen);
+/* A GBNF grammar (llama.cpp's form, llama-server's "grammar" field; the
+ * syntax is in grammar_gbnf.c). Errors name the line and column. */
+grammar *grammar_compile_gbnf(const char *text, size_t len, char *err, size_t errlen);
 /* Tool calls as the Qwen3 / ChatML templates write them:
  *   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
  * NAME one of the functions of tools (an OpenAI "tools" array as JSON
@@ -52,9 +55,18 @@ grammar *grammar_compile_regex(const char *re, size_t len, char *err, size_t err
  * parallel: one or more calls, separated by "\n". */
 grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *name, bool parallel,
                                     const grammar_opts *opts, char *err, size_t errlen);
+/* One tool call as Llama 3.1's template writes it (one per turn):
+ *   {"name": "NAME", "parameters": ARGS}
+ * NAME and ARGS as above. */
+grammar *grammar_compile_llama_tool_call(const char *tools, size_t len, const char *name, const grammar_opts *opts,
+                                         char *err, size_t errlen);
 /* The same from one JSON spec: {"tools": [...], "name": "f" or null,
- * "parallel": bool} (the scheduler's SCHED_CONSTRAINT_TOOL_CALLS). */
+ * "parallel": bool, "format": "llama3.1" or absent for Qwen's} (the
+ * scheduler's SCHED_CONSTRAINT_TOOL_CALLS). */
 grammar *grammar_compile_tool_spec(const char *spec, size_t len, const grammar_opts *opts, char *err, size_t errlen);
+/* The text a call of spec's format starts with, the trigger of
+ * tool_choice auto: "<tool_call>", or "{\"name\"" for Llama 3.1. */
+const char *grammar_tool_trigger(const char *spec, size_t len);
 /* Any JSON object (OpenAI's json_object mode). */
 grammar *grammar_compile_json_object(const grammar_opts *opts, char *err, size_t errlen);
 void grammar_free(grammar *g);

@@ -61,6 +61,8 @@ gsym gb_opt(gbuild *b, gsym x);
 gsym gb_star(gbuild *b, gsym x);                    /* x must not match the empty string */
 /* x repeated min..max times (max < 0: unbounded). */
 gsym gb_rep(gbuild *b, gsym x, long min, long max);
+/* The UTF-8 of code point cp (at most 4 bytes) into out; its length. */
+int gb_utf8_put(uint32_t cp, uint8_t *out);
 /* The UTF-8 encodings of code points lo..hi (surrogates excluded). */
 gsym gb_cp_range(gbuild *b, uint32_t lo, uint32_t hi);
 

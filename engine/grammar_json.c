@@ -25,7 +25,6 @@
  *   - enum and const values are written in canonical form (JSON.stringify's
  *     escapes and number spelling);
  *   - strings never hold lone surrogates (\ud800 must pair with \udc00..);
- *   - date leaves out 29 February (the leap-year rule is not expressed).
  */
 #include "grammar.h"
 #include "grammar_impl.h"
@@ -529,7 +528,17 @@ static gsym f_date(jctx *c)
     gsym a28[3] = {lits(b, "02"), dash, gb_or(b, d28, 3)};
     gsym md[3] = {gb_seq(b, a31, 3), gb_seq(b, a30, 3), gb_seq(b, a28, 3)};
     gsym s[6] = {d, d, d, d, dash, gb_or(b, md, 3)};
-    return gb_seq(b, s, 6);
+    /* 29 February of a leap year (the Gregorian rule, as ajv-formats has
+     * it): the last two digits a multiple of 4 but not 00, or 00 after two
+     * that are a multiple of 4 (years divisible by 400, 0000 too) */
+    gsym m4nz[3] = {two_digit(b, "0", "48"), two_digit(b, "2468", "048"), two_digit(b, "13579", "26")};
+    gsym mult4_nz = gb_or(b, m4nz, 3);
+    gsym m4[2] = {mult4_nz, lits(b, "00")};
+    gsym by4[3] = {d, d, mult4_nz}, by400[2] = {gb_or(b, m4, 2), lits(b, "00")};
+    gsym leap[2] = {gb_seq(b, by4, 3), gb_seq(b, by400, 2)};
+    gsym feb29[2] = {gb_or(b, leap, 2), lits(b, "-02-29")};
+    gsym any[2] = {gb_seq(b, s, 6), gb_seq(b, feb29, 2)};
+    return gb_or(b, any, 2);
 }
 
 static gsym f_time(jctx *c)
@@ -958,8 +967,9 @@ grammar *grammar_compile_json_schema(const char *json, size_t len, const grammar
     return g;
 }
 
-/* One call of function fn (an OpenAI tools[] entry's "function"). */
-static gsym tool_call(gbuild *b, const cJSON *fn, const grammar_opts *opts)
+/* One call of function fn (an OpenAI tools[] entry's "function"), as
+ * Qwen's <tool_call> block or (llama) Llama 3.1's bare JSON object. */
+static gsym tool_call(gbuild *b, const cJSON *fn, bool llama, const grammar_opts *opts)
 {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
@@ -970,7 +980,8 @@ static gsym tool_call(gbuild *b, const cJSON *fn, const grammar_opts *opts)
         return -1;
     }
     char head[128];
-    snprintf(head, sizeof head, "<tool_call>\n{\"name\": \"%s\", \"arguments\": ", s);
+    snprintf(head, sizeof head, llama ? "{\"name\": \"%s\", \"parameters\": "
+                                      : "<tool_call>\n{\"name\": \"%s\", \"arguments\": ", s);
     jctx c;
     jctx_init(&c, b, params, opts);
     gsym args;
@@ -981,12 +992,13 @@ static gsym tool_call(gbuild *b, const cJSON *fn, const grammar_opts *opts)
         args = c.obj_any;
     }
     jctx_deinit(&c);
-    gsym sq[3] = {lits(b, head), args, lits(b, "}\n</tool_call>")};
+    gsym sq[3] = {lits(b, head), args, lits(b, llama ? "}" : "}\n</tool_call>")};
     return gb_seq(b, sq, 3);
 }
 
-grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *name, bool parallel,
-                                    const grammar_opts *opts, char *err, size_t errlen)
+/* Qwen's calls (or one of Llama 3.1's: llama). */
+static grammar *compile_calls(const char *tools, size_t len, const char *name, bool parallel, bool llama,
+                              const grammar_opts *opts, char *err, size_t errlen)
 {
     cJSON *root = cJSON_ParseWithLengthOpts(tools, len, NULL, false);
     if (!cJSON_IsArray(root) || cJSON_GetArraySize(root) == 0) {
@@ -1009,7 +1021,7 @@ grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *n
         }
         if (name && (!cJSON_IsString(fname) || strcmp(fname->valuestring, name)))
             continue;
-        if (gvec_push(&calls, tool_call(&b, fn, opts)))
+        if (gvec_push(&calls, tool_call(&b, fn, llama, opts)))
             gb_fail(&b, "out of memory");
     }
     if (!b.failed && calls.n == 0)
@@ -1018,7 +1030,7 @@ grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *n
     if (!b.failed) {
         gsym one = gb_or(&b, calls.v, calls.n);
         gsym root_sym = one;
-        if (parallel) {
+        if (parallel && !llama) {
             gsym more[2] = {gb_byte(&b, '\n'), one};
             gsym sq[2] = {one, gb_star(&b, gb_seq(&b, more, 2))};
             root_sym = gb_seq(&b, sq, 2);
@@ -1033,6 +1045,33 @@ grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *n
     return g;
 }
 
+grammar *grammar_compile_tool_calls(const char *tools, size_t len, const char *name, bool parallel,
+                                    const grammar_opts *opts, char *err, size_t errlen)
+{
+    return compile_calls(tools, len, name, parallel, false, opts, err, errlen);
+}
+
+grammar *grammar_compile_llama_tool_call(const char *tools, size_t len, const char *name, const grammar_opts *opts,
+                                         char *err, size_t errlen)
+{
+    return compile_calls(tools, len, name, false, true, opts, err, errlen);
+}
+
+/* Is spec's "format" Llama 3.1's? Anything else is Qwen's. */
+static bool spec_is_llama(const cJSON *root)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "format");
+    return cJSON_IsString(f) && !strcmp(f->valuestring, "llama3.1");
+}
+
+const char *grammar_tool_trigger(const char *spec, size_t len)
+{
+    cJSON *root = cJSON_ParseWithLengthOpts(spec, len, NULL, false);
+    bool llama = spec_is_llama(root);
+    cJSON_Delete(root);
+    return llama ? "{\"name\"" : "<tool_call>";
+}
+
 grammar *grammar_compile_tool_spec(const char *spec, size_t len, const grammar_opts *opts, char *err, size_t errlen)
 {
     cJSON *root = cJSON_ParseWithLengthOpts(spec, len, NULL, false);
@@ -1043,9 +1082,9 @@ grammar *grammar_compile_tool_spec(const char *spec, size_t len, const grammar_o
     if (!text)
         snprintf(err, errlen, "a tool-call constraint needs {\"tools\": [...]}");
     else
-        g = grammar_compile_tool_calls(text, strlen(text), cJSON_IsString(name) ? name->valuestring : NULL,
-                                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "parallel")), opts, err,
-                                       errlen);
+        g = compile_calls(text, strlen(text), cJSON_IsString(name) ? name->valuestring : NULL,
+                          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "parallel")), spec_is_llama(root), opts,
+                          err, errlen);
     free(text);
     cJSON_Delete(root);
     return g;

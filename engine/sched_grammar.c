@@ -54,6 +54,9 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
         g = grammar_compile_tool_spec(p->constraint_src ? p->constraint_src : "", p->constraint_len, NULL, why,
                                       sizeof why);
         break;
+    case SCHED_CONSTRAINT_GBNF:
+        g = grammar_compile_gbnf(p->constraint_src ? p->constraint_src : "", p->constraint_len, why, sizeof why);
+        break;
     case SCHED_CONSTRAINT_REGEX:
         g = grammar_compile_regex(p->constraint_src ? p->constraint_src : "", p->constraint_len, why,
                                   sizeof why);
@@ -78,7 +81,9 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
         return SCHED_ENOMEM;
     }
     /* auto: free text until the model opens a call, then the call's grammar */
-    if (p->constraint == SCHED_CONSTRAINT_TOOL_CALLS_AUTO && gram_matcher_set_trigger(r->gm, "<tool_call>")) {
+    if (p->constraint == SCHED_CONSTRAINT_TOOL_CALLS_AUTO &&
+        gram_matcher_set_trigger(r->gm, grammar_tool_trigger(p->constraint_src ? p->constraint_src : "",
+                                                             p->constraint_len))) {
         snprintf(err, errlen, "the tool-call trigger could not be set");
         return SCHED_EINVAL;
     }

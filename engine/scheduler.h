@@ -102,8 +102,9 @@ enum sched_constraint {
     SCHED_CONSTRAINT_JSON_SCHEMA = 1,   /* constraint_src: a JSON Schema */
     SCHED_CONSTRAINT_JSON_OBJECT = 2,   /* any JSON object (no source) */
     SCHED_CONSTRAINT_REGEX = 3,         /* constraint_src: a regular expression over the whole output */
-    SCHED_CONSTRAINT_TOOL_CALLS = 4,    /* constraint_src: {"tools", "name", "parallel"} (grammar_compile_tool_spec) */
-    SCHED_CONSTRAINT_TOOL_CALLS_AUTO = 5, /* the same from the first "<tool_call>" the model writes on */
+    SCHED_CONSTRAINT_TOOL_CALLS = 4,    /* constraint_src: {"tools", "name", "parallel", "format"} (grammar_compile_tool_spec) */
+    SCHED_CONSTRAINT_TOOL_CALLS_AUTO = 5, /* the same from the first "<tool_call>" (Llama 3.1: {"name") on */
+    SCHED_CONSTRAINT_GBNF = 6,          /* constraint_src: a GBNF grammar (llama-server's "grammar") */
 };
 
 enum sched_event_kind {

@@ -1,6 +1,7 @@
 /* chat.c - recognised chat templates.
  *
- * Owns: ChatML detection and rendering.
+ * Owns: ChatML and Llama 3 / 3.1 detection and rendering, the tool-call
+ * forms of the Qwen3 and Llama 3.1 templates and parsing them back.
  * Does not own: Jinja. A template is recognised by the markers it emits;
  * anything else is reported as unsupported so the client can send a
  * formatted prompt to /v1/completions instead.
@@ -89,29 +90,6 @@ static int llama3_msg(prompt_buf *p, const char *role, const char *prefix, const
            content(p, a, (size_t)(b - a)) || markup(p, "<|eot_id|>", 10);
 }
 
-static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, prompt_buf *p)
-{
-    int first = 0;
-    if (kind == CHAT_LLAMA31) {
-        /* 3.1 always opens with a system message carrying the cutoff lines;
-         * a leading system message of the request supplies its text */
-        static const char cutoff[] = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
-        const char *sys = "";
-        if (n_msgs > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer"))) {
-            sys = msgs[0].content;
-            first = 1;
-        }
-        if (llama3_msg(p, "system", cutoff, sys))
-            return -1;
-    }
-    for (int i = first; i < n_msgs; i++) {
-        const char *role = strcmp(msgs[i].role, "developer") ? msgs[i].role : "system";
-        if (llama3_msg(p, role, "", msgs[i].content))
-            return -1;
-    }
-    return markup(p, "<|start_header_id|>assistant<|end_header_id|>\n\n", 47);
-}
-
 /* ---- tools (the Qwen3 template's forms) ---- */
 
 static int marks(prompt_buf *p, const char *s)
@@ -146,8 +124,29 @@ static int py_string(prompt_buf *p, const char *s)
     return rc;
 }
 
+static int py_json_at(prompt_buf *p, const cJSON *v, int indent, int depth);
+
 /* v as json.dumps writes it: ", " and ": " separators, keys in order. */
 static int py_json(prompt_buf *p, const cJSON *v, int depth)
+{
+    return py_json_at(p, v, 0, depth);
+}
+
+/* A newline and the indent of level depth (json.dumps with indent). */
+static int py_newline(prompt_buf *p, int indent, int depth)
+{
+    if (content(p, "\n", 1))
+        return -1;
+    for (int i = 0; i < indent * depth; i++)
+        if (content(p, " ", 1))
+            return -1;
+    return 0;
+}
+
+/* v as json.dumps(v, indent=indent, ensure_ascii=False) writes it (indent
+ * 0: on one line): with an indent, items one per line, "," ending a line,
+ * empty containers as {} and []. */
+static int py_json_at(prompt_buf *p, const cJSON *v, int indent, int depth)
 {
     if (depth > 64)
         return -1;
@@ -170,13 +169,17 @@ static int py_json(prompt_buf *p, const cJSON *v, int depth)
     if (content(p, obj ? "{" : "[", 1))
         return -1;
     for (const cJSON *e = v->child; e; e = e->next) {
-        if (e != v->child && content(p, ", ", 2))
+        if (e != v->child && content(p, indent ? "," : ", ", indent ? 1 : 2))
+            return -1;
+        if (indent && py_newline(p, indent, depth + 1))
             return -1;
         if (obj && (py_string(p, e->string) || content(p, ": ", 2)))
             return -1;
-        if (py_json(p, e, depth + 1))
+        if (py_json_at(p, e, indent, depth + 1))
             return -1;
     }
+    if (indent && v->child && py_newline(p, indent, depth))
+        return -1;
     return content(p, obj ? "}" : "]", 1);
 }
 
@@ -248,11 +251,155 @@ static int render_chatml(const chat_msg *msgs, int n_msgs, const cJSON *tools, p
     return markup(p, "<|im_start|>assistant\n", 22);
 }
 
-int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, size_t *content_len, cJSON **calls)
+/* ---- Llama 3 / 3.1 ---- */
+
+/* Llama 3.1's prompt with custom tools (its template's default,
+ * tools_in_user_message): they go into the first message after the
+ * system one, each as json.dumps(tool, indent=4). */
+static int llama31_tools(prompt_buf *p, const cJSON *tools, const chat_msg *m)
+{
+    const char *a = m->content, *b = a + strlen(a);
+    while (a < b && is_space(*a))
+        a++;
+    while (b > a && is_space(b[-1]))
+        b--;
+    if (marks(p, "<|start_header_id|>user<|end_header_id|>\n\n"
+                 "Given the following functions, please respond with a JSON for a function call with its proper "
+                 "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+                 "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n"))
+        return -1;
+    for (const cJSON *t = tools->child; t; t = t->next)
+        if (py_json_at(p, t, 4, 0) || content(p, "\n\n", 2))
+            return -1;
+    return content(p, a, (size_t)(b - a)) || marks(p, "<|eot_id|>");
+}
+
+/* An assistant turn's one tool call as Llama 3.1 writes it:
+ * {"name": "NAME", "parameters": ARGS}, ARGS the arguments object (OpenAI
+ * sends it as JSON text; vLLM and llama-server parse it before rendering
+ * too), or the text as a JSON string when it is not JSON. */
+static int llama31_call(prompt_buf *p, const char *calls_json)
+{
+    cJSON *calls = cJSON_Parse(calls_json);
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(calls ? calls->child : NULL, "function");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+    int rc = -1;
+    if (cJSON_IsString(name) && cJSON_IsString(args)) {
+        cJSON *obj = cJSON_Parse(args->valuestring);
+        rc = marks(p, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"") ||
+             content(p, name->valuestring, strlen(name->valuestring)) || marks(p, "\", \"parameters\": ") ||
+             (obj ? py_json(p, obj, 0) : py_string(p, args->valuestring)) || marks(p, "}<|eot_id|>");
+        cJSON_Delete(obj);
+    }
+    cJSON_Delete(calls);
+    return rc;
+}
+
+static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, const cJSON *tools, prompt_buf *p)
+{
+    int first = 0;
+    if (kind == CHAT_LLAMA31) {
+        /* 3.1 always opens with a system message carrying the cutoff lines;
+         * a leading system message of the request supplies its text */
+        static const char cutoff[] = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+        const char *sys = "";
+        if (n_msgs > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer"))) {
+            sys = msgs[0].content;
+            first = 1;
+        }
+        /* with tools, "Environment: ipython\n" before them */
+        if (llama3_msg(p, "system", tools ? "Environment: ipython\n" "Cutting Knowledge Date: December 2023\n"
+                                            "Today Date: 26 Jul 2024\n\n" : cutoff, sys))
+            return -1;
+        if (tools && llama31_tools(p, tools, &msgs[first++]))
+            return -1;
+    }
+    for (int i = first; i < n_msgs; i++) {
+        const chat_msg *m = &msgs[i];
+        int rc;
+        if (kind == CHAT_LLAMA31 && (!strcmp(m->role, "tool") || !strcmp(m->role, "ipython")))
+            /* a result is a string, which the template's tojson quotes */
+            rc = marks(p, "<|start_header_id|>ipython<|end_header_id|>\n\n") || py_string(p, m->content) ||
+                 marks(p, "<|eot_id|>");
+        else if (m->tool_calls)
+            rc = llama31_call(p, m->tool_calls);
+        else
+            rc = llama3_msg(p, strcmp(m->role, "developer") ? m->role : "system", "", m->content);
+        if (rc)
+            return -1;
+    }
+    return markup(p, "<|start_header_id|>assistant<|end_header_id|>\n\n", 47);
+}
+
+/* One OpenAI tool_calls entry; NULL when name is not a string or args
+ * neither a string nor an object. */
+static cJSON *openai_call(const cJSON *name, const cJSON *args, const char *id_prefix, int i)
+{
+    char *args_text = cJSON_IsString(args) ? fault_strdup(args->valuestring)
+                      : cJSON_IsObject(args) ? cJSON_PrintUnformatted(args) : NULL;
+    cJSON *tc = cJSON_CreateObject(), *fn = NULL;
+    char id[160];
+    snprintf(id, sizeof id, "call_%s_%d", id_prefix, i);
+    bool ok = cJSON_IsString(name) && args_text && tc && cJSON_AddStringToObject(tc, "id", id) &&
+              cJSON_AddStringToObject(tc, "type", "function") && (fn = cJSON_AddObjectToObject(tc, "function")) &&
+              cJSON_AddStringToObject(fn, "name", name->valuestring) &&
+              cJSON_AddStringToObject(fn, "arguments", args_text);
+    free(args_text);
+    if (!ok) {
+        cJSON_Delete(tc);
+        return NULL;
+    }
+    return tc;
+}
+
+/* Llama 3.1's one call, {"name": NAME, "parameters": ARGS}, ending the
+ * text (whitespace may follow); text before it is content. */
+static int llama31_parse_call(const char *text, size_t len, const char *id_prefix, size_t *content_len,
+                              cJSON **calls)
+{
+    const char *tag = chat_tool_tag(CHAT_LLAMA31), *end = text + len;
+    size_t tn = strlen(tag);
+    for (const char *at = memmem(text, len, tag, tn); at; at = memmem(at + 1, (size_t)(end - at - 1), tag, tn)) {
+        const char *stop = NULL;
+        cJSON *obj = cJSON_ParseWithLengthOpts(at, (size_t)(end - at), &stop, false);
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(obj, "parameters");
+        if (!args)
+            args = cJSON_GetObjectItemCaseSensitive(obj, "arguments");
+        while (stop && stop < end && is_space(*stop))
+            stop++;
+        cJSON *tc = obj && stop == end && cJSON_IsObject(args)
+                        ? openai_call(cJSON_GetObjectItemCaseSensitive(obj, "name"), args, id_prefix, 0) : NULL;
+        cJSON_Delete(obj);
+        cJSON *arr = tc ? cJSON_CreateArray() : NULL;
+        if (!arr) {
+            cJSON_Delete(tc);
+            continue;
+        }
+        cJSON_AddItemToArray(arr, tc);
+        size_t cl = (size_t)(at - text);
+        while (cl > 0 && is_space(text[cl - 1]))
+            cl--;
+        *content_len = cl;
+        *calls = arr;
+        return 1;
+    }
+    return 0;
+}
+
+const char *chat_tool_tag(int kind)
+{
+    return kind == CHAT_LLAMA31 ? "{\"name\"" : "<tool_call>";
+}
+
+int chat_parse_tool_calls(int kind, const char *text, size_t len, const char *id_prefix, size_t *content_len,
+                          cJSON **calls)
 {
     static const char open_tag[] = "<tool_call>", close_tag[] = "</tool_call>";
     *calls = NULL;
     *content_len = len;
+    if (kind == CHAT_LLAMA31)
+        return llama31_parse_call(text, len, id_prefix, content_len, calls);
     const char *first = memmem(text, len, open_tag, sizeof open_tag - 1);
     if (!first)
         return 0;
@@ -263,21 +410,10 @@ int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, s
         const char *body = at + sizeof open_tag - 1;
         const char *stop = memmem(body, (size_t)(end - body), close_tag, sizeof close_tag - 1);
         cJSON *call = stop ? cJSON_ParseWithLength(body, (size_t)(stop - body)) : NULL;
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(call, "name");
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(call, "arguments");
-        char *args_text = cJSON_IsString(args) ? fault_strdup(args->valuestring)
-                          : cJSON_IsObject(args) ? cJSON_PrintUnformatted(args) : NULL;
-        cJSON *tc = cJSON_CreateObject(), *fn = NULL;
-        char id[160];
-        snprintf(id, sizeof id, "call_%s_%d", id_prefix, n);
-        bool ok = cJSON_IsString(name) && args_text && tc && cJSON_AddStringToObject(tc, "id", id) &&
-                  cJSON_AddStringToObject(tc, "type", "function") && (fn = cJSON_AddObjectToObject(tc, "function")) &&
-                  cJSON_AddStringToObject(fn, "name", name->valuestring) &&
-                  cJSON_AddStringToObject(fn, "arguments", args_text);
-        free(args_text);
+        cJSON *tc = openai_call(cJSON_GetObjectItemCaseSensitive(call, "name"),
+                                cJSON_GetObjectItemCaseSensitive(call, "arguments"), id_prefix, n);
         cJSON_Delete(call);
-        if (!ok) {
-            cJSON_Delete(tc);
+        if (!tc) {
             cJSON_Delete(arr);
             return 0;
         }
@@ -336,6 +472,29 @@ bool chat_split_reasoning(const char *text, size_t len, size_t *r_off, size_t *r
     return true;
 }
 
+/* What Llama 3's templates cannot render (they raise an exception there
+ * or have no tool form at all), or NULL. */
+static const char *llama_tools_refused(int kind, const chat_msg *msgs, int n_msgs, bool tools)
+{
+    bool calls = false;
+    for (int i = 0; i < n_msgs; i++) {
+        if (!msgs[i].tool_calls)
+            continue;
+        calls = true;
+        cJSON *a = cJSON_Parse(msgs[i].tool_calls);
+        int n = cJSON_GetArraySize(a);
+        cJSON_Delete(a);
+        if (n != 1)
+            return "Llama 3.1's chat template takes exactly one tool call per assistant message";
+    }
+    if (kind == CHAT_LLAMA3 && (tools || calls))
+        return "tools are rendered for ChatML (Qwen) and Llama 3.1 templates; Llama 3.0's has no tool form";
+    bool sys = n_msgs > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer"));
+    if (tools && n_msgs <= (sys ? 1 : 0))
+        return "Llama 3.1's chat template puts the tools into the first user message, and there is none";
+    return NULL;
+}
+
 int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools_json, bool no_think, char **out,
                       size_t **data, int *n_data, char *err, size_t errlen)
 {
@@ -352,24 +511,21 @@ int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *to
                               "Llama 3); send a formatted prompt to /v1/completions instead");
         return -1;
     }
+    if (kind == CHAT_LLAMA3 || kind == CHAT_LLAMA31) {
+        const char *why = llama_tools_refused(kind, msgs, n_msgs, tools_json != NULL);
+        if (why) {
+            snprintf(err, errlen, "%s", why);
+            return -1;
+        }
+    }
     cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
     if (tools_json && !tools) {        /* our own compact copy of the tools: no memory to read it */
         snprintf(err, errlen, "out of memory rendering the chat template");
         return CHAT_ENOMEM;
     }
-    if (tools_json && kind != CHAT_CHATML) {
-        cJSON_Delete(tools);
-        snprintf(err, errlen, "tools are rendered for ChatML (Qwen) templates only so far");
-        return -1;
-    }
-    for (int i = 0; i < n_msgs; i++)
-        if (msgs[i].tool_calls && kind != CHAT_CHATML) {
-            cJSON_Delete(tools);
-            snprintf(err, errlen, "assistant tool_calls are rendered for ChatML (Qwen) templates only so far");
-            return -1;
-        }
     prompt_buf p = { 0 };
-    int rc = kind == CHAT_CHATML ? render_chatml(msgs, n_msgs, tools, &p) : render_llama3(kind, msgs, n_msgs, &p);
+    int rc = kind == CHAT_CHATML ? render_chatml(msgs, n_msgs, tools, &p)
+                                 : render_llama3(kind, msgs, n_msgs, tools, &p);
     if (rc == 0 && no_think && kind == CHAT_CHATML)
         rc = marks(&p, "<think>\n\n</think>\n\n");
     cJSON_Delete(tools);

@@ -40,7 +40,11 @@ int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t *
 /* The same with OpenAI tools (a JSON array, NULL for none), rendered as the
  * Qwen3 / Qwen2.5 templates do: a "# Tools" block in the system turn,
  * assistant tool calls as <tool_call> blocks, tool results as
- * <tool_response> blocks in a user turn. ChatML only. no_think: Qwen3's
+ * <tool_response> blocks in a user turn. Or as Llama 3.1's does (its
+ * default tools_in_user_message): "Environment: ipython" in the system
+ * turn, the tools as indented JSON in the first user turn, one call per
+ * assistant turn as {"name": ..., "parameters": ...}, results in
+ * "ipython" turns as JSON strings. Not Llama 3.0. no_think: Qwen3's
  * enable_thinking=false, an empty <think></think> after the generation
  * prompt. Returns 0, -1 (the request asks for what the template cannot do)
  * or CHAT_ENOMEM, with err filled. */
@@ -61,13 +65,17 @@ int chat_turns(int kind, const char *text, const size_t *data, int n_data, size_
  * some, with R (newlines around it dropped) at text + *r_off, *r_len and C
  * (leading newlines dropped) at text + *c_off, *c_len. */
 bool chat_split_reasoning(const char *text, size_t len, size_t *r_off, size_t *r_len, size_t *c_off, size_t *c_len);
-/* Tool calls in generated text: every <tool_call>{"name", "arguments"}</tool_call>
- * block. Returns the number of calls (0 when there are none or one is
- * malformed: then the text is all content), with *calls an array of
- * OpenAI tool_calls (ids "call_<id_prefix>_<i>", arguments as JSON text) and
- * *content_len the length of the text before the first call, trailing
- * whitespace dropped. */
-int chat_parse_tool_calls(const char *text, size_t len, const char *id_prefix, size_t *content_len,
+/* Tool calls in generated text: for ChatML every
+ * <tool_call>{"name", "arguments"}</tool_call> block, for Llama 3.1 one
+ * {"name", "parameters"} object ending the text. Returns the number of
+ * calls (0 when there are none or one is malformed: then the text is all
+ * content), with *calls an array of OpenAI tool_calls (ids
+ * "call_<id_prefix>_<i>", arguments as JSON text) and *content_len the
+ * length of the text before the first call, trailing whitespace dropped. */
+int chat_parse_tool_calls(int kind, const char *text, size_t len, const char *id_prefix, size_t *content_len,
                           cJSON **calls);
+/* The text a tool call of kind's format starts with ("<tool_call>",
+ * or "{\"name\"" for Llama 3.1): streamed content is held from there on. */
+const char *chat_tool_tag(int kind);
 
 #endif

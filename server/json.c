@@ -697,13 +697,24 @@ static int set_schema(gen_request *g, const cJSON *schema, const char *param, pe
 
 /* OpenAI response_format: {"type": "text" | "json_object" | "json_schema",
  * "json_schema": {"name", "schema", "strict"}}; llama-server's
- * {"type": "json_object", "schema": ...} and top-level "json_schema"; TGI's
+ * {"type": "json_object", "schema": ...}, top-level "json_schema" and
+ * "grammar" (GBNF text); TGI's
  * chat form {"type": "json" | "regex", "value": ...}. */
 static int get_oai_constraint(gen_request *g, const cJSON *root, perr *pe)
 {
     const cJSON *js = field(root, "json_schema");
     if (js && set_schema(g, js, "json_schema", pe) < 0)
         return -1;
+    /* llama-server's GBNF grammar */
+    const cJSON *gbnf = field(root, "grammar");
+    if (gbnf) {
+        if (!cJSON_IsString(gbnf))
+            return fail(pe, "grammar", "expected a GBNF grammar (a string)");
+        if (js)
+            return fail(pe, "grammar", "cannot be combined with json_schema");
+        if (set_constraint(g, GEN_CONSTRAINT_GBNF, gbnf, "grammar", pe) < 0)
+            return -1;
+    }
     const cJSON *rf = field(root, "response_format");
     if (!rf)
         return 0;
@@ -1080,6 +1091,22 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
                             forced ? "tool_choice" : "tools", pe);
     cJSON_Delete(spec);
     return rc;
+}
+
+int json_set_tool_format(gen_request *g, const char *format)
+{
+    if ((g->constraint != GEN_CONSTRAINT_TOOL_CALLS && g->constraint != GEN_CONSTRAINT_TOOL_CALLS_AUTO) ||
+        !g->constraint_src)
+        return 0;
+    cJSON *spec = cJSON_ParseWithLength(g->constraint_src, g->constraint_len);
+    char *text = spec && cJSON_AddStringToObject(spec, "format", format) ? cJSON_PrintUnformatted(spec) : NULL;
+    cJSON_Delete(spec);
+    if (!text)
+        return -1;
+    free(g->constraint_src);
+    g->constraint_src = text;
+    g->constraint_len = strlen(text);
+    return 0;
 }
 
 static int parse_chat_messages(gen_request *g, const cJSON *root, perr *pe)

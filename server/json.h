@@ -120,6 +120,7 @@ enum gen_constraint {
     GEN_CONSTRAINT_REGEX = 3,
     GEN_CONSTRAINT_TOOL_CALLS = 4,
     GEN_CONSTRAINT_TOOL_CALLS_AUTO = 5,
+    GEN_CONSTRAINT_GBNF = 6,
 };
 
 /* OpenAI tool_choice. */
@@ -136,6 +137,10 @@ enum gen_tool_choice {
 int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int max_stop,
                    char *err, size_t errlen, char *param, size_t paramlen);
 void json_gen_free(gen_request *g);
+/* A tool-call constraint of g written in format's form ("llama3.1"; the
+ * Qwen form by default), the model's chat template's: adds "format" to its
+ * spec. Nothing to do without one. Returns 0, or -1 out of memory. */
+int json_set_tool_format(gen_request *g, const char *format);
 
 /* /tokenize: {"inputs": "..."} -> *inputs (heap). */
 int json_parse_tokenize(const char *body, size_t len, char **inputs, char *err, size_t errlen);

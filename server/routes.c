@@ -415,7 +415,7 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
         }
         clen = len;
         if (g->tools && g->tool_choice != TOOL_CHOICE_NONE &&
-            chat_parse_tool_calls(text, len, hr->id, &clen, &calls) > 0) {
+            chat_parse_tool_calls(srv->chat_kind, text, len, hr->id, &clen, &calls) > 0) {
             if (clen)
                 json_add_text(msg, "content", text, clen);
             else
@@ -885,6 +885,11 @@ static int handle_generation(http_req *hr, int api, int mode)
             rc = send_error(hr, crc == CHAT_ENOMEM ? ERR_INTERNAL : ERR_TEMPLATE, err, &x);
             goto out;
         }
+        /* a forced or started tool call in the template's own form */
+        if (srv->chat_kind == CHAT_LLAMA31 && json_set_tool_format(&g, "llama3.1")) {
+            rc = send_error(hr, ERR_INTERNAL, "out of memory", NULL);
+            goto out;
+        }
     }
     if (cfg->log_prompts && g.prompt) {
         cJSON *s = json_text(g.prompt, strlen(g.prompt));
@@ -986,7 +991,8 @@ static int handle_generation(http_req *hr, int api, int mode)
                    (int)GEN_CONSTRAINT_JSON_OBJECT == (int)SCHED_CONSTRAINT_JSON_OBJECT &&
                    (int)GEN_CONSTRAINT_REGEX == (int)SCHED_CONSTRAINT_REGEX &&
                    (int)GEN_CONSTRAINT_TOOL_CALLS == (int)SCHED_CONSTRAINT_TOOL_CALLS &&
-                   (int)GEN_CONSTRAINT_TOOL_CALLS_AUTO == (int)SCHED_CONSTRAINT_TOOL_CALLS_AUTO,
+                   (int)GEN_CONSTRAINT_TOOL_CALLS_AUTO == (int)SCHED_CONSTRAINT_TOOL_CALLS_AUTO &&
+                   (int)GEN_CONSTRAINT_GBNF == (int)SCHED_CONSTRAINT_GBNF,
                    "json.h and scheduler.h agree");
     sched_req_params rp = {
         .id = hr->id,

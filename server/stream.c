@@ -267,9 +267,7 @@ static int emit_if(stream *st, const char *field, const char *s, size_t n)
     return n ? oai_chunk_field(st, field, s, n, NULL, false, true) : 0;
 }
 
-/* ---- tool calls: "<tool_call>" and what follows never reach content ---- */
-
-static const char tc_open_tag[] = "<tool_call>";
+/* ---- tool calls: "<tool_call>" (Llama 3.1: {"name") and what follows never reach content ---- */
 
 /* Content of a chat with tools: streamed until a "<tool_call>" begins
  * (a possible start of one is held), then held whole for tool_flush. */
@@ -279,7 +277,8 @@ static int tool_content(stream *st, const char *s, size_t n)
         return -1;
     if (st->tc_open)
         return 0;
-    const char *at = memmem(st->tc, st->n_tc, tc_open_tag, sizeof tc_open_tag - 1);
+    const char *tc_open_tag = chat_tool_tag(st->hr->srv->chat_kind);
+    const char *at = memmem(st->tc, st->n_tc, tc_open_tag, strlen(tc_open_tag));
     size_t free_n = at ? (size_t)(at - st->tc) : st->n_tc - tag_prefix_suffix(st->tc, st->n_tc, tc_open_tag);
     st->tc_open = at != NULL;
     int rc = free_n ? oai_chunk_field(st, "content", st->tc, free_n, NULL, false, true) : 0;
@@ -297,7 +296,7 @@ static int tool_flush(stream *st)
         return 0;
     cJSON *calls = NULL;
     size_t clen;
-    int n = st->tc_open ? chat_parse_tool_calls(st->tc, st->n_tc, st->hr->id, &clen, &calls) : 0;
+    int n = st->tc_open ? chat_parse_tool_calls(st->hr->srv->chat_kind, st->tc, st->n_tc, st->hr->id, &clen, &calls) : 0;
     int rc = 0;
     if (n <= 0) {
         rc = oai_chunk_field(st, "content", st->tc, st->n_tc, NULL, false, true);

@@ -2566,18 +2566,78 @@ def test_structured_output(srv):
     check("the server serves normally after refused schemas", st == 200, f"{st} {j}")
 
 
+def test_gbnf(srv):
+    """llama-server's GBNF "grammar": outputs sampled at temperature 1 with
+    12 seeds are sentences of the grammar by an independent check (a Python
+    regex for a regular grammar; a recursive-descent parser for a recursive
+    one, a prefix of a sentence when the output stopped at max_tokens);
+    syntax errors are 400s naming the line and column."""
+    regular = ('# ids, then up to three words\n'
+               'root ::= "id-" [0-9]{2,4} ( "," " "? word ){0,3} "."\n'
+               'word ::= [a-z] [a-z_]{0,4}   # a comment\n')
+    pattern = re.compile(r"id-[0-9]{2,4}(, ?[a-z][a-z_]{0,4}){0,3}\.")
+    nested = 'root ::= item{1,3}\nitem ::= "[" ( "x" | item )? "]"\n'
+
+    def brackets(text, complete):
+        """1-3 items, an item "[" then "x", an item or nothing, then "]"
+        (recursive descent); not complete: a prefix of such a text"""
+        end = len(text)
+
+        def item(i):      # the index after an item at i, end if the text stops inside it, -1 if it breaks it
+            if i >= end or text[i] != "[":
+                return -1
+            i += 1
+            if i < end and text[i] == "x":
+                i += 1
+            elif i < end and text[i] == "[":
+                i = item(i)
+                if i < 0 or i == end:
+                    return i
+            return end if i == end else i + 1 if text[i] == "]" else -1
+        i, n = 0, 0
+        while 0 <= i < end:
+            i, n = item(i), n + 1
+        return i == end and 1 <= n <= 3 and (not complete or text.count("[") == text.count("]"))
+    for seed in range(1, 13):
+        for name, gbnf in (("regular", regular), ("nested", nested)):
+            st, _, j, _ = srv.jreq("POST", "/v1/completions", {"prompt": "x", "max_tokens": 60, "temperature": 1,
+                                                              "seed": seed, "grammar": gbnf})
+            ch = j["choices"][0] if st == 200 else {}
+            text, fin = ch.get("text", ""), ch.get("finish_reason")
+            # the random model may nest until max_tokens: then a prefix of a sentence
+            ok = st == 200 and (pattern.fullmatch(text) and fin == "stop" if name == "regular"
+                                else fin in ("stop", "length") and brackets(text, fin == "stop"))
+            if not check(f"GBNF {name}, seed {seed}: the output is in the grammar's language", bool(ok), f"{st} {j}"):
+                break
+    for gbnf, where in [('root ::= "a"\nitem = "b"\n', "line 2, column 6"), ('root ::= "a" | <[5]>', "line 1, column 16"),
+                        ('root ::= item', "line 1, column 10"), (7, "GBNF grammar")]:
+        st, _, j, _ = srv.jreq("POST", "/v1/completions", {"prompt": "x", "max_tokens": 4, "grammar": gbnf})
+        msg = j.get("error", {}).get("message", "") if isinstance(j, dict) else ""
+        check(f"a bad GBNF grammar is a 400 naming where ({where})", st == 400 and where in msg, f"{st} {j}")
+    st, _, j, _ = srv.jreq("POST", "/v1/completions", {"prompt": "x", "max_tokens": 4})
+    check("the server serves normally after refused grammars", st == 200, f"{st} {j}")
+
+
+def client_node(cdir):
+    """node, with tests/client's packages installed (npm ci), or None."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not check("node and npm are installed", node and npm):
+        return None
+    if not os.path.isdir(os.path.join(cdir, "node_modules", "@huggingface", "jinja")):
+        r = run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=cdir)
+        if not check("npm ci in tests/client", r.returncode == 0, r.stderr.decode()[-400:]):
+            return None
+    return node
+
+
 def test_tool_calls(srv):
     """Tools in /v1/chat/completions through the openai npm client (required,
     named, auto, a two-step conversation), and /apply-template byte for byte
     against @huggingface/jinja rendering the real Qwen3 template."""
     cdir = os.path.join(HERE, "client")
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not check("node and npm are installed", node and npm):
+    node = client_node(cdir)
+    if not node:
         return
-    if not os.path.isdir(os.path.join(cdir, "node_modules", "@huggingface", "jinja")):
-        r = run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=cdir)
-        if not check("npm ci in tests/client", r.returncode == 0, r.stderr.decode()[-400:]):
-            return
     r = run([node, os.path.join(cdir, "openai_tools.mjs"), srv.url])
     out = json.loads(r.stdout.decode().strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else {}
     if not check("openai client: tool calls run", bool(out), r.stderr.decode()[-600:]):
@@ -2627,6 +2687,89 @@ def test_tool_calls(srv):
               st == 200 and st2 == 200 and re.fullmatch(r"[a-z]{3}\n?[a-z]{2}", m.get("reasoning_content", ""))
               and re.fullmatch(r"[a-z<]{4}", m.get("content") or "") and (rs, cs) == (m["reasoning_content"], m["content"]),
               f"{m} vs {(rs, cs)}")
+def test_llama31_tools():
+    """Llama 3.1's tool format on a random-weight model with Llama 3.1's
+    tokenizer and template (tools/llama31-tokenizer-gguf.sh):
+    /apply-template byte for byte against @huggingface/jinja rendering that
+    template, tojson(indent=4) against Python's json.dumps, the template's
+    refusals as 400s, and tool calls through the openai npm client
+    (required, named, auto, streamed, two steps with a result)."""
+    cdir = os.path.join(HERE, "client")
+    node = client_node(cdir)
+    if not node:
+        return
+    model = os.path.join(HERE, "tmp", "llama31.gguf")
+    cfg = os.path.join(HERE, "tmp", "npm-llama31", "llama31_config.json")
+    if not (os.path.exists(model) and os.path.exists(cfg)):
+        r = subprocess.run(["sh", os.path.join(HERE, "..", "tools", "llama31-tokenizer-gguf.sh")], timeout=600,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, HYSERVE=HYSERVE))
+        if not check("build the Llama 3.1 fixture model", r.returncode == 0, r.stderr.decode()[-600:]):
+            return
+    srv = Server("llama31", model, "-t", "1", "--served-model-name", "hyserve")
+    try:
+        r = run([node, os.path.join(cdir, "chat_template.mjs"), srv.url, cfg, "llama31"])
+        out = json.loads(r.stdout.decode().strip().splitlines()[-1]) if r.stdout.strip() else {}
+        check(f"/apply-template equals @huggingface/jinja on the Llama 3.1 template ({out.get('checked')} conversations)",
+              r.returncode == 0 and out.get("checked", 0) >= 7, f"{json.dumps(out)[:1500]} {r.stderr.decode()[-300:]}")
+        # empty containers under tojson(indent=4) as Python's json.dumps writes them
+        tool = {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {},
+                                                                                "required": []}}}
+        st, _, j, _ = srv.jreq("POST", "/apply-template", {"messages": [{"role": "user", "content": "t?"}], "tools": [tool]})
+        want = json.dumps(tool, indent=4, ensure_ascii=False) + "\n\nt?<|eot_id|>"
+        check("Llama 3.1 tools are written as json.dumps(tool, indent=4)", st == 200 and want in j.get("prompt", ""),
+              f"{st} {j}")
+        two = [{"id": i, "type": "function", "function": {"name": "now", "arguments": "{}"}} for i in ("a", "b")]
+        for body, word in [({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": two}]},
+                            "exactly one tool call"),
+                           ({"messages": [{"role": "system", "content": "x"}], "tools": [tool]}, "first user message")]:
+            st, _, j, _ = srv.jreq("POST", "/v1/chat/completions", dict(body, max_tokens=2))
+            msg = j.get("error", {}).get("message", "") if isinstance(j, dict) else ""
+            check(f"Llama 3.1: what its template refuses is a 400 ({word})", st == 400 and word in msg, f"{st} {j}")
+        r = run([node, os.path.join(cdir, "openai_tools.mjs"), srv.url])
+        out = json.loads(r.stdout.decode().strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else {}
+        if not check("openai client: Llama 3.1 tool calls run", bool(out), r.stderr.decode()[-600:]):
+            return
+        req, named, auto = out["required"], out["named"], out["auto"]
+        check("Llama 3.1 required: one call of one of the tools, finish_reason tool_calls, no content",
+              req["finish"] == "tool_calls" and req["content"] is None and len(req["calls"]) == 1 and
+              req["calls"][0]["name"] in ("get_weather", "now") and req["calls"][0]["type"] == "function", f"{req}")
+        args = named["calls"][0]["args"] if named["calls"] else {}
+        check("Llama 3.1 named: one get_weather call whose arguments follow its schema",
+              named["finish"] == "tool_calls" and len(named["calls"]) == 1 and named["calls"][0]["name"] == "get_weather"
+              and set(args) == {"city", "unit"} and isinstance(args["city"], str) and len(args["city"]) <= 12
+              and args["unit"] in ("c", "f"), f"{named}")
+        check("Llama 3.1 auto: the client parses the answer", auto["finish"] in ("stop", "length", "tool_calls")
+              and (auto["finish"] == "tool_calls") == bool(auto["calls"]), f"{auto}")
+        check("Llama 3.1 two steps: the call and its result go back and an answer comes",
+              out["second"]["finish"] in ("stop", "length") and isinstance(out["second"]["content"], str), f"{out['second']}")
+        sr, sn = out["stream_required"], out["stream_named"]
+        check("Llama 3.1 streamed required: delta.tool_calls carry the same call as the answer, no content",
+              sr["finish"] == "tool_calls" and sr["content"] == "" and
+              [(c["name"], c["args"]) for c in sr["calls"]] == [(c["name"], c["args"]) for c in req["calls"]],
+              f"{sr} vs {req}")
+        check("Llama 3.1 streamed named: one get_weather call with schema-valid arguments",
+              sn["finish"] == "tool_calls" and len(sn["calls"]) == 1 and sn["calls"][0]["name"] == "get_weather" and
+              set(sn["calls"][0]["args"]) == {"city", "unit"} and sn["calls"][0]["args"]["unit"] in ("c", "f"), f"{sn}")
+        # the second step's prompt holds the call as the template writes it and the result as an ipython turn
+        first = req["calls"][0]
+        msgs = [{"role": "user", "content": "What is the weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": first["id"], "type": "function",
+                 "function": {"name": first["name"], "arguments": json.dumps(first["args"])}}]},
+                {"role": "tool", "tool_call_id": first["id"], "content": "{\"temp\": 21}"}]
+        st, _, j, _ = srv.jreq("POST", "/apply-template", {"messages": msgs})
+        call = json.dumps({"name": first["name"], "parameters": first["args"]}, ensure_ascii=False)
+        check("Llama 3.1: the call goes back as {\"name\", \"parameters\"}, its result as a JSON string in ipython",
+              st == 200 and ("<|start_header_id|>assistant<|end_header_id|>\n\n" + call + "<|eot_id|>"
+                             "<|start_header_id|>ipython<|end_header_id|>\n\n" + json.dumps("{\"temp\": 21}") + "<|eot_id|>") in j["prompt"],
+              f"{st} {j}")
+    finally:
+        srv.stop()
+        with open(srv.log_path, "rb") as f:
+            bad = [l for l in f.read().decode("utf-8", "replace").splitlines()
+                   if "ERROR: AddressSanitizer" in l or "runtime error:" in l or "LeakSanitizer" in l]
+        check("server 'llama31' log has no sanitizer reports", not bad, "\n".join(bad[:5]))
+
+
 def test_request_limits(model):
     """--max-header-bytes (431), --max-prompt-tokens, --max-stop-length and
     --max-stream-buffer: each refuses with a 4xx naming its flag, or (the
@@ -2787,7 +2930,8 @@ def main(argv=None):
                ("test_openai_client", lambda: test_openai_client(srv)),
                ("test_hf_clients", lambda: test_hf_clients(srv)),
                ("test_structured_output", lambda: test_structured_output(srv)),
-               ("test_tool_calls", lambda: test_tool_calls(srv))]
+               ("test_tool_calls", lambda: test_tool_calls(srv)),
+               ("test_gbnf", lambda: test_gbnf(srv))]
     on_limits = [("test_body_limit", lambda: test_body_limit(srv2)),
                  ("test_limits", lambda: test_limits(srv2)),
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
@@ -2803,6 +2947,7 @@ def main(argv=None):
             ("test_overload_recovers", lambda: test_overload_recovers(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_request_limits", lambda: test_request_limits(model)),
+            ("test_llama31_tools", test_llama31_tools),
             ("test_idle_and_prefill_disconnect", lambda: test_idle_and_prefill_disconnect(model)),
             ("test_drain", lambda: test_drain(srv))]
     names = [n for n, _ in on_main + on_limits + last]

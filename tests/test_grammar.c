@@ -615,6 +615,124 @@ TEST(test_grammar_tool_calls_take_the_qwen_markup_and_each_functions_arguments)
     CHECK(!g && strstr(err, "missing"));
 }
 
+TEST(test_grammar_llama31_tool_call_is_one_bare_object_with_parameters)
+{
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\"],"
+                        "\"additionalProperties\":false}}},{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]";
+    char err[256];
+    grammar *g = grammar_compile_llama_tool_call(tools, strlen(tools), NULL, NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    /* the form Llama 3.1's template writes a call in */
+    static const char *yes[] = {
+        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"c\"}}",
+        "{\"name\": \"now\", \"parameters\": {}}",
+        "{\"name\": \"now\", \"parameters\": {\"any\": [1, \"x\"]}}",
+    };
+    static const char *no[] = {
+        "{\"name\": \"get_weather\", \"parameters\": {\"unit\": \"c\"}}",        /* city required */
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}",         /* Qwen's key */
+        "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+        "{\"name\": \"now\", \"parameters\": {}}\n{\"name\": \"now\", \"parameters\": {}}",  /* one call a turn */
+        "{\"name\": \"other\", \"parameters\": {}}",
+    };
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    /* the scheduler's spec picks the form and the auto trigger */
+    const char *spec = "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"now\"}}],\"name\":\"now\","
+                       "\"parallel\":true,\"format\":\"llama3.1\"}";
+    g = grammar_compile_tool_spec(spec, strlen(spec), NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    CHECK(acc(g, yes[1]) && !acc(g, no[3]) && !acc(g, no[2]));
+    grammar_free(g);
+    CHECK(!strcmp(grammar_tool_trigger(spec, strlen(spec)), "{\"name\""));
+    CHECK(!strcmp(grammar_tool_trigger("{\"tools\":[]}", 12), "<tool_call>"));
+    /* auto: prose (even with braces) stays free until {"name" opens a call */
+    static const char *const pieces[] = {"<eos>", "Use", " {x}", " {\"", "name", "\": \"now\", \"parameters\": ",
+                                         "{}", "}", "x"};
+    toy_vocab tv = {pieces, (int)(sizeof pieces / sizeof pieces[0])};
+    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    CHECK(v);
+    gram_matcher *m = gram_matcher_new(grammar_compile_tool_spec(spec, strlen(spec), NULL, err, sizeof err), v);
+    CHECK(m && gram_matcher_set_trigger(m, grammar_tool_trigger(spec, strlen(spec))) == 0);
+    int seq[] = {1, 2, 3, 4};
+    for (int i = 0; i < 4; i++) {
+        CHECK(!gram_matcher_active(m));
+        CHECK(gram_matcher_accept_token(m, seq[i]) == 0);
+    }
+    /* the trigger ends with the quote after name: the next token completes it */
+    CHECK(!gram_matcher_active(m) && gram_matcher_accept_token(m, 5) == 0 && gram_matcher_active(m));
+    float logits[9];
+    for (int i = 0; i < tv.n; i++)
+        logits[i] = 0.5f;
+    CHECK(gram_matcher_mask(m, logits) == 1 && !isinf(logits[6]));
+    CHECK(gram_matcher_accept_token(m, 6) == 0 && gram_matcher_accept_token(m, 7) == 0 && gram_matcher_finished(m));
+    gram_matcher_free(m);
+    gram_vocab_free(v);
+}
+
+TEST(test_grammar_gbnf_compiles_rules_classes_repetition_and_recursion)
+{
+    /* llama.cpp grammars/README.md's GBNF: each case's language by hand */
+    char err[256];
+    const char *list = "# a list of ids\n"
+                       "root ::= item (\",\" ws item)* \"\\n\"?\n"
+                       "item ::= \"id-\" [0-9]{2,4} | \"x\" [a-fA-F]{,2} | name\n"
+                       "name ::= [^\"\\\\0-9,\\n ] ( [a-z_] | \"\\u00e9\" )*   # negated class, an escape\n"
+                       "ws   ::= ( \" \"\n"
+                       "         | \"\\t\" )?\n";
+    grammar *g = grammar_compile_gbnf(list, strlen(list), err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    static const char *yes[] = {"id-12", "id-1234,id-99", "x, xAf,\tid-00\n", "Zoe_\xc3\xa9", "\xc3\xa9t\xc3\xa9", "Q"};
+    static const char *no[] = {"id-1", "id-12345", "xABC", "id-12,,id-12", "9ab", "\"a", "id-12 ", "a\xc3\xa9Z",
+                               "x\n\n"};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    const char *nest = "root ::= \"(\" root* \")\" | \"<\" .{1,3} \">\"\n";
+    g = grammar_compile_gbnf(nest, strlen(nest), err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    static const char *yes2[] = {"()", "(()(<a>))", "<\xe2\x82\xac>", "<a b>", "((()))"};
+    static const char *no2[] = {"(()", "())", "<>", "<abcd>", ""};
+    CHECK_CORPUS(g, yes2, no2);
+    grammar_free(g);
+    const char *esc = "root ::= \"\\x41\\\"\\\\\" [\\]\\[-] {2} \"\\U0001F600\"";
+    g = grammar_compile_gbnf(esc, strlen(esc), err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    CHECK(acc(g, "A\"\\][\xf0\x9f\x98\x80") && acc(g, "A\"\\--\xf0\x9f\x98\x80") && !acc(g, "A\"\\]\xf0\x9f\x98\x80"));
+    grammar_free(g);
+}
+
+TEST(test_grammar_gbnf_errors_name_the_line_and_column)
+{
+    static const struct {
+        const char *src, *want;
+    } bad[] = {
+        {"root ::= \"a\"\nitem = \"b\"\n", "line 2, column 6: expected '::='"},
+        {"root ::= \"abc\n", "line 1, column 14: a string literal is not closed"},
+        {"root ::= item\n", "line 1, column 10: rule 'item' is used but not defined"},
+        {"item ::= \"a\"\n", "no 'root' rule"},
+        {"root ::= \"a\"\nroot ::= \"b\"\n", "line 2, column 1: a rule is defined twice"},
+        {"root ::= \"\\q\"\n", "line 1, column 11: unknown escape"},
+        {"root ::= <[123]>\n", "line 1, column 10: token references"},
+        {"root ::= []\n", "line 1, column 12: an empty character class"},
+        {"root ::= [z-a]\n", "runs backwards"},
+        {"root ::= * \"a\"\n", "line 1, column 10: a repetition with nothing before it"},
+        {"root ::= \"a\" ) \"b\"\n", "line 1, column 14: unexpected character"},
+        {"root ::= (\"a\" \"b\"\n", "expected ')'"},
+        {"root ::= \"a\"{2,1}\n", "is empty"},
+        {"root ::= \"a\"{x}\n", "a repetition is {m}"},
+        {"root ::= root \"a\" | \"b\"\n", "loop without consuming input"},
+        {"root ::= (\"a\"?)*\n", "loop without consuming input"},
+        {"  \n\n ::= \"a\"\n", "line 3, column 2: expected a rule name"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        grammar *g = grammar_compile_gbnf(bad[i].src, strlen(bad[i].src), err, sizeof err);
+        CHECK_MSG(!g && strstr(err, bad[i].want), "case %zu: got \"%s\", want \"%s\"", i, err, bad[i].want);
+        grammar_free(g);
+    }
+}
+
 TEST(test_grammar_a_trigger_leaves_text_free_until_the_tool_call_opens)
 {
     /* tool_choice auto: free text, then "<tool_call>" cut across tokens, then the call's grammar */

@@ -9,11 +9,14 @@
  * Properties: rendering succeeds for the three renderable kinds and names
  * the problem for the others; the data spans are sorted, disjoint, inside
  * the prompt, one per non-empty content, and each holds exactly that
- * message's content (ChatML verbatim; Llama 3 with Jinja's trim); outside
+ * message's content (ChatML verbatim; Llama 3 with Jinja's trim; a Llama
+ * 3.1 tool result as the JSON string of it, as cJSON writes one); outside
  * the spans the markup opens exactly one turn per message (plus the 3.1
  * system turn) and the generation prompt, whatever the content holds.
  */
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "chat.h"
 #include "fuzz.h"
@@ -83,7 +86,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             a = msgs[i].content;
         }
         b = a + strlen(a);
-        if (kind != CHAT_CHATML) {
+        char *quoted = NULL;
+        if (kind == CHAT_LLAMA31 && i >= 0 && !strcmp(msgs[i].role, "tool")) {
+            cJSON *s = cJSON_CreateString(a);
+            quoted = s ? cJSON_PrintUnformatted(s) : NULL;
+            cJSON_Delete(s);
+            FUZZ_CHECK(quoted != NULL);
+            a = quoted;
+            b = a + strlen(a);
+        } else if (kind != CHAT_CHATML) {
             while (a < b && is_space(*a))
                 a++;
             while (b > a && is_space(b[-1]))
@@ -95,6 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const size_t s0 = spans[2 * d], s1 = spans[2 * d + 1];
         FUZZ_CHECK(s0 < s1 && s1 <= n && (d == 0 || s0 >= spans[2 * d - 1]));
         FUZZ_CHECK(s1 - s0 == (size_t)(b - a) && memcmp(out + s0, a, s1 - s0) == 0);
+        cJSON_free(quoted);
         d++;
     }
     FUZZ_CHECK(d == n_spans);

@@ -2,7 +2,8 @@
  * (engine/grammar.h) and the token matcher it drives.
  *
  * Input: byte 0 picks the source kind (a JSON Schema, a regular
- * expression, or an OpenAI tools array); the bytes up to the first NUL are
+ * expression, an OpenAI tools array as Qwen's calls, a GBNF grammar, or a
+ * tools array as Llama 3.1's call); the bytes up to the first NUL are
  * the source, the bytes after it steer a walk of at most 48 tokens over a
  * small vocabulary (the 256 single bytes, some multi-byte JSON pieces, a
  * two-byte UTF-8 letter, a lone continuation byte and an end-of-generation
@@ -56,6 +57,8 @@ static grammar *compile(int mode, const char *src, size_t len, char *err, size_t
     switch (mode) {
     case 0: return grammar_compile_json_schema(src, len, &o, err, errlen);
     case 1: return grammar_compile_regex(src, len, err, errlen);
+    case 3: return grammar_compile_gbnf(src, len, err, errlen);
+    case 4: return grammar_compile_llama_tool_call(src, len, NULL, &o, err, errlen);
     default: return grammar_compile_tool_calls(src, len, NULL, true, &o, err, errlen);
     }
 }
@@ -75,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    const int mode = data[0] % 3;
+    const int mode = data[0] % 5;
     const uint8_t *z = memchr(data + 1, 0, size - 1);
     const size_t src_len = z ? (size_t)(z - (data + 1)) : size - 1;
     const uint8_t *walk = z ? z + 1 : data + size;
