@@ -15,13 +15,15 @@ counted apart (slow_* kinds), and so are the ordinary streams that finished
 while some slow reader was stalled: slow readers must not stall the others.
 It reports requests served, errors by kind, TTFT and inter-token
 percentiles, resident memory over time (the server's VmRSS), and the cache
-pools once the load stops.
+pools once the load stops: first with the prefix store's entries, then
+after POST /reset_prefix_cache, when they must be back at their idle figure
+exactly.
 
 "Lost" is a request that was neither dropped by its client nor ended with its
 final event or a documented error status (4xx, 429/503 with Retry-After): a
 stream that stopped without a final event or an error event, a reset, a 5xx.
 Exit status 1 when anything was lost, a 5xx was seen, the pools did not
-return to idle, or slow readers were stalled while no other stream finished; --rss-tolerance also checks the last RSS against the one
+return to idle (or, after the reset, to their idle bytes exactly), or slow readers were stalled while no other stream finished; --rss-tolerance also checks the last RSS against the one
 after warm-up (the first tenth of the run).
 usage: soak.py --hyserve build/hyserve --seconds 30 --clients 8 [--rss-tolerance 0.05]
 """
@@ -268,6 +270,17 @@ def stats(port):
     return json.loads(c.getresponse().read())
 
 
+def reset_prefix_cache(port):
+    """POST /reset_prefix_cache: the store gives back every entry no request
+    holds, so the pools can be checked against their idle figure exactly."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/reset_prefix_cache", body=b"{}", headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    body = json.loads(r.read() or b"{}")
+    c.close()
+    return r.status, body
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hyserve", default="build/hyserve")
@@ -316,6 +329,15 @@ def main():
             if held_idle(st, idle):
                 break
             time.sleep(0.1)
+        # then empty the prefix store: every page and slot must come back
+        # (the figure the issue asks for, "pools back to zero")
+        reset = reset_prefix_cache(port)
+        deadline, st_reset = time.time() + 30, None
+        while time.time() < deadline:
+            st_reset = stats(port)
+            if held_idle(st_reset, idle) and st_reset["pools"]["reserved_bytes"] == idle:
+                break
+            time.sleep(0.1)
         rss.append((time.time() - t0, rss_kb(srv.pid)))
     finally:
         srv.terminate()
@@ -338,9 +360,14 @@ def main():
           f"{st['pools'].get('prefix_cache', {}).get('bytes', 0)} in {st['pools'].get('prefix_cache', {}).get('entries', 0)} "
           f"entries), requests holding {st['totals']['all_requests_bytes']}, running "
           f"{st['scheduler']['running']}, waiting {st['scheduler']['waiting']}; server exit {rc}")
+    print(f"soak: after POST /reset_prefix_cache (HTTP {reset[0]}, freed {reset[1].get('freed_entries')} entries, "
+          f"{reset[1].get('freed_pool_bytes')} pool bytes): reserved {st_reset['pools']['reserved_bytes']} "
+          f"(idle {idle}), prefix store {st_reset['pools'].get('prefix_cache', {}).get('bytes', 0)} bytes")
     bad = list(soak.lost)
     if not held_idle(st, idle):
         bad.append("pools not back to idle")
+    if reset[0] != 200 or st_reset["pools"]["reserved_bytes"] != idle:
+        bad.append(f"pools not back to their idle {idle} bytes after /reset_prefix_cache")
     if rc != 0:
         bad.append(f"server exited {rc}")
     if sum(v for k, v in slow.items() if k.endswith("_cut")) and soak.served_during_stall == 0:
