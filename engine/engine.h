@@ -2,7 +2,8 @@
  *
  * The boundary: server/ includes this header and scheduler.h (the batching
  * layer above the engine), and where it needs them the stateless leaf
- * modules sampler.h and tokenizer.h; nothing else of engine/. The memory
+ * modules sampler.h and tokenizer.h and the allocation wrapper fault.h;
+ * nothing else of engine/. The memory
  * planner (memplan.h, presets.h) comes in through this header: it is a pure
  * function of a layout and has no engine state. tests/suite_layout.sh fails
  * the build when a file of server/ includes any other engine header, and

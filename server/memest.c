@@ -14,7 +14,7 @@
 
 #include "config.h"
 #include "json.h"
-#include "presets.h"
+#include "engine.h"
 
 static bool known_preset(const char *name)
 {

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "memplan.h"
+#include "engine.h"
 
 /* A validated estimate request. */
 typedef struct memest_req {

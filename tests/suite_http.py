@@ -2100,7 +2100,7 @@ def test_fault_injection(model):
                     n_errors += 1
                     check(f"fault {n}: the failed request gets a JSON error", 500 <= st < 600 and j and "error" in j,
                           f"{st} {j}")
-            ok, s = wait_quiet(srv, idle)
+            ok, s = wait_held_by_store(srv, idle)
             check(f"fault {n}: nothing held after the request (but the prefix store's entries)", ok,
                   f"{s and s.get('pools')}")
             st, h, j = gen(srv, "Hello world", max_new_tokens=8)
@@ -2127,7 +2127,7 @@ FAULT_KINDS = {
 }
 
 
-def wait_quiet(srv, idle_reserved, timeout=10.0):
+def wait_held_by_store(srv, idle_reserved, timeout=10.0):
     """wait_idle with the prefix cache on: nothing runs, waits or holds
     cache, and the pools hold what they held at the start plus only what the
     prefix store's entries hold (finished requests it keeps on purpose)."""
@@ -2228,7 +2228,7 @@ def test_fault_every_allocation(model):
                     unfired.append((n, j and j.get("remaining")))
                 errors += v == "error"
                 why = [] if v != "bad" else [d]
-                ok, s = wait_quiet(srv, idle)
+                ok, s = wait_held_by_store(srv, idle)
                 if not ok:
                     why.append(f"not idle: pools {s and s['pools']['reserved_bytes']}, requests "
                                f"{s and s['requests']}, scheduler {s and s['scheduler']['running']} running "
@@ -2290,7 +2290,7 @@ def test_fault_every_allocation(model):
         check(f"fault queue: {len(results)} requests with 24 clients on 2 slots (queue up to {most}) while "
               f"{fired} allocations failed: each a whole answer or a clean error ({n_err} errors)",
               not bad and most >= 8 and fired >= 3, f"{bad[:3]} queue {most} fired {fired}")
-        ok, s = wait_quiet(srv, idle, timeout=20)
+        ok, s = wait_held_by_store(srv, idle, timeout=20)
         check("fault queue: nothing held after", ok, f"{s and s['pools']} {s and s['scheduler']}")
         st, _, _ = srv.req("GET", "/health")
         v, d = fault_request(srv, "stream")
@@ -2373,7 +2373,7 @@ def test_overload_recovers(model):
         check(f"12 clients on 1 slot + a queue of 2: {len(out) - len(refused)} served, {len(refused)} refused "
               "with 429/503 and Retry-After, nothing else", not bad and refused and len(out) - len(refused) >= 3,
               f"{bad[:3]} {[o[0] for o in out]}")
-        ok, s = wait_quiet(srv, idle, timeout=30)
+        ok, s = wait_held_by_store(srv, idle, timeout=30)
         check("after the overload nothing is held (but the prefix store's entries)", ok, f"{s and s.get('pools')}")
         st, _, j = gen(srv, "after", max_new_tokens=4)
         st2, _, _ = srv.req("GET", "/health")

@@ -3,7 +3,8 @@
 
 The rules (docs/architecture.md section 2; engine/engine.h's header comment):
   - server/ is the HTTP face: of engine/ it includes only engine.h,
-    scheduler.h and the stateless sampler.h and tokenizer.h;
+    scheduler.h, the stateless sampler.h and tokenizer.h, and fault.h (the
+    one allocation wrapper, whose failure countdown covers both sides);
   - cli/ includes of engine/ only engine.h and what its tools need (gguf.h
     for `tensor` and `synth`, synth.h for `synth`, sampler.h and the
     stateless tokenizer.h for `generate`), and of server/ only serve.h
@@ -28,7 +29,7 @@ import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
-SERVER_MAY = {"engine.h", "scheduler.h", "sampler.h", "tokenizer.h"}
+SERVER_MAY = {"engine.h", "scheduler.h", "sampler.h", "tokenizer.h", "fault.h"}
 CLI_MAY = {"engine.h", "gguf.h", "synth.h", "sampler.h", "tokenizer.h", "serve.h"}
 
 # The levels of the numeric stack, lowest first. A file of a level includes
@@ -48,7 +49,7 @@ STACK = [
               "kernels/simd_kquant.h", "kernels/simd_kquant.c"]),
     ("block formats", ["kernels/quant.h", "kernels/quant.c"]),
     ("panels and attention kernels", ["kernels/panels.h", "kernels/panels.c", "kernels/simd_bf16.h",
-                                      "kernels/simd_bf16.c", "kernels/attn.h", "kernels/attn.c"]),
+                                      "kernels/simd_bf16.c", "kernels/simd_kqtile.h", "kernels/simd_kqtile.c", "kernels/attn.h", "kernels/attn.c"]),
     ("the kernel table's filler", ["kernels/cpu.c"]),
     ("matmul dispatch", ["matmul.h", "matmul.c"]),
     ("layers", ["layers.h", "attention.c", "deltanet.c", "mla.c", "qwen3next.c"]),
@@ -114,7 +115,7 @@ def main():
                     bad.append(f"{f} -> {path}")
         return bad
 
-    rule("server/ includes of engine/ only engine.h, scheduler.h, sampler.h, tokenizer.h",
+    rule("server/ includes of engine/ only engine.h, scheduler.h, sampler.h, tokenizer.h, fault.h",
          crossing("server/", SERVER_MAY))
     rule("cli/ includes of engine/ only engine.h, gguf.h, synth.h, sampler.h, tokenizer.h, of server/ only serve.h",
          crossing("cli/", CLI_MAY - {"serve.h"}, {"serve.h"}))
