@@ -539,17 +539,23 @@ TEST(test_scheduler_group_ends_together_and_is_admitted_whole)
         CHECK(last_error(hold[i]) == SCHED_ECANCELLED);
         sched_req_release(hold[i]);
     }
-    /* the group's id (DELETE /requests/{id}) cancels every choice */
+    /* the group's id (DELETE /requests/{id}) cancels every choice; on a
+     * fast machine all of them may have finished first, and then the id
+     * matches nothing and each ended normally */
+    rp.max_new_tokens = 64;
     CHECK(sched_submit_group(s, &rp, 3, seeds, ids, rs, err, sizeof err) == 0);
     for (int k = 0; k < 3; k++)
         CHECK(sched_req_next(rs[k], &ev, 5000) == 1 && ev.kind == SCHED_EV_ADMITTED);
-    CHECK(sched_cancel_id(s, "q", 0, "by the group's id") == 0);
+    const int crc = sched_cancel_id(s, "q", 0, "by the group's id");
+    int n_deleted = 0;
     for (int k = 0; k < 3; k++) {
         int error = 0;
         free(collect(rs[k], &error));
         CHECK_MSG(error == SCHED_EDELETED || error == 0, "choice %d ended with %d", k, error);
+        n_deleted += error == SCHED_EDELETED;
         sched_req_release(rs[k]);
     }
+    CHECK_MSG(crc == 0 || n_deleted == 0, "the id matched nothing, yet %d choices were deleted", n_deleted);
     CHECK(sched_get_stats(s, &st, NULL, NULL) == 0 && st.running == 0 && st.pool.reserved_bytes == 0);
 
     /* the largest max_new one choice fits in the budget, 3 choices do not */
