@@ -267,8 +267,10 @@ def golden(ctx, name, seed, s, writer):
 # cases: positions exact to 1e-7 until the first flip; rms(C - int8 ref) 0.04-0.67 of the whole
 # effect of int8 activations on the model, rms(int8 ref - f32 ref). So the check: C int8 at most
 # INT8_FRAC of that effect away from the int8 reference (f32 activations, or a wrong block size
-# or scale, sit the whole effect or more away).
-INT8_FRAC = 0.75
+# or scale, sit the whole effect or more away). 0.85, not the 0.75 first chosen: the worst case
+# here (Q8_0 as rows, 0.67) left a thin margin, and another CPU's f32 kernels round the
+# activations differently, so they flip other values.
+INT8_FRAC = 0.85
 
 
 def int8_golden(ctx, path, m, tokens, s):
