@@ -245,7 +245,8 @@ static gsym char_class(gparse *g)
         syntax(g, "an empty character class matches nothing");
         goto out;
     }
-    qsort(r, (size_t)n, sizeof *r, cmp_range);
+    if (n > 1)                  /* [^] leaves r NULL: qsort may not see it */
+        qsort(r, (size_t)n, sizeof *r, cmp_range);
     /* merge, then (negated) take the gaps between */
     int m = 0;
     for (int i = 0; i < n; i++) {
