@@ -484,24 +484,20 @@ def main(argv=None):
     try:
         on, off = pair("hyb", hyb)
         check("--prefix-cache off: /stats says disabled", off.stats()["pools"]["prefix_cache"]["enabled"] is False)
-        if "test_hybrid_hits" in chosen:
-            test_hybrid_hits(on, off)
-        if "test_multi_turn" in chosen:
-            test_multi_turn(on, off)
-        if "test_salts" in chosen:
-            test_salts(on, off)
-        if "test_reset_while_running" in chosen:
-            test_reset_while_running(on, off)
-        if "test_mem_cli" in chosen:
-            test_mem_cli(hyb, on)
-        if "test_eviction" in chosen:
-            eviction(hyb, off)
-        if "test_random_load" in chosen:
-            test_random_load(hyb, off)
-        if "test_full_cache_evicts_to_admit" in chosen:
-            test_full_cache_evicts_to_admit(hyb, off)
-        if "test_api_key_isolation" in chosen:
-            test_api_key_isolation(hyb)
+        hybrid_tests = [
+            ("test_hybrid_hits", lambda: test_hybrid_hits(on, off)),
+            ("test_multi_turn", lambda: test_multi_turn(on, off)),
+            ("test_salts", lambda: test_salts(on, off)),
+            ("test_reset_while_running", lambda: test_reset_while_running(on, off)),
+            ("test_mem_cli", lambda: test_mem_cli(hyb, on)),
+            ("test_eviction", lambda: eviction(hyb, off)),
+            ("test_random_load", lambda: test_random_load(hyb, off)),
+            ("test_full_cache_evicts_to_admit", lambda: test_full_cache_evicts_to_admit(hyb, off)),
+            ("test_api_key_isolation", lambda: test_api_key_isolation(hyb)),
+        ]
+        for name, run in hybrid_tests:     # in this order: later ones see the store the earlier left
+            if name in chosen:
+                run()
         if "test_attention_mid_page" in chosen:
             a_on, a_off = pair("attn", att)
             test_attention_mid_page(a_on, a_off)
