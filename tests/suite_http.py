@@ -1709,6 +1709,62 @@ def test_n_fork(srv, model):
         other.stop()
 
 
+def test_n_group_limits(model):
+    """The refusals of an n-choice group over HTTP, and the per-choice fallback: n choices that do not
+    all fit the queue are refused whole (429 with Retry-After); a group that waits past --queue-timeout
+    is refused (429); n above --max-seqs runs one request per choice, each equal to the request alone
+    with its derived seed; afterwards nothing is held and the next group is served."""
+    srv = Server("grouplim", model, "-t", "1", "--max-seqs", "3", "--max-queue", "2", "--queue-timeout", "1")
+    try:
+        idle = srv.stats()["pools"]["reserved_bytes"]
+        body = {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 1, "seed": 5, "n": 3}
+        before = srv.stats()["scheduler"]
+        st, h, j, b = srv.jreq("POST", "/v1/completions", body)
+        after = srv.stats()["scheduler"]
+        check("3 choices against a queue of 2: 429 with Retry-After naming --max-queue, nothing admitted",
+              st == 429 and (h.get("retry-after") or "").isdigit() and "--max-queue 2" in j["error"]["message"]
+              and after["admitted_total"] == before["admitted_total"], f"{st} {h.get('retry-after')} {b[:300]}")
+        # two long streams hold two of the 3 sequences: a group of 2 cannot be admitted and times out whole
+        conns, its = [], []
+        for k in range(2):
+            c = srv.conn(60)
+            c.request("POST", "/generate_stream", body=json.dumps({"inputs": f"Hold a slot {k}", "parameters": {
+                "max_new_tokens": 3000, "ignore_eos": True}}).encode(), headers={"X-Request-Id": f"group-blocker-{k}"})
+            conns.append(c)
+            its.append(sse_events(c.getresponse()))
+            next(its[-1])
+        t0 = time.time()
+        st, h, j, b = srv.jreq("POST", "/v1/completions", dict(body, n=2))
+        waited = time.time() - t0
+        running = sum(1 for r in srv.stats()["requests"] if r.get("id", "").startswith("group-blocker-"))
+        for k in range(2):
+            srv.req("DELETE", f"/requests/group-blocker-{k}")
+            list(its[k])
+            conns[k].close()
+        check("a group of 2 that cannot be admitted within --queue-timeout 1 gets 429 after waiting it out",
+              running == 2 and st == 429 and waited >= 0.9 and "queue timeout" in j["error"]["message"]
+              and (h.get("retry-after") or "").isdigit(), f"{st} waited {waited:.2f} s, blockers running "
+              f"{running}: {b[:300]}")
+        ok, s = wait_held_by_store(srv, idle, timeout=30)
+        check("after both refusals nothing is held (but the prefix store's entries)", ok, f"{s and s.get('pools')}")
+        st, _, j, b = srv.jreq("POST", "/v1/completions", dict(body, n=2))
+        check("the next group of 2 is served", st == 200 and len(j["choices"]) == 2, f"{st} {b[:300]}")
+    finally:
+        srv.stop()
+    other = Server("groupfallback", model, "-t", "1", "--max-seqs", "2")
+    try:
+        body = {"prompt": "The city", "max_tokens": 6, "temperature": 1.5, "seed": 31, "n": 4}
+        st, _, j, b = other.jreq("POST", "/v1/completions", body)
+        alone = [other.jreq("POST", "/v1/completions", {"prompt": "The city", "max_tokens": 6, "temperature": 1.5,
+                                                        "seed": choice_seed(31, i)})[2]["choices"][0]["text"]
+                 for i in range(4)]
+        check("n=4 above --max-seqs 2: four choices, choice i equal to the request alone with seed derive(seed, i)",
+              st == 200 and [c_["text"] for c_ in j["choices"]] == alone and [c_["index"] for c_ in j["choices"]]
+              == [0, 1, 2, 3], f"{st} {b[:300]} vs {alone}")
+    finally:
+        other.stop()
+
+
 def test_openai_client(srv):
     out = run_client("openai_chat.mjs", srv.url)
     if out is None:
@@ -2914,6 +2970,7 @@ def main(argv=None):
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
                ("test_n_best_of", lambda: test_n_best_of(srv)),
                ("test_n_fork", lambda: test_n_fork(srv, model)),
+               ("test_n_group_limits", lambda: test_n_group_limits(model)),
                ("test_logprobs", lambda: test_logprobs(srv, model)),
                ("test_penalties_formula", lambda: test_penalties_formula(srv, model)),
                ("test_metrics_promtool", lambda: test_metrics_promtool(srv)),
