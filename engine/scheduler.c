@@ -45,6 +45,7 @@ void sched_params_default(sched_params *p)
     p->prefix_budget_bytes = 0;
     p->prefix_snap_interval = 0;
     p->max_unread_bytes = 0;
+    p->grammar_cache_bytes = (size_t)64 << 20;
 }
 
 void sched_event_clear(sched_event *ev)
@@ -1562,6 +1563,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->p.prefix_budget_bytes = p->prefix_budget_bytes;
         s->p.prefix_snap_interval = p->prefix_snap_interval > 0 ? p->prefix_snap_interval : 0;
         s->p.max_unread_bytes = p->max_unread_bytes;
+        s->p.grammar_cache_bytes = p->grammar_cache_bytes;
     }
     s->max_seqs = s->info->max_seqs > 0 ? s->info->max_seqs : 1;
     s->n_vocab = s->info->n_vocab;
@@ -1817,5 +1819,6 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
     }
 out_unlock:
     pthread_mutex_unlock(&s->mu);
+    sched_grammar_get_stats(s, &st->grammar);   /* its own locks, after s->mu */
     return rc;
 }

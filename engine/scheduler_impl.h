@@ -118,8 +118,10 @@ struct sched {
     int n_vocab;
     int32_t *eog;               /* [n_eog] the end-of-generation token ids, listed at sched_new for ignore_eos */
     int n_eog;
-    pthread_mutex_t gram_mu;    /* guards building gram_vocab */
+    pthread_mutex_t gram_mu;    /* guards building gram_vocab and gram_cache */
     gram_vocab *gram_vocab;     /* the vocabulary's byte trie, built by the first constrained request */
+    _Atomic(gram_cache *) gram_cache; /* compiled grammars and their masks, shared by requests (its own
+                                 * lock); set once under gram_mu, read by /stats without it */
 
     pthread_t thread;
     bool started;
@@ -167,6 +169,9 @@ int sched_grammar_mask(sched_req *r, float *logits);
 int sched_grammar_advance(sched_req *r, int32_t tok);
 bool sched_grammar_done(const sched_req *r);
 void sched_grammar_deinit(sched *s);
+/* The grammar cache's numbers (zeros and the budget before the first
+ * constrained request). Any thread; takes the cache's lock only. */
+void sched_grammar_get_stats(sched *s, sched_grammar_stats *st);
 
 /* Invariants of s (see struct sched): NULL when they all hold, else the
  * first broken one, as a static string. Caller holds s->mu and is the
