@@ -856,7 +856,8 @@ struct gram_matcher {
     } memo[GRAM_MEMO];
     int n_memo_hits;
     int depth;                  /* closure recursion */
-    bool broken;                /* a limit was hit: the grammar is unusable */
+    bool broken;                /* a limit was hit or memory ran out: the grammar is unusable */
+    bool at_limit;              /* broken by a limit (configurations, stack nodes, depth), not memory */
     char trigger[33];           /* lazy matching: "" when always active */
     char win[96];               /* the output's last bytes while waiting for the trigger */
     size_t n_win;
@@ -904,7 +905,7 @@ static int32_t node_intern(gram_matcher *m, int32_t pos, int32_t parent)
         if (m->nodes[id].pos == pos && m->nodes[id].parent == parent)
             return id;
     if (m->n_nodes >= GRAM_MAX_NODES) {
-        m->broken = true;
+        m->broken = m->at_limit = true;
         return -1;
     }
     if (m->n_nodes == m->cap_nodes) {
@@ -954,6 +955,7 @@ static void set_add(gram_matcher *m, gset *s, int32_t pos, int32_t stk)
         if (s->c[i].pos == pos && s->c[i].stk == stk)
             return;
     if (s->n >= GRAM_MAX_CONFIGS || set_reserve(s, s->n + 1)) {
+        m->at_limit |= s->n >= GRAM_MAX_CONFIGS;
         m->broken = true;
         return;
     }
@@ -968,7 +970,7 @@ static void closure(gram_matcher *m, int32_t pos, int32_t stk, gset *out, bool *
     if (m->broken)
         return;
     if (++m->depth > GRAM_MAX_DEPTH) {
-        m->broken = true;
+        m->broken = m->at_limit = true;
         m->depth--;
         return;
     }
@@ -1791,6 +1793,11 @@ int gram_matcher_mask(gram_matcher *m, float *logits)
 int gram_matcher_cache_entries(const gram_matcher *m)
 {
     return m ? m->n_ent : 0;
+}
+
+bool gram_matcher_out_of_memory(const gram_matcher *m)
+{
+    return m && m->broken && !m->at_limit;
 }
 
 int gram_matcher_walks(const gram_matcher *m)

@@ -134,6 +134,8 @@ bool gram_matcher_active(const gram_matcher *m);
 /* Mask-cache entries this matcher has used so far (computed or found in
  * its gram_shared; tests: the cache is reused). */
 int gram_matcher_cache_entries(const gram_matcher *m);
+/* The matcher broke because an allocation failed (not on a limit). */
+bool gram_matcher_out_of_memory(const gram_matcher *m);
 /* Trie walks this matcher made (entries it computed itself). */
 int gram_matcher_walks(const gram_matcher *m);
 

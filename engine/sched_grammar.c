@@ -153,14 +153,18 @@ int sched_grammar_mask(sched_req *r, float *logits)
 {
     if (!r->gm)
         return 0;
-    return gram_matcher_mask(r->gm, logits) > 0 ? 0 : SCHED_EENGINE;
+    if (gram_matcher_mask(r->gm, logits) > 0)
+        return 0;
+    return gram_matcher_out_of_memory(r->gm) ? SCHED_ENOMEM : SCHED_EENGINE;
 }
 
 int sched_grammar_advance(sched_req *r, int32_t tok)
 {
     if (!r->gm)
         return 0;
-    return gram_matcher_accept_token(r->gm, tok) == 0 ? 0 : SCHED_EENGINE;
+    if (gram_matcher_accept_token(r->gm, tok) == 0)
+        return 0;
+    return gram_matcher_out_of_memory(r->gm) ? SCHED_ENOMEM : SCHED_EENGINE;
 }
 
 bool sched_grammar_done(const sched_req *r)

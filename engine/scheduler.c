@@ -1293,11 +1293,14 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
 static int sample_emit(sched *s, sched_req *r, float *logits)
 {
     float lp = 0.0f;
-    if (sched_grammar_mask(r, logits))
-        return SCHED_EENGINE;
+    int grc = sched_grammar_mask(r, logits);
+    if (grc)
+        return grc;
     int32_t tok = sampler_sample(r->smp, logits, r->tokens, r->n_prompt + r->n_gen, &lp);
-    if (tok < 0 || tok >= s->n_vocab || sched_grammar_advance(r, tok))
+    if (tok < 0 || tok >= s->n_vocab)
         return SCHED_EENGINE;
+    if ((grc = sched_grammar_advance(r, tok)))
+        return grc;
     sampler_top top;
     sampler_last_top(r->smp, logits, r->top_logprobs, &top);
     return on_token(s, r, tok, lp, &top);

@@ -161,8 +161,9 @@ struct sched {
 /* sched_grammar.c: structured output. sched_grammar_attach compiles
  * p's constraint into r->gm (0, SCHED_EINVAL with the reason in err, or
  * SCHED_ENOMEM); sched_grammar_mask bans the tokens that cannot come next
- * (SCHED_EENGINE on an internal limit); sched_grammar_advance moves past
- * the sampled token; sched_grammar_done says the output is complete and
+ * (SCHED_EENGINE on an internal limit, SCHED_ENOMEM when the matcher ran
+ * out of memory); sched_grammar_advance moves past the sampled token (the
+ * same errors); sched_grammar_done says the output is complete and
  * nothing can follow. */
 int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, size_t errlen);
 int sched_grammar_mask(sched_req *r, float *logits);
