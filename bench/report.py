@@ -455,6 +455,14 @@ def render(res):
             gr["tokens"], gr["requests"], gr["grammar_ms_per_token"]))
         w("| mask p50 / p99 / max (ms; the max is a first walk of the whole trie) | %.3f / %.3f / %.1f |" % (
             gr["mask_ms_p50"], gr["mask_ms_p99"], gr["mask_ms_max"]))
+        sh = gr.get("shared")
+        if sh:
+            w("| through the grammar cache: grammar's extra after the first request (ms/token) | %.3f |" % (
+                sh["grammar_ms_per_token_after_first"]))
+            w("| through the grammar cache: mask p50 / p99 / max (ms) over %d requests | %.3f / %.3f / %.1f |" % (
+                sh["requests"], sh["mask_ms_p50"], sh["mask_ms_p99"], sh["mask_ms_max"]))
+            w("| through the grammar cache: trie walks by requests 2.. / by all; cache bytes | %d / %d; %d |" % (
+                sh["walks_after_first"], sh["walks"], sh["cache_bytes"]))
         if gr.get("constrained_fraction"):
             w("| constrained vs unconstrained decode (%s 2T engine step %.1f ms + the grammar's extra) | %s |" % (
                 gr["decode_dtype"], gr["decode_ms_per_token"], pct(gr["constrained_fraction"])))
@@ -469,10 +477,21 @@ def render(res):
         for i, (a, b) in enumerate(zip(gd["unconstrained"], gd["constrained"])):
             w("| %d | %.2f (%d) | %.2f (%d) |" % (i + 1, 1e3 / a["itl_ms_mean"], a["tokens"], 1e3 / b["itl_ms_mean"],
                                                  b["tokens"]))
+        cf = gd.get("constrained_first")
+        if cf:
+            w("| first (cold grammar cache) | | %.2f (%d) |" % (1e3 / cf["itl_ms_mean"], cf["tokens"]))
         w("\nConstrained / unconstrained: **%s** (goal 90%%); load average %s. Qwen3's vocabulary grown to "
           "248320 with BPE-made tokens (bench/README.md).%s\n" % (
               pct(gd["ratio"]), gd["loadavg"], " 50-property schema compiled in %.2f ms at that vocabulary."
               % g2["compile_ms_50_properties"] if g2 else ""))
+        if g2 and g2.get("shared"):
+            w("\nAt that vocabulary the grammar bench's mask p50 / p99 / max: %.3f / %.3f / %.1f ms with a cold "
+              "cache per request, %.3f / %.3f / %.1f ms through the grammar cache (requests 2.. walked %d of its "
+              "%d states); the grammar's extra per token %.3f ms cold, %.3f ms shared (sampler alone %.3f ms).\n" % (
+                  g2["mask_ms_p50"], g2["mask_ms_p99"], g2["mask_ms_max"], g2["shared"]["mask_ms_p50"],
+                  g2["shared"]["mask_ms_p99"], g2["shared"]["mask_ms_max"], g2["shared"]["walks_after_first"],
+                  g2["shared"]["walks"], g2["grammar_ms_per_token"], g2["shared"]["grammar_ms_per_token_after_first"],
+                  g2["sampler_ms_per_token"]))
     if der["targets"]:
         w("## Targets\n")
         w("| target | value | goal | met |")

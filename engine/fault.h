@@ -4,8 +4,9 @@
  * through FAULT_OR() fails as if memory had run out, once; fault_inject(0)
  * disarms. The engine's allocations go through it: model load (gguf
  * reader, binding, tokenizer, cache and scratch), admission (cache_seq_new,
- * cache_make_room and the regions behind it, sched_submit) and a request's
- * life on the scheduler thread (sampler, events, text), so a test can fail
+ * cache_make_room and the regions behind it, sched_submit, the grammar
+ * compilers and the grammar cache) and a request's life on the scheduler
+ * thread (sampler, events, text, the grammar matcher), so a test can fail
  * each of them in turn and see that nothing leaks and every invariant
  * still holds (tests/test_fault.c). The server allocates through the same
  * countdown: fault_malloc and friends below for its own buffers, and cJSON

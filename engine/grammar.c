@@ -37,8 +37,10 @@
  */
 #include "grammar.h"
 #include "grammar_impl.h"
+#include "fault.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +54,7 @@
 #define GRAM_MAX_DEPTH 4096     /* closure recursion */
 #define GRAM_MAX_NODES (1 << 23)
 #define GRAM_MAX_TOKEN_BYTES 1024
+#define GRAM_MEMO 8             /* whole masks remembered per matcher, by state (direct-mapped) */
 
 /* A compiled grammar. Immutable; owned by whoever compiled it (a matcher
  * once handed over). */
@@ -73,7 +76,7 @@ int gvec_push(gvec *v, int32_t x)
 {
     if (v->n == v->cap) {
         int cap = v->cap ? 2 * v->cap : 8;
-        int32_t *p = realloc(v->v, (size_t)cap * sizeof *p);
+        int32_t *p = fault_realloc(v->v, (size_t)cap * sizeof *p);
         if (!p)
             return -1;
         v->v = p;
@@ -81,6 +84,12 @@ int gvec_push(gvec *v, int32_t x)
     }
     v->v[v->n++] = x;
     return 0;
+}
+
+void gb_push(gbuild *b, gvec *v, int32_t x)
+{
+    if (gvec_push(v, x))
+        gb_fail(b, "out of memory");
 }
 
 void gb_init(gbuild *b)
@@ -120,7 +129,7 @@ gsym gb_set(gbuild *b, const uint64_t bits[4])
             return -1 - i;
     if (b->n_sets == b->cap_sets) {
         int cap = b->cap_sets ? 2 * b->cap_sets : 32;
-        void *p = realloc(b->sets, (size_t)cap * sizeof *b->sets);
+        void *p = fault_realloc(b->sets, (size_t)cap * sizeof *b->sets);
         if (!p) {
             gb_fail(b, "out of memory");
             return -1;
@@ -151,7 +160,7 @@ int gb_rule_new(gbuild *b)
         return 0;
     if (b->n_rules == b->cap_rules) {
         int cap = b->cap_rules ? 2 * b->cap_rules : 64;
-        void *p = realloc(b->rules, (size_t)cap * sizeof *b->rules);
+        void *p = fault_realloc(b->rules, (size_t)cap * sizeof *b->rules);
         if (!p) {
             gb_fail(b, "out of memory");
             return 0;
@@ -175,7 +184,7 @@ void gb_add_alt(gbuild *b, int rule, const gsym *s, int n)
     gb_rule *r = &b->rules[rule];
     if (r->n_alts == r->cap_alts) {
         int cap = r->cap_alts ? 2 * r->cap_alts : 2;
-        void *p = realloc(r->alts, (size_t)cap * sizeof *r->alts);
+        void *p = fault_realloc(r->alts, (size_t)cap * sizeof *r->alts);
         if (!p) {
             gb_fail(b, "out of memory");
             return;
@@ -375,11 +384,11 @@ static bool sym_nullable(const uint8_t *nullable, gsym s)
 static int check_left_recursion(gbuild *b, char *which, size_t cap)
 {
     int n = b->n_rules, rc = 0;
-    uint8_t *nullable = calloc((size_t)n + 1, 1);
-    uint8_t *color = calloc((size_t)n + 1, 1);
-    int32_t *stk_rule = malloc(((size_t)n + 1) * sizeof(int32_t));
-    int32_t *stk_alt = malloc(((size_t)n + 1) * sizeof(int32_t));
-    int32_t *stk_el = malloc(((size_t)n + 1) * sizeof(int32_t));
+    uint8_t *nullable = fault_calloc((size_t)n + 1, 1);
+    uint8_t *color = fault_calloc((size_t)n + 1, 1);
+    int32_t *stk_rule = fault_malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *stk_alt = fault_malloc(((size_t)n + 1) * sizeof(int32_t));
+    int32_t *stk_el = fault_malloc(((size_t)n + 1) * sizeof(int32_t));
     if (!nullable || !color || !stk_rule || !stk_alt || !stk_el) {
         rc = -2;
         goto out;
@@ -469,7 +478,7 @@ grammar *gb_finish(gbuild *b, gsym root)
         gb_fail(b, "the grammar can loop without consuming input (%s)", which);
         return NULL;
     }
-    g = calloc(1, sizeof *g);
+    g = fault_calloc(1, sizeof *g);
     if (!g)
         goto oom;
     int n_alts = 0;
@@ -479,10 +488,10 @@ grammar *gb_finish(gbuild *b, gsym root)
         for (int a = 0; a < b->rules[r].n_alts; a++)
             n_el += b->rules[r].alts[a].n + 1;
     }
-    g->el = malloc((size_t)(n_el + 1) * sizeof *g->el);
-    g->rule_alt = malloc(((size_t)b->n_rules + 1) * sizeof *g->rule_alt);
-    g->alt_start = malloc(((size_t)n_alts + 1) * sizeof *g->alt_start);
-    g->sets = malloc(((size_t)b->n_sets + 1) * sizeof *g->sets);
+    g->el = fault_malloc((size_t)(n_el + 1) * sizeof *g->el);
+    g->rule_alt = fault_malloc(((size_t)b->n_rules + 1) * sizeof *g->rule_alt);
+    g->alt_start = fault_malloc(((size_t)n_alts + 1) * sizeof *g->alt_start);
+    g->sets = fault_malloc(((size_t)b->n_sets + 1) * sizeof *g->sets);
     if (!g->el || !g->rule_alt || !g->alt_start || !g->sets)
         goto oom;
     int ia = 0, ie = 0;
@@ -575,7 +584,7 @@ static int node_push(gram_vocab *v, int *cap, uint8_t byte, int depth)
 {
     if (v->n_node + 1 >= *cap) {
         int nc = *cap * 2;
-        void *p = realloc(v->node, (size_t)nc * sizeof *v->node);
+        void *p = fault_realloc(v->node, (size_t)nc * sizeof *v->node);
         if (!p)
             return -1;
         v->node = p;
@@ -597,7 +606,7 @@ static int vocab_build_trie(gram_vocab *v, const int32_t *sorted, int n_sorted)
 {
     int cap = 1024;
     int32_t path[GRAM_MAX_TOKEN_BYTES + 1];
-    v->node = malloc((size_t)cap * sizeof *v->node);
+    v->node = fault_malloc((size_t)cap * sizeof *v->node);
     if (!v->node)
         return -1;
     path[0] = node_push(v, &cap, 0, 0);
@@ -645,16 +654,16 @@ gram_vocab *gram_vocab_new(int n_vocab, gram_piece_fn piece, void *ctx, char *er
         snprintf(err, errlen, "no vocabulary");
         return NULL;
     }
-    v = calloc(1, sizeof *v);
+    v = fault_calloc(1, sizeof *v);
     if (!v)
         goto oom;
     v->n_vocab = n_vocab;
-    v->off = malloc(((size_t)n_vocab + 1) * sizeof *v->off);
-    v->kind = malloc((size_t)n_vocab);
-    v->bytes = malloc(cap_bytes);
-    v->eog = malloc((size_t)n_vocab * sizeof *v->eog);
-    v->tok_ids = malloc((size_t)n_vocab * sizeof *v->tok_ids);
-    sorted = malloc((size_t)n_vocab * sizeof *sorted);
+    v->off = fault_malloc(((size_t)n_vocab + 1) * sizeof *v->off);
+    v->kind = fault_malloc((size_t)n_vocab);
+    v->bytes = fault_malloc(cap_bytes);
+    v->eog = fault_malloc((size_t)n_vocab * sizeof *v->eog);
+    v->tok_ids = fault_malloc((size_t)n_vocab * sizeof *v->tok_ids);
+    sorted = fault_malloc((size_t)n_vocab * sizeof *sorted);
     if (!v->off || !v->kind || !v->bytes || !v->eog || !v->tok_ids || !sorted)
         goto oom;
     int n_sorted = 0;
@@ -674,7 +683,7 @@ gram_vocab *gram_vocab_new(int n_vocab, gram_piece_fn piece, void *ctx, char *er
         }
         if (n_bytes + (size_t)n > cap_bytes) {
             cap_bytes *= 2;
-            char *p = realloc(v->bytes, cap_bytes);
+            char *p = fault_realloc(v->bytes, cap_bytes);
             if (!p)
                 goto oom;
             v->bytes = p;
@@ -736,16 +745,62 @@ typedef struct gnode {
     int32_t parent;
 } gnode;
 
+/* A mask-cache key in a form that does not depend on one matcher's
+ * stack nodes: the element, the return positions of the stack's top
+ * frames (top first), and what lies below them. All int32, no padding, so
+ * keys compare with memcmp. */
+typedef struct gkey {
+    int32_t pos;
+    int32_t f[GRAM_KEY_FRAMES]; /* [frames] return positions; -1 past them */
+    int32_t nfb;                /* frames * 2 + 1 when UNKNOWN is below them, + 0 for EMPTY */
+} gkey;
+
 /* One cache entry: the tokens a key accepts in any context, and those
- * that need the whole stack. */
+ * that need the whole stack. Immutable once made; owned by the matcher
+ * that made it or by a gram_shared (then freed only with it). */
 typedef struct gentry {
-    int32_t pos, stk;           /* the key */
+    gkey key;
     uint64_t *bits;             /* [n_words] accepted, when many; else NULL */
     int32_t *acc;               /* [n_acc] accepted, when few */
     int n_acc;
     int32_t *unc;               /* [n_unc] uncertain */
     int n_unc;
+    size_t bytes;               /* this struct and its arrays */
 } gentry;
+
+/* A matcher's own index of the entries it has used: its key (element,
+ * local stack node) to the entry. */
+typedef struct glocal {
+    int32_t pos, stk;
+    const gentry *e;
+} glocal;
+
+/* One grammar of a gram_cache and its shared entries. Owned by the cache
+ * while listed, by its holders after that; fields under c->mu but g and
+ * key (immutable). */
+struct gram_shared {
+    gram_cache *c;
+    grammar *g;
+    char *key;                  /* [n_key] the canonical source */
+    size_t n_key;
+    int refs;                   /* matchers and acquirers holding it */
+    bool listed;                /* in c's list; else freed at its last release */
+    gentry **tab;               /* [cap] entries by key, open addressing, NULL free */
+    uint32_t cap;
+    int n;                      /* entries */
+    uint64_t bytes;             /* this struct, the key, the grammar and the entries */
+    gram_shared *prev, *next;   /* c's list, most recently used first */
+};
+
+/* Owned by whoever made it (the scheduler), used by every thread. */
+struct gram_cache {
+    pthread_mutex_t mu;         /* guards everything below */
+    const gram_vocab *v;
+    int refs;                   /* 1 for the owner until gram_cache_free, + 1 per gram_shared alive */
+    bool closing;               /* gram_cache_free was called */
+    gram_shared *head, *tail;   /* listed grammars, most recently used first */
+    gram_cache_stats st;
+};
 
 /* Owned by one request; one thread at a time. */
 struct gram_matcher {
@@ -759,10 +814,14 @@ struct gram_matcher {
     int32_t *node_tab;          /* [node_tab_cap] open addressing, -1 free */
     uint32_t node_tab_cap;
 
-    gentry *ent;                /* [n_ent] */
+    gram_shared *sh;            /* the cache the entries come from and go to; NULL: private */
+    glocal *ent;                /* [n_ent] the entries used so far */
     int n_ent, cap_ent;
-    int32_t *ent_tab;           /* [ent_tab_cap] */
+    int32_t *ent_tab;           /* [ent_tab_cap] indices into ent by (pos, stk) */
     uint32_t ent_tab_cap;
+    gentry **own;               /* [n_own] entries this matcher made and keeps (not in a cache) */
+    int n_own, cap_own;
+    int n_walks;                /* trie walks made */
 
     gset cur;                   /* the state */
     gset scratch[2];
@@ -785,8 +844,20 @@ struct gram_matcher {
     int n_dtr;
     gvec acc, unc;              /* trie walk output */
     uint64_t *mask;             /* [n_words] gram_matcher_mask's bitset */
+    /* the last states' whole masks (the uncertain tokens checked too): an
+     * output inside a string or a digit run stays in one state for many
+     * tokens, and its uncertain tokens need not be checked again */
+    struct gmemo {
+        gcfg *cfg;              /* [n_cfg] the state, NULL: empty slot */
+        int n_cfg;
+        uint32_t hash;
+        int n;                  /* tokens allowed */
+        uint64_t *words;        /* [n_words] */
+    } memo[GRAM_MEMO];
+    int n_memo_hits;
     int depth;                  /* closure recursion */
-    bool broken;                /* a limit was hit: the grammar is unusable */
+    bool broken;                /* a limit was hit or memory ran out: the grammar is unusable */
+    bool at_limit;              /* broken by a limit (configurations, stack nodes, depth), not memory */
     char trigger[33];           /* lazy matching: "" when always active */
     char win[96];               /* the output's last bytes while waiting for the trigger */
     size_t n_win;
@@ -808,7 +879,7 @@ static int tab_grow(int32_t **tab, uint32_t *cap, uint32_t need)
         nc *= 2;
     if (nc == *cap)
         return 0;
-    int32_t *t = malloc((size_t)nc * sizeof *t);
+    int32_t *t = fault_malloc((size_t)nc * sizeof *t);
     if (!t)
         return -1;
     memset(t, 0xff, (size_t)nc * sizeof *t);
@@ -834,12 +905,12 @@ static int32_t node_intern(gram_matcher *m, int32_t pos, int32_t parent)
         if (m->nodes[id].pos == pos && m->nodes[id].parent == parent)
             return id;
     if (m->n_nodes >= GRAM_MAX_NODES) {
-        m->broken = true;
+        m->broken = m->at_limit = true;
         return -1;
     }
     if (m->n_nodes == m->cap_nodes) {
         int cap = m->cap_nodes * 2;
-        gnode *p = realloc(m->nodes, (size_t)cap * sizeof *p);
+        gnode *p = fault_realloc(m->nodes, (size_t)cap * sizeof *p);
         if (!p) {
             m->broken = true;
             return -1;
@@ -870,7 +941,7 @@ static int set_reserve(gset *s, int n)
     int cap = s->cap ? s->cap : 16;
     while (cap < n)
         cap *= 2;
-    gcfg *p = realloc(s->c, (size_t)cap * sizeof *p);
+    gcfg *p = fault_realloc(s->c, (size_t)cap * sizeof *p);
     if (!p)
         return -1;
     s->c = p;
@@ -884,6 +955,7 @@ static void set_add(gram_matcher *m, gset *s, int32_t pos, int32_t stk)
         if (s->c[i].pos == pos && s->c[i].stk == stk)
             return;
     if (s->n >= GRAM_MAX_CONFIGS || set_reserve(s, s->n + 1)) {
+        m->at_limit |= s->n >= GRAM_MAX_CONFIGS;
         m->broken = true;
         return;
     }
@@ -898,7 +970,7 @@ static void closure(gram_matcher *m, int32_t pos, int32_t stk, gset *out, bool *
     if (m->broken)
         return;
     if (++m->depth > GRAM_MAX_DEPTH) {
-        m->broken = true;
+        m->broken = m->at_limit = true;
         m->depth--;
         return;
     }
@@ -942,14 +1014,14 @@ static void advance(gram_matcher *m, const gset *in, uint8_t c, gset *out, bool 
 
 static gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v)
 {
-    gram_matcher *m = calloc(1, sizeof *m);
+    gram_matcher *m = fault_calloc(1, sizeof *m);
     if (!m)
         goto fail;
     m->g = g;
     m->owns_g = owns;
     m->v = v;
     m->cap_nodes = 1024;
-    m->nodes = malloc((size_t)m->cap_nodes * sizeof *m->nodes);
+    m->nodes = fault_malloc((size_t)m->cap_nodes * sizeof *m->nodes);
     if (!m->nodes || tab_grow(&m->node_tab, &m->node_tab_cap, 1024) < 0)
         goto fail_m;
     m->nodes[0] = (gnode){-1, -1};
@@ -960,9 +1032,9 @@ static gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v)
     if (v) {
         m->n_words = (v->n_vocab + 63) / 64;
         m->n_lvl = v->max_depth + 1;
-        m->lvl = calloc((size_t)m->n_lvl, sizeof *m->lvl);
-        m->lvl_pop = calloc((size_t)m->n_lvl, 1);
-        m->mask = malloc((size_t)m->n_words * sizeof *m->mask);
+        m->lvl = fault_calloc((size_t)m->n_lvl, sizeof *m->lvl);
+        m->lvl_pop = fault_calloc((size_t)m->n_lvl, 1);
+        m->mask = fault_malloc((size_t)m->n_words * sizeof *m->mask);
         if (!m->lvl || !m->lvl_pop || !m->mask || tab_grow(&m->ent_tab, &m->ent_tab_cap, 64) < 0)
             goto fail_m;
     }
@@ -988,19 +1060,28 @@ gram_matcher *gram_matcher_new(grammar *g, const gram_vocab *v)
     return matcher_new(g, true, v);
 }
 
+static void gentry_free(gentry *e)
+{
+    if (!e)
+        return;
+    free(e->bits);
+    free(e->acc);
+    free(e->unc);
+    free(e);
+}
+
 void gram_matcher_free(gram_matcher *m)
 {
     if (!m)
         return;
+    gram_shared_release(m->sh);
     if (m->owns_g)
         grammar_free(m->g);
     free(m->nodes);
     free(m->node_tab);
-    for (int i = 0; i < m->n_ent; i++) {
-        free(m->ent[i].bits);
-        free(m->ent[i].acc);
-        free(m->ent[i].unc);
-    }
+    for (int i = 0; i < m->n_own; i++)
+        gentry_free(m->own[i]);
+    free(m->own);
     free(m->ent);
     free(m->ent_tab);
     free(m->cur.c);
@@ -1016,6 +1097,10 @@ void gram_matcher_free(gram_matcher *m)
     free(m->acc.v);
     free(m->unc.v);
     free(m->mask);
+    for (int i = 0; i < GRAM_MEMO; i++) {
+        free(m->memo[i].cfg);
+        free(m->memo[i].words);
+    }
     free(m);
 }
 
@@ -1090,7 +1175,7 @@ static void watch_trigger(gram_matcher *m, const char *s, size_t n)
         if (at) {
             size_t off = (size_t)(at - m->win);
             /* the rest of this piece follows the trigger too */
-            char *rest = malloc(m->n_win - off + n);
+            char *rest = fault_malloc(m->n_win - off + n);
             if (!rest) {
                 m->dead = true;
                 m->waiting = false;
@@ -1229,7 +1314,7 @@ static int32_t dset_intern(gram_matcher *m, gset *s)
         long cap = m->cap_dpool ? 2 * m->cap_dpool : 4096;
         while (cap < m->n_dpool + s->n)
             cap *= 2;
-        gcfg *p = realloc(m->dpool, (size_t)cap * sizeof *p);
+        gcfg *p = fault_realloc(m->dpool, (size_t)cap * sizeof *p);
         if (!p)
             return -1;
         m->dpool = p;
@@ -1237,7 +1322,7 @@ static int32_t dset_intern(gram_matcher *m, gset *s)
     }
     if (m->n_dsets == m->cap_dsets) {
         int cap = m->cap_dsets ? 2 * m->cap_dsets : 1024;
-        void *p = realloc(m->dsets, (size_t)cap * sizeof *m->dsets);
+        void *p = fault_realloc(m->dsets, (size_t)cap * sizeof *m->dsets);
         if (!p)
             return -1;
         m->dsets = p;
@@ -1288,8 +1373,8 @@ static int32_t dfa_step(gram_matcher *m, int32_t id, uint8_t c)
         uint32_t old_cap = m->dtr_cap, cap = old_cap ? 2 * old_cap : 4096;
         uint64_t *ok = m->dtr_key;
         int32_t *ov = m->dtr_val;
-        m->dtr_key = calloc(cap, sizeof *m->dtr_key);
-        m->dtr_val = malloc((size_t)cap * sizeof *m->dtr_val);
+        m->dtr_key = fault_calloc(cap, sizeof *m->dtr_key);
+        m->dtr_val = fault_malloc((size_t)cap * sizeof *m->dtr_val);
         if (!m->dtr_key || !m->dtr_val) {
             free(m->dtr_key);
             free(m->dtr_val);
@@ -1321,8 +1406,8 @@ static void walk_trie(gram_matcher *m, int32_t pos, int32_t stk)
         dfa_clear(m);
     if (!m->dtr_key) {
         m->dtr_cap = 4096;
-        m->dtr_key = calloc(m->dtr_cap, sizeof *m->dtr_key);
-        m->dtr_val = malloc((size_t)m->dtr_cap * sizeof *m->dtr_val);
+        m->dtr_key = fault_calloc(m->dtr_cap, sizeof *m->dtr_key);
+        m->dtr_val = fault_malloc((size_t)m->dtr_cap * sizeof *m->dtr_val);
     }
     if (!m->dtr_key || !m->dtr_val || (!m->dset_tab && tab_grow(&m->dset_tab, &m->dset_tab_cap, 1024) < 0)) {
         m->broken = true;
@@ -1369,64 +1454,215 @@ static void walk_trie(gram_matcher *m, int32_t pos, int32_t stk)
         m->broken = true;
 }
 
-/* The cache entry of key (pos, stk), walking the trie the first time.
- * -1 on limits. */
-static int entry_get(gram_matcher *m, int32_t pos, int32_t stk)
+/* An entry for key from the walk's output (m->acc, m->unc); NULL when
+ * out of memory. */
+static gentry *entry_make(gram_matcher *m, const gkey *key)
 {
-    uint32_t mask = m->ent_tab_cap - 1, h = hash2(pos, stk) & mask;
-    for (int32_t id; (id = m->ent_tab[h]) >= 0; h = (h + 1) & mask)
-        if (m->ent[id].pos == pos && m->ent[id].stk == stk)
-            return id;
-    walk_trie(m, pos, stk);
-    if (m->broken)
-        return -1;
+    gentry *e = fault_calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->key = *key;
+    e->bytes = sizeof *e;
+    if (m->acc.n > m->v->n_vocab / 32) {
+        e->bits = fault_calloc((size_t)m->n_words, sizeof *e->bits);
+        if (!e->bits)
+            goto oom;
+        for (int k = 0; k < m->acc.n; k++)
+            e->bits[m->acc.v[k] >> 6] |= 1ull << (m->acc.v[k] & 63);
+        e->bytes += (size_t)m->n_words * sizeof *e->bits;
+    } else if (m->acc.n > 0) {
+        e->acc = fault_malloc((size_t)m->acc.n * sizeof *e->acc);
+        if (!e->acc)
+            goto oom;
+        memcpy(e->acc, m->acc.v, (size_t)m->acc.n * sizeof *e->acc);
+        e->n_acc = m->acc.n;
+        e->bytes += (size_t)e->n_acc * sizeof *e->acc;
+    }
+    if (m->unc.n > 0) {
+        e->unc = fault_malloc((size_t)m->unc.n * sizeof *e->unc);
+        if (!e->unc)
+            goto oom;
+        memcpy(e->unc, m->unc.v, (size_t)m->unc.n * sizeof *e->unc);
+        e->n_unc = m->unc.n;
+        e->bytes += (size_t)e->n_unc * sizeof *e->unc;
+    }
+    return e;
+oom:
+    gentry_free(e);
+    return NULL;
+}
+
+/* The canonical key of (pos, ks), ks a stack node key_stack made. */
+static void key_canon(const gram_matcher *m, int32_t pos, int32_t ks, gkey *k)
+{
+    int nf = 0;
+    k->pos = pos;
+    for (int i = 0; i < GRAM_KEY_FRAMES; i++)
+        k->f[i] = -1;
+    while (nf < GRAM_KEY_FRAMES && ks > NODE_UNKNOWN) {
+        k->f[nf++] = m->nodes[ks].pos;
+        ks = m->nodes[ks].parent;
+    }
+    k->nfb = nf * 2 + (ks == NODE_UNKNOWN ? 1 : 0);
+}
+
+static uint32_t gkey_hash(const gkey *k)
+{
+    uint32_t h = hash2(k->pos, k->nfb);
+    for (int i = 0; i < GRAM_KEY_FRAMES; i++)
+        h = hash2((int32_t)h, k->f[i]);
+    return h;
+}
+
+/* sh's entry of key k, or NULL. Caller holds sh->c->mu. */
+static gentry *shared_find(const gram_shared *sh, const gkey *k)
+{
+    if (!sh->cap)
+        return NULL;
+    uint32_t mask = sh->cap - 1;
+    for (uint32_t h = gkey_hash(k) & mask; sh->tab[h]; h = (h + 1) & mask)
+        if (!memcmp(&sh->tab[h]->key, k, sizeof *k))
+            return sh->tab[h];
+    return NULL;
+}
+
+static void shared_put(gentry **tab, uint32_t cap, gentry *e)
+{
+    uint32_t mask = cap - 1, h = gkey_hash(&e->key) & mask;
+    while (tab[h])
+        h = (h + 1) & mask;
+    tab[h] = e;
+}
+
+/* Adds e (not there yet) to sh's table. 0, or -1 out of memory. Caller
+ * holds sh->c->mu. */
+static int shared_insert(gram_shared *sh, gentry *e)
+{
+    if ((uint32_t)(sh->n + 1) * 2 > sh->cap) {
+        uint32_t cap = sh->cap ? 2 * sh->cap : 64;
+        gentry **t = fault_calloc(cap, sizeof *t);
+        if (!t)
+            return -1;
+        for (uint32_t i = 0; i < sh->cap; i++)
+            if (sh->tab[i])
+                shared_put(t, cap, sh->tab[i]);
+        sh->bytes += (uint64_t)(cap - sh->cap) * sizeof *t;
+        sh->c->st.bytes += (uint64_t)(cap - sh->cap) * sizeof *t;
+        free(sh->tab);
+        sh->tab = t;
+        sh->cap = cap;
+    }
+    shared_put(sh->tab, sh->cap, e);
+    sh->n++;
+    sh->bytes += e->bytes;
+    sh->c->st.bytes += e->bytes;
+    sh->c->st.entries++;
+    return 0;
+}
+
+static bool cache_make_room(gram_cache *c, uint64_t need, gram_shared **doomed);
+
+/* The bytes inserting e into sh adds (its table may double). */
+static uint64_t shared_need(const gram_shared *sh, const gentry *e)
+{
+    uint64_t grow = (uint32_t)(sh->n + 1) * 2 > sh->cap ? (uint64_t)(sh->cap ? sh->cap : 64) * sizeof(gentry *) : 0;
+    return e->bytes + grow;
+}
+
+/* Records e under the matcher's key (pos, stk). -1 out of memory. */
+static int local_put(gram_matcher *m, int32_t pos, int32_t stk, const gentry *e)
+{
     if (m->n_ent == m->cap_ent) {
         int cap = m->cap_ent ? 2 * m->cap_ent : 16;
-        gentry *p = realloc(m->ent, (size_t)cap * sizeof *p);
+        glocal *p = fault_realloc(m->ent, (size_t)cap * sizeof *p);
         if (!p)
-            goto oom;
+            return -1;
         m->ent = p;
         m->cap_ent = cap;
     }
-    gentry e = {.pos = pos, .stk = stk};
-    if (m->acc.n > m->v->n_vocab / 32) {
-        e.bits = calloc((size_t)m->n_words, sizeof *e.bits);
-        if (!e.bits)
-            goto oom;
-        for (int k = 0; k < m->acc.n; k++)
-            e.bits[m->acc.v[k] >> 6] |= 1ull << (m->acc.v[k] & 63);
-    } else if (m->acc.n > 0) {
-        e.acc = malloc((size_t)m->acc.n * sizeof *e.acc);
-        if (!e.acc)
-            goto oom;
-        memcpy(e.acc, m->acc.v, (size_t)m->acc.n * sizeof *e.acc);
-        e.n_acc = m->acc.n;
-    }
-    if (m->unc.n > 0) {
-        e.unc = malloc((size_t)m->unc.n * sizeof *e.unc);
-        if (!e.unc) {
-            free(e.bits);
-            free(e.acc);
-            goto oom;
-        }
-        memcpy(e.unc, m->unc.v, (size_t)m->unc.n * sizeof *e.unc);
-        e.n_unc = m->unc.n;
-    }
     int id = m->n_ent++;
-    m->ent[id] = e;
+    m->ent[id] = (glocal){pos, stk, e};
     if ((uint32_t)m->n_ent * 2 > m->ent_tab_cap) {
         int r = tab_grow(&m->ent_tab, &m->ent_tab_cap, (uint32_t)m->n_ent);
-        if (r < 0)
-            goto oom;
+        if (r < 0) {
+            m->n_ent--;
+            return -1;
+        }
         for (int k = 0; k < m->n_ent; k++)
             ent_tab_put(m, k);
     } else {
         ent_tab_put(m, id);
     }
-    return id;
+    return 0;
+}
+
+static void shared_free_list(gram_shared *doomed);
+
+/* The cache entry of key (pos, stk), from the matcher's index, else from
+ * its gram_shared, else walking the trie (and offering the result to the
+ * gram_shared). NULL on limits (m->broken). */
+static const gentry *entry_get(gram_matcher *m, int32_t pos, int32_t stk)
+{
+    uint32_t mask = m->ent_tab_cap - 1, h = hash2(pos, stk) & mask;
+    for (int32_t id; (id = m->ent_tab[h]) >= 0; h = (h + 1) & mask)
+        if (m->ent[id].pos == pos && m->ent[id].stk == stk)
+            return m->ent[id].e;
+    gkey k;
+    key_canon(m, pos, stk, &k);
+    gram_cache *c = m->sh ? m->sh->c : NULL;
+    const gentry *found = NULL;
+    if (c) {
+        pthread_mutex_lock(&c->mu);
+        found = shared_find(m->sh, &k);
+        if (found)
+            c->st.hits++;
+        pthread_mutex_unlock(&c->mu);
+    }
+    if (found) {
+        if (local_put(m, pos, stk, found))
+            goto oom;
+        return found;
+    }
+    walk_trie(m, pos, stk);
+    if (m->broken)
+        return NULL;
+    m->n_walks++;
+    gentry *e = entry_make(m, &k);
+    if (!e)
+        goto oom;
+    bool kept = false;
+    if (c) {
+        gram_shared *doomed = NULL;
+        pthread_mutex_lock(&c->mu);
+        c->st.walks++;
+        if (m->sh->listed && !c->closing) {
+            if (cache_make_room(c, shared_need(m->sh, e), &doomed) && shared_insert(m->sh, e) == 0)
+                kept = true;
+            else
+                c->st.not_kept++;
+        }
+        pthread_mutex_unlock(&c->mu);
+        shared_free_list(doomed);
+    }
+    if (!kept) {
+        if (m->n_own == m->cap_own) {
+            int cap = m->cap_own ? 2 * m->cap_own : 16;
+            gentry **p = fault_realloc(m->own, (size_t)cap * sizeof *p);
+            if (!p) {
+                gentry_free(e);
+                goto oom;
+            }
+            m->own = p;
+            m->cap_own = cap;
+        }
+        m->own[m->n_own++] = e;
+    }
+    if (local_put(m, pos, stk, e))
+        goto oom;
+    return e;
 oom:
     m->broken = true;
-    return -1;
+    return NULL;
 }
 
 /* The key of a configuration: its stack cut to GRAM_KEY_FRAMES frames
@@ -1456,6 +1692,14 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
             words[m->n_words - 1] = (1ull << (v->n_vocab % 64)) - 1;
         return v->n_vocab;
     }
+    uint32_t state_hash = set_hash(m->cur.c, m->cur.n);
+    struct gmemo *mo = &m->memo[state_hash % GRAM_MEMO];
+    if (mo->cfg && mo->hash == state_hash && mo->n_cfg == m->cur.n &&
+        !memcmp(mo->cfg, m->cur.c, (size_t)m->cur.n * sizeof *mo->cfg)) {
+        memcpy(words, mo->words, (size_t)m->n_words * sizeof *words);
+        m->n_memo_hits++;
+        return mo->n;
+    }
     memset(words, 0, (size_t)m->n_words * sizeof *words);
     bool accept = false;
     int n_cfg = m->cur.n;
@@ -1466,10 +1710,9 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
             continue;
         }
         int32_t ks = key_stack(m, c.stk);
-        int id = ks < 0 ? -1 : entry_get(m, c.pos, ks);
-        if (id < 0)
+        const gentry *e = ks < 0 ? NULL : entry_get(m, c.pos, ks);
+        if (!e)
             return -1;
-        const gentry *e = &m->ent[id];
         if (e->bits) {
             for (int w = 0; w < m->n_words; w++)
                 words[w] |= e->bits[w];
@@ -1482,10 +1725,9 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
         gcfg c = m->cur.c[i];
         if (c.pos < 0)
             continue;
-        int id = entry_get(m, c.pos, key_stack(m, c.stk));
-        if (id < 0)
+        const gentry *e = entry_get(m, c.pos, key_stack(m, c.stk));
+        if (!e)
             return -1;
-        const gentry *e = &m->ent[id];
         for (int k = 0; k < e->n_unc; k++) {
             int32_t t = e->unc[k];
             if ((words[t >> 6] >> (t & 63)) & 1)
@@ -1502,6 +1744,18 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
     int n = 0;
     for (int w = 0; w < m->n_words; w++)
         n += __builtin_popcountll(words[w]);
+    /* remember it (a slot that cannot be allocated stays empty) */
+    if (!mo->words)
+        mo->words = fault_malloc((size_t)m->n_words * sizeof *mo->words);
+    gcfg *cfg = mo->words ? fault_realloc(mo->cfg, (size_t)(n_cfg ? n_cfg : 1) * sizeof *cfg) : NULL;
+    if (cfg) {
+        memcpy(cfg, m->cur.c, (size_t)n_cfg * sizeof *cfg);
+        memcpy(mo->words, words, (size_t)m->n_words * sizeof *words);
+        mo->cfg = cfg;
+        mo->n_cfg = n_cfg;
+        mo->hash = state_hash;
+        mo->n = n;
+    }
     return n;
 }
 
@@ -1513,14 +1767,283 @@ int gram_matcher_mask(gram_matcher *m, float *logits)
         return m->v->n_vocab;       /* not constraining (yet) */
     uint64_t *words = m->mask;
     int n = gram_matcher_fill_mask(m, words);
-    if (n >= 0)
-        for (int t = 0; t < m->v->n_vocab; t++)
-            if (!((words[t >> 6] >> (t & 63)) & 1))
+    if (n < 0)
+        return n;
+    /* a word at a time: most words are all allowed or all banned */
+    const int n_vocab = m->v->n_vocab;
+    for (int w = 0; w < m->n_words; w++) {
+        uint64_t ban = ~words[w];
+        int base = w * 64, end = base + 64 < n_vocab ? base + 64 : n_vocab;
+        if (!ban)
+            continue;
+        if (ban == ~0ull) {
+            for (int t = base; t < end; t++)
                 logits[t] = -INFINITY;
+            continue;
+        }
+        for (; ban; ban &= ban - 1) {
+            int t = base + __builtin_ctzll(ban);
+            if (t < end)
+                logits[t] = -INFINITY;
+        }
+    }
     return n;
 }
 
 int gram_matcher_cache_entries(const gram_matcher *m)
 {
     return m ? m->n_ent : 0;
+}
+
+bool gram_matcher_out_of_memory(const gram_matcher *m)
+{
+    return m && m->broken && !m->at_limit;
+}
+
+int gram_matcher_walks(const gram_matcher *m)
+{
+    return m ? m->n_walks : 0;
+}
+
+/* ====================================================================== */
+/* Sharing between requests                                               */
+/* ====================================================================== */
+
+static uint64_t grammar_bytes(const grammar *g)
+{
+    return sizeof *g + ((uint64_t)g->n_el + 1 + (uint64_t)g->n_rules + 1 + (uint64_t)g->n_alts + 1) * sizeof(int32_t) +
+           ((uint64_t)g->n_sets + 1) * sizeof *g->sets;
+}
+
+/* Frees sh and what it holds (no lock: nobody else can reach it). */
+static void shared_free(gram_shared *sh)
+{
+    for (uint32_t i = 0; i < sh->cap; i++)
+        gentry_free(sh->tab[i]);
+    free(sh->tab);
+    grammar_free(sh->g);
+    free(sh->key);
+    free(sh);
+}
+
+static void shared_free_list(gram_shared *doomed)
+{
+    while (doomed) {
+        gram_shared *next = doomed->next;
+        shared_free(doomed);
+        doomed = next;
+    }
+}
+
+/* Caller holds c->mu. */
+static void cache_unlink(gram_cache *c, gram_shared *sh)
+{
+    if (sh->prev)
+        sh->prev->next = sh->next;
+    else
+        c->head = sh->next;
+    if (sh->next)
+        sh->next->prev = sh->prev;
+    else
+        c->tail = sh->prev;
+    sh->prev = sh->next = NULL;
+}
+
+/* Caller holds c->mu. */
+static void cache_push_front(gram_cache *c, gram_shared *sh)
+{
+    sh->prev = NULL;
+    sh->next = c->head;
+    if (c->head)
+        c->head->prev = sh;
+    else
+        c->tail = sh;
+    c->head = sh;
+}
+
+/* Caller holds c->mu: takes listed sh out of the cache's accounts. */
+static void cache_unlist(gram_cache *c, gram_shared *sh)
+{
+    cache_unlink(c, sh);
+    sh->listed = false;
+    c->st.bytes -= sh->bytes;
+    c->st.grammars--;
+    c->st.entries -= sh->n;
+}
+
+/* Evicts grammars nobody holds, least recently used first, until need
+ * more bytes fit; the evicted go onto *doomed (freed after the lock).
+ * Whether they fit. Caller holds c->mu. */
+static bool cache_make_room(gram_cache *c, uint64_t need, gram_shared **doomed)
+{
+    for (gram_shared *sh = c->tail; sh && c->st.bytes + need > c->st.max_bytes;) {
+        gram_shared *prev = sh->prev;
+        if (sh->refs == 0) {
+            cache_unlist(c, sh);
+            c->st.evictions++;
+            c->refs--;
+            sh->next = *doomed;
+            *doomed = sh;
+        }
+        sh = prev;
+    }
+    return c->st.bytes + need <= c->st.max_bytes;
+}
+
+gram_cache *gram_cache_new(const gram_vocab *v, size_t max_bytes, char *err, size_t errlen)
+{
+    gram_cache *c = v ? fault_calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        snprintf(err, errlen, v ? "out of memory" : "no vocabulary");
+        return NULL;
+    }
+    if (pthread_mutex_init(&c->mu, NULL)) {
+        free(c);
+        snprintf(err, errlen, "cannot make a mutex");
+        return NULL;
+    }
+    c->v = v;
+    c->refs = 1;
+    c->st.max_bytes = max_bytes;
+    return c;
+}
+
+static void cache_destroy(gram_cache *c)
+{
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void gram_cache_free(gram_cache *c)
+{
+    if (!c)
+        return;
+    gram_shared *doomed = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->closing = true;
+    while (c->head) {
+        gram_shared *sh = c->head;
+        cache_unlist(c, sh);
+        if (sh->refs == 0) {
+            c->refs--;
+            sh->next = doomed;
+            doomed = sh;
+        }
+    }
+    bool last = --c->refs == 0;
+    pthread_mutex_unlock(&c->mu);
+    shared_free_list(doomed);
+    if (last)
+        cache_destroy(c);
+}
+
+void gram_cache_get_stats(gram_cache *c, gram_cache_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    *st = c->st;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The listed grammar of key[0..n), or NULL. Caller holds c->mu. */
+static gram_shared *cache_find(gram_cache *c, const char *key, size_t n)
+{
+    for (gram_shared *sh = c->head; sh; sh = sh->next)
+        if (sh->n_key == n && !memcmp(sh->key, key, n))
+            return sh;
+    return NULL;
+}
+
+/* Caller holds c->mu: sh is in use again. */
+static void cache_touch(gram_cache *c, gram_shared *sh)
+{
+    sh->refs++;
+    cache_unlink(c, sh);
+    cache_push_front(c, sh);
+}
+
+gram_shared *gram_cache_acquire(gram_cache *c, const char *key, size_t n, gram_compile_fn compile, void *ctx,
+                                char *err, size_t errlen)
+{
+    gram_shared *sh = NULL, *doomed = NULL;
+    pthread_mutex_lock(&c->mu);
+    if ((sh = cache_find(c, key, n))) {
+        c->st.grammar_hits++;
+        cache_touch(c, sh);
+    } else {
+        c->st.grammar_misses++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (sh)
+        return sh;
+    /* compile outside the lock: a slow schema stalls only its submitter */
+    grammar *g = compile(ctx, err, errlen);
+    if (!g)
+        return NULL;
+    sh = fault_calloc(1, sizeof *sh);
+    char *k = fault_malloc(n ? n : 1);
+    if (!sh || !k) {
+        free(sh);
+        free(k);
+        grammar_free(g);
+        snprintf(err, errlen, "out of memory while compiling the constraint");
+        return NULL;
+    }
+    memcpy(k, key, n);
+    sh->c = c;
+    sh->g = g;
+    sh->key = k;
+    sh->n_key = n;
+    sh->refs = 1;
+    sh->bytes = sizeof *sh + n + grammar_bytes(g);
+    pthread_mutex_lock(&c->mu);
+    gram_shared *other = cache_find(c, key, n);     /* compiled meanwhile by another thread */
+    if (other) {
+        cache_touch(c, other);
+    } else {
+        c->refs++;
+        if (!c->closing && c->st.max_bytes > 0 && cache_make_room(c, sh->bytes, &doomed)) {
+            sh->listed = true;
+            cache_push_front(c, sh);
+            c->st.bytes += sh->bytes;
+            c->st.grammars++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    shared_free_list(doomed);
+    if (other) {
+        shared_free(sh);
+        return other;
+    }
+    return sh;
+}
+
+void gram_shared_release(gram_shared *sh)
+{
+    if (!sh)
+        return;
+    gram_cache *c = sh->c;
+    pthread_mutex_lock(&c->mu);
+    bool gone = --sh->refs == 0 && !sh->listed;
+    bool last = gone && --c->refs == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (gone)
+        shared_free(sh);
+    if (last)
+        cache_destroy(c);
+}
+
+gram_matcher *gram_matcher_new_shared(gram_shared *sh)
+{
+    if (!sh)
+        return NULL;
+    gram_matcher *m = matcher_new(sh->g, false, sh->c->v);
+    if (!m) {
+        gram_shared_release(sh);
+        return NULL;
+    }
+    m->sh = sh;
+    return m;
 }

@@ -12,7 +12,9 @@
  * 2020-12 (the subset named in grammar_json.c).
  *
  * Threads: a grammar and a gram_vocab are immutable once built and may be
- * shared; a gram_matcher belongs to one thread at a time.
+ * shared; a gram_matcher belongs to one thread at a time; a gram_cache is
+ * shared by every thread (one mutex, taken once per grammar lookup and
+ * once per mask-cache key a matcher has not met before).
  */
 #ifndef HYSERVE_GRAMMAR_H
 #define HYSERVE_GRAMMAR_H
@@ -24,6 +26,8 @@
 typedef struct grammar grammar;
 typedef struct gram_vocab gram_vocab;
 typedef struct gram_matcher gram_matcher;
+typedef struct gram_cache gram_cache;
+typedef struct gram_shared gram_shared;
 
 /* ---- compilers: NULL with one line in err on failure ---- */
 
@@ -127,7 +131,56 @@ bool gram_matcher_finished(const gram_matcher *m);
 int gram_matcher_set_trigger(gram_matcher *m, const char *trigger);
 /* Constraining now (always, for a matcher without a trigger). */
 bool gram_matcher_active(const gram_matcher *m);
-/* Mask-cache entries computed so far (tests: the cache is reused). */
+/* Mask-cache entries this matcher has used so far (computed or found in
+ * its gram_shared; tests: the cache is reused). */
 int gram_matcher_cache_entries(const gram_matcher *m);
+/* The matcher broke because an allocation failed (not on a limit). */
+bool gram_matcher_out_of_memory(const gram_matcher *m);
+/* Trie walks this matcher made (entries it computed itself). */
+int gram_matcher_walks(const gram_matcher *m);
+
+/* ---- sharing between requests ----
+ *
+ * A gram_cache keeps, for one vocabulary, the grammars compiled from each
+ * canonical source (the caller's bytes: constraint kind, options and
+ * text) and each grammar's mask-cache entries, so a second request of
+ * the same grammar neither compiles it nor walks the trie for a parser
+ * state an earlier request met. An entry is what a fresh matcher would
+ * compute for its key: the walk depends only on the grammar, the
+ * vocabulary and the key. Bounded in bytes (grammars plus entries):
+ * grammars no matcher holds are evicted least recently used first; when
+ * the ones in use fill the budget, new entries stay private to their
+ * matcher (freed with it). max_bytes 0: nothing is shared. */
+typedef struct gram_cache_stats {
+    uint64_t grammar_hits;      /* acquires that found the compiled grammar */
+    uint64_t grammar_misses;    /* acquires that compiled it */
+    uint64_t hits;              /* mask entries a matcher found in the cache instead of walking */
+    uint64_t walks;             /* trie walks by matchers of cached grammars (first-time masks) */
+    uint64_t evictions;         /* grammars evicted with their entries */
+    uint64_t not_kept;          /* entries kept private because the budget was held by grammars in use */
+    int grammars;               /* grammars held */
+    int entries;                /* mask entries held */
+    uint64_t bytes;             /* grammars + entries */
+    uint64_t max_bytes;
+} gram_cache_stats;
+
+gram_cache *gram_cache_new(const gram_vocab *v, size_t max_bytes, char *err, size_t errlen);
+/* Frees what no matcher holds now; the rest goes with its last matcher. */
+void gram_cache_free(gram_cache *c);
+void gram_cache_get_stats(gram_cache *c, gram_cache_stats *st);
+
+/* compile(ctx, err, errlen): the grammar of the source, or NULL with one
+ * line in err. */
+typedef grammar *(*gram_compile_fn)(void *ctx, char *err, size_t errlen);
+/* The shared grammar of key[0..n) (a reference, for gram_matcher_new_shared),
+ * compiled with compile on a miss (outside the lock). NULL with err from
+ * compile, or "out of memory". */
+gram_shared *gram_cache_acquire(gram_cache *c, const char *key, size_t n, gram_compile_fn compile, void *ctx,
+                                char *err, size_t errlen);
+/* A matcher over sh's grammar and the cache's vocabulary that takes and
+ * stores mask entries in the cache. Takes the reference (released with
+ * the matcher, also on failure). */
+gram_matcher *gram_matcher_new_shared(gram_shared *sh);
+void gram_shared_release(gram_shared *sh);
 
 #endif

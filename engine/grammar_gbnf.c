@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "grammar_impl.h"
+#include "fault.h"
 
 #define GBNF_MAX_DEPTH 64
 #define GBNF_MAX_BYTES (1 << 20)
@@ -89,7 +90,7 @@ static int rule_of(gparse *g, const char *s, size_t n, long at)
             return i;
     if (g->n_names == g->cap_names) {
         int cap = g->cap_names ? 2 * g->cap_names : 16;
-        gname *v = realloc(g->names, (size_t)cap * sizeof *v);
+        gname *v = fault_realloc(g->names, (size_t)cap * sizeof *v);
         if (!v) {
             gb_fail(g->b, "out of memory");
             return -1;
@@ -171,7 +172,7 @@ static gsym literal(gparse *g)
 {
     g->p++;
     size_t cap = (size_t)(g->end - g->p) * 4 + 1, n = 0;
-    char *buf = malloc(cap);
+    char *buf = fault_malloc(cap);
     if (!buf) {
         gb_fail(g->b, "out of memory");
         return -1;
@@ -225,7 +226,7 @@ static gsym char_class(gparse *g)
             goto out;
         if (n == cap) {
             cap = cap ? 2 * cap : 8;
-            void *v = realloc(r, (size_t)cap * sizeof *r);
+            void *v = fault_realloc(r, (size_t)cap * sizeof *r);
             if (!v) {
                 gb_fail(g->b, "out of memory");
                 goto out;
@@ -260,7 +261,7 @@ static gsym char_class(gparse *g)
         }
     }
     if (neg) {                  /* the gaps between the ranges: at most m + 1 */
-        void *v = realloc(r, (size_t)(m + 1) * sizeof *r);
+        void *v = fault_realloc(r, (size_t)(m + 1) * sizeof *r);
         if (!v) {
             gb_fail(g->b, "out of memory");
             goto out;

@@ -76,5 +76,7 @@ gsym gb_regex(gbuild *b, const char *s, size_t n, bool json);
 grammar *gb_finish(gbuild *b, gsym root);
 
 int gvec_push(gvec *v, int32_t x);
+/* gvec_push that records "out of memory" in b when it fails. */
+void gb_push(gbuild *b, gvec *v, int32_t x);
 
 #endif

@@ -17,8 +17,10 @@
  * document always validates; some valid documents are not generated):
  *   - properties come in the schema's order, each at most once; an object
  *     schema with properties and no additionalProperties allows no other
- *     keys (OpenAI's strict mode), and additionalProperties true or a
- *     schema is supported only on objects without properties (maps);
+ *     keys (OpenAI's strict mode); with additionalProperties true or a
+ *     schema, other keys (each differing from every property name) follow
+ *     the properties, and such a key is written without escapes until it
+ *     has left every property name (after that, any escape);
  *   - oneOf is generated as anyOf: branches must not overlap;
  *   - integers are written without fraction or exponent and without "-0";
  *   - whitespace and digit runs are bounded unless grammar_opts.exact;
@@ -28,6 +30,7 @@
  */
 #include "grammar.h"
 #include "grammar_impl.h"
+#include "fault.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -52,6 +55,7 @@ typedef struct jctx {
     int depth;
     bool exact;                 /* grammar_opts.exact */
     gsym ws, ch, str, num, value, obj_any, arr_any, digit, digits1, hex;
+    gsym key_rest;              /* the rest of a key once it differs from every property name, and its quote */
 } jctx;
 
 static const char *const annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
@@ -258,7 +262,7 @@ static size_t json_quote(const char *s, char *buf)
 static gsym quoted_lit(jctx *c, const char *s)
 {
     size_t n = strlen(s);
-    char *buf = malloc(6 * n + 3);
+    char *buf = fault_malloc(6 * n + 3);
     if (!buf) {
         gb_fail(c->b, "out of memory");
         return -1;
@@ -294,23 +298,23 @@ static gsym json_literal(jctx *c, const cJSON *v)
         bool obj = cJSON_IsObject(v);
         gvec s = {0};
         gsym ws = p_ws(c);
-        gvec_push(&s, gb_byte(b, obj ? '{' : '['));
-        gvec_push(&s, ws);
+        gb_push(b, &s, gb_byte(b, obj ? '{' : '['));
+        gb_push(b, &s, ws);
         for (const cJSON *e = v->child; e; e = e->next) {
             if (e != v->child) {
-                gvec_push(&s, gb_byte(b, ','));
-                gvec_push(&s, ws);
+                gb_push(b, &s, gb_byte(b, ','));
+                gb_push(b, &s, ws);
             }
             if (obj) {
-                gvec_push(&s, quoted_lit(c, e->string));
-                gvec_push(&s, ws);
-                gvec_push(&s, gb_byte(b, ':'));
-                gvec_push(&s, ws);
+                gb_push(b, &s, quoted_lit(c, e->string));
+                gb_push(b, &s, ws);
+                gb_push(b, &s, gb_byte(b, ':'));
+                gb_push(b, &s, ws);
             }
-            gvec_push(&s, json_literal(c, e));
-            gvec_push(&s, ws);
+            gb_push(b, &s, json_literal(c, e));
+            gb_push(b, &s, ws);
         }
-        gvec_push(&s, gb_byte(b, obj ? '}' : ']'));
+        gb_push(b, &s, gb_byte(b, obj ? '}' : ']'));
         r = gb_seq(b, s.v, s.n);
         free(s.v);
     }
@@ -337,19 +341,19 @@ static gsym digits_between(jctx *c, const char *lo, const char *hi, size_t n)
         char nines[24];
         memset(nines, '9', n - 1);
         gsym s[2] = {gb_byte(b, (uint8_t)lo[0]), digits_between(c, lo + 1, nines, n - 1)};
-        gvec_push(&alts, gb_seq(b, s, 2));
+        gb_push(b, &alts, gb_seq(b, s, 2));
         d++;
     }
     char e = hi_nines ? hi[0] : (char)(hi[0] - 1);
     if (d <= e) {
         gsym s[2] = {gb_range(b, (uint8_t)d, (uint8_t)e), gb_rep(b, p_digit(c), (long)n - 1, (long)n - 1)};
-        gvec_push(&alts, gb_seq(b, s, 2));
+        gb_push(b, &alts, gb_seq(b, s, 2));
     }
     if (!hi_nines) {
         char zeros[24];
         memset(zeros, '0', n - 1);
         gsym s[2] = {gb_byte(b, (uint8_t)hi[0]), digits_between(c, zeros, hi + 1, n - 1)};
-        gvec_push(&alts, gb_seq(b, s, 2));
+        gb_push(b, &alts, gb_seq(b, s, 2));
     }
     gsym r = gb_or(b, alts.v, alts.n);
     free(alts.v);
@@ -376,13 +380,13 @@ static gsym uint_between(jctx *c, long long lo, long long hi)
             memcpy(to, z, (size_t)n + 1);
         else
             memset(to, '9', (size_t)n);
-        gvec_push(&alts, digits_between(c, from, to, (size_t)n));
+        gb_push(b, &alts, digits_between(c, from, to, (size_t)n));
     }
     if (hi < 0) {
         /* every number with more digits than lo */
         gsym s[3] = {gb_range(b, '1', '9'), gb_rep(b, p_digit(c), la, la),
                      c->exact ? gb_star(b, p_digit(c)) : gb_rep(b, p_digit(c), 0, la < 15 ? 15 - la : 0)};
-        gvec_push(&alts, gb_seq(b, s, 3));
+        gb_push(b, &alts, gb_seq(b, s, 3));
     }
     gsym r = gb_or(b, alts.v, alts.n);
     free(alts.v);
@@ -397,11 +401,11 @@ static gsym int_between(jctx *c, bool has_lo, long long lo, bool has_hi, long lo
     gbuild *b = c->b;
     gvec alts = {0};
     if (!has_hi || hi >= 0)     /* non-negative part */
-        gvec_push(&alts, uint_between(c, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1));
+        gb_push(b, &alts, uint_between(c, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1));
     if (!has_lo || lo < 0) {    /* negative part: "-" then |x| in (max(-hi, 1)) .. -lo */
         long long m_lo = has_hi && hi < 0 ? -hi : 1;
         gsym s[2] = {gb_byte(b, '-'), uint_between(c, m_lo, has_lo ? -lo : -1)};
-        gvec_push(&alts, gb_seq(b, s, 2));
+        gb_push(b, &alts, gb_seq(b, s, 2));
     }
     gsym r = gb_or(b, alts.v, alts.n);
     free(alts.v);
@@ -627,6 +631,160 @@ static gsym s_string(jctx *c, const cJSON *s)
 
 static gsym schema(jctx *c, const cJSON *s);
 
+/* ---- keys that are not property names ------------------------------------ */
+
+#define JS_MAX_NAME_CPS 1024    /* code points of a property name beside additionalProperties */
+
+/* A property name as code points. */
+typedef struct cpname {
+    uint32_t *cp;
+    int n;
+} cpname;
+
+static int cpname_cmp(const void *pa, const void *pb)
+{
+    const cpname *a = pa, *b = pb;
+    for (int i = 0; i < a->n && i < b->n; i++)
+        if (a->cp[i] != b->cp[i])
+            return a->cp[i] < b->cp[i] ? -1 : 1;
+    return (a->n > b->n) - (a->n < b->n);
+}
+
+/* The code points of UTF-8 s into out (fault_malloc'd); -1 when s is not
+ * UTF-8 or too long, -2 out of memory. */
+static int utf8_cps(const char *s, cpname *out)
+{
+    size_t len = strlen(s);
+    out->n = 0;
+    out->cp = fault_malloc((len ? len : 1) * sizeof *out->cp);
+    if (!out->cp)
+        return -2;
+    for (size_t i = 0; i < len;) {
+        unsigned char c0 = (unsigned char)s[i];
+        int k = c0 < 0x80 ? 1 : (c0 >> 5) == 6 ? 2 : (c0 >> 4) == 14 ? 3 : (c0 >> 3) == 30 ? 4 : 0;
+        if (!k || i + (size_t)k > len)
+            return -1;
+        uint32_t cp = k == 1 ? c0 : c0 & (0x7Fu >> k);
+        for (int j = 1; j < k; j++) {
+            unsigned char cj = (unsigned char)s[i + (size_t)j];
+            if ((cj >> 6) != 2)
+                return -1;
+            cp = cp << 6 | (cj & 63);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[k] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || out->n >= JS_MAX_NAME_CPS)
+            return -1;
+        out->cp[out->n++] = cp;
+        i += (size_t)k;
+    }
+    return 0;
+}
+
+/* Any characters, then the closing quote. */
+static gsym key_rest(jctx *c)
+{
+    if (c->key_rest == NONE) {
+        gsym s[2] = {gb_star(c->b, p_char(c)), gb_byte(c->b, '"')};
+        c->key_rest = gb_seq(c->b, s, 2);
+    }
+    return c->key_rest;
+}
+
+/* The rest of a key (after the opening quote, through the closing one)
+ * that differs from each of nm[0..n): sorted names that share their first
+ * `at` code points, which the key has written. Either it ends here (when
+ * no name does), or it takes the next code point of some names (raw) and
+ * goes on with those, or a raw character none of them has next, after
+ * which anything may follow. */
+static gsym key_other(jctx *c, const cpname *nm, int n, int at)
+{
+    gbuild *b = c->b;
+    gvec alts = {0}, gaps = {0}, ex = {0};
+    int i = 0;
+    while (i < n && nm[i].n == at)
+        i++;
+    if (i == 0)
+        gb_push(b, &alts, gb_byte(b, '"'));
+    /* the names' next code points (ascending: nm is sorted), each with the
+     * names that have it; '"' and '\\' are never raw */
+    gb_push(b, &ex, '"');
+    gb_push(b, &ex, '\\');
+    for (int j = i; j < n && !b->failed;) {
+        uint32_t x = nm[j].cp[at];
+        int k = j;
+        while (k < n && nm[k].cp[at] == x)
+            k++;
+        gb_push(b, &ex, (int32_t)x);
+        if (x >= 0x20 && x != '"' && x != '\\') {
+            uint8_t u[4];
+            int len = gb_utf8_put(x, u);
+            gsym sq[2] = {gb_lit(b, (const char *)u, (size_t)len), key_other(c, nm + j, k - j, at + 1)};
+            gb_push(b, &alts, gb_seq(b, sq, 2));
+        }
+        j = k;
+    }
+    /* a raw character that is none of them: the key has left every name */
+    for (int x = 1; x < ex.n && !b->failed; x++) {      /* insertion sort */
+        int32_t v = ex.v[x];
+        int y = x;
+        for (; y > 0 && ex.v[y - 1] > v; y--)
+            ex.v[y] = ex.v[y - 1];
+        ex.v[y] = v;
+    }
+    uint32_t lo = 0x20;
+    for (int x = 0; x <= ex.n && !b->failed; x++) {
+        uint32_t e = x < ex.n ? (uint32_t)ex.v[x] : 0x110000;
+        if (e < lo)
+            continue;
+        if (e > lo && !(lo >= 0xD800 && e - 1 <= 0xDFFF))
+            gb_push(b, &gaps, gb_cp_range(b, lo, e - 1));
+        lo = e + 1;
+    }
+    if (gaps.n) {
+        gsym sq[2] = {gb_or(b, gaps.v, gaps.n), key_rest(c)};
+        gb_push(b, &alts, gb_seq(b, sq, 2));
+    }
+    gsym r = b->failed || !alts.n ? -1 : gb_or(b, alts.v, alts.n);
+    free(alts.v);
+    free(gaps.v);
+    free(ex.v);
+    return r;
+}
+
+/* One member whose key is none of the names of props: "KEY": VALUE. */
+static gsym other_member(jctx *c, const cJSON *props, gsym value)
+{
+    gbuild *b = c->b;
+    int n = cJSON_GetArraySize(props), k = 0;
+    cpname *nm = fault_calloc((size_t)n + 1, sizeof *nm);
+    gsym r = -1;
+    if (!nm) {
+        gb_fail(b, "out of memory");
+        return -1;
+    }
+    for (const cJSON *p = props->child; p; p = p->next, k++) {
+        int rc = utf8_cps(p->string, &nm[k]);
+        if (rc == -2) {
+            gb_fail(b, "out of memory");
+            goto out;
+        }
+        if (rc < 0) {
+            gb_fail(b, "property \"%.60s\" beside additionalProperties is not UTF-8 of at most %d characters",
+                    p->string, JS_MAX_NAME_CPS);
+            goto out;
+        }
+    }
+    qsort(nm, (size_t)n, sizeof *nm, cpname_cmp);
+    gsym ws = p_ws(c);
+    gsym sq[6] = {gb_byte(b, '"'), key_other(c, nm, n, 0), ws, gb_byte(b, ':'), ws, value};
+    r = gb_seq(b, sq, 6);
+out:
+    for (int i = 0; i < n; i++)
+        free(nm[i].cp);
+    free(nm);
+    return r;
+}
+
 static gsym s_object(jctx *c, const cJSON *s)
 {
     gbuild *b = c->b;
@@ -661,14 +819,14 @@ static gsym s_object(jctx *c, const cJSON *s)
         gsym member[5] = {p_string(c), ws, gb_byte(b, ':'), ws, schema(c, addl)};
         return p_list(c, '{', '}', gb_seq(b, member, 5), 0, -1);
     }
-    if (addl && !cJSON_IsFalse(addl)) {
-        gb_fail(b, "additionalProperties other than false is supported only on objects without properties");
-        return -1;
-    }
+    /* the members past the properties: keys that are none of them */
+    gsym other = NONE;
+    if (addl && !cJSON_IsFalse(addl))
+        other = other_member(c, props, cJSON_IsTrue(addl) ? p_value(c) : schema(c, addl));
     /* m[i][first]: members i.. given whether one was written already */
-    gsym (*m)[2] = malloc(((size_t)n + 1) * sizeof *m);
-    gsym *kv = malloc((size_t)n * sizeof *kv);
-    bool *required = calloc((size_t)n, sizeof *required);
+    gsym (*m)[2] = fault_malloc(((size_t)n + 1) * sizeof *m);
+    gsym *kv = fault_malloc((size_t)n * sizeof *kv);
+    bool *required = fault_calloc((size_t)n, sizeof *required);
     if (!m || !kv || !required) {
         free(m);
         free(kv);
@@ -686,7 +844,16 @@ static gsym s_object(jctx *c, const cJSON *s)
     }
     gsym sep[3] = {ws, gb_byte(b, ','), ws};
     gsym comma = gb_seq(b, sep, 3);
-    m[n][0] = m[n][1] = gb_empty(b);
+    if (other == NONE) {
+        m[n][0] = m[n][1] = gb_empty(b);
+    } else {
+        /* after a member: (, OTHER)*; first: (OTHER (, OTHER)*)? */
+        gsym next[2] = {comma, other};
+        gsym more = gb_star(b, gb_seq(b, next, 2));
+        m[n][0] = more;
+        gsym first[2] = {other, more};
+        m[n][1] = gb_opt(b, gb_seq(b, first, 2));
+    }
     for (i = n - 1; i >= 0 && !b->failed; i--) {
         for (int first = 0; first < 2; first++) {
             gsym take[3];
@@ -766,7 +933,7 @@ static gsym s_ref(jctx *c, const char *ref)
     }
     if (c->n_refs == c->cap_refs) {
         int cap = c->cap_refs ? 2 * c->cap_refs : 8;
-        jref *p = realloc(c->refs, (size_t)cap * sizeof *p);
+        jref *p = fault_realloc(c->refs, (size_t)cap * sizeof *p);
         if (!p) {
             gb_fail(b, "out of memory");
             return -1;
@@ -775,7 +942,7 @@ static gsym s_ref(jctx *c, const char *ref)
         c->cap_refs = cap;
     }
     int r = gb_rule_new(b);
-    char *path = strdup(ref);
+    char *path = fault_strdup(ref);
     if (!path) {
         gb_fail(b, "out of memory");
         return -1;
@@ -857,7 +1024,7 @@ static gsym schema_body(jctx *c, const cJSON *s)
         }
         gvec alts = {0};
         for (const cJSON *e = en->child; e; e = e->next)
-            gvec_push(&alts, json_literal(c, e));
+            gb_push(b, &alts, json_literal(c, e));
         gsym r = b->failed ? -1 : gb_or(b, alts.v, alts.n);
         free(alts.v);
         return r;
@@ -888,7 +1055,7 @@ static gsym schema_body(jctx *c, const cJSON *s)
                 gb_fail(b, "\"type\" must name types");
                 break;
             }
-            gvec_push(&alts, s_typed(c, s, t->valuestring));
+            gb_push(b, &alts, s_typed(c, s, t->valuestring));
         }
         gsym r = b->failed || alts.n == 0 ? -1 : gb_or(b, alts.v, alts.n);
         if (alts.n == 0)
@@ -935,6 +1102,7 @@ static void jctx_init(jctx *c, gbuild *b, const cJSON *root, const grammar_opts 
     c->exact = opts && opts->exact;
     c->root = root;
     c->ws = c->ch = c->str = c->num = c->value = c->obj_any = c->arr_any = c->digit = c->digits1 = c->hex = NONE;
+    c->key_rest = NONE;
 }
 
 static void jctx_deinit(jctx *c)

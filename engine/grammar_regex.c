@@ -20,6 +20,7 @@
  */
 #include "grammar.h"
 #include "grammar_impl.h"
+#include "fault.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,7 @@ static int cpset_add(cpset *s, uint32_t lo, uint32_t hi)
 {
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 8;
-        cprange *p = realloc(s->r, (size_t)cap * sizeof *p);
+        cprange *p = fault_realloc(s->r, (size_t)cap * sizeof *p);
         if (!p)
             return -1;
         s->r = p;
@@ -111,7 +112,7 @@ static gsym cpset_sym(re_parser *p, cpset *s)
     for (int i = 0; i < s->n && !b->failed; i++) {
         uint32_t lo = s->r[i].lo, hi = s->r[i].hi;
         if (!p->json) {
-            gvec_push(&alts, gb_cp_range(b, lo, hi));
+            gb_push(b, &alts, gb_cp_range(b, lo, hi));
             continue;
         }
         for (uint32_t c = lo; c <= hi && c < 0x20; c++) {
@@ -122,7 +123,7 @@ static gsym cpset_sym(re_parser *p, cpset *s)
             if (q) {
                 e[0] = '\\';
                 e[1] = short_ch[q - short_esc];
-                gvec_push(&alts, gb_lit(b, e, 2));
+                gb_push(b, &alts, gb_lit(b, e, 2));
             } else {
                 static const char hex[] = "0123456789abcdef";
                 gsym sq[6] = {gb_byte(b, '\\'), gb_byte(b, 'u'), gb_byte(b, '0'), gb_byte(b, '0'),
@@ -136,7 +137,7 @@ static gsym cpset_sym(re_parser *p, cpset *s)
                 } else {
                     sq[5] = gb_byte(b, d);
                 }
-                gvec_push(&alts, gb_seq(b, sq, 6));
+                gb_push(b, &alts, gb_seq(b, sq, 6));
             }
         }
         if (hi < 0x20)
@@ -148,14 +149,14 @@ static gsym cpset_sym(re_parser *p, cpset *s)
         for (int k = 0; k < 2; k++) {
             if (lo <= esc[k] && esc[k] <= hi) {
                 char e[2] = {'\\', (char)esc[k]};
-                gvec_push(&alts, gb_lit(b, e, 2));
+                gb_push(b, &alts, gb_lit(b, e, 2));
                 if (lo < esc[k])
-                    gvec_push(&alts, gb_cp_range(b, lo, esc[k] - 1));
+                    gb_push(b, &alts, gb_cp_range(b, lo, esc[k] - 1));
                 lo = esc[k] + 1;
             }
         }
         if (lo <= hi)
-            gvec_push(&alts, gb_cp_range(b, lo, hi));
+            gb_push(b, &alts, gb_cp_range(b, lo, hi));
     }
     gsym r;
     if (alts.n == 0) {

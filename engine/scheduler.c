@@ -45,6 +45,7 @@ void sched_params_default(sched_params *p)
     p->prefix_budget_bytes = 0;
     p->prefix_snap_interval = 0;
     p->max_unread_bytes = 0;
+    p->grammar_cache_bytes = (size_t)64 << 20;
 }
 
 void sched_event_clear(sched_event *ev)
@@ -1292,11 +1293,14 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
 static int sample_emit(sched *s, sched_req *r, float *logits)
 {
     float lp = 0.0f;
-    if (sched_grammar_mask(r, logits))
-        return SCHED_EENGINE;
+    int grc = sched_grammar_mask(r, logits);
+    if (grc)
+        return grc;
     int32_t tok = sampler_sample(r->smp, logits, r->tokens, r->n_prompt + r->n_gen, &lp);
-    if (tok < 0 || tok >= s->n_vocab || sched_grammar_advance(r, tok))
+    if (tok < 0 || tok >= s->n_vocab)
         return SCHED_EENGINE;
+    if ((grc = sched_grammar_advance(r, tok)))
+        return grc;
     sampler_top top;
     sampler_last_top(r->smp, logits, r->top_logprobs, &top);
     return on_token(s, r, tok, lp, &top);
@@ -1562,6 +1566,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->p.prefix_budget_bytes = p->prefix_budget_bytes;
         s->p.prefix_snap_interval = p->prefix_snap_interval > 0 ? p->prefix_snap_interval : 0;
         s->p.max_unread_bytes = p->max_unread_bytes;
+        s->p.grammar_cache_bytes = p->grammar_cache_bytes;
     }
     s->max_seqs = s->info->max_seqs > 0 ? s->info->max_seqs : 1;
     s->n_vocab = s->info->n_vocab;
@@ -1817,5 +1822,6 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
     }
 out_unlock:
     pthread_mutex_unlock(&s->mu);
+    sched_grammar_get_stats(s, &st->grammar);   /* its own locks, after s->mu */
     return rc;
 }

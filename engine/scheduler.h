@@ -63,6 +63,8 @@ typedef struct sched_params {
     size_t max_unread_bytes;    /* bytes of events (records + text) a request may hold unread; past it
                                  * the request is cancelled and its sequence freed (a client that reads
                                  * nothing cannot make the server buffer without bound); 0: no limit */
+    size_t grammar_cache_bytes; /* compiled grammars and their token masks kept for later requests of the
+                                 * same constraint, least recently used evicted (default 64 MiB); 0: none */
 } sched_params;
 
 void sched_params_default(sched_params *p);
@@ -232,6 +234,20 @@ typedef struct sched_req_stats {
 #define SCHED_STEP_BUCKETS 12
 
 /* Scheduler-wide numbers, updated after every step. */
+/* The grammar cache: structured-output grammars compiled once per
+ * constraint source and their token masks computed once per parser state,
+ * shared by requests (sched_grammar.c). */
+typedef struct sched_grammar_stats {
+    uint64_t compile_hits;          /* constrained requests that found their grammar compiled */
+    uint64_t compiles;              /* constrained requests that compiled it */
+    uint64_t mask_hits;             /* parser states whose mask a request found computed */
+    uint64_t walks;                 /* parser states whose mask a request computed (a vocabulary trie walk) */
+    uint64_t evictions;             /* grammars evicted with their masks */
+    uint64_t not_kept;              /* masks not kept for lack of room (grammars in use held the budget) */
+    int grammars, entries;          /* held now */
+    uint64_t bytes, max_bytes;      /* held now; the budget */
+} sched_grammar_stats;
+
 typedef struct sched_stats {
     int running, waiting;
     bool draining;
@@ -252,6 +268,7 @@ typedef struct sched_stats {
     prefix_stats prefix;            /* its numbers as of the last step */
     uint64_t step_tokens[SCHED_STEP_BUCKETS + 1];  /* engine steps by tokens fed: <= 1, <= 2, <= 4 ... <= 2048, more */
     uint64_t step_tokens_sum;       /* tokens fed over all steps */
+    sched_grammar_stats grammar;    /* the grammar cache */
 } sched_stats;
 
 /* Copy the numbers; with reqs != NULL also a malloc'd array of the live

@@ -118,8 +118,10 @@ struct sched {
     int n_vocab;
     int32_t *eog;               /* [n_eog] the end-of-generation token ids, listed at sched_new for ignore_eos */
     int n_eog;
-    pthread_mutex_t gram_mu;    /* guards building gram_vocab */
+    pthread_mutex_t gram_mu;    /* guards building gram_vocab and gram_cache */
     gram_vocab *gram_vocab;     /* the vocabulary's byte trie, built by the first constrained request */
+    _Atomic(gram_cache *) gram_cache; /* compiled grammars and their masks, shared by requests (its own
+                                 * lock); set once under gram_mu, read by /stats without it */
 
     pthread_t thread;
     bool started;
@@ -159,14 +161,18 @@ struct sched {
 /* sched_grammar.c: structured output. sched_grammar_attach compiles
  * p's constraint into r->gm (0, SCHED_EINVAL with the reason in err, or
  * SCHED_ENOMEM); sched_grammar_mask bans the tokens that cannot come next
- * (SCHED_EENGINE on an internal limit); sched_grammar_advance moves past
- * the sampled token; sched_grammar_done says the output is complete and
+ * (SCHED_EENGINE on an internal limit, SCHED_ENOMEM when the matcher ran
+ * out of memory); sched_grammar_advance moves past the sampled token (the
+ * same errors); sched_grammar_done says the output is complete and
  * nothing can follow. */
 int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, size_t errlen);
 int sched_grammar_mask(sched_req *r, float *logits);
 int sched_grammar_advance(sched_req *r, int32_t tok);
 bool sched_grammar_done(const sched_req *r);
 void sched_grammar_deinit(sched *s);
+/* The grammar cache's numbers (zeros and the budget before the first
+ * constrained request). Any thread; takes the cache's lock only. */
+void sched_grammar_get_stats(sched *s, sched_grammar_stats *st);
 
 /* Invariants of s (see struct sched): NULL when they all hold, else the
  * first broken one, as a static string. Caller holds s->mu and is the

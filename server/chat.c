@@ -253,25 +253,47 @@ static int render_chatml(const chat_msg *msgs, int n_msgs, const cJSON *tools, p
 
 /* ---- Llama 3 / 3.1 ---- */
 
-/* Llama 3.1's prompt with custom tools (its template's default,
- * tools_in_user_message): they go into the first message after the
- * system one, each as json.dumps(tool, indent=4). */
-static int llama31_tools(prompt_buf *p, const cJSON *tools, const chat_msg *m)
+/* The tools as Llama 3.1's template lists them: intro (markup), each
+ * tool as json.dumps(tool, indent=4) and a blank line, then text
+ * Jinja-trimmed and the end of the turn. */
+static int llama31_tool_list(prompt_buf *p, const char *intro, const cJSON *tools, const char *text)
 {
-    const char *a = m->content, *b = a + strlen(a);
+    const char *a = text, *b = a + strlen(a);
     while (a < b && is_space(*a))
         a++;
     while (b > a && is_space(b[-1]))
         b--;
-    if (marks(p, "<|start_header_id|>user<|end_header_id|>\n\n"
-                 "Given the following functions, please respond with a JSON for a function call with its proper "
-                 "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
-                 "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n"))
+    if (marks(p, intro))
         return -1;
     for (const cJSON *t = tools->child; t; t = t->next)
         if (py_json_at(p, t, 4, 0) || content(p, "\n\n", 2))
             return -1;
     return content(p, a, (size_t)(b - a)) || marks(p, "<|eot_id|>");
+}
+
+/* Llama 3.1's prompt with custom tools (its template's default,
+ * tools_in_user_message): they go into the first message after the
+ * system one. */
+static int llama31_tools(prompt_buf *p, const cJSON *tools, const chat_msg *m)
+{
+    return llama31_tool_list(p, "<|start_header_id|>user<|end_header_id|>\n\n"
+                                "Given the following functions, please respond with a JSON for a function call with "
+                                "its proper arguments that best answers the given prompt.\n\nRespond in the format "
+                                "{\"name\": function name, \"parameters\": dictionary of argument name and its "
+                                "value}.Do not use variables.\n\n", tools, m->content);
+}
+
+/* Llama 3.1's system turn with the tools in it (tools_in_user_message
+ * false): the date lines, the other instruction, the tools, then the
+ * system message. */
+static int llama31_system_tools(prompt_buf *p, const cJSON *tools, const char *sys)
+{
+    return llama31_tool_list(p, "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
+                                "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+                                "You have access to the following functions. To call a function, please respond with "
+                                "JSON for a function call.Respond in the format {\"name\": function name, "
+                                "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n",
+                             tools, sys);
 }
 
 /* An assistant turn's one tool call as Llama 3.1 writes it:
@@ -296,7 +318,8 @@ static int llama31_call(prompt_buf *p, const char *calls_json)
     return rc;
 }
 
-static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, const cJSON *tools, prompt_buf *p)
+static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, const cJSON *tools, bool in_system,
+                         prompt_buf *p)
 {
     int first = 0;
     if (kind == CHAT_LLAMA31) {
@@ -308,11 +331,16 @@ static int render_llama3(int kind, const chat_msg *msgs, int n_msgs, const cJSON
             sys = msgs[0].content;
             first = 1;
         }
-        /* with tools, "Environment: ipython\n" before them */
-        if (llama3_msg(p, "system", tools ? "Environment: ipython\n" "Cutting Knowledge Date: December 2023\n"
-                                            "Today Date: 26 Jul 2024\n\n" : cutoff, sys))
+        /* with tools, "Environment: ipython\n" before them; with
+         * tools_in_user_message false, the tools after the date lines */
+        if (tools && in_system) {
+            if (llama31_system_tools(p, tools, sys))
+                return -1;
+        } else if (llama3_msg(p, "system", tools ? "Environment: ipython\n" "Cutting Knowledge Date: December 2023\n"
+                                                   "Today Date: 26 Jul 2024\n\n" : cutoff, sys)) {
             return -1;
-        if (tools && llama31_tools(p, tools, &msgs[first++]))
+        }
+        if (tools && !in_system && llama31_tools(p, tools, &msgs[first++]))
             return -1;
     }
     for (int i = first; i < n_msgs; i++) {
@@ -441,7 +469,7 @@ int chat_parse_tool_calls(int kind, const char *text, size_t len, const char *id
 int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t **data, int *n_data, char *err,
                 size_t errlen)
 {
-    return chat_render_tools(kind, msgs, n_msgs, NULL, false, out, data, n_data, err, errlen);
+    return chat_render_tools(kind, msgs, n_msgs, NULL, false, false, out, data, n_data, err, errlen);
 }
 
 bool chat_split_reasoning(const char *text, size_t len, size_t *r_off, size_t *r_len, size_t *c_off, size_t *c_len)
@@ -474,7 +502,7 @@ bool chat_split_reasoning(const char *text, size_t len, size_t *r_off, size_t *r
 
 /* What Llama 3's templates cannot render (they raise an exception there
  * or have no tool form at all), or NULL. */
-static const char *llama_tools_refused(int kind, const chat_msg *msgs, int n_msgs, bool tools)
+static const char *llama_tools_refused(int kind, const chat_msg *msgs, int n_msgs, bool tools, bool in_system)
 {
     bool calls = false;
     for (int i = 0; i < n_msgs; i++) {
@@ -490,13 +518,13 @@ static const char *llama_tools_refused(int kind, const chat_msg *msgs, int n_msg
     if (kind == CHAT_LLAMA3 && (tools || calls))
         return "tools are rendered for ChatML (Qwen) and Llama 3.1 templates; Llama 3.0's has no tool form";
     bool sys = n_msgs > 0 && (!strcmp(msgs[0].role, "system") || !strcmp(msgs[0].role, "developer"));
-    if (tools && n_msgs <= (sys ? 1 : 0))
+    if (tools && !in_system && n_msgs <= (sys ? 1 : 0))
         return "Llama 3.1's chat template puts the tools into the first user message, and there is none";
     return NULL;
 }
 
-int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools_json, bool no_think, char **out,
-                      size_t **data, int *n_data, char *err, size_t errlen)
+int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools_json, bool no_think,
+                      bool tools_in_system, char **out, size_t **data, int *n_data, char *err, size_t errlen)
 {
     *out = NULL;
     *data = NULL;
@@ -512,7 +540,7 @@ int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *to
         return -1;
     }
     if (kind == CHAT_LLAMA3 || kind == CHAT_LLAMA31) {
-        const char *why = llama_tools_refused(kind, msgs, n_msgs, tools_json != NULL);
+        const char *why = llama_tools_refused(kind, msgs, n_msgs, tools_json != NULL, tools_in_system);
         if (why) {
             snprintf(err, errlen, "%s", why);
             return -1;
@@ -525,7 +553,7 @@ int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *to
     }
     prompt_buf p = { 0 };
     int rc = kind == CHAT_CHATML ? render_chatml(msgs, n_msgs, tools, &p)
-                                 : render_llama3(kind, msgs, n_msgs, tools, &p);
+                                 : render_llama3(kind, msgs, n_msgs, tools, tools_in_system, &p);
     if (rc == 0 && no_think && kind == CHAT_CHATML)
         rc = marks(&p, "<think>\n\n</think>\n\n");
     cJSON_Delete(tools);

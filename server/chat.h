@@ -44,13 +44,14 @@ int chat_render(int kind, const chat_msg *msgs, int n_msgs, char **out, size_t *
  * default tools_in_user_message): "Environment: ipython" in the system
  * turn, the tools as indented JSON in the first user turn, one call per
  * assistant turn as {"name": ..., "parameters": ...}, results in
- * "ipython" turns as JSON strings. Not Llama 3.0. no_think: Qwen3's
- * enable_thinking=false, an empty <think></think> after the generation
- * prompt. Returns 0, -1 (the request asks for what the template cannot do)
+ * "ipython" turns as JSON strings; tools_in_system (its
+ * tools_in_user_message=false): the tools in the system turn instead, after
+ * the date lines. Not Llama 3.0. no_think: Qwen3's enable_thinking=false,
+ * an empty <think></think> after the generation prompt. Returns 0, -1 (the request asks for what the template cannot do)
  * or CHAT_ENOMEM, with err filled. */
 #define CHAT_ENOMEM (-2)
-int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools, bool no_think, char **out,
-                      size_t **data, int *n_data, char *err, size_t errlen);
+int chat_render_tools(int kind, const chat_msg *msgs, int n_msgs, const char *tools, bool no_think,
+                      bool tools_in_system, char **out, size_t **data, int *n_data, char *err, size_t errlen);
 /* The control-token text that opens a turn of kind's rendered prompts
  * (ChatML "<|im_start|>", Llama 3 "<|start_header_id|>"); NULL for none. */
 const char *chat_turn_marker(int kind);

@@ -114,6 +114,9 @@ static const opt_def OPTS[] = {
     {"prefix-cache-mem", 0, "HYSERVE_PREFIX_CACHE_MEM", OPT_BYTES, OFF(prefix_cache_mem), 0, "BYTES",
      "the prefix store's budget inside --cache-mem, evicted least recently used; a request's reservation "
      "always wins (default: a quarter of the cache budget)"},
+    {"grammar-cache-mem", 0, "HYSERVE_GRAMMAR_CACHE_MEM", OPT_BYTES, OFF(grammar_cache_mem), 0, "BYTES",
+     "structured output: compiled grammars and their token masks kept for later requests of the same "
+     "schema, regex, grammar or tools, least recently used evicted; 0: none kept (default 64M)"},
     {"prefix-snapshot-interval", 0, "HYSERVE_PREFIX_SNAPSHOT_INTERVAL", OPT_INT, OFF(prefix_snap_interval), 0,
      "N", "with DeltaNet layers, also snapshot the state every N prompt tokens (default 0: at the end of "
      "the prompt and of the output, and where a prompt left a cached one)"},
@@ -158,6 +161,7 @@ void config_defaults(server_config *c)
     c->max_prompt_tokens = 0;
     c->max_stop_len = 256;
     c->max_stream_buffer = 1 << 20;
+    c->grammar_cache_mem = (uint64_t)64 << 20;
 }
 
 void config_usage(FILE *f)

@@ -69,6 +69,7 @@ typedef struct server_config {
     int max_prompt_tokens;      /* prompt tokens per request, 0: the context limit */
     int max_stop_len;           /* bytes of one stop sequence */
     uint64_t max_stream_buffer; /* output bytes a stream may hold unread before it is cancelled */
+    uint64_t grammar_cache_mem; /* compiled grammars and their masks kept for later requests; 0: none */
 } server_config;
 
 void config_defaults(server_config *c);

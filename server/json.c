@@ -1012,9 +1012,10 @@ static int get_msg_tool_calls(chat_msg *cm, const cJSON *m, const char *where, p
 /* tools, tool_choice, parallel_tool_calls (chat). required and a named
  * function become a tool-call constraint; auto and none leave the output
  * free (auto's calls are parsed from the text afterwards). */
-/* chat_template_kwargs: {"enable_thinking": bool} (vLLM's and
- * llama-server's way to pass template variables); other keys are ignored,
- * as a template that does not read them would. */
+/* chat_template_kwargs: {"enable_thinking": bool, "tools_in_user_message":
+ * bool} (vLLM's and llama-server's way to pass template variables; the
+ * first is Qwen3's, the second Llama 3.1's); other keys are ignored, as a
+ * template that does not read them would. */
 static int get_template_kwargs(gen_request *g, const cJSON *root, perr *pe)
 {
     const cJSON *kw = field(root, "chat_template_kwargs");
@@ -1026,6 +1027,10 @@ static int get_template_kwargs(gen_request *g, const cJSON *root, perr *pe)
     if (get_bool(kw, "enable_thinking", &think, pe) < 0)
         return -1;
     g->no_think = !think;
+    bool in_user = true;
+    if (get_bool(kw, "tools_in_user_message", &in_user, pe) < 0)
+        return -1;
+    g->tools_in_system = !in_user;
     return 0;
 }
 

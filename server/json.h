@@ -107,6 +107,7 @@ typedef struct gen_request {
     char *tools;                /* chat: the tools array as JSON (compact), NULL without tools */
     int tool_choice;            /* enum gen_tool_choice */
     bool no_think;              /* chat_template_kwargs.enable_thinking == false */
+    bool tools_in_system;       /* chat_template_kwargs.tools_in_user_message == false (Llama 3.1) */
     int n;                      /* OpenAI n: choices per prompt (1..JSON_MAX_N; the route checks --max-n) */
     int best_of;                /* TGI best_of: sequences generated, the best answered (1..JSON_MAX_N) */
 } gen_request;

@@ -307,6 +307,24 @@ static void prom_prefix_cache(sbuf *s, const sched_stats *st)
     prom_gauge(s, "hyserve_prefix_cache_entries", "prefix cache entries", p->n_entries);
 }
 
+/* The grammar cache's counters (docs/serving.md, structured output). */
+static void prom_grammar_cache(sbuf *s, const sched_grammar_stats *g)
+{
+    prom_counter(s, "hyserve_grammar_cache_compile_hits_total",
+                 "constrained requests that found their grammar compiled", (double)g->compile_hits);
+    prom_counter(s, "hyserve_grammar_cache_compiles_total", "constrained requests that compiled their grammar",
+                 (double)g->compiles);
+    prom_counter(s, "hyserve_grammar_cache_mask_hits_total",
+                 "parser states whose token mask a request found computed", (double)g->mask_hits);
+    prom_counter(s, "hyserve_grammar_cache_walks_total",
+                 "parser states whose token mask a request computed (a vocabulary trie walk)", (double)g->walks);
+    prom_counter(s, "hyserve_grammar_cache_evictions_total", "grammars evicted with their masks",
+                 (double)g->evictions);
+    prom_gauge(s, "hyserve_grammar_cache_bytes", "bytes held by the grammar cache", (double)g->bytes);
+    prom_gauge(s, "hyserve_grammar_cache_entries", "token masks held by the grammar cache", g->entries);
+    prom_gauge(s, "hyserve_grammar_cache_grammars", "grammars held by the grammar cache", g->grammars);
+}
+
 char *metrics_prometheus(server *srv)
 {
     sbuf s = {0};
@@ -388,6 +406,7 @@ char *metrics_prometheus(server *srv)
     prom_counter(&s, "hyserve_cached_tokens_total", "prompt tokens served from a prefix cache",
                  (double)st.prefix.reused_tokens);
     prom_prefix_cache(&s, &st);
+    prom_grammar_cache(&s, &st.grammar);
     prom_counter(&s, "hyserve_preemptions_total", "requests preempted", 0);
     sb_printf(&s, "# HELP hyserve_rejected_total requests refused before admission\n"
                   "# TYPE hyserve_rejected_total counter\n");
@@ -681,6 +700,18 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(rec, "usage_ratio",
                             in->n_dnet_layers > 0 && in->max_seqs ? (double)st.pool.n_seqs / in->max_seqs : 0.0);
     prefix_cache_json(cJSON_AddObjectToObject(pools, "prefix_cache"), &st, in);
+
+    cJSON *gc = cJSON_AddObjectToObject(o, "grammar_cache");
+    cJSON_AddNumberToObject(gc, "budget_bytes", (double)st.grammar.max_bytes);
+    cJSON_AddNumberToObject(gc, "bytes", (double)st.grammar.bytes);
+    cJSON_AddNumberToObject(gc, "grammars", st.grammar.grammars);
+    cJSON_AddNumberToObject(gc, "entries", st.grammar.entries);
+    cJSON_AddNumberToObject(gc, "compile_hits_total", (double)st.grammar.compile_hits);
+    cJSON_AddNumberToObject(gc, "compiles_total", (double)st.grammar.compiles);
+    cJSON_AddNumberToObject(gc, "hits_total", (double)st.grammar.mask_hits);
+    cJSON_AddNumberToObject(gc, "walks_total", (double)st.grammar.walks);
+    cJSON_AddNumberToObject(gc, "evictions_total", (double)st.grammar.evictions);
+    cJSON_AddNumberToObject(gc, "not_kept_total", (double)st.grammar.not_kept);
 
     cJSON *sc = cJSON_AddObjectToObject(o, "scheduler");
     cJSON_AddNumberToObject(sc, "running", st.running);

@@ -878,8 +878,8 @@ static int handle_generation(http_req *hr, int api, int mode)
         mode = GEN_BODY;
     if (api == API_OAI_CHAT) {
         const char *tools = g.tool_choice != TOOL_CHOICE_NONE ? g.tools : NULL;
-        int crc = chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &g.prompt, &content,
-                                    &n_content, err, sizeof(err));
+        int crc = chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, g.tools_in_system,
+                                    &g.prompt, &content, &n_content, err, sizeof(err));
         if (crc) {
             err_extra x = {.param = "messages"};
             rc = send_error(hr, crc == CHAT_ENOMEM ? ERR_INTERNAL : ERR_TEMPLATE, err, &x);
@@ -1355,8 +1355,8 @@ static int h_apply_template(http_req *hr)
         return routes_error(hr, parse_error_kind(jrc), err);
     }
     const char *tools = g.tool_choice != TOOL_CHOICE_NONE ? g.tools : NULL;
-    int crc = chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, &prompt, &content, &n_content,
-                                err, sizeof(err));
+    int crc = chat_render_tools(srv->chat_kind, g.msgs, g.n_msgs, tools, g.no_think, g.tools_in_system, &prompt,
+                                &content, &n_content, err, sizeof(err));
     if (crc) {
         rc = routes_error(hr, crc == CHAT_ENOMEM ? ERR_INTERNAL : ERR_TEMPLATE, err);
     } else {

@@ -363,6 +363,7 @@ int serve_main(int argc, char **argv)
     sp.prefix_cache = strcmp(cfg.prefix_cache, "off") != 0;
     sp.prefix_budget_bytes = cfg.prefix_cache_mem;
     sp.prefix_snap_interval = cfg.prefix_snap_interval;
+    sp.grammar_cache_bytes = (size_t)cfg.grammar_cache_mem;
     srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
     if (!srv.sched || sched_start(srv.sched)) {
         atomic_store(&srv.state, SERVER_FAILED);

@@ -14,6 +14,7 @@ Usage: suite_http.py [-k PATTERN] [--list]
   --list      print the test function names and run nothing
 """
 import http.client
+import itertools
 import json
 import os
 import re
@@ -2180,7 +2181,15 @@ FAULT_KINDS = {
         "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {
             "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}}, False),
     "n2": ("/v1/completions", {"prompt": "Hello", "max_tokens": 3, "n": 2, "temperature": 1, "seed": 5}, False),
+    # a schema never seen before each time (fault_request renames its property):
+    # the grammar cache cannot answer, so every run compiles and walks
+    "chat_new_schema": ("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {
+            "type": "object", "properties": {"p000000": {"type": "integer"}}, "required": ["p000000"],
+            "additionalProperties": {"type": "boolean"}}}}}, False),
 }
+FAULT_FRESH = itertools.count(1)
 
 
 def wait_held_by_store(srv, idle_reserved, timeout=10.0):
@@ -2207,6 +2216,9 @@ def fault_request(srv, kind, nth=None, timeout=60):
     well-formed answer), "error" (a clean error: a 5xx JSON body, or a
     stream whose last event is an error and has no answer), or "bad"."""
     path, body, streamed = FAULT_KINDS[kind]
+    if kind == "chat_new_schema":
+        name = "p%06d" % next(FAULT_FRESH)
+        body = json.loads(json.dumps(body).replace("p000000", name))
     c = srv.conn(timeout)
     try:
         h = {"Content-Type": "application/json"}
@@ -2224,7 +2236,7 @@ def fault_request(srv, kind, nth=None, timeout=60):
                 return ("error" if 500 <= r.status < 600 and "error" in j else "bad"), f"{r.status} {raw[:200]}"
             if kind == "generate":
                 ok = isinstance(j.get("generated_text"), str)
-            elif kind == "chat_schema":
+            elif kind in ("chat_schema", "chat_new_schema"):
                 ch = j.get("choices") or [{}]
                 ok = isinstance(ch[0].get("message", {}).get("content"), str) and ch[0].get("finish_reason")
             else:
@@ -2956,6 +2968,77 @@ def test_idle_and_prefill_disconnect(model):
         srv.stop()
 
 
+def test_grammar_cache(srv, model):
+    """The grammar cache: request 2 of a schema finds its grammar compiled and
+    computes no new token mask for the parser states request 1 met (/stats
+    grammar_cache walks unchanged, hits up), with the same answer; another
+    seed walks only its new states; /metrics carries the same numbers; with
+    --grammar-cache-mem 0 nothing is kept and the repeat walks again; a small
+    budget is never exceeded and evicts."""
+    schema = {"type": "object", "properties": {"k": {"enum": ["a", "bb"]}, "n": {"type": "integer", "maximum": 99},
+                                               "s": {"type": "string", "maxLength": 6}},
+              "required": ["k", "n"], "additionalProperties": {"type": "boolean"}}
+
+    def ask(server, sch, seed, temperature=0):
+        st, _, j, _ = server.jreq("POST", "/v1/completions", {
+            "prompt": "json", "max_tokens": 40, "temperature": temperature, "seed": seed,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": sch}}})
+        return (j["choices"][0]["text"] if st == 200 else None), (server.stats() or {}).get("grammar_cache", {})
+
+    t1, g1 = ask(srv, schema, 1)
+    t2, g2 = ask(srv, schema, 1)
+    check("grammar cache: request 1 of a schema compiles it and walks the trie for its states",
+          t1 is not None and g1.get("walks_total", 0) > 0 and g1.get("entries", 0) > 0 and
+          0 < g1.get("bytes", 0) <= g1.get("budget_bytes", 0), f"{t1!r} {g1}")
+    check("grammar cache: request 2 of the same schema (same answer) finds it compiled and walks nothing new",
+          t2 == t1 and g2.get("walks_total") == g1.get("walks_total") and g2.get("hits_total", 0) > g1.get("hits_total", 0)
+          and g2.get("compile_hits_total", 0) == g1.get("compile_hits_total", 0) + 1, f"{t1!r} {t2!r} {g1} {g2}")
+    texts = [ask(srv, schema, seed, 1.0)[0] for seed in range(2, 6)]
+    g_before = (srv.stats() or {}).get("grammar_cache", {})
+    t3, g3 = ask(srv, schema, 2, 1.0)
+    check("grammar cache: sampled requests are served, and a sampled seed's repeat (same text) walks nothing new",
+          None not in texts and t3 == texts[0] and g3.get("walks_total") == g_before.get("walks_total"),
+          f"{texts} {t3!r} {g_before} {g3}")
+    st, _, body = srv.req("GET", "/metrics")
+    m = dict(re.findall(r"^(hyserve_grammar_cache_\w+)(?:\{[^}]*\})? (\S+)$", body.decode(), re.M)) if st == 200 else {}
+    g = (srv.stats() or {}).get("grammar_cache", {})
+    check("grammar cache: /metrics carries hits, walks, entries and bytes as /stats does",
+          m and float(m.get("hyserve_grammar_cache_walks_total", -1)) == g.get("walks_total") and
+          float(m.get("hyserve_grammar_cache_entries", -1)) == g.get("entries") and
+          float(m.get("hyserve_grammar_cache_bytes", -1)) == g.get("bytes") and
+          float(m.get("hyserve_grammar_cache_mask_hits_total", -1)) == g.get("hits_total"), f"{m} {g}")
+    off = Server("gcache-off", model, "-t", "1", "--grammar-cache-mem", "0")
+    try:
+        t1, g1 = ask(off, schema, 1)
+        t2, g2 = ask(off, schema, 1)
+        check("grammar cache: --grammar-cache-mem 0 keeps nothing, the repeat compiles and walks again",
+              t1 == t2 and t1 is not None and g2.get("entries") == 0 and g2.get("bytes") == 0 and
+              g2.get("compiles_total") == 2 and g2.get("walks_total") == 2 * g1.get("walks_total", 0) > 0,
+              f"{g1} {g2}")
+    finally:
+        off.stop()
+    # what one such grammar holds with its masks, then a budget of about two of them
+    one = Server("gcache-one", model, "-t", "1")
+    try:
+        _, g1 = ask(one, schema, 1)
+    finally:
+        one.stop()
+    budget = int(g1.get("bytes", 0) * 2.5)
+    small = Server("gcache-small", model, "-t", "1", "--grammar-cache-mem", str(budget))
+    try:
+        over, gs = [], {}
+        for i in range(6):
+            sch = dict(schema, properties=dict(schema["properties"], **{f"p{i}": {"type": "string"}}))
+            _, gs = ask(small, sch, 1)
+            if gs.get("bytes", 0) > budget or gs.get("budget_bytes") != budget:
+                over.append(gs)
+        check(f"grammar cache: a budget of {budget} bytes (2.5 grammars) is never exceeded, older grammars are evicted",
+              budget > 0 and not over and gs.get("evictions_total", 0) > 0 and gs.get("compiles_total") == 6 and
+              gs.get("grammars", 0) >= 1, f"{over} {gs}")
+    finally:
+        small.stop()
+
+
 def main(argv=None):
     # in the order they run; test_drain ends the main server, so it is last
     on_main = [("test_basic_routes", lambda: test_basic_routes(srv)),
@@ -2988,7 +3071,8 @@ def main(argv=None):
                ("test_hf_clients", lambda: test_hf_clients(srv)),
                ("test_structured_output", lambda: test_structured_output(srv)),
                ("test_tool_calls", lambda: test_tool_calls(srv)),
-               ("test_gbnf", lambda: test_gbnf(srv))]
+               ("test_gbnf", lambda: test_gbnf(srv)),
+               ("test_grammar_cache", lambda: test_grammar_cache(srv, model))]
     on_limits = [("test_body_limit", lambda: test_body_limit(srv2)),
                  ("test_limits", lambda: test_limits(srv2)),
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]

@@ -349,6 +349,15 @@ static int qwen_piece(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
     return tok_piece(t, id, buf, cap);
 }
 
+/* The converted Qwen3 tokenizer; NULL with err when it is missing. */
+static tokenizer *qwen_tokenizer(char *err, size_t errlen)
+{
+    gguf_ctx *gg = gguf_open("tests/tmp/qwen3-tokenizer.gguf", err, errlen);
+    tokenizer *tk = gg ? tok_new_from_gguf(gg, err, errlen) : NULL;
+    gguf_close(gg);
+    return tk;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -358,13 +367,9 @@ static double now_s(void)
 
 TEST(test_grammar_qwen3_vocab_mask_equals_the_byte_check_on_every_step)
 {
-    const char *gpath = "tests/tmp/qwen3-tokenizer.gguf";
     char err[256];
-    gguf_ctx *gg = gguf_open(gpath, err, sizeof err);
-    CHECK_MSG(gg, "%s (tools/qwen3-tokenizer-gguf.sh builds it)", err);
-    tokenizer *tk = tok_new_from_gguf(gg, err, sizeof err);
-    gguf_close(gg);
-    CHECK_MSG(tk, "%s", err);
+    tokenizer *tk = qwen_tokenizer(err, sizeof err);
+    CHECK_MSG(tk, "%s (tools/qwen3-tokenizer-gguf.sh builds tests/tmp/qwen3-tokenizer.gguf)", err);
     int n_vocab = tok_n_vocab(tk);
     double t0 = now_s();
     gram_vocab *v = gram_vocab_new(n_vocab, qwen_piece, tk, err, sizeof err);
@@ -773,4 +778,355 @@ TEST(test_grammar_a_trigger_leaves_text_free_until_the_tool_call_opens)
     CHECK(gram_matcher_accept_token(m, 11) == 0 && gram_matcher_mask(m, logits) == tv.n);
     gram_matcher_free(m);
     gram_vocab_free(v);
+}
+
+/* ---- additionalProperties beside properties ---- */
+
+TEST(test_grammar_schema_other_keys_follow_additional_properties)
+{
+    /* keys not among the properties take additionalProperties' schema,
+     * the properties keep theirs, required still holds */
+    grammar *g = schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"nick\":{\"type\":"
+                        "\"string\"}},\"required\":[\"name\"],\"additionalProperties\":{\"type\":\"integer\"}}");
+    CHECK(g);
+    static const char *yes[] = {"{\"name\":\"a\"}", "{\"name\":\"a\",\"age\":3}", "{\"name\":\"a\",\"nick\":\"b\",\"x\":1,\"y\":-2}",
+                                "{\"name\":\"a\",\"n\":1}", "{\"name\":\"a\",\"nam\":1}", "{\"name\":\"a\",\"names\":5}",
+                                "{\"name\":\"a\",\"\":0}", "{\"name\":\"a\",\"nx\\u0041\":1}", "{\"name\":\"a\",\"\xc3\xa9\":7}",
+                                "{ \"name\" : \"a\" , \"ni\" : 1 , \"nickname\" : 2 }"};
+    static const char *no[] = {"{\"name\":\"a\",\"age\":\"x\"}", "{\"name\":\"a\",\"nick\":1}", "{\"age\":1}",
+                               "{\"name\":\"a\",\"name\":1}", "{\"name\":\"a\",\"nick\":\"b\",\"nick\":2}",
+                               "{\"name\":\"a\",\"x\":1,}", "{\"name\":\"a\",\"x\"}", "{\"name\":\"a\",\"\\u006eame\":1}"};
+    CHECK_CORPUS(g, yes, no);
+    grammar_free(g);
+    /* true: any value under another key; a property name with escapes,
+     * quotes and non-ASCII is still told apart */
+    g = schema("{\"type\":\"object\",\"properties\":{\"a\\\"b\":{\"type\":\"null\"},\"\\u00e9t\\u00e9\":{\"type\":"
+               "\"boolean\"}},\"additionalProperties\":true}");
+    CHECK(g);
+    static const char *yes2[] = {"{}", "{\"a\\\"b\":null}", "{\"a\":[1,{\"b\":null}]}", "{\"\xc3\xa9t\xc3\xa9\":true,\"\xc3\xa9\":\"x\"}",
+                                 "{\"\xc3\xa9t\":0,\"\xc3\xa9t\xc3\xa9s\":{}}", "{\"ab\":1}"};
+    static const char *no2[] = {"{\"a\\\"b\":1}", "{\"\xc3\xa9t\xc3\xa9\":null}", "{\"x\":}"};
+    CHECK_CORPUS(g, yes2, no2);
+    grammar_free(g);
+}
+
+/* ---- sharing masks between requests (gram_cache) ---- */
+
+#include "fault.h"
+
+/* One constraint as the scheduler keys and compiles it. */
+typedef struct src_case {
+    int kind;                   /* 0 JSON Schema, 1 regex, 2 GBNF, 3 tool spec */
+    const char *text;
+} src_case;
+
+static grammar *compile_case(void *ctx, char *err, size_t errlen)
+{
+    const src_case *c = ctx;
+    size_t n = strlen(c->text);
+    switch (c->kind) {
+    case 0: return grammar_compile_json_schema(c->text, n, NULL, err, errlen);
+    case 1: return grammar_compile_regex(c->text, n, err, errlen);
+    case 2: return grammar_compile_gbnf(c->text, n, err, errlen);
+    default: return grammar_compile_tool_spec(c->text, n, NULL, err, errlen);
+    }
+}
+
+static const src_case share_cases[] = {
+    {0, "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\",\"minimum\":0},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"ab\"]},\"maxItems\":2}},\"required\":[\"name\"],"
+        "\"additionalProperties\":false}"},
+    {0, "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\"}},\"additionalProperties\":{\"type\":\"boolean\"}}"},
+    {1, "(true|false|null|[0-9]{1,3})( [a-z]{1,4}){0,3}"},
+    {2, "root ::= \"{\" ws pair (\",\" ws pair)* ws \"}\"\npair ::= \"\\\"\" [a-z]+ \"\\\":\" ws (\"true\" | [0-9]+)\n"
+        "ws ::= [ \\n]?\n"},
+    {3, "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"tz\":{\"type\":\"string\"}}}}}],\"name\":null,\"parallel\":true}"},
+};
+
+static uint64_t xs_next(uint64_t *x)
+{
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return *x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Runs one request of case c with seed: a matcher from the cache beside a
+ * fresh private one, both fed the same randomly chosen allowed tokens;
+ * every step's masks must be equal. path: the tokens taken (in, when
+ * *n_path > 0: replayed instead of drawn). Returns the cached matcher's
+ * walks, or -1. */
+static int shared_request(gram_cache *gc, const gram_vocab *v, int n_vocab, int32_t eog, const src_case *c,
+                          uint64_t seed, int32_t *path, int *n_path, int max_steps, int *n_bad)
+{
+    char err[256];
+    int n_words = (n_vocab + 63) / 64, walks = -1;
+    char key[1024];
+    int n_key = snprintf(key, sizeof key, "%d\n%s", c->kind, c->text);
+    gram_shared *sh = gram_cache_acquire(gc, key, (size_t)n_key, compile_case, (void *)c, err, sizeof err);
+    gram_matcher *m = gram_matcher_new_shared(sh);
+    gram_matcher *f = gram_matcher_new(compile_case((void *)c, err, sizeof err), v);
+    uint64_t *wm = calloc((size_t)n_words, sizeof *wm), *wf = calloc((size_t)n_words, sizeof *wf);
+    int32_t *allowed = malloc((size_t)n_vocab * sizeof *allowed);
+    if (!m || !f || !wm || !wf || !allowed) {
+        fprintf(stderr, "    case %d: %s\n", c->kind, err);
+        (*n_bad)++;
+        goto out;
+    }
+    bool replay = *n_path > 0;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull;
+    for (int step = 0; step < max_steps; step++) {
+        int a = gram_matcher_fill_mask(m, wm), b = gram_matcher_fill_mask(f, wf);
+        if (a != b || a < 0 || memcmp(wm, wf, (size_t)n_words * sizeof *wm)) {
+            fprintf(stderr, "    case %d seed %llu step %d: cached mask %d tokens, fresh %d (or they differ)\n",
+                    c->kind, (unsigned long long)seed, step, a, b);
+            (*n_bad)++;
+            goto out;
+        }
+        if (a == 0)
+            break;      /* a small vocabulary can leave no token to go on with */
+        int32_t t;
+        if (replay) {
+            if (step >= *n_path)
+                break;
+            t = path[step];
+        } else {
+            int n_allowed = 0;
+            for (int32_t k = 0; k < n_vocab; k++)
+                if ((wm[k >> 6] >> (k & 63)) & 1)
+                    allowed[n_allowed++] = k;
+            t = allowed[(xs_next(&x) >> 33) % (uint64_t)n_allowed];
+            path[step] = t;
+            *n_path = step + 1;
+        }
+        if (gram_matcher_accept_token(m, t) || gram_matcher_accept_token(f, t)) {
+            (*n_bad)++;
+            goto out;
+        }
+        if (t == eog || gram_matcher_finished(m))
+            break;
+    }
+    walks = gram_matcher_walks(m);
+out:
+    gram_matcher_free(m);
+    gram_matcher_free(f);
+    free(wm);
+    free(wf);
+    free(allowed);
+    return walks;
+}
+
+static const char *const share_pieces[] = {
+    "<eos>", "{", "}", "{\"", "\"", "\":", "\",", "\"}", ",", ":", " ", "\n", "a", "ab", "name", "\"name",
+    "age", "\"age\":", "1", "12", "0", "-", ".", "e", "5", "true", "tr", "ue", "null", "[", "]", "[\"", "\"]",
+    "\\", "\\\"", "\xc3", "\xa9", "x\"", "\"\"", "b", "c", "n", "u", "l", "f", "r", "s", "t", "z", "2", "9",
+    "fals", "false", "<tool_call>", "\n{\"name\": \"", "now", "\", \"arguments\": ", "tz", "}\n</tool_call>",
+    "<to", "ol_call>", "\"tz\": \"", "\"n\"", "\"k\":", "k", "Sure",
+};
+
+#define N_SHARE_CASES ((int)(sizeof share_cases / sizeof share_cases[0]))
+static toy_vocab share_tv = {share_pieces, (int)(sizeof share_pieces / sizeof share_pieces[0])};
+
+static gram_vocab *share_vocab(void)
+{
+    char err[256];
+    gram_vocab *v = gram_vocab_new(share_tv.n, toy_piece, &share_tv, err, sizeof err);
+    if (!v)
+        fprintf(stderr, "    toy vocabulary: %s\n", err);
+    return v;
+}
+
+TEST(test_grammar_shared_masks_equal_a_fresh_matchers_and_a_repeat_walks_nothing)
+{
+    char err[256];
+    gram_vocab *v = share_vocab();
+    CHECK(v);
+    gram_cache *gc = gram_cache_new(v, (size_t)64 << 20, err, sizeof err);
+    CHECK_MSG(gc, "%s", err);
+    int n_cases = N_SHARE_CASES, n_bad = 0;
+    int32_t path[64], other[64];
+    for (int i = 0; i < n_cases; i++) {
+        int n_path = 0;
+        int w1 = shared_request(gc, v, share_tv.n, 0, &share_cases[i], 1, path, &n_path, 64, &n_bad);
+        CHECK_MSG(w1 > 0, "case %d: the first request walks the trie (%d)", i, w1);
+        gram_cache_stats before, after;
+        gram_cache_get_stats(gc, &before);
+        /* request 2 of the same source and the same tokens: no first-time walk */
+        int w2 = shared_request(gc, v, share_tv.n, 0, &share_cases[i], 1, path, &n_path, 64, &n_bad);
+        gram_cache_get_stats(gc, &after);
+        CHECK_MSG(w2 == 0 && after.walks == before.walks && after.hits >= before.hits + (uint64_t)w1,
+                  "case %d: the repeat walked %d (cache walks %llu -> %llu, hits %llu -> %llu)", i, w2,
+                  (unsigned long long)before.walks, (unsigned long long)after.walks,
+                  (unsigned long long)before.hits, (unsigned long long)after.hits);
+        /* other seeds: new states walk once, masks still equal a fresh matcher's */
+        for (uint64_t seed = 2; seed <= 8; seed++) {
+            int n_other = 0;
+            CHECK(shared_request(gc, v, share_tv.n, 0, &share_cases[i], seed, other, &n_other, 64, &n_bad) >= 0);
+        }
+    }
+    CHECK_MSG(n_bad == 0, "%d requests differed", n_bad);
+    gram_cache_stats st;
+    gram_cache_get_stats(gc, &st);
+    CHECK_MSG(st.grammar_misses == (uint64_t)n_cases && st.grammar_hits == (uint64_t)n_cases * 8 &&
+              st.grammars == n_cases && st.entries > 0 && st.bytes > 0 && st.bytes <= st.max_bytes,
+              "compiles %llu hits %llu grammars %d entries %d bytes %llu", (unsigned long long)st.grammar_misses,
+              (unsigned long long)st.grammar_hits, st.grammars, st.entries, (unsigned long long)st.bytes);
+    gram_cache_free(gc);
+    gram_vocab_free(v);
+}
+
+TEST(test_grammar_cache_stays_in_its_budget_and_evicts_least_recently_used)
+{
+    char err[256];
+    gram_vocab *v = share_vocab();
+    CHECK(v);
+    int n_cases = N_SHARE_CASES, n_bad = 0;
+    /* 0: nothing shared, every request compiles and walks */
+    gram_cache *gc = gram_cache_new(v, 0, err, sizeof err);
+    CHECK(gc);
+    int32_t path[64];
+    int n_path = 0;
+    int w1 = shared_request(gc, v, share_tv.n, 0, &share_cases[0], 1, path, &n_path, 64, &n_bad);
+    int w2 = shared_request(gc, v, share_tv.n, 0, &share_cases[0], 1, path, &n_path, 64, &n_bad);
+    gram_cache_stats st;
+    gram_cache_get_stats(gc, &st);
+    CHECK_MSG(w1 > 0 && w2 == w1 && st.grammars == 0 && st.entries == 0 && st.bytes == 0 &&
+              st.grammar_misses == 2, "off: walks %d then %d, %d grammars, %llu bytes", w1, w2, st.grammars,
+              (unsigned long long)st.bytes);
+    gram_cache_free(gc);
+    /* what all of them hold together, then half of that as the budget:
+     * every step within it, masks still exact */
+    gc = gram_cache_new(v, (size_t)64 << 20, err, sizeof err);
+    CHECK(gc);
+    for (int i = 0; i < n_cases; i++) {
+        n_path = 0;
+        CHECK(shared_request(gc, v, share_tv.n, 0, &share_cases[i], 1, path, &n_path, 64, &n_bad) > 0);
+    }
+    gram_cache_get_stats(gc, &st);
+    size_t budget = (size_t)st.bytes / 2;
+    gram_cache_free(gc);
+    gc = gram_cache_new(v, budget, err, sizeof err);
+    CHECK(gc);
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < n_cases; i++)
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                int32_t p2[64];
+                int n2 = 0;
+                CHECK(shared_request(gc, v, share_tv.n, 0, &share_cases[i], seed, p2, &n2, 64, &n_bad) >= 0);
+                gram_cache_get_stats(gc, &st);
+                CHECK_MSG(st.bytes <= budget, "%llu bytes over a budget of %zu", (unsigned long long)st.bytes, budget);
+            }
+    CHECK_MSG(n_bad == 0 && st.evictions > 0 && st.grammars < n_cases,
+              "%d bad, %llu evictions, %d grammars held", n_bad, (unsigned long long)st.evictions, st.grammars);
+    /* the least recently used goes first: touch case 0, add the others, 0 stays */
+    gram_cache_free(gc);
+    gc = gram_cache_new(v, budget, err, sizeof err);
+    CHECK(gc);
+    gram_shared *keep = NULL;
+    for (int i = 0; i < n_cases; i++) {
+        n_path = 0;
+        shared_request(gc, v, share_tv.n, 0, &share_cases[i], 1, path, &n_path, 64, &n_bad);
+        n_path = 0;
+        shared_request(gc, v, share_tv.n, 0, &share_cases[0], 1, path, &n_path, 64, &n_bad);
+    }
+    char key[1024];
+    int n_key = snprintf(key, sizeof key, "%d\n%s", share_cases[0].kind, share_cases[0].text);
+    gram_cache_get_stats(gc, &st);
+    uint64_t compiles = st.grammar_misses;
+    keep = gram_cache_acquire(gc, key, (size_t)n_key, compile_case, (void *)&share_cases[0], err, sizeof err);
+    gram_cache_get_stats(gc, &st);
+    CHECK_MSG(keep && st.grammar_misses == compiles, "the most recently used grammar was evicted");
+    /* a holder outlives the cache: freed with its last release */
+    gram_cache_free(gc);
+    gram_matcher *m = gram_matcher_new_shared(keep);
+    uint64_t w[2];
+    CHECK(m && gram_matcher_fill_mask(m, w) > 0);
+    gram_matcher_free(m);
+    gram_vocab_free(v);
+}
+
+/* Fails each allocation in turn of compiling (every compiler) and of a
+ * cached matcher's first masks: each ends in a clean error ("out of
+ * memory", or -1 from the mask) or the right answer, and the sanitizer
+ * build sees no leak. */
+TEST(test_grammar_every_allocation_failure_is_a_clean_error)
+{
+    char err[256];
+    gram_vocab *v = share_vocab();
+    CHECK(v);
+    int n_cases = N_SHARE_CASES;
+    for (int i = 0; i < n_cases; i++) {
+        int fired = 0;
+        for (int k = 1; k < 100000; k++) {
+            fault_inject(k);
+            grammar *g = compile_case((void *)&share_cases[i], err, sizeof err);
+            bool hit = fault_fired();
+            fault_inject(0);
+            if (!hit) {
+                CHECK_MSG(g, "case %d: compiles with no failure: %s", i, err);
+                grammar_free(g);
+                break;
+            }
+            fired++;
+            CHECK_MSG(!g && strstr(err, "out of memory"), "case %d, allocation %d failed: %s", i, k,
+                      g ? "compiled anyway" : err);
+            grammar_free(g);
+        }
+        CHECK_MSG(fired > 5, "case %d: only %d allocations seen", i, fired);
+        /* through the cache: acquire and the first mask */
+        uint64_t ref[2] = {0}, w[2];
+        gram_matcher *fresh = gram_matcher_new(compile_case((void *)&share_cases[i], err, sizeof err), v);
+        CHECK(fresh && gram_matcher_fill_mask(fresh, ref) > 0);
+        gram_matcher_free(fresh);
+        for (int k = 1; k < 100000; k++) {
+            gram_cache *gc = gram_cache_new(v, (size_t)1 << 20, err, sizeof err);
+            CHECK(gc);
+            char key[1024];
+            int n_key = snprintf(key, sizeof key, "%d\n%s", share_cases[i].kind, share_cases[i].text);
+            fault_inject(k);
+            gram_shared *sh = gram_cache_acquire(gc, key, (size_t)n_key, compile_case, (void *)&share_cases[i], err,
+                                                 sizeof err);
+            gram_matcher *m = gram_matcher_new_shared(sh);
+            int n = m ? gram_matcher_fill_mask(m, w) : -1;
+            bool hit = fault_fired();
+            fault_inject(0);
+            CHECK_MSG(hit || n > 0, "case %d: no failure and no mask", i);
+            CHECK_MSG(n < 0 || !memcmp(w, ref, sizeof w), "case %d, allocation %d failed: a wrong mask", i, k);
+            gram_matcher_free(m);
+            gram_cache_free(gc);
+            if (!hit)
+                break;
+        }
+    }
+    gram_vocab_free(v);
+}
+
+TEST(test_grammar_qwen3_vocab_shared_masks_equal_a_fresh_matchers)
+{
+    char err[256];
+    tokenizer *tk = qwen_tokenizer(err, sizeof err);
+    CHECK_MSG(tk, "%s (tools/qwen3-tokenizer-gguf.sh builds tests/tmp/qwen3-tokenizer.gguf)", err);
+    int n_vocab = tok_n_vocab(tk);
+    gram_vocab *v = gram_vocab_new(n_vocab, qwen_piece, tk, err, sizeof err);
+    CHECK_MSG(v, "%s", err);
+    gram_cache *gc = gram_cache_new(v, (size_t)64 << 20, err, sizeof err);
+    CHECK(gc);
+    int n_bad = 0;
+    int32_t path[48];
+    static const int which[] = {0, 2, 4};      /* a JSON Schema, a regex, tool calls */
+    for (int i = 0; i < 3; i++) {
+        const src_case *c = &share_cases[which[i]];
+        int n_path = 0;
+        int w1 = shared_request(gc, v, n_vocab, tok_eos(tk), c, 7, path, &n_path, 32, &n_bad);
+        int w2 = shared_request(gc, v, n_vocab, tok_eos(tk), c, 7, path, &n_path, 32, &n_bad);
+        int n_other = 0;
+        int32_t other[48];
+        int w3 = shared_request(gc, v, n_vocab, tok_eos(tk), c, 8, other, &n_other, 32, &n_bad);
+        CHECK_MSG(w1 > 0 && w2 == 0 && w3 >= 0, "case %d: walks %d, repeated %d, another seed %d", i, w1, w2, w3);
+    }
+    CHECK_MSG(n_bad == 0, "%d requests differed", n_bad);
+    gram_cache_free(gc);
+    gram_vocab_free(v);
+    tok_free(tk);
 }

@@ -4,7 +4,8 @@
 // prompts, tools, tool calls, tool results and several turns: Qwen3's (the
 // one the converted Qwen3 tokenizer carries; also thinking off,
 // chat_template_kwargs.enable_thinking false) or Llama 3.1's (see
-// tools/llama31-tokenizer-gguf.sh).
+// tools/llama31-tokenizer-gguf.sh; also its tools in the system turn,
+// chat_template_kwargs.tools_in_user_message false).
 // Llama 3.1: the template writes bos_token first, which hyserve adds as a
 // token (add_bos), so the rendering must start with it and the rest is
 // compared; it renders a call's arguments with tojson, so it gets them as
@@ -63,6 +64,14 @@ const llamaCases = {
     { role: "assistant", content: "", tool_calls: [call("b", "search", { query: "cats", top: 2 })] },
     { role: "tool", tool_call_id: "b", content: "[1, 2]" }, { role: "assistant", content: "Two." },
     { role: "user", content: "Thanks" }] },
+  "tools in the system turn (tools_in_user_message false)": { messages: [{ role: "system", content: " You help. " },
+    { role: "user", content: "Find cats" }], tools: [search, weather], kwargs: { tools_in_user_message: false } },
+  "tools in the system turn, no system message, a call and its result": { tools: [weather],
+    kwargs: { tools_in_user_message: false }, messages: [{ role: "user", content: "Weather in Paris?" },
+      { role: "assistant", content: "", tool_calls: [call("c1", "get_weather", { city: "Paris" })] },
+      { role: "tool", tool_call_id: "c1", content: "rain" }] },
+  "tools in the system turn and no user message": { messages: [{ role: "system", content: "S" }], tools: [search],
+    kwargs: { tools_in_user_message: false } },
   "a tool result without tools": { messages: [{ role: "user", content: "x" },
     { role: "assistant", content: "", tool_calls: [call("z", "now", {})] }, { role: "tool", tool_call_id: "z", content: "12:00" }] },
 };
