@@ -20,8 +20,12 @@
 
 /* F16 prompts on packed weights up to this many tokens take the
  * outer-product kernel, longer ones sgemm on decoded panels (see
- * matmul_f16_outer_max). */
-#define MATMUL_F16_OUTER_MAX 16
+ * matmul_f16_outer_max): every length. Measured (the bench model's seven
+ * projection shapes, 2 threads, best of 3-5, load 8-11 from other
+ * sessions: ratios only), GFLOP/s tile / sgemm: 17 tokens 160 / 43 and
+ * 105 / 35 (sgemm's cliff past small_max), 32: 169 / 41, 145 / 85, 64:
+ * 126 / 75, 130 / 74, 128: 135 / 61, 116 / 70, 512: 75 / 66, 54 / 50. */
+#define MATMUL_F16_OUTER_MAX INT_MAX
 
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
  * input: each thread turns a tile to f32 and runs sgemm on it. */

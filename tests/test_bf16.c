@@ -143,14 +143,14 @@ TEST(test_bf16_dot_kernel_within_bf16_rounding_of_the_reference)
             bf16_round_row_ref(c.x + (size_t)t * n_in, n_in, xb + (size_t)t * n_in);
         /* every panel range: all, and each single panel (the RV = 1 tile) */
         const size_t ps = (size_t)PANEL_ROWS * 2 * n_in;
-        avx512bf16_pan_rows((const char *)c.packed, ps, 0, n_out / 16, n_in, xb, T, y, n_out, false);
+        avx512bf16_pan_rows((const char *)c.packed, ps, 0, n_out / 16, n_in, xb, T, y, n_out);
         int bad = 0;
         for (int t = 0; t < T && !bad; t++)
             for (int r = 0; r < n_out && !bad; r++)
                 bad = check_out(&c, c.x + (size_t)t * n_in, y[(size_t)t * n_out + r], r, "all panels");
         for (int p = 0; p < n_out / 16 && !bad; p++) {
             memset(y, 0, sizeof(float) * (size_t)T * n_out);
-            avx512bf16_pan_rows((const char *)c.packed, ps, p, p + 1, n_in, xb, 1, y, n_out, false);
+            avx512bf16_pan_rows((const char *)c.packed, ps, p, p + 1, n_in, xb, 1, y, n_out);
             for (int r = 16 * p; r < 16 * p + 16 && !bad; r++)
                 bad = check_out(&c, c.x, y[r], r, "one panel");
         }
@@ -268,9 +268,8 @@ static int prompt_form(const case_ *c, int n_tok, bool rounded, const char *what
 /* BF16 prompts (matmul, not a decode step) on weights in panels, each form
  * the machine can run, forced: vdpbf16ps (AVX512_BF16), the rounded
  * activations on the FMA kernel (AVX-512), the portable loop (AVX-512
- * off), and the exact mode. Widths past the kernel's chunk of 512 k (and
- * one not a multiple of it) and token counts past its group of 12 (the
- * chunks reload their sums from Y). */
+ * off), and the exact mode. Token counts past the kernels' group of 12
+ * (and not a multiple of it), widths of 34 to 1030. */
 TEST(test_bf16_prompt_forms_within_bf16_rounding_of_the_reference)
 {
     static const int shapes[][2] = { { 32, 34 }, { 48, 1024 }, { 80, 1030 } };

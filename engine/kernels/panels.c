@@ -271,17 +271,15 @@ INLINEP void pair_w(const char *p, const bool bf16, __m512 *e, __m512 *o)
  * sequence decodes the same alone or in any batch). Separate even/odd
  * chains for up to 4 tokens were measured against it (2 threads, one
  * process alternating): from DRAM 0.96-1.03 of its time at 1-4 tokens,
- * in L2/L3 (1-8 MiB) 0.82-1.05; not worth giving the property up.
- * k-pairs [j0, j1) only: after pair 0 the chain so far comes from Y (f32
- * stored and reloaded exactly, so the same bits as one pass). */
-INLINEP void pan_tile(const char *P, size_t ps, int j0, int j1, const float *X, size_t ldx, float *Y, size_t ldy,
+ * in L2/L3 (1-8 MiB) 0.82-1.05; not worth giving the property up. */
+INLINEP void pan_tile(const char *P, size_t ps, int n_in, const float *X, size_t ldx, float *Y, size_t ldy,
                       const int RV, const int T, const bool bf16)
 {
     __m512 a[2][12];
     PAN_UNROLL for (int v = 0; v < RV; v++)
         PAN_UNROLL for (int t = 0; t < T; t++)
-            a[v][t] = j0 ? _mm512_loadu_ps(Y + (size_t)t * ldy + 16 * v) : _mm512_setzero_ps();
-    for (int j = j0; j < j1; j++) {
+            a[v][t] = _mm512_setzero_ps();
+    for (int j = 0; j < n_in / 2; j++) {
         __m512 e[2], o[2];
         PAN_UNROLL for (int v = 0; v < RV; v++) {
             const char *p = P + (size_t)v * ps + (size_t)j * 64;
@@ -302,11 +300,11 @@ INLINEP void pan_tile(const char *P, size_t ps, int j0, int j1, const float *X, 
 
 #define PAN_CASE_BF16(RV_, T_)                                                                                 \
     case (RV_) * 16 + (T_):                                                                                    \
-        pan_tile(P, ps, j0, j1, x, ldx, y, ldy, RV_, T_, true);                                               \
+        pan_tile(P, ps, n_in, x, ldx, y, ldy, RV_, T_, true);                                                 \
         break;
 #define PAN_CASE_F16(RV_, T_)                                                                                  \
     case (RV_) * 16 + (T_):                                                                                    \
-        pan_tile(P, ps, j0, j1, x, ldx, y, ldy, RV_, T_, false);                                               \
+        pan_tile(P, ps, n_in, x, ldx, y, ldy, RV_, T_, false);                                                 \
         break;
 /* Tokens per tile: 12 (2 x 12 accumulators, 4 weight vectors and 2
  * broadcasts in the 32 registers). Measured against groups of 8 (BF16 and
@@ -315,35 +313,24 @@ INLINEP void pan_tile(const char *P, size_t ps, int j0, int j1, const float *X, 
  * 8: 1.01. */
 #define PANEL_TG 12
 
-/* k-pairs per chunk when a pair of panels meets more than one group of
- * tokens (prompts): 2 panels x 256 pairs are 32 KiB, in L1 while every
- * token group multiplies them */
-#ifndef PANEL_KC
-#define PANEL_KC 256
-#endif
-
-/* panels [p0, p1) of W x all n_tok tokens: pairs of panels, with chunk
- * (prompts) and several token groups each pair in chunks of PANEL_KC
- * k-pairs, each chunk's tokens in groups of PANEL_TG. Decode steps keep
- * whole pairs (a pair of 3584-element panels, 224 KiB, stays in L2 for
- * the next group), as measured for them. */
+/* panels [p0, p1) of W x all n_tok tokens: pairs of panels, each pair's
+ * tokens in groups of PANEL_TG (a pair of 3584-element panels, 224 KiB,
+ * stays in L2 for the next group). Chunks of 512 k in L1 for every group
+ * measured no faster (prompts of 128 and 512 tokens, F16 and vdpbf16ps:
+ * 0.8-1.0 of this). */
 #define PAN_ROWS(NAME, CASE)                                                                                   \
     AVX512P static void NAME(const char *W, size_t ps, int p0, int p1, int n_in, const float *X, int n_tok,  \
-                             float *Y, int n_out, bool chunk)                                                  \
+                             float *Y, int n_out)                                                              \
     {                                                                                                          \
         const size_t ldx = (size_t)n_in, ldy = (size_t)n_out;                                                  \
-        const int n_pair = n_in / 2, kc = chunk && n_tok > PANEL_TG ? PANEL_KC : n_pair;                       \
         for (int p = p0; p < p1; p += 2) {                                                                     \
             const int rv = p1 - p >= 2 ? 2 : 1;                                                                \
             const char *P = W + (size_t)p * ps;                                                                \
-            for (int j0 = 0; j0 < n_pair; j0 += kc) {                                                          \
-                const int j1 = n_pair - j0 < kc ? n_pair : j0 + kc;                                            \
-                for (int t0 = 0; t0 < n_tok; t0 += PANEL_TG) {                                                 \
-                    const int nt = n_tok - t0 < PANEL_TG ? n_tok - t0 : PANEL_TG;                              \
-                    const float *x = X + (size_t)t0 * ldx;                                                     \
-                    float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;                                  \
-                    PANEL_TILE_SWITCH(PANEL_TILE_CASES12, CASE, rv, nt)                                        \
-                }                                                                                              \
+            for (int t0 = 0; t0 < n_tok; t0 += PANEL_TG) {                                                     \
+                const int nt = n_tok - t0 < PANEL_TG ? n_tok - t0 : PANEL_TG;                                  \
+                const float *x = X + (size_t)t0 * ldx;                                                         \
+                float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;                                      \
+                PANEL_TILE_SWITCH(PANEL_TILE_CASES12, CASE, rv, nt)                                            \
             }                                                                                                  \
         }                                                                                                      \
     }
@@ -615,7 +602,6 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
     const bool bfa = type == GGML_BF16 && scratch &&
                      ((path == PANELS_DECODE && simd_bf16_dot()) || path == PANELS_BF16ACT);
     const bool dp = bfa && simd_bf16_dot();
-    const bool chunk = path != PANELS_DECODE;           /* prompts: k in chunks (PAN_ROWS) */
     const long slot = dp ? n_in / 2 + 16 : n_in;       /* scratch floats per token: bf16 pairs, or floats */
     const int per = int8 ? Q8P_MAX_TOK : bfa ? bf16_pass_tokens(W[0], n_tok, slot) : n_tok;
     for (int c0 = 0; c0 < n_tok; c0 += per) {
@@ -653,12 +639,11 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
                 else if (b > a && type == GGML_Q8_0)
                     q8f_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
                 else if (b > a && dp)
-                    avx512bf16_pan_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, xb, nc, y, W[i]->n_out,
-                                        chunk);
+                    avx512bf16_pan_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, xb, nc, y, W[i]->n_out);
                 else if (b > a && type == GGML_BF16)
-                    pan_rows_bf16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out, chunk);
+                    pan_rows_bf16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
                 else if (b > a)
-                    pan_rows_f16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out, chunk);
+                    pan_rows_f16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
                 off += np;
             }
         }

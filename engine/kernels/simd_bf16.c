@@ -56,26 +56,15 @@ AVX512BF void avx512bf16_round_row(const float *x, int n, uint16_t *xb)
  * in the 32 registers (as panels.c's f32 tile). */
 #define BF_TG 12
 
-/* k-pairs per chunk when a pair of panels meets more than one group of
- * tokens (prompts): 2 panels x 256 pairs are 32 KiB, in L1 while every
- * token group of the pass multiplies them; the first group brings them in.
- * Without chunks a pair of 3584-wide panels (224 KiB) is read from L2 by
- * every group. */
-#ifndef BF_KC
-#define BF_KC 256
-#endif
-
-/* RV panels (1 or 2) x T tokens (1-BF_TG), k-pairs [j0, j1): one
- * vdpbf16ps chain per output; after pair 0 the chain so far comes from Y
- * (stored f32, reloaded exactly: the same bits as one pass) */
-INLINEBF void dp_tile(const char *P, size_t ps, int j0, int j1, const uint32_t *xb, size_t ldx, float *Y,
-                      size_t ldy, const int RV, const int T)
+/* RV panels (1 or 2) x T tokens (1-BF_TG): one vdpbf16ps chain per output */
+INLINEBF void dp_tile(const char *P, size_t ps, int n_pair, const uint32_t *xb, size_t ldx, float *Y, size_t ldy,
+                      const int RV, const int T)
 {
     __m512 a[2][BF_TG];
     _Pragma("GCC unroll 2") for (int v = 0; v < RV; v++)
         _Pragma("GCC unroll 12") for (int t = 0; t < T; t++)
-            a[v][t] = j0 ? _mm512_loadu_ps(Y + (size_t)t * ldy + 16 * v) : _mm512_setzero_ps();
-    for (int j = j0; j < j1; j++) {
+            a[v][t] = _mm512_setzero_ps();
+    for (int j = 0; j < n_pair; j++) {
         __m512bh w[2];
         _Pragma("GCC unroll 2") for (int v = 0; v < RV; v++) {
             const char *p = P + (size_t)v * ps + (size_t)j * 64;
@@ -95,26 +84,23 @@ INLINEBF void dp_tile(const char *P, size_t ps, int j0, int j1, const uint32_t *
 
 #define DP_CASE(RV_, T_)                                                                                       \
     case (RV_) * 16 + (T_):                                                                                    \
-        dp_tile(P, ps, j0, j1, x, ldx, y, ldy, RV_, T_);                                                       \
+        dp_tile(P, ps, n_pair, x, ldx, y, ldy, RV_, T_);                                                       \
         break;
 
 AVX512BF void avx512bf16_pan_rows(const char *W, size_t ps, int p0, int p1, int n_in, const uint16_t *xb,
-                                  int n_tok, float *Y, int n_out, bool chunk)
+                                  int n_tok, float *Y, int n_out)
 {
-    const int n_pair = n_in / 2, kc = chunk && n_tok > BF_TG ? BF_KC : n_pair;
+    const int n_pair = n_in / 2;
     const size_t ldx = (size_t)n_pair, ldy = (size_t)n_out;
     const uint32_t *xp = (const uint32_t *)(const void *)xb;
     for (int p = p0; p < p1; p += 2) {
         const int rv = p1 - p >= 2 ? 2 : 1;
         const char *P = W + (size_t)p * ps;
-        for (int j0 = 0; j0 < n_pair; j0 += kc) {
-            const int j1 = n_pair - j0 < kc ? n_pair : j0 + kc;
-            for (int t0 = 0; t0 < n_tok; t0 += BF_TG) {
-                const int nt = n_tok - t0 < BF_TG ? n_tok - t0 : BF_TG;
-                const uint32_t *x = xp + (size_t)t0 * ldx;
-                float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
-                PANEL_TILE_SWITCH(PANEL_TILE_CASES12, DP_CASE, rv, nt)
-            }
+        for (int t0 = 0; t0 < n_tok; t0 += BF_TG) {
+            const int nt = n_tok - t0 < BF_TG ? n_tok - t0 : BF_TG;
+            const uint32_t *x = xp + (size_t)t0 * ldx;
+            float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
+            PANEL_TILE_SWITCH(PANEL_TILE_CASES12, DP_CASE, rv, nt)
         }
     }
 }
@@ -169,7 +155,7 @@ double bf16_dot_speedup(void)
             double t0 = now_s();
             for (int i = 0; i < REPS; i++) {
                 avx512bf16_round_row(x, N_IN, xb);
-                avx512bf16_pan_rows(w, ps, 0, N_PAN, N_IN, xb, 1, y, PANEL_ROWS * N_PAN, false);
+                avx512bf16_pan_rows(w, ps, 0, N_PAN, N_IN, xb, 1, y, PANEL_ROWS * N_PAN);
             }
             double t1 = now_s();
             for (int i = 0; i < REPS; i++)

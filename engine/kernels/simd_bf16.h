@@ -39,13 +39,11 @@ void avx512bf16_round_row(const float *x, int n, uint16_t *xb);
  * xb + t * n_in): Y[t * n_out + 16 p + i] = sum over the pairs j, in
  * order, of vdpbf16ps(W(16p + i, 2j..2j+1), xb pair j). One chain per
  * output whatever the tile: a token's outputs are the same bits alone and
- * in a decode step of any size. Tiles of 2 panels x 12 tokens; with chunk
- * (prompts) and more than 12 tokens each pair of panels goes in chunks of
- * 512 k (32 KiB, in L1), every token group on a chunk before the next, the
- * sums carried in Y between chunks (the same chain, the same bits). Call
- * only where the CPU has AVX512_BF16. */
+ * in a decode step of any size. Tiles of 2 panels x 12 tokens, each pair
+ * of panels (224 KiB at 3584 wide: in L2) met by every token group in
+ * turn. Call only where the CPU has AVX512_BF16. */
 void avx512bf16_pan_rows(const char *W, size_t ps, int p0, int p1, int n_in, const uint16_t *xb, int n_tok,
-                         float *Y, int n_out, bool chunk);
+                         float *Y, int n_out);
 
 /* The start-up measurement (about 2 ms): the one-token vdpbf16ps kernel
  * against the convert+FMA kernel on 4 panels of 2048 (256 KiB, L2), 8
