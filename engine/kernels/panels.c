@@ -317,7 +317,7 @@ INLINEP void pan_tile(const char *P, size_t ps, int n_in, const float *X, size_t
  * tokens in groups of PANEL_TG (a pair of 3584-element panels, 224 KiB,
  * stays in L2 for the next group). Chunks of 512 k in L1 for every group
  * measured no faster (prompts of 128 and 512 tokens, F16 and vdpbf16ps:
- * 0.8-1.0 of this). */
+ * 0.77-1.0 of this). */
 #define PAN_ROWS(NAME, CASE)                                                                                   \
     AVX512P static void NAME(const char *W, size_t ps, int p0, int p1, int n_in, const float *X, int n_tok,  \
                              float *Y, int n_out)                                                              \
