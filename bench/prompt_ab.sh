@@ -4,18 +4,20 @@
 #
 #   engine MODEL A_BIN B_BIN [SIZES]   `hyserve generate -n 1` on prompts of about SIZES tokens
 #                                      (default "2 8 32 64 128 512"): A_BIN, then B_BIN with
-#                                      HYSERVE_INT8_PROMPT=0 and unset (auto), REPS times
+#                                      $AB_VAR=0 and unset (auto), REPS times
 #   server MODEL BIN [SIZE]            the same prompt (default ~320 tokens) through
 #                                      `hyserve generate` (the engine alone) and through
 #                                      POST /generate of `hyserve serve` (prefill = ttft_ms -
 #                                      queue_ms of the access log line), with the prefix cache
 #                                      on and off, REPS times
-# Env: REPS (default 3), THREADS (default 2), PORT (default 18777). Prompts are random letters:
+# Env: REPS (default 3), THREADS (default 2), PORT (default 18777), AB_VAR (the switch B_BIN
+# runs with =0 and unset: default HYSERVE_INT8_PROMPT; HYSERVE_BF16_PROMPT for BF16 files). Prompts are random letters:
 # about one token per character on the bench models' 4096-token vocabulary.
 set -u
 REPS=${REPS:-3}
 THREADS=${THREADS:-2}
 PORT=${PORT:-18777}
+AB_VAR=${AB_VAR:-HYSERVE_INT8_PROMPT}
 export OMP_WAIT_POLICY=PASSIVE
 
 prompt() {   # about $1 tokens of random letters, the same for the same $1
@@ -33,7 +35,7 @@ engine)
         for r in $(seq "$REPS"); do
             for v in a b0 bauto; do
                 case $v in a) bin=$a; e=auto ;; b0) bin=$b; e=0 ;; bauto) bin=$b; e=auto ;; esac
-                out=$(HYSERVE_INT8_PROMPT=$e "$bin" generate -m "$model" -p "$p" -n 1 -t "$THREADS" --temp 0 2>&1 \
+                out=$(env "$AB_VAR=$e" "$bin" generate -m "$model" -p "$p" -n 1 -t "$THREADS" --temp 0 2>&1 \
                       >/dev/null | grep -o "prompt: .*tok/s)")
                 echo "size $n rep $r $v: $out load $(loadavg)"
             done

@@ -438,6 +438,16 @@ const char *engine_bf16_decode(void)
     return simd_bf16_dot_why();
 }
 
+const char *engine_bf16_prompt(void)
+{
+    return matmul_bf16_prompt_name();
+}
+
+const char *engine_f16_prompt(void)
+{
+    return matmul_f16_prompt_name();
+}
+
 int engine_threads(void)
 {
     return blas_get_threads();

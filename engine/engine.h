@@ -82,6 +82,11 @@ const char *engine_kernels_name(void);
 /* The BF16 decode kernel and why it was chosen, e.g. "vdpbf16ps (measured
  * 1.31x the speed of the FMA kernel)" or "fma (no AVX512_BF16)" (kernels/cpu.h). */
 const char *engine_bf16_decode(void);
+/* The prompt paths of BF16 and F16 weights in panels (matmul.h), e.g.
+ * "vdpbf16ps (as bf16 decode)", "outer-product tile to 16 tokens, sgemm
+ * past it". */
+const char *engine_bf16_prompt(void);
+const char *engine_f16_prompt(void);
 /* Threads the engine's parallel regions and OpenBLAS use now. */
 int engine_threads(void);
 /* Seconds on the monotonic clock: the one clock the scheduler, the server

@@ -1,8 +1,10 @@
 /* matmul.c - the matrix products: one entry point, the kernel per shape. */
 #include "matmul.h"
 
+#include <limits.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,15 @@
 #include "kernels/simd_amx.h"
 #include "kernels/simd512.h"
 #include "kernels/simd_kqtile.h"
+
+/* F16 prompts on packed weights up to this many tokens take the
+ * outer-product kernel, longer ones sgemm on decoded panels (see
+ * matmul_f16_outer_max): every length. Measured (the bench model's seven
+ * projection shapes, 2 threads, best of 3-5, load 8-11 from other
+ * sessions: ratios only), GFLOP/s tile / sgemm: 17 tokens 160 / 43 and
+ * 105 / 35 (sgemm's cliff past small_max), 32: 169 / 41, 145 / 85, 64:
+ * 126 / 75, 130 / 74, 128: 135 / 61, 116 / 70, 512: 75 / 66, 54 / 50. */
+#define MATMUL_F16_OUTER_MAX INT_MAX
 
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
  * input: each thread turns a tile to f32 and runs sgemm on it. */
@@ -576,15 +587,82 @@ static void matmul_shared(int n, float *const *Y, const weight *const *W, const 
     }
 }
 
+/* ---- BF16 and F16 prompts on packed weights ----
+ * BF16: see matmul_set_bf16_prompt (matmul.h). F16: the outer-product
+ * kernel up to mm_f16_outer_max tokens. */
+static int mm_bf16_prompt = -1;         /* MATMUL_BF16_*, -1 before the environment is read */
+
+void matmul_set_bf16_prompt(int mode)
+{
+    mm_bf16_prompt = mode;
+}
+
+static int bf16_prompt_mode(void)
+{
+    if (mm_bf16_prompt < 0) {
+        const char *e = getenv("HYSERVE_BF16_PROMPT");
+        mm_bf16_prompt = e && !strcmp(e, "0") ? MATMUL_BF16_EXACT : e && !strcmp(e, "1") ? MATMUL_BF16_ROUNDED
+                                                                                        : MATMUL_BF16_AUTO;
+    }
+    return mm_bf16_prompt;
+}
+
+bool matmul_bf16_prompt(void)
+{
+    const int m = bf16_prompt_mode();
+    return m == MATMUL_BF16_ROUNDED || (m == MATMUL_BF16_AUTO && simd_bf16_dot());
+}
+
+const char *matmul_bf16_prompt_name(void)
+{
+    const int m = bf16_prompt_mode();
+    if (!matmul_bf16_prompt())
+        return m == MATMUL_BF16_EXACT ? "exact (HYSERVE_BF16_PROMPT=0)" : "exact (as bf16 decode)";
+    if (!simd_bf16_dot())
+        return "bf16-rounded activations on the FMA kernel (HYSERVE_BF16_PROMPT=1; vdpbf16ps not in use)";
+    return m == MATMUL_BF16_ROUNDED ? "vdpbf16ps (HYSERVE_BF16_PROMPT=1)" : "vdpbf16ps (as bf16 decode)";
+}
+
+static int mm_f16_outer_max = -1;       /* tokens; -1 before the environment is read */
+
+void matmul_set_f16_outer_max(int n_tok)
+{
+    mm_f16_outer_max = n_tok;
+}
+
+int matmul_f16_outer_max(void)
+{
+    if (mm_f16_outer_max < 0) {
+        const char *e = getenv("HYSERVE_F16_PROMPT");
+        mm_f16_outer_max = e && !strcmp(e, "tile")                          ? INT_MAX
+                           : e && (!strcmp(e, "sgemm") || !strcmp(e, "0")) ? 0
+                                                                          : MATMUL_F16_OUTER_MAX;
+    }
+    return mm_f16_outer_max > mm_small_max ? mm_f16_outer_max : mm_small_max;
+}
+
+const char *matmul_f16_prompt_name(void)
+{
+    static char name[64];
+    const int m = matmul_f16_outer_max();
+    if (m == INT_MAX)
+        return "outer-product tile";
+    snprintf(name, sizeof name, "outer-product tile to %d tokens, sgemm past it", m);
+    return name;
+}
+
 /* packed weights (panels.h): the outer-product kernel for one token and
  * decode steps (Q8_0 on int8 activations, as the rows'), and on f32
- * activations for short prompts (as the rows' tile); sgemm on decoded
- * panels for longer prompts */
+ * activations for short prompts (as the rows' tile; F16 up to
+ * matmul_f16_outer_max); sgemm on decoded panels for longer prompts; BF16
+ * prompts on bf16-rounded activations where matmul_bf16_prompt() */
 static int panels_path(const weight *W, int n_tok, bool decode)
 {
+    if (!decode && W->type == GGML_BF16 && matmul_bf16_prompt())
+        return PANELS_BF16ACT;  /* a prompt of one token too: every prompt product rounds */
     if (n_tok == 1 || decode || (W->type == GGML_Q8_0 && matmul_int8_prompt()))
         return PANELS_DECODE;
-    return n_tok <= mm_small_max ? PANELS_OUTER : PANELS_SGEMM;
+    return n_tok <= (W->type == GGML_F16 ? matmul_f16_outer_max() : mm_small_max) ? PANELS_OUTER : PANELS_SGEMM;
 }
 
 void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok, bool decode,
@@ -611,7 +689,7 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
             }
         }
         if (np >= 2) {
-            panels_matmul_many(np, YP, P, X, n_tok, path == PANELS_DECODE, scratch);
+            panels_matmul_many(np, YP, P, X, n_tok, path, scratch);
             for (int i = 0; i < n; i++)
                 if (!in[i])
                     matmul(Y[i], W[i], X, n_tok, decode, scratch);

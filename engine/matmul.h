@@ -53,5 +53,32 @@ enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO };
 #define MATMUL_KQ_PROMPT_MIN_TOK 32
 void matmul_set_int8_prompt(int mode);
 bool matmul_int8_prompt(void);
+/* BF16 prompts on weights in panels (panels.h, PANELS_BF16ACT):
+ * MATMUL_BF16_EXACT on f32 activations (the outer-product kernel up to
+ * small_max tokens, sgemm on decoded panels past it: the reference's
+ * arithmetic); MATMUL_BF16_ROUNDED on activations rounded to bf16 at every
+ * level (vdpbf16ps where BF16 decode takes it, simd_bf16_dot; else the
+ * rounded values on the FMA kernel: the reference's bf16 mode); MATMUL_BF16_AUTO rounded
+ * where BF16 decode took vdpbf16ps (simd_bf16_dot, the start-up
+ * measurement), else exact. The default is HYSERVE_BF16_PROMPT: "0"
+ * exact, "1" rounded, unset or else auto. matmul_bf16_prompt(): whether
+ * BF16 prompts round now; matmul_bf16_prompt_name(): the path and why,
+ * for the ready line and /info. */
+enum { MATMUL_BF16_EXACT, MATMUL_BF16_ROUNDED, MATMUL_BF16_AUTO };
+void matmul_set_bf16_prompt(int mode);
+bool matmul_bf16_prompt(void);
+const char *matmul_bf16_prompt_name(void);
+/* F16 prompts on weights in panels: the outer-product kernel (F16C
+ * widening in registers, tiles of 32 rows x 12 tokens) up to
+ * matmul_f16_outer_max() tokens, sgemm on panels decoded to f32 past it.
+ * HYSERVE_F16_PROMPT: "tile" every length on the kernel, "sgemm" (or "0")
+ * from small_max + 1 tokens on sgemm (as before), unset or else the measured
+ * default (MATMUL_F16_OUTER_MAX). matmul_f16_prompt_name(): for the ready
+ * line and /info. */
+int matmul_f16_outer_max(void);
+/* Tests and benchmarks: set it (INT_MAX: every length on the kernel, 0:
+ * small_max), -1: the default again. */
+void matmul_set_f16_outer_max(int n_tok);
+const char *matmul_f16_prompt_name(void);
 
 #endif

@@ -1166,6 +1166,8 @@ static void info_add_container(cJSON *o, const server *srv)
     cJSON_AddNumberToObject(k, "model_file_bytes", (double)lim->model_file_bytes);
     cJSON_AddStringToObject(k, "kernels", engine_kernels_name());
     cJSON_AddStringToObject(k, "bf16_decode", engine_bf16_decode());
+    cJSON_AddStringToObject(k, "bf16_prompt", engine_bf16_prompt());
+    cJSON_AddStringToObject(k, "f16_prompt", engine_f16_prompt());
 }
 
 static int h_info(http_req *hr)

@@ -245,6 +245,10 @@ def golden(ctx, name, seed, s, writer):
         # the prompt on int8 products (HYSERVE_INT8_PROMPT=1: every Q8_0 / Q4_0 / K-quant product's
         # activations quantized per block) against the reference quantizing them the same way
         msg += ", " + int8_golden(ctx, path, m, tokens, s)
+    if s["dtype"] == "bf16":
+        # the prompt on bf16-rounded activations (HYSERVE_BF16_PROMPT=1) against the reference
+        # rounding them the same way (suite_reference.bf16_golden)
+        msg += ", " + tr.bf16_golden(ctx, path, m, tokens, ref)
     if s["dtype"] == "q8_0":
         # Q8_0 both as stored and repacked into panels of 16 rows (engine/kernels/panels.h; the default
         # only on AVX-512 with VNNI and without AMX): a prompt takes sgemm on decoded panels (up to
@@ -277,15 +281,8 @@ def int8_golden(ctx, path, m, tokens, s):
     """C with int8 prompt products vs the reference in its int8 activation mode; Q8_0 also
     repacked in panels. Returns the message part."""
     ref = m.forward(tokens)
-    qwen35_ref.set_int8_activations(True)
-    try:
-        ref8 = m.forward(tokens)
-    finally:
-        qwen35_ref.set_int8_activations(False)
-
-    def rms(a, b):
-        return float(np.sqrt(np.mean((a - b) ** 2) / np.mean(b ** 2)))
-
+    ref8 = tr.forward_in_mode(m, tokens, qwen35_ref.set_int8_activations)
+    rms = tr.rel_rms
     effect = rms(ref8, ref)
     parts = []
     for panels in (("0", "1") if s["dtype"] == "q8_0" else ("1",)):

@@ -1,4 +1,4 @@
-/* test_bf16.c - BF16 decode on vdpbf16ps (engine/kernels/simd_bf16.h).
+/* test_bf16.c - BF16 decode and prompts on vdpbf16ps (engine/kernels/simd_bf16.h).
  *
  * The weights are exact bf16; the kernel rounds each activation to bf16
  * (nearest even) and sums the pairs' products in f32. So against the exact
@@ -10,10 +10,12 @@
  * remains. A kernel that skipped the rounding, dropped the odd element of
  * a pair, or read a wrong pair misses by far more.
  *
- * Everything here needs AVX512_BF16; elsewhere each test prints
- * "skipped" and passes. The switch (simd_set_bf16_dot, HYSERVE_BF16_DOT)
- * is tested both ways, so both paths run on any machine with the
- * instruction whatever the start-up measurement chose.
+ * The decode tests need AVX512_BF16; elsewhere each prints "skipped" and
+ * passes. The switch (simd_set_bf16_dot, HYSERVE_BF16_DOT) is tested both
+ * ways, so both paths run on any machine with the instruction whatever
+ * the start-up measurement chose. The prompt test runs each form the
+ * machine can run (vdpbf16ps, the rounded activations on the FMA kernel,
+ * the portable loop) and names the ones it skips.
  */
 #include <math.h>
 #include <stdint.h>
@@ -224,4 +226,95 @@ TEST(test_bf16_dot_startup_measurement_runs)
     const double r = bf16_dot_speedup();
     printf("    vdpbf16ps / convert+FMA speed ratio here: %.2f (%s)\n", r, simd_bf16_dot_why());
     CHECK(r > 0.0 && isfinite(r));
+}
+
+/* One BF16 prompt form (matmul, n_tok tokens) on a case: every output
+ * within check_out's bounds of the rounded-activation product (rounded) or
+ * within f32 summation of the exact product (exact mode); *dev gets the
+ * largest deviation from the exact product relative to sum |w x|. */
+static int prompt_form(const case_ *c, int n_tok, bool rounded, const char *what, double *dev)
+{
+    weight w = { .data = c->packed, .type = GGML_BF16, .n_in = c->n_in, .n_out = c->n_out,
+                 .row_bytes = 2 * (size_t)c->n_in, .panels = true };
+    float *scratch = malloc(sizeof(float) * (size_t)matmul_scratch_floats(&w, n_tok));
+    float *y = malloc(sizeof(float) * (size_t)n_tok * c->n_out);
+    int bad = !scratch || !y;
+    if (!bad)
+        matmul(y, &w, c->x, n_tok, false, scratch);
+    for (int t = 0; t < n_tok && !bad; t++)
+        for (int r = 0; r < c->n_out && !bad; r++) {
+            const float *x = c->x + (size_t)t * c->n_in;
+            const float v = y[(size_t)t * c->n_out + r];
+            double exact = 0.0, mag = 0.0;
+            for (int k = 0; k < c->n_in; k++) {
+                const double wk = bf16_to_f32(c->rows[(size_t)r * c->n_in + k]);
+                exact += wk * x[k];
+                mag += fabs(wk * x[k]);
+            }
+            *dev = fmax(*dev, fabs(v - exact) / mag);
+            if (rounded) {
+                bad = check_out(c, x, v, r, what);
+            } else if (fabs(v - exact) > (c->n_in + 2) * 0x1p-24 * mag) {
+                test_fail(__FILE__, __LINE__, "%s %dx%d token %d row %d: %.9g exact %.9g", what, c->n_out, c->n_in, t,
+                          r, (double)v, exact);
+                bad = 1;
+            }
+        }
+    free(scratch);
+    free(y);
+    return bad;
+}
+
+/* BF16 prompts (matmul, not a decode step) on weights in panels, each form
+ * the machine can run, forced: vdpbf16ps (AVX512_BF16), the rounded
+ * activations on the FMA kernel (AVX-512), the portable loop (AVX-512
+ * off), and the exact mode. Token counts past the kernels' group of 12
+ * (and not a multiple of it), widths of 34 to 1030. */
+TEST(test_bf16_prompt_forms_within_bf16_rounding_of_the_reference)
+{
+    static const int shapes[][2] = { { 32, 34 }, { 48, 1024 }, { 80, 1030 } };
+    static const int toks[] = { 2, 13, 40 };
+    struct {
+        const char *name;
+        int dot, avx512, mode;
+    } forms[] = {
+        { "vdpbf16ps", 1, 1, MATMUL_BF16_ROUNDED },
+        { "rounded x on the FMA kernel", 0, 1, MATMUL_BF16_ROUNDED },
+        { "rounded x on the portable loop", 0, 0, MATMUL_BF16_ROUNDED },
+        { "exact", 0, 1, MATMUL_BF16_EXACT },
+    };
+    int bad = 0;
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0] && !bad; f++) {
+        simd_set_avx512(true);                  /* the CPU's level (less HYSERVE_SIMD), then forced */
+        simd_set_bf16_dot(-1);
+        if ((forms[f].dot && !cpu_kern.on.avx512_bf16) || (forms[f].avx512 && !simd_avx512())) {
+            printf("    skipped form \"%s\": %s\n", forms[f].name, forms[f].dot ? "no AVX512_BF16" : "no AVX-512");
+            continue;
+        }
+        simd_set_avx512(forms[f].avx512);
+        simd_set_bf16_dot(forms[f].dot);
+        matmul_set_bf16_prompt(forms[f].mode);
+        const bool rounded = forms[f].mode == MATMUL_BF16_ROUNDED;
+        CHECK(matmul_bf16_prompt() == rounded);
+        CHECK_MSG(!strncmp(matmul_bf16_prompt_name(), !rounded ? "exact" : forms[f].dot ? "vdpbf16ps" : "bf16-rounded",
+                           5),
+                  "form %s: name %s", forms[f].name, matmul_bf16_prompt_name());
+        double dev = 0.0;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !bad; s++)
+            for (size_t t = 0; t < sizeof toks / sizeof toks[0] && !bad; t++) {
+                case_ c;
+                const bool ok = case_make(&c, shapes[s][0], shapes[s][1], toks[t], 300u + (uint32_t)(s * 7 + t));
+                CHECK(ok);
+                bad = !ok || prompt_form(&c, toks[t], rounded, forms[f].name, &dev);
+                case_free(&c);
+            }
+        /* the rounding really happened (or really did not) */
+        if (!bad && rounded)
+            CHECK_MSG(dev > 1030 * 0x1p-24, "form %s: max deviation %.3g, not bf16-rounded?", forms[f].name, dev);
+        printf("    form \"%s\": max deviation from the exact product %.3g of sum |w x|\n", forms[f].name, dev);
+    }
+    simd_set_avx512(true);
+    simd_set_bf16_dot(-1);
+    matmul_set_bf16_prompt(MATMUL_BF16_AUTO);
+    CHECK(!bad);
 }

@@ -5,6 +5,7 @@
  * kernel, prompts on sgemm over decoded panels, the portable loop without
  * AVX-512) against dot products of the rows as stored, summed in double.
  */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,26 @@ TEST(test_panels_products_match_double_dots_of_the_stored_rows)
     int bad = check_products(GGML_BF16, 48, 1024, 5, 1) || check_products(GGML_F16, 80, 130, 17, 0);
     simd_set_avx512(true);
     simd_set_bf16_dot(-1);
+    CHECK(!bad);
+}
+
+/* F16 prompts through matmul with the length switch forced each way: the
+ * outer-product kernel at every length, and sgemm on decoded panels past
+ * small_max; both within f32 summation of the double dots (a wide shape,
+ * past the kernel's chunk of 512 k, and token counts past its group of 12) */
+TEST(test_panels_f16_prompt_takes_either_path_by_length)
+{
+    static const int toks[] = { 13, 40, 100 };
+    rng_state = 31;
+    int bad = 0;
+    for (int f = 0; f < 2 && !bad; f++) {
+        matmul_set_f16_outer_max(f ? 0 : INT_MAX);
+        CHECK(matmul_f16_outer_max() == (f ? 16 : INT_MAX));
+        CHECK(!strncmp(matmul_f16_prompt_name(), "outer-product tile", 18));
+        for (size_t t = 0; t < sizeof toks / sizeof toks[0] && !bad; t++)
+            bad = check_products(GGML_F16, 48, 1030, toks[t], 0) || check_products(GGML_F16, 32, 34, toks[t], 0);
+    }
+    matmul_set_f16_outer_max(-1);
     CHECK(!bad);
 }
 

@@ -10,6 +10,7 @@
 
 #include "blas.h"
 #include "ggml_type.h"
+#include "panel_tile.h"
 #include "quant.h"
 #include "simd_amx.h"
 #include "simd_bf16.h"
@@ -171,15 +172,18 @@ static void q8_acts_fill(const float *X, int n_in, int t0, int t1, q8_acts a)
     }
 }
 
-/* BF16 decode steps on vdpbf16ps take at most this many tokens per pass:
- * their rounded activations, n_in / 2 floats a token, sit in the scratch */
+/* BF16 products on rounded activations (n_in / 2 floats a token on
+ * vdpbf16ps) get scratch for at least this many tokens, so a decode step
+ * of up to 64 sequences is one pass; prompts fill the sgemm tiles' scratch
+ * too (bf16_pass_tokens) */
 #define BF16DP_MAX_TOK 64
 
 long panels_scratch_floats(const weight *w, int n_tok)
 {
     const long tile = n_tok > 1 ? (long)omp_get_max_threads() * PANEL_TILE_ROWS * w->n_in : 0;
-    if (w->type == GGML_BF16) {
-        const long acts = (long)(n_tok < BF16DP_MAX_TOK ? n_tok : BF16DP_MAX_TOK) * (w->n_in / 2 + 16);
+    if (w->type == GGML_BF16) {             /* bf16 pairs for vdpbf16ps, or one token's rounded floats */
+        const long pairs = (long)(n_tok < BF16DP_MAX_TOK ? n_tok : BF16DP_MAX_TOK) * (w->n_in / 2 + 16);
+        const long acts = pairs > w->n_in ? pairs : w->n_in;
         return acts > tile ? acts : tile;
     }
     if (w->type != GGML_Q8_0)
@@ -216,7 +220,8 @@ static void panels_matmul_plain_q8(float *restrict Y, const weight *W, const flo
     }
 }
 
-static void panels_matmul_plain(float *restrict Y, const weight *W, const float *restrict X, int n_tok)
+/* round: each activation rounded to bf16 first (PANELS_BF16ACT) */
+static void panels_matmul_plain(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool round)
 {
     const int n_in = W->n_in, n_out = W->n_out;
     #pragma omp parallel for schedule(static)
@@ -225,7 +230,7 @@ static void panels_matmul_plain(float *restrict Y, const weight *W, const float 
             const float *x = X + (size_t)t * n_in;
             float s = 0.0f;
             for (int k = 0; k < n_in; k++)
-                s += panels_get(W, r, k) * x[k];
+                s += panels_get(W, r, k) * (round ? bf16_to_f32(bf16_round_ref(x[k])) : x[k]);
             Y[(size_t)t * n_out + r] = s;
         }
 }
@@ -293,31 +298,27 @@ INLINEP void pan_tile(const char *P, size_t ps, int n_in, const float *X, size_t
             _mm512_storeu_ps(Y + (size_t)t * ldy + 16 * v, a[v][t]);
 }
 
-#define PAN_CASE(RV_, T_, BF)                                                                                  \
+#define PAN_CASE_BF16(RV_, T_)                                                                                 \
     case (RV_) * 16 + (T_):                                                                                    \
-        pan_tile(P, ps, n_in, x, ldx, y, ldy, RV_, T_, BF);                                                    \
+        pan_tile(P, ps, n_in, x, ldx, y, ldy, RV_, T_, true);                                                 \
         break;
-#define PAN_CASES(RV_, BF)                                                                                     \
-    PAN_CASE(RV_, 1, BF) PAN_CASE(RV_, 2, BF) PAN_CASE(RV_, 3, BF) PAN_CASE(RV_, 4, BF) PAN_CASE(RV_, 5, BF) \
-    PAN_CASE(RV_, 6, BF) PAN_CASE(RV_, 7, BF) PAN_CASE(RV_, 8, BF) PAN_CASES_WIDE(RV_, BF)
+#define PAN_CASE_F16(RV_, T_)                                                                                  \
+    case (RV_) * 16 + (T_):                                                                                    \
+        pan_tile(P, ps, n_in, x, ldx, y, ldy, RV_, T_, false);                                                 \
+        break;
 /* Tokens per tile: 12 (2 x 12 accumulators, 4 weight vectors and 2
  * broadcasts in the 32 registers). Measured against groups of 8 (BF16 and
  * F16, 400 MiB, 2 threads, one process alternating, 15 repetitions,
  * median): 16 tokens 0.91-0.98, 24: 0.90-0.95, 64: 0.94-1.00, 12: 0.92,
  * 8: 1.01. */
-#ifndef PANEL_TG
 #define PANEL_TG 12
-#endif
-#if PANEL_TG > 8
-#define PAN_CASES_WIDE(RV_, BF) PAN_CASE(RV_, 9, BF) PAN_CASE(RV_, 10, BF) PAN_CASE(RV_, 11, BF) PAN_CASE(RV_, 12, BF)
-#else
-#define PAN_CASES_WIDE(RV_, BF)
-#endif
 
 /* panels [p0, p1) of W x all n_tok tokens: pairs of panels, each pair's
  * tokens in groups of PANEL_TG (a pair of 3584-element panels, 224 KiB,
- * stays in L2 for the next group) */
-#define PAN_ROWS(NAME, BF)                                                                                     \
+ * stays in L2 for the next group). Chunks of 512 k in L1 for every group
+ * measured no faster (prompts of 128 and 512 tokens, F16 and vdpbf16ps:
+ * 0.77-1.0 of this). */
+#define PAN_ROWS(NAME, CASE)                                                                                   \
     AVX512P static void NAME(const char *W, size_t ps, int p0, int p1, int n_in, const float *X, int n_tok,  \
                              float *Y, int n_out)                                                              \
     {                                                                                                          \
@@ -329,15 +330,13 @@ INLINEP void pan_tile(const char *P, size_t ps, int n_in, const float *X, size_t
                 const int nt = n_tok - t0 < PANEL_TG ? n_tok - t0 : PANEL_TG;                                  \
                 const float *x = X + (size_t)t0 * ldx;                                                         \
                 float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;                                      \
-                switch (rv * 16 + nt) {                                                                        \
-                    PAN_CASES(1, BF) PAN_CASES(2, BF)                                                          \
-                }                                                                                              \
+                PANEL_TILE_SWITCH(PANEL_TILE_CASES12, CASE, rv, nt)                                            \
             }                                                                                                  \
         }                                                                                                      \
     }
 
-PAN_ROWS(pan_rows_bf16, true)
-PAN_ROWS(pan_rows_f16, false)
+PAN_ROWS(pan_rows_bf16, PAN_CASE_BF16)
+PAN_ROWS(pan_rows_f16, PAN_CASE_F16)
 
 /* ---- Q8_0 on AVX512-VNNI ----
  * RV panels (1 or 2, ps bytes apart) x T tokens (1-Q8P_TG) of int8
@@ -417,10 +416,8 @@ INLINEQ void q8p_tile(const char *P, size_t ps, int nb, int b0, int b1, q8_acts 
     case (RV_) * 16 + (T_):                                                                                    \
         q8p_tile(P, ps, nb, k0, k1, at, (size_t)n_in, y, ldy, RV_, T_, ahead);                                 \
         break;
-#define Q8P_CASES(RV_) Q8P_CASE(RV_, 1) Q8P_CASE(RV_, 2) Q8P_CASE(RV_, 3) Q8P_CASE(RV_, 4) Q8P_CASE(RV_, 5) \
-    Q8P_CASE(RV_, 6)
 #if Q8P_TG != 6
-#error "Q8P_CASES lists tiles of 1-6 tokens"
+#error "q8p_rows switches over tiles of 1-6 tokens"
 #endif
 
 /* blocks per chunk when a pair of panels takes several token groups */
@@ -455,9 +452,7 @@ AVX512Q static void q8p_rows(const char *W, size_t ps, int p0, int p1, int n_in,
                 const bool ahead = t0 > 0 && p + 2 < p1;
                 const q8_acts at = { a.q + (size_t)t0 * n_in, a.d + (size_t)t0 * nb, a.c + (size_t)t0 * nb };
                 float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
-                switch (rv * 16 + nt) {
-                    Q8P_CASES(1) Q8P_CASES(2)
-                }
+                PANEL_TILE_SWITCH(PANEL_TILE_CASES6, Q8P_CASE, rv, nt)
             }
         }
     }
@@ -517,10 +512,6 @@ INLINEQ void q8f_tile(const char *P, size_t ps, int nb, const float *X, size_t l
     case (RV_) * 16 + (T_):                                                                                    \
         q8f_tile(P, ps, nb, x, ldx, y, ldy, RV_, T_);                                                          \
         break;
-#define Q8F_CASES(RV_)                                                                                         \
-    Q8F_CASE(RV_, 1) Q8F_CASE(RV_, 2) Q8F_CASE(RV_, 3) Q8F_CASE(RV_, 4) Q8F_CASE(RV_, 5) Q8F_CASE(RV_, 6)     \
-    Q8F_CASE(RV_, 7) Q8F_CASE(RV_, 8) Q8F_CASE(RV_, 9) Q8F_CASE(RV_, 10) Q8F_CASE(RV_, 11) Q8F_CASE(RV_, 12)
-
 /* panels [p0, p1) of a Q8_0 W x n_tok f32 tokens, as PAN_ROWS (tiles of 12) */
 AVX512Q static void q8f_rows(const char *W, size_t ps, int p0, int p1, int n_in, const float *X, int n_tok, float *Y,
                              int n_out)
@@ -534,9 +525,7 @@ AVX512Q static void q8f_rows(const char *W, size_t ps, int p0, int p1, int n_in,
             const int nt = n_tok - t0 < 12 ? n_tok - t0 : 12;
             const float *x = X + (size_t)t0 * ldx;
             float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
-            switch (rv * 16 + nt) {
-                Q8F_CASES(1) Q8F_CASES(2)
-            }
+            PANEL_TILE_SWITCH(PANEL_TILE_CASES12, Q8F_CASE, rv, nt)
         }
     }
 }
@@ -574,8 +563,24 @@ AVX512P static void pan_decode(const char *P, int n_in, bool bf16, float *tile, 
     }
 }
 
+/* Tokens per pass of BF16 products on rounded activations: all n_tok if
+ * the scratch holds them at slot floats each, else passes as even as the
+ * scratch allows (each pass reads the weight again: a short last one
+ * would cost the weight's bytes for a few tokens' products). About 250
+ * tokens of 1024 or 3584 on 2 threads. */
+static int bf16_pass_tokens(const weight *w, int n_tok, long slot)
+{
+    const long fit = panels_scratch_floats(w, n_tok) / slot;
+    if (fit >= n_tok)
+        return n_tok;
+    if (fit < 1)
+        return 1;
+    const long passes = (n_tok + fit - 1) / fit;
+    return (int)((n_tok + passes - 1) / passes);
+}
+
 void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
-                        bool decode, float *scratch)
+                        int path, float *scratch)
 {
     long total = 0, bytes = 0;
     for (int i = 0; i < n; i++) {
@@ -584,23 +589,41 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
     }
     const int n_in = W[0]->n_in;
     const uint32_t type = W[0]->type;
-    /* Q8_0 on int8 activations in passes of up to Q8P_MAX_TOK tokens, BF16
-     * decode steps on vdpbf16ps (where chosen, simd_bf16.h) in passes of
-     * BF16DP_MAX_TOK; the others in one */
-    const bool int8 = type == GGML_Q8_0 && (decode || n_tok == 1);
-    const bool dp = type == GGML_BF16 && (decode || n_tok == 1) && simd_bf16_dot() && scratch;
-    const int per = int8 ? Q8P_MAX_TOK : dp ? BF16DP_MAX_TOK : n_tok;
+    if (n_tok == 1 && path != PANELS_BF16ACT)
+        path = PANELS_DECODE;
+    /* Q8_0 on int8 activations in passes of up to Q8P_MAX_TOK tokens; BF16
+     * on activations rounded to bf16 (decode steps where vdpbf16ps was
+     * chosen, prompts on PANELS_BF16ACT) in passes that fit the scratch:
+     * vdpbf16ps where BF16 decode takes it too (dp: simd_bf16_dot, the
+     * start-up measurement or the switch), else the rounded values as
+     * floats on the FMA kernel (the same products, exact in f32); the
+     * others in one pass */
+    const bool int8 = type == GGML_Q8_0 && path == PANELS_DECODE;
+    const bool bfa = type == GGML_BF16 && scratch &&
+                     ((path == PANELS_DECODE && simd_bf16_dot()) || path == PANELS_BF16ACT);
+    const bool dp = bfa && simd_bf16_dot();
+    const long slot = dp ? n_in / 2 + 16 : n_in;       /* scratch floats per token: bf16 pairs, or floats */
+    const int per = int8 ? Q8P_MAX_TOK : bfa ? bf16_pass_tokens(W[0], n_tok, slot) : n_tok;
     for (int c0 = 0; c0 < n_tok; c0 += per) {
         const int nc = n_tok - c0 < per ? n_tok - c0 : per;
         const q8_acts acts = int8 ? q8_acts_at(scratch, n_in, nc) : (q8_acts){ 0 };
         uint16_t *xb = (uint16_t *)(void *)scratch;     /* dp: token t's pairs at xb + t n_in */
-        for (int t = 0; dp && t < nc; t++)
-            avx512bf16_round_row(X + (size_t)(c0 + t) * n_in, n_in, xb + (size_t)t * n_in);
+        float *xr = scratch;                            /* bfa without dp: token t's rounded x at xr + t n_in */
         #pragma omp parallel if (bytes >= 128 * 1024)
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
             if (int8) {                             /* each thread quantizes a share of the tokens */
                 q8_acts_fill(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, acts);
+                #pragma omp barrier
+            } else if (bfa) {                       /* or rounds a share to bf16 */
+                for (int t = nc * it / nt; t < nc * (it + 1) / nt; t++) {
+                    const float *x = X + (size_t)(c0 + t) * n_in;
+                    if (dp)
+                        avx512bf16_round_row(x, n_in, xb + (size_t)t * n_in);
+                    else
+                        for (int k = 0; k < n_in; k++)
+                            xr[(size_t)t * n_in + k] = bf16_to_f32(bf16_round_ref(x[k]));
+                }
                 #pragma omp barrier
             }
             const long g0 = total * it / nt, g1 = total * (it + 1) / nt;
@@ -610,7 +633,7 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
                 const long a = g0 > off ? g0 : off, b = g1 < off + np ? g1 : off + np;
                 const size_t ps = (size_t)PANEL_ROWS * W[i]->row_bytes;
                 float *y = Y[i] + (size_t)c0 * W[i]->n_out;
-                const float *x = X + (size_t)c0 * n_in;
+                const float *x = bfa ? xr : X + (size_t)c0 * n_in;
                 if (b > a && int8)
                     q8p_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, acts, nc, y, W[i]->n_out);
                 else if (b > a && type == GGML_Q8_0)
@@ -635,21 +658,21 @@ void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, 
     const char *base = W->data;
     const bool bf16 = W->type == GGML_BF16;
     const bool q8 = W->type == GGML_Q8_0;
-    if (n_tok == 1)
+    if (n_tok == 1 && path != PANELS_BF16ACT)
         path = PANELS_DECODE;
-    if (path == PANELS_SGEMM && !scratch)
+    if ((path == PANELS_SGEMM && !scratch) || (path == PANELS_BF16ACT && !bf16))
         path = PANELS_OUTER;
     if (!panels_kernel(W) && q8 && path == PANELS_DECODE) {
         panels_matmul_plain_q8(Y, W, X, n_tok, scratch);
         return;
     }
-    if (!panels_kernel(W)) {
-        panels_matmul_plain(Y, W, X, n_tok);
+    if (!panels_kernel(W) || (path == PANELS_BF16ACT && !scratch)) {
+        panels_matmul_plain(Y, W, X, n_tok, path == PANELS_BF16ACT);
         return;
     }
     if (path != PANELS_SGEMM) {
         float *y = Y;
-        panels_matmul_many(1, &y, &W, X, n_tok, path == PANELS_DECODE, scratch);
+        panels_matmul_many(1, &y, &W, X, n_tok, path, scratch);
         return;
     }
     const int per = PANEL_TILE_ROWS / PANEL_ROWS, n_tiles = (n_pan + per - 1) / per;

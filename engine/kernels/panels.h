@@ -80,11 +80,16 @@ long panels_scratch_floats(const weight *w, int n_tok);
  *     exact int sum, scaled by dw dx and added in block order;
  *   PANELS_OUTER: short prompts: the outer-product kernel on f32
  *     activations (Q8_0's weights widened to f32, exact);
- *   PANELS_SGEMM: longer prompts: sgemm on tiles of 64 rows decoded to f32.
+ *   PANELS_SGEMM: longer prompts: sgemm on tiles of 64 rows decoded to f32;
+ *   PANELS_BF16ACT: BF16 prompts on activations rounded to bf16 (nearest
+ *     even, bf16_round_ref): vdpbf16ps where BF16 decode takes it
+ *     (simd_bf16_dot, simd_bf16.h), else the rounded values as floats on
+ *     the FMA kernel or the portable loop: the same products (bf16 x bf16
+ *     is exact in f32), summed in f32. Other types take PANELS_OUTER.
  * On the kernels every output is one chain over k (or over Q8_0's blocks)
  * whatever the tile, so a token's result is the same bits alone or in any
- * decode step. One token always takes PANELS_DECODE. */
-enum { PANELS_DECODE, PANELS_OUTER, PANELS_SGEMM };
+ * decode step. One token takes PANELS_DECODE unless PANELS_BF16ACT. */
+enum { PANELS_DECODE, PANELS_OUTER, PANELS_SGEMM, PANELS_BF16ACT };
 
 /* Y[t * n_out + r] = sum_k W(r, k) X[t * n_in + k] for a packed W (the
  * contract of matmul), on path (above). Without the kernels
@@ -97,10 +102,10 @@ void panels_matmul(float *restrict Y, const weight *W, const float *restrict X, 
 
 /* Y[i] = X W[i]^T for n packed weights of one type and width on the
  * outer-product kernel in one parallel region (their panels concatenated
- * and split between the threads), as matmul_many does for rows; decode:
- * PANELS_DECODE's arithmetic, else PANELS_OUTER's. Only where
+ * and split between the threads), as matmul_many does for rows; path
+ * PANELS_DECODE, PANELS_OUTER or PANELS_BF16ACT (above). Only where
  * panels_kernel(); scratch as panels_matmul's for W[0]. */
 void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
-                        bool decode, float *scratch);
+                        int path, float *scratch);
 
 #endif

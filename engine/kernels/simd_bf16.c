@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "panel_tile.h"
 #include "panels.h"
 
 #define AVX512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
@@ -51,13 +52,17 @@ AVX512BF void avx512bf16_round_row(const float *x, int n, uint16_t *xb)
 /* bytes ahead in each panel's stream (panels.c's distance) */
 #define BF_PF 2048
 
-/* RV panels (1 or 2) x T tokens (1-8): one vdpbf16ps chain per output */
+/* Tokens per tile: 2 x 12 accumulators, 2 weight vectors and a broadcast
+ * in the 32 registers (as panels.c's f32 tile). */
+#define BF_TG 12
+
+/* RV panels (1 or 2) x T tokens (1-BF_TG): one vdpbf16ps chain per output */
 INLINEBF void dp_tile(const char *P, size_t ps, int n_pair, const uint32_t *xb, size_t ldx, float *Y, size_t ldy,
                       const int RV, const int T)
 {
-    __m512 a[2][8];
+    __m512 a[2][BF_TG];
     _Pragma("GCC unroll 2") for (int v = 0; v < RV; v++)
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+        _Pragma("GCC unroll 12") for (int t = 0; t < T; t++)
             a[v][t] = _mm512_setzero_ps();
     for (int j = 0; j < n_pair; j++) {
         __m512bh w[2];
@@ -66,14 +71,14 @@ INLINEBF void dp_tile(const char *P, size_t ps, int n_pair, const uint32_t *xb, 
             _mm_prefetch(p + BF_PF, _MM_HINT_T0);
             w[v] = (__m512bh)_mm512_loadu_si512(p);
         }
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+        _Pragma("GCC unroll 12") for (int t = 0; t < T; t++) {
             const __m512bh x = (__m512bh)_mm512_set1_epi32((int)xb[(size_t)t * ldx + (size_t)j]);
             _Pragma("GCC unroll 2") for (int v = 0; v < RV; v++)
                 a[v][t] = _mm512_dpbf16_ps(a[v][t], w[v], x);
         }
     }
     _Pragma("GCC unroll 2") for (int v = 0; v < RV; v++)
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+        _Pragma("GCC unroll 12") for (int t = 0; t < T; t++)
             _mm512_storeu_ps(Y + (size_t)t * ldy + 16 * v, a[v][t]);
 }
 
@@ -81,9 +86,6 @@ INLINEBF void dp_tile(const char *P, size_t ps, int n_pair, const uint32_t *xb, 
     case (RV_) * 16 + (T_):                                                                                    \
         dp_tile(P, ps, n_pair, x, ldx, y, ldy, RV_, T_);                                                       \
         break;
-#define DP_CASES(RV_)                                                                                          \
-    DP_CASE(RV_, 1) DP_CASE(RV_, 2) DP_CASE(RV_, 3) DP_CASE(RV_, 4) DP_CASE(RV_, 5) DP_CASE(RV_, 6)         \
-    DP_CASE(RV_, 7) DP_CASE(RV_, 8)
 
 AVX512BF void avx512bf16_pan_rows(const char *W, size_t ps, int p0, int p1, int n_in, const uint16_t *xb,
                                   int n_tok, float *Y, int n_out)
@@ -94,13 +96,11 @@ AVX512BF void avx512bf16_pan_rows(const char *W, size_t ps, int p0, int p1, int 
     for (int p = p0; p < p1; p += 2) {
         const int rv = p1 - p >= 2 ? 2 : 1;
         const char *P = W + (size_t)p * ps;
-        for (int t0 = 0; t0 < n_tok; t0 += 8) {
-            const int nt = n_tok - t0 < 8 ? n_tok - t0 : 8;
+        for (int t0 = 0; t0 < n_tok; t0 += BF_TG) {
+            const int nt = n_tok - t0 < BF_TG ? n_tok - t0 : BF_TG;
             const uint32_t *x = xp + (size_t)t0 * ldx;
             float *y = Y + (size_t)t0 * ldy + (size_t)p * PANEL_ROWS;
-            switch (rv * 16 + nt) {
-                DP_CASES(1) DP_CASES(2)
-            }
+            PANEL_TILE_SWITCH(PANEL_TILE_CASES12, DP_CASE, rv, nt)
         }
     }
 }

@@ -1,5 +1,5 @@
 /* simd_bf16.h - BF16 weights in panels against activations rounded to
- * bf16, on AVX512_BF16's vdpbf16ps (decode steps).
+ * bf16, on AVX512_BF16's vdpbf16ps (decode steps and prompts).
  *
  * Owns: rounding activations to bf16 pairs, the vdpbf16ps product on the
  * BF16 panel layout (panels.h: one dword per row and k-pair, exactly the
@@ -39,7 +39,9 @@ void avx512bf16_round_row(const float *x, int n, uint16_t *xb);
  * xb + t * n_in): Y[t * n_out + 16 p + i] = sum over the pairs j, in
  * order, of vdpbf16ps(W(16p + i, 2j..2j+1), xb pair j). One chain per
  * output whatever the tile: a token's outputs are the same bits alone and
- * in a decode step of any size. Call only where the CPU has AVX512_BF16. */
+ * in a decode step of any size. Tiles of 2 panels x 12 tokens, each pair
+ * of panels (224 KiB at 3584 wide: in L2) met by every token group in
+ * turn. Call only where the CPU has AVX512_BF16. */
 void avx512bf16_pan_rows(const char *W, size_t ps, int p0, int p1, int n_in, const uint16_t *xb, int n_tok,
                          float *Y, int n_out);
 

@@ -64,11 +64,13 @@ def align_up(n, a):
 
 
 class WeightArray(np.ndarray):
-    """A decoded tensor that remembers its GGUF type (ggml_type), which the reference's int8
-    activation mode reads (qwen35_ref.linear); views of it (one expert's slice) keep it."""
+    """A decoded tensor that remembers its GGUF type (ggml_type) and tensor name (gguf_name),
+    which the reference's int8 and bf16 activation modes read (qwen35_ref.linear); views of it
+    (one expert's slice) keep both."""
 
     def __array_finalize__(self, obj):
         self.ggml_type = getattr(obj, "ggml_type", None)
+        self.gguf_name = getattr(obj, "gguf_name", None)
 
 
 # --------------------------------------------------------------------------
@@ -286,6 +288,7 @@ class GGUFReader:
             raise GGUFError("tensor %s: unsupported ggml type %s" % (name, ti.type_name))
         w = a.reshape(ti.shape).view(WeightArray)
         w.ggml_type = t
+        w.gguf_name = name
         return w
 
     def tensor_f32(self, name):

@@ -62,8 +62,9 @@ class Ctx:
 
 def c_env():
     """The environment for the C binary: the caller's, with its own BLAS/OpenMP thread settings,
-    and prompts on f32 activations (HYSERVE_INT8_PROMPT=0: what the reference computes unless
-    told otherwise; a case that checks the int8 products passes HYSERVE_INT8_PROMPT=1)."""
+    and prompts on f32 activations (HYSERVE_INT8_PROMPT=0 and HYSERVE_BF16_PROMPT=0: what the
+    reference computes unless told otherwise; a case that checks the int8 or bf16 products
+    passes HYSERVE_INT8_PROMPT=1 or HYSERVE_BF16_PROMPT=1)."""
     env = dict(os.environ)
     for k, v in CALLER_ENV.items():
         if v is None:
@@ -71,6 +72,7 @@ def c_env():
         else:
             env[k] = v
     env["HYSERVE_INT8_PROMPT"] = "0"
+    env["HYSERVE_BF16_PROMPT"] = "0"
     return env
 
 

@@ -508,6 +508,14 @@ def self_test(verbose=False):
     z = np.zeros((2, 256))
     for name in ("q8_0", "q4_0", "q4_k", "q5_k", "q6_k"):
         assert not dequantize(quantize(z, name), name).any(), name
+    # 4. bf16 activations: ties to even both ways, a denormal to zero, and the file's bf16
+    # quantizer (bit arithmetic) agreeing with the frexp form on normal values
+    hand = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, -(1 + 2.0 ** -8), 1 + 2.0 ** -8 + 2.0 ** -20, 2.0 ** -130, 3.0])
+    want = np.array([1.0, 1 + 2.0 ** -6, -1.0, 1 + 2.0 ** -7, 0.0, 3.0])
+    assert np.array_equal(round_bf16_activations(hand), want), round_bf16_activations(hand)
+    y = dequantize(quantize(x, "bf16"), "bf16").reshape(x.shape).astype(np.float64)
+    assert np.array_equal(round_bf16_activations(x), y), "bf16 activations != the bf16 quantizer"
+    report.append(("bf16 act", "ties to even, denormal to zero, == the file quantizer on 4096 values"))
     if verbose:
         for a, b in report:
             print("  %-10s %s" % (a, b))
@@ -545,3 +553,18 @@ def quantize_activations(x, block):
     inv = np.where(d > 0, F32(1.0) / np.where(d > 0, d, F32(1.0)), F32(0.0)).astype(F32)
     q = np.rint(xb * inv[:, None])                  # float32 product, ties to even
     return (q.astype(np.float64) * d.astype(np.float64)[:, None]).reshape(np.shape(x))
+
+
+# --------------------------------------------------------------------------
+# bf16 activations: what the BF16 prompt products on vdpbf16ps multiply (docs/performance.md)
+
+def round_bf16_activations(x):
+    """x [...] as the bf16 products see it: each value first held as float32 (the engine's
+    activations), then rounded to bfloat16's 8 significant bits, to nearest with ties to even;
+    a float32 denormal (|x| < 2^-126) becomes zero, as vcvtneps2bf16 makes it. Returns float64
+    (every bf16 value is exact there). From the format: x = m 2^e with 0.5 <= |m| < 1
+    (frexp), kept as rint(m 2^8) 2^(e - 8)."""
+    x32 = np.asarray(x, dtype=np.float64).astype(F32).astype(np.float64)
+    m, e = np.frexp(x32)
+    r = np.ldexp(np.rint(np.ldexp(m, 8)), e - 8)
+    return np.where(np.abs(x32) < 2.0 ** -126, 0.0 * x32, r)

@@ -16,6 +16,7 @@ C engine is tested against, so it favours obviousness over speed.
 
 CLI:
   /usr/bin/python3 tests/ref/qwen35_ref.py MODEL.gguf --tokens 1,2,3 [--all] [--chunked] [--int8-act]
+      [--bf16-act]
   /usr/bin/python3 tests/ref/qwen35_ref.py --self-test
 prints one JSON object {"tokens": [...], "logits": [[...], ...]} (one row of
 n_vocab floats per position with --all, else only the last position's row).
@@ -75,12 +76,36 @@ def set_int8_activations(on):
     INT8_ACT = bool(on)
 
 
+# bf16 activation mode (set_bf16_activations, --bf16-act): the engine's BF16 prompt products
+# (HYSERVE_BF16_PROMPT=1; vdpbf16ps) round the activations to bf16 for the BF16 weights it
+# repacks into panels of 16 rows (engine/kernels/panels.h, model.c pack_panels): a layer's
+# projection matrix or an untied LM head, with a multiple of 16 rows and an even width; not the
+# token embedding (a tied LM head multiplies the table as stored) and not one expert of a 3-D
+# tensor. Other products take x as it is.
+BF16_ACT = False
+
+
+def set_bf16_activations(on):
+    global BF16_ACT
+    BF16_ACT = bool(on)
+
+
+def bf16_rounds(w):
+    """True where the bf16 activation mode rounds the activations of a product with w."""
+    name = getattr(w, "gguf_name", None) or ""
+    return (getattr(w, "ggml_type", None) == quants.GGML_BF16 and w.ndim == 2 and w.shape[0] % 16 == 0
+            and w.shape[1] % 2 == 0 and name != "token_embd.weight" and "_exps" not in name)
+
+
 def linear(x, w):
     """x [..., in] times GGUF weight ne={in, out} (numpy W[out, in]) -> [..., out]; in the int8
-    activation mode x is first quantized per block as the weight's type dictates."""
+    activation mode x is first quantized per block as the weight's type dictates, in the bf16
+    mode rounded to bf16 where bf16_rounds(w)."""
     block = quants.act_block(w.ggml_type) if INT8_ACT and getattr(w, "ggml_type", None) is not None else None
     if block:
         x = quants.quantize_activations(x, block)
+    if BF16_ACT and bf16_rounds(w):
+        x = quants.round_bf16_activations(x)
     return x @ w.T
 
 
@@ -493,8 +518,11 @@ def main(argv=None):
     ap.add_argument("--self-test", action="store_true", help="check chunked vs recurrent delta rule")
     ap.add_argument("--int8-act", action="store_true",
                     help="quantize the activations of Q8_0 / Q4_0 / K-quant products (HYSERVE_INT8_PROMPT=1)")
+    ap.add_argument("--bf16-act", action="store_true",
+                    help="round the activations of BF16 products in panels to bf16 (HYSERVE_BF16_PROMPT=1)")
     args = ap.parse_args(argv)
     set_int8_activations(args.int8_act)
+    set_bf16_activations(args.bf16_act)
     if args.self_test:
         e = self_test_delta_rule(verbose=True)
         ok = e < 1e-10
