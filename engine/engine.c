@@ -438,6 +438,11 @@ const char *engine_bf16_decode(void)
     return simd_bf16_dot_why();
 }
 
+void engine_int8_prompt(char *buf, size_t len)
+{
+    matmul_int8_prompt_describe(buf, len);
+}
+
 int engine_threads(void)
 {
     return blas_get_threads();

@@ -82,6 +82,11 @@ const char *engine_kernels_name(void);
 /* The BF16 decode kernel and why it was chosen, e.g. "vdpbf16ps (measured
  * 1.31x the speed of the FMA kernel)" or "fma (no AVX512_BF16)" (kernels/cpu.h). */
 const char *engine_bf16_decode(void);
+/* Prompts on int8 products in use, in one phrase, into buf: the form and
+ * from how many tokens each weight family takes it, e.g. "avx512-vnni
+ * tiles, Q8_0/Q4_0 from 2 tokens, K-quants from 32 tokens", or "off (...)"
+ * (matmul.h). */
+void engine_int8_prompt(char *buf, size_t len);
 /* Threads the engine's parallel regions and OpenBLAS use now. */
 int engine_threads(void);
 /* Seconds on the monotonic clock: the one clock the scheduler, the server

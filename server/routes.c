@@ -1166,6 +1166,9 @@ static void info_add_container(cJSON *o, const server *srv)
     cJSON_AddNumberToObject(k, "model_file_bytes", (double)lim->model_file_bytes);
     cJSON_AddStringToObject(k, "kernels", engine_kernels_name());
     cJSON_AddStringToObject(k, "bf16_decode", engine_bf16_decode());
+    char int8[160];
+    engine_int8_prompt(int8, sizeof int8);
+    cJSON_AddStringToObject(k, "int8_prompt", int8);
 }
 
 static int h_info(http_req *hr)
