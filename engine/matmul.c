@@ -166,13 +166,25 @@ typedef struct int8_rule {
 static int8_rule int8_rule_now(void)
 {
     /* AVX512-VNNI (Zen 4/5, Ice Lake and later Xeons): time f32 / int8
-     * at 512 tokens Q4_K 2.7, Q6_K 3.9, Q8_0 2.0 (panels 6.6); Q8_0 and
-     * Q4_0 win from 2 tokens, the K-quants from 32 (8 tokens 0.2-0.5,
-     * 32 tokens 1.5-1.8) */
+     * at 512 tokens Q4_K 2.7, Q6_K 3.9, Q8_0 2.0 (panels 6.6); K-quants
+     * at 8 tokens 0.2-0.5, at 32 1.5-1.8. Q4_0 below 17 tokens meets the
+     * AVX-512 f32 tile, which widens its rows in registers: 0.49-0.98 at
+     * 2-16 tokens, 8.3-17.8 at 32 (sgemm on decoded tiles from 17) */
     if (simd_avx512_vnni())
-        return (int8_rule){ "avx512-vnni", 2, 2, MATMUL_KQ_PROMPT_MIN_TOK };
+        return (int8_rule){ "avx512-vnni", 2, MATMUL_INT8_VNNI512_Q4_0, MATMUL_KQ_PROMPT_MIN_TOK };
+    /* AVX-512 without VNNI (vpmaddubsw + vpmaddwd tiles), load ~10,
+     * 2 threads, medians of 5, f32 / int8 over the two shapes: Q8_0
+     * 0.79-0.92 at 48-64, 0.64-0.90 at 128-512; Q4_K 0.59-1.39 at 32,
+     * 1.45-1.73 at 48, 2.1-2.6 at 512; Q6_K 1.35-1.38 at 32, 1.08-1.29
+     * at 48; Q4_0 1.36-2.24 at 32, 0.21-0.64 at 16 */
     if (simd_avx512())
         return (int8_rule){ "avx512", MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ };
+    /* AVX-VNNI and AVX2 (256-bit tiles) against OpenBLAS's Haswell sgemm,
+     * same conditions, AVX-VNNI / AVX2: Q8_0 (the decode-step kernels)
+     * 0.76-0.84 / 0.71-0.81 from 128 tokens; at 64 tokens Q4_K 1.33-2.87
+     * / 1.31-1.64, Q5_K 1.41 / 0.69-1.24, Q6_K 1.17-1.33 / 1.00-1.17,
+     * Q4_0 1.21-1.94 / 1.02-1.14; at 128 every K-quant 1.04-1.53, at 512
+     * 1.24-2.09; at 32 and below mixed (0.87-1.71 at 32, 0.1-0.8 at 2-8) */
     if (simd_vnni())
         return (int8_rule){ "avx-vnni", MATMUL_INT8_AVXVNNI_Q8_0, MATMUL_INT8_AVXVNNI_Q4_0, MATMUL_INT8_AVXVNNI_KQ };
     if (simd_avx2())

@@ -48,25 +48,27 @@ void matmul_set_small_max(int n_tok);
  * AVX512-VNNI, AVX-512, AVX-VNNI, AVX2 and scalar forms; the reference's
  * int8 mode); MATMUL_INT8_AUTO where they were measured faster than the
  * f32 path at the level in use, per weight family, from a number of
- * tokens (the K-quant tile unpacks each weight once per prompt: too dear
- * for a few tokens): with AVX512-VNNI Q8_0 and Q4_0 from 2 tokens, the
- * K-quants from MATMUL_KQ_PROMPT_MIN_TOK; the other levels' thresholds
- * below (0: never). The default is HYSERVE_INT8_PROMPT: "0" off, "1" on,
- * unset or else auto. */
+ * tokens (the tile unpacks each weight once per prompt pass: too dear for
+ * a few tokens), the thresholds below (0: never; matmul.c int8_rule_now
+ * has the measurements). The default is HYSERVE_INT8_PROMPT: "0" off,
+ * "1" on, unset or else auto. */
 enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO };
+/* AVX512-VNNI: Q8_0 from 2 tokens, Q4_0 from MATMUL_INT8_VNNI512_Q4_0 */
 #define MATMUL_KQ_PROMPT_MIN_TOK 32
-/* AVX-512 without VNNI (Skylake-SP): vpmaddubsw tiles */
+#define MATMUL_INT8_VNNI512_Q4_0 16
+/* AVX-512 without VNNI (Skylake-SP): vpmaddubsw tiles; Q8_0 off (its
+ * int8 path is the decode-step kernel, slower than sgemm from 48 tokens) */
 #define MATMUL_INT8_AVX512_Q8_0 0
-#define MATMUL_INT8_AVX512_Q4_0 0
-#define MATMUL_INT8_AVX512_KQ 0
-/* AVX2 with AVX-VNNI (Alder Lake to Arrow Lake clients, Sierra Forest) */
+#define MATMUL_INT8_AVX512_Q4_0 32
+#define MATMUL_INT8_AVX512_KQ 48
+/* AVX2 with AVX-VNNI (Alder Lake to Arrow Lake clients, Sierra Forest),
+ * and AVX2 alone, against OpenBLAS's Haswell sgemm: Q8_0 off */
 #define MATMUL_INT8_AVXVNNI_Q8_0 0
-#define MATMUL_INT8_AVXVNNI_Q4_0 0
-#define MATMUL_INT8_AVXVNNI_KQ 0
-/* AVX2 alone: vpmaddubsw tiles against OpenBLAS's Haswell sgemm */
+#define MATMUL_INT8_AVXVNNI_Q4_0 64
+#define MATMUL_INT8_AVXVNNI_KQ 64
 #define MATMUL_INT8_AVX2_Q8_0 0
-#define MATMUL_INT8_AVX2_Q4_0 0
-#define MATMUL_INT8_AVX2_KQ 0
+#define MATMUL_INT8_AVX2_Q4_0 64
+#define MATMUL_INT8_AVX2_KQ 64
 void matmul_set_int8_prompt(int mode);
 /* whether a prompt (not a decode step) of n_tok tokens on a weight of this
  * type multiplies on int8 activations now */

@@ -1895,8 +1895,8 @@ def test_int8_prompt_choice(srv, model):
     form = int8_form(flags)
     st, _, j, _ = srv.jreq("GET", "/info")
     got = str((j.get("container") or {}).get("int8_prompt", ""))
-    if form == "avx512-vnni":   # the thresholds issue 28 measured there
-        ok = got == "avx512-vnni tiles, Q8_0/Q4_0 from 2 tokens, K-quants from 32 tokens"
+    if form == "avx512-vnni":   # the thresholds measured there (engine/matmul.c int8_rule_now)
+        ok = got == "avx512-vnni tiles, Q8_0 from 2 tokens, Q4_0 from 16 tokens, K-quants from 32 tokens"
     else:                       # on, from some length, or measured slower than f32 at this level
         ok = got.startswith(form + " tiles, ") or got.startswith(f"off ({form}: ")
     have = sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"})

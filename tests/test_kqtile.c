@@ -67,7 +67,7 @@ static bool kt_level(int level)
 static int kt_auto_from(int level, uint32_t type)
 {
     static const int from[KT_LEVELS][3] = {
-        { 2, 2, MATMUL_KQ_PROMPT_MIN_TOK },
+        { 2, MATMUL_INT8_VNNI512_Q4_0, MATMUL_KQ_PROMPT_MIN_TOK },
         { MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ },
         { MATMUL_INT8_AVXVNNI_Q8_0, MATMUL_INT8_AVXVNNI_Q4_0, MATMUL_INT8_AVXVNNI_KQ },
         { MATMUL_INT8_AVX2_Q8_0, MATMUL_INT8_AVX2_Q4_0, MATMUL_INT8_AVX2_KQ },
@@ -166,7 +166,7 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
 TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
 {
     enum { N = 512, NOUT = 70, TMAX = 80 };
-    static const int counts[] = { 2, 9, 17, 31, 32, 80 };
+    static const int counts[] = { 2, 9, 15, 16, 31, 32, 47, 48, 63, 64, 80 };
     static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q4_0, GGML_Q8_0 };
     float *X = malloc(sizeof(float) * N * TMAX), *Y = malloc(sizeof(float) * NOUT * TMAX);
     float *Yf = malloc(sizeof(float) * NOUT * TMAX), *Yd = malloc(sizeof(float) * NOUT * TMAX);
