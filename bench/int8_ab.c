@@ -89,7 +89,7 @@ static uint32_t type_of(const char *s)
 
 int main(int argc, char **argv)
 {
-    (void)blas_choose_core(argv);   /* the OpenBLAS core hyserve runs with */
+    blas_process_init(argv);    /* the OpenBLAS core and thread waits hyserve runs with */
     int threads = 2, reps = 7, counts[32], n_counts = 0;
     const char *level = NULL, *sizes = "2 4 8 16 24 32 48 64 128 256 512";
     int a = 1;
@@ -122,7 +122,7 @@ int main(int argc, char **argv)
     const char *deft[] = { "q8_0", "q4_k", "q6_k" };
     const int n_types = a < argc ? argc - a : 3;
     blas_set_threads(threads);
-    printf("level %s, %d threads, OpenBLAS core %s, load ", simd_name(), threads, blas_choose_core(NULL));
+    printf("level %s, %d threads, OpenBLAS core %s, load ", simd_name(), threads, blas_core_name());
     FILE *la = fopen("/proc/loadavg", "r");
     char lbuf[64] = "?";
     if (la) {

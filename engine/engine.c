@@ -420,12 +420,12 @@ void engine_get_memplan(const engine *e, memplan_layout *out)
 
 void engine_process_init(char **argv)
 {
-    (void)blas_choose_core(argv);
+    blas_process_init(argv);
 }
 
 const char *engine_blas_core(void)
 {
-    return blas_choose_core(NULL);
+    return blas_core_name();
 }
 
 const char *engine_kernels_name(void)

@@ -70,10 +70,10 @@ enum engine_state_dtype {
 
 /* ---- the process (call before any engine exists) ---- */
 
-/* Process start-up, first thing in main(): when OpenBLAS's DYNAMIC_ARCH
- * build did not recognise the CPU and fell back to its SSE3 kernels, set
- * OPENBLAS_CORETYPE to the AVX2 or AVX-512 core and re-execute argv (on
- * success this does not return; an explicit OPENBLAS_CORETYPE wins). */
+/* Process start-up, first thing in main(): the defaults of the threading
+ * libraries' environment, applied by re-executing argv once
+ * (blas_process_init: OpenBLAS's core where it fell back to SSE3 kernels,
+ * libgomp's spin-wait; what the environment sets wins). */
 void engine_process_init(char **argv);
 /* The OpenBLAS core in use ("Haswell", "SkylakeX", ...), for logs. */
 const char *engine_blas_core(void);

@@ -101,7 +101,11 @@ class Server:
         for k in list(e):
             if k.startswith("HYSERVE_"):
                 del e[k]
-        e.update(env or {})
+        for k, v in (env or {}).items():   # None: unset
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
         if "--config" not in args:
             args = ("--config", "/dev/null") + tuple(args)   # not the repo's config/server.conf
         if "--prefix-cache" not in args and os.environ.get("TEST_PREFIX_CACHE"):
@@ -1917,6 +1921,40 @@ def test_int8_prompt_choice(srv, model):
         s2.stop()
 
 
+def test_omp_wait_default(model):
+    """Without GOMP_SPINCOUNT or OMP_WAIT_POLICY the server re-executes itself with one of them set
+    (blas_process_init): passive when the load average at start is at or above the CPUs online, else
+    a short spin; a value the environment sets is kept as it is."""
+    def environ(pid):
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(kv.split("=", 1) for kv in f.read().decode("utf-8", "replace").split("\0") if "=" in kv)
+
+    def load():
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+
+    cpus = os.cpu_count() or 1
+    before = load()
+    s = Server("ompwait", model, "-t", "1", "--max-seqs", "2", env={"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None})
+    after = load()
+    try:
+        e = environ(s.proc.pid)
+    finally:
+        s.stop()
+    w, sc = e.get("OMP_WAIT_POLICY"), e.get("GOMP_SPINCOUNT")
+    want = {"passive"} if min(before, after) >= cpus else {"spin"} if max(before, after) < cpus else {"passive", "spin"}
+    got = "passive" if w == "passive" and sc is None else "spin" if sc == "10000" and w is None else f"{w} {sc}"
+    check(f"no OpenMP wait set: the server sets one (load {before:.2f}-{after:.2f}, {cpus} CPUs: {sorted(want)})",
+          got in want, got)
+    s = Server("ompwait-kept", model, "-t", "1", "--max-seqs", "2", env={"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "77"})
+    try:
+        e = environ(s.proc.pid)
+    finally:
+        s.stop()
+    check("GOMP_SPINCOUNT set by the environment is kept, and no wait policy is added",
+          e.get("GOMP_SPINCOUNT") == "77" and "OMP_WAIT_POLICY" not in e, f"{e.get('GOMP_SPINCOUNT')} {e.get('OMP_WAIT_POLICY')}")
+
+
 def test_drain(srv):
     """Last test on the main server: SIGTERM while streams run."""
     n = 3
@@ -2993,6 +3031,7 @@ def main(argv=None):
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_container_limits", lambda: test_container_limits(model)),
+            ("test_omp_wait_default", lambda: test_omp_wait_default(model)),
             ("test_readme_sample", test_readme_sample),
             ("test_docs_cover_routes_and_commands", test_docs_cover_routes_and_commands),
             ("test_serve_synth", test_serve_synth),
