@@ -1946,13 +1946,15 @@ def test_omp_wait_default(model):
     got = "passive" if w == "passive" and sc is None else "spin" if sc == "10000" and w is None else f"{w} {sc}"
     check(f"no OpenMP wait set: the server sets one (load {before:.2f}-{after:.2f}, {cpus} CPUs: {sorted(want)})",
           got in want, got)
-    s = Server("ompwait-kept", model, "-t", "1", "--max-seqs", "2", env={"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "77"})
+    s = Server("ompwait-kept", model, "-t", "1", "--max-seqs", "2",
+               env={"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "77"})
     try:
         e = environ(s.proc.pid)
     finally:
         s.stop()
     check("GOMP_SPINCOUNT set by the environment is kept, and no wait policy is added",
-          e.get("GOMP_SPINCOUNT") == "77" and "OMP_WAIT_POLICY" not in e, f"{e.get('GOMP_SPINCOUNT')} {e.get('OMP_WAIT_POLICY')}")
+          e.get("GOMP_SPINCOUNT") == "77" and "OMP_WAIT_POLICY" not in e,
+          f"{e.get('GOMP_SPINCOUNT')} {e.get('OMP_WAIT_POLICY')}")
 
 
 def test_drain(srv):
