@@ -75,7 +75,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix bench-int8 clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -176,6 +176,16 @@ bench: all ## run the benchmarks, results under bench/results/
 
 bench-prefix: all ## the prefix cache on vs off: multi-turn TTFT, a shared system prompt (bench/results/prefix-latest.md)
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/prefix.sh
+
+# matmul alone, int8 against f32 prompt products (bench/int8_ab.c): the evidence of matmul.c's
+# automatic choice per level; the AVX2 levels against OpenBLAS's Haswell core, as an AVX2 CPU runs
+$(BUILD)/bench/hyserve-int8-ab: bench/int8_ab.c $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+bench-int8: $(BUILD)/bench/hyserve-int8-ab ## int8 vs f32 prompt products per kernel level (matmul.c's int8 thresholds)
+	@for l in avx512-vnni avx512; do $< -l $$l; done
+	@for l in avx2+vnni avx2; do OPENBLAS_CORETYPE=Haswell $< -l $$l; done
 
 clean: ## remove build outputs
 	rm -rf build build-san build-checks build-fuzz tests/tmp

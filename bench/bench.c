@@ -1191,7 +1191,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    (void)blas_choose_core(argv);   /* the kernels hyserve itself would run with */
+    blas_process_init(argv);        /* the kernels and thread waits hyserve itself would run with */
     bool quick = false;
     const char *out = NULL, *only = NULL, *ctx8k = "f32,q8_0";
     int i = 1;

@@ -67,7 +67,7 @@ $CC -std=c11 -D_GNU_SOURCE -O2 $WARN -pthread bench/serve_bench.c -o "$SBIN" || 
 $CC $FLAGS bench/grammar_bench.c $ENGINE_OBJS -lopenblas -lcjson -lm -o "$GBIN" || { log "building $GBIN failed"; exit 1; }
 
 # ---- OpenBLAS kernels ----
-# hyserve and hyserve-bench both call blas_choose_core(): when OpenBLAS
+# hyserve and hyserve-bench both call blas_process_init(): when OpenBLAS
 # falls back to its SSE3 Prescott kernels on a CPU it does not recognise,
 # they re-execute themselves with OPENBLAS_CORETYPE set to the AVX-512
 # (SkylakeX) or AVX2 (Haswell) kernels. An explicit OPENBLAS_CORETYPE wins.

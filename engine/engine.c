@@ -420,12 +420,12 @@ void engine_get_memplan(const engine *e, memplan_layout *out)
 
 void engine_process_init(char **argv)
 {
-    (void)blas_choose_core(argv);
+    blas_process_init(argv);
 }
 
 const char *engine_blas_core(void)
 {
-    return blas_choose_core(NULL);
+    return blas_core_name();
 }
 
 const char *engine_kernels_name(void)
@@ -446,6 +446,11 @@ const char *engine_bf16_prompt(void)
 const char *engine_f16_prompt(void)
 {
     return matmul_f16_prompt_name();
+}
+
+void engine_int8_prompt(char *buf, size_t len)
+{
+    matmul_int8_prompt_describe(buf, len);
 }
 
 int engine_threads(void)

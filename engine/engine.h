@@ -70,10 +70,10 @@ enum engine_state_dtype {
 
 /* ---- the process (call before any engine exists) ---- */
 
-/* Process start-up, first thing in main(): when OpenBLAS's DYNAMIC_ARCH
- * build did not recognise the CPU and fell back to its SSE3 kernels, set
- * OPENBLAS_CORETYPE to the AVX2 or AVX-512 core and re-execute argv (on
- * success this does not return; an explicit OPENBLAS_CORETYPE wins). */
+/* Process start-up, first thing in main(): the defaults of the threading
+ * libraries' environment, applied by re-executing argv once
+ * (blas_process_init: OpenBLAS's core where it fell back to SSE3 kernels,
+ * libgomp's spin-wait; what the environment sets wins). */
 void engine_process_init(char **argv);
 /* The OpenBLAS core in use ("Haswell", "SkylakeX", ...), for logs. */
 const char *engine_blas_core(void);
@@ -87,6 +87,11 @@ const char *engine_bf16_decode(void);
  * past it". */
 const char *engine_bf16_prompt(void);
 const char *engine_f16_prompt(void);
+/* Prompts on int8 products in use, in one phrase, into buf: the form and
+ * from how many tokens each weight family takes it, e.g. "avx512-vnni
+ * tiles, Q8_0/Q4_0 from 2 tokens, K-quants from 32 tokens", or "off (...)"
+ * (matmul.h). */
+void engine_int8_prompt(char *buf, size_t len);
 /* Threads the engine's parallel regions and OpenBLAS use now. */
 int engine_threads(void);
 /* Seconds on the monotonic clock: the one clock the scheduler, the server

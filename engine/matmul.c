@@ -3,8 +3,9 @@
 
 #include <limits.h>
 #include <omp.h>
-#include <stdint.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,34 +142,118 @@ static void act8_rows(uint32_t type, const char *W, size_t rb, int n_rows, act8 
  * "1" every Q8_0, K-quant and Q4_0 prompt product on int8 activations
  * quantized per token as for one token (Q8_0: the decode-step kernels;
  * K-quants, Q4_0: simd_kqtile.h) at every level: what the reference's
- * int8 mode computes; unset (or anything else), auto: where the CPU has
- * AVX512-VNNI, Q8_0 and Q4_0 prompts and K-quant prompts from
- * MATMUL_KQ_PROMPT_MIN_TOK tokens, else none. */
-static int mm_int8_prompt = -1;         /* MATMUL_INT8_*, -1 before the environment is read */
+ * int8 mode computes; unset (or anything else), auto: int8_rule_now(). */
+static _Atomic int mm_int8_prompt = -1;     /* MATMUL_INT8_*, -1 before the environment is read */
 
 void matmul_set_int8_prompt(int mode)
 {
-    mm_int8_prompt = mode;
+    atomic_store_explicit(&mm_int8_prompt, mode, memory_order_relaxed);
 }
 
-bool matmul_int8_prompt(void)
+static int int8_mode(void)
 {
-    if (mm_int8_prompt < 0) {
+    int m = atomic_load_explicit(&mm_int8_prompt, memory_order_relaxed);
+    if (m < 0) {
         const char *e = getenv("HYSERVE_INT8_PROMPT");
-        mm_int8_prompt = e && !strcmp(e, "0") ? MATMUL_INT8_OFF : e && !strcmp(e, "1") ? MATMUL_INT8_ON
-                                                                                      : MATMUL_INT8_AUTO;
+        m = e && !strcmp(e, "0") ? MATMUL_INT8_OFF : e && !strcmp(e, "1") ? MATMUL_INT8_ON : MATMUL_INT8_AUTO;
+        atomic_store_explicit(&mm_int8_prompt, m, memory_order_relaxed);
     }
-    return mm_int8_prompt == MATMUL_INT8_ON || (mm_int8_prompt == MATMUL_INT8_AUTO && simd_avx512_vnni());
+    return m;
 }
 
-/* true when a prompt of n_tok tokens on W takes the int8 tiles: always
- * when int8 prompts are forced on; on auto, Q4_0 always and the K-quants
- * from MATMUL_KQ_PROMPT_MIN_TOK tokens */
+/* The automatic choice at the level in use: from how many prompt tokens
+ * each weight family multiplies on int8 (0: never), and the tile's form.
+ * Measured with bench/int8_ab.c (`make bench-int8`: matmul alone on the
+ * bench model's MLP shapes, 3584 x 1024 and 1024 x 3584, 2 threads, int8
+ * and f32 alternating in one process, the level forced in-process, the
+ * AVX2 levels against OpenBLAS's Haswell core, as an AVX2-only CPU runs
+ * it); docs/performance.md section 2 has the figures. */
+typedef struct int8_rule {
+    const char *form;           /* the int8 kernels' family, "avx512-vnni" .. "scalar" */
+    int q8_0, q4_0, kq;         /* Q8_0, Q4_0, Q4_K/Q5_K/Q6_K prompts from this many tokens; 0 never */
+} int8_rule;
+
+static int8_rule int8_rule_now(void)
+{
+    /* AVX512-VNNI (Zen 4/5, Ice Lake and later Xeons): time f32 / int8
+     * at 512 tokens Q4_K 2.7, Q6_K 3.9, Q8_0 2.0 (panels 6.6); K-quants
+     * at 8 tokens 0.2-0.5, at 32 1.5-1.8. Q4_0 below 17 tokens meets the
+     * AVX-512 f32 tile, which widens its rows in registers: 0.49-0.98 at
+     * 2-16 tokens, 8.3-17.8 at 32 (sgemm on decoded tiles from 17) */
+    if (simd_avx512_vnni())
+        return (int8_rule){ "avx512-vnni", 2, MATMUL_INT8_VNNI512_Q4_0, MATMUL_KQ_PROMPT_MIN_TOK };
+    /* AVX-512 without VNNI (vpmaddubsw + vpmaddwd tiles), load ~10,
+     * 2 threads, medians of 5, f32 / int8 over the two shapes: Q8_0
+     * 0.79-0.92 at 48-64, 0.64-0.90 at 128-512; Q4_K 0.59-1.39 at 32,
+     * 1.45-1.73 at 48, 2.1-2.6 at 512; Q6_K 1.35-1.38 at 32, 1.08-1.29
+     * at 48; Q4_0 1.36-2.24 at 32, 0.21-0.64 at 16 */
+    if (simd_avx512())
+        return (int8_rule){ "avx512", MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ };
+    /* AVX-VNNI and AVX2 (256-bit tiles) against OpenBLAS's Haswell sgemm,
+     * same conditions, AVX-VNNI / AVX2: Q8_0 (the decode-step kernels)
+     * 0.76-0.84 / 0.71-0.81 from 128 tokens; at 64 tokens Q4_K 1.33-2.87
+     * / 1.31-1.64, Q5_K 1.41 / 0.69-1.24, Q6_K 1.17-1.33 / 1.00-1.17,
+     * Q4_0 1.21-1.94 / 1.02-1.14; at 128 every K-quant 1.04-1.53, at 512
+     * 1.24-2.09; at 32 and below mixed (0.87-1.71 at 32, 0.1-0.8 at 2-8) */
+    if (simd_vnni())
+        return (int8_rule){ "avx-vnni", MATMUL_INT8_AVXVNNI_Q8_0, MATMUL_INT8_AVXVNNI_Q4_0, MATMUL_INT8_AVXVNNI_KQ };
+    if (simd_avx2())
+        return (int8_rule){ "avx2", MATMUL_INT8_AVX2_Q8_0, MATMUL_INT8_AVX2_Q4_0, MATMUL_INT8_AVX2_KQ };
+    return (int8_rule){ "scalar", 0, 0, 0 };
+}
+
+bool matmul_int8_prompt(uint32_t type, int n_tok)
+{
+    const int mode = int8_mode();
+    if (n_tok < 2 || !quant_int8_act(type) || mode == MATMUL_INT8_OFF)
+        return false;
+    if (mode == MATMUL_INT8_ON)
+        return true;
+    const int8_rule r = int8_rule_now();
+    const int from = type == GGML_Q8_0 ? r.q8_0 : type == GGML_Q4_0 ? r.q4_0 : r.kq;
+    return from > 0 && n_tok >= from;
+}
+
+/* "Q8_0 from 2 tokens" / "Q8_0 off" into p, the rest of len */
+static int int8_from(char *p, size_t len, const char *what, int from)
+{
+    const int k = from > 0 ? snprintf(p, len, "%s from %d tokens", what, from) : snprintf(p, len, "%s off", what);
+    return k < 0 ? 0 : (size_t)k < len ? k : (int)len - 1;
+}
+
+void matmul_int8_prompt_describe(char *buf, size_t len)
+{
+    const int mode = int8_mode();
+    const int8_rule r = int8_rule_now();
+    if (!len)
+        return;
+    if (mode == MATMUL_INT8_ON) {
+        snprintf(buf, len, "%s tiles at every prompt length (HYSERVE_INT8_PROMPT=1)", r.form);
+        return;
+    }
+    if (mode == MATMUL_INT8_OFF) {
+        snprintf(buf, len, "off (HYSERVE_INT8_PROMPT=0)");
+        return;
+    }
+    if (!r.q8_0 && !r.q4_0 && !r.kq) {
+        snprintf(buf, len, "off (%s: f32 is faster at this level)", r.form);
+        return;
+    }
+    int k = snprintf(buf, len, "%s tiles, ", r.form);
+    k = k < 0 ? 0 : (size_t)k < len ? k : (int)len - 1;
+    if (r.q8_0 == r.q4_0)
+        k += int8_from(buf + k, len - (size_t)k, "Q8_0/Q4_0", r.q8_0);
+    else {
+        k += int8_from(buf + k, len - (size_t)k, "Q8_0", r.q8_0);
+        k += int8_from(buf + k, len - (size_t)k, ", Q4_0", r.q4_0);
+    }
+    int8_from(buf + k, len - (size_t)k, ", K-quants", r.kq);
+}
+
+/* true when a prompt of n_tok tokens on W takes the int8 tiles */
 static bool kq_prompt(const weight *W, int n_tok, bool decode)
 {
-    if (decode || n_tok < 2 || !kqtile_fits(W->type, W->n_in) || !matmul_int8_prompt())
-        return false;
-    return mm_int8_prompt == MATMUL_INT8_ON || W->type == GGML_Q4_0 || n_tok >= MATMUL_KQ_PROMPT_MIN_TOK;
+    return !decode && n_tok >= 2 && kqtile_fits(W->type, W->n_in) && matmul_int8_prompt(W->type, n_tok);
 }
 
 /* at most this many tokens per pass of matmul_kq_prompt (the pointer arrays) */
@@ -660,7 +745,7 @@ static int panels_path(const weight *W, int n_tok, bool decode)
 {
     if (!decode && W->type == GGML_BF16 && matmul_bf16_prompt())
         return PANELS_BF16ACT;  /* a prompt of one token too: every prompt product rounds */
-    if (n_tok == 1 || decode || (W->type == GGML_Q8_0 && matmul_int8_prompt()))
+    if (n_tok == 1 || decode || (W->type == GGML_Q8_0 && matmul_int8_prompt(GGML_Q8_0, n_tok)))
         return PANELS_DECODE;
     return n_tok <= (W->type == GGML_F16 ? matmul_f16_outer_max() : mm_small_max) ? PANELS_OUTER : PANELS_SGEMM;
 }
@@ -720,7 +805,7 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
         return;
     }
     if (q8_act_step(W, n_tok, decode) || (decode && kq_act(W)) ||
-        (!decode && W->type == GGML_Q8_0 && W->n_in % 32 == 0 && matmul_int8_prompt())) {
+        (!decode && W->type == GGML_Q8_0 && W->n_in % 32 == 0 && matmul_int8_prompt(GGML_Q8_0, n_tok))) {
         matmul_q8_act(Y, W, X, n_tok, scratch);
         return;
     }

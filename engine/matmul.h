@@ -9,6 +9,8 @@
 #define HYSERVE_MATMUL_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/weight.h"
 
@@ -22,7 +24,7 @@
  * step of several tokens too (int8 tiles on AMX, the int8 kernels
  * elsewhere), so a sequence decoded in a batch sees the same int8 inputs
  * as decoded alone. Prompts on Q8_0, K-quant and Q4_0 weights meet int8
- * activations too where matmul_int8_prompt() (quantized per token as for
+ * activations too where matmul_int8_prompt() says (quantized per token as for
  * one token: Q8_0 and Q4_0 per block of 32, the K-quants per super-block
  * of 256 with per-16 sums), else f32. BF16 weights in a decode step of several tokens on
  * AMX-BF16 meet activations rounded to bf16 (as llama.cpp rounds them for
@@ -43,16 +45,31 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
 void matmul_set_small_max(int n_tok);
 /* Prompts on int8 products (Q8_0, K-quants, Q4_0): MATMUL_INT8_OFF never;
  * MATMUL_INT8_ON every such product at every level (the int8 kernels have
- * AVX-512, AVX2 and scalar forms; the reference's int8 mode);
- * MATMUL_INT8_AUTO where the CPU has AVX512-VNNI, and there K-quant
- * prompts only from MATMUL_KQ_PROMPT_MIN_TOK tokens (the tile unpacks
- * each weight once per prompt: too dear for a few tokens). The default is
- * HYSERVE_INT8_PROMPT: "0" off, "1" on, unset or else auto.
- * matmul_int8_prompt(): whether prompts take them now. */
+ * AVX512-VNNI, AVX-512, AVX-VNNI, AVX2 and scalar forms; the reference's
+ * int8 mode); MATMUL_INT8_AUTO where they were measured faster than the
+ * f32 path at the level in use, per weight family, from a number of
+ * tokens (the tile unpacks each weight once per prompt pass: too dear for
+ * a few tokens), the thresholds below (0: never; matmul.c int8_rule_now
+ * has the measurements). The default is HYSERVE_INT8_PROMPT: "0" off,
+ * "1" on, unset or else auto. */
 enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO };
+/* AVX512-VNNI: Q8_0 from 2 tokens, Q4_0 from MATMUL_INT8_VNNI512_Q4_0 */
 #define MATMUL_KQ_PROMPT_MIN_TOK 32
+#define MATMUL_INT8_VNNI512_Q4_0 16
+/* AVX-512 without VNNI (Skylake-SP): vpmaddubsw tiles; Q8_0 off (its
+ * int8 path is the decode-step kernel, slower than sgemm from 48 tokens) */
+#define MATMUL_INT8_AVX512_Q8_0 0
+#define MATMUL_INT8_AVX512_Q4_0 32
+#define MATMUL_INT8_AVX512_KQ 48
+/* AVX2 with AVX-VNNI (Alder Lake to Arrow Lake clients, Sierra Forest),
+ * and AVX2 alone, against OpenBLAS's Haswell sgemm: Q8_0 off */
+#define MATMUL_INT8_AVXVNNI_Q8_0 0
+#define MATMUL_INT8_AVXVNNI_Q4_0 64
+#define MATMUL_INT8_AVXVNNI_KQ 64
+#define MATMUL_INT8_AVX2_Q8_0 0
+#define MATMUL_INT8_AVX2_Q4_0 64
+#define MATMUL_INT8_AVX2_KQ 64
 void matmul_set_int8_prompt(int mode);
-bool matmul_int8_prompt(void);
 /* BF16 prompts on weights in panels (panels.h, PANELS_BF16ACT):
  * MATMUL_BF16_EXACT on f32 activations (the outer-product kernel up to
  * small_max tokens, sgemm on decoded panels past it: the reference's
@@ -80,5 +97,12 @@ int matmul_f16_outer_max(void);
  * small_max), -1: the default again. */
 void matmul_set_f16_outer_max(int n_tok);
 const char *matmul_f16_prompt_name(void);
+/* whether a prompt (not a decode step) of n_tok tokens on a weight of this
+ * type multiplies on int8 activations now */
+bool matmul_int8_prompt(uint32_t type, int n_tok);
+/* the choice in one phrase for the ready line and /info, e.g.
+ * "avx512-vnni tiles, Q8_0/Q4_0 from 2 tokens, K-quants from 32 tokens",
+ * "off (HYSERVE_INT8_PROMPT=0)" */
+void matmul_int8_prompt_describe(char *buf, size_t len);
 
 #endif

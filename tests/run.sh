@@ -43,8 +43,9 @@ run_suite() {
 
 run_suite unit "$TESTBIN"
 # the same unit tests on the kernels a smaller CPU would take: without AMX,
-# AVX2 only, scalar (a level the CPU lacks runs the next one down again)
-for level in avx512 avx2 0; do
+# AVX2 with AVX-VNNI (an Alder Lake client), AVX2 only, scalar (a level the
+# CPU lacks runs the next one down again)
+for level in avx512 avx2+vnni avx2 0; do
     run_suite "unit-simd-$level" env HYSERVE_SIMD=$level "$TESTBIN"
 done
 for s in tests/suite_*.sh; do

@@ -102,7 +102,11 @@ class Server:
         for k in list(e):
             if k.startswith("HYSERVE_"):
                 del e[k]
-        e.update(env or {})
+        for k, v in (env or {}).items():   # None: unset
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
         if "--config" not in args:
             args = ("--config", "/dev/null") + tuple(args)   # not the repo's config/server.conf
         if "--prefix-cache" not in args and os.environ.get("TEST_PREFIX_CACHE"):
@@ -1921,6 +1925,97 @@ def test_container_limits(model):
           and "cache budget up to" in ready[0] and "replica replica-7" in ready[0], str(ready))
 
 
+def cpu_flags():
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (the first processor)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def int8_form(flags, simd=None):
+    """The int8 kernels' family a CPU with these flags runs (docs/performance.md section 3): at the
+    level HYSERVE_SIMD forces, or the CPU's own. AVX512-VNNI counts without AVX-VNNI (Zen 4)."""
+    avx2 = {"avx2", "fma", "f16c"} <= flags
+    avx512 = avx2 and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+    if simd == "0" or not avx2:
+        return "scalar"
+    if simd in ("avx2", "avx2+vnni"):
+        return "avx-vnni" if simd == "avx2+vnni" and "avx_vnni" in flags else "avx2"
+    if avx512:
+        return "avx512-vnni" if "avx512_vnni" in flags else "avx512"
+    return "avx-vnni" if "avx_vnni" in flags else "avx2"
+
+
+def test_int8_prompt_choice(srv, model):
+    """/info and the ready line name the int8 prompt path, the one this CPU's flags call for; a
+    forced level and HYSERVE_INT8_PROMPT=1 change it."""
+    flags = cpu_flags()
+    form = int8_form(flags)
+    st, _, j, _ = srv.jreq("GET", "/info")
+    got = str((j.get("container") or {}).get("int8_prompt", ""))
+    if form == "avx512-vnni":   # the thresholds measured there (engine/matmul.c int8_rule_now)
+        ok = got == "avx512-vnni tiles, Q8_0 from 2 tokens, Q4_0 from 16 tokens, K-quants from 32 tokens"
+    else:                       # on, from some length, or measured slower than f32 at this level
+        ok = got.startswith(form + " tiles, ") or got.startswith(f"off ({form}: ")
+    have = sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"})
+    check(f"GET /info int8_prompt names the {form} kernels (CPU flags {have})", st == 200 and ok, got)
+    with open(srv.log_path, "rb") as f:
+        ready = [l for l in f.read().decode("utf-8", "replace").splitlines() if "hyserve: ready:" in l]
+    check("the ready line says the same", ready and f"int8 prompts {got}, " in ready[0], str(ready))
+    forced = int8_form(flags, "avx2")
+    s2 = Server("int8-avx2", model, "-t", "1", "--max-seqs", "2", env={"HYSERVE_SIMD": "avx2",
+                                                                       "HYSERVE_INT8_PROMPT": "1"})
+    try:
+        st, _, j, _ = s2.jreq("GET", "/info")
+        k = j.get("container") or {}
+        check("HYSERVE_SIMD=avx2 HYSERVE_INT8_PROMPT=1: int8 prompts on AVX2 tiles at every length",
+              st == 200 and k.get("int8_prompt") == f"{forced} tiles at every prompt length (HYSERVE_INT8_PROMPT=1)"
+              and k.get("kernels") == ("scalar" if forced == "scalar" else "avx2"), str(k))
+    finally:
+        s2.stop()
+
+
+def test_omp_wait_default(model):
+    """Without GOMP_SPINCOUNT or OMP_WAIT_POLICY the server re-executes itself with one of them set
+    (blas_process_init): passive when the load average at start is at or above the CPUs online, else
+    a short spin; a value the environment sets is kept as it is."""
+    def environ(pid):
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(kv.split("=", 1) for kv in f.read().decode("utf-8", "replace").split("\0") if "=" in kv)
+
+    def load():
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+
+    cpus = os.cpu_count() or 1
+    before = load()
+    s = Server("ompwait", model, "-t", "1", "--max-seqs", "2", env={"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None})
+    after = load()
+    try:
+        e = environ(s.proc.pid)
+    finally:
+        s.stop()
+    w, sc = e.get("OMP_WAIT_POLICY"), e.get("GOMP_SPINCOUNT")
+    want = {"passive"} if min(before, after) >= cpus else {"spin"} if max(before, after) < cpus else {"passive", "spin"}
+    got = "passive" if w == "passive" and sc is None else "spin" if sc == "10000" and w is None else f"{w} {sc}"
+    check(f"no OpenMP wait set: the server sets one (load {before:.2f}-{after:.2f}, {cpus} CPUs: {sorted(want)})",
+          got in want, got)
+    s = Server("ompwait-kept", model, "-t", "1", "--max-seqs", "2",
+               env={"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "77"})
+    try:
+        e = environ(s.proc.pid)
+    finally:
+        s.stop()
+    check("GOMP_SPINCOUNT set by the environment is kept, and no wait policy is added",
+          e.get("GOMP_SPINCOUNT") == "77" and "OMP_WAIT_POLICY" not in e,
+          f"{e.get('GOMP_SPINCOUNT')} {e.get('OMP_WAIT_POLICY')}")
+
+
 def test_drain(srv):
     """Last test on the main server: SIGTERM while streams run."""
     n = 3
@@ -3044,6 +3139,7 @@ def test_grammar_cache(srv, model):
 def main(argv=None):
     # in the order they run; test_drain ends the main server, so it is last
     on_main = [("test_basic_routes", lambda: test_basic_routes(srv)),
+               ("test_int8_prompt_choice", lambda: test_int8_prompt_choice(srv, model)),
                ("test_generate", lambda: test_generate(srv)),
                ("test_errors", lambda: test_errors(srv)),
                ("test_sse_tgi", lambda: test_sse_tgi(srv)),
@@ -3080,6 +3176,7 @@ def main(argv=None):
                  ("test_drain_timeout", lambda: test_drain_timeout(srv2))]
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_container_limits", lambda: test_container_limits(model)),
+            ("test_omp_wait_default", lambda: test_omp_wait_default(model)),
             ("test_readme_sample", test_readme_sample),
             ("test_docs_cover_routes_and_commands", test_docs_cover_routes_and_commands),
             ("test_serve_synth", test_serve_synth),

@@ -470,7 +470,8 @@ static void check_matmul_as(uint32_t type, int n_in, int n_out, int n_tok, bool 
             double ref = dot_row(type, row, x, n_in), got = Y[(size_t)t * n_out + o];
             double terms = abs_terms(type, row, x, n_in);
             double tol = 2.0 * gamma_n(n_in + n_in / 32 + 8) * terms + 1e-30;
-            if (quant_int8_act(type) && (((n_tok == 1 || decode) && simd_avx2()) || (!decode && matmul_int8_prompt()))) {
+            if (quant_int8_act(type) &&
+                (((n_tok == 1 || decode) && simd_avx2()) || (!decode && matmul_int8_prompt(type, n_tok)))) {
                 /* int8 activations (one token, decode steps, and prompts where
                  * int8 prompts are on: matmul.h): the quantization bound of quant.h (blocks of 32 for
                  * Q8_0 and Q4_0, of 256 for the K-quants), and the rounding of the

@@ -4,7 +4,7 @@
  * The tiles promise the scalar references' bits (dot_kq_act_ref,
  * dot_q4_0_act_ref: exact integer sums per block, then the same float
  * operations in the same order), so the checks are bit for bit, at every
- * level this CPU runs (AVX512-VNNI, AVX-512, AVX2, scalar: each forced
+ * level this CPU runs (AVX512-VNNI, AVX-512, AVX-VNNI, AVX2, scalar: each forced
  * with the simd_set_* switches; a level the CPU lacks is said and
  * skipped), on random blocks with extreme scales, partial panels (rows not
  * a multiple of 16), token counts off the tile widths, and a Q4_0 width
@@ -22,71 +22,17 @@
 #include "kernels/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/simd_kqtile.h"
+#include "kq_blocks.h"
 #include "matmul.h"
 #include "test.h"
 
-static uint32_t kt_rng;
-
-static uint32_t kt_next(void)
-{
-    kt_rng = kt_rng * 1664525u + 1013904223u;
-    return kt_rng >> 8;
-}
-
-static float kt_frand(void)     /* uniform in [-1, 1) */
-{
-    return (float)kt_next() / (float)(1u << 23) - 1.0f;
-}
-
-/* a row of random bytes with finite half scales (ordinary, and the
- * extremes: largest, smallest subnormal, negative, zero) */
-static void kt_random_row(uint32_t type, uint8_t *row, int n)
-{
-    static const uint16_t extreme[] = { 0x7bff, 0x0001, 0xfbff, 0x0000 };
-    const size_t bsz = ggml_type_size(type), nb = (size_t)n / ggml_block_size(type);
-    for (size_t i = 0; i < bsz * nb; i++)
-        row[i] = (uint8_t)kt_next();
-    for (size_t b = 0; b < nb; b++) {
-        uint8_t *blk = row + b * bsz;
-        uint16_t h[2];
-        for (int k = 0; k < 2; k++)
-            h[k] = kt_next() % 4 ? f32_to_fp16(kt_frand() * 0.05f) : extreme[kt_next() % 4];
-        if (type == GGML_Q6_K)
-            memcpy(blk + 208, &h[0], 2);
-        else if (type == GGML_Q4_0)
-            memcpy(blk, &h[0], 2);
-        else
-            memcpy(blk, h, 4);
-    }
-}
-
 /* token t's activations as matmul lays them out for the tiles: q, d, and
- * the per-16 sums (Q4_0 too) */
+ * the per-16 sums (Q4_0 too), kqb_quantize's */
 typedef struct {
     int8_t *q;
     float *d;
     int16_t *bs;
 } kt_act;
-
-static void kt_quantize(uint32_t type, const float *x, int n, kt_act a)
-{
-    if (type == GGML_Q4_0 || type == GGML_Q8_0) {
-        quantize_act_q8_ref(x, n, a.q, a.d);
-        for (int g = 0; g < n / 16; g++) {
-            int s = 0;
-            for (int j = 0; j < 16; j++)
-                s += a.q[16 * g + j];
-            a.bs[g] = (int16_t)s;
-        }
-    } else {
-        quantize_act_q8k_ref(x, n, a.q, a.d, a.bs);
-    }
-}
-
-static float kt_ref(uint32_t type, const void *row, kt_act a, int n)
-{
-    return type == GGML_Q4_0 ? dot_q4_0_act_ref(row, a.q, a.d, n) : dot_kq_act_ref(type, row, a.q, a.d, a.bs, n);
-}
 
 static bool kt_same(float a, float b)
 {
@@ -95,20 +41,41 @@ static bool kt_same(float a, float b)
 
 static const uint32_t KT_TYPES[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q4_0 };
 
-/* the levels: 0 AVX512-VNNI, 1 AVX-512, 2 AVX2, 3 scalar; false (and a
- * line saying so) where this CPU cannot run the level */
+/* the levels: 0 AVX512-VNNI, 1 AVX-512, 2 AVX2 with AVX-VNNI, 3 AVX2,
+ * 4 scalar (KT_LEVELS); false (and a line saying so) where this CPU, or
+ * HYSERVE_SIMD, does not let the level run */
+enum { KT_LEVELS = 5 };
+static const char *const KT_LEVEL_NAME[KT_LEVELS] = { "avx512-vnni", "avx512", "avx2+avx-vnni", "avx2", "scalar" };
+
 static bool kt_level(int level)
 {
-    simd_set_enabled(level < 3);
+    simd_set_enabled(level < 4);
     simd_set_avx512(level < 2);
-    simd_set_vnni(level == 0);
-    const bool ok = level == 3 ? !simd_avx2()
-                  : level == 2 ? simd_avx2() && !simd_avx512()
+    simd_set_vnni(level == 0 || level == 2);
+    const bool ok = level == 4 ? !simd_avx2()
+                  : level == 3 ? simd_avx2() && !simd_vnni() && !simd_avx512()
+                  : level == 2 ? simd_vnni() && !simd_avx512()
                   : level == 1 ? simd_avx512() && !simd_avx512_vnni() : simd_avx512_vnni();
     if (!ok)
-        printf("    (level %s not on this CPU: skipped)\n", level == 0 ? "avx512-vnni" : level == 1 ? "avx512" : "avx2");
+        printf("    (level %s not on this CPU, or off by HYSERVE_SIMD: skipped)\n", KT_LEVEL_NAME[level]);
     return ok;
 }
+
+/* the automatic choice at each level (matmul.h): from how many prompt
+ * tokens Q8_0, Q4_0 and the K-quants take int8 products (0: never), and
+ * the form the ready line names */
+static int kt_auto_from(int level, uint32_t type)
+{
+    static const int from[KT_LEVELS][3] = {
+        { 2, MATMUL_INT8_VNNI512_Q4_0, MATMUL_KQ_PROMPT_MIN_TOK },
+        { MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ },
+        { MATMUL_INT8_AVXVNNI_Q8_0, MATMUL_INT8_AVXVNNI_Q4_0, MATMUL_INT8_AVXVNNI_KQ },
+        { MATMUL_INT8_AVX2_Q8_0, MATMUL_INT8_AVX2_Q4_0, MATMUL_INT8_AVX2_KQ },
+        { 0, 0, 0 } };
+    return from[level][type == GGML_Q8_0 ? 0 : type == GGML_Q4_0 ? 1 : 2];
+}
+
+static const char *const KT_FORM[KT_LEVELS] = { "avx512-vnni", "avx512", "avx-vnni", "avx2", "scalar" };
 
 static void kt_levels_restore(void)
 {
@@ -134,7 +101,7 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
     const float *dp[TOK];
     const int16_t *bp[TOK];
     int bad = 0, levels = 0;
-    for (int level = 0; level < 4 && !bad; level++) {
+    for (int level = 0; level < KT_LEVELS && !bad; level++) {
         if (!kt_level(level))
             continue;
         levels++;
@@ -143,17 +110,17 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
             const int n = type == GGML_Q4_0 ? 544 : 512;
             const size_t rb = ggml_type_size(type) * (size_t)n / ggml_block_size(type);
             CHECK(kqtile_fits(type, n));
-            kt_rng = 1000u * (uint32_t)level + (uint32_t)ti;
+            kqb_rng = 1000u * (uint32_t)level + (uint32_t)ti;
             for (int r = 0; r < ROWS; r++)
-                kt_random_row(type, rows + (size_t)r * rb, n);
+                kqb_random_row(type, rows + (size_t)r * rb, n, r);
             static const float scale[] = { 1.0f, 1e4f, 1e-3f };
             for (int t = 0; t < TOK; t++) {
                 for (int i = 0; i < n; i++)
-                    x[t * n + i] = kt_frand() * scale[t % 3];
+                    x[t * n + i] = kqb_frand() * scale[t % 3];
                 if (t == 1)
                     memset(x + t * n, 0, sizeof(float) * 256);   /* a zero group */
                 kt_act a = { q + (size_t)t * n, d + (size_t)t * (n / 32), bs + (size_t)t * (n / 16) };
-                kt_quantize(type, x + (size_t)t * n, n, a);
+                kqb_quantize(type, x + (size_t)t * n, n, a.q, a.d, a.bs);
                 qp[t] = a.q;
                 dp[t] = a.d;
                 bp[t] = a.bs;
@@ -167,7 +134,7 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
                         for (int t = 0; t < nt && !bad; t++) {
                             for (int r = 0; r < nr && !bad; r++) {
                                 kt_act a = { q + (size_t)t * n, d + (size_t)t * (n / 32), bs + (size_t)t * (n / 16) };
-                                const float want = kt_ref(type, rows + (size_t)r * rb, a, n);
+                                const float want = kqb_ref(type, rows + (size_t)r * rb, a.q, a.d, a.bs, n);
                                 if (!kt_same(y[t * ROWS + r], want)) {
                                     test_fail(__FILE__, __LINE__, "level %d (%s) type %u %s rows %d tokens %d: "
                                               "y[%d][%d] = %.9g, reference %.9g", level, simd_name(), type,
@@ -190,15 +157,16 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
 /* matmul on a prompt (decode false) with int8 prompts forced on: every
  * token's outputs are its int8 products (K-quants and Q4_0: the reference's
  * bits, whatever the tile, pass or thread split; Q8_0: a decode step's
- * bits), at every level; on auto, those where the CPU has AVX512-VNNI
- * (K-quants from MATMUL_KQ_PROMPT_MIN_TOK tokens), else the f32 path's
- * bits; and off: f32 activations, within the quantization bound's
- * distance of them. Prompt lengths cross
- * the tile widths and the K-quants' short-prompt threshold. */
+ * bits), at every level; on auto, those the level's thresholds send to
+ * int8 (kt_auto_from), else the f32 path's bits; and off: f32
+ * activations, within the quantization bound's distance of them. Prompt
+ * lengths cross the tile widths and the short-prompt thresholds. The
+ * description the ready line and /info show names the level's form and
+ * its K-quant threshold. */
 TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
 {
     enum { N = 512, NOUT = 70, TMAX = 80 };
-    static const int counts[] = { 2, 9, 17, 31, 32, 80 };
+    static const int counts[] = { 2, 9, 15, 16, 31, 32, 47, 48, 63, 64, 80 };
     static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q4_0, GGML_Q8_0 };
     float *X = malloc(sizeof(float) * N * TMAX), *Y = malloc(sizeof(float) * NOUT * TMAX);
     float *Yf = malloc(sizeof(float) * NOUT * TMAX), *Yd = malloc(sizeof(float) * NOUT * TMAX);
@@ -210,21 +178,34 @@ TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
     CHECK(X && Y && Yf && Yd && scratch && data);
     blas_set_threads(2);
     int bad = 0;
-    for (int level = 0; level < 4 && !bad; level++) {
+    for (int level = 0; level < KT_LEVELS && !bad; level++) {
         if (!kt_level(level))
             continue;
+        char desc[160], phrase[64];
+        matmul_set_int8_prompt(MATMUL_INT8_AUTO);
+        matmul_int8_prompt_describe(desc, sizeof desc);
+        const int kq = kt_auto_from(level, GGML_Q4_K);
+        const bool any = kq || kt_auto_from(level, GGML_Q8_0) || kt_auto_from(level, GGML_Q4_0);
+        if (kq)
+            snprintf(phrase, sizeof phrase, "K-quants from %d tokens", kq);
+        else
+            snprintf(phrase, sizeof phrase, "K-quants off");
+        CHECK_MSG(any ? !strncmp(desc, KT_FORM[level], strlen(KT_FORM[level])) && strstr(desc, " tiles, ") &&
+                            strstr(desc, phrase)
+                      : !strncmp(desc, "off (", 5) && strstr(desc, KT_FORM[level]),
+                  "level %s: int8 prompts described as \"%s\"", KT_LEVEL_NAME[level], desc);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0] && !bad; ti++) {
             const uint32_t type = types[ti];
             const size_t rb = ggml_type_size(type) * N / ggml_block_size(type);
-            kt_rng = 55u + (uint32_t)ti;
+            kqb_rng = 55u + (uint32_t)ti;
             float wf[N];
             for (int o = 0; o < NOUT; o++) {
                 for (int i = 0; i < N; i++)
-                    wf[i] = kt_frand() * 0.3f;
+                    wf[i] = kqb_frand() * 0.3f;
                 quantize_row(type, wf, data + (size_t)o * rb, N);
             }
             for (int i = 0; i < N * TMAX; i++)
-                X[i] = kt_frand();
+                X[i] = kqb_frand();
             const weight W = { .data = data, .type = type, .n_in = N, .n_out = NOUT, .row_bytes = rb };
             for (size_t ci = 0; ci < 2 * sizeof counts / sizeof counts[0] && !bad; ci++) {
                 const int nt = counts[ci / 2];
@@ -233,20 +214,20 @@ TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
                 matmul(Y, &W, X, nt, false, scratch);
                 matmul_set_int8_prompt(MATMUL_INT8_OFF);
                 matmul(Yf, &W, X, nt, false, scratch);
-                /* auto: with AVX512-VNNI, Q8_0, Q4_0, and K-quants from MATMUL_KQ_PROMPT_MIN_TOK */
-                const bool int8 = on || (simd_avx512_vnni() && (type == GGML_Q8_0 || type == GGML_Q4_0 ||
-                                                                 nt >= MATMUL_KQ_PROMPT_MIN_TOK));
+                /* auto: the level's thresholds */
+                const int from = kt_auto_from(level, type);
+                const bool int8 = on || (from > 0 && nt >= from);
                 if (type == GGML_Q8_0)                  /* the decode step of these tokens */
                     matmul(Yd, &W, X, nt, true, scratch);
                 for (int t = 0; t < nt && !bad; t++) {
                     const float *x = X + (size_t)t * N;
                     kt_act a = { q, d, bs };
-                    kt_quantize(type, x, N, a);
+                    kqb_quantize(type, x, N, a.q, a.d, a.bs);
                     for (int o = 0; o < NOUT && !bad; o++) {
                         const uint8_t *row = data + (size_t)o * rb;
                         /* Q8_0: the decode step's kernels and bits (without AVX2 the
                          * decode step keeps f32: then the int8 reference's) */
-                        const float want = type != GGML_Q8_0 ? kt_ref(type, row, a, N)
+                        const float want = type != GGML_Q8_0 ? kqb_ref(type, row, a.q, a.d, a.bs, N)
                                            : simd_avx2() ? Yd[(size_t)t * NOUT + o] : dot_q8_0_act_ref(row, q, d, N);
                         /* the f32 path against the float dot: quantization moves
                          * each x by at most d_x / 2 */

@@ -22,21 +22,9 @@
 #include "kernels/simd.h"
 #include "kernels/simd512.h"
 #include "kernels/simd_kquant.h"
+#include "kq_blocks.h"
 #include "matmul.h"
 #include "test.h"
-
-static uint32_t kq_rng;
-
-static uint32_t kq_next(void)
-{
-    kq_rng = kq_rng * 1664525u + 1013904223u;
-    return kq_rng >> 8;
-}
-
-static float kq_frand(void)     /* uniform in [-1, 1) */
-{
-    return (float)kq_next() / (float)(1u << 23) - 1.0f;
-}
 
 static double kq_gamma(int n)
 {
@@ -48,42 +36,13 @@ enum { KQ_N = 1024 };
 
 static const uint32_t KQ_TYPES[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q4_0 };
 
-/* half-precision scales: ordinary ones and the extremes (largest finite,
- * smallest subnormal and normal, negative, zero) */
-static uint16_t kq_half(int pick)
-{
-    static const uint16_t extreme[] = { 0x7bff, 0x0001, 0x0400, 0xfbff, 0x8000, 0x0000, 0x3c00 };
-    if (pick % 3 != 0)
-        return f32_to_fp16(kq_frand() * 0.05f);
-    return extreme[(pick / 3) % (int)(sizeof extreme / sizeof extreme[0])];
-}
-
-/* A row of n elements of random bytes, with its scale fields set from
- * kq_half (offsets of docs/models.md section 5). */
-static void kq_random_row(uint32_t type, void *row, int n, int seed)
-{
-    const size_t bs = ggml_type_size(type), nb = (size_t)n / ggml_block_size(type);
-    uint8_t *p = row;
-    for (size_t i = 0; i < bs * nb; i++)
-        p[i] = (uint8_t)kq_next();
-    for (size_t b = 0; b < nb; b++) {
-        uint8_t *blk = p + b * bs;
-        const uint16_t d = kq_half(seed + (int)b), dmin = kq_half(seed + 2 * (int)b + 1);
-        switch (type) {
-        case GGML_Q6_K: memcpy(blk + 208, &d, 2); break;
-        case GGML_Q4_0: memcpy(blk, &d, 2); break;
-        default: memcpy(blk, &d, 2); memcpy(blk + 2, &dmin, 2); break;
-        }
-    }
-}
-
 /* activations: a scale per run, a zero block and a lone spike */
 static void kq_random_x(float *x, int n, int seed)
 {
     static const float scale[] = { 1.0f, 1e4f, 1e-3f, 3e-20f };
     const float s = scale[seed % 4];
     for (int i = 0; i < n; i++)
-        x[i] = kq_frand() * s;
+        x[i] = kqb_frand() * s;
     for (int i = 256; i < 512 && i < n; i++)
         x[i] = 0.0f;
     if (n > 600)
@@ -122,19 +81,6 @@ static double kq_terms(uint32_t type, const void *row, const int8_t *q, const fl
     return t;
 }
 
-static void kq_quantize_ref(uint32_t type, const float *x, int n, int8_t *q, float *d, int16_t *bs)
-{
-    if (type == GGML_Q4_0)
-        quantize_act_q8_ref(x, n, q, d);
-    else
-        quantize_act_q8k_ref(x, n, q, d, bs);
-}
-
-static double kq_ref(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bs, int n)
-{
-    return type == GGML_Q4_0 ? dot_q4_0_act_ref(row, q, d, n) : dot_kq_act_ref(type, row, q, d, bs, n);
-}
-
 TEST(test_kquant_activation_quantizer_matches_reference_and_definition)
 {
     float x[KQ_N];
@@ -142,7 +88,7 @@ TEST(test_kquant_activation_quantizer_matches_reference_and_definition)
     float d[KQ_N / 256], d2[KQ_N / 256];
     int16_t bs[KQ_N / 16], bs2[KQ_N / 16];
     for (int seed = 0; seed < 8; seed++) {
-        kq_rng = 100u + (uint32_t)seed;
+        kqb_rng = 100u + (uint32_t)seed;
         kq_random_x(x, KQ_N, seed);
         quantize_act_q8k_ref(x, KQ_N, q, d, bs);
         /* the definition: d = max|x| / 127, |x / d - q| <= 1/2, bsums the sums of q */
@@ -180,10 +126,10 @@ TEST(test_kquant_references_match_dequantized_dots)
     for (size_t ti = 0; ti < sizeof KQ_TYPES / sizeof KQ_TYPES[0]; ti++)
         for (int seed = 0; seed < 24; seed++) {
             const uint32_t t = KQ_TYPES[ti];
-            kq_rng = 1000u * (uint32_t)ti + (uint32_t)seed;
-            kq_random_row(t, row, KQ_N, seed);
+            kqb_rng = 1000u * (uint32_t)ti + (uint32_t)seed;
+            kqb_random_row(t, row, KQ_N, seed);
             kq_random_x(x, KQ_N, seed);
-            kq_quantize_ref(t, x, KQ_N, q, d, bs);
+            kqb_quantize(t, x, KQ_N, q, d, bs);
             dequant_row(t, row, w, KQ_N);
             double exact = 0.0, quant = 0.0, absw = 0.0;
             for (int i = 0; i < KQ_N; i++) {
@@ -191,7 +137,7 @@ TEST(test_kquant_references_match_dequantized_dots)
                 quant += fabs((double)w[i]) * d[i / act_blk(t)] / 2.0;
                 absw += fabs((double)w[i] * x[i]);
             }
-            const double ref = kq_ref(t, row, q, d, bs, KQ_N), T = kq_terms(t, row, q, d, KQ_N);
+            const double ref = kqb_ref(t, row, q, d, bs, KQ_N), T = kq_terms(t, row, q, d, KQ_N);
             const double tol = 4.0 * kq_gamma(KQ_N) * T;
             CHECK_MSG(fabs(ref - exact) <= tol, "type %u seed %d: reference %.9g, dequantized dot %.9g (tol %.3g)",
                       t, seed, ref, exact, tol);
@@ -217,11 +163,11 @@ static int kq_check_family(const char *name, float (*kdot)(uint32_t, const void 
         for (int seed = 0; seed < 40; seed++) {
             const uint32_t t = KQ_TYPES[ti];
             const int n = lens[seed % 5] < act_blk(t) ? act_blk(t) : lens[seed % 5];
-            kq_rng = 5000u + 100u * (uint32_t)ti + (uint32_t)seed;
-            kq_random_row(t, row, n, seed);
+            kqb_rng = 5000u + 100u * (uint32_t)ti + (uint32_t)seed;
+            kqb_random_row(t, row, n, seed);
             kq_random_x(x, n, seed);
-            kq_quantize_ref(t, x, n, q, d, bs);
-            const double ref = kq_ref(t, row, q, d, bs, n);
+            kqb_quantize(t, x, n, q, d, bs);
+            const double ref = kqb_ref(t, row, q, d, bs, n);
             const double got = t == GGML_Q4_0 ? q40(row, q, d, n) : kdot(t, row, q, d, bs, n);
             const double tol = 4.0 * kq_gamma(n) * kq_terms(t, row, q, d, n);
             if (!(fabs(got - ref) <= tol)) {
@@ -278,14 +224,14 @@ TEST(test_kquant_decode_steps_equal_one_token_each_at_every_level)
             const uint32_t t = KQ_TYPES[ti];
             const size_t rb = ggml_type_size(t) * NIN / ggml_block_size(t);
             char *data = malloc(rb * NOUT);
-            kq_rng = 77u + (uint32_t)ti;
+            kqb_rng = 77u + (uint32_t)ti;
             for (int o = 0; o < NOUT; o++) {
                 for (int i = 0; i < NIN; i++)
-                    wf[i] = kq_frand() * 0.3f;
+                    wf[i] = kqb_frand() * 0.3f;
                 quantize_row(t, wf, data + (size_t)o * rb, NIN);
             }
             for (int i = 0; i < NIN * TMAX; i++)
-                X[i] = kq_frand();
+                X[i] = kqb_frand();
             weight W = { .data = data, .type = t, .n_in = NIN, .n_out = NOUT, .row_bytes = rb };
             for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && !bad; ci++) {
                 matmul(Y, &W, X, counts[ci], true, scratch);
@@ -297,7 +243,7 @@ TEST(test_kquant_decode_steps_equal_one_token_each_at_every_level)
                         int8_t q[NIN];
                         float d[NIN / 32], w[NIN];
                         int16_t bs[NIN / 16];
-                        kq_quantize_ref(t, x, NIN, q, d, bs);
+                        kqb_quantize(t, x, NIN, q, d, bs);
                         dequant_row(t, row, w, NIN);
                         double quant = 0.0;
                         for (int i = 0; i < NIN; i++)
@@ -341,8 +287,8 @@ TEST(test_kquant_row_decoding_is_bit_exact)
     for (size_t ti = 0; ti < sizeof KQ_TYPES / sizeof KQ_TYPES[0]; ti++)
         for (int seed = 0; seed < 24; seed++) {
             const uint32_t t = KQ_TYPES[ti];
-            kq_rng = 9000u + 100u * (uint32_t)ti + (uint32_t)seed;
-            kq_random_row(t, row, KQ_N, seed);
+            kqb_rng = 9000u + 100u * (uint32_t)ti + (uint32_t)seed;
+            kqb_random_row(t, row, KQ_N, seed);
             dequant_row(t, row, a, KQ_N);
             avx2_dequant_kq(t, row, b, KQ_N);
             CHECK_MSG(!memcmp(a, b, sizeof a), "type %u seed %d: decoded rows differ", t, seed);

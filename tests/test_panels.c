@@ -407,7 +407,7 @@ static int check_q8_products(int n_out, int n_in, int n_tok, int mode)
     run_mode(Y, &w, X, n_tok, mode, scratch);
     /* int8 activations: one token, decode steps (mode 1), the outer kernel (2), and prompts (0)
      * where int8 prompts are on (matmul.h); else prompts keep f32 */
-    const bool int8 = n_tok == 1 || mode == 1 || mode == 2 || (mode == 0 && matmul_int8_prompt());
+    const bool int8 = n_tok == 1 || mode == 1 || mode == 2 || (mode == 0 && matmul_int8_prompt(GGML_Q8_0, n_tok));
     for (int t = 0; t <= n_tok && !bad; t++) {
         if (t == n_tok) {
             for (int r = 0; r < n_out && !bad; r++)

@@ -51,6 +51,14 @@ static bool env_is(const char *v)
     return env && !strcmp(env, v);
 }
 
+/* HYSERVE_SIMD=avx2 or =avx2+vnni: the 256-bit levels, no AVX-512 (nor
+ * AMX, AVX512-VNNI, AVX512_BF16); avx2+vnni keeps AVX-VNNI where the CPU
+ * has it (Alder Lake to Arrow Lake clients, Sierra Forest), avx2 does not */
+static bool env_256(void)
+{
+    return env_is("avx2") || env_is("avx2+vnni");
+}
+
 static const char *level_name(const cpu_features *f)
 {
     if (f->amx)
@@ -120,7 +128,7 @@ __attribute__((constructor)) static void cpu_init(void)
     has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     has_avx512_vnni = has_avx512 && __builtin_cpu_supports("avx512vnni");
-    if (!env_is("0") && !env_is("avx2") && !env_is("avx512") && __builtin_cpu_supports("amx-tile") &&
+    if (!env_is("0") && !env_256() && !env_is("avx512") && __builtin_cpu_supports("amx-tile") &&
         __builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw")) {
         /* Linux hands out the 8 KiB tile state only on request (5.16+);
@@ -129,7 +137,7 @@ __attribute__((constructor)) static void cpu_init(void)
         has_amx_bf16 = has_amx && __builtin_cpu_supports("amx-bf16");
         has_amx_f16 = has_amx_bf16 && __builtin_cpu_supports("avx512bf16");
     }
-    has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16") && !env_is("avx2") && !env_is("0");
+    has_avx512_bf16 = has_avx512 && __builtin_cpu_supports("avx512bf16") && !env_256() && !env_is("0");
     /* BF16 decode: forced by HYSERVE_BF16_DOT, else measured (a few ms) */
     const char *bd = getenv("HYSERVE_BF16_DOT");
     if (!has_avx512_bf16) {
@@ -147,7 +155,7 @@ __attribute__((constructor)) static void cpu_init(void)
     bf16_dot_on = bf16_dot_auto;
     avx2_on = has_avx2 && !env_is("0");
     vnni_on = (has_vnni || has_avx512_vnni) && !env_is("avx2");
-    avx512_on = has_avx512 && !env_is("avx2");
+    avx512_on = has_avx512 && !env_256();
     amx_on = has_amx;
     cpu_select();
 }
@@ -166,7 +174,7 @@ void simd_set_vnni(bool on)
 
 void simd_set_avx512(bool on)
 {
-    avx512_on = on && has_avx512 && !env_is("avx2");
+    avx512_on = on && has_avx512 && !env_256();
     cpu_select();
 }
 

@@ -15,7 +15,9 @@
  * with the kernels of every level, sits on top of them.
  *
  * HYSERVE_SIMD=0 runs the scalar references, =avx2 the AVX2 kernels (no
- * VNNI, AVX-512 or AMX), =avx512 everything but AMX. HYSERVE_BF16_DOT=dp
+ * VNNI, AVX-512 or AMX), =avx2+vnni the same with the 256-bit AVX-VNNI
+ * where the CPU has it (what an Alder Lake client runs), =avx512
+ * everything but AMX. HYSERVE_BF16_DOT=dp
  * or =fma forces the BF16 decode kernel (simd_set_bf16_dot).
  */
 #ifndef HYSERVE_CPU_H

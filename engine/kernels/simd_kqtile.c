@@ -1,6 +1,6 @@
 /* simd_kqtile.c - the int8 prompt tiles of simd_kqtile.h: unpacking K-quant
  * and Q4_0 rows into 16-row panels, and panel x tokens products in a
- * scalar form, on AVX2, AVX-512 and AVX512-VNNI.
+ * scalar form, on AVX2, AVX-VNNI, AVX-512 and AVX512-VNNI.
  *
  * Owns: the panel layout and the forms of kqtile_mul. Does not own: the
  * block layouts' definitions (docs/models.md section 5; quant.c decodes
@@ -8,7 +8,7 @@
  *
  * The file is compiled for the baseline ISA; each SIMD form carries
  * __attribute__((target(...))) and is called only when cpu.h says the
- * level is on. The three SIMD forms share one body (simd_kqtile_body.inc)
+ * level is on. The four SIMD forms share one body (simd_kqtile_body.inc)
  * over a few vector macros: the AVX2 and plain AVX-512 forms build
  * vpdpbusd from vpmaddubsw (u8 x s8 pairs in int16: at most
  * 2 * 63 * 127 = 16002, never saturating) and vpmaddwd by ones.
@@ -228,6 +228,27 @@ AVX2_ATTR static inline __m256i kt_dot256(__m256i acc, __m256i w, __m256i x)
 #include "simd_kqtile_body.inc"
 #undef KT_NAME
 #undef KT_ATTR
+#undef KT_DOT
+
+/* ---- AVX-VNNI: the AVX2 form with vpdpbusd (VEX, 256-bit) ----
+ * Alder Lake to Arrow Lake clients and Sierra Forest have it without
+ * AVX-512. The same body, macros and tile as the AVX2 form; only the
+ * products change, and both sums are exact, so the bits are the same. */
+
+#define AVXVNNI_ATTR __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+AVXVNNI_ATTR static inline __m256i kt_dot256_vnni(__m256i acc, __m256i w, __m256i x)
+{
+    return _mm256_dpbusd_avx_epi32(acc, w, x);
+}
+
+#define KT_NAME kqtile_mul_avxvnni
+#define KT_ATTR AVXVNNI_ATTR
+#define KT_DOT kt_dot256_vnni
+#include "simd_kqtile_body.inc"
+#undef KT_NAME
+#undef KT_ATTR
+#undef KT_DOT
 #undef KT_T
 #undef KT_LANES
 #undef vi
@@ -246,7 +267,6 @@ AVX2_ATTR static inline __m256i kt_dot256(__m256i acc, __m256i w, __m256i x)
 #undef KT_SUBF
 #undef KT_MULF
 #undef KT_STOREF
-#undef KT_DOT
 
 /* ---- AVX-512: 16 rows per vector, 8 tokens per tile; with and without VNNI ---- */
 
@@ -302,6 +322,8 @@ void kqtile_mul(uint32_t type, const void *panel, int n, int nr, const int8_t *c
         kqtile_mul_avx512_vnni(type, panel, n, nr, q, d, bs, n_tok, y, ldy);
     else if (simd_avx512())
         kqtile_mul_avx512(type, panel, n, nr, q, d, bs, n_tok, y, ldy);
+    else if (simd_vnni())
+        kqtile_mul_avxvnni(type, panel, n, nr, q, d, bs, n_tok, y, ldy);
     else if (simd_avx2())
         kqtile_mul_avx2(type, panel, n, nr, q, d, bs, n_tok, y, ldy);
     else

@@ -4,8 +4,8 @@
  * Owns: the unpacked panel layout (16 rows of one weight, their integers
  * transposed so that one 64-byte load feeds 16 rows), unpacking rows into
  * it, and the products of a panel with n tokens' int8 activations, in a
- * scalar form and on AVX2 (vpmaddubsw), AVX-512 (vpmaddubsw) and
- * AVX512-VNNI (vpdpbusd). Does not own: quantizing the activations
+ * scalar form and on AVX2 (vpmaddubsw), AVX-VNNI (vpdpbusd on 256 bits),
+ * AVX-512 (vpmaddubsw) and AVX512-VNNI (vpdpbusd). Does not own: quantizing the activations
  * (quant.h: quantize_act_q8k for the K-quants, quantize_act_q8 for Q4_0,
  * whose per-16 sums the caller adds), when this path is taken (matmul.c).
  *
