@@ -14,6 +14,16 @@
 
 #define DEFAULT_BUDGET_CAP (4ull << 30)
 
+/* A sequence's DeltaNet slot: the state, then the conv ring, one block */
+static size_t slot_bytes(const cache *c)
+{
+    return (size_t)((c->state_bytes + c->conv_bytes + 63) & ~(uint64_t)63) + 64;
+}
+
+/* DeltaNet blocks of at least this many bytes get mappings of their own
+ * (block_new); smaller ones come from the allocator. */
+#define BLOCK_MAP_MIN (8u << 20)
+
 int cache_init(cache *c, const cache_layout *l)
 {
     memset(c, 0, sizeof *c);
@@ -80,14 +90,8 @@ int cache_init(cache *c, const cache_layout *l)
             c->budget_bytes = l->budget_max_bytes;
     }
     c->seqs = FAULT_OR(calloc((size_t)c->max_seqs, sizeof *c->seqs));
-    c->free_slots = FAULT_OR(calloc((size_t)c->max_seqs, sizeof *c->free_slots));
-    return c->seqs && c->free_slots ? 0 : -1;
-}
-
-/* A sequence's DeltaNet slot: the state, then the conv ring, one block */
-static size_t slot_bytes(const cache *c)
-{
-    return (size_t)((c->state_bytes + c->conv_bytes + 63) & ~(uint64_t)63) + 64;
+    c->blocks_mapped = slot_bytes(c) >= BLOCK_MAP_MIN;
+    return c->seqs ? 0 : -1;
 }
 
 /* A page's bytes, rounded to 64, then a 64-byte trailer holding its
@@ -134,6 +138,96 @@ static uint8_t *page_take(cache *c)
     return p;
 }
 
+/* Room in *a, an array of *cap pointers, for n + 1 of them: *cap doubled
+ * (first when empty) when it holds n. 0, or -1 out of memory (unchanged). */
+static int ptrs_room(uint8_t ***a, int *cap, int n, int first)
+{
+    if (n < *cap)
+        return 0;
+    const int nc = *cap ? 2 * *cap : first;
+    uint8_t **p = FAULT_OR(realloc(*a, (size_t)nc * sizeof *p));
+    if (!p)
+        return -1;
+    *a = p;
+    *cap = nc;
+    return 0;
+}
+
+/* bytes (a multiple of REGION_ALIGN) of anonymous memory, 2 MiB-aligned,
+ * with transparent huge pages advised; NULL when out of memory. Over-maps
+ * by 2 MiB and trims. */
+#define REGION_ALIGN (2u << 20)
+static uint8_t *map_aligned(size_t bytes)
+{
+    uint8_t *m = fault_now() ? MAP_FAILED
+                             : mmap(NULL, bytes + REGION_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                    -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)m + REGION_ALIGN - 1) & ~(uintptr_t)(REGION_ALIGN - 1));
+    if (a > m)
+        munmap(m, (size_t)(a - m));
+    munmap(a + bytes, (size_t)(m + REGION_ALIGN - a));
+    madvise(a, bytes, MADV_HUGEPAGE);
+    return a;
+}
+
+/* ---- DeltaNet blocks: sequence slots and snapshots ----
+ * A block holds one DeltaNet slot (state, then conv): a live sequence's,
+ * or a snapshot's. Freed blocks wait on free_blocks for the next sequence
+ * or snapshot until cache_deinit, as pages do. With the prefix store a
+ * finished sequence stays (its block with it) and a new request needs a
+ * block of its own and one per snapshot; from the allocator each came as
+ * memory it had given back to the kernel, so every request faulted its
+ * blocks in anew: on the 0.8B bench shape (19 MB blocks) a cold 300-token
+ * prompt took 9,880 page faults with the cache on against 10 off, and
+ * at load 12 its admission (the new slot zeroed) 0.59-0.81 s against
+ * 0.003-0.16 s and the snapshot copy 0.78-1.02 s against nothing
+ * (docs/performance.md section 11). Blocks of BLOCK_MAP_MIN bytes or more
+ * are mappings of their own with huge pages advised (a few faults of 2 MiB
+ * when first touched); smaller ones come from aligned_alloc. */
+
+static size_t block_map_bytes(const cache *c)
+{
+    return (slot_bytes(c) + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
+}
+
+static void block_unmap(cache *c, uint8_t *b)
+{
+    if (c->blocks_mapped)
+        munmap(b, block_map_bytes(c));
+    else
+        free(b);
+}
+
+/* A block for a new sequence or snapshot: a recycled one, else a new one
+ * (the free list grown first to hold every block there will be, so
+ * giving back never allocates). Contents undefined, but *zero set when
+ * it is a new mapping the kernel has already faulted in zeroed
+ * (MADV_POPULATE_WRITE: its huge pages cleared once, by the kernel, and
+ * no page-fault exits later). NULL when out of memory. The caller counts
+ * its bytes in the budget. */
+static uint8_t *block_take(cache *c, bool *zero)
+{
+    *zero = false;
+    if (c->n_free_blocks > 0)
+        return c->free_blocks[--c->n_free_blocks];
+    if (ptrs_room(&c->free_blocks, &c->cap_free_blocks, c->n_blocks, 8) != 0)
+        return NULL;
+    uint8_t *b = c->blocks_mapped ? map_aligned(block_map_bytes(c)) : FAULT_OR(aligned_alloc(64, slot_bytes(c)));
+#ifdef MADV_POPULATE_WRITE
+    *zero = b && c->blocks_mapped && madvise(b, block_map_bytes(c), MADV_POPULATE_WRITE) == 0;
+#endif
+    if (b)
+        c->n_blocks++;
+    return b;
+}
+
+static void block_give(cache *c, uint8_t *b)
+{
+    c->free_blocks[c->n_free_blocks++] = b;     /* room: cap_free_blocks >= n_blocks */
+}
+
 void cache_deinit(cache *c)
 {
     if (c->seqs)
@@ -143,9 +237,9 @@ void cache_deinit(cache *c)
         munmap(c->regions[i], c->region_bytes);
     free(c->regions);
     free(c->free_pages);
-    for (int i = 0; i < c->n_free_slots; i++)
-        free(c->free_slots[i]);
-    free(c->free_slots);
+    for (int i = 0; i < c->n_free_blocks; i++)    /* every block, once the sequences are gone */
+        block_unmap(c, c->free_blocks[i]);
+    free(c->free_blocks);
     free(c->seqs);
     memset(c, 0, sizeof *c);
 }
@@ -155,7 +249,11 @@ uint64_t cache_bytes_for(const cache *c, int n_tokens)
     return memplan_seq_reserved_bytes(&c->plan, n_tokens);
 }
 
-int cache_seq_new(cache *c)
+/* A live sequence in a free entry of c->seqs, with a page table and a
+ * DeltaNet block: zeroed (a new sequence) or left as it was (a fork, which
+ * copies its source's over it). -1 when none is free, over budget or out
+ * of memory. */
+static int seq_new(cache *c, bool zero)
 {
     int id = -1;
     for (int i = 0; i < c->max_seqs; i++)
@@ -168,22 +266,22 @@ int cache_seq_new(cache *c)
     cache_seq *s = &c->seqs[id];
     memset(s, 0, sizeof *s);
     s->pages = FAULT_OR(calloc((size_t)(c->max_pages ? c->max_pages : 1), sizeof(uint8_t *)));
-    /* The slot of a freed sequence if there is one, else a new one. Zeroed
-     * by writing: the recurrent step reads the state before it writes it,
-     * and on untouched (calloc'd, mmap'd) pages that read maps the zero
-     * page and the write then copies it, with a TLB flush across the
-     * threads: a fresh sequence's 16-token prompt took 282 ms against 121
-     * on reused memory (Q8_0 0.8B shape, 2 threads, 10k page faults); now
-     * 8.7 ms of memset here, then 121. */
-    const size_t sb = slot_bytes(c);
-    uint8_t *slot = c->n_free_slots ? c->free_slots[--c->n_free_slots] : FAULT_OR(aligned_alloc(64, sb));
+    /* A recycled block if there is one (block_take). Zeroed by writing: the
+     * recurrent step reads the state before it writes it, and on untouched
+     * (calloc'd, mmap'd) pages that read maps the zero page and the write
+     * then copies it, with a TLB flush across the threads: a fresh
+     * sequence's 16-token prompt took 282 ms against 121 on reused memory
+     * (Q8_0 0.8B shape, 2 threads, 10k page faults); now 8.7 ms of memset
+     * here, then 121. A new mapping the kernel populated is zero already. */
+    bool zeroed;
+    uint8_t *slot = s->pages ? block_take(c, &zeroed) : NULL;
     if (!s->pages || !slot) {
         free(s->pages);
-        free(slot);
         memset(s, 0, sizeof *s);
         return -1;
     }
-    memset(slot, 0, sb);
+    if (zero && !zeroed)
+        memset(slot, 0, slot_bytes(c));
     s->state = slot;
     s->conv = (float *)(slot + ((c->state_bytes + 63) & ~(uint64_t)63));
     s->live = true;
@@ -193,21 +291,31 @@ int cache_seq_new(cache *c)
     return id;
 }
 
-void cache_seq_free(cache *c, int id)
+int cache_seq_new(cache *c)
 {
-    if (id < 0 || id >= c->max_seqs || !c->seqs[id].live)
-        return;
+    return seq_new(c, true);
+}
+
+/* Release sequence id's pages and page table and mark it free; its block
+ * is the caller's (given back, or kept as a snapshot). */
+static uint8_t *seq_release(cache *c, int id)
+{
     cache_seq *s = &c->seqs[id];
+    uint8_t *block = (uint8_t *)s->state;
     for (int i = 0; i < s->n_pages; i++)     /* recycled when no other sequence holds it */
         page_unref(c, s->pages[i]);
     c->reserved_bytes -= c->conv_bytes + c->state_bytes;
     free(s->pages);
-    if (c->n_free_slots < c->max_seqs)                     /* the slot, for the next sequence */
-        c->free_slots[c->n_free_slots++] = (uint8_t *)s->state;
-    else
-        free(s->state);
     memset(s, 0, sizeof *s);
     c->n_live--;
+    return block;
+}
+
+void cache_seq_free(cache *c, int id)
+{
+    if (id < 0 || id >= c->max_seqs || !c->seqs[id].live)
+        return;
+    block_give(c, seq_release(c, id));         /* for the next sequence or snapshot */
     INVARIANT(cache_check(c));
 }
 
@@ -234,7 +342,6 @@ const cache_seq *cache_get_const(const cache *c, int id)
  * against one malloc per page: extra ms per token over context 0 9.4
  * against 11.2, a plain read of the pages 23.4 against 15.9 GB/s. Regions
  * stay until cache_deinit, as free pages always did. */
-#define REGION_ALIGN (2u << 20)
 static uint8_t *page_new(cache *c)
 {
     const size_t stride = page_stride(c);
@@ -243,25 +350,11 @@ static uint8_t *page_new(cache *c)
             const size_t want = stride * 16 > REGION_ALIGN ? stride * 16 : REGION_ALIGN;
             c->region_bytes = (want + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
         }
-        if (c->n_regions == c->cap_regions) {
-            const int cap = c->cap_regions ? 2 * c->cap_regions : 16;
-            uint8_t **r = FAULT_OR(realloc(c->regions, (size_t)cap * sizeof *r));
-            if (!r)
-                return NULL;
-            c->regions = r;
-            c->cap_regions = cap;
-        }
-        /* over-map by 2 MiB and trim, so the region starts 2 MiB-aligned */
-        uint8_t *m = fault_now() ? MAP_FAILED
-                                 : mmap(NULL, c->region_bytes + REGION_ALIGN, PROT_READ | PROT_WRITE,
-                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED)
+        if (ptrs_room(&c->regions, &c->cap_regions, c->n_regions, 16) != 0)
             return NULL;
-        uint8_t *a = (uint8_t *)(((uintptr_t)m + REGION_ALIGN - 1) & ~(uintptr_t)(REGION_ALIGN - 1));
-        if (a > m)
-            munmap(m, (size_t)(a - m));
-        munmap(a + c->region_bytes, (size_t)(m + REGION_ALIGN - a));
-        madvise(a, c->region_bytes, MADV_HUGEPAGE);
+        uint8_t *a = map_aligned(c->region_bytes);
+        if (!a)
+            return NULL;
         c->regions[c->n_regions++] = a;
         c->region_used = 0;
     }
@@ -357,7 +450,7 @@ int cache_seq_fork(cache *c, int src, int n_tokens)
         return -1;
     if (part && c->reserved_bytes + c->conv_bytes + c->state_bytes + c->page_bytes > c->budget_bytes)
         return -1;
-    const int id = cache_seq_new(c);
+    const int id = seq_new(c, false);      /* its block is overwritten with src's below */
     if (id < 0)
         return -1;
     cache_seq *s = &c->seqs[id];
@@ -427,10 +520,10 @@ cache_snap *cache_snap_new(cache *c)
     if (c->reserved_bytes + c->state_bytes + c->conv_bytes > c->budget_bytes)
         return NULL;
     cache_snap *s = FAULT_OR(calloc(1, sizeof *s));
-    uint8_t *slot = FAULT_OR(aligned_alloc(64, slot_bytes(c)));
-    if (!s || !slot) {
+    bool zeroed;
+    uint8_t *slot = s ? block_take(c, &zeroed) : NULL;
+    if (!slot) {
         free(s);
-        free(slot);
         return NULL;
     }
     s->slot = slot;
@@ -444,10 +537,24 @@ void cache_snap_free(cache *c, cache_snap *s)
 {
     if (!s)
         return;
-    free(s->slot);
+    block_give(c, s->slot);
     free(s);
     c->reserved_bytes -= c->state_bytes + c->conv_bytes;
     c->n_snaps--;
+}
+
+cache_snap *cache_seq_into_snap(cache *c, int id)
+{
+    const cache_seq *q = cache_get_const(c, id);
+    cache_snap *s = q ? FAULT_OR(calloc(1, sizeof *s)) : NULL;
+    if (!s)
+        return NULL;
+    s->n_tokens = q->n_past;
+    s->slot = seq_release(c, id);       /* its bytes move from the sequence to the snapshot */
+    c->reserved_bytes += c->state_bytes + c->conv_bytes;
+    c->n_snaps++;
+    INVARIANT(cache_check(c));
+    return s;
 }
 
 int cache_snap_save(cache *c, int id, cache_snap *s)
@@ -471,8 +578,8 @@ int cache_snap_restore(cache *c, int id, const cache_snap *s)
 
 const char *cache_broken(const cache *c)
 {
-    if (c->max_seqs > 0 && (!c->seqs || !c->free_slots))
-        return "seqs and free_slots are allocated";
+    if (c->max_seqs > 0 && !c->seqs)
+        return "seqs is allocated";
     uint64_t reserved = 0;
     int n_live = 0, n_pages = 0;
     const size_t conv_off = (size_t)((c->state_bytes + 63) & ~(uint64_t)63);
@@ -541,8 +648,13 @@ const char *cache_broken(const cache *c)
             return "free pages are not NULL";
         else if (*page_refs_const(c, c->free_pages[p]) != 0)
             return "free pages have a count of 0";
-    if (c->n_free_slots < 0 || c->n_live + c->n_free_slots > c->max_seqs)
-        return "live plus free DeltaNet slots are at most max_seqs";
+    if (c->n_free_blocks < 0 || c->n_live + c->n_snaps + c->n_free_blocks != c->n_blocks)
+        return "every DeltaNet block is a live sequence's, a snapshot's or free";
+    if (c->n_blocks > c->cap_free_blocks && c->n_blocks > 0)
+        return "the free list can hold every DeltaNet block";
+    for (int b = 0; b < c->n_free_blocks; b++)
+        if (!c->free_blocks[b])
+            return "free DeltaNet blocks are not NULL";
     return NULL;
 }
 

@@ -6,7 +6,8 @@
  * recurrent state live in one slot per sequence. Budget checks happen at
  * reservation, so the forward pass never allocates. Pages are carved from
  * 2 MiB-aligned regions (transparent huge pages advised); freed pages and
- * slots are kept for the next sequences until cache_deinit.
+ * DeltaNet blocks (slots and snapshots) are kept for the next sequences
+ * until cache_deinit.
  * Does not own: what is computed into the cache (attention.c, deltanet.c).
  * Owned by the engine's owner thread.
  */
@@ -63,7 +64,9 @@ typedef struct cache_snap {
  *                  (every page is held or free, and the free list can take
  *                  all of them back, so freeing never allocates);
  *   n_live == the live sequences <= max_seqs, and
- *   n_live + n_free_slots <= max_seqs (a slot is held or on its free list). */
+ *   n_live + n_snaps + n_free_blocks == n_blocks <= cap_free_blocks (every
+ *                  DeltaNet block is a live sequence's slot, a snapshot's
+ *                  or free, and the free list can take all of them back). */
 typedef struct cache {
     /* layout */
     int n_attn, n_kv, head_dim;         /* attention KV shape */
@@ -91,8 +94,10 @@ typedef struct cache {
     uint8_t **regions;                  /* where pages are carved from (cache.c) */
     int n_regions, cap_regions;
     size_t region_bytes, region_used;   /* each region's size; bytes used in the last */
-    uint8_t **free_slots;               /* recycled DeltaNet slots (state, then conv) */
-    int n_free_slots;                   /* at most max_seqs */
+    uint8_t **free_blocks;              /* [cap_free_blocks] DeltaNet blocks (a slot: state, then conv) not held */
+    int n_free_blocks, cap_free_blocks;
+    int n_blocks;                       /* blocks made: sequences' slots, snapshots' and free (cache.c) */
+    bool blocks_mapped;                 /* each block its own huge-page mapping, else from aligned_alloc */
     cache_seq *seqs;                    /* [max_seqs] */
     int n_live;
     int n_snaps;                        /* DeltaNet snapshots held (cache_snap_new) */
@@ -151,6 +156,11 @@ int cache_seq_shared_pages(const cache *c, int id);
  * hold state_bytes + conv_bytes more, or out of memory. */
 cache_snap *cache_snap_new(cache *c);
 void cache_snap_free(cache *c, cache_snap *s);
+/* Sequence id becomes a snapshot of its own length: its DeltaNet block
+ * moves into the snapshot (no copy, no new block; the bytes stay counted)
+ * and the sequence is freed. NULL (and nothing changed) when id is not
+ * live or out of memory. */
+cache_snap *cache_seq_into_snap(cache *c, int id);
 /* Copy sequence id's DeltaNet slot into s (s->n_tokens = its n_past). */
 int cache_snap_save(cache *c, int id, cache_snap *s);
 /* Copy s into sequence id's slot; -1 unless id's n_past == s->n_tokens. */

@@ -227,9 +227,24 @@ static void conv_items(const model *m, const layer *L, const fwd_item *items, in
         const fwd_item *it = &items[ii];
         float *conv = it->s->conv + (size_t)L->kind_idx * W1 * CD;     /* ring [K-1][CD] */
         const int nk = it->n < W1 ? it->n : W1;                         /* raw rows the ring keeps */
+        /* the snapshot's ring for this layer: the block's conv part sits
+         * where the sequence's does in its own block */
+        float *sconv = it->snap ? (float *)(void *)(it->snap + ((const uint8_t *)it->s->conv -
+                                                                (const uint8_t *)it->s->state)) +
+                                      (size_t)L->kind_idx * W1 * CD
+                                : NULL;
         for (int cb = c0; cb < c1; cb += DNET_CONV_BLOCK) {
             const int nc = c1 - cb < DNET_CONV_BLOCK ? c1 - cb : DNET_CONV_BLOCK;
             float keep[15][DNET_CONV_BLOCK], acc[DNET_CONV_BLOCK];
+            /* the window after snap_at rows, as the ring would hold it: raw
+             * inputs of positions pos0 + snap_at - (K-1) .. pos0 + snap_at - 1,
+             * from the batch (not yet overwritten) or from the ring */
+            for (int j = 0; sconv && j < W1; j++) {
+                const int r = it->snap_at - W1 + j;
+                const float *x = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb
+                                        : conv + (size_t)conv_slot(it->pos0 + r, W1) * CD + cb;
+                memcpy(sconv + (size_t)conv_slot(it->pos0 + r, W1) * CD + cb, x, sizeof(float) * (size_t)nc);
+            }
             /* the last nk raw rows, before the conv overwrites them */
             for (int j = 0; j < nk; j++)
                 memcpy(keep[j], QKV + (size_t)(it->row0 + it->n - nk + j) * CD + cb, sizeof(float) * (size_t)nc);
@@ -259,6 +274,25 @@ static void conv_items(const model *m, const layer *L, const fwd_item *items, in
                        sizeof(float) * (size_t)nc);
         }
     }
+}
+
+/* Rows [t0, t0 + n) of one value head through the delta rule, from state
+ * S (updated): the chunked or the recurrent form. q, k, v rows are CD
+ * apart, o rows o_stride; bt, gt: beta and g per row. */
+static void dnet_head_rows(bool chunked, int t0, int n, int DK, int DV, const float *q, const float *k,
+                           const float *v, int CD, const float *bt, const float *gt, float *S, float *o,
+                           int o_stride, float *sc)
+{
+    if (n <= 0)
+        return;
+    q += (size_t)t0 * CD;
+    k += (size_t)t0 * CD;
+    v += (size_t)t0 * CD;
+    o += (size_t)t0 * o_stride;
+    if (chunked)
+        dnet_chunked_head(n, DK, DV, q, CD, k, CD, v, CD, bt + t0, gt + t0, S, o, o_stride, sc);
+    else
+        dnet_recurrent_fast(n, DK, DV, q, CD, k, CD, v, CD, bt + t0, gt + t0, S, o, o_stride);
 }
 
 /* Which form runs a multi-token input in ENGINE_DNET_AUTO: the one that
@@ -331,7 +365,7 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
         const size_t at = (size_t)ld * NV * DV * DK + (size_t)h * DV * DK;            /* [DV][DK] */
         const bool b16 = c->state_type == GGML_BF16;
         float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
-        if (b16 && it->n == 1 && !chunked && cpu_kern.dnet_step_bf16) {     /* a decode step: in place */
+        if (b16 && it->n == 1 && !chunked && !it->snap && cpu_kern.dnet_step_bf16) {   /* a decode step: in place */
             uint16_t *S16 = (uint16_t *)it->s->state + at;
             if (cpu_kern.dnet_step_bf16_x16 && DK % 16 == 0 && DV % 4 == 0)
                 cpu_kern.dnet_step_bf16_x16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
@@ -343,10 +377,19 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
         float *S = b16 ? bt + 2 * ENGINE_UBATCH : (float *)it->s->state + at;
         if (b16)
             dequant_row_fast(GGML_BF16, (const uint16_t *)it->s->state + at, S, DV * DK);
-        if (chunked)
-            dnet_chunked_head(it->n, DK, DV, q, CD, k, CD, v, CD, bt, gt, S, o, NV * DV, sc);
-        else
-            dnet_recurrent_fast(it->n, DK, DV, q, CD, k, CD, v, CD, bt, gt, S, o, NV * DV);
+        /* rows [0, snap_at), the state copied into the snapshot, then the
+         * rest; without a snapshot, all rows at once. The recurrent form
+         * runs token by token either way (the same numbers as without the
+         * copy); the chunked form restarts its chunks at snap_at. */
+        const int cut = it->snap ? it->snap_at : it->n;
+        dnet_head_rows(chunked, 0, cut, DK, DV, q, k, v, CD, bt, gt, S, o, NV * DV, sc);
+        if (it->snap) {
+            if (b16)
+                quantize_row_fast(GGML_BF16, S, (uint16_t *)(void *)it->snap + at, DV * DK);
+            else
+                memcpy((float *)(void *)it->snap + at, S, sizeof(float) * (size_t)DV * DK);
+            dnet_head_rows(chunked, cut, it->n - cut, DK, DV, q, k, v, CD, bt, gt, S, o, NV * DV, sc);
+        }
         if (b16)
             quantize_row_fast(GGML_BF16, S, (uint16_t *)it->s->state + at, DV * DK);
     }

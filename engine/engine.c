@@ -393,6 +393,16 @@ engine_snap *engine_snap_take(engine *e, int seq)
     return s;
 }
 
+engine_snap *engine_snap_new(engine *e)
+{
+    return cache_snap_new(&e->kv);
+}
+
+engine_snap *engine_seq_into_snap(engine *e, int seq)
+{
+    return cache_seq_into_snap(&e->kv, seq);
+}
+
 int engine_snap_restore(engine *e, int seq, const engine_snap *snap)
 {
     return cache_snap_restore(&e->kv, seq, snap);

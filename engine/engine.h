@@ -258,6 +258,14 @@ int engine_seq_truncate(engine *e, int seq, int n_tokens, const engine_snap *sna
 /* A copy of seq's DeltaNet conv window and recurrent state, counted in the
  * pool. NULL when the budget cannot hold engine_snap_bytes() more. */
 engine_snap *engine_snap_take(engine *e, int seq);
+/* An empty snapshot counted in the pool, for engine_batch_item.snap to
+ * fill inside a step (its length is set then; -1 before). NULL when the
+ * budget cannot hold engine_snap_bytes() more. */
+engine_snap *engine_snap_new(engine *e);
+/* seq becomes a snapshot of its own length and is freed: its DeltaNet
+ * block moves into the snapshot (no copy; the pool's bytes do not change).
+ * NULL (nothing changed) when seq is not live or out of memory. */
+engine_snap *engine_seq_into_snap(engine *e, int seq);
 /* Put a snapshot back into seq, whose length must be the snapshot's. 0 or -1. */
 int engine_snap_restore(engine *e, int seq, const engine_snap *snap);
 void engine_snap_free(engine *e, engine_snap *snap);
@@ -285,6 +293,10 @@ typedef struct engine_batch_item {
     int n_tokens;               /* >= 1; appended after the cached tokens */
     int logits;                 /* enum engine_logits_mode */
     float *out;                 /* caller-owned, sized per the mode */
+    engine_snap *snap;          /* NULL, or a snapshot (engine_snap_new) that receives the DeltaNet state
+                                   and conv window after the first snap_at tokens of this item, inside the
+                                   step: the prefix store's snapshots cost no step of their own */
+    int snap_at;                /* 0 < snap_at < n_tokens when snap is set */
 } engine_batch_item;
 
 /* One forward step over several sequences at once (each at most once per

@@ -280,6 +280,11 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
             snprintf(err, errlen, "batch item %d asks for logits without an output buffer", i);
             return -1;
         }
+        if (it->snap && (it->snap_at <= 0 || it->snap_at >= it->n_tokens)) {
+            snprintf(err, errlen, "batch item %d: a snapshot after %d of its %d tokens (it must be inside)", i,
+                     it->snap_at, it->n_tokens);
+            return -1;
+        }
         for (int t = 0; t < it->n_tokens; t++)
             if (it->tokens[t] < 0 || it->tokens[t] >= m->n_vocab) {
                 snprintf(err, errlen, "token id %d is out of range (vocabulary has %d tokens)",
@@ -330,6 +335,11 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
             if (take > ENGINE_UBATCH - T)
                 take = ENGINE_UBATCH - T;
             fi[n_fi] = (fwd_item){ .s = sq, .row0 = T, .n = take, .pos0 = sq->n_past };
+            if (it->snap && it->snap_at >= off && it->snap_at < off + take) {   /* in this pass */
+                fi[n_fi].snap = it->snap->slot;
+                fi[n_fi].snap_at = it->snap_at - off;
+                it->snap->n_tokens = sq->n_past + it->snap_at - off;
+            }
             n_fi++;
             for (int t = 0; t < take; t++) {
                 int ti = off + t;

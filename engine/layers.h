@@ -21,6 +21,9 @@ typedef struct fwd_item {
     int row0;                   /* first row in the batch matrices */
     int n;                      /* rows (new tokens) */
     int pos0;                   /* tokens already cached */
+    uint8_t *snap;              /* NULL, or a DeltaNet block (cache_snap.slot) that receives every DeltaNet
+                                   layer's state and conv window after the first snap_at rows */
+    int snap_at;                /* 0 <= snap_at < n when snap is set */
 } fwd_item;
 
 /* Gated attention, after the q/k/v projections.

@@ -282,9 +282,12 @@ static void entry_merge(prefix_store *ps, prefix_entry *into, prefix_entry *from
         entry_add_snap(ps, into, from->snaps[i]);
     from->n_snaps = 0;
     if (ps->needs_snaps && from->n_tokens < into->n_tokens) {
-        engine_snap *end = engine_snap_take(ps->e, from->seq);
-        if (end)
+        /* from's sequence is going: its state block becomes the snapshot */
+        engine_snap *end = engine_seq_into_snap(ps->e, from->seq);
+        if (end) {
+            from->seq = -1;
             entry_add_snap(ps, into, end);
+        }
     }
     into->last_used = from->last_used > into->last_used ? from->last_used : into->last_used;
     entry_free(ps, from);
@@ -436,6 +439,7 @@ const char *prefix_reason_name(int reason)
     case PREFIX_DIVERGED: return "diverged";
     case PREFIX_EARLIER_SNAPSHOT: return "earlier_snapshot";
     case PREFIX_OFF: return "off";
+    case PREFIX_PROMPT_LOGPROBS: return "prompt_logprobs";
     default: return "unknown";
     }
 }

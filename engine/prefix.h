@@ -34,6 +34,8 @@ enum prefix_reason {
     PREFIX_DIVERGED = 4,        /* shared diverged_at tokens, but no state at or before that but 0 */
     PREFIX_EARLIER_SNAPSHOT = 5, /* shared diverged_at tokens, restored the snapshot at n_cached, recomputed the gap */
     PREFIX_OFF = 6,             /* the store is off */
+    PREFIX_PROMPT_LOGPROBS = 7, /* the request wants every prompt position's log probabilities: the store
+                                   keeps no logits, so it prefilled whole (and still left an entry) */
     PREFIX_N_REASONS
 };
 

@@ -498,7 +498,10 @@ static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_plann
  * (the weights read once, a parallel region per matmul) is ~55 ms at 2
  * threads on a quiet machine (bench/results/latest.md: 128 against 512
  * prompt tokens), far more when the cores are shared; 32 tokens of
- * recompute cost ~0.2 s, paid only by a request that branches there. */
+ * recompute cost ~0.2 s, paid only by a request that branches there.
+ * (Since then a step takes the first snapshot inside its chunk without
+ * stopping there, prefix_chunk, so only a second length in one chunk
+ * costs a step; the gap still keeps lengths from crowding a chunk.) */
 enum { PREFIX_MIN_SNAP_GAP = 32 };
 
 /* A new sequence for r reserved for total tokens. With the prefix store:
@@ -511,9 +514,12 @@ static int prefix_admit_seq(sched *s, sched_req *r, int total)
 {
     int seq = -1;
     for (;;) {
-        /* prompt logprobs need every prompt position's logits: such a
-         * request prefills its whole prompt (and still leaves an entry) */
-        if (s->prefix && !r->prompt_lp)
+        /* prompt logprobs need every prompt position's logits, which the
+         * store does not keep: such a request prefills its whole prompt
+         * (and still leaves an entry), and its miss says why */
+        if (s->prefix && r->prompt_lp)
+            r->pm = (prefix_match){ .reason = PREFIX_PROMPT_LOGPROBS, .entry = -1 };
+        else if (s->prefix)
             r->pm = prefix_lookup(s->prefix, r->salt, r->owner, r->tokens, r->n_prompt);
         seq = r->pm.entry >= 0 ? prefix_fork(s->prefix, &r->pm) : engine_seq_new(s->e);
         if (seq >= 0 && engine_seq_reserve(s->e, seq, total) == 0)
@@ -606,22 +612,50 @@ static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_plann
     return n;
 }
 
-/* The prompt tokens r may prefill this step (at most k): up to its next
- * snapshot length. */
-static int prefix_chunk_end(const sched_req *r, int k)
+/* The prompt tokens r may prefill this step (at most k), and the snapshot
+ * the step takes on the way: the next snapshot length inside the chunk is
+ * taken inside the step (it->snap: the engine copies the DeltaNet state
+ * there), and the chunk stops at the length after it (taken after the
+ * step). Before, every length was a step of its own: a cold 300-token
+ * prompt ran 299 tokens, then 1 token for the snapshot one short of its
+ * end (~16 ms, a decode step reading every weight; docs/performance.md).
+ * A snapshot the budget cannot hold is skipped (the store then restores
+ * an earlier one). Caller holds s->mu. */
+static int prefix_chunk(sched *s, sched_req *r, int k, engine_batch_item *it)
 {
-    if (r->i_snap_at < r->n_snap_at) {
-        const int stop = r->snap_at[r->i_snap_at] - r->n_fed;
+    int i = r->i_snap_at;
+    if (i < r->n_snap_at && r->snaps) {
+        const int at = r->snap_at[i] - r->n_fed;
+        if (at > 0 && at < k) {
+            it->snap = engine_snap_new(s->e);
+            it->snap_at = at;
+            i++;
+        }
+    }
+    if (i < r->n_snap_at) {
+        const int stop = r->snap_at[i] - r->n_fed;
         if (stop > 0 && stop < k)
             return stop;
     }
     return k;
 }
 
-/* After a step: take the snapshot r's prefill stopped for. A snapshot the
- * budget cannot hold is skipped (the store then restores an earlier one). */
-static void prefix_snap_due(sched *s, sched_req *r)
+/* A step's snapshot that did not run (the forward failed). */
+static void prefix_step_snap_drop(sched *s, engine_batch_item *it)
 {
+    engine_snap_free(s->e, it->snap);
+    it->snap = NULL;
+}
+
+/* After a step: keep the snapshot the step took inside it (it->snap), and
+ * take the one r's prefill stopped for. A snapshot the budget cannot hold
+ * is skipped (the store then restores an earlier one). */
+static void prefix_snap_due(sched *s, sched_req *r, engine_batch_item *it)
+{
+    if (it->snap) {
+        r->snaps[r->n_snaps++] = it->snap;      /* room: one per length in snap_at */
+        it->snap = NULL;
+    }
     while (r->i_snap_at < r->n_snap_at && r->snap_at[r->i_snap_at] <= r->n_fed) {
         if (r->snap_at[r->i_snap_at] == r->n_fed && r->snaps) {
             engine_snap *sn = engine_snap_take(s->e, r->seq);
@@ -1263,6 +1297,8 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
         if (r->await_fork)
             continue;       /* fed nothing: it forks from its leader */
         it->seq = r->seq;
+        it->snap = NULL;
+        it->snap_at = 0;
         it->tokens = r->tokens + r->n_fed;
         it->out = s->logits + (size_t)r->slot * (size_t)s->n_vocab;
         if (r->state == RS_DECODE) {
@@ -1272,11 +1308,11 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
         } else {
             int left = r->n_prompt - r->n_fed;
             int k = left < budget ? left : budget;
-            k = prefix_chunk_end(r, k);
             if (k <= 0)
                 continue;
             if (r->prompt_lp && (k = prompt_lp_chunk(s, it, k, &plp_used)) == 0)
                 continue;
+            k = prefix_chunk(s, r, k, it);
             budget -= k;
             *n_prefill_tok += k;
             it->n_tokens = k;
@@ -1341,11 +1377,11 @@ static void group_fork(sched *s, sched_req *r, const float *logits)
 
 /* The item ran: advance r and sample when logits came back. Caller does
  * not hold s->mu. Returns 0, 1 (finished) or a negative error. */
-static int after_item(sched *s, sched_req *r, const engine_batch_item *it)
+static int after_item(sched *s, sched_req *r, engine_batch_item *it)
 {
     float *logits = it->out;
     r->n_fed += it->n_tokens;
-    prefix_snap_due(s, r);
+    prefix_snap_due(s, r, it);
     if (it->logits == ENGINE_LOGITS_ALL) {
         logits = NULL;
         int rc = prompt_lp_emit(s, r, it, &logits);
@@ -1395,14 +1431,17 @@ static void sched_step(sched *s)
             rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
     } else if (n == 1) {
         rcs[0] = SCHED_EENGINE;
+        prefix_step_snap_drop(s, &s->items[0]);
     } else {
         /* find the culprit: run the items one at a time (no sequence was
          * modified by the failed call) */
         for (int i = 0; i < n; i++) {
-            if (engine_forward(s->e, &s->items[i], 1, err, sizeof(err)) == 0)
+            if (engine_forward(s->e, &s->items[i], 1, err, sizeof(err)) == 0) {
                 rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
-            else
+            } else {
                 rcs[i] = SCHED_EENGINE;
+                prefix_step_snap_drop(s, &s->items[i]);
+            }
         }
     }
 

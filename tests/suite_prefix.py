@@ -213,6 +213,73 @@ def test_salts(on, off):
     check("a cache_salt that is not a string is a 400 naming it", st == 400 and "cache_salt" in json.dumps(j), f"{st}")
 
 
+def steps_of(srv, prompt, max_tokens=1):
+    """(engine steps the request ran, its text, cached tokens), from /stats around it (one request at a time)."""
+    s0 = srv.stats()["scheduler"]["steps_total"]
+    text, cached = complete(srv, prompt, max_tokens=max_tokens)
+    return srv.stats()["scheduler"]["steps_total"] - s0, text, cached
+
+
+def test_cold_prompt_steps(on, off):
+    """Snapshots are taken inside prefill steps (the engine copies the
+    DeltaNet state after that token) instead of each stopping a step: a
+    cold 12-token prompt (its one snapshot one short of its end) runs one
+    engine step as without the cache, and the same prompt again restores
+    all but its last token from that snapshot; a 40-token one with
+    snapshots at 16, 32 and 39 runs two (one inside each, the chunk ending
+    at 32), where each length was a step of its own before (four)."""
+    rng = random.Random(9)
+    p = fresh(rng, 12)
+    n_on, t_on, _ = steps_of(on, p)
+    n_off, t_off, _ = steps_of(off, p)
+    check("a cold 12-token prompt: one engine step with the cache as without, same text",
+          n_on == 1 and n_off == 1 and t_on == t_off, f"{n_on} {n_off} {t_on!r} {t_off!r}")
+    _, cached = complete(on, p)
+    check("the snapshot taken inside the step restores: the same prompt again reuses 11 tokens", cached == 11,
+          f"{cached}")
+    q = fresh(rng, 40, avoid=(p[0],))
+    n_on, t_on, _ = steps_of(on, q)
+    n_off, t_off, _ = steps_of(off, q)
+    check("a cold 40-token prompt, snapshots at 16, 32, 39: two steps with the cache, one without, same text",
+          n_on == 2 and n_off == 1 and t_on == t_off, f"{n_on} {n_off} {t_on!r} {t_off!r}")
+    hits = [complete(on, q[:k] + fresh(rng, 5, avoid=(q[k],)))[1] for k in (16, 32)]
+    check("and both snapshots restore (16 and 32 tokens)", hits == [16, 32], f"{hits}")
+
+
+def test_prompt_logprobs(on, off):
+    """A request for prompt log probabilities (OpenAI echo + logprobs) needs
+    every prompt position's logits, which the store does not keep: it
+    prefills whole even when its prompt is cached, its miss reads
+    prompt_logprobs, its numbers are the cache-off server's, and the entry
+    it leaves serves the next plain request."""
+    rng = random.Random(8)
+    p = fresh(rng, 30)
+    complete(on, p)
+    m0 = misses(on)
+    body = {"prompt": p, "max_tokens": 2, "temperature": 0, "echo": True, "logprobs": 1}
+    st, _, a, _ = on.jreq("POST", "/v1/completions", body)
+    st2, _, b, _ = off.jreq("POST", "/v1/completions", body)
+    m1 = misses(on)
+    ok = st == 200 and st2 == 200
+    lp_a = a["choices"][0]["logprobs"]["token_logprobs"] if ok else None
+    lp_b = b["choices"][0]["logprobs"]["token_logprobs"] if ok else None
+    # within 1e-4: the cache-on server's prefill stops at its snapshot lengths, other chunk sizes than off's
+    close = ok and len(lp_a) == len(lp_b) == len(p) + 2 and all(
+        (x is None and y is None) or (x is not None and y is not None and abs(x - y) <= 1e-4)
+        for x, y in zip(lp_a, lp_b))
+    check("echo + logprobs over a cached prompt: nothing restored, prompt logprobs as without the cache",
+          close and a["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"{st} {st2} {lp_a} {lp_b}")
+    check("and the miss says prompt_logprobs", m1.get("prompt_logprobs") == m0.get("prompt_logprobs", 0) + 1,
+          f"{m0} {m1}")
+    st, _, j, _ = on.jreq("POST", "/generate", {"inputs": "".join(chr(t) for t in p), "parameters": {
+        "max_new_tokens": 1, "details": True, "decoder_input_details": True}})
+    check("TGI decoder_input_details: details.prefix_cache says prompt_logprobs",
+          st == 200 and j["details"]["prefix_cache"] == "prompt_logprobs" and j["details"]["cached_tokens"] == 0,
+          f"{st} {json.dumps(j)[:300]}")
+    _, cached = complete(on, p)
+    check("a plain request after it restores all but the last token", cached == len(p) - 1, f"{cached}")
+
+
 def test_eviction(model, off, entry_bytes, tag="evict"):
     """A store budget for about one entry: the second prompt evicts the
     first, which then misses as 'evicted' and still reads the same."""
@@ -448,7 +515,7 @@ def main(argv=None):
     names = ["test_hybrid_hits", "test_multi_turn", "test_attention_mid_page", "test_salts", "test_eviction",
              "test_random_load", "test_layouts", "test_chat_system_prompt", "test_chat_history_boundaries",
              "test_reset_while_running", "test_api_key_isolation", "test_full_cache_evicts_to_admit", "test_mem_cli",
-             "test_branch_point"]
+             "test_branch_point", "test_cold_prompt_steps", "test_prompt_logprobs"]
     chosen = hs.select(sys.argv[1:] if argv is None else argv, names, "prefix")
     os.makedirs(TMP, exist_ok=True)
     models = {"hybrid": ("LLLA", 4, []), "attn": ("A", 2, []), "dnet": ("L", 2, []), "mla": ("LAML", 4, []),
@@ -486,8 +553,10 @@ def main(argv=None):
         check("--prefix-cache off: /stats says disabled", off.stats()["pools"]["prefix_cache"]["enabled"] is False)
         hybrid_tests = [
             ("test_hybrid_hits", lambda: test_hybrid_hits(on, off)),
+            ("test_cold_prompt_steps", lambda: test_cold_prompt_steps(on, off)),
             ("test_multi_turn", lambda: test_multi_turn(on, off)),
             ("test_salts", lambda: test_salts(on, off)),
+            ("test_prompt_logprobs", lambda: test_prompt_logprobs(on, off)),
             ("test_reset_while_running", lambda: test_reset_while_running(on, off)),
             ("test_mem_cli", lambda: test_mem_cli(hyb, on)),
             ("test_eviction", lambda: eviction(hyb, off)),

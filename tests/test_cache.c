@@ -1,5 +1,5 @@
 /* test_cache.c - the cache manager (engine/cache.c) on its own: DeltaNet
- * slots recycled zeroed, a bf16 state at half the bytes, KV pages carved
+ * slots recycled zeroed, snapshot blocks recycled and handed over, a bf16 state at half the bytes, KV pages carved
  * from regions, reservations that
  * change everything or nothing, also when memory runs out at any of their
  * allocations (fault.h), and the invariant checker cache_broken, which must
@@ -45,7 +45,8 @@ TEST(test_cache_invariants_hold_through_new_reserve_and_free)
     int a, b;
     CHECK(busy_pool(&c, &a, &b) == 0);
     CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
-    CHECK(c.n_pages_used == 4 && c.n_free_pages == 2 && c.n_pages_carved == 6 && c.n_free_slots == 1);
+    CHECK(c.n_pages_used == 4 && c.n_free_pages == 2 && c.n_pages_carved == 6 && c.n_free_blocks == 1 &&
+          c.n_blocks == 3);
     CHECK(cache_reserve(&c, b, 100) == 0 && c.n_free_pages == 0 && c.n_pages_carved == 10);
     CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
     cache_seq_free(&c, a);
@@ -71,7 +72,7 @@ TEST(test_cache_check_catches_each_broken_invariant)
         { "a free page lost", "carved" },
         { "free list too short for every page", "free list can hold" },
         { "a sequence more counted live", "n_live" },
-        { "a slot both live and free", "slots" },
+        { "a slot both live and free", "DeltaNet block is" },
         { "a sequence's page count one more", "sum" },
         { "a sequence past its pages", "tokens fit its pages" },
         { "a sequence past n_ctx", "tokens fit its pages" },
@@ -94,7 +95,7 @@ TEST(test_cache_check_catches_each_broken_invariant)
         case 3: bad.n_free_pages--; break;
         case 4: bad.cap_free_pages = bad.n_pages_carved - 1; break;
         case 5: bad.n_live++; break;
-        case 6: bad.n_free_slots = bad.max_seqs; break;
+        case 6: bad.n_free_blocks++; break;
         case 7: pages[sa->n_pages] = pages[0]; sa->n_pages++; break;
         case 8: sa->n_past = sa->n_pages * bad.page_tokens + 1; break;
         case 9: sa->n_past = bad.n_ctx + 1; break;
@@ -177,6 +178,69 @@ TEST(test_cache_recycles_deltanet_slots_zeroed_and_apart)
     cache_seq_free(&c, b);
     CHECK(c.reserved_bytes == 0 && c.n_live == 0);
     cache_deinit(&c);
+}
+
+/* Snapshots and sequences draw their DeltaNet blocks from one free list:
+ * a freed snapshot's block goes to the next snapshot or sequence (the
+ * prefix store takes one or two a request; fresh memory each time cost
+ * page faults), a sequence turned into a snapshot hands over its block
+ * with its state in it (no copy, the pool's bytes unchanged), and
+ * restoring that snapshot gives the state back. Run on a small slot (from
+ * the allocator) and on one of 9 MiB (its own 2 MiB-aligned mapping). */
+static void check_snapshot_blocks(const cache_layout *l, bool mapped)
+{
+    cache c;
+    CHECK(cache_init(&c, l) == 0);
+    CHECK(c.blocks_mapped == mapped);
+    const uint64_t each = c.state_bytes + c.conv_bytes;
+    const int a = cache_seq_new(&c);
+    CHECK(a >= 0 && cache_reserve(&c, a, 20) == 0);
+    cache_seq *sa = cache_get(&c, a);
+    sa->n_past = 20;
+    float *st = sa->state;
+    for (uint64_t i = 0; i < c.state_bytes / 4; i++)
+        st[i] = (float)(i % 1000) + 0.5f;
+    sa->conv[0] = 7.0f;
+    CHECK(!mapped || ((uintptr_t)sa->state & ((2u << 20) - 1)) == 0);
+    cache_snap *s1 = cache_snap_new(&c);
+    CHECK(s1 && cache_snap_save(&c, a, s1) == 0 && s1->n_tokens == 20 && c.n_blocks == 2);
+    uint8_t *b1 = s1->slot;
+    cache_snap_free(&c, s1);
+    CHECK(c.n_free_blocks == 1 && c.reserved_bytes == each + (uint64_t)c.n_pages_used * c.page_bytes);
+    cache_snap *s2 = cache_snap_new(&c);
+    CHECK(s2 && s2->slot == b1 && c.n_blocks == 2 && c.n_free_blocks == 0);     /* recycled */
+    cache_snap_free(&c, s2);
+    void *state_a = sa->state;
+    const uint64_t before = c.reserved_bytes - (uint64_t)c.n_pages_used * c.page_bytes;
+    cache_snap *end = cache_seq_into_snap(&c, a);
+    CHECK(end && end->slot == state_a && end->n_tokens == 20);
+    CHECK(c.n_live == 0 && c.n_snaps == 1 && c.n_pages_used == 0 && c.reserved_bytes == before);
+    CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    const int b = cache_seq_new(&c);
+    CHECK(b >= 0 && cache_get(&c, b)->state == b1 && c.n_blocks == 2);         /* the free block again */
+    CHECK(cache_reserve(&c, b, 20) == 0);
+    cache_get(&c, b)->n_past = 20;
+    CHECK(cache_snap_restore(&c, b, end) == 0);
+    const float *sb = cache_get(&c, b)->state;
+    int bad = 0;
+    for (uint64_t i = 0; i < c.state_bytes / 4; i++)
+        bad += sb[i] != (float)(i % 1000) + 0.5f;
+    CHECK_MSG(bad == 0 && cache_get(&c, b)->conv[0] == 7.0f, "%d state numbers not restored", bad);
+    cache_snap_free(&c, end);
+    cache_seq_free(&c, b);
+    CHECK(c.reserved_bytes == 0 && c.n_snaps == 0 && c.n_free_blocks == c.n_blocks && c.n_blocks == 2);
+    CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    cache_deinit(&c);
+}
+
+TEST(test_cache_snapshots_and_sequences_recycle_one_block_list)
+{
+    check_snapshot_blocks(&hybrid, false);
+    /* 9 layers x 16 heads x 128 x 128 x 4 bytes: 9 MiB of state (16 key heads: conv 2 x 16 x 128 + 16 x 128) */
+    cache_layout big = { .n_attn = 1, .n_kv = 2, .head_dim = 16, .n_dnet = 9, .conv_kernel = 4, .conv_dim = 6144,
+                         .n_v = 16, .d_v = 128, .d_k = 128, .page_tokens = 16, .n_ctx = 256, .max_seqs = 4,
+                         .budget_bytes = 64u << 20 };
+    check_snapshot_blocks(&big, true);
 }
 
 /* A bf16 recurrent state takes 2 bytes a number (2 layers x 2 heads x

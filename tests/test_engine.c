@@ -29,22 +29,33 @@ static const char *model_path(const char *tag, synth_config *c)
     return p;
 }
 
-static engine *open_model_ex(const char *path, int mode, int max_seqs, bool huge_weights, uint64_t cache_bytes)
+/* The tests' engine parameters: 2 threads, 512 tokens of context. */
+static void test_params(engine_params *p, const char *path, int mode, int max_seqs)
 {
-    engine_params p;
-    engine_params_default(&p);
-    p.model_path = path;
-    p.n_threads = 2;
-    p.n_ctx = 512;
-    p.max_seqs = max_seqs;
-    p.dnet_mode = mode;
-    p.huge_weights = huge_weights;
-    p.cache_bytes = cache_bytes;
+    engine_params_default(p);
+    p->model_path = path;
+    p->n_threads = 2;
+    p->n_ctx = 512;
+    p->max_seqs = max_seqs;
+    p->dnet_mode = mode;
+}
+
+static engine *open_params(const engine_params *p)
+{
     char err[512];
-    engine *e = engine_open(&p, err, sizeof err);
+    engine *e = engine_open(p, err, sizeof err);
     if (!e)
         fprintf(stderr, "    engine_open: %s\n", err);
     return e;
+}
+
+static engine *open_model_ex(const char *path, int mode, int max_seqs, bool huge_weights, uint64_t cache_bytes)
+{
+    engine_params p;
+    test_params(&p, path, mode, max_seqs);
+    p.huge_weights = huge_weights;
+    p.cache_bytes = cache_bytes;
+    return open_params(&p);
 }
 
 static engine *open_model(const char *path, int mode, int max_seqs)
@@ -81,7 +92,8 @@ static int run_logits(engine *e, const int32_t *toks, int n, int step, float *ou
     const int V = engine_get_info(e)->n_vocab;
     for (int s0 = 0; s0 < n; s0 += step) {
         int cnt = n - s0 < step ? n - s0 : step;
-        engine_batch_item it = { seq, toks + s0, cnt, ENGINE_LOGITS_ALL, out + (size_t)s0 * V };
+        engine_batch_item it = { .seq = seq, .tokens = toks + s0, .n_tokens = cnt,
+                                 .logits = ENGINE_LOGITS_ALL, .out = out + (size_t)s0 * V };
         if (engine_forward(e, &it, 1, err, sizeof err) != 0) {
             fprintf(stderr, "    forward: %s\n", err);
             engine_seq_free(e, seq);
@@ -224,12 +236,13 @@ static void check_batch_vs_alone_n(synth_config *c, const char *name, int ns, co
     for (int i = 0; i < ns; i++) {
         seq[i] = engine_seq_new(e);
         CHECK(seq[i] >= 0);
-        items[i] = (engine_batch_item){ seq[i], toks[i], len[i], ENGINE_LOGITS_ALL, batched[i] };
+        items[i] = (engine_batch_item){ .seq = seq[i], .tokens = toks[i], .n_tokens = len[i],
+                                        .logits = ENGINE_LOGITS_ALL, .out = batched[i] };
     }
     CHECK(engine_forward(e, items, ns, err, sizeof err) == 0);
     for (int i = 0; i < ns; i++)
-        items[i] = (engine_batch_item){ seq[i], &toks[i][len[i]], 1, ENGINE_LOGITS_LAST,
-                                        batched[i] + (size_t)len[i] * V };
+        items[i] = (engine_batch_item){ .seq = seq[i], .tokens = &toks[i][len[i]], .n_tokens = 1,
+                                        .logits = ENGINE_LOGITS_LAST, .out = batched[i] + (size_t)len[i] * V };
     CHECK(engine_forward(e, items, ns, err, sizeof err) == 0);
     for (int i = 0; i < ns; i++) {
         double d = max_rel_diff(batched[i], alone[i], (long)(len[i] + 1) * V);
@@ -510,7 +523,8 @@ TEST(test_forward_that_fails_on_the_second_item_leaves_the_first_unchanged)
     float *out = malloc(sizeof(float) * (size_t)V);
     const int a = engine_seq_new(e), b = engine_seq_new(e);
     CHECK(out && a >= 0 && b >= 0);
-    engine_batch_item first = { a, toks, PT / 2, ENGINE_LOGITS_NONE, NULL };
+    engine_batch_item first = { .seq = a, .tokens = toks, .n_tokens = PT / 2,
+                                .logits = ENGINE_LOGITS_NONE, .out = NULL };
     CHECK(engine_forward(e, &first, 1, err, sizeof err) == 0);
     engine_seq_usage ua0, ua1;
     engine_pool_usage p0, p1;
@@ -518,8 +532,10 @@ TEST(test_forward_that_fails_on_the_second_item_leaves_the_first_unchanged)
     engine_get_pool_usage(e, &p0);
     CHECK(ua0.n_tokens == PT / 2 && ua0.n_reserved_tokens == PT);
     engine_batch_item batch[2] = {
-        { a, toks + PT / 2, 2 * PT, ENGINE_LOGITS_LAST, out },        /* 1 page -> 3 */
-        { b, toks, 3 * PT, ENGINE_LOGITS_LAST, out },                 /* 0 pages -> 3 */
+        { .seq = a, .tokens = toks + PT / 2, .n_tokens = 2 * PT,
+          .logits = ENGINE_LOGITS_LAST, .out = out },        /* 1 page -> 3 */
+        { .seq = b, .tokens = toks, .n_tokens = 3 * PT,
+          .logits = ENGINE_LOGITS_LAST, .out = out },                 /* 0 pages -> 3 */
     };
     CHECK(engine_forward(e, batch, 2, err, sizeof err) != 0);
     CHECK_MSG(strstr(err, "budget"), "%s", err);
@@ -785,11 +801,21 @@ TEST(test_f16_and_bf16_kv_cache_stay_close_to_f32)
 static int feed(engine *e, int seq, const int32_t *toks, int n, float *out)
 {
     char err[256];
-    engine_batch_item it = { seq, toks, n, out ? ENGINE_LOGITS_ALL : ENGINE_LOGITS_NONE, out };
+    engine_batch_item it = { .seq = seq, .tokens = toks, .n_tokens = n,
+                             .logits = out ? ENGINE_LOGITS_ALL : ENGINE_LOGITS_NONE, .out = out };
     int rc = engine_forward(e, &it, 1, err, sizeof err);
     if (rc != 0)
         fprintf(stderr, "    forward: %s\n", err);
     return rc;
+}
+
+/* Nothing left in the pool: no sequence, page or snapshot. */
+static void check_pool_empty(engine *e)
+{
+    engine_pool_usage pu;
+    engine_get_pool_usage(e, &pu);
+    CHECK_MSG(pu.reserved_bytes == 0 && pu.n_seqs == 0 && pu.n_snaps == 0, "pool left %llu bytes",
+              (unsigned long long)pu.reserved_bytes);
 }
 
 /* For a cut P: the cold run feeds toks[0..P) then toks[P..N) and keeps the
@@ -861,9 +887,7 @@ static void check_fork_equals_cold(const char *tag, synth_config *c, int P)
     CHECK(pu.n_snaps == 1 && pu.snap_state_bytes + pu.snap_conv_bytes == engine_snap_bytes(e));
     CHECK(pu.reserved_bytes == pu.snap_state_bytes + pu.snap_conv_bytes && pu.n_pages_used == 0);
     engine_snap_free(e, snap);
-    engine_get_pool_usage(e, &pu);
-    CHECK_MSG(pu.reserved_bytes == 0 && pu.n_seqs == 0 && pu.n_snaps == 0, "pool left %llu bytes",
-              (unsigned long long)pu.reserved_bytes);
+    check_pool_empty(e);
     free(cold);
     free(warm);
     engine_close(e);
@@ -923,17 +947,125 @@ TEST(test_truncate_into_a_shared_page_leaves_the_other_holder_unchanged)
     CHECK(feed(e, f, other, 12, NULL) == 0);
     CHECK(engine_seq_get_usage(e, f, &u) == 0 && u.n_shared_pages == 1);
     char err[256];
-    engine_batch_item it = { s, toks + 32, 1, ENGINE_LOGITS_LAST, a };
+    engine_batch_item it = { .seq = s, .tokens = toks + 32, .n_tokens = 1, .logits = ENGINE_LOGITS_LAST, .out = a };
     CHECK(engine_forward(e, &it, 1, err, sizeof err) == 0);
     engine_seq_free(e, f);
     engine_seq_free(e, s);
     int cold = engine_seq_new(e);
     CHECK(cold >= 0 && feed(e, cold, toks, 32, NULL) == 0);
-    it = (engine_batch_item){ cold, toks + 32, 1, ENGINE_LOGITS_LAST, b };
+    it = (engine_batch_item){ .seq = cold, .tokens = toks + 32, .n_tokens = 1,
+                              .logits = ENGINE_LOGITS_LAST, .out = b };
     CHECK(engine_forward(e, &it, 1, err, sizeof err) == 0);
     CHECK(memcmp(a, b, sizeof(float) * V) == 0);
     engine_seq_free(e, cold);
     free(a);
     free(b);
     engine_close(e);
+}
+
+/* A snapshot taken inside a step (engine_batch_item.snap after P of N
+ * tokens: the engine copies every DeltaNet layer's state and conv window
+ * there, so the prefix store needs no step that stops at P). The step's
+ * logits are those of the same step without it: bit for bit on the
+ * recurrent path (the copy changes nothing), within 1e-4 on the chunked
+ * one (its chunks restart at P). The snapshot is the state after P
+ * tokens: restored into a fork at P, feeding the rest gives the logits of
+ * a snapshot taken after a step of P tokens, within 1e-4 (the projections
+ * ran in batches of another size). Cuts: one token in, mid-page, one short
+ * of the end (the store's own); with N past ENGINE_UBATCH, at the pass
+ * boundary and inside the second pass; f32 and bf16 states. */
+static void check_snap_in_step(const char *tag, synth_config *c, int mode, int state_dtype, int N, int P)
+{
+    const char *p = model_path(tag, c);
+    CHECK(p);
+    engine_params ep;
+    test_params(&ep, p, mode, 10);      /* room in the default budget for 4 sequences and 3 snapshots */
+    ep.n_ctx = 1024;
+    ep.state_dtype = state_dtype;
+    engine *e = open_params(&ep);
+    CHECK(e);
+    char err[256];
+    const int V = engine_get_info(e)->n_vocab;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)N);
+    float *in = malloc(sizeof(float) * (size_t)N * V), *plain = malloc(sizeof(float) * (size_t)N * V);
+    float *cold = malloc(sizeof(float) * (size_t)N * V), *warm = malloc(sizeof(float) * (size_t)N * V);
+    CHECK(toks && in && plain && cold && warm);
+    prompt_tokens(toks, N, V, 31);
+    /* one step with the snapshot inside it, and the same step without */
+    const int a = engine_seq_new(e), b = engine_seq_new(e);
+    engine_snap *sn = engine_snap_new(e);
+    CHECK(a >= 0 && b >= 0 && sn && engine_snap_tokens(sn) == -1);
+    engine_batch_item it = { .seq = a, .tokens = toks, .n_tokens = N,
+                             .logits = ENGINE_LOGITS_ALL, .out = in, .snap = sn, .snap_at = P };
+    CHECK_MSG(engine_forward(e, &it, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(feed(e, b, toks, N, plain) == 0);
+    CHECK_MSG(engine_snap_tokens(sn) == P, "%s: snapshot of length %d, expected %d", tag, engine_snap_tokens(sn), P);
+    const double d_step = max_rel_diff(in, plain, (long)N * V);
+    if (mode == ENGINE_DNET_RECURRENT)
+        CHECK_MSG(memcmp(in, plain, sizeof(float) * (size_t)N * V) == 0,
+                  "%s (P = %d): the step's logits changed with a snapshot inside it, max relative %g", tag, P, d_step);
+    else
+        CHECK_MSG(d_step < 1e-4, "%s (P = %d): logits differ by %g with a snapshot inside the step", tag, P, d_step);
+    /* against a snapshot taken after a step of its own: P tokens, take, the rest */
+    const int s0 = engine_seq_new(e);
+    CHECK(s0 >= 0 && feed(e, s0, toks, P, NULL) == 0);
+    engine_snap *own = engine_snap_take(e, s0);
+    CHECK(own && feed(e, s0, toks + P, N - P, cold) == 0);
+    const int w = engine_seq_fork(e, a, P);
+    CHECK(w >= 0 && engine_snap_restore(e, w, sn) == 0 && feed(e, w, toks + P, N - P, warm) == 0);
+    const double d_rest = max_rel_diff(warm, cold, (long)(N - P) * V);
+    /* a bf16 state is rounded at P in both: a rounding flipped by the other batch shapes moves more */
+    const double tol = state_dtype == ENGINE_STATE_BF16 ? 1e-2 : 1e-4;
+    CHECK_MSG(d_rest < tol, "%s (P = %d): restored from the in-step snapshot, logits differ by %g", tag, P, d_rest);
+    /* a snapshot outside the item's tokens is refused, nothing changed */
+    engine_snap *bad = engine_snap_new(e);
+    CHECK(bad);
+    const int len_b = engine_seq_len(e, b);
+    for (int at = 0; at <= 1; at++) {
+        engine_batch_item nb = { .seq = b, .tokens = toks, .n_tokens = 2,
+                                 .logits = ENGINE_LOGITS_NONE, .out = NULL, .snap = bad, .snap_at = at ? 2 : 0 };
+        CHECK(engine_forward(e, &nb, 1, err, sizeof err) != 0 && strstr(err, "snapshot"));
+    }
+    CHECK(engine_seq_len(e, b) == len_b && engine_snap_tokens(bad) == -1);
+    engine_snap_free(e, bad);
+    engine_snap_free(e, own);
+    engine_snap_free(e, sn);
+    engine_seq_free(e, a);
+    engine_seq_free(e, b);
+    engine_seq_free(e, s0);
+    engine_seq_free(e, w);
+    check_pool_empty(e);
+    free(toks);
+    free(in);
+    free(plain);
+    free(cold);
+    free(warm);
+    engine_close(e);
+}
+
+TEST(test_snapshot_inside_a_step_equals_one_taken_after_a_step_of_its_own)
+{
+    static const struct { const char *tag, *pattern; } layouts[] = {
+        { "snapstep_hyb", "LLLA" },
+        { "snapstep_dnet", "L" },
+        { "snapstep_mla", "LAML" },
+    };
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        synth_config c;
+        layout_config(&c, layouts[i].pattern);
+        for (int mode = 0; mode < 2; mode++) {
+            const int m = mode ? ENGINE_DNET_CHUNKED : ENGINE_DNET_RECURRENT;
+            check_snap_in_step(layouts[i].tag, &c, m, ENGINE_STATE_F32, 45, 1);
+            check_snap_in_step(layouts[i].tag, &c, m, ENGINE_STATE_F32, 45, 20);
+            check_snap_in_step(layouts[i].tag, &c, m, ENGINE_STATE_F32, 45, 44);
+        }
+    }
+    synth_config c;
+    layout_config(&c, "LLLA");
+    c.n_ctx = 1024;
+    check_snap_in_step("snapstep_long", &c, ENGINE_DNET_RECURRENT, ENGINE_STATE_F32, ENGINE_UBATCH + 20, ENGINE_UBATCH);
+    check_snap_in_step("snapstep_long", &c, ENGINE_DNET_RECURRENT, ENGINE_STATE_F32, ENGINE_UBATCH + 20,
+                       ENGINE_UBATCH + 7);
+    check_snap_in_step("snapstep_long", &c, ENGINE_DNET_CHUNKED, ENGINE_STATE_BF16, ENGINE_UBATCH + 20, 300);
+    check_snap_in_step("snapstep_bf16", &c, ENGINE_DNET_RECURRENT, ENGINE_STATE_BF16, 45, 20);
 }

@@ -48,7 +48,8 @@ static int run_seq(engine *e, const int32_t *toks, int n, const int *at, int n_a
         return -1;
     for (int k = 0; k <= n_at; k++) {
         const int upto = k < n_at ? at[k] : n;
-        engine_batch_item it = { seq, toks + done, upto - done, ENGINE_LOGITS_NONE, NULL };
+        engine_batch_item it = { .seq = seq, .tokens = toks + done, .n_tokens = upto - done,
+                                 .logits = ENGINE_LOGITS_NONE, .out = NULL };
         if (upto > done && engine_forward(e, &it, 1, err, sizeof err) != 0)
             return -1;
         done = upto;
@@ -186,7 +187,8 @@ TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
             int upto = (done / 8 + 1) * 8;
             if (upto >= n - 1)
                 upto = done < n - 1 ? n - 1 : n;
-            engine_batch_item bi = { seq, p + done, upto - done, ENGINE_LOGITS_NONE, NULL };
+            engine_batch_item bi = { .seq = seq, .tokens = p + done, .n_tokens = upto - done,
+                                     .logits = ENGINE_LOGITS_NONE, .out = NULL };
             CHECK(engine_forward(e, &bi, 1, err, sizeof err) == 0);
             done = upto;
             if (done < n && (snap[n_snap] = engine_snap_take(e, seq)))

@@ -313,7 +313,8 @@ TEST(test_scheduler_check_catches_each_broken_invariant)
     sched_req run[2];
     run_by_hand(s, &run[0], engine_seq_new(e));
     run_by_hand(s, &run[1], engine_seq_new(e));
-    engine_batch_item it = { run[1].seq, prompt, 3, ENGINE_LOGITS_NONE, NULL };
+    engine_batch_item it = { .seq = run[1].seq, .tokens = prompt, .n_tokens = 3,
+                             .logits = ENGINE_LOGITS_NONE, .out = NULL };
     CHECK(engine_forward(e, &it, 1, err, sizeof err) == 0);
     run[1].n_fed = 3;
     pthread_mutex_lock(&s->mu);
