@@ -240,7 +240,7 @@ def main(argv):
             gr["decode_dtype"] = eng[0]["dtype"]
             gr["decode_ms_per_token"] = t_dec
             gr["constrained_fraction"] = t_dec / (t_dec + max(gr["grammar_ms_per_token"], 0.0))
-            T.append({"target": "constrained decode >= 90% of unconstrained tok/s (%s 2T, %d-token vocab)" % (
+            T.append({"target": "constrained decode >= 90%% of unconstrained tok/s (%s 2T, %d-token vocab)" % (
                           eng[0]["dtype"], gr["n_vocab"]),
                       "value": gr["constrained_fraction"], "goal": 0.90, "met": gr["constrained_fraction"] >= 0.90})
         T.append({"target": "compile a 50-property JSON Schema < 50 ms", "value": gr["compile_ms_50_properties"],

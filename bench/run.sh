@@ -41,9 +41,10 @@ fi
 mkdir -p "$OUT" "$MODELS" "$BUILD/bench"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/hyserve-bench.XXXXXX")
 SRV_PID=
+KEEP_TMP=
 cleanup() {
     if [ -n "$SRV_PID" ]; then kill "$SRV_PID" 2>/dev/null; wait "$SRV_PID" 2>/dev/null; fi
-    rm -rf "$TMP"
+    [ -n "$KEEP_TMP" ] || rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -258,6 +259,11 @@ cat > "$TMP/meta.json" <<EOF
  "env": {"OPENBLAS_CORETYPE": "${OPENBLAS_CORETYPE:-}", "blas": "$("$BIN" info)", "loadavg_start": "$LOAD0", "loadavg_end": "$LOAD1"}}
 EOF
 # shellcheck disable=SC2086
-"$PYTHON" bench/report.py "$OUT/latest.json" "$OUT/latest.md" "$TMP/meta.json" $PARTS || exit 1
+if ! "$PYTHON" bench/report.py "$OUT/latest.json" "$OUT/latest.md" "$TMP/meta.json" $PARTS; then
+    # an hour of measurements is not thrown away with a report bug: rerun the line above by hand
+    KEEP_TMP=1
+    log "report failed; the parts are kept in $TMP: $PYTHON bench/report.py OUT.json OUT.md $TMP/meta.json$PARTS"
+    exit 1
+fi
 log "wrote $OUT/latest.json and $OUT/latest.md ($(( $(date +%s) - T0 )) s)"
 cat "$OUT/latest.md"
