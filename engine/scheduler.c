@@ -1014,7 +1014,7 @@ static void admit(sched *s)
             next = s->wait_head;
         } else if (now - r->t_submit > s->p.queue_timeout_s) {
             snprintf(msg, sizeof(msg),
-                     "request waited %.1f s without the cache budget to admit it (queue timeout %.0f s); retry later",
+                     "request waited %.1f s without the sequences or cache budget to admit it (queue timeout %g s); retry later",
                      now - r->t_submit, s->p.queue_timeout_s);
             wait_reject(s, r, SCHED_ETIMEOUT, msg);
             next = s->wait_head;

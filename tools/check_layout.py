@@ -48,7 +48,7 @@ STACK = [
               "kernels/simd_avx2.c", "kernels/simd_avx512.c", "kernels/simd_amx.c",
               "kernels/simd_kquant.h", "kernels/simd_kquant.c"]),
     ("block formats", ["kernels/quant.h", "kernels/quant.c"]),
-    ("panels and attention kernels", ["kernels/panels.h", "kernels/panels.c", "kernels/simd_bf16.h",
+    ("panels and attention kernels", ["kernels/panels.h", "kernels/panels.c", "kernels/panel_tile.h", "kernels/simd_bf16.h",
                                       "kernels/simd_bf16.c", "kernels/simd_kqtile.h", "kernels/simd_kqtile.c", "kernels/attn.h", "kernels/attn.c"]),
     ("the kernel table's filler", ["kernels/cpu.c"]),
     ("matmul dispatch", ["matmul.h", "matmul.c"]),
