@@ -1108,8 +1108,10 @@ void gram_matcher_free(gram_matcher *m)
 static int run_bytes(gram_matcher *m, const uint8_t *s, size_t n)
 {
     gset *a = &m->scratch[0], *b = &m->scratch[1];
-    if (set_reserve(a, m->cur.n))
+    if (set_reserve(a, m->cur.n)) {
+        m->broken = true;       /* out of memory, not a token the grammar refuses */
         return -1;
+    }
     memcpy(a->c, m->cur.c, (size_t)m->cur.n * sizeof *a->c);
     a->n = m->cur.n;
     bool popped = false;
@@ -1177,7 +1179,9 @@ static void watch_trigger(gram_matcher *m, const char *s, size_t n)
             /* the rest of this piece follows the trigger too */
             char *rest = fault_malloc(m->n_win - off + n);
             if (!rest) {
-                m->dead = true;
+                /* out of memory: the request fails (the next mask says so);
+                 * a call must never go on unconstrained */
+                m->broken = true;
                 m->waiting = false;
                 return;
             }
