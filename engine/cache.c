@@ -142,14 +142,10 @@ static uint8_t *page_take(cache *c)
  * (first when empty) when it holds n. 0, or -1 out of memory (unchanged). */
 static int ptrs_room(uint8_t ***a, int *cap, int n, int first)
 {
-    if (n < *cap)
-        return 0;
-    const int nc = *cap ? 2 * *cap : first;
-    uint8_t **p = FAULT_OR(realloc(*a, (size_t)nc * sizeof *p));
+    uint8_t **p = fault_grow(*a, n, cap, sizeof *p, first);
     if (!p)
         return -1;
     *a = p;
-    *cap = nc;
     return 0;
 }
 

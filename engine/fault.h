@@ -19,6 +19,7 @@
 #ifndef HYSERVE_FAULT_H
 #define HYSERVE_FAULT_H
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -45,6 +46,24 @@ static inline void *fault_malloc(size_t n) { return FAULT_OR(malloc(n)); }
 static inline void *fault_calloc(size_t n, size_t size) { return FAULT_OR(calloc(n, size)); }
 static inline void *fault_realloc(void *p, size_t n) { return FAULT_OR(realloc(p, n)); }
 static inline char *fault_strdup(const char *s) { return FAULT_OR(strdup(s)); }
+
+/* Room for one more element in an array p of *cap elements of elem bytes
+ * that holds n: when it is full, the capacity doubles (from first when
+ * the array is empty). Returns the array, moved or not, and updates *cap;
+ * NULL when the allocation failed (or the capacity would pass INT_MAX),
+ * with p and *cap left as they were. */
+static inline void *fault_grow(void *p, int n, int *cap, size_t elem, int first)
+{
+    if (n < *cap)
+        return p;
+    if (*cap > INT_MAX / 2)
+        return NULL;
+    int c = *cap ? 2 * *cap : first;
+    void *q = fault_realloc(p, (size_t)c * elem);
+    if (q)
+        *cap = c;
+    return q;
+}
 
 /* Fail the n-th allocation from now (n >= 1), or disarm (n = 0). */
 void fault_inject(int n);

@@ -74,14 +74,10 @@ struct grammar {
 
 int gvec_push(gvec *v, int32_t x)
 {
-    if (v->n == v->cap) {
-        int cap = v->cap ? 2 * v->cap : 8;
-        int32_t *p = fault_realloc(v->v, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        v->v = p;
-        v->cap = cap;
-    }
+    int32_t *p = fault_grow(v->v, v->n, &v->cap, sizeof *p, 8);
+    if (!p)
+        return -1;
+    v->v = p;
     v->v[v->n++] = x;
     return 0;
 }
@@ -127,16 +123,12 @@ gsym gb_set(gbuild *b, const uint64_t bits[4])
     for (int i = 0; i < b->n_sets; i++)
         if (!memcmp(b->sets[i], bits, sizeof b->sets[i]))
             return -1 - i;
-    if (b->n_sets == b->cap_sets) {
-        int cap = b->cap_sets ? 2 * b->cap_sets : 32;
-        void *p = fault_realloc(b->sets, (size_t)cap * sizeof *b->sets);
-        if (!p) {
-            gb_fail(b, "out of memory");
-            return -1;
-        }
-        b->sets = p;
-        b->cap_sets = cap;
+    void *p = fault_grow(b->sets, b->n_sets, &b->cap_sets, sizeof *b->sets, 32);
+    if (!p) {
+        gb_fail(b, "out of memory");
+        return -1;
     }
+    b->sets = p;
     memcpy(b->sets[b->n_sets], bits, sizeof b->sets[0]);
     return -1 - b->n_sets++;
 }
@@ -158,16 +150,12 @@ int gb_rule_new(gbuild *b)
 {
     if (b->failed)
         return 0;
-    if (b->n_rules == b->cap_rules) {
-        int cap = b->cap_rules ? 2 * b->cap_rules : 64;
-        void *p = fault_realloc(b->rules, (size_t)cap * sizeof *b->rules);
-        if (!p) {
-            gb_fail(b, "out of memory");
-            return 0;
-        }
-        b->rules = p;
-        b->cap_rules = cap;
+    void *p = fault_grow(b->rules, b->n_rules, &b->cap_rules, sizeof *b->rules, 64);
+    if (!p) {
+        gb_fail(b, "out of memory");
+        return 0;
     }
+    b->rules = p;
     memset(&b->rules[b->n_rules], 0, sizeof b->rules[0]);
     return b->n_rules++;
 }
@@ -182,16 +170,12 @@ void gb_add_alt(gbuild *b, int rule, const gsym *s, int n)
         return;
     }
     gb_rule *r = &b->rules[rule];
-    if (r->n_alts == r->cap_alts) {
-        int cap = r->cap_alts ? 2 * r->cap_alts : 2;
-        void *p = fault_realloc(r->alts, (size_t)cap * sizeof *r->alts);
-        if (!p) {
-            gb_fail(b, "out of memory");
-            return;
-        }
-        r->alts = p;
-        r->cap_alts = cap;
+    void *p = fault_grow(r->alts, r->n_alts, &r->cap_alts, sizeof *r->alts, 2);
+    if (!p) {
+        gb_fail(b, "out of memory");
+        return;
     }
+    r->alts = p;
     gvec *a = &r->alts[r->n_alts++];
     memset(a, 0, sizeof *a);
     for (int i = 0; i < n; i++)
@@ -1324,14 +1308,10 @@ static int32_t dset_intern(gram_matcher *m, gset *s)
         m->dpool = p;
         m->cap_dpool = cap;
     }
-    if (m->n_dsets == m->cap_dsets) {
-        int cap = m->cap_dsets ? 2 * m->cap_dsets : 1024;
-        void *p = fault_realloc(m->dsets, (size_t)cap * sizeof *m->dsets);
-        if (!p)
-            return -1;
-        m->dsets = p;
-        m->cap_dsets = cap;
-    }
+    void *dsets = fault_grow(m->dsets, m->n_dsets, &m->cap_dsets, sizeof *m->dsets, 1024);
+    if (!dsets)
+        return -1;
+    m->dsets = dsets;
     int32_t id = m->n_dsets++;
     m->dsets[id][0] = (int32_t)m->n_dpool;
     m->dsets[id][1] = s->n;
@@ -1576,14 +1556,10 @@ static uint64_t shared_need(const gram_shared *sh, const gentry *e)
 /* Records e under the matcher's key (pos, stk). -1 out of memory. */
 static int local_put(gram_matcher *m, int32_t pos, int32_t stk, const gentry *e)
 {
-    if (m->n_ent == m->cap_ent) {
-        int cap = m->cap_ent ? 2 * m->cap_ent : 16;
-        glocal *p = fault_realloc(m->ent, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        m->ent = p;
-        m->cap_ent = cap;
-    }
+    glocal *p = fault_grow(m->ent, m->n_ent, &m->cap_ent, sizeof *p, 16);
+    if (!p)
+        return -1;
+    m->ent = p;
     int id = m->n_ent++;
     m->ent[id] = (glocal){pos, stk, e};
     if ((uint32_t)m->n_ent * 2 > m->ent_tab_cap) {
@@ -1649,16 +1625,12 @@ static const gentry *entry_get(gram_matcher *m, int32_t pos, int32_t stk)
         shared_free_list(doomed);
     }
     if (!kept) {
-        if (m->n_own == m->cap_own) {
-            int cap = m->cap_own ? 2 * m->cap_own : 16;
-            gentry **p = fault_realloc(m->own, (size_t)cap * sizeof *p);
-            if (!p) {
-                gentry_free(e);
-                goto oom;
-            }
-            m->own = p;
-            m->cap_own = cap;
+        gentry **p = fault_grow(m->own, m->n_own, &m->cap_own, sizeof *p, 16);
+        if (!p) {
+            gentry_free(e);
+            goto oom;
         }
+        m->own = p;
         m->own[m->n_own++] = e;
     }
     if (local_put(m, pos, stk, e))

@@ -88,16 +88,12 @@ static int rule_of(gparse *g, const char *s, size_t n, long at)
     for (int i = 0; i < g->n_names; i++)
         if (g->names[i].n == n && !memcmp(g->names[i].s, s, n))
             return i;
-    if (g->n_names == g->cap_names) {
-        int cap = g->cap_names ? 2 * g->cap_names : 16;
-        gname *v = fault_realloc(g->names, (size_t)cap * sizeof *v);
-        if (!v) {
-            gb_fail(g->b, "out of memory");
-            return -1;
-        }
-        g->names = v;
-        g->cap_names = cap;
+    gname *v = fault_grow(g->names, g->n_names, &g->cap_names, sizeof *v, 16);
+    if (!v) {
+        gb_fail(g->b, "out of memory");
+        return -1;
     }
+    g->names = v;
     g->names[g->n_names] = (gname){s, n, gb_rule_new(g->b), at, false};
     return g->n_names++;
 }

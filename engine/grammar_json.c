@@ -931,16 +931,12 @@ static gsym s_ref(jctx *c, const char *ref)
         gb_fail(b, "$ref \"%.80s\" is not supported or not found (refs into #/$defs or #/definitions are)", ref);
         return -1;
     }
-    if (c->n_refs == c->cap_refs) {
-        int cap = c->cap_refs ? 2 * c->cap_refs : 8;
-        jref *p = fault_realloc(c->refs, (size_t)cap * sizeof *p);
-        if (!p) {
-            gb_fail(b, "out of memory");
-            return -1;
-        }
-        c->refs = p;
-        c->cap_refs = cap;
+    jref *refs = fault_grow(c->refs, c->n_refs, &c->cap_refs, sizeof *refs, 8);
+    if (!refs) {
+        gb_fail(b, "out of memory");
+        return -1;
     }
+    c->refs = refs;
     int r = gb_rule_new(b);
     char *path = fault_strdup(ref);
     if (!path) {

@@ -48,14 +48,10 @@ typedef struct re_parser {
 
 static int cpset_add(cpset *s, uint32_t lo, uint32_t hi)
 {
-    if (s->n == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 8;
-        cprange *p = fault_realloc(s->r, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        s->r = p;
-        s->cap = cap;
-    }
+    cprange *p = fault_grow(s->r, s->n, &s->cap, sizeof *p, 8);
+    if (!p)
+        return -1;
+    s->r = p;
     s->r[s->n++] = (cprange){lo, hi};
     return 0;
 }

@@ -370,16 +370,12 @@ void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t 
         }
         break;      /* entries of one salt never extend one another, so one merge at most */
     }
-    if (ps->n == ps->cap) {
-        const int cap = ps->cap ? 2 * ps->cap : 16;
-        prefix_entry **a = FAULT_OR(realloc(ps->entries, (size_t)cap * sizeof *a));
-        if (!a) {
-            seq = -1;
-            goto out_drop;
-        }
-        ps->entries = a;
-        ps->cap = cap;
+    prefix_entry **a = fault_grow(ps->entries, ps->n, &ps->cap, sizeof *a, 16);
+    if (!a) {
+        seq = -1;
+        goto out_drop;
     }
+    ps->entries = a;
     ps->entries[ps->n++] = x;
     ps->st.n_entries = ps->n;
     ps->st.inserted++;

@@ -58,14 +58,10 @@ static int content(prompt_buf *p, const char *s, size_t n)
 {
     if (n == 0)
         return 0;
-    if (p->n_data == p->cap_data) {
-        int c = p->cap_data ? 2 * p->cap_data : 8;
-        size_t *d = fault_realloc(p->data, 2 * (size_t)c * sizeof *d);
-        if (!d)
-            return -1;
-        p->data = d;
-        p->cap_data = c;
-    }
+    size_t *d = fault_grow(p->data, p->n_data, &p->cap_data, 2 * sizeof *d, 8);   /* pairs */
+    if (!d)
+        return -1;
+    p->data = d;
     p->data[2 * p->n_data] = p->len;
     p->data[2 * p->n_data + 1] = p->len + n;
     p->n_data++;

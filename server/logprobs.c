@@ -15,14 +15,10 @@
 
 int lp_list_push(lp_list *l, int32_t id, float logprob, bool special, const sampler_top *top)
 {
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 32;
-        lp_token *v = fault_realloc(l->v, (size_t)cap * sizeof(*v));
-        if (!v)
-            return -1;
-        l->v = v;
-        l->cap = cap;
-    }
+    lp_token *v = fault_grow(l->v, l->n, &l->cap, sizeof *v, 32);
+    if (!v)
+        return -1;
+    l->v = v;
     lp_token *t = &l->v[l->n++];
     t->id = id;
     t->logprob = logprob;
