@@ -187,6 +187,10 @@ bench-int8: $(BUILD)/bench/hyserve-int8-ab ## int8 vs f32 prompt products per ke
 	@for l in avx512-vnni avx512; do $< -l $$l; done
 	@for l in avx2+vnni avx2; do OPENBLAS_CORETYPE=Haswell $< -l $$l; done
 
+# this tree's engine against commit BASE's, alternating: prompt tokens/s per length, decode tokens/s
+bench-ab: all ## BASE=REV [TYPES="q8_0 q4_k"]: engine speed against another commit (bench/results/tree-ab-latest.md)
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) sh bench/tree_ab.sh $(BASE) $(TYPES)
+
 clean: ## remove build outputs
 	rm -rf build build-san build-checks build-fuzz tests/tmp
 

@@ -163,21 +163,29 @@ int main(int argc, char **argv)
                 X[i] = ab_frand();
             for (int c = 0; c < n_counts; c++) {
                 const int n = counts[c];
-                double t8[AB_MAX_REPS], tf[AB_MAX_REPS];
-                for (int r = -1; r < reps; r++) {       /* r = -1: the warm-up of both */
-                    for (int m = 0; m < 2; m++) {
-                        const int mode = (r + m) % 2 ? MATMUL_INT8_ON : MATMUL_INT8_OFF;   /* alternate the order */
-                        matmul_set_int8_prompt(mode);
+                /* the int8 tiles, the f32 path and (K-quants, Q4_0) the decode-step kernels */
+                static const int modes[3] = { MATMUL_INT8_ON, MATMUL_INT8_OFF, MATMUL_INT8_STEP };
+                double t[3][AB_MAX_REPS];
+                const int n_modes = type == GGML_Q8_0 ? 2 : 3;
+                for (int r = -1; r < reps; r++) {       /* r = -1: the warm-up of each */
+                    for (int m = 0; m < n_modes; m++) {
+                        const int k = (r + 1 + m) % n_modes;        /* rotate the order */
+                        matmul_set_int8_prompt(modes[k]);
                         const double t0 = now_s();
                         matmul(Y, &W, X, n, false, scratch);
                         const double dt = now_s() - t0;
                         if (r >= 0)
-                            (mode == MATMUL_INT8_ON ? t8 : tf)[r] = dt;
+                            t[k][r] = dt;
                     }
                 }
-                const double m8 = median(t8, reps), mf = median(tf, reps);
-                printf("%-5s %5d x %-5d tokens %4d: int8 %8.3f ms  f32 %8.3f ms  f32/int8 %.2f\n", tname, n_out,
+                const double m8 = median(t[0], reps), mf = median(t[1], reps);
+                printf("%-5s %5d x %-5d tokens %4d: int8 %8.3f ms  f32 %8.3f ms  f32/int8 %.2f", tname, n_out,
                        n_in, n, 1e3 * m8, 1e3 * mf, mf / m8);
+                if (n_modes == 3) {
+                    const double ms = median(t[2], reps);
+                    printf("  step %8.3f ms  f32/step %.2f", 1e3 * ms, mf / ms);
+                }
+                printf("\n");
                 fflush(stdout);
             }
             free(data); free(row); free(X); free(Y); free(scratch);

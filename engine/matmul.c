@@ -155,7 +155,11 @@ static int int8_mode(void)
     int m = atomic_load_explicit(&mm_int8_prompt, memory_order_relaxed);
     if (m < 0) {
         const char *e = getenv("HYSERVE_INT8_PROMPT");
-        m = e && !strcmp(e, "0") ? MATMUL_INT8_OFF : e && !strcmp(e, "1") ? MATMUL_INT8_ON : MATMUL_INT8_AUTO;
+        m = !e                  ? MATMUL_INT8_AUTO
+            : !strcmp(e, "0")    ? MATMUL_INT8_OFF
+            : !strcmp(e, "1")    ? MATMUL_INT8_ON
+            : !strcmp(e, "step") ? MATMUL_INT8_STEP
+                                 : MATMUL_INT8_AUTO;
         atomic_store_explicit(&mm_int8_prompt, m, memory_order_relaxed);
     }
     return m;
@@ -171,6 +175,8 @@ static int int8_mode(void)
 typedef struct int8_rule {
     const char *form;           /* the int8 kernels' family, "avx512-vnni" .. "scalar" */
     int q8_0, q4_0, kq;         /* Q8_0, Q4_0, Q4_K/Q5_K/Q6_K prompts from this many tokens; 0 never */
+    int q4_0_step, kq_step;     /* Q4_0, K-quant prompts of 2 to this many tokens on the decode-step
+                                   kernels (kq_step_prompt); 0 never */
 } int8_rule;
 
 static int8_rule int8_rule_now(void)
@@ -181,14 +187,16 @@ static int8_rule int8_rule_now(void)
      * AVX-512 f32 tile, which widens its rows in registers: 0.49-0.98 at
      * 2-16 tokens, 8.3-17.8 at 32 (sgemm on decoded tiles from 17) */
     if (simd_avx512_vnni())
-        return (int8_rule){ "avx512-vnni", 2, MATMUL_INT8_VNNI512_Q4_0, MATMUL_KQ_PROMPT_MIN_TOK };
+        return (int8_rule){ "avx512-vnni", 2, MATMUL_INT8_VNNI512_Q4_0, MATMUL_KQ_PROMPT_MIN_TOK,
+                            MATMUL_STEP_VNNI512_Q4_0, MATMUL_STEP_VNNI512_KQ };
     /* AVX-512 without VNNI (vpmaddubsw + vpmaddwd tiles), load ~10,
      * 2 threads, medians of 5, f32 / int8 over the two shapes: Q8_0
      * 0.79-0.92 at 48-64, 0.64-0.90 at 128-512; Q4_K 0.59-1.39 at 32,
      * 1.45-1.73 at 48, 2.1-2.6 at 512; Q6_K 1.35-1.38 at 32, 1.08-1.29
      * at 48; Q4_0 1.36-2.24 at 32, 0.21-0.64 at 16 */
     if (simd_avx512())
-        return (int8_rule){ "avx512", MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ };
+        return (int8_rule){ "avx512", MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ,
+                            MATMUL_STEP_AVX512_Q4_0, MATMUL_STEP_AVX512_KQ };
     /* AVX-VNNI and AVX2 (256-bit tiles) against OpenBLAS's Haswell sgemm,
      * same conditions, AVX-VNNI / AVX2: Q8_0 (the decode-step kernels)
      * 0.76-0.84 / 0.71-0.81 from 128 tokens; at 64 tokens Q4_K 1.33-2.87
@@ -196,10 +204,28 @@ static int8_rule int8_rule_now(void)
      * Q4_0 1.21-1.94 / 1.02-1.14; at 128 every K-quant 1.04-1.53, at 512
      * 1.24-2.09; at 32 and below mixed (0.87-1.71 at 32, 0.1-0.8 at 2-8) */
     if (simd_vnni())
-        return (int8_rule){ "avx-vnni", MATMUL_INT8_AVXVNNI_Q8_0, MATMUL_INT8_AVXVNNI_Q4_0, MATMUL_INT8_AVXVNNI_KQ };
+        return (int8_rule){ "avx-vnni", MATMUL_INT8_AVXVNNI_Q8_0, MATMUL_INT8_AVXVNNI_Q4_0, MATMUL_INT8_AVXVNNI_KQ,
+                            MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ };
     if (simd_avx2())
-        return (int8_rule){ "avx2", MATMUL_INT8_AVX2_Q8_0, MATMUL_INT8_AVX2_Q4_0, MATMUL_INT8_AVX2_KQ };
-    return (int8_rule){ "scalar", 0, 0, 0 };
+        return (int8_rule){ "avx2", MATMUL_INT8_AVX2_Q8_0, MATMUL_INT8_AVX2_Q4_0, MATMUL_INT8_AVX2_KQ,
+                            MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ };
+    return (int8_rule){ "scalar", 0, 0, 0, 0, 0 };
+}
+
+/* whether a prompt of n_tok tokens on a K-quant or Q4_0 weight takes the
+ * decode-step kernels (where they run: kq_step_prompt), in auto up to the
+ * level's step counts, with MATMUL_INT8_STEP at every length */
+static bool step_rule(uint32_t type, int n_tok)
+{
+    if (n_tok < 2 || type == GGML_Q8_0 || !quant_int8_act(type))
+        return false;
+    const int mode = int8_mode();
+    if (mode == MATMUL_INT8_STEP)
+        return true;
+    if (mode != MATMUL_INT8_AUTO)
+        return false;
+    const int8_rule r = int8_rule_now();
+    return n_tok <= (type == GGML_Q4_0 ? r.q4_0_step : r.kq_step);
 }
 
 bool matmul_int8_prompt(uint32_t type, int n_tok)
@@ -207,7 +233,7 @@ bool matmul_int8_prompt(uint32_t type, int n_tok)
     const int mode = int8_mode();
     if (n_tok < 2 || !quant_int8_act(type) || mode == MATMUL_INT8_OFF)
         return false;
-    if (mode == MATMUL_INT8_ON)
+    if (mode == MATMUL_INT8_ON || step_rule(type, n_tok))
         return true;
     const int8_rule r = int8_rule_now();
     const int from = type == GGML_Q8_0 ? r.q8_0 : type == GGML_Q4_0 ? r.q4_0 : r.kq;
@@ -235,6 +261,10 @@ void matmul_int8_prompt_describe(char *buf, size_t len)
         snprintf(buf, len, "off (HYSERVE_INT8_PROMPT=0)");
         return;
     }
+    if (mode == MATMUL_INT8_STEP) {
+        snprintf(buf, len, "K-quants/Q4_0 on the decode-step kernels at every prompt length (%s)", r.form);
+        return;
+    }
     if (!r.q8_0 && !r.q4_0 && !r.kq) {
         snprintf(buf, len, "off (%s: f32 is faster at this level)", r.form);
         return;
@@ -247,13 +277,30 @@ void matmul_int8_prompt_describe(char *buf, size_t len)
         k += int8_from(buf + k, len - (size_t)k, "Q8_0", r.q8_0);
         k += int8_from(buf + k, len - (size_t)k, ", Q4_0", r.q4_0);
     }
-    int8_from(buf + k, len - (size_t)k, ", K-quants", r.kq);
+    k += int8_from(buf + k, len - (size_t)k, ", K-quants", r.kq);
+    if (r.kq_step > 1 && (size_t)k < len)
+        k += snprintf(buf + k, len - (size_t)k, "; decode-step kernels for K-quants of 2-%d tokens", r.kq_step);
+    if (r.q4_0_step > 1 && k >= 0 && (size_t)k < len)
+        snprintf(buf + k, len - (size_t)k, "%s Q4_0 of 2-%d", r.kq_step > 1 ? "," : "; decode-step kernels for",
+                 r.q4_0_step);
+}
+
+/* true when a short prompt of n_tok tokens on a K-quant or Q4_0 weight
+ * takes the decode-step kernels (matmul_kq_act_chunk): each weight row is
+ * unpacked in registers once per 4 tokens instead of decoded to f32 or
+ * into a tile, so a few tokens cost little more than one; each token gets
+ * the one-token product's bits (its activations quantized per block, as
+ * the reference's int8 mode computes). */
+static bool kq_step_prompt(const weight *W, int n_tok, bool decode)
+{
+    return !decode && kq_act(W) && step_rule(W->type, n_tok);
 }
 
 /* true when a prompt of n_tok tokens on W takes the int8 tiles */
 static bool kq_prompt(const weight *W, int n_tok, bool decode)
 {
-    return !decode && n_tok >= 2 && kqtile_fits(W->type, W->n_in) && matmul_int8_prompt(W->type, n_tok);
+    return !decode && n_tok >= 2 && kqtile_fits(W->type, W->n_in) && matmul_int8_prompt(W->type, n_tok) &&
+           !kq_step_prompt(W, n_tok, decode);
 }
 
 /* at most this many tokens per pass of matmul_kq_prompt (the pointer arrays) */
@@ -804,7 +851,7 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
         matmul_shared(1, &y, &W, X, n_tok, scratch);
         return;
     }
-    if (q8_act_step(W, n_tok, decode) || (decode && kq_act(W)) ||
+    if (q8_act_step(W, n_tok, decode) || (decode && kq_act(W)) || kq_step_prompt(W, n_tok, decode) ||
         (!decode && W->type == GGML_Q8_0 && W->n_in % 32 == 0 && matmul_int8_prompt(GGML_Q8_0, n_tok))) {
         matmul_q8_act(Y, W, X, n_tok, scratch);
         return;

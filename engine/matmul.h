@@ -51,8 +51,13 @@ void matmul_set_small_max(int n_tok);
  * tokens (the tile unpacks each weight once per prompt pass: too dear for
  * a few tokens), the thresholds below (0: never; matmul.c int8_rule_now
  * has the measurements). The default is HYSERVE_INT8_PROMPT: "0" off,
- * "1" on, unset or else auto. */
-enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO };
+ * "1" on, unset or else auto. In auto, K-quant and Q4_0 prompts shorter
+ * than the tiles' threshold take the decode-step kernels (each token's
+ * dots as for one token, the row unpacked in registers once per 4 tokens)
+ * up to the MATMUL_STEP_* counts below, where those were measured faster
+ * than the f32 path; MATMUL_INT8_STEP (bench/int8_ab.c) forces them at
+ * every prompt length. */
+enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO, MATMUL_INT8_STEP };
 /* AVX512-VNNI: Q8_0 from 2 tokens, Q4_0 from MATMUL_INT8_VNNI512_Q4_0 */
 #define MATMUL_KQ_PROMPT_MIN_TOK 32
 #define MATMUL_INT8_VNNI512_Q4_0 16
@@ -69,6 +74,15 @@ enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO };
 #define MATMUL_INT8_AVX2_Q8_0 0
 #define MATMUL_INT8_AVX2_Q4_0 64
 #define MATMUL_INT8_AVX2_KQ 64
+/* K-quant and Q4_0 prompts of 2 to this many tokens on the decode-step
+ * kernels in auto (0: never): AVX512-VNNI, AVX-512, AVX2 with or without
+ * AVX-VNNI */
+#define MATMUL_STEP_VNNI512_Q4_0 4
+#define MATMUL_STEP_VNNI512_KQ 8
+#define MATMUL_STEP_AVX512_Q4_0 4
+#define MATMUL_STEP_AVX512_KQ 4
+#define MATMUL_STEP_AVX2_Q4_0 4
+#define MATMUL_STEP_AVX2_KQ 4
 void matmul_set_int8_prompt(int mode);
 /* BF16 prompts on weights in panels (panels.h, PANELS_BF16ACT):
  * MATMUL_BF16_EXACT on f32 activations (the outer-product kernel up to

@@ -75,6 +75,19 @@ static int kt_auto_from(int level, uint32_t type)
     return from[level][type == GGML_Q8_0 ? 0 : type == GGML_Q4_0 ? 1 : 2];
 }
 
+/* auto: K-quant and Q4_0 prompts of 2 to this many tokens on the
+ * decode-step kernels (matmul.h MATMUL_STEP_*; 0: never) */
+static int kt_auto_step(int level, uint32_t type)
+{
+    static const int upto[KT_LEVELS][2] = {
+        { MATMUL_STEP_VNNI512_Q4_0, MATMUL_STEP_VNNI512_KQ },
+        { MATMUL_STEP_AVX512_Q4_0, MATMUL_STEP_AVX512_KQ },
+        { MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ },
+        { MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ },
+        { 0, 0 } };
+    return type == GGML_Q8_0 ? 0 : upto[level][type == GGML_Q4_0 ? 0 : 1];
+}
+
 static const char *const KT_FORM[KT_LEVELS] = { "avx512-vnni", "avx512", "avx-vnni", "avx2", "scalar" };
 
 static void kt_levels_restore(void)
@@ -158,7 +171,9 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
  * token's outputs are its int8 products (K-quants and Q4_0: the reference's
  * bits, whatever the tile, pass or thread split; Q8_0: a decode step's
  * bits), at every level; on auto, those the level's thresholds send to
- * int8 (kt_auto_from), else the f32 path's bits; and off: f32
+ * int8 (kt_auto_from: the reference's bits; kt_auto_step, short prompts
+ * on the decode-step kernels: a decode step's bits), else the f32 path's
+ * bits; and off: f32
  * activations, within the quantization bound's distance of them. Prompt
  * lengths cross the tile widths and the short-prompt thresholds. The
  * description the ready line and /info show names the level's form and
@@ -166,7 +181,7 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
 TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
 {
     enum { N = 512, NOUT = 70, TMAX = 80 };
-    static const int counts[] = { 2, 9, 15, 16, 31, 32, 47, 48, 63, 64, 80 };
+    static const int counts[] = { 2, 4, 5, 8, 9, 15, 16, 31, 32, 47, 48, 63, 64, 80 };
     static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q4_0, GGML_Q8_0 };
     float *X = malloc(sizeof(float) * N * TMAX), *Y = malloc(sizeof(float) * NOUT * TMAX);
     float *Yf = malloc(sizeof(float) * NOUT * TMAX), *Yd = malloc(sizeof(float) * NOUT * TMAX);
@@ -214,10 +229,12 @@ TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
                 matmul(Y, &W, X, nt, false, scratch);
                 matmul_set_int8_prompt(MATMUL_INT8_OFF);
                 matmul(Yf, &W, X, nt, false, scratch);
-                /* auto: the level's thresholds */
+                /* auto: the level's thresholds; short K-quant and Q4_0 prompts
+                 * on the decode-step kernels give the decode step's bits */
                 const int from = kt_auto_from(level, type);
-                const bool int8 = on || (from > 0 && nt >= from);
-                if (type == GGML_Q8_0)                  /* the decode step of these tokens */
+                const bool stepped = !on && nt <= kt_auto_step(level, type);
+                const bool int8 = on || stepped || (from > 0 && nt >= from);
+                if (type == GGML_Q8_0 || stepped)       /* the decode step of these tokens */
                     matmul(Yd, &W, X, nt, true, scratch);
                 for (int t = 0; t < nt && !bad; t++) {
                     const float *x = X + (size_t)t * N;
@@ -225,9 +242,10 @@ TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
                     kqb_quantize(type, x, N, a.q, a.d, a.bs);
                     for (int o = 0; o < NOUT && !bad; o++) {
                         const uint8_t *row = data + (size_t)o * rb;
-                        /* Q8_0: the decode step's kernels and bits (without AVX2 the
+                        /* Q8_0, and short prompts on the decode-step kernels: the
+                         * decode step's kernels and bits (without AVX2 the Q8_0
                          * decode step keeps f32: then the int8 reference's) */
-                        const float want = type != GGML_Q8_0 ? kqb_ref(type, row, a.q, a.d, a.bs, N)
+                        const float want = type != GGML_Q8_0 && !stepped ? kqb_ref(type, row, a.q, a.d, a.bs, N)
                                            : simd_avx2() ? Yd[(size_t)t * NOUT + o] : dot_q8_0_act_ref(row, q, d, N);
                         /* the f32 path against the float dot: quantization moves
                          * each x by at most d_x / 2 */

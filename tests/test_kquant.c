@@ -200,9 +200,11 @@ TEST(test_kquant_every_simd_family_matches_the_reference)
         fprintf(stderr, "  (skipped: no AVX2 on this CPU, the scalar table only)\n");
 }
 
-/* matmul on a K-quant weight: one token and decode steps of any size give
- * the one-token kernel's results bit for bit (the same int8 activations
- * and kernel per token: a sequence's results do not depend on its batch),
+/* matmul on a K-quant weight: one token, decode steps of any size and
+ * prompts on the decode-step kernels (MATMUL_INT8_STEP; auto takes them
+ * for short prompts, matmul.h) give the one-token kernel's results bit for
+ * bit (the same int8 activations and kernel per token: a sequence's
+ * results do not depend on its batch, nor a short prompt's on its length),
  * at every level this CPU runs (without AVX2, f32 activations: within
  * the bound); and within the quantization bound of the float reference
  * dots. */
@@ -233,9 +235,13 @@ TEST(test_kquant_decode_steps_equal_one_token_each_at_every_level)
             for (int i = 0; i < NIN * TMAX; i++)
                 X[i] = kqb_frand();
             weight W = { .data = data, .type = t, .n_in = NIN, .n_out = NOUT, .row_bytes = rb };
-            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0] && !bad; ci++) {
-                matmul(Y, &W, X, counts[ci], true, scratch);
-                for (int tk = 0; tk < counts[ci] && !bad; tk++) {
+            for (size_t ci = 0; ci < 2 * sizeof counts / sizeof counts[0] && !bad; ci++) {
+                const int n = counts[ci / 2];
+                const bool prompt = ci % 2;     /* a decode step, then a prompt on the decode-step kernels */
+                matmul_set_int8_prompt(prompt ? MATMUL_INT8_STEP : MATMUL_INT8_AUTO);
+                matmul(Y, &W, X, n, !prompt, scratch);
+                matmul_set_int8_prompt(MATMUL_INT8_AUTO);
+                for (int tk = 0; tk < n && !bad; tk++) {
                     matmul(R, &W, X + (size_t)tk * NIN, 1, true, scratch);
                     for (int o = 0; o < NOUT && !bad; o++) {
                         const float *x = X + (size_t)tk * NIN;
@@ -254,9 +260,9 @@ TEST(test_kquant_decode_steps_equal_one_token_each_at_every_level)
                         const double same = simd_avx2() ? 0.0 : tol;
                         if (!(fabs(Y[(size_t)tk * NOUT + o] - R[o]) <= same) || !(fabs(R[o] - fdot) <= tol)) {
                             test_fail(__FILE__, __LINE__,
-                                      "level %d type %u tokens %d: Y[%d][%d] = %.9g, one token %.9g, float dot %.9g "
-                                      "(tol %.3g)", level, t, counts[ci], tk, o, Y[(size_t)tk * NOUT + o], R[o], fdot,
-                                      tol);
+                                      "level %d type %u %s of %d tokens: Y[%d][%d] = %.9g, one token %.9g, float "
+                                      "dot %.9g (tol %.3g)", level, t, prompt ? "prompt" : "decode step", n, tk, o,
+                                      Y[(size_t)tk * NOUT + o], R[o], fdot, tol);
                             bad = 1;
                         }
                     }
