@@ -177,6 +177,8 @@ typedef struct int8_rule {
     int q8_0, q4_0, kq;         /* Q8_0, Q4_0, Q4_K/Q5_K/Q6_K prompts from this many tokens; 0 never */
     int q4_0_step, kq_step;     /* Q4_0, K-quant prompts of 2 to this many tokens on the decode-step
                                    kernels (kq_step_prompt); 0 never */
+    bool kq_step_gap;           /* and K-quant prompts past the f32 tile (small_max) and short of the
+                                   int8 tiles (kq), where the f32 path is sgemm on decoded tiles */
 } int8_rule;
 
 static int8_rule int8_rule_now(void)
@@ -188,7 +190,7 @@ static int8_rule int8_rule_now(void)
      * 2-16 tokens, 8.3-17.8 at 32 (sgemm on decoded tiles from 17) */
     if (simd_avx512_vnni())
         return (int8_rule){ "avx512-vnni", 2, MATMUL_INT8_VNNI512_Q4_0, MATMUL_KQ_PROMPT_MIN_TOK,
-                            MATMUL_STEP_VNNI512_Q4_0, MATMUL_STEP_VNNI512_KQ };
+                            MATMUL_STEP_VNNI512_Q4_0, MATMUL_STEP_VNNI512_KQ, true };
     /* AVX-512 without VNNI (vpmaddubsw + vpmaddwd tiles), load ~10,
      * 2 threads, medians of 5, f32 / int8 over the two shapes: Q8_0
      * 0.79-0.92 at 48-64, 0.64-0.90 at 128-512; Q4_K 0.59-1.39 at 32,
@@ -196,7 +198,7 @@ static int8_rule int8_rule_now(void)
      * at 48; Q4_0 1.36-2.24 at 32, 0.21-0.64 at 16 */
     if (simd_avx512())
         return (int8_rule){ "avx512", MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ,
-                            MATMUL_STEP_AVX512_Q4_0, MATMUL_STEP_AVX512_KQ };
+                            MATMUL_STEP_AVX512_Q4_0, MATMUL_STEP_AVX512_KQ, false };
     /* AVX-VNNI and AVX2 (256-bit tiles) against OpenBLAS's Haswell sgemm,
      * same conditions, AVX-VNNI / AVX2: Q8_0 (the decode-step kernels)
      * 0.76-0.84 / 0.71-0.81 from 128 tokens; at 64 tokens Q4_K 1.33-2.87
@@ -205,11 +207,11 @@ static int8_rule int8_rule_now(void)
      * 1.24-2.09; at 32 and below mixed (0.87-1.71 at 32, 0.1-0.8 at 2-8) */
     if (simd_vnni())
         return (int8_rule){ "avx-vnni", MATMUL_INT8_AVXVNNI_Q8_0, MATMUL_INT8_AVXVNNI_Q4_0, MATMUL_INT8_AVXVNNI_KQ,
-                            MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ };
+                            MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ, false };
     if (simd_avx2())
         return (int8_rule){ "avx2", MATMUL_INT8_AVX2_Q8_0, MATMUL_INT8_AVX2_Q4_0, MATMUL_INT8_AVX2_KQ,
-                            MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ };
-    return (int8_rule){ "scalar", 0, 0, 0, 0, 0 };
+                            MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ, false };
+    return (int8_rule){ "scalar", 0, 0, 0, 0, 0, false };
 }
 
 /* whether a prompt of n_tok tokens on a K-quant or Q4_0 weight takes the
@@ -225,7 +227,9 @@ static bool step_rule(uint32_t type, int n_tok)
     if (mode != MATMUL_INT8_AUTO)
         return false;
     const int8_rule r = int8_rule_now();
-    return n_tok <= (type == GGML_Q4_0 ? r.q4_0_step : r.kq_step);
+    if (type == GGML_Q4_0)
+        return n_tok <= r.q4_0_step;
+    return n_tok <= r.kq_step || (r.kq_step_gap && n_tok > mm_small_max && n_tok < r.kq);
 }
 
 bool matmul_int8_prompt(uint32_t type, int n_tok)
@@ -278,8 +282,11 @@ void matmul_int8_prompt_describe(char *buf, size_t len)
         k += int8_from(buf + k, len - (size_t)k, ", Q4_0", r.q4_0);
     }
     k += int8_from(buf + k, len - (size_t)k, ", K-quants", r.kq);
+    char gap[32] = "";
+    if (r.kq_step_gap && r.kq > mm_small_max + 1)
+        snprintf(gap, sizeof gap, " and %d-%d", mm_small_max + 1, r.kq - 1);
     if (r.kq_step > 1 && (size_t)k < len)
-        k += snprintf(buf + k, len - (size_t)k, "; decode-step kernels for K-quants of 2-%d tokens", r.kq_step);
+        k += snprintf(buf + k, len - (size_t)k, "; decode-step kernels for K-quants of 2-%d%s tokens", r.kq_step, gap);
     if (r.q4_0_step > 1 && k >= 0 && (size_t)k < len)
         snprintf(buf + k, len - (size_t)k, "%s Q4_0 of 2-%d", r.kq_step > 1 ? "," : "; decode-step kernels for",
                  r.q4_0_step);

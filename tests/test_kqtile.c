@@ -75,9 +75,11 @@ static int kt_auto_from(int level, uint32_t type)
     return from[level][type == GGML_Q8_0 ? 0 : type == GGML_Q4_0 ? 1 : 2];
 }
 
-/* auto: K-quant and Q4_0 prompts of 2 to this many tokens on the
- * decode-step kernels (matmul.h MATMUL_STEP_*; 0: never) */
-static int kt_auto_step(int level, uint32_t type)
+/* auto: whether a K-quant or Q4_0 prompt of n tokens takes the
+ * decode-step kernels (matmul.h MATMUL_STEP_*: 2 to that many tokens; on
+ * AVX512-VNNI K-quants also past the f32 tile's 16 tokens and short of
+ * the int8 tiles) */
+static bool kt_auto_step(int level, uint32_t type, int n)
 {
     static const int upto[KT_LEVELS][2] = {
         { MATMUL_STEP_VNNI512_Q4_0, MATMUL_STEP_VNNI512_KQ },
@@ -85,7 +87,11 @@ static int kt_auto_step(int level, uint32_t type)
         { MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ },
         { MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ },
         { 0, 0 } };
-    return type == GGML_Q8_0 ? 0 : upto[level][type == GGML_Q4_0 ? 0 : 1];
+    if (type == GGML_Q8_0)
+        return false;
+    if (type == GGML_Q4_0)
+        return n <= upto[level][0];
+    return n <= upto[level][1] || (level == 0 && n > 16 && n < MATMUL_KQ_PROMPT_MIN_TOK);
 }
 
 static const char *const KT_FORM[KT_LEVELS] = { "avx512-vnni", "avx512", "avx-vnni", "avx2", "scalar" };
@@ -232,7 +238,7 @@ TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
                 /* auto: the level's thresholds; short K-quant and Q4_0 prompts
                  * on the decode-step kernels give the decode step's bits */
                 const int from = kt_auto_from(level, type);
-                const bool stepped = !on && nt <= kt_auto_step(level, type);
+                const bool stepped = !on && kt_auto_step(level, type, nt);
                 const bool int8 = on || stepped || (from > 0 && nt >= from);
                 if (type == GGML_Q8_0 || stepped)       /* the decode step of these tokens */
                     matmul(Yd, &W, X, nt, true, scratch);
