@@ -2,6 +2,7 @@
  * Invariants: above struct cache in cache.h; cache_broken checks them. */
 #include "cache.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,13 +156,11 @@ static int ptrs_room(uint8_t ***a, int *cap, int n, int first)
 
 /* bytes (a multiple of REGION_ALIGN) of anonymous memory, 2 MiB-aligned,
  * with transparent huge pages advised; NULL when out of memory. Over-maps
- * by 2 MiB and trims. */
+ * by 2 MiB and trims. Any thread (callers on the owner's take fault_now). */
 #define REGION_ALIGN (2u << 20)
 static uint8_t *map_aligned(size_t bytes)
 {
-    uint8_t *m = fault_now() ? MAP_FAILED
-                             : mmap(NULL, bytes + REGION_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                                    -1, 0);
+    uint8_t *m = mmap(NULL, bytes + REGION_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return NULL;
     uint8_t *a = (uint8_t *)(((uintptr_t)m + REGION_ALIGN - 1) & ~(uintptr_t)(REGION_ALIGN - 1));
@@ -200,13 +199,183 @@ static void block_unmap(cache *c, uint8_t *b)
         free(b);
 }
 
-/* A block for a new sequence or snapshot: a recycled one, else a new one
- * (the free list grown first to hold every block there will be, so
- * giving back never allocates). Contents undefined, but *zero set when
- * it is a new mapping the kernel has already faulted in zeroed
- * (MADV_POPULATE_WRITE: its huge pages cleared once, by the kernel, and
- * no page-fault exits later). NULL when out of memory. The caller counts
- * its bytes in the budget. */
+/* A new mapped block, populated zeroed: the kernel faults it in writable
+ * (MADV_POPULATE_WRITE: its huge pages cleared once, by the kernel, and no
+ * page-fault exits later), or, on kernels without that, by a memset.
+ * NULL when out of memory. Safe on any thread: it touches nothing of c
+ * but the layout. */
+static uint8_t *block_map_zeroed(const cache *c)
+{
+    uint8_t *b = map_aligned(block_map_bytes(c));
+    if (!b)
+        return NULL;
+    bool done = false;
+#ifdef MADV_POPULATE_WRITE
+    /* 2 MiB at a time: populating holds the process's mmap lock for
+     * reading, and an mmap or munmap elsewhere (a new page region on the
+     * scheduler thread) waits for it to let go */
+    done = true;
+    for (size_t off = 0; done && off < block_map_bytes(c); off += REGION_ALIGN)
+        done = madvise(b + off, REGION_ALIGN, MADV_POPULATE_WRITE) == 0;
+#endif
+    if (!done)
+        memset(b, 0, block_map_bytes(c));
+    return b;
+}
+
+/* ---- Spare blocks, mapped ahead of need ----
+ * While the prefix store grows, every request takes blocks no sequence
+ * ever held (its slot and its snapshots), and faulting in fresh memory is
+ * slow and unpredictable: on this machine (a VM whose host backs guest
+ * memory lazily) 20 MiB took 2-330 ms to populate with huge pages and
+ * 200-290 ms of stalled first writes on 4 KiB pages, where reused memory
+ * takes 1 ms; a cold 313-token request waited 57 ms in the queue with the
+ * cache on against 1.3 ms off. A thread of its own keeps up to `want`
+ * blocks mapped and populated, so block_take finds one ready and the
+ * next is made while the request runs. Spares are not counted in
+ * reserved_bytes (they are free, like the free list) nor in n_blocks
+ * until taken; the thread makes one only while every block made so far
+ * plus it fits the budget, so mapped blocks never outnumber what the
+ * budget could reserve at once. */
+#define SPARE_MAX 8
+typedef struct cache_spares {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint8_t *ready[SPARE_MAX];          /* under mu: populated zeroed blocks, not in n_blocks */
+    int n_ready;                        /* under mu */
+    int want;                           /* blocks kept ready (<= SPARE_MAX) */
+    int max_blocks;                     /* budget_bytes / (state + conv): blocks the pool can hold at once */
+    int n_blocks;                       /* under mu: c->n_blocks as the owner thread last set it */
+    uint64_t n_made, n_taken;           /* under mu: spares made, and taken by block_take */
+    bool failed;                        /* under mu: the last one found no memory; retried at the next take */
+    bool stop;                          /* under mu: cache_deinit asks the thread to end */
+} cache_spares;
+
+static void *spare_main(void *arg)
+{
+    cache *c = arg;
+    cache_spares *sp = c->spares;
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        while (!sp->stop &&
+               (sp->failed || sp->n_ready >= sp->want || sp->n_blocks + sp->n_ready >= sp->max_blocks))
+            pthread_cond_wait(&sp->cv, &sp->mu);
+        if (sp->stop)
+            break;
+        pthread_mutex_unlock(&sp->mu);
+        uint8_t *b = block_map_zeroed(c);      /* the slow part, with no lock held */
+        pthread_mutex_lock(&sp->mu);
+        if (!b)     /* out of memory: wait for the next take to try again */
+            sp->failed = true;
+        else if (sp->stop || sp->n_ready >= SPARE_MAX)
+            munmap(b, block_map_bytes(c));
+        else {
+            sp->ready[sp->n_ready++] = b;
+            sp->n_made++;
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+
+int cache_spares_start(cache *c, int n)
+{
+    if (!c->blocks_mapped || c->spares || n <= 0)
+        return 0;
+    const uint64_t each = c->state_bytes + c->conv_bytes;
+    cache_spares *sp = FAULT_OR(calloc(1, sizeof *sp));
+    if (!sp)
+        return -1;
+    sp->want = n < SPARE_MAX ? n : SPARE_MAX;
+    sp->max_blocks = (int)(c->budget_bytes / each < (uint64_t)INT32_MAX ? c->budget_bytes / each : INT32_MAX);
+    sp->n_blocks = c->n_blocks;
+    if (pthread_mutex_init(&sp->mu, NULL) != 0)
+        goto out_free;
+    if (pthread_cond_init(&sp->cv, NULL) != 0)
+        goto out_mutex;
+    c->spares = sp;
+    if (fault_now() || pthread_create(&sp->thread, NULL, spare_main, c) != 0)
+        goto out_cond;
+    return 0;
+out_cond:
+    c->spares = NULL;
+    pthread_cond_destroy(&sp->cv);
+out_mutex:
+    pthread_mutex_destroy(&sp->mu);
+out_free:
+    free(sp);
+    return -1;
+}
+
+/* End the spare thread and unmap the blocks it kept ready. */
+static void spares_stop(cache *c)
+{
+    cache_spares *sp = c->spares;
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->stop = true;
+    pthread_cond_signal(&sp->cv);
+    pthread_mutex_unlock(&sp->mu);
+    pthread_join(sp->thread, NULL);
+    for (int i = 0; i < sp->n_ready; i++)
+        munmap(sp->ready[i], block_map_bytes(c));
+    pthread_cond_destroy(&sp->cv);
+    pthread_mutex_destroy(&sp->mu);
+    free(sp);
+    c->spares = NULL;
+}
+
+/* A ready spare, or NULL when none (or no spare thread). */
+static uint8_t *spare_take(cache *c)
+{
+    cache_spares *sp = c->spares;
+    if (!sp)
+        return NULL;
+    pthread_mutex_lock(&sp->mu);
+    uint8_t *b = sp->n_ready > 0 ? sp->ready[--sp->n_ready] : NULL;
+    sp->n_taken += b != NULL;
+    pthread_mutex_unlock(&sp->mu);
+    return b;
+}
+
+/* After a block was made or a spare taken: tell the thread how many blocks
+ * there are now (for its budget) and to make the next. */
+static void spare_due(cache *c)
+{
+    cache_spares *sp = c->spares;
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->n_blocks = c->n_blocks;
+    sp->failed = false;
+    pthread_cond_signal(&sp->cv);
+    pthread_mutex_unlock(&sp->mu);
+}
+
+void cache_spares_get(const cache *c, cache_spares_info *info)
+{
+    memset(info, 0, sizeof *info);
+    cache_spares *sp = c->spares;
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    info->on = true;
+    info->want = sp->want;
+    info->ready = sp->n_ready;
+    info->made = sp->n_made;
+    info->taken = sp->n_taken;
+    pthread_mutex_unlock(&sp->mu);
+    info->ready_bytes = (uint64_t)info->ready * block_map_bytes(c);
+}
+
+/* A block for a new sequence or snapshot: a recycled one, else a spare
+ * made ahead (cache_spares_start), else a new one (the free list grown
+ * first to hold every block there will be, so giving back never
+ * allocates). Contents undefined, but *zero set when it is a spare or a
+ * new mapping, which come zeroed (block_map_zeroed). NULL when out of
+ * memory. The caller counts its bytes in the budget. */
 static uint8_t *block_take(cache *c, bool *zero)
 {
     *zero = false;
@@ -214,12 +383,14 @@ static uint8_t *block_take(cache *c, bool *zero)
         return c->free_blocks[--c->n_free_blocks];
     if (ptrs_room(&c->free_blocks, &c->cap_free_blocks, c->n_blocks, 8) != 0)
         return NULL;
-    uint8_t *b = c->blocks_mapped ? map_aligned(block_map_bytes(c)) : FAULT_OR(aligned_alloc(64, slot_bytes(c)));
-#ifdef MADV_POPULATE_WRITE
-    *zero = b && c->blocks_mapped && madvise(b, block_map_bytes(c), MADV_POPULATE_WRITE) == 0;
-#endif
-    if (b)
+    uint8_t *b = spare_take(c);
+    if (!b)
+        b = c->blocks_mapped ? (fault_now() ? NULL : block_map_zeroed(c)) : FAULT_OR(aligned_alloc(64, slot_bytes(c)));
+    *zero = b && c->blocks_mapped;
+    if (b) {
         c->n_blocks++;
+        spare_due(c);
+    }
     return b;
 }
 
@@ -230,6 +401,7 @@ static void block_give(cache *c, uint8_t *b)
 
 void cache_deinit(cache *c)
 {
+    spares_stop(c);
     if (c->seqs)
         for (int i = 0; i < c->max_seqs; i++)
             cache_seq_free(c, i);
@@ -352,7 +524,7 @@ static uint8_t *page_new(cache *c)
         }
         if (ptrs_room(&c->regions, &c->cap_regions, c->n_regions, 16) != 0)
             return NULL;
-        uint8_t *a = map_aligned(c->region_bytes);
+        uint8_t *a = fault_now() ? NULL : map_aligned(c->region_bytes);
         if (!a)
             return NULL;
         c->regions[c->n_regions++] = a;

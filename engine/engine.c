@@ -362,6 +362,16 @@ void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
     u->n_snaps = c->n_snaps;
     u->snap_state_bytes = (uint64_t)c->n_snaps * c->state_bytes;
     u->snap_conv_bytes = (uint64_t)c->n_snaps * c->conv_bytes;
+    cache_spares_info si;
+    cache_spares_get(c, &si);
+    u->n_spare_blocks = si.ready;
+    u->spare_bytes = si.ready_bytes;
+    u->spare_blocks_taken = si.taken;
+}
+
+int engine_spare_blocks(engine *e, int n)
+{
+    return cache_spares_start(&e->kv, n);
 }
 
 int engine_seq_fork(engine *e, int src, int n_tokens)

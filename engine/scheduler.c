@@ -504,6 +504,9 @@ static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_plann
  * costs a step; the gap still keeps lengths from crowding a chunk.) */
 enum { PREFIX_MIN_SNAP_GAP = 32 };
 
+/* DeltaNet blocks kept mapped ahead of need while the store is on (sched_new). */
+enum { SCHED_SPARE_BLOCKS = 2 };
+
 /* A new sequence for r reserved for total tokens. With the prefix store:
  * r's longest cached prefix restored into it, and store entries evicted,
  * least recently used first, while the cache cannot hold the reservation
@@ -1647,6 +1650,12 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
             return NULL;
         }
         s->st.prefix_on = true;
+        /* the store keeps finished sequences' DeltaNet blocks, so while it
+         * grows a cold request takes two blocks no sequence held before (its
+         * slot, its prompt-end snapshot): keep two ready off the request's
+         * path (engine_spare_blocks). Without spares it faulted them in at
+         * admission and inside the step; none is fine (as before). */
+        engine_spare_blocks(e, SCHED_SPARE_BLOCKS);
     }
     for (int i = 0; i < s->max_seqs; i++)
         s->free_slots[i] = s->max_seqs - 1 - i;
