@@ -365,13 +365,20 @@ void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
     cache_spares_info si;
     cache_spares_get(c, &si);
     u->n_spare_blocks = si.ready;
+    u->n_spare_regions = si.ready_regions;
     u->spare_bytes = si.ready_bytes;
     u->spare_blocks_taken = si.taken;
+    u->spare_regions_taken = si.regions_taken;
 }
 
-int engine_spare_blocks(engine *e, int n)
+int engine_spares_start(engine *e, int n_blocks, int n_regions)
 {
-    return cache_spares_start(&e->kv, n);
+    return cache_spares_start(&e->kv, n_blocks, n_regions);
+}
+
+void engine_spare_refill(engine *e)
+{
+    cache_spares_refill(&e->kv);
 }
 
 int engine_seq_fork(engine *e, int src, int n_tokens)
