@@ -144,7 +144,8 @@ typedef struct cache_spares_info {
     uint64_t made, taken;               /* blocks made since start; taken by sequences and snapshots */
     uint64_t regions_made, regions_taken;
 } cache_spares_info;
-/* A consistent copy of the spare counts (all zero when off). */
+/* A consistent copy of the spare counts (all zero when off). Any thread
+ * (the spare thread's own lock; the layout does not change). */
 void cache_spares_get(const cache *c, cache_spares_info *info);
 
 int cache_seq_new(cache *c);                    /* id or -1 */

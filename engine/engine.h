@@ -241,6 +241,9 @@ uint64_t engine_bytes_for_tokens(const engine *e, int n_tokens);
 int engine_seq_len(const engine *e, int seq);
 int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u);
 void engine_get_pool_usage(const engine *e, engine_pool_usage *u);
+/* Only the spare counts of u (n_spare_*, spare_*): any thread (the spare
+ * thread's own lock). */
+void engine_get_spares(const engine *e, engine_pool_usage *u);
 /* Keep up to n_blocks DeltaNet blocks and n_regions regions of KV pages
  * mapped and populated ahead of need, made on a thread of the cache's own,
  * so a new sequence, snapshot or page that finds nothing freed does not

@@ -1836,7 +1836,10 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
     st->waiting = s->n_waiting;
     st->draining = s->draining;
     /* st->pool is the engine's pool usage as published after the last
-     * step; the engine itself is not touched here */
+     * step; the engine itself is not touched here, but for the spares,
+     * which their thread makes while the scheduler idles (under their own
+     * lock) */
+    engine_get_spares(s->e, &st->pool);
     if (reqs) {
         int total = s->n_running + s->n_waiting;
         sched_req_stats *a = total ? calloc((size_t)total, sizeof(*a)) : NULL;
