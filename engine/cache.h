@@ -7,7 +7,8 @@
  * reservation, so the forward pass never allocates. Pages are carved from
  * 2 MiB-aligned regions (transparent huge pages advised); freed pages and
  * DeltaNet blocks (slots and snapshots) are kept for the next sequences
- * until cache_deinit.
+ * until cache_deinit. Optionally a thread of its own maps spare blocks and
+ * regions ahead of need (cache_spares_start).
  * Does not own: what is computed into the cache (attention.c, deltanet.c).
  * Owned by the engine's owner thread.
  */
