@@ -2,6 +2,7 @@
  * Invariants: above struct cache in cache.h; cache_broken checks them. */
 #include "cache.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,13 +152,11 @@ static int ptrs_room(uint8_t ***a, int *cap, int n, int first)
 
 /* bytes (a multiple of REGION_ALIGN) of anonymous memory, 2 MiB-aligned,
  * with transparent huge pages advised; NULL when out of memory. Over-maps
- * by 2 MiB and trims. */
+ * by 2 MiB and trims. Any thread (callers on the owner's take fault_now). */
 #define REGION_ALIGN (2u << 20)
 static uint8_t *map_aligned(size_t bytes)
 {
-    uint8_t *m = fault_now() ? MAP_FAILED
-                             : mmap(NULL, bytes + REGION_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                                    -1, 0);
+    uint8_t *m = mmap(NULL, bytes + REGION_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return NULL;
     uint8_t *a = (uint8_t *)(((uintptr_t)m + REGION_ALIGN - 1) & ~(uintptr_t)(REGION_ALIGN - 1));
@@ -196,13 +195,254 @@ static void block_unmap(cache *c, uint8_t *b)
         free(b);
 }
 
-/* A block for a new sequence or snapshot: a recycled one, else a new one
- * (the free list grown first to hold every block there will be, so
- * giving back never allocates). Contents undefined, but *zero set when
- * it is a new mapping the kernel has already faulted in zeroed
- * (MADV_POPULATE_WRITE: its huge pages cleared once, by the kernel, and
- * no page-fault exits later). NULL when out of memory. The caller counts
- * its bytes in the budget. */
+/* bytes (a multiple of REGION_ALIGN) of new mapped memory, populated
+ * zeroed: the kernel faults it in writable (MADV_POPULATE_WRITE: huge
+ * pages cleared once, by the kernel, and no page-fault exits later), or,
+ * on kernels without that, a memset. NULL when out of memory. Any thread. */
+static uint8_t *map_zeroed(size_t bytes)
+{
+    uint8_t *b = map_aligned(bytes);
+    if (!b)
+        return NULL;
+    bool done = false;
+#ifdef MADV_POPULATE_WRITE
+    /* 2 MiB at a time: populating holds the process's mmap lock for
+     * reading, and an mmap or munmap elsewhere waits for it to let go */
+    done = true;
+    for (size_t off = 0; done && off < bytes; off += REGION_ALIGN)
+        done = madvise(b + off, REGION_ALIGN, MADV_POPULATE_WRITE) == 0;
+#endif
+    if (!done)
+        memset(b, 0, bytes);
+    return b;
+}
+
+/* Bytes of one region of pages: 16 pages or 2 MiB, whichever is more, in
+ * whole 2 MiB. */
+static size_t region_size(const cache *c)
+{
+    const size_t stride = page_stride(c);
+    const size_t want = stride * 16 > REGION_ALIGN ? stride * 16 : REGION_ALIGN;
+    return (want + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
+}
+
+/* ---- Spares: DeltaNet blocks and page regions mapped ahead of need ----
+ * While the prefix store grows, every request takes memory no sequence
+ * ever held (the store keeps the old): its DeltaNet slot and snapshots,
+ * and regions for its KV pages. Faulting in fresh memory is slow and
+ * unpredictable here (a VM whose host backs guest memory lazily): 20 MiB
+ * took 2-330 ms to populate with huge pages and 200-290 ms of stalled
+ * first writes on 4 KiB pages, where reused memory takes 1 ms. A cold
+ * 313-token request (0.8B shape, load 6-7) waited 33-92 ms at admission
+ * with the cache on, in the reservation (each new page's reference count
+ * is written when taken, so every huge page of a new region faulted in
+ * there), against ~1.4 ms off, and its slot and prompt-end snapshot blocks
+ * came fresh too (57 ms at admission on main). A thread of the cache's
+ * own keeps `want` blocks and `want_regions` regions mapped and populated,
+ * so block_take and page_new find them ready. It makes them when asked
+ * (cache_spares_refill: the scheduler asks when it goes idle), not at the
+ * take: populating holds the mmap lock, and a refill started at admission
+ * made that admission's own mmap wait. Spares are free memory: not in
+ * reserved_bytes, n_blocks or n_regions until taken, and the thread makes
+ * one only while what was made plus it fits the budget (blocks: budget /
+ * (state + conv); regions: the pages the budget holds, in regions, plus
+ * one), so mapped memory never outgrows what the budget could hold. */
+#define SPARE_MAX 8
+typedef struct cache_spares {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint8_t *ready[SPARE_MAX];          /* under mu: populated zeroed blocks, not in n_blocks */
+    int n_ready;                        /* under mu */
+    int want;                           /* blocks kept ready (<= SPARE_MAX) */
+    int max_blocks;                     /* budget_bytes / (state + conv): blocks the pool can hold at once */
+    int n_blocks;                       /* under mu: c->n_blocks as the owner thread last set it */
+    uint8_t *ready_regions[SPARE_MAX];  /* under mu: populated zeroed page regions, not in n_regions */
+    int n_ready_regions;                /* under mu */
+    int want_regions;                   /* regions kept ready (0 without attention pages) */
+    int max_regions;                    /* regions holding the pages the budget holds, plus one */
+    int n_regions;                      /* under mu: c->n_regions as the owner thread last set it */
+    size_t region_bytes;                /* c->region_bytes */
+    uint64_t n_made, n_taken;           /* under mu: spare blocks made, and taken by block_take */
+    uint64_t n_regions_made, n_regions_taken;   /* under mu: the same for regions (page_new) */
+    bool failed;                        /* under mu: the last one found no memory; retried at the next refill */
+    bool go;                            /* under mu: make spares up to want (cache_spares_refill) */
+    bool stop;                          /* under mu: cache_deinit asks the thread to end */
+} cache_spares;
+
+static bool spare_block_due(const cache_spares *sp)
+{
+    return sp->n_ready < sp->want && sp->n_blocks + sp->n_ready < sp->max_blocks;
+}
+
+static bool spare_region_due(const cache_spares *sp)
+{
+    return sp->n_ready_regions < sp->want_regions && sp->n_regions + sp->n_ready_regions < sp->max_regions;
+}
+
+static void *spare_main(void *arg)
+{
+    cache *c = arg;
+    cache_spares *sp = c->spares;
+    pthread_mutex_lock(&sp->mu);
+    for (;;) {
+        while (!sp->stop && (!sp->go || sp->failed || (!spare_block_due(sp) && !spare_region_due(sp))))
+            pthread_cond_wait(&sp->cv, &sp->mu);
+        if (sp->stop)
+            break;
+        const bool block = spare_block_due(sp);    /* blocks first: the bigger wait */
+        const size_t bytes = block ? block_map_bytes(c) : sp->region_bytes;
+        pthread_mutex_unlock(&sp->mu);
+        uint8_t *b = map_zeroed(bytes);         /* the slow part, with no lock held */
+        pthread_mutex_lock(&sp->mu);
+        if (!b)     /* out of memory: wait for the next refill to try again */
+            sp->failed = true;
+        else if (sp->stop || (block ? sp->n_ready : sp->n_ready_regions) >= SPARE_MAX)
+            munmap(b, bytes);
+        else if (block) {
+            sp->ready[sp->n_ready++] = b;
+            sp->n_made++;
+        } else {
+            sp->ready_regions[sp->n_ready_regions++] = b;
+            sp->n_regions_made++;
+        }
+        sp->go = spare_block_due(sp) || spare_region_due(sp);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+
+int cache_spares_start(cache *c, int n, int n_regions)
+{
+    if (!c->blocks_mapped || c->spares || n <= 0)
+        return 0;
+    const uint64_t each = c->state_bytes + c->conv_bytes;
+    cache_spares *sp = FAULT_OR(calloc(1, sizeof *sp));
+    if (!sp)
+        return -1;
+    sp->want = n < SPARE_MAX ? n : SPARE_MAX;
+    sp->max_blocks = (int)(c->budget_bytes / each < (uint64_t)INT32_MAX ? c->budget_bytes / each : INT32_MAX);
+    sp->n_blocks = c->n_blocks;
+    if (c->page_bytes && n_regions > 0) {
+        if (c->region_bytes == 0)
+            c->region_bytes = region_size(c);
+        const uint64_t per = c->region_bytes / page_stride(c);
+        const uint64_t max = c->budget_bytes / c->page_bytes / per + 1;
+        sp->want_regions = n_regions < SPARE_MAX ? n_regions : SPARE_MAX;
+        sp->max_regions = (int)(max < (uint64_t)INT32_MAX ? max : INT32_MAX);
+        sp->region_bytes = c->region_bytes;
+    }
+    sp->n_regions = c->n_regions;
+    sp->go = true;                      /* the first ones now, while nothing runs */
+    if (pthread_mutex_init(&sp->mu, NULL) != 0)
+        goto out_free;
+    if (pthread_cond_init(&sp->cv, NULL) != 0)
+        goto out_mutex;
+    c->spares = sp;
+    if (fault_now() || pthread_create(&sp->thread, NULL, spare_main, c) != 0)
+        goto out_cond;
+    return 0;
+out_cond:
+    c->spares = NULL;
+    pthread_cond_destroy(&sp->cv);
+out_mutex:
+    pthread_mutex_destroy(&sp->mu);
+out_free:
+    free(sp);
+    return -1;
+}
+
+/* End the spare thread and unmap what it kept ready. */
+static void spares_stop(cache *c)
+{
+    cache_spares *sp = c->spares;
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->stop = true;
+    pthread_cond_signal(&sp->cv);
+    pthread_mutex_unlock(&sp->mu);
+    pthread_join(sp->thread, NULL);
+    for (int i = 0; i < sp->n_ready; i++)
+        munmap(sp->ready[i], block_map_bytes(c));
+    for (int i = 0; i < sp->n_ready_regions; i++)
+        munmap(sp->ready_regions[i], sp->region_bytes);
+    pthread_cond_destroy(&sp->cv);
+    pthread_mutex_destroy(&sp->mu);
+    free(sp);
+    c->spares = NULL;
+}
+
+/* A ready spare block (region: a ready page region), or NULL when none (or
+ * no spare thread). */
+static uint8_t *spare_take(cache *c, bool region)
+{
+    cache_spares *sp = c->spares;
+    if (!sp)
+        return NULL;
+    pthread_mutex_lock(&sp->mu);
+    uint8_t *b = NULL;
+    if (region && sp->n_ready_regions > 0) {
+        b = sp->ready_regions[--sp->n_ready_regions];
+        sp->n_regions_taken++;
+    } else if (!region && sp->n_ready > 0) {
+        b = sp->ready[--sp->n_ready];
+        sp->n_taken++;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return b;
+}
+
+/* The thread's counts of blocks and regions made (for its budget), after
+ * one was made or a spare taken; with refill, also have it make spares up
+ * to its counts again (else it waits for cache_spares_refill). */
+static void spare_count(cache *c, bool refill)
+{
+    cache_spares *sp = c->spares;
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->n_blocks = c->n_blocks;
+    sp->n_regions = c->n_regions;
+    if (refill && (spare_block_due(sp) || spare_region_due(sp))) {
+        sp->go = true;
+        sp->failed = false;
+        pthread_cond_signal(&sp->cv);
+    }
+    pthread_mutex_unlock(&sp->mu);
+}
+
+void cache_spares_refill(cache *c)
+{
+    spare_count(c, true);
+}
+
+void cache_spares_get(const cache *c, cache_spares_info *info)
+{
+    memset(info, 0, sizeof *info);
+    cache_spares *sp = c->spares;
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    info->on = true;
+    info->want = sp->want;
+    info->ready = sp->n_ready;
+    info->made = sp->n_made;
+    info->taken = sp->n_taken;
+    info->want_regions = sp->want_regions;
+    info->ready_regions = sp->n_ready_regions;
+    info->regions_made = sp->n_regions_made;
+    info->regions_taken = sp->n_regions_taken;
+    pthread_mutex_unlock(&sp->mu);
+    info->ready_bytes = (uint64_t)info->ready * block_map_bytes(c) + (uint64_t)info->ready_regions * sp->region_bytes;
+}
+
+/* A block for a new sequence or snapshot: a recycled one, else a spare
+ * made ahead (cache_spares_start), else a new one (the free list grown
+ * first to hold every block there will be, so giving back never
+ * allocates). Contents undefined, but *zero set when it is a spare or a
+ * new mapping, which come zeroed (block_map_zeroed). NULL when out of
+ * memory. The caller counts its bytes in the budget. */
 static uint8_t *block_take(cache *c, bool *zero)
 {
     *zero = false;
@@ -210,12 +450,14 @@ static uint8_t *block_take(cache *c, bool *zero)
         return c->free_blocks[--c->n_free_blocks];
     if (ptrs_room(&c->free_blocks, &c->cap_free_blocks, c->n_blocks, 8) != 0)
         return NULL;
-    uint8_t *b = c->blocks_mapped ? map_aligned(block_map_bytes(c)) : FAULT_OR(aligned_alloc(64, slot_bytes(c)));
-#ifdef MADV_POPULATE_WRITE
-    *zero = b && c->blocks_mapped && madvise(b, block_map_bytes(c), MADV_POPULATE_WRITE) == 0;
-#endif
-    if (b)
+    uint8_t *b = spare_take(c, false);
+    if (!b)
+        b = c->blocks_mapped ? (fault_now() ? NULL : map_zeroed(block_map_bytes(c))) : FAULT_OR(aligned_alloc(64, slot_bytes(c)));
+    *zero = b && c->blocks_mapped;
+    if (b) {
         c->n_blocks++;
+        spare_count(c, false);
+    }
     return b;
 }
 
@@ -226,6 +468,7 @@ static void block_give(cache *c, uint8_t *b)
 
 void cache_deinit(cache *c)
 {
+    spares_stop(c);
     if (c->seqs)
         for (int i = 0; i < c->max_seqs; i++)
             cache_seq_free(c, i);
@@ -342,17 +585,18 @@ static uint8_t *page_new(cache *c)
 {
     const size_t stride = page_stride(c);
     if (c->n_regions == 0 || c->region_used + stride > c->region_bytes) {
-        if (c->region_bytes == 0) {           /* 16 pages or 2 MiB, whichever is more, in whole 2 MiB */
-            const size_t want = stride * 16 > REGION_ALIGN ? stride * 16 : REGION_ALIGN;
-            c->region_bytes = (want + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
-        }
+        if (c->region_bytes == 0)
+            c->region_bytes = region_size(c);
         if (ptrs_room(&c->regions, &c->cap_regions, c->n_regions, 16) != 0)
             return NULL;
-        uint8_t *a = map_aligned(c->region_bytes);
+        uint8_t *a = spare_take(c, true);      /* populated ahead (cache_spares_start), else new */
+        if (!a)
+            a = fault_now() ? NULL : map_aligned(c->region_bytes);
         if (!a)
             return NULL;
         c->regions[c->n_regions++] = a;
         c->region_used = 0;
+        spare_count(c, false);
     }
     uint8_t *p = c->regions[c->n_regions - 1] + c->region_used;
     c->region_used += stride;

@@ -7,7 +7,8 @@
  * reservation, so the forward pass never allocates. Pages are carved from
  * 2 MiB-aligned regions (transparent huge pages advised); freed pages and
  * DeltaNet blocks (slots and snapshots) are kept for the next sequences
- * until cache_deinit.
+ * until cache_deinit. Optionally a thread of its own maps spare blocks and
+ * regions ahead of need (cache_spares_start).
  * Does not own: what is computed into the cache (attention.c, deltanet.c).
  * Owned by the engine's owner thread.
  */
@@ -98,6 +99,7 @@ typedef struct cache {
     int n_free_blocks, cap_free_blocks;
     int n_blocks;                       /* blocks made: sequences' slots, snapshots' and free (cache.c) */
     bool blocks_mapped;                 /* each block its own huge-page mapping, else from aligned_alloc */
+    struct cache_spares *spares;        /* NULL, or the thread keeping blocks and regions ready (cache_spares_start) */
     cache_seq *seqs;                    /* [max_seqs] */
     int n_live;
     int n_snaps;                        /* DeltaNet snapshots held (cache_snap_new) */
@@ -117,7 +119,35 @@ typedef struct cache_layout {
 } cache_layout;
 
 int cache_init(cache *c, const cache_layout *l);
+/* Also ends the spare thread and unmaps its blocks. */
 void cache_deinit(cache *c);
+
+/* Spares: a thread of the cache's own keeps up to n DeltaNet blocks and
+ * n_regions regions of KV pages (each at most 8) mapped and populated
+ * zeroed, so a sequence or snapshot that finds no freed block, or a
+ * reservation that needs a new region, takes a ready one instead of
+ * faulting in fresh memory on the request's path. It makes them at the
+ * start, then again only at cache_spares_refill (the owner calls it when
+ * idle). Only with mapped blocks (blocks_mapped); a no-op otherwise or
+ * when started already. Spares are free memory: not in reserved_bytes,
+ * n_blocks or n_regions until taken, and never more than the budget could
+ * hold at once (blocks made plus spares <= budget / (state + conv);
+ * regions likewise in pages, plus one). 0, or -1 out of memory (then no
+ * spares, as before). */
+int cache_spares_start(cache *c, int n, int n_regions);
+/* Have the spare thread make spares up to its counts again (no-op without it). */
+void cache_spares_refill(cache *c);
+typedef struct cache_spares_info {
+    bool on;                            /* the spare thread runs */
+    int want, ready;                    /* DeltaNet blocks it keeps ready; ready now */
+    int want_regions, ready_regions;    /* page regions, the same */
+    uint64_t ready_bytes;               /* mapped bytes of both */
+    uint64_t made, taken;               /* blocks made since start; taken by sequences and snapshots */
+    uint64_t regions_made, regions_taken;
+} cache_spares_info;
+/* A consistent copy of the spare counts (all zero when off). Any thread
+ * (the spare thread's own lock; the layout does not change). */
+void cache_spares_get(const cache *c, cache_spares_info *info);
 
 int cache_seq_new(cache *c);                    /* id or -1 */
 void cache_seq_free(cache *c, int id);

@@ -362,6 +362,28 @@ void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
     u->n_snaps = c->n_snaps;
     u->snap_state_bytes = (uint64_t)c->n_snaps * c->state_bytes;
     u->snap_conv_bytes = (uint64_t)c->n_snaps * c->conv_bytes;
+    engine_get_spares(e, u);
+}
+
+void engine_get_spares(const engine *e, engine_pool_usage *u)
+{
+    cache_spares_info si;
+    cache_spares_get(&e->kv, &si);
+    u->n_spare_blocks = si.ready;
+    u->n_spare_regions = si.ready_regions;
+    u->spare_bytes = si.ready_bytes;
+    u->spare_blocks_taken = si.taken;
+    u->spare_regions_taken = si.regions_taken;
+}
+
+int engine_spares_start(engine *e, int n_blocks, int n_regions)
+{
+    return cache_spares_start(&e->kv, n_blocks, n_regions);
+}
+
+void engine_spare_refill(engine *e)
+{
+    cache_spares_refill(&e->kv);
 }
 
 int engine_seq_fork(engine *e, int src, int n_tokens)

@@ -187,6 +187,10 @@ typedef struct engine_pool_usage {
     int n_snaps;                        /* DeltaNet snapshots held (engine_snap_take) */
     uint64_t snap_state_bytes;          /* their recurrent state */
     uint64_t snap_conv_bytes;           /* their conv windows */
+    int n_spare_blocks;                 /* DeltaNet blocks mapped ahead of need: free, not in reserved_bytes */
+    int n_spare_regions;                /* KV page regions the same (engine_spares_start) */
+    uint64_t spare_bytes;               /* their mapped bytes */
+    uint64_t spare_blocks_taken, spare_regions_taken;   /* spares taken since open */
 } engine_pool_usage;
 
 engine *engine_open(const engine_params *p, char *err, size_t errlen);
@@ -237,6 +241,22 @@ uint64_t engine_bytes_for_tokens(const engine *e, int n_tokens);
 int engine_seq_len(const engine *e, int seq);
 int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u);
 void engine_get_pool_usage(const engine *e, engine_pool_usage *u);
+/* Only the spare counts of u (n_spare_*, spare_*): any thread (the spare
+ * thread's own lock). */
+void engine_get_spares(const engine *e, engine_pool_usage *u);
+/* Keep up to n_blocks DeltaNet blocks and n_regions regions of KV pages
+ * mapped and populated ahead of need, made on a thread of the cache's own,
+ * so a new sequence, snapshot or page that finds nothing freed does not
+ * fault in fresh memory on the request's path (the prefix store's growth;
+ * cache_spares_start); made at once, then again at engine_spare_refill.
+ * Only for models whose DeltaNet block is 8 MiB or more (a mapping of its
+ * own); else nothing. 0, or -1 out of memory (no spares). Owner thread,
+ * once. */
+int engine_spares_start(engine *e, int n_blocks, int n_regions);
+/* Have the thread make spares up to those counts again, in the
+ * background; call it when idle (its populating holds the mmap lock that
+ * mmap waits for). */
+void engine_spare_refill(engine *e);
 /* ---- sharing: forks, truncation, DeltaNet snapshots (owner thread only) ----
  * Used by the prefix store and by n > 1 choices. Pages are reference
  * counted: a fork shares its source's whole pages (counted once in the

@@ -504,6 +504,10 @@ static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_plann
  * costs a step; the gap still keeps lengths from crowding a chunk.) */
 enum { PREFIX_MIN_SNAP_GAP = 32 };
 
+/* DeltaNet blocks and KV page regions kept mapped ahead of need while the
+ * store is on (sched_new). */
+enum { SCHED_SPARE_BLOCKS = 2, SCHED_SPARE_REGIONS = 2 };
+
 /* A new sequence for r reserved for total tokens. With the prefix store:
  * r's longest cached prefix restored into it, and store entries evicted,
  * least recently used first, while the cache cannot hold the reservation
@@ -1500,6 +1504,8 @@ static void *sched_main(void *arg)
         omp_set_num_threads(s->p.n_threads);
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (!s->stop && !s->wait_head && s->n_running == 0 && s->reset_done == s->reset_asked)
+            engine_spare_refill(s->e);  /* idle: spare DeltaNet blocks for the next requests, in the background */
         while (!s->stop && !s->wait_head && s->n_running == 0 && s->reset_done == s->reset_asked)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stop)
@@ -1647,6 +1653,14 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
             return NULL;
         }
         s->st.prefix_on = true;
+        /* the store keeps finished sequences' memory, so while it grows a
+         * cold request takes memory nothing held before: two DeltaNet
+         * blocks (its slot, its prompt-end snapshot) and a region or two of
+         * KV pages (16 pages each). Keep that ready off the request's path
+         * (made again when idle: sched_main). Without spares it faulted
+         * them in at admission and inside the step; none is fine (as
+         * before). */
+        engine_spares_start(e, SCHED_SPARE_BLOCKS, SCHED_SPARE_REGIONS);
     }
     for (int i = 0; i < s->max_seqs; i++)
         s->free_slots[i] = s->max_seqs - 1 - i;
@@ -1822,7 +1836,10 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
     st->waiting = s->n_waiting;
     st->draining = s->draining;
     /* st->pool is the engine's pool usage as published after the last
-     * step; the engine itself is not touched here */
+     * step; the engine itself is not touched here, but for the spares,
+     * which their thread makes while the scheduler idles (under their own
+     * lock) */
+    engine_get_spares(s->e, &st->pool);
     if (reqs) {
         int total = s->n_running + s->n_waiting;
         sched_req_stats *a = total ? calloc((size_t)total, sizeof(*a)) : NULL;

@@ -699,6 +699,12 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(rec, "slots_used", in->n_dnet_layers > 0 ? st.pool.n_seqs : 0);
     cJSON_AddNumberToObject(rec, "usage_ratio",
                             in->n_dnet_layers > 0 && in->max_seqs ? (double)st.pool.n_seqs / in->max_seqs : 0.0);
+    cJSON *sp = cJSON_AddObjectToObject(pools, "spares");
+    cJSON_AddNumberToObject(sp, "recurrent_blocks", st.pool.n_spare_blocks);
+    cJSON_AddNumberToObject(sp, "attn_kv_regions", st.pool.n_spare_regions);
+    cJSON_AddNumberToObject(sp, "bytes", (double)st.pool.spare_bytes);
+    cJSON_AddNumberToObject(sp, "recurrent_blocks_taken_total", (double)st.pool.spare_blocks_taken);
+    cJSON_AddNumberToObject(sp, "attn_kv_regions_taken_total", (double)st.pool.spare_regions_taken);
     prefix_cache_json(cJSON_AddObjectToObject(pools, "prefix_cache"), &st, in);
 
     cJSON *gc = cJSON_AddObjectToObject(o, "grammar_cache");

@@ -235,9 +235,42 @@ def test_serve_synth():
               lay["attention"]["bytes_per_token"] == 12288 and rec["ssm_state_bytes_per_seq"] == 9437184 and
               rec["conv_state_bytes_per_seq"] == 1327104 and rec["bytes_per_seq"] == 10764288 and
               rec["dtype"] == "bf16" and rec["conv_dtype"] == "f32", json.dumps(lay))
+        def spares_ready(n_blocks):     # the spare thread maps them in the background
+            sp = {}
+            for _ in range(400):
+                sp = srv.stats()["pools"].get("spares", {})
+                if sp.get("attn_kv_regions") == 2 and (n_blocks is None or sp.get("recurrent_blocks") == n_blocks):
+                    break
+                time.sleep(0.05)
+            return sp
+        spares_ready(2)
         st, h, j, _ = srv.jreq("POST", "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 4, "return_usage": True}})
         check("the synthesized preset model generates", st == 200 and j["usage"]["cache"]["peak_total_bytes"] == 10764288 + 16 * 12288,
               f"{st} {j}")
+        # Spares (with the prefix cache on; a block of 10,764,288 bytes is a mapping of its
+        # own): DeltaNet blocks of 10,764,288 + 64 bytes rounded up to 2 MiB (12 MiB) and page
+        # regions of 16 pages of 16 x 12,288 + 64 bytes rounded up to 2 MiB (4 MiB), mapped ahead
+        # by a thread and made again when the server is idle; free memory outside the pool,
+        # and never more blocks made and spare than the budget holds at once.
+        MIB = 1 << 20
+        blk = -(-(10764288 + 64) // (2 * MIB)) * 2 * MIB
+        reg = -(-(16 * (16 * 12288 + 64)) // (2 * MIB)) * 2 * MIB
+        sp = spares_ready(None)     # made again when idle (blocks: as many as the budget leaves room for)
+        s = srv.stats()
+        fit = s["pools"]["budget_bytes"] // 10764288
+        if not s["pools"]["prefix_cache"]["enabled"]:
+            check("spares: none with the prefix cache off", sp.get("bytes", 0) == 0
+                  and sp.get("recurrent_blocks_taken_total", 0) == 0, json.dumps(sp))
+        else:
+            check("spares: a region and the request's block(s) were taken ready, two regions are ready again, "
+                  "blocks made and spare within the budget's %d, bytes = blocks x 12 MiB + regions x 4 MiB, "
+                  "and none of it in the pool" % fit,
+                  blk == 12 * MIB and reg == 4 * MIB and sp.get("attn_kv_regions_taken_total", 0) >= 1
+                  and sp.get("recurrent_blocks_taken_total", 0) >= 1 and sp.get("attn_kv_regions") == 2
+                  and sp["recurrent_blocks_taken_total"] + sp["recurrent_blocks"] <= fit
+                  and sp["bytes"] == sp["recurrent_blocks"] * blk + sp["attn_kv_regions"] * reg
+                  and s["pools"]["reserved_bytes"] == s["pools"]["prefix_cache"].get("bytes", 0),
+                  json.dumps(s["pools"]))
         st, _, b = srv.req("GET", "/metrics")
         txt = b.decode()
         check("/metrics labels the cache config with state_dtype=\"bf16\"", st == 200 and 'state_dtype="bf16"' in txt,

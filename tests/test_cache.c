@@ -1,5 +1,6 @@
 /* test_cache.c - the cache manager (engine/cache.c) on its own: DeltaNet
- * slots recycled zeroed, snapshot blocks recycled and handed over, a bf16 state at half the bytes, KV pages carved
+ * slots recycled zeroed, snapshot blocks recycled and handed over, spare blocks mapped ahead by a thread and
+ * kept within the budget, a bf16 state at half the bytes, KV pages carved
  * from regions, reservations that
  * change everything or nothing, also when memory runs out at any of their
  * allocations (fault.h), and the invariant checker cache_broken, which must
@@ -7,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache.h"
 #include "fault.h"
@@ -241,6 +243,125 @@ TEST(test_cache_snapshots_and_sequences_recycle_one_block_list)
                          .n_v = 16, .d_v = 128, .d_k = 128, .page_tokens = 16, .n_ctx = 256, .max_seqs = 4,
                          .budget_bytes = 64u << 20 };
     check_snapshot_blocks(&big, true);
+}
+
+/* Wait (up to 20 s: the spare thread faults in 10 MiB blocks, slow on a
+ * loaded VM) until the spare thread has `ready` blocks and all its regions
+ * ready; false if it never does. */
+static bool spares_reach(const cache *c, int ready)
+{
+    const struct timespec nap = { 0, 5 * 1000 * 1000 };
+    for (int i = 0; i < 4000; i++) {
+        cache_spares_info si;
+        cache_spares_get(c, &si);
+        if (si.ready == ready && si.ready_regions == si.want_regions)
+            return true;
+        nanosleep(&nap, NULL);
+    }
+    return false;
+}
+
+/* Spares (cache_spares_start): with mapped blocks a thread keeps two
+ * populated blocks and a region of pages ready; a new sequence and a
+ * snapshot take the blocks zeroed, a reservation the region,
+ * huge-page aligned, without their bytes in the pool until taken; the
+ * thread makes the next ones only when asked (cache_spares_refill, when
+ * the scheduler is idle), and never more blocks than the budget holds
+ * at once (64 MiB / 10,100,736 bytes a block: 6); small blocks get none. */
+TEST(test_cache_spare_blocks_and_regions_are_taken_first_and_stay_within_the_budget)
+{
+    /* the 9-layer shape of the test above: 9 MiB state + 648 KiB conv a block */
+    const cache_layout big = { .n_attn = 1, .n_kv = 2, .head_dim = 16, .n_dnet = 9, .conv_kernel = 4,
+                               .conv_dim = 6144, .n_v = 16, .d_v = 128, .d_k = 128, .page_tokens = 16,
+                               .n_ctx = 256, .max_seqs = 8, .budget_bytes = 64u << 20 };
+    cache c;
+    CHECK(cache_init(&c, &big) == 0 && c.blocks_mapped);
+    const uint64_t each = c.state_bytes + c.conv_bytes;
+    CHECK(each == 10100736u && (64u << 20) / each == 6);
+    CHECK(cache_spares_start(&c, 2, 1) == 0);
+    CHECK(spares_reach(&c, 2));
+    cache_spares_info si;
+    cache_spares_get(&c, &si);
+    CHECK(si.on && si.want == 2 && si.taken == 0 && si.made == 2);
+    CHECK(si.want_regions == 1 && si.ready_regions == 1 && si.regions_made == 1 && si.regions_taken == 0);
+    /* blocks: 10,100,736 + 64 rounded up to 2 MiB; a region of 4 KiB pages: 2 MiB */
+    CHECK(si.ready_bytes == 2 * (uint64_t)(10u << 20) + (2u << 20));
+    CHECK(c.reserved_bytes == 0 && c.n_blocks == 0 && c.n_regions == 0);   /* free memory, outside the pool */
+    const int a = cache_seq_new(&c);
+    CHECK(a >= 0 && c.n_blocks == 1 && c.reserved_bytes == each);
+    const uint8_t *st = cache_get(&c, a)->state;
+    CHECK(((uintptr_t)st & ((2u << 20) - 1)) == 0);
+    int nonzero = 0;
+    for (uint64_t i = 0; i < each; i++)
+        nonzero += st[i] != 0;
+    CHECK_MSG(nonzero == 0, "a spare came with %d nonzero bytes", nonzero);
+    /* its pages come from the ready region */
+    CHECK(cache_reserve(&c, a, 40) == 0 && c.n_regions == 1 && ((uintptr_t)c.regions[0] & ((2u << 20) - 1)) == 0);
+    cache_spares_get(&c, &si);
+    CHECK(si.regions_taken == 1 && si.ready_regions == 0);
+    CHECK(c.reserved_bytes == each + 3 * c.page_bytes);
+    cache_snap *sn[5] = { 0 };
+    sn[0] = cache_snap_new(&c);
+    CHECK(sn[0] && c.n_blocks == 2 && c.reserved_bytes == 2 * each + 3 * c.page_bytes);
+    const struct timespec settle = { 0, 200 * 1000 * 1000 };
+    nanosleep(&settle, NULL);
+    cache_spares_get(&c, &si);
+    CHECK_MSG(si.taken == 2 && si.ready == 0 && si.made == 2 && si.regions_made == 1,
+              "%llu spares taken of 2 blocks, %d ready, %llu made", (unsigned long long)si.taken, si.ready,
+              (unsigned long long)si.made);  /* none made on the way */
+    cache_spares_refill(&c);
+    CHECK(spares_reach(&c, 2));                              /* made again when asked (idle) */
+    cache_spares_get(&c, &si);
+    CHECK(si.made == 4 && si.regions_made == 2 && si.ready_regions == 1);
+    CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    /* four blocks in use: 4 + 2 ready = 6, the budget's; a fifth leaves room for one spare */
+    sn[1] = cache_snap_new(&c);
+    sn[2] = cache_snap_new(&c);
+    CHECK(sn[1] && sn[2] && c.n_blocks == 4);
+    cache_spares_refill(&c);
+    CHECK(spares_reach(&c, 2));
+    sn[3] = cache_snap_new(&c);
+    CHECK(sn[3] && c.n_blocks == 5);
+    cache_spares_refill(&c);
+    CHECK(spares_reach(&c, 1));
+    nanosleep(&settle, NULL);
+    cache_spares_get(&c, &si);
+    CHECK_MSG(si.ready == 1 && c.n_blocks + si.ready == 6, "%d blocks and %d spares over a budget of 6", c.n_blocks,
+              si.ready);
+    sn[4] = cache_snap_new(&c);         /* the sixth: the last spare, and no more made */
+    CHECK(sn[4] && c.n_blocks == 6);
+    cache_spares_refill(&c);
+    nanosleep(&settle, NULL);
+    cache_spares_get(&c, &si);
+    CHECK(si.ready == 0 && si.taken == 6 && si.made == 6);
+    CHECK(si.ready_regions == 1 && si.regions_made == 2);    /* regions have their own room */
+    CHECK(cache_snap_new(&c) == NULL);  /* over budget, as without spares */
+    CHECK_MSG(cache_broken(&c) == NULL, "%s", cache_broken(&c));
+    for (int i = 0; i < 5; i++)
+        cache_snap_free(&c, sn[i]);
+    cache_seq_free(&c, a);
+    CHECK(c.reserved_bytes == 0 && c.n_free_blocks == 6 && c.n_free_pages == 3);
+    const int b = cache_seq_new(&c);    /* recycled first: no spare taken */
+    cache_spares_get(&c, &si);
+    CHECK(b >= 0 && c.n_blocks == 6 && si.taken == 6);
+    cache_seq_free(&c, b);
+    cache_deinit(&c);                   /* ends the thread, unmaps every block */
+
+    cache small;
+    CHECK(cache_init(&small, &hybrid) == 0 && !small.blocks_mapped);
+    CHECK(cache_spares_start(&small, 2, 1) == 0);
+    cache_spares_get(&small, &si);
+    CHECK(!si.on && si.ready == 0);
+    cache_deinit(&small);
+
+    /* out of memory for the thread's record: -1, and the cache as without spares */
+    CHECK(cache_init(&c, &big) == 0);
+    fault_inject(1);
+    CHECK(cache_spares_start(&c, 2, 0) == -1);
+    fault_inject(0);
+    cache_spares_get(&c, &si);
+    CHECK(!si.on && c.spares == NULL);
+    cache_deinit(&c);
 }
 
 /* A bf16 recurrent state takes 2 bytes a number (2 layers x 2 heads x
