@@ -71,6 +71,15 @@ AVX2 static inline float hsum8_ps(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* the sum of 8 int32 lanes (exact: the callers' sums are far from overflow) */
+AVX2 static inline int32_t avx2_hsum8_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
 /* d = max|x| / 127 and q = round(x / d) as quantize_act_q8k_ref: the same
  * division, reciprocal and product, rounded to nearest even by cvtps */
 AVX2 void avx2_quantize_act_q8k(const float *x, int n, int8_t *q, float *d, int16_t *bsums)
@@ -206,8 +215,9 @@ AVX2 float avx2_dot_kq_act(uint32_t type, const void *row, const int8_t *q, cons
         if (type == GGML_Q6_K) {
             const blk_q6_k *b = (const blk_q6_k *)row + i;
             sumi = avx2_q6k_block(b, qb);
-            for (int g = 0; g < 16; g++)
-                m += b->scales[g] * bs[g];
+            /* m = sum_g sc_g bsum_g in one vpmaddwd, exact in int32 (|.| <= 2 * 128 * 2032 per lane) */
+            m = avx2_hsum8_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)),
+                                                   _mm256_loadu_si256((const __m256i *)bs)));
             dd = d[i] * H2F(b->d);
             dm = 32.0f * dd;
         } else {
@@ -222,11 +232,7 @@ AVX2 float avx2_dot_kq_act(uint32_t type, const void *row, const int8_t *q, cons
              * 16 bsums in one vpmaddwd, exact in int32 (|.| <= 2 * 63 * 2032 per lane) */
             const __m128i mn = _mm_unpackhi_epi8(v, _mm_setzero_si128());            /* mn0..mn7 as int16 */
             const __m256i mm2 = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
-            __m256i p = _mm256_madd_epi16(mm2, _mm256_loadu_si256((const __m256i *)bs));
-            __m128i p4 = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-            p4 = _mm_add_epi32(p4, _mm_shuffle_epi32(p4, _MM_SHUFFLE(1, 0, 3, 2)));
-            p4 = _mm_add_epi32(p4, _mm_shuffle_epi32(p4, _MM_SHUFFLE(2, 3, 0, 1)));
-            m = _mm_cvtsi128_si32(p4);
+            m = avx2_hsum8_epi32(_mm256_madd_epi16(mm2, _mm256_loadu_si256((const __m256i *)bs)));
             dd = d[i] * H2F(five ? b5->d : b4->d);
             dm = d[i] * H2F(five ? b5->dmin : b4->dmin);
         }
