@@ -904,6 +904,17 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
     if (want(o, "decode")) {
         fprintf(f, ",\n");
         json_decode(f, &b, dtype, o);
+        /* the triad again right after the decode figures: with the one
+         * before them it brackets them, and report.py divides by the
+         * higher of the two (a bandwidth dip during either sample must not
+         * flatter the fraction; the stop-32 run's 2-thread triads next to
+         * the models ranged 35.7-52.4 GB/s) */
+        fprintf(f, ",\n\"limits_after_decode\": {\"triad\": [");
+        for (int t = 1; t <= 2; t++) {
+            json_triad(f, t, 3);
+            fprintf(f, t < 2 ? ", " : "");
+        }
+        fprintf(f, "]}");
     }
     if (want(o, "batched")) {
         fprintf(f, ",\n");

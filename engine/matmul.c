@@ -93,6 +93,28 @@ static bool kq_act(const weight *W)
     return simd_avx2() && W->type != GGML_Q8_0 && quant_int8_act(W->type) && W->n_in % quant_act_block(W->type) == 0;
 }
 
+/* true for the K-quants: their activations are quantized alike
+ * (quantize_act_q8k), so weights of different K-quant types share them */
+static bool kq_type(uint32_t type)
+{
+    return type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K;
+}
+
+/* true where W[0..n) may share one matvec: one type and width, or
+ * K-quants of one width on int8 activations (a Q4_K_M/Q5_K_M file mixes
+ * Q4_K, Q5_K and Q6_K in one layer's products: QKV with a Q6_K V, the
+ * DeltaNet's Q5_K qkv with Q4_K gates) */
+static bool matvec_shares(int n, const weight *const *W)
+{
+    for (int i = 0; i < n; i++) {
+        if (W[i]->panels || W[i]->n_in != W[0]->n_in)
+            return false;
+        if (W[i]->type != W[0]->type && !(kq_type(W[i]->type) && kq_type(W[0]->type) && kq_act(W[i]) && kq_act(W[0])))
+            return false;
+    }
+    return true;
+}
+
 static void act8_quantize(uint32_t type, const float *x, int n_in, act8 a)
 {
     if (type == GGML_Q4_0) {
@@ -397,7 +419,7 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
                 const long a = r0 > off ? r0 : off, b = r1 < off + W[i]->n_out ? r1 : off + W[i]->n_out;
                 const char *rows = (const char *)W[i]->data + (size_t)(a - off) * W[i]->row_bytes;
                 if (b > a && kq)
-                    act8_rows(t, rows, W[i]->row_bytes, (int)(b - a), a8, n_in, Y[i] + (a - off), 1);
+                    act8_rows(W[i]->type, rows, W[i]->row_bytes, (int)(b - a), a8, n_in, Y[i] + (a - off), 1);
                 else if (b > a)
                     avx2_matvec(t, rows, W[i]->row_bytes, (int)(b - a), X, xq, xd, n_in, Y[i] + (a - off));
                 off += W[i]->n_out;
@@ -836,9 +858,9 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
         }
     }
     bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || amx_step(W[0], n_tok, decode));
-    for (int i = 0; i < n && shared; i++)
+    for (int i = 0; i < n && shared && n_tok > 1; i++)
         shared = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in && !W[i]->panels;
-    if (shared) {
+    if (shared && (n_tok > 1 || matvec_shares(n, W))) {
         matmul_shared(n, Y, W, X, n_tok, scratch);
         return;
     }

@@ -278,6 +278,64 @@ TEST(test_kquant_decode_steps_equal_one_token_each_at_every_level)
     free(X); free(Y); free(R); free(scratch);
 }
 
+/* A Q4_K_M/Q5_K_M layer mixes K-quant types in one group of products of
+ * the same input (the DeltaNet's Q5_K qkv with Q4_K gates, QKV with a Q6_K
+ * V): matmul_many runs such a group as one pass on one quantization of
+ * the activations (matvec_shares); each product must equal its own
+ * one-weight matmul bit for bit, at every level the CPU runs. The first
+ * weight is large enough for the pass to go parallel (2 threads). */
+TEST(test_kquant_mixed_kquant_group_equals_each_product_alone)
+{
+    enum { NIN = 1024, NW = 3 };
+    static const uint32_t types[NW] = { GGML_Q5_K, GGML_Q4_K, GGML_Q6_K };
+    static const int n_out[NW] = { 300, 37, 90 };
+    weight W[NW];
+    float *Y[NW], *R = malloc(sizeof(float) * 300), *X = malloc(sizeof(float) * NIN);
+    float *scratch = malloc(sizeof(float) * 64 * NIN * 4 + 64), wf[NIN];
+    CHECK(R && X && scratch);
+    blas_set_threads(2);
+    kqb_rng = 4242u;
+    for (int w = 0; w < NW; w++) {
+        const size_t rb = ggml_type_size(types[w]) * NIN / ggml_block_size(types[w]);
+        char *data = malloc(rb * (size_t)n_out[w]);
+        Y[w] = malloc(sizeof(float) * (size_t)n_out[w]);
+        CHECK(data && Y[w]);
+        for (int o = 0; o < n_out[w]; o++) {
+            for (int i = 0; i < NIN; i++)
+                wf[i] = kqb_frand() * 0.3f;
+            quantize_row(types[w], wf, data + (size_t)o * rb, NIN);
+        }
+        W[w] = (weight){ .data = data, .type = types[w], .n_in = NIN, .n_out = n_out[w], .row_bytes = rb };
+    }
+    for (int i = 0; i < NIN; i++)
+        X[i] = kqb_frand();
+    const bool a512 = simd_avx512(), vnni = simd_avx512_vnni();
+    int bad = 0;
+    for (int level = 0; level < 3 && !bad; level++) {
+        simd_set_vnni(level == 0);              /* 0: everything on; 1: no VNNI; 2: AVX2 */
+        simd_set_avx512(level < 2);
+        matmul_many(NW, Y, (const weight *[]){ &W[0], &W[1], &W[2] }, X, 1, true, scratch);
+        for (int w = 0; w < NW && !bad; w++) {
+            matmul(R, &W[w], X, 1, true, scratch);
+            for (int o = 0; o < n_out[w] && !bad; o++)
+                if (memcmp(&Y[w][o], &R[o], sizeof(float)) != 0) {
+                    test_fail(__FILE__, __LINE__, "level %d weight %d (type %u) row %d: group %.9g, alone %.9g",
+                              level, w, types[w], o, Y[w][o], R[o]);
+                    bad = 1;
+                }
+        }
+    }
+    simd_set_vnni(true);
+    simd_set_avx512(true);
+    CHECK(simd_avx512() == a512 && simd_avx512_vnni() == vnni);
+    CHECK(!bad);
+    for (int w = 0; w < NW; w++) {
+        free((void *)W[w].data);
+        free(Y[w]);
+    }
+    free(R); free(X); free(scratch);
+}
+
 /* The prompt path decodes rows for sgemm: the AVX2 decoder gives
  * dequant_row's floats bit for bit (the numpy reference checks prompts on
  * the same file exactly, tests/suite_reference_arch.py), extreme scales
