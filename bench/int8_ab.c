@@ -13,12 +13,15 @@
  *   hyserve-int8-ab [-t THREADS] [-r REPS] [-l LEVEL] [-n "2 4 8 ..."] [TYPE...]
  *   LEVEL: avx512-vnni (default: what the CPU has), avx512 (VNNI off),
  *          avx2+vnni (AVX-512 off, AVX-VNNI on), avx2 (both off)
- *   TYPE:  q8_0 q4_k q5_k q6_k q4_0 (default q8_0 q4_k q6_k)
+ *   TYPE:  q8_0 q4_k q5_k q6_k q4_0 (default q8_0 q4_k q6_k); f32 times the
+ *          AVX-512 rows x tokens tile against sgemm instead (the
+ *          evidence of MATMUL_F32_TILE_MAX)
  * The f32 path's sgemm is OpenBLAS's: for an AVX2 CPU's figure run the
  * AVX2 levels with OPENBLAS_CORETYPE=Haswell (its AVX2 kernels). The
  * shapes are the bench model's MLP (3584 x 1024 up/gate, 1024 x 3584
  * down). Prints one line per shape and token count, and the load average.
  */
+#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +83,7 @@ static uint32_t type_of(const char *s)
 {
     static const struct { const char *name; uint32_t type; } t[] = {
         { "q8_0", GGML_Q8_0 }, { "q4_k", GGML_Q4_K }, { "q5_k", GGML_Q5_K }, { "q6_k", GGML_Q6_K },
-        { "q4_0", GGML_Q4_0 } };
+        { "q4_0", GGML_Q4_0 }, { "f32", GGML_F32 } };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(s, t[i].name))
             return t[i].type;
@@ -167,7 +170,10 @@ int main(int argc, char **argv)
                 for (int r = -1; r < reps; r++) {       /* r = -1: the warm-up of both */
                     for (int m = 0; m < 2; m++) {
                         const int mode = (r + m) % 2 ? MATMUL_INT8_ON : MATMUL_INT8_OFF;   /* alternate the order */
-                        matmul_set_int8_prompt(mode);
+                        if (type == GGML_F32)               /* "int8": the tile, "f32": sgemm */
+                            matmul_set_f32_tile_max(mode == MATMUL_INT8_ON ? INT_MAX : 0);
+                        else
+                            matmul_set_int8_prompt(mode);
                         const double t0 = now_s();
                         matmul(Y, &W, X, n, false, scratch);
                         const double dt = now_s() - t0;
@@ -176,14 +182,20 @@ int main(int argc, char **argv)
                     }
                 }
                 const double m8 = median(t8, reps), mf = median(tf, reps);
-                printf("%-5s %5d x %-5d tokens %4d: int8 %8.3f ms  f32 %8.3f ms  f32/int8 %.2f\n", tname, n_out,
-                       n_in, n, 1e3 * m8, 1e3 * mf, mf / m8);
+                const double gf = 2e-9 * n_out * (double)n_in * n;
+                if (type == GGML_F32)
+                    printf("%-5s %5d x %-5d tokens %4d: tile %8.3f ms (%5.0f GFLOP/s)  sgemm %8.3f ms (%5.0f)  "
+                           "sgemm/tile %.2f\n", tname, n_out, n_in, n, 1e3 * m8, gf / m8, 1e3 * mf, gf / mf, mf / m8);
+                else
+                    printf("%-5s %5d x %-5d tokens %4d: int8 %8.3f ms  f32 %8.3f ms  f32/int8 %.2f\n", tname, n_out,
+                           n_in, n, 1e3 * m8, 1e3 * mf, mf / m8);
                 fflush(stdout);
             }
             free(data); free(row); free(X); free(Y); free(scratch);
         }
     }
     matmul_set_int8_prompt(MATMUL_INT8_AUTO);
+    matmul_set_f32_tile_max(-1);
     la = fopen("/proc/loadavg", "r");
     if (la) {
         if (fgets(lbuf, sizeof lbuf, la))
@@ -193,6 +205,6 @@ int main(int argc, char **argv)
     return 0;
 usage:
     fprintf(stderr, "usage: hyserve-int8-ab [-t THREADS] [-r REPS] [-l avx512-vnni|avx512|avx2+vnni|avx2] "
-                    "[-n \"2 4 8 ...\"] [q8_0|q4_k|q5_k|q6_k|q4_0 ...]\n");
+                    "[-n \"2 4 8 ...\"] [q8_0|q4_k|q5_k|q6_k|q4_0|f32 ...]\n");
     return 2;
 }
