@@ -1160,6 +1160,7 @@ static int cmd_kernels(FILE *f, bool quick)
                     continue;
                 /* path 0 as a decode step: Q8_0 then takes its int8 kernels (the others the same tile) */
                 matmul_set_small_max(path == 0 ? 64 : 1);
+                matmul_set_f32_tile_max(path == 0 ? 64 : 0);     /* F32: its tile to 64 tokens, else sgemm */
                 stats st = {0};
                 matmul(y, &w, x, toks[k], path == 0, scratch);
                 for (int r = 0; r < (quick ? 3 : 9); r++) {
@@ -1176,6 +1177,7 @@ static int cmd_kernels(FILE *f, bool quick)
             }
         }
         matmul_set_small_max(16);
+        matmul_set_f32_tile_max(-1);
         free(W);
         free(y);
     }

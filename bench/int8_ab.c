@@ -13,12 +13,15 @@
  *   hyserve-int8-ab [-t THREADS] [-r REPS] [-l LEVEL] [-n "2 4 8 ..."] [TYPE...]
  *   LEVEL: avx512-vnni (default: what the CPU has), avx512 (VNNI off),
  *          avx2+vnni (AVX-512 off, AVX-VNNI on), avx2 (both off)
- *   TYPE:  q8_0 q4_k q5_k q6_k q4_0 (default q8_0 q4_k q6_k)
+ *   TYPE:  q8_0 q4_k q5_k q6_k q4_0 (default q8_0 q4_k q6_k); f32 times the
+ *          AVX-512 rows x tokens tile against sgemm instead (the
+ *          evidence of MATMUL_F32_TILE_MAX)
  * The f32 path's sgemm is OpenBLAS's: for an AVX2 CPU's figure run the
  * AVX2 levels with OPENBLAS_CORETYPE=Haswell (its AVX2 kernels). The
  * shapes are the bench model's MLP (3584 x 1024 up/gate, 1024 x 3584
  * down). Prints one line per shape and token count, and the load average.
  */
+#include <limits.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +83,7 @@ static uint32_t type_of(const char *s)
 {
     static const struct { const char *name; uint32_t type; } t[] = {
         { "q8_0", GGML_Q8_0 }, { "q4_k", GGML_Q4_K }, { "q5_k", GGML_Q5_K }, { "q6_k", GGML_Q6_K },
-        { "q4_0", GGML_Q4_0 } };
+        { "q4_0", GGML_Q4_0 }, { "f32", GGML_F32 } };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(s, t[i].name))
             return t[i].type;
@@ -163,14 +166,18 @@ int main(int argc, char **argv)
                 X[i] = ab_frand();
             for (int c = 0; c < n_counts; c++) {
                 const int n = counts[c];
-                /* the int8 tiles, the f32 path and (K-quants, Q4_0) the decode-step kernels */
+                /* the int8 tiles, the f32 path and (K-quants, Q4_0) the decode-step kernels;
+                 * F32: its tile ("int8" slot) against sgemm ("f32" slot) */
                 static const int modes[3] = { MATMUL_INT8_ON, MATMUL_INT8_OFF, MATMUL_INT8_STEP };
                 double t[3][AB_MAX_REPS];
-                const int n_modes = type == GGML_Q8_0 ? 2 : 3;
+                const int n_modes = type == GGML_Q8_0 || type == GGML_F32 ? 2 : 3;
                 for (int r = -1; r < reps; r++) {       /* r = -1: the warm-up of each */
                     for (int m = 0; m < n_modes; m++) {
                         const int k = (r + 1 + m) % n_modes;        /* rotate the order */
-                        matmul_set_int8_prompt(modes[k]);
+                        if (type == GGML_F32)
+                            matmul_set_f32_tile_max(modes[k] == MATMUL_INT8_ON ? INT_MAX : 0);
+                        else
+                            matmul_set_int8_prompt(modes[k]);
                         const double t0 = now_s();
                         matmul(Y, &W, X, n, false, scratch);
                         const double dt = now_s() - t0;
@@ -179,8 +186,13 @@ int main(int argc, char **argv)
                     }
                 }
                 const double m8 = median(t[0], reps), mf = median(t[1], reps);
-                printf("%-5s %5d x %-5d tokens %4d: int8 %8.3f ms  f32 %8.3f ms  f32/int8 %.2f", tname, n_out,
-                       n_in, n, 1e3 * m8, 1e3 * mf, mf / m8);
+                const double gf = 2e-9 * n_out * (double)n_in * n;
+                if (type == GGML_F32)
+                    printf("%-5s %5d x %-5d tokens %4d: tile %8.3f ms (%5.0f GFLOP/s)  sgemm %8.3f ms (%5.0f)  "
+                           "sgemm/tile %.2f", tname, n_out, n_in, n, 1e3 * m8, gf / m8, 1e3 * mf, gf / mf, mf / m8);
+                else
+                    printf("%-5s %5d x %-5d tokens %4d: int8 %8.3f ms  f32 %8.3f ms  f32/int8 %.2f", tname, n_out,
+                           n_in, n, 1e3 * m8, 1e3 * mf, mf / m8);
                 if (n_modes == 3) {
                     const double ms = median(t[2], reps);
                     printf("  step %8.3f ms  f32/step %.2f", 1e3 * ms, mf / ms);
@@ -192,6 +204,7 @@ int main(int argc, char **argv)
         }
     }
     matmul_set_int8_prompt(MATMUL_INT8_AUTO);
+    matmul_set_f32_tile_max(-1);
     la = fopen("/proc/loadavg", "r");
     if (la) {
         if (fgets(lbuf, sizeof lbuf, la))
@@ -201,6 +214,6 @@ int main(int argc, char **argv)
     return 0;
 usage:
     fprintf(stderr, "usage: hyserve-int8-ab [-t THREADS] [-r REPS] [-l avx512-vnni|avx512|avx2+vnni|avx2] "
-                    "[-n \"2 4 8 ...\"] [q8_0|q4_k|q5_k|q6_k|q4_0 ...]\n");
+                    "[-n \"2 4 8 ...\"] [q8_0|q4_k|q5_k|q6_k|q4_0|f32 ...]\n");
     return 2;
 }

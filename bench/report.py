@@ -372,7 +372,8 @@ def render(res):
     wm = [(m["dtype"], m["weights_memory"]) for m in res["models"] if m.get("weights_memory")]
     if wm:
         w("## Weights in 2 MiB pages or mapped from the file (2 threads)\n")
-        w("The engine serves the weights from the file mapping (4 KiB pages); `--huge-pages` reads them into "
+        w("The engine serves the weights from the file mapping (4 KiB pages; F32 weights from its own copy "
+          "advised for 2 MiB pages, so their ratio is near 1); `--huge-pages` reads them into "
           "2 MiB transparent huge pages. A second engine on the same file does that; decode steps alternate "
           "between the two, turn by turn. Ratio: the huge-page engine's rate over the mapped one's, per turn, "
           "median (range). \"loaded as\" is what the second engine got (mapped when the kernel has THP off).\n")

@@ -480,6 +480,11 @@ const char *engine_f16_prompt(void)
     return matmul_f16_prompt_name();
 }
 
+const char *engine_f32_prompt(void)
+{
+    return matmul_f32_prompt_name();
+}
+
 void engine_int8_prompt(char *buf, size_t len)
 {
     matmul_int8_prompt_describe(buf, len);

@@ -28,6 +28,21 @@
  * 126 / 75, 130 / 74, 128: 135 / 61, 116 / 70, 512: 75 / 66, 54 / 50. */
 #define MATMUL_F16_OUTER_MAX INT_MAX
 
+/* MATMUL_F32_TILE_MAX (matmul.h): F32 prompts (and decode steps) of up
+ * to this many tokens take the AVX-512 rows x tokens tile
+ * (matmul_small512), longer ones sgemm. Before, sgemm took them from 17 tokens, where
+ * OpenBLAS falls off its small-matrix path: the F32 form of the cliff the
+ * F16 and BF16 prompts lost to their panel tiles. Measured with
+ * `hyserve-int8-ab f32` (matmul alone, the bench model's MLP shapes
+ * 3584 x 1024 and 1024 x 3584, tile and sgemm alternating in one process,
+ * medians of 9; load 4.5 from other sessions: ratios only), sgemm time /
+ * tile time: 2 threads, 17 tokens 12.2 and 19.3, 32: 4.7 and 4.6, 64: 1.8
+ * and 7.6, 128: 1.8 and 2.8, 256: 1.5 and 1.6, 512: 1.1 and 1.05; one
+ * thread 17: 2.2 and 7.5, 32: 1.8 and 1.8, 64: 1.7 and 1.07, 128: 1.3 and
+ * 1.2, 256: 1.1 and 0.57, 512: 1.04 and 0.68. The quiet kernel rows
+ * (bench/results/latest.md) agree at 64: tile 217 GFLOP/s, sgemm 143.
+ * Past 128 tokens sgemm stays, where one thread measured it faster. */
+
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
  * input: each thread turns a tile to f32 and runs sgemm on it. */
 #define MM_TILE_ROWS 64
@@ -36,8 +51,9 @@
  * n_tok == 1 (decode): one dot product per row, rows split across threads
  *   in contiguous blocks (each thread streams its share of the weight);
  *   Q8_0 quantizes the activations to int8 once and runs int8 dot products.
- * 2 <= n_tok <= small_max (small prompts), and decode steps of any size
- *   (F32's up to small_max): each weight byte is read once per step (per
+ * 2 <= n_tok <= small_max (small prompts; F32's with AVX-512 up to
+ *   matmul_f32_tile_max), and decode steps of any size (F32's up to the
+ *   same limit): each weight byte is read once per step (per
  *   32 tokens on the tile).
  *   With AVX-512, F32, F16, BF16 and Q8_0 rows go straight to the rows x
  *   tokens tile, which widens them in registers; decode steps of BF16 and
@@ -46,7 +62,8 @@
  *   VNNI kernel, see q8_act_step). Other types, and AVX2 machines (up to
  *   small_max tokens), decode groups of rows to f32 into a per-thread
  *   buffer for the micro-kernel.
- * larger n_tok (prefill): f32 goes straight to sgemm; other types are
+ * larger n_tok (prefill): f32 goes straight to sgemm (past its tile's
+ *   limit); other types are
  *   decoded in tiles of MM_TILE_ROWS rows per thread and each tile is one
  *   (single-threaded, inside the parallel region) sgemm. */
 
@@ -59,6 +76,51 @@ static int mm_small_max = 16;
 void matmul_set_small_max(int n_tok)
 {
     mm_small_max = n_tok;
+}
+
+/* A prompt path's tile limit in tokens (F16 panels, F32 rows): *set when
+ * a test or bench set it, else from the environment variable var ("tile":
+ * every length, "sgemm" or "0": small_max; else deflt, the measured
+ * default), and at least small_max. */
+static int tile_limit(int *set, const char *var, int deflt)
+{
+    if (*set < 0) {
+        const char *e = getenv(var);
+        *set = e && !strcmp(e, "tile") ? INT_MAX : e && (!strcmp(e, "sgemm") || !strcmp(e, "0")) ? 0 : deflt;
+    }
+    return *set > mm_small_max ? *set : mm_small_max;
+}
+
+static int mm_f32_tile_max = -1;        /* tokens; -1 before the environment is read */
+
+void matmul_set_f32_tile_max(int n_tok)
+{
+    mm_f32_tile_max = n_tok;
+}
+
+int matmul_f32_tile_max(void)
+{
+    return tile_limit(&mm_f32_tile_max, "HYSERVE_F32_PROMPT", MATMUL_F32_TILE_MAX);
+}
+
+const char *matmul_f32_prompt_name(void)
+{
+    static char name[64];
+    const int m = matmul_f32_tile_max();
+    if (!simd_avx512())
+        snprintf(name, sizeof name, "tile to %d tokens, sgemm past it", mm_small_max);
+    else if (m == INT_MAX)
+        snprintf(name, sizeof name, "rows x tokens tile");
+    else
+        snprintf(name, sizeof name, "rows x tokens tile to %d tokens, sgemm past it", m);
+    return name;
+}
+
+/* the most tokens an F32 product of W takes on the tile (else sgemm): the
+ * AVX-512 tile to matmul_f32_tile_max(), the AVX2 one to small_max */
+static int f32_tile_limit(void)
+{
+    return simd_avx512() ? matmul_f32_tile_max() : simd_avx2() ? mm_small_max : 0;
 }
 
 /* ---- the K-quants and Q4_0 on int8 activations ----
@@ -378,7 +440,7 @@ long matmul_scratch_floats(const weight *W, int n_tok)
     if (n_tok == 1)
         return W->type == GGML_Q8_0 ? W->n_in / 4 + W->n_in / 32 + 8
                : quant_int8_act(W->type) ? (long)act8_bytes(W->n_in) / 4 + 1 : 0;
-    if (W->type == GGML_F32 && (n_tok > mm_small_max || !simd_avx2()))
+    if (W->type == GGML_F32 && n_tok > f32_tile_limit())
         return 0;
     return (long)omp_get_max_threads() * MM_TILE_ROWS * W->n_in;
 }
@@ -793,13 +855,7 @@ void matmul_set_f16_outer_max(int n_tok)
 
 int matmul_f16_outer_max(void)
 {
-    if (mm_f16_outer_max < 0) {
-        const char *e = getenv("HYSERVE_F16_PROMPT");
-        mm_f16_outer_max = e && !strcmp(e, "tile")                          ? INT_MAX
-                           : e && (!strcmp(e, "sgemm") || !strcmp(e, "0")) ? 0
-                                                                          : MATMUL_F16_OUTER_MAX;
-    }
-    return mm_f16_outer_max > mm_small_max ? mm_f16_outer_max : mm_small_max;
+    return tile_limit(&mm_f16_outer_max, "HYSERVE_F16_PROMPT", MATMUL_F16_OUTER_MAX);
 }
 
 const char *matmul_f16_prompt_name(void)
@@ -893,9 +949,10 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
      * off AMX widened in registers, other types decoded 48 rows at a
      * time; Q8_0's took matmul_q8_act above): 64 sequences, whole model,
      * 2 threads, 115 -> 148 tok/s (BF16) and 115 -> 132 (F16) over
-     * decoding tiles for sgemm. F32 needs no decoding: sgemm keeps its
-     * steps past small_max (140 against 126-131 tok/s on the tile). */
-    if ((n_tok <= mm_small_max || (decode && W->type != GGML_F32)) && simd_avx512()) {
+     * decoding tiles for sgemm. F32 needs no decoding: its prompts and
+     * steps take the tile to matmul_f32_tile_max() tokens, sgemm past it. */
+    if ((n_tok <= mm_small_max || (decode && W->type != GGML_F32) ||
+         (W->type == GGML_F32 && n_tok <= matmul_f32_tile_max())) && simd_avx512()) {
         matmul_small512(Y, W, X, n_tok, scratch);
         return;
     }

@@ -114,6 +114,18 @@ int matmul_f16_outer_max(void);
  * small_max), -1: the default again. */
 void matmul_set_f16_outer_max(int n_tok);
 const char *matmul_f16_prompt_name(void);
+/* F32 products of 2 to matmul_f32_tile_max() tokens (prompts and decode
+ * steps) take the AVX-512 rows x tokens tile, longer ones sgemm; without
+ * AVX-512 the AVX2 tile to small_max. HYSERVE_F32_PROMPT: "tile" every
+ * length on the tile, "sgemm" (or "0") sgemm from small_max + 1 (as
+ * before), unset or else the measured default (MATMUL_F32_TILE_MAX).
+ * matmul_set_f32_tile_max: tests and benchmarks (INT_MAX every length, 0
+ * small_max, -1 the default again). matmul_f32_prompt_name(): for the
+ * ready line and /info. */
+#define MATMUL_F32_TILE_MAX 128
+int matmul_f32_tile_max(void);
+void matmul_set_f32_tile_max(int n_tok);
+const char *matmul_f32_prompt_name(void);
 /* whether a prompt (not a decode step) of n_tok tokens on a weight of this
  * type multiplies on int8 activations now */
 bool matmul_int8_prompt(uint32_t type, int n_tok);

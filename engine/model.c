@@ -565,34 +565,67 @@ static const struct { const char *name; enum arch a; } archs[] = {
     { "deepseek2", ARCH_DEEPSEEK2 },
 };
 
-/* Repack the projection weights that panels_fit into panels (panels.h):
- * the ones only ever multiplied whole by matmul. From the file mapping,
- * into one anonymous region of the model's (panel_arena), and the file
- * pages they came from are dropped from the mapping: a private copy would
- * copy each page on first write, which measured 1.6-3.6 s against 0.3 s
- * of load for a 1 GB BF16 model. With huge_weights the huge-page copy is
- * already the process's own and is rewritten in place. Leaves every
- * weight as stored if memory is short. */
-static void pack_panels(model *m)
+/* The weights only ever multiplied whole by matmul: every layer's
+ * projections and an untied LM head, into ws (room for PROJ_MAX(m)). */
+#define PROJ_PER_LAYER 21
+#define PROJ_MAX(m) ((size_t)(m)->n_layer * PROJ_PER_LAYER + 1)
+
+static int projection_weights(model *m, weight **ws)
 {
-    const int per_layer = 21;
-    weight **ws = FAULT_OR(malloc(sizeof *ws * ((size_t)m->n_layer * per_layer + 1)));
-    if (!ws)
-        return;
     int n = 0;
-    size_t total = 0, max_bytes = 0;
     for (int l = 0; l < m->n_layer; l++) {
         layer *L = &m->layers[l];
         weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv, &L->wz, &L->wb, &L->wa, &L->wout,
                          &L->wq_a, &L->wq_b, &L->wkv_a, &L->ssm_ba, &L->ssm_in, &L->ffn_gate,
                          &L->ffn_up, &L->ffn_down, &L->router, &L->gate_shexp, &L->up_shexp, &L->down_shexp };
-        _Static_assert(sizeof lw / sizeof lw[0] == 21, "per_layer counts the weights listed");
-        for (int i = 0; i < per_layer; i++)
-            if (lw[i]->data && panels_fit(lw[i]))
+        _Static_assert(sizeof lw / sizeof lw[0] == PROJ_PER_LAYER, "PROJ_PER_LAYER counts the weights listed");
+        for (int i = 0; i < PROJ_PER_LAYER; i++)
+            if (lw[i]->data)
                 ws[n++] = lw[i];
     }
-    if (m->output.data && m->output.data != m->tok_embd.data && panels_fit(&m->output))
+    if (m->output.data && m->output.data != m->tok_embd.data)
         ws[n++] = &m->output;                       /* an untied LM head */
+    return n;
+}
+
+/* w's whole pages in the file mapping dropped (its bytes now live elsewhere
+ * and are no longer read): a private mapping's pages would otherwise stay
+ * resident, counted against the process */
+static void drop_file_pages(const weight *w)
+{
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+    const uintptr_t b = ((uintptr_t)w->data + (size_t)w->n_out * w->row_bytes) & ~(pg - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* where weight i of ws starts in an arena that holds them in order, each
+ * rounded up to 64 bytes; i = n: the bytes of all n */
+static size_t arena_offset(weight *const *ws, int i)
+{
+    size_t off = 0;
+    for (int j = 0; j < i; j++)
+        off += ((size_t)ws[j]->n_out * ws[j]->row_bytes + 63) & ~(size_t)63;
+    return off;
+}
+
+/* Repack the projection weights that panels_fit into panels (panels.h):
+ * from the file mapping into one anonymous region of the model's
+ * (panel_arena), and the file pages they came from are dropped from the
+ * mapping (drop_file_pages): a private copy would
+ * copy each page on first write, which measured 1.6-3.6 s against 0.3 s
+ * of load for a 1 GB BF16 model. With huge_weights the huge-page copy is
+ * already the process's own and is rewritten in place. Leaves every
+ * weight as stored if memory is short. */
+static void pack_panels(model *m, weight **ws)     /* ws: room for PROJ_MAX(m) */
+{
+    int n = 0;
+    size_t total = 0, max_bytes = 0;
+    const int n_proj = projection_weights(m, ws);
+    for (int i = 0; i < n_proj; i++)
+        if (panels_fit(ws[i]))
+            ws[n++] = ws[i];
     for (int i = 0; i < n; i++) {
         const size_t bytes = (size_t)ws[i]->n_out * ws[i]->row_bytes;
         total += (bytes + 63) & ~(size_t)63;
@@ -614,19 +647,12 @@ static void pack_panels(model *m)
     } else if (n) {
         uint8_t *arena = fault_now() ? MAP_FAILED : mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (arena != MAP_FAILED) {
-            const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
             #pragma omp parallel for schedule(dynamic, 1)
             for (int i = 0; i < n; i++) {
                 weight *w = ws[i];
-                size_t off = 0;                     /* the weights before it, each rounded to 64 bytes */
-                for (int j = 0; j < i; j++)
-                    off += ((size_t)ws[j]->n_out * ws[j]->row_bytes + 63) & ~(size_t)63;
-                const size_t bytes = (size_t)w->n_out * w->row_bytes;
+                const size_t off = arena_offset(ws, i);
                 panels_pack(w->data, w->type, w->n_in, w->n_out, arena + off);
-                const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
-                const uintptr_t b = ((uintptr_t)w->data + bytes) & ~(pg - 1);
-                if (b > a)                          /* the file's pages of it: no longer read */
-                    madvise((void *)a, b - a, MADV_DONTNEED);
+                drop_file_pages(w);
                 w->data = arena + off;
                 w->panels = true;
             }
@@ -636,7 +662,59 @@ static void pack_panels(model *m)
             m->n_panels = n;
         }
     }
-    free(ws);
+}
+
+/* Copy the F32 weights matmul reads whole (the projections, the LM head,
+ * the token embedding) out of the file mapping into one anonymous region
+ * of the model's (f32_arena), advised for transparent huge pages, and drop
+ * the file pages they came from, as pack_panels does. The same rows, the
+ * same bytes: every kernel and every result is unchanged. Why: a decode
+ * token streams every weight once, and from the file's page-cache pages
+ * F32 decode ran at 46% of the triad bandwidth on 2 threads (make bench
+ * on this Zen 5, where BF16 in panels, an anonymous copy, ran at 89%);
+ * the same F32 model read into huge pages decoded 1.93x faster in the
+ * bench's alternating turns (docs/performance.md 9). Not with the
+ * huge-page copy (already the process's own), not with HYSERVE_F32_COPY=0
+ * (A/B runs), and the weights stay mapped if memory is short. */
+#define F32_ARENA_ALIGN ((size_t)2 << 20)
+
+static bool f32_copy_wanted(void)
+{
+    const char *e = getenv("HYSERVE_F32_COPY");
+    return !(e && !strcmp(e, "0"));
+}
+
+static void copy_f32(model *m, weight **ws)       /* ws: room for PROJ_MAX(m) + 1 */
+{
+    int n = 0;
+    size_t total;
+    const int n_proj = projection_weights(m, ws);
+    for (int i = 0; i < n_proj; i++)
+        if (ws[i]->type == GGML_F32 && !ws[i]->panels)
+            ws[n++] = ws[i];
+    if (m->tok_embd.data && m->tok_embd.type == GGML_F32)
+        ws[n++] = &m->tok_embd;
+    total = (arena_offset(ws, n) + F32_ARENA_ALIGN - 1) / F32_ARENA_ALIGN * F32_ARENA_ALIGN;
+    uint8_t *arena = !n || fault_now() ? MAP_FAILED
+                                       : mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena != MAP_FAILED) {
+        madvise(arena, total, MADV_HUGEPAGE);
+        #pragma omp parallel for schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            weight *w = ws[i];
+            const size_t off = arena_offset(ws, i);
+            memcpy(arena + off, w->data, (size_t)w->n_out * w->row_bytes);
+            drop_file_pages(w);
+            const void *old = w->data;
+            w->data = arena + off;
+            if (w == &m->tok_embd && m->output.data == old)
+                m->output.data = w->data;           /* a tied LM head reads the same copy */
+        }
+        mprotect(arena, total, PROT_READ);
+        m->f32_arena = arena;
+        m->f32_arena_bytes = total;
+        m->n_f32_copied = n;
+    }
 }
 
 static const char *supported_archs = "qwen35, qwen3next, qwen3, llama, deepseek2 (dense)";
@@ -701,8 +779,15 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
         bind_tensors(&ld, a);
     if (ld.failed)
         goto out_fail;
-    if (panels_wanted())
-        pack_panels(m);
+    const bool pack = panels_wanted(), copy = !m->gguf->data_copy && f32_copy_wanted();
+    /* room for the list of weights either takes (PROJ_MAX, and the
+     * embedding); if even that is short, the weights stay as stored */
+    weight **ws = pack || copy ? FAULT_OR(malloc(sizeof *ws * (PROJ_MAX(m) + 1))) : NULL;
+    if (ws && pack)
+        pack_panels(m, ws);
+    if (ws && copy)
+        copy_f32(m, ws);
+    free(ws);
     return m;
 
 out_fail:
@@ -716,6 +801,8 @@ void model_free(model *m)
         return;
     if (m->panel_arena)
         munmap(m->panel_arena, m->panel_arena_bytes);
+    if (m->f32_arena)
+        munmap(m->f32_arena, m->f32_arena_bytes);
     if (m->layers) {
         for (int il = 0; il < m->n_layer; il++) {
             layer *L = &m->layers[il];

@@ -101,6 +101,9 @@ typedef struct model {
     int n_panels;               /* weights repacked into panels at load (panels.h) */
     void *panel_arena;          /* where they live (NULL: rewritten in the huge-page copy, or none) */
     size_t panel_arena_bytes;
+    int n_f32_copied;           /* F32 weights copied out of the file mapping at load */
+    void *f32_arena;            /* where they live, 2 MiB pages advised (NULL: mapped, or none) */
+    size_t f32_arena_bytes;
 } model;
 
 /* Load and validate. On failure: NULL and one line naming the file and
@@ -110,7 +113,10 @@ typedef struct model {
  * says why in one line. Where panels_wanted(), BF16, F16 and Q8_0 projection
  * weights of a fitting shape are repacked into panels of 16 rows in place
  * (their pages become the process's own; the token embedding, MLA's
- * per-head k_b/v_b and expert slabs, read by row or slab, stay as stored). */
+ * per-head k_b/v_b and expert slabs, read by row or slab, stay as stored).
+ * F32 projections, LM head and token embedding are copied as they are
+ * into an anonymous region advised for huge pages (unless the huge-page
+ * copy holds them already, or HYSERVE_F32_COPY=0). */
 model *model_load(const char *path, bool huge_weights, char *err, size_t errlen);
 void model_free(model *m);
 

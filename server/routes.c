@@ -1168,6 +1168,7 @@ static void info_add_container(cJSON *o, const server *srv)
     cJSON_AddStringToObject(k, "bf16_decode", engine_bf16_decode());
     cJSON_AddStringToObject(k, "bf16_prompt", engine_bf16_prompt());
     cJSON_AddStringToObject(k, "f16_prompt", engine_f16_prompt());
+    cJSON_AddStringToObject(k, "f32_prompt", engine_f32_prompt());
     char int8[160];
     engine_int8_prompt(int8, sizeof int8);
     cJSON_AddStringToObject(k, "int8_prompt", int8);

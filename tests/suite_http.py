@@ -306,7 +306,8 @@ def test_basic_routes(srv):
           and k.get("cache_budget_bytes") == j["cache_layout"]["budget_bytes"] and k.get("kernels")
           and str(k.get("bf16_decode", "")).startswith(("vdpbf16ps (", "fma ("))
           and str(k.get("bf16_prompt", "")).startswith(("vdpbf16ps (", "exact (", "bf16-rounded "))
-          and str(k.get("f16_prompt", "")).startswith("outer-product tile"), f"{j.get('replica')} {k}")
+          and str(k.get("f16_prompt", "")).startswith("outer-product tile")
+          and str(k.get("f32_prompt", "")).startswith(("rows x tokens tile", "tile to ")), f"{j.get('replica')} {k}")
     st, h, j, _ = srv.jreq("GET", "/v1/models")
     check("GET /v1/models lists the model under its three served names", st == 200 and j["object"] == "list"
           and len(j["data"]) == 3 and all(d["object"] == "model" for d in j["data"]), f"{st} {j}")

@@ -411,6 +411,81 @@ TEST(test_weights_in_huge_pages_match_the_mapped_file)
     engine_close(em);
 }
 
+/* true when [p, p + n) lies inside [base, base + len) */
+static bool inside(const void *p, size_t n, const void *base, size_t len)
+{
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)base;
+    return a >= b && a + n <= b + len;
+}
+
+/* F32 weights are copied out of the file mapping at load (model.c
+ * copy_f32): the projections, the LM head and the embedding lie in the
+ * model's own region, advised for huge pages (VmFlags "hg"), none in the
+ * mapping, each equal to the file's tensor byte for byte; an engine on
+ * that copy gives the logits of one on the mapping (HYSERVE_F32_COPY=0)
+ * bit for bit: the same rows, the same kernels. */
+TEST(test_f32_weights_are_copied_out_of_the_file_mapping)
+{
+    synth_config c;
+    hybrid_config(&c);
+    c.seed = 23;
+    c.tied = 0;                 /* an LM head of its own too */
+    const char *p = model_path("f32copy", &c);
+    CHECK(p);
+    char err[256];
+    gguf_ctx *g = gguf_open(p, err, sizeof err);
+    model *m = model_load(p, false, err, sizeof err);
+    CHECK_MSG(g && m, "%s", err);
+    if (!g || !m)
+        goto out;
+    CHECK(m->f32_arena && m->n_f32_copied > 0);
+    char flags[512];
+    vm_flags_of(m->f32_arena, flags, sizeof flags);
+    CHECK_MSG(!thp_on() || strstr(flags, " hg"), "VmFlags of the copy: '%s'", flags);
+    const struct { const weight *w; const char *name; } ws[] = {
+        { &m->tok_embd, "token_embd.weight" }, { &m->output, "output.weight" },
+        { &m->layers[0].ffn_up, "blk.0.ffn_up.weight" }, { &m->layers[1].ffn_down, "blk.1.ffn_down.weight" },
+        { &m->layers[1].wo, "blk.1.attn_output.weight" },
+    };
+    int copied = 0;
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+        const gguf_tensor *t = gguf_find_tensor(g, ws[i].name);
+        CHECK_MSG(t && ws[i].w->data, "%s missing", ws[i].name);
+        if (!t || !ws[i].w->data)
+            continue;
+        const size_t n = (size_t)ws[i].w->n_out * ws[i].w->row_bytes;
+        CHECK_MSG(n == t->n_bytes && !memcmp(ws[i].w->data, t->data, n), "%s: not the file's bytes", ws[i].name);
+        CHECK_MSG(inside(ws[i].w->data, n, m->f32_arena, m->f32_arena_bytes), "%s: not in the copy", ws[i].name);
+        copied++;
+    }
+    CHECK(copied == (int)(sizeof ws / sizeof ws[0]));
+
+    engine *ec = open_model(p, ENGINE_DNET_AUTO, 1);
+    setenv("HYSERVE_F32_COPY", "0", 1);
+    engine *em = open_model(p, ENGINE_DNET_AUTO, 1);
+    unsetenv("HYSERVE_F32_COPY");
+    CHECK(ec && em);
+    enum { N = 40 };
+    const int V = ec ? engine_get_info(ec)->n_vocab : 0;
+    int32_t toks[N];
+    prompt_tokens(toks, N, V, 9);
+    float *a = malloc(sizeof(float) * N * (size_t)V), *b = malloc(sizeof(float) * N * (size_t)V);
+    CHECK(a && b);
+    if (ec && em && a && b) {
+        CHECK(run_logits(ec, toks, N, 7, a) == 0);
+        CHECK(run_logits(em, toks, N, 7, b) == 0);
+        CHECK_MSG(!memcmp(a, b, sizeof(float) * N * (size_t)V), "logits differ: max relative %g",
+                  max_rel_diff(b, a, (long)N * V));
+    }
+    free(a);
+    free(b);
+    engine_close(ec);
+    engine_close(em);
+out:
+    model_free(m);
+    gguf_close(g);
+}
+
 /* When the copy into huge pages cannot be made, the model still loads, its
  * weights stay mapped and huge_note says why (the server and the CLI print
  * it). The copy is made to fail by an address-space limit, in a child

@@ -45,9 +45,11 @@ static void params_for(engine_params *p, const char *path)
 
 /* engine_open with its N-th allocation failing, N = 1, 2, ...: the gguf
  * reader, the model binding, the tokenizer's construction, the cache and
- * the scratch. A failure returns NULL with a message; the one allocation
- * that may fail without failing the load is the weight-panel repack, which
- * then leaves the weights as stored (the engine must still work). */
+ * the scratch. A failure returns NULL with a message; the allocations
+ * that may fail without failing the load are the list of weights the
+ * panel repack and the F32 copy take, and the F32 copy's region (this
+ * model is F32), which then leave the weights as stored (the engine must
+ * still work). */
 TEST(test_fault_engine_open_fails_cleanly_at_each_allocation)
 {
     const char *path = write_model("open");
@@ -74,7 +76,7 @@ TEST(test_fault_engine_open_fails_cleanly_at_each_allocation)
             engine_close(e);
             CHECK_MSG(n > 0, "allocation %d failed, engine_open succeeded but cannot tokenize", k);
             n_degraded++;
-            printf("    allocation %d failed, engine_open went on (the weight-panel repack?)\n", k);
+            printf("    allocation %d failed, engine_open went on (the panel repack or the F32 copy?)\n", k);
             continue;
         }
         CHECK_MSG(err[0] != '\0', "allocation %d failed: engine_open returned NULL with no message", k);
@@ -84,7 +86,7 @@ TEST(test_fault_engine_open_fails_cleanly_at_each_allocation)
     /* the load allocates at least the engine, model, gguf context, its
      * tables, the tokenizer and its tables, cache and scratch */
     CHECK_MSG(n_failed >= 20, "only %d of %d allocations failed the load", n_failed, k - 1);
-    CHECK_MSG(n_degraded <= 1, "%d allocations failed without failing the load", n_degraded);
+    CHECK_MSG(n_degraded <= 2, "%d allocations failed without failing the load", n_degraded);
     printf("    engine_open: %d allocations, %d failed it cleanly, %d degraded\n", k - 1, n_failed, n_degraded);
 }
 

@@ -11,6 +11,7 @@
  * bit for bit. On a CPU without AVX2 the AVX2 tests have nothing to run and
  * pass; the dispatch test still checks the scalar route.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -527,9 +528,62 @@ TEST(test_kernel_matmul_regimes_match_per_row_reference_dots)
     CHECK(!failed);
 }
 
+/* F32 prompts through matmul at the tile's default limit and with it
+ * forced each way (every length on the tile; sgemm past small_max): within
+ * the rounding bound of the per-row reference dots from 17 tokens (where
+ * sgemm took over before) to past the limit. With AVX-512, up to the limit
+ * the outputs are the bits of the rows x tokens tile called directly on
+ * the whole matrix (the tile ran; its per-output sums do not depend on the
+ * row split), which the reference dots alone could not tell from sgemm. */
+TEST(test_kernel_f32_prompts_take_the_tile_to_its_limit)
+{
+    enum { N_IN = 1024, N_OUT = 300 };
+    static const int toks[] = { 17, 32, 65, MATMUL_F32_TILE_MAX, MATMUL_F32_TILE_MAX + 1 };
+    static const int modes[] = { -1, INT_MAX, 0 };
+    int failed = 0;
+    rng_state = 41;
+    blas_set_threads(2);
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0] && !failed; m++) {
+        matmul_set_f32_tile_max(modes[m]);
+        const int lim = matmul_f32_tile_max();
+        if (modes[m] >= 0 || !getenv("HYSERVE_F32_PROMPT"))     /* the default, unless the environment sets it */
+            CHECK(lim == (modes[m] < 0 ? MATMUL_F32_TILE_MAX : modes[m] == 0 ? 16 : INT_MAX));
+        if (simd_avx512())
+            CHECK_MSG(!strncmp(matmul_f32_prompt_name(), "rows x tokens tile", 18), "%s", matmul_f32_prompt_name());
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0] && !failed; k++)
+            check_matmul(GGML_F32, N_IN, N_OUT, toks[k], &failed);
+    }
+    matmul_set_f32_tile_max(-1);
+    if (!simd_avx512()) {
+        printf("    skipped the bit check: no AVX-512 (F32 prompts take the AVX2 tile to 16 tokens)\n");
+        CHECK(!failed);
+        return;
+    }
+    const int tmax = MATMUL_F32_TILE_MAX + 1;
+    float *W = malloc(sizeof(float) * N_IN * N_OUT), *X = malloc(sizeof(float) * N_IN * (size_t)tmax);
+    float *Y = malloc(sizeof(float) * N_OUT * (size_t)tmax), *Yd = malloc(sizeof(float) * N_OUT * (size_t)tmax);
+    float *scratch = malloc(sizeof(float) * 64 * N_IN * 4 + 64);
+    CHECK(W && X && Y && Yd && scratch);
+    if (W && X && Y && Yd && scratch) {
+        fill(W, N_IN * N_OUT, 0.3f);
+        fill(X, N_IN * tmax, 1.0f);
+        const weight w = { .data = W, .type = GGML_F32, .n_in = N_IN, .n_out = N_OUT, .row_bytes = 4 * N_IN };
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+            const int n = toks[k];
+            if (n > matmul_f32_tile_max())
+                continue;
+            matmul(Y, &w, X, n, false, scratch);
+            avx512_rows_x_tokens(W, N_IN, N_OUT, X, N_IN, n, N_IN, Yd, N_OUT);
+            CHECK_MSG(!memcmp(Y, Yd, sizeof(float) * N_OUT * (size_t)n), "%d tokens: not the tile's bits", n);
+        }
+    }
+    free(W); free(X); free(Y); free(Yd); free(scratch);
+    CHECK(!failed);
+}
+
 /* Decode steps off AMX (as on a CPU without it): every type and count
  * takes the rows x tokens tile, the VNNI kernel (Q8_0) or, for F32 past
- * 16 tokens, sgemm; against per-row reference dots. 64 and 65 tokens: the
+ * matmul_f32_tile_max() tokens, sgemm; against per-row reference dots. 64 and 65 tokens: the
  * tile's token groups of 32 and a remainder; Q8_0's chunks of 64. */
 TEST(test_kernel_decode_steps_of_any_size_match_per_row_reference_dots)
 {

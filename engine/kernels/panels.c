@@ -579,6 +579,25 @@ static int bf16_pass_tokens(const weight *w, int n_tok, long slot)
     return (int)((n_tok + passes - 1) / passes);
 }
 
+/* Activations rounded to bf16 before the parallel region up to this many
+ * floats (4 tokens of 3584: a few microseconds), by shares inside it
+ * (then a barrier) past it. */
+#define BF16_ROUND_SERIAL 16384
+
+/* tokens [t0, t1) of X rounded to bf16: pairs for vdpbf16ps at xb + t n_in
+ * (dp), else the rounded values as floats at xr + t n_in */
+static void bf16_round_tokens(const float *X, int n_in, int t0, int t1, bool dp, uint16_t *xb, float *xr)
+{
+    for (int t = t0; t < t1; t++) {
+        const float *x = X + (size_t)t * n_in;
+        if (dp)
+            avx512bf16_round_row(x, n_in, xb + (size_t)t * n_in);
+        else
+            for (int k = 0; k < n_in; k++)
+                xr[(size_t)t * n_in + k] = bf16_to_f32(bf16_round_ref(x[k]));
+    }
+}
+
 void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
                         int path, float *scratch)
 {
@@ -609,21 +628,20 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
         const q8_acts acts = int8 ? q8_acts_at(scratch, n_in, nc) : (q8_acts){ 0 };
         uint16_t *xb = (uint16_t *)(void *)scratch;     /* dp: token t's pairs at xb + t n_in */
         float *xr = scratch;                            /* bfa without dp: token t's rounded x at xr + t n_in */
+        /* A few tokens are rounded before the region: a barrier inside it
+         * costs more than the rounding (a one-token BF16 decode pays it in
+         * every product, ~100 a token). */
+        const bool round_first = bfa && (long)nc * n_in <= BF16_ROUND_SERIAL;
+        if (round_first)
+            bf16_round_tokens(X + (size_t)c0 * n_in, n_in, 0, nc, dp, xb, xr);
         #pragma omp parallel if (bytes >= 128 * 1024)
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
             if (int8) {                             /* each thread quantizes a share of the tokens */
                 q8_acts_fill(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, acts);
                 #pragma omp barrier
-            } else if (bfa) {                       /* or rounds a share to bf16 */
-                for (int t = nc * it / nt; t < nc * (it + 1) / nt; t++) {
-                    const float *x = X + (size_t)(c0 + t) * n_in;
-                    if (dp)
-                        avx512bf16_round_row(x, n_in, xb + (size_t)t * n_in);
-                    else
-                        for (int k = 0; k < n_in; k++)
-                            xr[(size_t)t * n_in + k] = bf16_to_f32(bf16_round_ref(x[k]));
-                }
+            } else if (bfa && !round_first) {       /* or rounds a share to bf16 */
+                bf16_round_tokens(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, dp, xb, xr);
                 #pragma omp barrier
             }
             const long g0 = total * it / nt, g1 = total * (it + 1) / nt;
