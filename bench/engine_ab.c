@@ -22,6 +22,7 @@
 
 #include "engine.h"
 #include "kernels/blas.h"
+#include "median.h"
 
 #ifndef AB_INIT
 #define AB_INIT blas_process_init
@@ -29,18 +30,6 @@
 
 #define AB_MAX_LENS 32
 #define AB_MAX_REPS 15
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Seconds for one forward of n tokens into a fresh sequence (its last
  * token's logits), or for `steps` decode steps after n prompt tokens when
