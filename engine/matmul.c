@@ -14,6 +14,7 @@
 #include "kernels/ggml_type.h"
 #include "kernels/panels.h"
 #include "kernels/quant.h"
+#include "kernels/share.h"
 #include "kernels/simd.h"
 #include "kernels/simd_amx.h"
 #include "kernels/simd512.h"
@@ -70,6 +71,13 @@
 /* Below this many weight bytes a matrix-vector product runs on one thread:
  * the fork/join costs more than the split saves. */
 #define MV_PAR_BYTES (128L * 1024)
+
+/* matvec's unit: groups of this many rows from each weight's row 0, as
+ * avx2_matvec dots 4 rows at a time and the last n_out % 4 one by one
+ * (whose bits differ): a group is always whole, so every row gets the
+ * same kernel whatever the split. */
+#define MV_GROUP 4
+
 
 static int mm_small_max = 16;
 
@@ -447,18 +455,17 @@ long matmul_scratch_floats(const weight *W, int n_tok)
 
 /* Y[i][o] = W[i][o] . X for o < W[i]->n_out, i < n: n weights of the same
  * type and width read by one parallel region, their rows concatenated.
- * With AVX2 each thread takes one contiguous block of those rows and
- * streams it as four sequential streams (avx2_matvec); a Q8_0 X is
- * quantized once for all n. */
+ * With AVX2 the threads take chunks of those rows (share.h: whole groups
+ * of MV_GROUP rows of one weight, long chunks first), each streamed as
+ * four sequential streams (avx2_matvec); a Q8_0 X is quantized once for
+ * all n. */
 static void matvec(int n, float *const *Y, const weight *const *W, const float *restrict X, float *scratch)
 {
     const int n_in = W[0]->n_in;
     const uint32_t t = W[0]->type;
-    long total = 0, bytes = 0;
-    for (int i = 0; i < n; i++) {
-        total += W[i]->n_out;
+    long bytes = 0;
+    for (int i = 0; i < n; i++)
         bytes += (long)W[i]->n_out * (long)W[i]->row_bytes;
-    }
     const bool par = bytes >= MV_PAR_BYTES;
     const bool kq = kq_act(W[0]);
     if (simd_avx2() && (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || kq)) {
@@ -472,19 +479,29 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
             xd = scratch + n_in / 4 + 4;                    /* [n_in / 32], past xq */
             quantize_act_q8(X, n_in, xq, xd);
         }
+        long units = 0;
+        for (int i = 0; i < n; i++)
+            units += (W[i]->n_out + MV_GROUP - 1) / MV_GROUP;
+        share sh;
+        share_init(&sh, units, share_min_units(MV_GROUP * W[0]->row_bytes), par ? omp_get_max_threads() : 1);
         #pragma omp parallel if (par)
         {
-            const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-            const long r0 = total * it / nt, r1 = total * (it + 1) / nt;
-            long off = 0;
-            for (int i = 0; i < n; i++) {           /* the parts of [r0, r1) in each weight */
-                const long a = r0 > off ? r0 : off, b = r1 < off + W[i]->n_out ? r1 : off + W[i]->n_out;
-                const char *rows = (const char *)W[i]->data + (size_t)(a - off) * W[i]->row_bytes;
-                if (b > a && kq)
-                    act8_rows(W[i]->type, rows, W[i]->row_bytes, (int)(b - a), a8, n_in, Y[i] + (a - off), 1);
-                else if (b > a)
-                    avx2_matvec(t, rows, W[i]->row_bytes, (int)(b - a), X, xq, xd, n_in, Y[i] + (a - off));
-                off += W[i]->n_out;
+            long ca, cb = -1;
+            while (share_take(&sh, omp_get_thread_num(), &ca, &cb)) {
+                long off = 0;
+                for (int i = 0; i < n; i++) {       /* the parts of the chunk in each weight */
+                    const long nu = (W[i]->n_out + MV_GROUP - 1) / MV_GROUP;
+                    long pa, pb;
+                    if (share_part(ca, cb, off, nu, &pa, &pb)) {
+                        const long a = pa * MV_GROUP, b = pb * MV_GROUP < W[i]->n_out ? pb * MV_GROUP : W[i]->n_out;
+                        const char *rows = (const char *)W[i]->data + (size_t)a * W[i]->row_bytes;
+                        if (kq)
+                            act8_rows(W[i]->type, rows, W[i]->row_bytes, (int)(b - a), a8, n_in, Y[i] + a, 1);
+                        else
+                            avx2_matvec(t, rows, W[i]->row_bytes, (int)(b - a), X, xq, xd, n_in, Y[i] + a);
+                    }
+                    off += nu;
+                }
             }
         }
         return;
@@ -718,8 +735,8 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
 }
 
 /* K-quant and Q4_0 decode steps on int8 activations (kq_act): each
- * thread quantizes a share of the tokens, then takes a contiguous share of
- * the rows. With AVX-512 each K-quant row's super-blocks are unpacked once
+ * thread quantizes a share of the tokens, then takes chunks of the rows
+ * (share.h). With AVX-512 each K-quant row's super-blocks are unpacked once
  * per 4 tokens (cpu_kern.dot_kq_act_tokens); otherwise each row is dotted
  * with every token while it is in L1 by the one-token kernel. Either way a
  * token gets the one-token product's bits. At most Q8_ACT_MAX_TOK tokens
@@ -740,20 +757,22 @@ static void matmul_kq_act_chunk(float *restrict Y, const weight *W, const float 
     const float *d[Q8_ACT_MAX_TOK];
     const int16_t *bs[Q8_ACT_MAX_TOK];
     act8_pointers(scratch, n_in, n_tok, q, d, bs);
+    share sh;
+    share_init(&sh, n_out, share_min_units(W->row_bytes), omp_get_max_threads());
     #pragma omp parallel
     {
         act8_quantize_share(W->type, X, n_in, n_tok, scratch);
-        const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-        const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
-        for (int o = r0; o < r1; o++) {
-            const char *row = (const char *)W->data + (size_t)o * W->row_bytes;
-            if (tokens)
-                cpu_kern.dot_kq_act_tokens(W->type, row, n_in, q, d, bs, n_tok, Y + o, n_out);
-            else
-                for (int t = 0; t < n_tok; t++)
-                    act8_rows(W->type, row, W->row_bytes, 1, act8_at(scratch, n_in, t), n_in, Y + (size_t)t * n_out + o,
-                              0);
-        }
+        long r0, r1 = -1;
+        while (share_take(&sh, omp_get_thread_num(), &r0, &r1))
+            for (long o = r0; o < r1; o++) {
+                const char *row = (const char *)W->data + (size_t)o * W->row_bytes;
+                if (tokens)
+                    cpu_kern.dot_kq_act_tokens(W->type, row, n_in, q, d, bs, n_tok, Y + o, n_out);
+                else
+                    for (int t = 0; t < n_tok; t++)
+                        act8_rows(W->type, row, W->row_bytes, 1, act8_at(scratch, n_in, t), n_in,
+                                  Y + (size_t)t * n_out + o, 0);
+            }
     }
 }
 

@@ -21,7 +21,9 @@
 #include "gguf.h"
 #include "kernels/attn.h"
 #include "kernels/blas.h"
+#include "kernels/panels.h"
 #include "kernels/quant.h"
+#include "kernels/share.h"
 #include "kernels/simd_amx.h"
 #include "kernels/simd.h"
 #include "kernels/simd512.h"
@@ -605,13 +607,11 @@ TEST(test_kernel_decode_steps_of_any_size_match_per_row_reference_dots)
 
 /* matmul_many against one matmul() per weight, on the kernels it shares
  * (one token; a decode step on AMX, 5 and 16 tokens, with 16-row tiles and
- * tails) and the ones it leaves alone (3 tokens of a prompt; Q4_K). Several
- * tokens: each row is computed by the same kernel on the same prepared
- * activations either way, only the thread that takes it changes, so the
- * results are equal bit for bit. One token: the matvec groups a thread's
- * rows in fours, and where a share starts moves which rows go together,
- * which changes the order of a row's sum (not its inputs): within twice
- * the rounding bound of the sum of |terms|. A sentinel after each Y must
+ * tails) and the ones it leaves alone (3 tokens of a prompt; Q4_K). Each
+ * row is computed by the same kernel on the same prepared activations
+ * either way, only the thread that takes it changes, so the results are
+ * equal bit for bit; for one token too, as the matvec's groups of 4 rows
+ * start at each weight's row 0 (share.h). A sentinel after each Y must
  * survive. */
 static int check_many(uint32_t type, int n_tok, bool decode)
 {
@@ -647,10 +647,7 @@ static int check_many(uint32_t type, int n_tok, bool decode)
             bad = 1;
         }
         for (long j = 0; j < (long)n_out[i] * n_tok && !bad; j++) {
-            const double tol = n_tok > 1 ? 0.0
-                                         : 4.0 * gamma_n(NIN + NIN / 32 + 8) *
-                                               abs_terms(type, data[i] + (size_t)j * rb, X, NIN);
-            if (!(fabs((double)Y[i][j] - R[i][j]) <= tol)) {
+            if (memcmp(&Y[i][j], &R[i][j], sizeof(float))) {
                 test_fail(__FILE__, __LINE__, "type %u tokens %d%s: weight %d, Y[%ld][%ld] = %.9g, alone %.9g", type,
                           n_tok, decode ? " (decode)" : "", i, j / n_out[i], j % n_out[i], Y[i][j], R[i][j]);
                 bad = 1;
@@ -727,6 +724,105 @@ TEST(test_kernel_matmul_many_equals_one_matmul_per_weight)
         CHECK(!check_many(types[ti], 16, true));
         CHECK(!check_many(types[ti], 3, false));
     }
+}
+
+/* Decode products of one weight group under split split (0: 1 thread;
+ * 1: 2 threads, one fixed share each; 2: 2 threads, chunks) into Y */
+static void split_run(int split, int n, float *const *Y, const weight *const *W, const float *X, int n_tok,
+                      float *scratch)
+{
+    blas_set_threads(split ? 2 : 1);
+    share_set_fixed(split == 1);
+    matmul_many(n, Y, W, X, n_tok, true, scratch);
+    share_set_fixed(false);
+    blas_set_threads(2);
+}
+
+/* The bits of every decode product do not depend on how its rows are
+ * split between threads: one thread, two with the old fixed equal shares,
+ * and two taking chunks (share.h), five times over (where the chunks
+ * fall moves with the timing). Three weights per group, rows not a
+ * multiple of 4 (the matvec's groups) nor of 32 (pairs of panels), so
+ * that shares and chunks end inside them. Types: the matvec's (F32, F16,
+ * BF16, Q8_0 as stored; the K-quants and Q4_0 on int8 activations, one
+ * token and a decode step of 3), and BF16, F16 and Q8_0 packed in panels
+ * (the AVX-512 outer-product kernels, or the portable loop). Before the
+ * chunks, the fixed shares cut the matvec's groups of 4 rows where the
+ * thread count put them, so a row took the 4-row kernel on one thread and
+ * the 1-row kernel (another order of its sum) on two. */
+TEST(test_kernel_decode_products_give_the_same_bits_at_any_split)
+{
+    enum { N = 3, NIN = 1024, TOK = 3 };
+    static const struct { uint32_t type; bool panels; } cases[] = {
+        { GGML_F32, false }, { GGML_F16, false }, { GGML_BF16, false }, { GGML_Q8_0, false },
+        { GGML_Q4_K, false }, { GGML_Q6_K, false }, { GGML_Q4_0, false },
+        { GGML_BF16, true }, { GGML_F16, true }, { GGML_Q8_0, true },
+    };
+    const int rows_plain[N] = { 70, 301, 1030 }, rows_pan[N] = { 48, 304, 1040 };
+    float *X = malloc(sizeof(float) * NIN * TOK), *wf = malloc(sizeof(float) * NIN);
+    float *scratch = malloc(sizeof(float) * (64 * (size_t)NIN * 4 + 64));
+    CHECK(X && wf && scratch);
+    if (!X || !wf || !scratch)
+        goto out;
+    rng_state = 41;
+    fill(X, NIN * TOK, 1.0f);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const uint32_t type = cases[c].type;
+        const bool pan = cases[c].panels;
+        const int *n_out = pan ? rows_pan : rows_plain;
+        const size_t rb = row_bytes(type, NIN);
+        char *data[N] = { 0 };
+        float *Y[3][N] = { { 0 } };
+        weight W[N];
+        const weight *Wp[N];
+        bool ok = true;
+        for (int i = 0; i < N; i++) {
+            const size_t bytes = (rb * (size_t)n_out[i] + 63) / 64 * 64;
+            char *rows = malloc(bytes);
+            data[i] = pan ? aligned_alloc(64, bytes) : rows;
+            for (int v = 0; v < 3; v++)
+                ok &= (Y[v][i] = malloc(sizeof(float) * (size_t)n_out[i] * TOK)) != NULL;
+            ok &= rows && data[i];
+            if (!ok) {
+                if (pan)
+                    free(rows);
+                break;
+            }
+            for (int o = 0; o < n_out[i]; o++) {
+                fill(wf, NIN, 0.3f);
+                quantize_row(type, wf, rows + (size_t)o * rb, NIN);
+            }
+            if (pan) {
+                panels_pack(rows, type, NIN, n_out[i], data[i]);
+                free(rows);
+            }
+            W[i] = (weight){ .data = data[i], .type = type, .n_in = NIN, .n_out = n_out[i], .row_bytes = rb,
+                             .panels = pan };
+            Wp[i] = &W[i];
+        }
+        CHECK(ok);
+        const bool steps = quant_int8_act(type) && type != GGML_Q8_0 && !pan;   /* kq decode steps too */
+        for (int n_tok = 1; ok && n_tok <= (steps ? TOK : 1); n_tok += TOK - 1)
+            for (int rep = 0; rep < 5 && ok; rep++) {
+                for (int v = 0; v < 3; v++)
+                    split_run(v, N, Y[v], Wp, X, n_tok, scratch);
+                for (int i = 0; i < N && ok; i++)
+                    for (int v = 1; v < 3 && ok; v++)
+                        if (memcmp(Y[0][i], Y[v][i], sizeof(float) * (size_t)n_out[i] * n_tok)) {
+                            test_fail(__FILE__, __LINE__, "type %u%s, %d token(s), weight %d: the %s split gives "
+                                      "other bits than one thread", type, pan ? " (panels)" : "", n_tok, i,
+                                      v == 1 ? "fixed" : "chunked");
+                            ok = false;
+                        }
+            }
+        for (int i = 0; i < N; i++) {
+            free(data[i]);
+            for (int v = 0; v < 3; v++)
+                free(Y[v][i]);
+        }
+    }
+out:
+    free(X); free(wf); free(scratch);
 }
 
 /* ---- attention ----------------------------------------------------- */

@@ -3,11 +3,14 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+
+#include "share.h"
 
 static int n_threads_set = 1;
 
@@ -23,6 +26,25 @@ void blas_set_threads(int n)
 int blas_get_threads(void)
 {
     return n_threads_set;
+}
+
+/* share.h's switch: -1 until HYSERVE_SPLIT is read */
+static _Atomic int split_fixed = -1;
+
+bool share_fixed(void)
+{
+    int f = atomic_load_explicit(&split_fixed, memory_order_relaxed);
+    if (f < 0) {
+        const char *e = getenv("HYSERVE_SPLIT");
+        f = e && !strcmp(e, "fixed");
+        atomic_store_explicit(&split_fixed, f, memory_order_relaxed);
+    }
+    return f;
+}
+
+void share_set_fixed(bool fixed)
+{
+    atomic_store_explicit(&split_fixed, fixed, memory_order_relaxed);
 }
 
 /* How OpenMP's threads wait (at a barrier, or for the next parallel

@@ -12,6 +12,7 @@
 #include "ggml_type.h"
 #include "panel_tile.h"
 #include "quant.h"
+#include "share.h"
 #include "simd_amx.h"
 #include "simd_bf16.h"
 #include "simd512.h"
@@ -601,9 +602,9 @@ static void bf16_round_tokens(const float *X, int n_in, int t0, int t1, bool dp,
 void panels_matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
                         int path, float *scratch)
 {
-    long total = 0, bytes = 0;
+    long units = 0, bytes = 0;
     for (int i = 0; i < n; i++) {
-        total += W[i]->n_out / PANEL_ROWS;
+        units += (W[i]->n_out / PANEL_ROWS + 1) / 2;
         bytes += (long)W[i]->n_out * (long)W[i]->row_bytes;
     }
     const int n_in = W[0]->n_in;
@@ -634,6 +635,11 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
         const bool round_first = bfa && (long)nc * n_in <= BF16_ROUND_SERIAL;
         if (round_first)
             bf16_round_tokens(X + (size_t)c0 * n_in, n_in, 0, nc, dp, xb, xr);
+        /* units: pairs of panels from each weight's first (the kernels take
+         * panels two at a time), handed out in chunks (share.h) */
+        share sh;
+        share_init(&sh, units, share_min_units(2 * PANEL_ROWS * W[0]->row_bytes),
+                   bytes >= 128 * 1024 ? omp_get_max_threads() : 1);
         #pragma omp parallel if (bytes >= 128 * 1024)
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
@@ -644,25 +650,32 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
                 bf16_round_tokens(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, dp, xb, xr);
                 #pragma omp barrier
             }
-            const long g0 = total * it / nt, g1 = total * (it + 1) / nt;
-            long off = 0;
-            for (int i = 0; i < n; i++) {           /* the parts of [g0, g1) in each weight */
-                const long np = W[i]->n_out / PANEL_ROWS;
-                const long a = g0 > off ? g0 : off, b = g1 < off + np ? g1 : off + np;
-                const size_t ps = (size_t)PANEL_ROWS * W[i]->row_bytes;
-                float *y = Y[i] + (size_t)c0 * W[i]->n_out;
-                const float *x = bfa ? xr : X + (size_t)c0 * n_in;
-                if (b > a && int8)
-                    q8p_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, acts, nc, y, W[i]->n_out);
-                else if (b > a && type == GGML_Q8_0)
-                    q8f_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
-                else if (b > a && dp)
-                    avx512bf16_pan_rows(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, xb, nc, y, W[i]->n_out);
-                else if (b > a && type == GGML_BF16)
-                    pan_rows_bf16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
-                else if (b > a)
-                    pan_rows_f16(W[i]->data, ps, (int)(a - off), (int)(b - off), n_in, x, nc, y, W[i]->n_out);
-                off += np;
+            long ca, cb = -1;
+            while (share_take(&sh, it, &ca, &cb)) {
+                long off = 0;
+                for (int i = 0; i < n; i++) {       /* the parts of the chunk in each weight */
+                    const long nu = (W[i]->n_out / PANEL_ROWS + 1) / 2;
+                    long ua, ub;
+                    if (!share_part(ca, cb, off, nu, &ua, &ub)) {
+                        off += nu;
+                        continue;
+                    }
+                    const int np = W[i]->n_out / PANEL_ROWS, a = (int)(2 * ua), b = 2 * ub < np ? (int)(2 * ub) : np;
+                    const size_t ps = (size_t)PANEL_ROWS * W[i]->row_bytes;
+                    float *y = Y[i] + (size_t)c0 * W[i]->n_out;
+                    const float *x = bfa ? xr : X + (size_t)c0 * n_in;
+                    if (int8)
+                        q8p_rows(W[i]->data, ps, a, b, n_in, acts, nc, y, W[i]->n_out);
+                    else if (type == GGML_Q8_0)
+                        q8f_rows(W[i]->data, ps, a, b, n_in, x, nc, y, W[i]->n_out);
+                    else if (dp)
+                        avx512bf16_pan_rows(W[i]->data, ps, a, b, n_in, xb, nc, y, W[i]->n_out);
+                    else if (type == GGML_BF16)
+                        pan_rows_bf16(W[i]->data, ps, a, b, n_in, x, nc, y, W[i]->n_out);
+                    else
+                        pan_rows_f16(W[i]->data, ps, a, b, n_in, x, nc, y, W[i]->n_out);
+                    off += nu;
+                }
             }
         }
     }
