@@ -455,10 +455,10 @@ long matmul_scratch_floats(const weight *W, int n_tok)
 
 /* Y[i][o] = W[i][o] . X for o < W[i]->n_out, i < n: n weights of the same
  * type and width read by one parallel region, their rows concatenated.
- * With AVX2 the threads take chunks of those rows (share.h: whole groups
- * of MV_GROUP rows of one weight, long chunks first), each streamed as
- * four sequential streams (avx2_matvec); a Q8_0 X is quantized once for
- * all n. */
+ * With AVX2 each thread takes an equal share of those rows in chunks and
+ * then steals from the busiest (share.h: whole groups of MV_GROUP rows of
+ * one weight), each chunk streamed as four sequential streams
+ * (avx2_matvec); a Q8_0 X is quantized once for all n. */
 static void matvec(int n, float *const *Y, const weight *const *W, const float *restrict X, float *scratch)
 {
     const int n_in = W[0]->n_in;
@@ -486,7 +486,7 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
         share_init(&sh, units, share_min_units(MV_GROUP * W[0]->row_bytes), par ? omp_get_max_threads() : 1);
         #pragma omp parallel if (par)
         {
-            long ca, cb = -1;
+            long ca, cb;
             while (share_take(&sh, omp_get_thread_num(), &ca, &cb)) {
                 long off = 0;
                 for (int i = 0; i < n; i++) {       /* the parts of the chunk in each weight */
@@ -735,8 +735,8 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
 }
 
 /* K-quant and Q4_0 decode steps on int8 activations (kq_act): each
- * thread quantizes a share of the tokens, then takes chunks of the rows
- * (share.h). With AVX-512 each K-quant row's super-blocks are unpacked once
+ * thread quantizes a share of the tokens, then takes its share of the
+ * rows and steals from the busiest (share.h). With AVX-512 each K-quant row's super-blocks are unpacked once
  * per 4 tokens (cpu_kern.dot_kq_act_tokens); otherwise each row is dotted
  * with every token while it is in L1 by the one-token kernel. Either way a
  * token gets the one-token product's bits. At most Q8_ACT_MAX_TOK tokens
@@ -762,7 +762,7 @@ static void matmul_kq_act_chunk(float *restrict Y, const weight *W, const float 
     #pragma omp parallel
     {
         act8_quantize_share(W->type, X, n_in, n_tok, scratch);
-        long r0, r1 = -1;
+        long r0, r1;
         while (share_take(&sh, omp_get_thread_num(), &r0, &r1))
             for (long o = r0; o < r1; o++) {
                 const char *row = (const char *)W->data + (size_t)o * W->row_bytes;

@@ -13,10 +13,13 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gguf.h"
 #include "kernels/attn.h"
@@ -726,8 +729,72 @@ TEST(test_kernel_matmul_many_equals_one_matmul_per_weight)
     }
 }
 
+/* One share.h region of `team` threads (its shares made for `nt`): each
+ * unit claimed counts into seen[]; thread 0 naps 1 ms per chunk (a slow
+ * core); done[t]: units thread t claimed */
+static void share_region(share *sh, int team, _Atomic int *seen, long *done)
+{
+    #pragma omp parallel num_threads(team)
+    {
+        const int it = omp_get_thread_num();
+        long a, b, mine = 0;
+        while (share_take(sh, it, &a, &b)) {
+            for (long u = a; u < b; u++)
+                atomic_fetch_add_explicit(&seen[u], 1, memory_order_relaxed);
+            mine += b - a;
+            if (it == 0)
+                nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+        }
+        done[it] = mine;
+    }
+}
+
+/* share.h's split: every unit claimed exactly once, whoever takes it;
+ * stealing moves a slow thread's units to the others (thread 0 naps 1 ms
+ * per chunk: without steals it would claim its 1/4 share of 3000 units in
+ * 71 chunks, ~71 ms, while the others finish theirs in microseconds);
+ * the fixed split gives each thread exactly its share; and fixed shares of
+ * threads a region lacks are still taken. */
+TEST(test_kernel_share_claims_every_unit_once_and_the_idle_steal)
+{
+    enum { TOTAL = 3000, MIN = 7, NT = 4 };
+    _Atomic int *seen = malloc(sizeof *seen * TOTAL);
+    long done[NT];
+    CHECK(seen);
+    if (!seen)
+        return;
+    for (int mode = 0; mode < 3; mode++) {      /* stealing, fixed, fixed with 2 of 4 threads */
+        const int team = mode == 2 ? 2 : NT;
+        for (int u = 0; u < TOTAL; u++)
+            atomic_init(&seen[u], 0);
+        for (int t = 0; t < NT; t++)
+            done[t] = -1;
+        share_set_fixed(mode > 0);
+        share sh;
+        share_init(&sh, TOTAL, MIN, NT);
+        share_region(&sh, team, seen, done);
+        share_set_fixed(false);
+        int wrong = 0;
+        for (int u = 0; u < TOTAL; u++)
+            wrong += atomic_load(&seen[u]) != 1;
+        CHECK_MSG(wrong == 0, "mode %d: %d of %d units not claimed exactly once", mode, wrong, TOTAL);
+        long sum = 0;
+        for (int t = 0; t < team; t++)
+            sum += done[t];
+        CHECK_MSG(sum == TOTAL, "mode %d: the threads claimed %ld units of %d", mode, sum, TOTAL);
+        if (mode == 0)
+            CHECK_MSG(done[0] < TOTAL / NT, "stealing: the slow thread still claimed %ld units, its whole share is %d",
+                      done[0], TOTAL / NT);
+        if (mode == 1)
+            for (int t = 0; t < NT; t++)
+                CHECK_MSG(done[t] == TOTAL / NT, "fixed: thread %d claimed %ld units, not its share %d", t, done[t],
+                          TOTAL / NT);
+    }
+    free(seen);
+}
+
 /* Decode products of one weight group under split split (0: 1 thread;
- * 1: 2 threads, one fixed share each; 2: 2 threads, chunks) into Y */
+ * 1: 2 threads, one fixed share each; 2: 2 threads that steal) into Y */
 static void split_run(int split, int n, float *const *Y, const weight *const *W, const float *X, int n_tok,
                       float *scratch)
 {
@@ -739,15 +806,15 @@ static void split_run(int split, int n, float *const *Y, const weight *const *W,
 }
 
 /* The bits of every decode product do not depend on how its rows are
- * split between threads: one thread, two with the old fixed equal shares,
- * and two taking chunks (share.h), five times over (where the chunks
- * fall moves with the timing). Three weights per group, rows not a
+ * split between threads: one thread, two with fixed equal shares, and two
+ * that steal from each other (share.h), five times over (where the
+ * steals fall moves with the timing). Three weights per group, rows not a
  * multiple of 4 (the matvec's groups) nor of 32 (pairs of panels), so
  * that shares and chunks end inside them. Types: the matvec's (F32, F16,
  * BF16, Q8_0 as stored; the K-quants and Q4_0 on int8 activations, one
  * token and a decode step of 3), and BF16, F16 and Q8_0 packed in panels
- * (the AVX-512 outer-product kernels, or the portable loop). Before the
- * chunks, the fixed shares cut the matvec's groups of 4 rows where the
+ * (the AVX-512 outer-product kernels, or the portable loop). Before
+ * share.h, the fixed shares cut the matvec's groups of 4 rows where the
  * thread count put them, so a row took the 4-row kernel on one thread and
  * the 1-row kernel (another order of its sum) on two. */
 TEST(test_kernel_decode_products_give_the_same_bits_at_any_split)
@@ -811,7 +878,7 @@ TEST(test_kernel_decode_products_give_the_same_bits_at_any_split)
                         if (memcmp(Y[0][i], Y[v][i], sizeof(float) * (size_t)n_out[i] * n_tok)) {
                             test_fail(__FILE__, __LINE__, "type %u%s, %d token(s), weight %d: the %s split gives "
                                       "other bits than one thread", type, pan ? " (panels)" : "", n_tok, i,
-                                      v == 1 ? "fixed" : "chunked");
+                                      v == 1 ? "fixed" : "stealing");
                             ok = false;
                         }
             }

@@ -650,7 +650,7 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
                 bf16_round_tokens(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, dp, xb, xr);
                 #pragma omp barrier
             }
-            long ca, cb = -1;
+            long ca, cb;
             while (share_take(&sh, it, &ca, &cb)) {
                 long off = 0;
                 for (int i = 0; i < n; i++) {       /* the parts of the chunk in each weight */
