@@ -644,9 +644,9 @@ static void matmul_small_amx(int n, float *const *Y, const weight *const *W, con
 }
 
 /* 2 <= n_tok <= mm_small_max with AVX-512: F32, F16, BF16 and Q8_0 (whole
- * blocks) go to the kernel as one contiguous share of the rows per thread
- * (its prefetch runs ahead within a call), with X packed once into the
- * scratch; other types are decoded to f32 a tile at a time. */
+ * blocks) go to the kernel in chunks of rows (share.h; its prefetch runs
+ * ahead within a call), with X packed once into the scratch; other types
+ * are decoded to f32 a tile at a time. */
 static void matmul_small512(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                             float *scratch)
 {
@@ -661,18 +661,22 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
                                            matmul_scratch_floats(W, n_tok);
         if (packed)
             avx512_pack_tokens(X, n_in, n_tok, n_in, Xp);
+        share sh;
+        share_init(&sh, n_out, share_min_units(rb), omp_get_max_threads());
         #pragma omp parallel
         {
-            const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-            const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
-            const char *Wr = base + (size_t)r0 * rb;
-            if (r1 > r0 && !f32)
-                avx512_rows_x_tokens_typed(W->type, Wr, rb, r1 - r0, packed ? Xp : X, n_in, packed, n_tok, n_in,
-                                           Y + r0, n_out);
-            else if (r1 > r0 && packed)
-                avx512_rows_x_tokens_packed((const float *)Wr, n_in, r1 - r0, Xp, n_tok, n_in, Y + r0, n_out);
-            else if (r1 > r0)
-                avx512_rows_x_tokens((const float *)Wr, n_in, r1 - r0, X, n_in, n_tok, n_in, Y + r0, n_out);
+            long r0, r1;
+            while (share_take(&sh, omp_get_thread_num(), &r0, &r1)) {
+                const char *Wr = base + (size_t)r0 * rb;
+                const int nr = (int)(r1 - r0);
+                if (!f32)
+                    avx512_rows_x_tokens_typed(W->type, Wr, rb, nr, packed ? Xp : X, n_in, packed, n_tok, n_in,
+                                               Y + r0, n_out);
+                else if (packed)
+                    avx512_rows_x_tokens_packed((const float *)Wr, n_in, nr, Xp, n_tok, n_in, Y + r0, n_out);
+                else
+                    avx512_rows_x_tokens((const float *)Wr, n_in, nr, X, n_in, n_tok, n_in, Y + r0, n_out);
+            }
         }
         return;
     }
@@ -680,7 +684,7 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
     #pragma omp parallel
     {
         float *buf = scratch + (long)omp_get_thread_num() * MM_TILE_ROWS * n_in;
-        #pragma omp for schedule(static)
+        #pragma omp for schedule(dynamic, 1)
         for (int b = 0; b < n_blk; b++) {
             const int r0 = b * MM_SMALL_ROWS, nr = n_out - r0 < MM_SMALL_ROWS ? n_out - r0 : MM_SMALL_ROWS;
             for (int r = 0; r < nr; r++)
@@ -696,8 +700,8 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
 #define Q8_ACT_MAX_TOK 64
 
 /* Q8_0 decode steps on int8 activations (q8_act_step): the activations
- * quantized per token as for one token, the rows split in contiguous
- * shares. AVX512-VNNI: the activations prepared once for the tile kernel.
+ * quantized per token as for one token, the rows split as share.h does.
+ * AVX512-VNNI: the activations prepared once for the tile kernel.
  * AVX2: each row dotted with every token's activations while it is in L1.
  * The threads quantize and prepare a share of the tokens each, then meet
  * at a barrier: done by one thread while the other waited, that was 2.6%
@@ -712,6 +716,8 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
     int8_t *xq = (int8_t *)scratch;
     float *xd = (float *)(((uintptr_t)(xq + (size_t)n_tok * n_in) + 3) & ~(uintptr_t)3);
     void *prep = (void *)(((uintptr_t)(xd + (size_t)n_tok * nb) + 63) & ~(uintptr_t)63);
+    share sh;
+    share_init(&sh, n_out, share_min_units(W->row_bytes), omp_get_max_threads());
     #pragma omp parallel
     {
         const int nt = omp_get_num_threads(), it = omp_get_thread_num();
@@ -721,16 +727,17 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
         if (vnni)
             avx512_q8_prepare(xq, xd, n_in, n_tok, t0, t1, prep);
         #pragma omp barrier
-        const int r0 = (int)((long)n_out * it / nt), r1 = (int)((long)n_out * (it + 1) / nt);
         const char *base = (const char *)W->data;
-        if (r1 > r0 && vnni)
-            avx512_q8_0_rows_x_tokens(base + (size_t)r0 * W->row_bytes, W->row_bytes, r1 - r0, n_in, prep, n_tok,
-                                      Y + r0, n_out);
-        else
-            for (int o = r0; o < r1; o++)
-                for (int t = 0; t < n_tok; t++)
-                    Y[(size_t)t * n_out + o] = dot_q8_0_act(base + (size_t)o * W->row_bytes, xq + (size_t)t * n_in,
-                                                          xd + (size_t)t * nb, n_in);
+        long r0, r1;
+        while (share_take(&sh, it, &r0, &r1))
+            if (vnni)
+                avx512_q8_0_rows_x_tokens(base + (size_t)r0 * W->row_bytes, W->row_bytes, (int)(r1 - r0), n_in, prep,
+                                          n_tok, Y + r0, n_out);
+            else
+                for (long o = r0; o < r1; o++)
+                    for (int t = 0; t < n_tok; t++)
+                        Y[(size_t)t * n_out + o] = dot_q8_0_act(base + (size_t)o * W->row_bytes,
+                                                              xq + (size_t)t * n_in, xd + (size_t)t * nb, n_in);
     }
 }
 

@@ -810,10 +810,11 @@ static void split_run(int split, int n, float *const *Y, const weight *const *W,
  * that steal from each other (share.h), five times over (where the
  * steals fall moves with the timing). Three weights per group, rows not a
  * multiple of 4 (the matvec's groups) nor of 32 (pairs of panels), so
- * that shares and chunks end inside them. Types: the matvec's (F32, F16,
- * BF16, Q8_0 as stored; the K-quants and Q4_0 on int8 activations, one
- * token and a decode step of 3), and BF16, F16 and Q8_0 packed in panels
- * (the AVX-512 outer-product kernels, or the portable loop). Before
+ * that shares and chunks end inside them. One token and a decode step of
+ * 3, for F32, F16, BF16 and Q8_0 as stored (the matvec; the AVX-512 rows
+ * x tokens tiles and Q8_0's VNNI steps), the K-quants and Q4_0 on int8
+ * activations, and BF16, F16 and Q8_0 packed in panels (the AVX-512
+ * outer-product kernels, or the portable loop). Before
  * share.h, the fixed shares cut the matvec's groups of 4 rows where the
  * thread count put them, so a row took the 4-row kernel on one thread and
  * the 1-row kernel (another order of its sum) on two. */
@@ -868,8 +869,7 @@ TEST(test_kernel_decode_products_give_the_same_bits_at_any_split)
             Wp[i] = &W[i];
         }
         CHECK(ok);
-        const bool steps = quant_int8_act(type) && type != GGML_Q8_0 && !pan;   /* kq decode steps too */
-        for (int n_tok = 1; ok && n_tok <= (steps ? TOK : 1); n_tok += TOK - 1)
+        for (int n_tok = 1; ok && n_tok <= TOK; n_tok += TOK - 1)
             for (int rep = 0; rep < 5 && ok; rep++) {
                 for (int v = 0; v < 3; v++)
                     split_run(v, N, Y[v], Wp, X, n_tok, scratch);
