@@ -75,7 +75,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix bench-int8 clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -186,6 +186,14 @@ $(BUILD)/bench/hyserve-int8-ab: bench/int8_ab.c $(ENGINE_OBJ)
 bench-int8: $(BUILD)/bench/hyserve-int8-ab ## int8 vs f32 prompt products per kernel level (matmul.c's int8 thresholds)
 	@for l in avx512-vnni avx512; do $< -l $$l; done
 	@for l in avx2+vnni avx2; do OPENBLAS_CORETYPE=Haswell $< -l $$l; done
+
+# decode with share.h's stealing split against the fixed split, alternating in one process
+$(BUILD)/bench/hyserve-split-ab: bench/split_ab.c $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+bench-split: $(BUILD)/bench/hyserve-split-ab ## MODEL=FILE: decode, threads stealing rows vs fixed shares (share.h)
+	@$< -m $(or $(MODEL),bench/models/q35-q4_k.gguf)
 
 # this tree's engine against commit BASE's, alternating: prompt tokens/s per length, decode tokens/s
 bench-ab: all ## BASE=REV [TYPES="q8_0 q4_k"]: engine speed against another commit (bench/results/tree-ab-latest.md)

@@ -22,6 +22,7 @@
 
 #include "engine.h"
 #include "kernels/blas.h"
+#include "engine_run.h"
 #include "median.h"
 
 #ifndef AB_INIT
@@ -31,63 +32,17 @@
 #define AB_MAX_LENS 32
 #define AB_MAX_REPS 15
 
-/* Seconds for one forward of n tokens into a fresh sequence (its last
- * token's logits), or for `steps` decode steps after n prompt tokens when
- * steps > 0. Negative on an engine error. */
-static double run(engine *e, const int32_t *tok, int n, int steps, float *logits)
-{
-    char err[256];
-    int seq = engine_seq_new(e);
-    if (seq < 0 || engine_seq_reserve(e, seq, n + steps) != 0) {
-        fprintf(stderr, "engine_ab: no sequence for %d tokens\n", n + steps);
-        if (seq >= 0)
-            engine_seq_free(e, seq);
-        return -1;
-    }
-    double t0 = engine_now_s();
-    engine_batch_item it = { .seq = seq, .tokens = tok, .n_tokens = n, .logits = ENGINE_LOGITS_LAST,
-                             .out = logits };
-    int rc = engine_forward(e, &it, 1, err, sizeof err);
-    if (steps > 0) {
-        t0 = engine_now_s();
-        for (int s = 0; s < steps && rc == 0; s++) {
-            it.tokens = tok + n + s;
-            it.n_tokens = 1;
-            rc = engine_forward(e, &it, 1, err, sizeof err);
-        }
-    }
-    double dt = engine_now_s() - t0;
-    engine_seq_free(e, seq);
-    if (rc != 0) {
-        fprintf(stderr, "engine_ab: %s\n", err);
-        return -1;
-    }
-    return dt;
-}
-
 int main(int argc, char **argv)
 {
     AB_INIT(argv);
-    const char *model = NULL, *lens_arg = "2 4 8 16 17 24 32 48 64 128 512";
-    int threads = 2, reps = 3, steps = 32;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-m") && i + 1 < argc)
-            model = argv[++i];
-        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
-            threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-d") && i + 1 < argc)
-            steps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-n") && i + 1 < argc)
-            lens_arg = argv[++i];
-        else {
-            fprintf(stderr, "usage: hyserve-engine-ab -m MODEL [-t THREADS] [-r REPS] [-d STEPS] [-n \"LENS\"]\n");
-            return 2;
-        }
+    engine_run_args a = { .lens = "2 4 8 16 17 24 32 48 64 128 512", .threads = 2, .reps = 3, .steps = 32 };
+    if (!engine_run_parse(argc, argv, &a)) {
+        fprintf(stderr, "usage: hyserve-engine-ab -m MODEL [-t THREADS] [-r REPS] [-d STEPS] [-n \"LENS\"]\n");
+        return 2;
     }
+    const int reps = a.reps, steps = a.steps;
     int lens[AB_MAX_LENS], n_lens = 0, max_len = 128;
-    for (const char *p = lens_arg; *p && n_lens < AB_MAX_LENS;) {
+    for (const char *p = a.lens; *p && n_lens < AB_MAX_LENS;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p)
@@ -100,53 +55,33 @@ int main(int argc, char **argv)
         max_len = v > max_len ? (int)v : max_len;
         p = end;
     }
-    if (!model || threads < 1 || reps < 1 || reps > AB_MAX_REPS || steps < 1 || steps > 4096 || !n_lens) {
+    if (!a.model || a.threads < 1 || reps < 1 || reps > AB_MAX_REPS || steps < 1 || steps > 4096 || !n_lens) {
         fprintf(stderr, "engine_ab: need -m MODEL, 1 <= -r <= %d, 1 <= -d <= 4096 and a length\n", AB_MAX_REPS);
         return 2;
     }
 
-    engine_params p;
-    engine_params_default(&p);
-    p.model_path = model;
-    p.n_threads = threads;
-    p.n_ctx = max_len + steps + 16;
-    p.max_seqs = 1;
-    char err[512];
-    engine *e = engine_open(&p, err, sizeof err);
-    if (!e) {
-        fprintf(stderr, "engine_ab: %s\n", err);
+    int32_t *tok = NULL;
+    float *logits = NULL;
+    engine *e = engine_run_open(&a, max_len + steps + 16, max_len + steps + 16, &tok, &logits);
+    if (!e)
         return 1;
-    }
-    const int n_vocab = engine_get_info(e)->n_vocab;
-    const int n_tok = max_len + steps + 16;
-    int32_t *tok = malloc((size_t)n_tok * sizeof *tok);
-    float *logits = malloc((size_t)n_vocab * sizeof *logits);
     int rc = 1;
-    if (!tok || !logits)
-        goto out;
-    unsigned s = 12345u;
-    for (int i = 0; i < n_tok; i++) {       /* ordinary ids, the same in every run */
-        s = s * 1103515245u + 12345u;
-        tok[i] = (int32_t)((s >> 8) % (unsigned)(n_vocab > 256 ? n_vocab - 256 : n_vocab));
-    }
-    if (run(e, tok, 128, 0, logits) < 0 || run(e, tok, 16, 8, logits) < 0)    /* warm-up */
+    if (engine_run(e, tok, 128, 0, logits) < 0 || engine_run(e, tok, 16, 8, logits) < 0)    /* warm-up */
         goto out;
     double t[AB_MAX_REPS];
     for (int l = 0; l < n_lens; l++) {
         for (int r = 0; r < reps; r++)
-            if ((t[r] = run(e, tok, lens[l], 0, logits)) < 0)
+            if ((t[r] = engine_run(e, tok, lens[l], 0, logits)) < 0)
                 goto out;
         printf("prompt %d %.2f\n", lens[l], lens[l] / median(t, reps));
         fflush(stdout);
     }
     for (int r = 0; r < reps; r++)
-        if ((t[r] = run(e, tok, 16, steps, logits)) < 0)
+        if ((t[r] = engine_run(e, tok, 16, steps, logits)) < 0)
             goto out;
     printf("decode %d %.2f\n", steps, steps / median(t, reps));
     rc = 0;
 out:
-    free(tok);
-    free(logits);
-    engine_close(e);
+    engine_run_close(e, tok, logits);
     return rc;
 }

@@ -1,5 +1,5 @@
 /* median.h - the median of a few timings, shared by the A/B programs
- * (int8_ab.c, engine_ab.c). Sorts v in place. */
+ * (int8_ab.c, engine_ab.c, split_ab.c). Sorts v in place. */
 #ifndef BENCH_MEDIAN_H
 #define BENCH_MEDIAN_H
 
