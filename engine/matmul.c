@@ -103,19 +103,6 @@ int matmul_f32_tile_max(void)
     return tile_limit(&mm_f32_tile_max, "HYSERVE_F32_PROMPT", MATMUL_F32_TILE_MAX);
 }
 
-const char *matmul_f32_prompt_name(void)
-{
-    static char name[64];
-    const int m = matmul_f32_tile_max();
-    if (!simd_avx512())
-        snprintf(name, sizeof name, "tile to %d tokens, sgemm past it", mm_small_max);
-    else if (m == INT_MAX)
-        snprintf(name, sizeof name, "rows x tokens tile");
-    else
-        snprintf(name, sizeof name, "rows x tokens tile to %d tokens, sgemm past it", m);
-    return name;
-}
-
 /* the most tokens an F32 product of W takes on the tile (else sgemm): the
  * AVX-512 tile to matmul_f32_tile_max(), the AVX2 one to small_max */
 static int f32_tile_limit(void)
@@ -836,7 +823,8 @@ bool matmul_bf16_prompt(void)
     return m == MATMUL_BF16_ROUNDED || (m == MATMUL_BF16_AUTO && simd_bf16_dot());
 }
 
-const char *matmul_bf16_prompt_name(void)
+/* the BF16 prompt path and why */
+static const char *bf16_prompt_name(void)
 {
     const int m = bf16_prompt_mode();
     if (!matmul_bf16_prompt())
@@ -858,14 +846,37 @@ int matmul_f16_outer_max(void)
     return tile_limit(&mm_f16_outer_max, "HYSERVE_F16_PROMPT", MATMUL_F16_OUTER_MAX);
 }
 
-const char *matmul_f16_prompt_name(void)
+/* Written into the caller's buffer: the ready line and concurrent /info
+ * requests call this from different threads (a shared static buffer here
+ * was a data race). */
+void matmul_prompt_describe(uint32_t type, char *buf, size_t len)
 {
-    static char name[64];
-    const int m = matmul_f16_outer_max();
-    if (m == INT_MAX)
-        return "outer-product tile";
-    snprintf(name, sizeof name, "outer-product tile to %d tokens, sgemm past it", m);
-    return name;
+    if (!len)
+        return;
+    const char *tile = "rows x tokens tile";        /* F32 with AVX-512 */
+    int lim = matmul_f32_tile_max();
+    switch (type) {
+    case GGML_BF16:
+        snprintf(buf, len, "%s", bf16_prompt_name());
+        return;
+    case GGML_F16:
+        tile = "outer-product tile";
+        lim = matmul_f16_outer_max();
+        break;
+    case GGML_F32:
+        if (!simd_avx512()) {
+            tile = "tile";
+            lim = mm_small_max;
+        }
+        break;
+    default:
+        matmul_int8_prompt_describe(buf, len);
+        return;
+    }
+    if (lim == INT_MAX)
+        snprintf(buf, len, "%s", tile);
+    else
+        snprintf(buf, len, "%s to %d tokens, sgemm past it", tile, lim);
 }
 
 /* packed weights (panels.h): the outer-product kernel for one token and

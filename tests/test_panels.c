@@ -248,7 +248,9 @@ TEST(test_panels_f16_prompt_takes_either_path_by_length)
     for (int f = 0; f < 2 && !bad; f++) {
         matmul_set_f16_outer_max(f ? 0 : INT_MAX);
         CHECK(matmul_f16_outer_max() == (f ? 16 : INT_MAX));
-        CHECK(!strncmp(matmul_f16_prompt_name(), "outer-product tile", 18));
+        char name[MATMUL_PROMPT_NAME_LEN];
+        matmul_prompt_describe(GGML_F16, name, sizeof name);
+        CHECK_MSG(!strncmp(name, "outer-product tile", 18), "%s", name);
         for (size_t t = 0; t < sizeof toks / sizeof toks[0] && !bad; t++)
             bad = check_products(GGML_F16, 48, 1030, toks[t], 0) || check_products(GGML_F16, 32, 34, toks[t], 0);
     }
