@@ -62,24 +62,28 @@ enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO, MATMUL_INT8_STEP };
 #define MATMUL_KQ_PROMPT_MIN_TOK 32
 #define MATMUL_INT8_VNNI512_Q4_0 16
 /* AVX-512 without VNNI (Skylake-SP): vpmaddubsw tiles; Q8_0 off (its
- * int8 path is the decode-step kernel, slower than sgemm from 48 tokens) */
+ * int8 path is the decode-step kernel, slower than sgemm from 48 tokens);
+ * K-quants from 17 tokens, just past the f32 tile (small_max, 16), where
+ * the f32 path turns to sgemm on decoded tiles */
 #define MATMUL_INT8_AVX512_Q8_0 0
 #define MATMUL_INT8_AVX512_Q4_0 32
-#define MATMUL_INT8_AVX512_KQ 48
+#define MATMUL_INT8_AVX512_KQ 17
 /* AVX2 with AVX-VNNI (Alder Lake to Arrow Lake clients, Sierra Forest),
- * and AVX2 alone, against OpenBLAS's Haswell sgemm: Q8_0 off */
+ * and AVX2 alone, against OpenBLAS's Haswell sgemm: Q8_0 off; K-quants
+ * from 17 tokens as on AVX-512 */
 #define MATMUL_INT8_AVXVNNI_Q8_0 0
 #define MATMUL_INT8_AVXVNNI_Q4_0 64
-#define MATMUL_INT8_AVXVNNI_KQ 64
+#define MATMUL_INT8_AVXVNNI_KQ 17
 #define MATMUL_INT8_AVX2_Q8_0 0
 #define MATMUL_INT8_AVX2_Q4_0 64
-#define MATMUL_INT8_AVX2_KQ 64
+#define MATMUL_INT8_AVX2_KQ 17
 /* K-quant and Q4_0 prompts of 2 to this many tokens on the decode-step
  * kernels in auto (0: never): AVX512-VNNI, AVX-512, AVX2 with or without
  * AVX-VNNI. On AVX512-VNNI K-quant prompts past the f32 tile (small_max,
  * 16) and short of the int8 tiles take them too: sgemm on decoded tiles
  * at 17-31 tokens ran at 24-39 tok/s against 36-43 (bench model, one
- * thread). */
+ * thread). At the other levels the int8 tiles take K-quants from 17
+ * tokens (faster there than both sgemm and the step kernels). */
 #define MATMUL_STEP_VNNI512_Q4_0 4
 #define MATMUL_STEP_VNNI512_KQ 8
 #define MATMUL_STEP_AVX512_Q4_0 4
