@@ -269,8 +269,8 @@ static int8_rule int8_rule_now(void)
      * at 48; Q4_0 1.36-2.24 at 32, 0.21-0.64 at 16. K-quants again at
      * 16-47 tokens (load ~3-4, medians of 9-11, 1 and 2 threads, Q4_K,
      * Q5_K, Q6_K): f32 / int8 0.69-0.85 at 16 (the f32 tile), 1.44-2.38 at
-     * 17-32, 1.39-2.36 at 33-47; f32 / step 1.03-1.76 at 17-47: the
-     * tiles from 17 */
+     * 17-32, 1.39-2.43 at 33-47 (less two stalled samples); f32 / step
+     * 1.03-1.76 at 17-47: the tiles from 17 */
     if (simd_avx512())
         return (int8_rule){ "avx512", MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ,
                             MATMUL_STEP_AVX512_Q4_0, MATMUL_STEP_AVX512_KQ, false };
