@@ -470,19 +470,19 @@ const char *engine_bf16_decode(void)
     return simd_bf16_dot_why();
 }
 
-const char *engine_bf16_prompt(void)
+void engine_bf16_prompt(char *buf, size_t len)
 {
-    return matmul_bf16_prompt_name();
+    matmul_prompt_describe(GGML_BF16, buf, len);
 }
 
-const char *engine_f16_prompt(void)
+void engine_f16_prompt(char *buf, size_t len)
 {
-    return matmul_f16_prompt_name();
+    matmul_prompt_describe(GGML_F16, buf, len);
 }
 
-const char *engine_f32_prompt(void)
+void engine_f32_prompt(char *buf, size_t len)
 {
-    return matmul_f32_prompt_name();
+    matmul_prompt_describe(GGML_F32, buf, len);
 }
 
 void engine_int8_prompt(char *buf, size_t len)

@@ -83,12 +83,15 @@ const char *engine_kernels_name(void);
  * 1.31x the speed of the FMA kernel)" or "fma (no AVX512_BF16)" (kernels/cpu.h). */
 const char *engine_bf16_decode(void);
 /* The prompt paths of BF16 and F16 weights in panels and of F32 weights
- * (matmul.h), e.g. "vdpbf16ps (as bf16 decode)", "outer-product tile to
- * 16 tokens, sgemm past it", "rows x tokens tile to 128 tokens, sgemm
- * past it". */
-const char *engine_bf16_prompt(void);
-const char *engine_f16_prompt(void);
-const char *engine_f32_prompt(void);
+ * (matmul.h), into buf (cut to len - 1 bytes; ENGINE_PROMPT_NAME_LEN
+ * holds every phrase), e.g. "vdpbf16ps (as bf16 decode)", "outer-product
+ * tile to 16 tokens, sgemm past it", "rows x tokens tile to 128 tokens,
+ * sgemm past it". Each caller owns its buffer: /info requests and the
+ * ready line call these from different threads. */
+#define ENGINE_PROMPT_NAME_LEN 160
+void engine_bf16_prompt(char *buf, size_t len);
+void engine_f16_prompt(char *buf, size_t len);
+void engine_f32_prompt(char *buf, size_t len);
 /* Prompts on int8 products in use, in one phrase, into buf: the form and
  * from how many tokens each weight family takes it, e.g. "avx512-vnni
  * tiles, Q8_0/Q4_0 from 2 tokens, K-quants from 32 tokens", or "off (...)"

@@ -111,19 +111,6 @@ int matmul_f32_tile_max(void)
     return tile_limit(&mm_f32_tile_max, "HYSERVE_F32_PROMPT", MATMUL_F32_TILE_MAX);
 }
 
-const char *matmul_f32_prompt_name(void)
-{
-    static char name[64];
-    const int m = matmul_f32_tile_max();
-    if (!simd_avx512())
-        snprintf(name, sizeof name, "tile to %d tokens, sgemm past it", mm_small_max);
-    else if (m == INT_MAX)
-        snprintf(name, sizeof name, "rows x tokens tile");
-    else
-        snprintf(name, sizeof name, "rows x tokens tile to %d tokens, sgemm past it", m);
-    return name;
-}
-
 /* the most tokens an F32 product of W takes on the tile (else sgemm): the
  * AVX-512 tile to matmul_f32_tile_max(), the AVX2 one to small_max */
 static int f32_tile_limit(void)
@@ -287,7 +274,11 @@ static int8_rule int8_rule_now(void)
      * 2 threads, medians of 5, f32 / int8 over the two shapes: Q8_0
      * 0.79-0.92 at 48-64, 0.64-0.90 at 128-512; Q4_K 0.59-1.39 at 32,
      * 1.45-1.73 at 48, 2.1-2.6 at 512; Q6_K 1.35-1.38 at 32, 1.08-1.29
-     * at 48; Q4_0 1.36-2.24 at 32, 0.21-0.64 at 16 */
+     * at 48; Q4_0 1.36-2.24 at 32, 0.21-0.64 at 16. K-quants again at
+     * 16-47 tokens (load ~3-4, medians of 9-11, 1 and 2 threads, Q4_K,
+     * Q5_K, Q6_K): f32 / int8 0.69-0.85 at 16 (the f32 tile), 1.44-2.38 at
+     * 17-32, 1.39-2.43 at 33-47 (less two stalled samples); f32 / step
+     * 1.03-1.76 at 17-47: the tiles from 17 */
     if (simd_avx512())
         return (int8_rule){ "avx512", MATMUL_INT8_AVX512_Q8_0, MATMUL_INT8_AVX512_Q4_0, MATMUL_INT8_AVX512_KQ,
                             MATMUL_STEP_AVX512_Q4_0, MATMUL_STEP_AVX512_KQ, false };
@@ -296,7 +287,12 @@ static int8_rule int8_rule_now(void)
      * 0.76-0.84 / 0.71-0.81 from 128 tokens; at 64 tokens Q4_K 1.33-2.87
      * / 1.31-1.64, Q5_K 1.41 / 0.69-1.24, Q6_K 1.17-1.33 / 1.00-1.17,
      * Q4_0 1.21-1.94 / 1.02-1.14; at 128 every K-quant 1.04-1.53, at 512
-     * 1.24-2.09; at 32 and below mixed (0.87-1.71 at 32, 0.1-0.8 at 2-8) */
+     * 1.24-2.09; at 32 and below mixed (0.87-1.71 at 32, 0.1-0.8 at 2-8).
+     * K-quants again at 16-63 tokens (load ~3-4, medians of 9-11, 2
+     * threads; 1 thread alike but noisier): AVX-VNNI f32 / int8 1.20-1.94
+     * at 17-63, AVX2 0.75-1.06 at 16, 1.13-1.78 at 17-32, 1.12-2.07 at
+     * 33-63; f32 / step 0.53-1.55, mostly below 1 past 20: the tiles from
+     * 17 */
     if (simd_vnni())
         return (int8_rule){ "avx-vnni", MATMUL_INT8_AVXVNNI_Q8_0, MATMUL_INT8_AVXVNNI_Q4_0, MATMUL_INT8_AVXVNNI_KQ,
                             MATMUL_STEP_AVX2_Q4_0, MATMUL_STEP_AVX2_KQ, false };
@@ -862,7 +858,8 @@ bool matmul_bf16_prompt(void)
     return m == MATMUL_BF16_ROUNDED || (m == MATMUL_BF16_AUTO && simd_bf16_dot());
 }
 
-const char *matmul_bf16_prompt_name(void)
+/* the BF16 prompt path and why */
+static const char *bf16_prompt_name(void)
 {
     const int m = bf16_prompt_mode();
     if (!matmul_bf16_prompt())
@@ -884,14 +881,37 @@ int matmul_f16_outer_max(void)
     return tile_limit(&mm_f16_outer_max, "HYSERVE_F16_PROMPT", MATMUL_F16_OUTER_MAX);
 }
 
-const char *matmul_f16_prompt_name(void)
+/* Written into the caller's buffer: the ready line and concurrent /info
+ * requests call this from different threads (a shared static buffer here
+ * was a data race). */
+void matmul_prompt_describe(uint32_t type, char *buf, size_t len)
 {
-    static char name[64];
-    const int m = matmul_f16_outer_max();
-    if (m == INT_MAX)
-        return "outer-product tile";
-    snprintf(name, sizeof name, "outer-product tile to %d tokens, sgemm past it", m);
-    return name;
+    if (!len)
+        return;
+    const char *tile = "rows x tokens tile";        /* F32 with AVX-512 */
+    int lim = matmul_f32_tile_max();
+    switch (type) {
+    case GGML_BF16:
+        snprintf(buf, len, "%s", bf16_prompt_name());
+        return;
+    case GGML_F16:
+        tile = "outer-product tile";
+        lim = matmul_f16_outer_max();
+        break;
+    case GGML_F32:
+        if (!simd_avx512()) {
+            tile = "tile";
+            lim = mm_small_max;
+        }
+        break;
+    default:
+        matmul_int8_prompt_describe(buf, len);
+        return;
+    }
+    if (lim == INT_MAX)
+        snprintf(buf, len, "%s", tile);
+    else
+        snprintf(buf, len, "%s to %d tokens, sgemm past it", tile, lim);
 }
 
 /* packed weights (panels.h): the outer-product kernel for one token and

@@ -62,24 +62,28 @@ enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO, MATMUL_INT8_STEP };
 #define MATMUL_KQ_PROMPT_MIN_TOK 32
 #define MATMUL_INT8_VNNI512_Q4_0 16
 /* AVX-512 without VNNI (Skylake-SP): vpmaddubsw tiles; Q8_0 off (its
- * int8 path is the decode-step kernel, slower than sgemm from 48 tokens) */
+ * int8 path is the decode-step kernel, slower than sgemm from 48 tokens);
+ * K-quants from 17 tokens, just past the f32 tile (small_max, 16), where
+ * the f32 path turns to sgemm on decoded tiles */
 #define MATMUL_INT8_AVX512_Q8_0 0
 #define MATMUL_INT8_AVX512_Q4_0 32
-#define MATMUL_INT8_AVX512_KQ 48
+#define MATMUL_INT8_AVX512_KQ 17
 /* AVX2 with AVX-VNNI (Alder Lake to Arrow Lake clients, Sierra Forest),
- * and AVX2 alone, against OpenBLAS's Haswell sgemm: Q8_0 off */
+ * and AVX2 alone, against OpenBLAS's Haswell sgemm: Q8_0 off; K-quants
+ * from 17 tokens as on AVX-512 */
 #define MATMUL_INT8_AVXVNNI_Q8_0 0
 #define MATMUL_INT8_AVXVNNI_Q4_0 64
-#define MATMUL_INT8_AVXVNNI_KQ 64
+#define MATMUL_INT8_AVXVNNI_KQ 17
 #define MATMUL_INT8_AVX2_Q8_0 0
 #define MATMUL_INT8_AVX2_Q4_0 64
-#define MATMUL_INT8_AVX2_KQ 64
+#define MATMUL_INT8_AVX2_KQ 17
 /* K-quant and Q4_0 prompts of 2 to this many tokens on the decode-step
  * kernels in auto (0: never): AVX512-VNNI, AVX-512, AVX2 with or without
  * AVX-VNNI. On AVX512-VNNI K-quant prompts past the f32 tile (small_max,
  * 16) and short of the int8 tiles take them too: sgemm on decoded tiles
  * at 17-31 tokens ran at 24-39 tok/s against 36-43 (bench model, one
- * thread). */
+ * thread). At the other levels the int8 tiles take K-quants from 17
+ * tokens (faster there than both sgemm and the step kernels). */
 #define MATMUL_STEP_VNNI512_Q4_0 4
 #define MATMUL_STEP_VNNI512_KQ 8
 #define MATMUL_STEP_AVX512_Q4_0 4
@@ -96,36 +100,31 @@ void matmul_set_int8_prompt(int mode);
  * where BF16 decode took vdpbf16ps (simd_bf16_dot, the start-up
  * measurement), else exact. The default is HYSERVE_BF16_PROMPT: "0"
  * exact, "1" rounded, unset or else auto. matmul_bf16_prompt(): whether
- * BF16 prompts round now; matmul_bf16_prompt_name(): the path and why,
- * for the ready line and /info. */
+ * BF16 prompts round now; matmul_prompt_describe(GGML_BF16, ...): the path
+ * and why, for the ready line and /info. */
 enum { MATMUL_BF16_EXACT, MATMUL_BF16_ROUNDED, MATMUL_BF16_AUTO };
 void matmul_set_bf16_prompt(int mode);
 bool matmul_bf16_prompt(void);
-const char *matmul_bf16_prompt_name(void);
 /* F16 prompts on weights in panels: the outer-product kernel (F16C
  * widening in registers, tiles of 32 rows x 12 tokens) up to
  * matmul_f16_outer_max() tokens, sgemm on panels decoded to f32 past it.
  * HYSERVE_F16_PROMPT: "tile" every length on the kernel, "sgemm" (or "0")
  * from small_max + 1 tokens on sgemm (as before), unset or else the measured
- * default (MATMUL_F16_OUTER_MAX). matmul_f16_prompt_name(): for the ready
- * line and /info. */
+ * default (MATMUL_F16_OUTER_MAX). */
 int matmul_f16_outer_max(void);
 /* Tests and benchmarks: set it (INT_MAX: every length on the kernel, 0:
  * small_max), -1: the default again. */
 void matmul_set_f16_outer_max(int n_tok);
-const char *matmul_f16_prompt_name(void);
 /* F32 products of 2 to matmul_f32_tile_max() tokens (prompts and decode
  * steps) take the AVX-512 rows x tokens tile, longer ones sgemm; without
  * AVX-512 the AVX2 tile to small_max. HYSERVE_F32_PROMPT: "tile" every
  * length on the tile, "sgemm" (or "0") sgemm from small_max + 1 (as
  * before), unset or else the measured default (MATMUL_F32_TILE_MAX).
  * matmul_set_f32_tile_max: tests and benchmarks (INT_MAX every length, 0
- * small_max, -1 the default again). matmul_f32_prompt_name(): for the
- * ready line and /info. */
+ * small_max, -1 the default again). */
 #define MATMUL_F32_TILE_MAX 128
 int matmul_f32_tile_max(void);
 void matmul_set_f32_tile_max(int n_tok);
-const char *matmul_f32_prompt_name(void);
 /* whether a prompt (not a decode step) of n_tok tokens on a weight of this
  * type multiplies on int8 activations now */
 bool matmul_int8_prompt(uint32_t type, int n_tok);
@@ -133,5 +132,16 @@ bool matmul_int8_prompt(uint32_t type, int n_tok);
  * "avx512-vnni tiles, Q8_0/Q4_0 from 2 tokens, K-quants from 32 tokens",
  * "off (HYSERVE_INT8_PROMPT=0)" */
 void matmul_int8_prompt_describe(char *buf, size_t len);
+/* The prompt path of a weight type now, in one phrase, into buf (cut to
+ * len - 1 bytes and terminated; nothing written when len is 0), for the
+ * ready line and /info: GGML_F32 "rows x tokens tile to 128 tokens, sgemm
+ * past it" (AVX2: "tile to 16 tokens, ..."), GGML_F16 "outer-product tile
+ * to 16 tokens, sgemm past it" (no limit: "outer-product tile"), GGML_BF16
+ * the path and why ("vdpbf16ps (as bf16 decode)"), other types
+ * matmul_int8_prompt_describe(). Safe to call from several threads (each
+ * writes only its own buf) while no thread changes the settings.
+ * MATMUL_PROMPT_NAME_LEN bytes hold every phrase. */
+#define MATMUL_PROMPT_NAME_LEN 160
+void matmul_prompt_describe(uint32_t type, char *buf, size_t len);
 
 #endif

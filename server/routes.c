@@ -1166,12 +1166,15 @@ static void info_add_container(cJSON *o, const server *srv)
     cJSON_AddNumberToObject(k, "model_file_bytes", (double)lim->model_file_bytes);
     cJSON_AddStringToObject(k, "kernels", engine_kernels_name());
     cJSON_AddStringToObject(k, "bf16_decode", engine_bf16_decode());
-    cJSON_AddStringToObject(k, "bf16_prompt", engine_bf16_prompt());
-    cJSON_AddStringToObject(k, "f16_prompt", engine_f16_prompt());
-    cJSON_AddStringToObject(k, "f32_prompt", engine_f32_prompt());
-    char int8[160];
-    engine_int8_prompt(int8, sizeof int8);
-    cJSON_AddStringToObject(k, "int8_prompt", int8);
+    char path[ENGINE_PROMPT_NAME_LEN];
+    engine_bf16_prompt(path, sizeof path);
+    cJSON_AddStringToObject(k, "bf16_prompt", path);
+    engine_f16_prompt(path, sizeof path);
+    cJSON_AddStringToObject(k, "f16_prompt", path);
+    engine_f32_prompt(path, sizeof path);
+    cJSON_AddStringToObject(k, "f32_prompt", path);
+    engine_int8_prompt(path, sizeof path);
+    cJSON_AddStringToObject(k, "int8_prompt", path);
 }
 
 static int h_info(http_req *hr)

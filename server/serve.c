@@ -370,9 +370,13 @@ int serve_main(int argc, char **argv)
         log_msg(LOG_ERROR, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
         goto out_engine;
     }
-    char budget[32], panels[96] = "", limits[400], int8[160];
+    char budget[32], panels[96] = "", limits[400], int8[ENGINE_PROMPT_NAME_LEN];
+    char bf16p[ENGINE_PROMPT_NAME_LEN], f16p[ENGINE_PROMPT_NAME_LEN], f32p[ENGINE_PROMPT_NAME_LEN];
     fmt_limits(&srv, limits, sizeof limits);
     engine_int8_prompt(int8, sizeof int8);
+    engine_bf16_prompt(bf16p, sizeof bf16p);
+    engine_f16_prompt(f16p, sizeof f16p);
+    engine_f32_prompt(f32p, sizeof f32p);
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     if (srv.info->weights_in_panels)
         snprintf(panels, sizeof panels, ", %d BF16/F16/Q8_0 matrices in 16-row panels", srv.info->weights_in_panels);
@@ -382,8 +386,7 @@ int serve_main(int argc, char **argv)
                     "replica %s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers, srv.info->n_dnet_layers,
             srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), engine_threads(),
-            engine_blas_core(), engine_kernels_name(), engine_bf16_decode(), engine_bf16_prompt(),
-            engine_f16_prompt(), engine_f32_prompt(), int8,
+            engine_blas_core(), engine_kernels_name(), engine_bf16_decode(), bf16p, f16p, f32p, int8,
             !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file", panels,
             limits, srv.replica[0] ? srv.replica : "(unnamed)");
     atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);

@@ -296,9 +296,10 @@ TEST(test_bf16_prompt_forms_within_bf16_rounding_of_the_reference)
         matmul_set_bf16_prompt(forms[f].mode);
         const bool rounded = forms[f].mode == MATMUL_BF16_ROUNDED;
         CHECK(matmul_bf16_prompt() == rounded);
-        CHECK_MSG(!strncmp(matmul_bf16_prompt_name(), !rounded ? "exact" : forms[f].dot ? "vdpbf16ps" : "bf16-rounded",
-                           5),
-                  "form %s: name %s", forms[f].name, matmul_bf16_prompt_name());
+        char name[MATMUL_PROMPT_NAME_LEN];
+        matmul_prompt_describe(GGML_BF16, name, sizeof name);
+        CHECK_MSG(!strncmp(name, !rounded ? "exact" : forms[f].dot ? "vdpbf16ps" : "bf16-rounded", 5),
+                  "form %s: name %s", forms[f].name, name);
         double dev = 0.0;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && !bad; s++)
             for (size_t t = 0; t < sizeof toks / sizeof toks[0] && !bad; t++) {

@@ -533,6 +533,59 @@ TEST(test_kernel_matmul_regimes_match_per_row_reference_dots)
     CHECK(!failed);
 }
 
+/* matmul_prompt_describe writes only the caller's buffer. The ready line
+ * and concurrent /info requests call it from different threads; the
+ * former matmul_f32_prompt_name() and matmul_f16_prompt_name() formatted
+ * into one static buffer each (a data race), so a second call changed the
+ * string a first caller still held, which this test's first check sees.
+ * Also: the phrases name the limit set; a short buffer gets a terminated
+ * prefix; len 0 writes nothing; BF16 names its path, other types the int8
+ * phrase. */
+TEST(test_kernel_prompt_descriptions_fill_the_callers_buffer)
+{
+    static const uint32_t types[] = { GGML_F32, GGML_F16 };
+    static const int lims[] = { 40, 72 };
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        char got[2][MATMUL_PROMPT_NAME_LEN], want[2][MATMUL_PROMPT_NAME_LEN];
+        for (int i = 0; i < 2; i++) {
+            /* F32 without AVX-512 takes the AVX2 tile to small_max */
+            const bool rows = types[t] == GGML_F32 && simd_avx512();
+            if (types[t] == GGML_F16)
+                matmul_set_f16_outer_max(lims[i]);
+            else if (rows)
+                matmul_set_f32_tile_max(lims[i]);
+            else
+                matmul_set_small_max(lims[i]);
+            matmul_prompt_describe(types[t], got[i], sizeof got[i]);
+            snprintf(want[i], sizeof want[i], "%s to %d tokens, sgemm past it",
+                     types[t] == GGML_F16 ? "outer-product tile" : rows ? "rows x tokens tile" : "tile", lims[i]);
+        }
+        matmul_set_small_max(16);
+        matmul_set_f16_outer_max(-1);
+        matmul_set_f32_tile_max(-1);
+        CHECK_MSG(!strcmp(got[0], want[0]), "type %u: first %s, want %s", types[t], got[0], want[0]);
+        CHECK_MSG(!strcmp(got[1], want[1]), "type %u: second %s, want %s", types[t], got[1], want[1]);
+        char cut[8];
+        memset(cut, 'x', sizeof cut);
+        matmul_prompt_describe(types[t], cut, sizeof cut);
+        CHECK(cut[7] == '\0' && !strncmp(cut, want[0], 7));
+        memset(cut, 'x', sizeof cut);
+        matmul_prompt_describe(types[t], cut, 0);
+        CHECK(cut[0] == 'x');
+    }
+    matmul_set_f16_outer_max(INT_MAX);
+    char name[MATMUL_PROMPT_NAME_LEN], int8[MATMUL_PROMPT_NAME_LEN];
+    matmul_prompt_describe(GGML_F16, name, sizeof name);
+    CHECK_MSG(!strcmp(name, "outer-product tile"), "%s", name);
+    matmul_set_f16_outer_max(-1);
+    matmul_prompt_describe(GGML_BF16, name, sizeof name);
+    CHECK_MSG(!strncmp(name, "exact", 5) || !strncmp(name, "vdpbf16ps", 9) || !strncmp(name, "bf16-rounded", 12),
+              "%s", name);
+    matmul_prompt_describe(GGML_Q8_0, name, sizeof name);
+    matmul_int8_prompt_describe(int8, sizeof int8);
+    CHECK_MSG(!strcmp(name, int8), "%s / %s", name, int8);
+}
+
 /* F32 prompts through matmul at the tile's default limit and with it
  * forced each way (every length on the tile; sgemm past small_max): within
  * the rounding bound of the per-row reference dots from 17 tokens (where
@@ -553,8 +606,10 @@ TEST(test_kernel_f32_prompts_take_the_tile_to_its_limit)
         const int lim = matmul_f32_tile_max();
         if (modes[m] >= 0 || !getenv("HYSERVE_F32_PROMPT"))     /* the default, unless the environment sets it */
             CHECK(lim == (modes[m] < 0 ? MATMUL_F32_TILE_MAX : modes[m] == 0 ? 16 : INT_MAX));
+        char name[MATMUL_PROMPT_NAME_LEN];
+        matmul_prompt_describe(GGML_F32, name, sizeof name);
         if (simd_avx512())
-            CHECK_MSG(!strncmp(matmul_f32_prompt_name(), "rows x tokens tile", 18), "%s", matmul_f32_prompt_name());
+            CHECK_MSG(!strncmp(name, "rows x tokens tile", 18), "%s", name);
         for (size_t k = 0; k < sizeof toks / sizeof toks[0] && !failed; k++)
             check_matmul(GGML_F32, N_IN, N_OUT, toks[k], &failed);
     }

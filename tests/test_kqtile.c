@@ -187,7 +187,7 @@ TEST(test_kqtile_products_equal_the_references_bit_for_bit_at_every_level)
 TEST(test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level)
 {
     enum { N = 512, NOUT = 70, TMAX = 80 };
-    static const int counts[] = { 2, 4, 5, 8, 9, 15, 16, 31, 32, 47, 48, 63, 64, 80 };
+    static const int counts[] = { 2, 4, 5, 8, 9, 15, 16, 17, 24, 31, 32, 47, 48, 63, 64, 80 };
     static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q4_0, GGML_Q8_0 };
     float *X = malloc(sizeof(float) * N * TMAX), *Y = malloc(sizeof(float) * NOUT * TMAX);
     float *Yf = malloc(sizeof(float) * NOUT * TMAX), *Yd = malloc(sizeof(float) * NOUT * TMAX);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "kernels/blas.h"
 #include "kernels/cpu.h"
 #include "kernels/panels.h"
 #include "kernels/quant.h"
@@ -248,7 +249,9 @@ TEST(test_panels_f16_prompt_takes_either_path_by_length)
     for (int f = 0; f < 2 && !bad; f++) {
         matmul_set_f16_outer_max(f ? 0 : INT_MAX);
         CHECK(matmul_f16_outer_max() == (f ? 16 : INT_MAX));
-        CHECK(!strncmp(matmul_f16_prompt_name(), "outer-product tile", 18));
+        char name[MATMUL_PROMPT_NAME_LEN];
+        matmul_prompt_describe(GGML_F16, name, sizeof name);
+        CHECK_MSG(!strncmp(name, "outer-product tile", 18), "%s", name);
         for (size_t t = 0; t < sizeof toks / sizeof toks[0] && !bad; t++)
             bad = check_products(GGML_F16, 48, 1030, toks[t], 0) || check_products(GGML_F16, 32, 34, toks[t], 0);
     }
@@ -314,20 +317,29 @@ out:
 
 /* A token's outputs on the outer-product kernel are the same bits alone
  * and in a decode step of any size (each output one chain of FMAs over
- * k, whatever the tile), so a sequence decodes the same in any batch. */
+ * k, whatever the tile), so a sequence decodes the same in any batch.
+ * On 2 threads (the weights are past the one-thread size), at every level
+ * the machine runs (the AVX512-VNNI kernel, the portable loop): Q8_0's
+ * one token and steps of up to 16 tokens of 1024 get their int8
+ * activations before the parallel region, 17 and 25 in shares inside it
+ * behind a barrier (panels.c, ACT_PREP_SERIAL): the same bits either way. */
 TEST(test_panels_decode_step_outputs_equal_each_token_alone)
 {
     static const uint32_t types[] = { GGML_BF16, GGML_F16, GGML_Q8_0 };
-    static const int toks[] = { 2, 3, 5, 6, 7, 12, 13, 25 };
-    enum { N_OUT = 80, N_IN = 1024, T_MAX = 25 };      /* 5 panels: pairs and a single */
+    static const int toks[] = { 2, 3, 5, 6, 7, 12, 13, 16, 17, 25 };
+    enum { N_OUT = 176, N_IN = 1024, T_MAX = 25 };     /* 11 panels: pairs and a single */
     uint16_t *rows = malloc(sizeof(uint16_t) * N_OUT * N_IN), *packed = aligned_alloc(64, 2 * N_OUT * N_IN);
     float *X = malloc(sizeof(float) * T_MAX * N_IN), *Y = malloc(sizeof(float) * T_MAX * N_OUT);
     weight q8w = { .type = GGML_Q8_0, .n_in = N_IN, .n_out = N_OUT };
     float *scratch = malloc(sizeof(float) * (size_t)panels_scratch_floats(&q8w, T_MAX));
     float one[N_OUT];
     CHECK(rows && packed && X && Y && scratch);
+    blas_set_threads(2);
     rng_state = 41;
-    for (size_t a = 0; a < 3 && rows && packed && X && Y && scratch; a++) {
+    const int n_runs = simd_avx512() ? 6 : 3;          /* the CPU's level, then the portable loop */
+    for (int run = 0; run < n_runs && rows && packed && X && Y && scratch; run++) {
+        const int a = run % 3;
+        simd_set_avx512(run < 3);
         const bool q8 = types[a] == GGML_Q8_0;
         uint8_t *q8r = q8 ? q8_rows(N_OUT, N_IN) : NULL;
         if (q8 && !q8r)
@@ -346,14 +358,16 @@ TEST(test_panels_decode_step_outputs_equal_each_token_alone)
             for (int t = 0; t < toks[c]; t++) {
                 panels_matmul(one, &w, X + (size_t)t * N_IN, 1, PANELS_DECODE, sc);
                 if (memcmp(one, Y + (size_t)t * N_OUT, sizeof one)) {
-                    CHECK_MSG(0, "type %u: token %d of a step of %d differs from the token alone", types[a], t,
-                              toks[c]);
+                    CHECK_MSG(0, "type %u, level %s: token %d of a step of %d differs from the token alone",
+                              types[a], simd_name(), t, toks[c]);
                     goto out;
                 }
             }
         }
     }
 out:
+    simd_set_avx512(true);
+    simd_set_bf16_dot(-1);
     free(rows);
     free(packed);
     free(X);

@@ -580,10 +580,10 @@ static int bf16_pass_tokens(const weight *w, int n_tok, long slot)
     return (int)((n_tok + passes - 1) / passes);
 }
 
-/* Activations rounded to bf16 before the parallel region up to this many
- * floats (4 tokens of 3584: a few microseconds), by shares inside it
- * (then a barrier) past it. */
-#define BF16_ROUND_SERIAL 16384
+/* Activations rounded to bf16, or quantized to int8 for Q8_0, before the
+ * parallel region up to this many floats (4 tokens of 3584: a few
+ * microseconds), by shares inside it (then a barrier) past it. */
+#define ACT_PREP_SERIAL 16384
 
 /* tokens [t0, t1) of X rounded to bf16: pairs for vdpbf16ps at xb + t n_in
  * (dp), else the rounded values as floats at xr + t n_in */
@@ -629,11 +629,13 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
         const q8_acts acts = int8 ? q8_acts_at(scratch, n_in, nc) : (q8_acts){ 0 };
         uint16_t *xb = (uint16_t *)(void *)scratch;     /* dp: token t's pairs at xb + t n_in */
         float *xr = scratch;                            /* bfa without dp: token t's rounded x at xr + t n_in */
-        /* A few tokens are rounded before the region: a barrier inside it
-         * costs more than the rounding (a one-token BF16 decode pays it in
-         * every product, ~100 a token). */
-        const bool round_first = bfa && (long)nc * n_in <= BF16_ROUND_SERIAL;
-        if (round_first)
+        /* A few tokens are rounded or quantized before the region: a
+         * barrier inside it costs more than the work (a one-token decode
+         * pays it in every product, ~100 a token). */
+        const bool prep_first = (int8 || bfa) && (long)nc * n_in <= ACT_PREP_SERIAL;
+        if (prep_first && int8)
+            q8_acts_fill(X + (size_t)c0 * n_in, n_in, 0, nc, acts);
+        else if (prep_first)
             bf16_round_tokens(X + (size_t)c0 * n_in, n_in, 0, nc, dp, xb, xr);
         /* units: pairs of panels from each weight's first (the kernels take
          * panels two at a time), handed out in chunks (share.h) */
@@ -643,10 +645,10 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
         #pragma omp parallel if (bytes >= 128 * 1024)
         {
             const int nt = omp_get_num_threads(), it = omp_get_thread_num();
-            if (int8) {                             /* each thread quantizes a share of the tokens */
+            if (int8 && !prep_first) {              /* each thread quantizes a share of the tokens */
                 q8_acts_fill(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, acts);
                 #pragma omp barrier
-            } else if (bfa && !round_first) {       /* or rounds a share to bf16 */
+            } else if (bfa && !prep_first) {        /* or rounds a share to bf16 */
                 bf16_round_tokens(X + (size_t)c0 * n_in, n_in, nc * it / nt, nc * (it + 1) / nt, dp, xb, xr);
                 #pragma omp barrier
             }
