@@ -638,7 +638,8 @@ void panels_matmul_many(int n, float *const *Y, const weight *const *W, const fl
         else if (prep_first)
             bf16_round_tokens(X + (size_t)c0 * n_in, n_in, 0, nc, dp, xb, xr);
         /* units: pairs of panels from each weight's first (the kernels take
-         * panels two at a time), handed out in chunks (share.h) */
+         * panels two at a time): each thread claims its share in chunks and
+         * the idle steal from the busiest (share.h) */
         share sh;
         share_init(&sh, units, share_min_units(2 * PANEL_ROWS * W[0]->row_bytes),
                    bytes >= 128 * 1024 ? omp_get_max_threads() : 1);
