@@ -378,7 +378,7 @@ void matmul_int8_prompt_describe(char *buf, size_t len)
 
 /* true when a short prompt of n_tok tokens on a K-quant or Q4_0 weight
  * takes the decode-step kernels (matmul_kq_act_chunk): each weight row is
- * unpacked in registers once per 4 tokens instead of decoded to f32 or
+ * unpacked in registers once per 8 tokens instead of decoded to f32 or
  * into a tile, so a few tokens cost little more than one; each token gets
  * the one-token product's bits (its activations quantized per block, as
  * the reference's int8 mode computes). */
@@ -720,14 +720,15 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
 /* K-quant and Q4_0 decode steps on int8 activations (kq_act): each
  * thread quantizes a share of the tokens, then takes a contiguous share of
  * the rows. With AVX-512 each K-quant row's super-blocks are unpacked once
- * per 4 tokens (cpu_kern.dot_kq_act_tokens); otherwise each row is dotted
+ * per 8 tokens (cpu_kern.dot_kq_act_tokens); otherwise each row is dotted
  * with every token while it is in L1 by the one-token kernel. Either way a
  * token gets the one-token product's bits. At most Q8_ACT_MAX_TOK tokens
  * per call (act8_bytes each, about 1.2 n_in: within the small-batch
  * scratch). Measured (one thread, CPU time, 14336 x 1024 Q4_K, medians of
  * 9) per-token dots against the f32 tile on rows decoded on AVX2: 2
  * tokens 1.22 / 2.45 ms, 4: 2.47 / 2.87, 16: 9.89 / 5.66; with the
- * weights unpacked once per 4 tokens (AVX-512) 2: 1.41, 4: 1.90, 16: 7.69
+ * weights unpacked once per 4 tokens (AVX-512, before the groups of 8 of
+ * simd_kquant.c) 2: 1.41, 4: 1.90, 16: 7.69
  * (Q6_K 1.22 / 3.38, 1.80 / 3.76, 7.49 / 6.66). Past ~8 tokens the f32
  * tile would be faster, but a sequence's bits would then depend on its
  * batch (docs/performance.md section 2). */

@@ -53,7 +53,7 @@ void matmul_set_small_max(int n_tok);
  * has the measurements). The default is HYSERVE_INT8_PROMPT: "0" off,
  * "1" on, unset or else auto. In auto, K-quant and Q4_0 prompts shorter
  * than the tiles' threshold take the decode-step kernels (each token's
- * dots as for one token, the row unpacked in registers once per 4 tokens)
+ * dots as for one token, the row unpacked in registers once per 8 tokens)
  * up to the MATMUL_STEP_* counts below, where those were measured faster
  * than the f32 path; MATMUL_INT8_STEP (bench/int8_ab.c) forces them at
  * every prompt length. */
