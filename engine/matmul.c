@@ -367,10 +367,15 @@ void matmul_int8_prompt_describe(char *buf, size_t len)
     }
     k += int8_from(buf + k, len - (size_t)k, ", K-quants", r.kq);
     char gap[32] = "";
-    if (r.kq_step_gap && r.kq > mm_small_max + 1)
-        snprintf(gap, sizeof gap, " and %d-%d", mm_small_max + 1, r.kq - 1);
+    int kq_upto = r.kq_step;
+    if (r.kq_step_gap && r.kq > mm_small_max + 1) {
+        if (r.kq_step >= mm_small_max)      /* one range: 2 to the int8 tiles */
+            kq_upto = r.kq - 1;
+        else
+            snprintf(gap, sizeof gap, " and %d-%d", mm_small_max + 1, r.kq - 1);
+    }
     if (r.kq_step > 1 && (size_t)k < len)
-        k += snprintf(buf + k, len - (size_t)k, "; decode-step kernels for K-quants of 2-%d%s tokens", r.kq_step, gap);
+        k += snprintf(buf + k, len - (size_t)k, "; decode-step kernels for K-quants of 2-%d%s tokens", kq_upto, gap);
     if (r.q4_0_step > 1 && k >= 0 && (size_t)k < len)
         snprintf(buf + k, len - (size_t)k, "%s Q4_0 of 2-%d", r.kq_step > 1 ? "," : "; decode-step kernels for",
                  r.q4_0_step);
