@@ -382,17 +382,18 @@ AVX2 void avx2_dequant_kq(uint32_t type, const void *src, float *dst, int n)
  * copy (no branch in the loop). Every token runs the same arithmetic, so
  * a token gets the same bits in any group (the decode steps) as alone.
  * Instructions per super-block of the one-token AVX512-VNNI loop (objdump,
- * the loop body): Q4_K 79 -> 52, Q5_K 98 -> 62, Q6_K 67 -> 50 against the
+ * the loop body): Q4_K 79 -> 51, Q5_K 98 -> 61, Q6_K 67 -> 50 against the
  * kernel this replaced (two 32-byte activation loads and a vinserti64x4
  * per register, index adds, the type branch, scalar scale products).
  * Weight GB/s, one thread pinned, 1024-element rows, hyserve-kq-rows
- * alternating old / new, medians of 9 per run, three runs, load 3.6-4.2:
- * rows in L2 Q4_K 25.6-28.7 -> 30.3-34.9, Q5_K 25.2-25.4 -> 31.2-34.5,
- * Q6_K 43.7-44.0 -> 45.3-51.4; from memory Q4_K 22.8-23.3 -> 24.9-27.8,
- * Q5_K 22.7-24.1 -> 24.6-27.9. Decode steps (weights GB/s, each token's
- * work on top): 4 tokens Q4_K 4.9-5.2 -> 12.7-13.8, Q6_K 7.4-7.8 ->
- * 19.1-19.2; 8 tokens Q4_K 1.2-2.5 -> 6.5-6.7, Q6_K 2.8-3.7 -> 9.6-9.8
- * (the old body held its 4 tokens' w, sc and accumulators in memory). */
+ * alternating old / new binaries, three runs of medians of 9, load 2.9,
+ * median of the runs (range): rows in L2 Q4_K 28.4 -> 35.0 (30.6-35.1),
+ * Q5_K 25.3 -> 34.7 (30.9-34.7), Q6_K 43.2 -> 44.7 (44.4-51.8); from
+ * memory Q4_K 17.8 -> 28.9 (21.7-29.4), Q5_K and Q6_K within the noise
+ * (22-34 both). Decode steps, weights GB/s in L2 (each token's work on
+ * top): 4 tokens Q4_K 3.6 -> 13.4, Q6_K 7.9 -> 19.0; 8 tokens Q4_K 2.0 ->
+ * 6.8, Q6_K 3.4 -> 9.8; 16 tokens Q4_K 1.0 -> 2.9 (the old body held its
+ * 4 tokens' w, sc and accumulators in memory). */
 #define INLINE512 AVX512 static inline __attribute__((always_inline))
 /* the loops over registers and tokens, unrolled so the arrays stay in registers (-O2 does not) */
 #define KQ_UNROLL _Pragma("GCC unroll 8")
@@ -481,8 +482,7 @@ INLINE512 void kq512_unpack(const uint32_t type, const void *row, int i, kq512_s
                              (s).sc[k_]);                                                                    \
         const __m256i msum_ = _mm256_madd_epi16((s).mv, _mm256_loadu_si256((const __m256i *)(bsb)));         \
         const __m128 f_ = _mm_mul_ps((s).dw, _mm_set1_ps(dx));             /* [d_x d, d_x dmin] */          \
-        const __m256 fm_ = (q6) ? _mm256_broadcastss_ps(_mm_mul_ss(f_, _mm_set_ss(32.0f)))                  \
-                                : _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(f_));    \
+        const __m256 fm_ = _mm256_broadcastss_ps((q6) ? _mm_mul_ss(f_, _mm_set_ss(32.0f)) : _mm_movehdup_ps(f_)); \
         (acc) = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi_), _mm512_broadcastss_ps(f_), (acc));                 \
         (accm) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum_), fm_, (accm));                                     \
     } while (0)
