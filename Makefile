@@ -183,6 +183,11 @@ $(BUILD)/bench/hyserve-int8-ab: bench/int8_ab.c $(ENGINE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# the K-quant decode kernels alone, one thread, rows in L2 and from memory (bench/kq_rows.c)
+$(BUILD)/bench/hyserve-kq-rows: bench/kq_rows.c $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
 bench-int8: $(BUILD)/bench/hyserve-int8-ab ## int8 vs f32 prompt products per kernel level (matmul.c's int8 thresholds)
 	@for l in avx512-vnni avx512; do $< -l $$l; done
 	@for l in avx2+vnni avx2; do OPENBLAS_CORETYPE=Haswell $< -l $$l; done

@@ -371,10 +371,15 @@ void matmul_int8_prompt_describe(char *buf, size_t len)
     }
     k += int8_from(buf + k, len - (size_t)k, ", K-quants", r.kq);
     char gap[32] = "";
-    if (r.kq_step_gap && r.kq > mm_small_max + 1)
-        snprintf(gap, sizeof gap, " and %d-%d", mm_small_max + 1, r.kq - 1);
+    int kq_upto = r.kq_step;
+    if (r.kq_step_gap && r.kq > mm_small_max + 1) {
+        if (r.kq_step >= mm_small_max)      /* one range: 2 to the int8 tiles */
+            kq_upto = r.kq - 1;
+        else
+            snprintf(gap, sizeof gap, " and %d-%d", mm_small_max + 1, r.kq - 1);
+    }
     if (r.kq_step > 1 && (size_t)k < len)
-        k += snprintf(buf + k, len - (size_t)k, "; decode-step kernels for K-quants of 2-%d%s tokens", r.kq_step, gap);
+        k += snprintf(buf + k, len - (size_t)k, "; decode-step kernels for K-quants of 2-%d%s tokens", kq_upto, gap);
     if (r.q4_0_step > 1 && k >= 0 && (size_t)k < len)
         snprintf(buf + k, len - (size_t)k, "%s Q4_0 of 2-%d", r.kq_step > 1 ? "," : "; decode-step kernels for",
                  r.q4_0_step);
@@ -382,7 +387,7 @@ void matmul_int8_prompt_describe(char *buf, size_t len)
 
 /* true when a short prompt of n_tok tokens on a K-quant or Q4_0 weight
  * takes the decode-step kernels (matmul_kq_act_chunk): each weight row is
- * unpacked in registers once per 4 tokens instead of decoded to f32 or
+ * unpacked in registers once per 8 tokens instead of decoded to f32 or
  * into a tile, so a few tokens cost little more than one; each token gets
  * the one-token product's bits (its activations quantized per block, as
  * the reference's int8 mode computes). */
@@ -739,15 +744,17 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
 
 /* K-quant and Q4_0 decode steps on int8 activations (kq_act): each
  * thread quantizes a share of the tokens, then takes its share of the
- * rows and steals from the busiest (share.h). With AVX-512 each K-quant row's super-blocks are unpacked once
- * per 4 tokens (cpu_kern.dot_kq_act_tokens); otherwise each row is dotted
+ * rows and steals from the busiest (share.h). With AVX-512 each K-quant
+ * row's super-blocks are unpacked once per 8 tokens
+ * (cpu_kern.dot_kq_act_tokens); otherwise each row is dotted
  * with every token while it is in L1 by the one-token kernel. Either way a
  * token gets the one-token product's bits. At most Q8_ACT_MAX_TOK tokens
  * per call (act8_bytes each, about 1.2 n_in: within the small-batch
  * scratch). Measured (one thread, CPU time, 14336 x 1024 Q4_K, medians of
  * 9) per-token dots against the f32 tile on rows decoded on AVX2: 2
  * tokens 1.22 / 2.45 ms, 4: 2.47 / 2.87, 16: 9.89 / 5.66; with the
- * weights unpacked once per 4 tokens (AVX-512) 2: 1.41, 4: 1.90, 16: 7.69
+ * weights unpacked once per 4 tokens (AVX-512, before the groups of 8 of
+ * simd_kquant.c) 2: 1.41, 4: 1.90, 16: 7.69
  * (Q6_K 1.22 / 3.38, 1.80 / 3.76, 7.49 / 6.66). Past ~8 tokens the f32
  * tile would be faster, but a sequence's bits would then depend on its
  * batch (docs/performance.md section 2). */

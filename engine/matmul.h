@@ -53,7 +53,7 @@ void matmul_set_small_max(int n_tok);
  * has the measurements). The default is HYSERVE_INT8_PROMPT: "0" off,
  * "1" on, unset or else auto. In auto, K-quant and Q4_0 prompts shorter
  * than the tiles' threshold take the decode-step kernels (each token's
- * dots as for one token, the row unpacked in registers once per 4 tokens)
+ * dots as for one token, the row unpacked in registers once per 8 tokens)
  * up to the MATMUL_STEP_* counts below, where those were measured faster
  * than the f32 path; MATMUL_INT8_STEP (bench/int8_ab.c) forces them at
  * every prompt length. */
@@ -82,12 +82,22 @@ enum { MATMUL_INT8_OFF, MATMUL_INT8_ON, MATMUL_INT8_AUTO, MATMUL_INT8_STEP };
  * AVX-VNNI. On AVX512-VNNI K-quant prompts past the f32 tile (small_max,
  * 16) and short of the int8 tiles take them too: sgemm on decoded tiles
  * at 17-31 tokens ran at 24-39 tok/s against 36-43 (bench model, one
- * thread). At the other levels the int8 tiles take K-quants from 17
- * tokens (faster there than both sgemm and the step kernels). */
+ * thread). Since the decode-step kernels share each unpack among 8
+ * tokens (simd_kquant.c) they beat the f32 tile up to 16 tokens too:
+ * hyserve-int8-ab, one thread, f32 / step on the two MLP shapes, Q4_K
+ * and Q6_K, AVX512-VNNI 12 tokens 1.8-2.8, 16: 1.5-1.7 (the old kernels
+ * 0.65-0.90); AVX-512 12: 1.8-2.1, 16: 1.5-1.7. Whole engine, Q4_K_M,
+ * AVX512-VNNI, auto (the f32 tile) against step: one thread 9 tokens
+ * 26-29 -> 57-64 tok/s, 12: 30-33 -> 60-67, 16: 35-36 -> 58-63; two
+ * threads 12: 21-24 -> 28-30, 16: 25-28 -> 31-34, and 32 tokens (the
+ * int8 tiles) 32-37 -> 45. At the other levels the int8 tiles take
+ * K-quants from 17 tokens (faster there than both sgemm and the old
+ * step kernels; AVX-512 thus runs the step kernels at 2-16 tokens and
+ * the int8 tiles from 17). */
 #define MATMUL_STEP_VNNI512_Q4_0 4
-#define MATMUL_STEP_VNNI512_KQ 8
+#define MATMUL_STEP_VNNI512_KQ 16
 #define MATMUL_STEP_AVX512_Q4_0 4
-#define MATMUL_STEP_AVX512_KQ 4
+#define MATMUL_STEP_AVX512_KQ 16
 #define MATMUL_STEP_AVX2_Q4_0 4
 #define MATMUL_STEP_AVX2_KQ 4
 void matmul_set_int8_prompt(int mode);

@@ -278,6 +278,64 @@ TEST(test_kquant_decode_steps_equal_one_token_each_at_every_level)
     free(X); free(Y); free(R); free(scratch);
 }
 
+/* The AVX-512 decode-step kernels share each super-block's unpack among
+ * groups of up to 8 tokens (simd_kquant.c, KQ512_GROUP): every count of
+ * 1-19 tokens (one group, a full group plus a partial one, two full plus
+ * a partial), each type, each 512-bit family the CPU runs, must give token
+ * t exactly the one-token kernel's bits on token t's activations. */
+TEST(test_kquant_avx512_token_groups_give_each_token_its_one_token_bits)
+{
+    enum { N = 512, NT = 19 };
+    static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+    if (!simd_avx512()) {
+        fprintf(stderr, "  (skipped: no AVX-512 on this CPU)\n");
+        return;
+    }
+    static int8_t q[NT][N];
+    static float x[N], d[NT][N / 256];
+    static int16_t b[NT][N / 16];
+    static uint8_t row[N / 256 * 210];
+    const int8_t *qp[NT];
+    const float *dp[NT];
+    const int16_t *bp[NT];
+    for (int t = 0; t < NT; t++) {
+        kqb_rng = 900u + (uint32_t)t;
+        kq_random_x(x, N, t);
+        kqb_quantize(GGML_Q4_K, x, N, q[t], d[t], b[t]);
+        qp[t] = q[t];
+        dp[t] = d[t];
+        bp[t] = b[t];
+    }
+    int bad = 0;
+    for (int fam = 0; fam < 2 && !bad; fam++) {
+        if (fam == 1 && !simd_avx512_vnni()) {
+            fprintf(stderr, "  (skipped: AVX512-VNNI, not on this CPU)\n");
+            break;
+        }
+        float (*one)(uint32_t, const void *, const int8_t *, const float *, const int16_t *, int) =
+            fam ? avx512_dot_kq_act_vnni : avx512_dot_kq_act;
+        void (*steps)(uint32_t, const void *, int, const int8_t *const *, const float *const *,
+                      const int16_t *const *, int, float *, long) =
+            fam ? avx512_dot_kq_act_tokens_vnni : avx512_dot_kq_act_tokens;
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0] && !bad; ti++)
+            for (int nt = 1; nt <= NT && !bad; nt++) {
+                kqb_rng = 31u * (uint32_t)nt + (uint32_t)ti;
+                kqb_random_row(types[ti], row, N, nt);
+                float y[2 * NT];
+                steps(types[ti], row, N, qp, dp, bp, nt, y, 2);
+                for (int t = 0; t < nt && !bad; t++) {
+                    const float r = one(types[ti], row, q[t], d[t], b[t], N);
+                    if (memcmp(&r, &y[2 * t], sizeof r)) {
+                        test_fail(__FILE__, __LINE__, "family %d type %u, %d tokens: token %d %.9g, alone %.9g", fam,
+                                  types[ti], nt, t, y[2 * t], r);
+                        bad = 1;
+                    }
+                }
+            }
+    }
+    CHECK(!bad);
+}
+
 /* A Q4_K_M/Q5_K_M layer mixes K-quant types in one group of products of
  * the same input (the DeltaNet's Q5_K qkv with Q4_K gates, QKV with a Q6_K
  * V): matmul_many runs such a group as one pass on one quantization of

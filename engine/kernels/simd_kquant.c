@@ -25,6 +25,7 @@
 
 #include <immintrin.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ggml_type.h"
@@ -355,220 +356,215 @@ AVX2 void avx2_dequant_kq(uint32_t type, const void *src, float *dst, int n)
 #define MADD_ACC_PLAIN(acc, p, s) _mm512_add_epi32((acc), _mm512_madd_epi16((p), (s)))
 #define MADD_ACC_VNNI(acc, p, s) _mm512_dpwssd_epi32((acc), (p), (s))
 
-/* two 32-byte halves of activations, lo at a and hi at b */
-#define LOAD2X256(a, b) \
-    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a))), \
-                       _mm256_loadu_si256((const __m256i *)(b)), 1)
-
-/* Q4_K/Q5_K, one register per pair of sub-blocks: the 64 bytes qs[0..64)
- * hold sub-blocks 0 and 2 in their low nibbles (elements [0, 32) and
- * [64, 96)) and 1 and 3 in their high ones; qs[64..128) the same for 4-7.
- * Each register's int16 pairs take a scale vector [sc_a x16 | sc_b x16]
- * (vpermw from the unpacked scales); the mins [mn_s, mn_s] per 16-element
- * bsum go through one vpmaddwd on 256 bits. Q5_K's high bits: qh[l] bit
- * s is bit 4 of element 32s + l, so [qh | qh >> 2] lines them up with the
- * pairs (0|2), shifted right by 1, 4, 5 with (1|3), (4|6), (5|7).
- * Q6_K: register 2h holds elements 128h + [0, 64) (low nibbles of ql,
- * qh bits 0-1 | 2-3), 2h + 1 elements 128h + [64, 128) (high nibbles,
- * bits 4-5 | 6-7); scales per 16 elements, [s x8, s' x8, ..] by vpermw.
- * Each super-block's weights are unpacked once into w[4], sc[4] and then
- * dotted with up to 4 tokens (decode steps); a token's arithmetic is the
- * same whatever the group, so one token alone gives the same bits.
- * Activation register k of a token is its bytes [o[k][0], +32) and
- * [o[k][1], +32). */
-/* Q4_K/Q5_K super-block i of a row: its 8 scales and 8 mins as the int16
- * lanes 0..15 of *scm, Q5_K's [qh | qh >> 2] in *H (zeros for Q4_K), the
- * half-precision d and dmin as floats; returns qs. */
+/* ---- K-quants on 512 bits ----
+ * Each super-block is unpacked once into four registers w[k] holding the
+ * unsigned weights of 64 consecutive elements, 64k + [0, 64), so a
+ * token's activations are four plain 64-byte loads, and int16 scale
+ * vectors sc[k], one scale per product pair of vpmaddubsw:
+ * - Q4_K/Q5_K: elements 64k + [0, 32) are the low nibbles of
+ *   qs[32k..32k+32) (sub-block 2k), 64k + [32, 64) their high nibbles
+ *   (sub-block 2k + 1): the 32 bytes broadcast to both halves (a load,
+ *   no shuffle), the high half shifted right by 4 (vpsrlvw by [0 | 4]),
+ *   one AND. Q5_K's bit 4 of element 32s + l is bit s of qh[l]: [qh | qh]
+ *   (one broadcast) shifted per half so bits 2k | 2k + 1 land on bit 4,
+ *   then one vpternlogd, w | (that & 16).
+ *   sc[k] = [sc_2k x16 | sc_2k+1 x16] by vpermw of the unpacked scales
+ *   with a constant index; the mins [mn0 mn0 mn1 mn1 .. mn7 mn7] meet the
+ *   16 bsums in one 256-bit vpmaddwd.
+ * - Q6_K: the low nibbles of ql[64h..64h+64) are elements 128h + [0, 64),
+ *   the high ones 128h + [64, 128); bits 4-5 of element 128h + 32c + l
+ *   are bits 2c, 2c+1 of qh[32h + l]. H = [qh | qh >> 2] & 0x33 holds
+ *   them at bits 0-1 (c = 0, 1) and 4-5 (c = 2, 3), so
+ *   w[2h] = m4 ? ql : H << 4 and w[2h+1] = m4 ? ql >> 4 : H, each one
+ *   vpternlogd bit select. sc[k] = [s_4k x8, .., s_4k+3 x8] by vpermw.
+ * The super-block's [d, dmin] are converted by one vcvtph2ps and scaled by
+ * each token's d_x in one vmulps. The type is a constant of each inlined
+ * copy (no branch in the loop). Every token runs the same arithmetic, so
+ * a token gets the same bits in any group (the decode steps) as alone.
+ * Instructions per super-block of the one-token AVX512-VNNI loop (objdump,
+ * the loop body): Q4_K 79 -> 51, Q5_K 98 -> 61, Q6_K 67 -> 50 against the
+ * kernel this replaced (two 32-byte activation loads and a vinserti64x4
+ * per register, index adds, the type branch, scalar scale products).
+ * Weight GB/s, one thread pinned, 1024-element rows, hyserve-kq-rows
+ * alternating old / new binaries, three runs of medians of 9, load 2.9,
+ * median of the runs (range): rows in L2 Q4_K 28.4 -> 35.0 (30.6-35.1),
+ * Q5_K 25.3 -> 34.7 (30.9-34.7), Q6_K 43.2 -> 44.7 (44.4-51.8); from
+ * memory Q4_K 17.8 -> 28.9 (21.7-29.4), Q5_K and Q6_K within the noise
+ * (22-34 both). Decode steps, weights GB/s in L2 (each token's work on
+ * top): 4 tokens Q4_K 3.6 -> 13.4, Q6_K 7.9 -> 19.0; 8 tokens Q4_K 2.0 ->
+ * 6.8, Q6_K 3.4 -> 9.8; 16 tokens Q4_K 1.0 -> 2.9 (the old body held its
+ * 4 tokens' w, sc and accumulators in memory). */
 #define INLINE512 AVX512 static inline __attribute__((always_inline))
+/* the loops over registers and tokens, unrolled so the arrays stay in registers (-O2 does not) */
+#define KQ_UNROLL _Pragma("GCC unroll 8")
 
-INLINE512 const uint8_t *kq512_head45(const void *row, int i, bool five, __m512i *scm, __m512i *H, float *d,
-                                      float *dmin)
+/* one super-block unpacked (kq512_unpack): owned by the caller's registers */
+typedef struct {
+    __m512i w[4];               /* unsigned weights of elements 64k + [0, 64) */
+    __m512i sc[4];              /* int16 scale of each product pair of w[k] */
+    __m256i mv;                 /* int16 against the 16 bsums: Q4_K/Q5_K's mins paired, Q6_K's scales */
+    __m128 dw;                  /* [d, dmin, ..] as floats (Q6_K: [d, ..]) */
+} kq512_sb;
+
+#define R8(v) v, v, v, v, v, v, v, v
+#define R16(v) R8(v), R8(v)
+/* vpermw indices of sc[k]: Q4_K/Q5_K words [2k x16 | 2k+1 x16] of [sc0..sc7 | mn0..mn7];
+ * Q6_K [4k x8, 4k+1 x8, 4k+2 x8, 4k+3 x8] of the 16 scales */
+static const uint16_t kq512_idx45[4][32] __attribute__((aligned(64))) = {
+    { R16(0), R16(1) }, { R16(2), R16(3) }, { R16(4), R16(5) }, { R16(6), R16(7) } };
+static const uint16_t kq512_idx6[4][32] __attribute__((aligned(64))) = {
+    { R8(0), R8(1), R8(2), R8(3) }, { R8(4), R8(5), R8(6), R8(7) },
+    { R8(8), R8(9), R8(10), R8(11) }, { R8(12), R8(13), R8(14), R8(15) } };
+#undef R8
+#undef R16
+
+INLINE512 void kq512_unpack(const uint32_t type, const void *row, int i, kq512_sb *s)
 {
-    const blk_q4_k *b4 = (const blk_q4_k *)row + i;
-    const blk_q5_k *b5 = (const blk_q5_k *)row + i;
-    *scm = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(kq_scales_v(five ? b5->scales : b4->scales)));
-    *H = _mm512_setzero_si512();
-    if (five) {
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)b5->qh);
-        *H = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    if (type == GGML_Q6_K) {
+        const blk_q6_k *b = (const blk_q6_k *)row + i;
+        const __m512i m33 = _mm512_set1_epi8(0x33);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        KQ_UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m512i l = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
+            __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+            H = _mm512_and_si512(_mm512_mask_srli_epi16(H, 0xffff0000u, H, 2), m33);    /* [qh | qh >> 2] & 0x33 */
+            s->w[2 * h] = _mm512_ternarylogic_epi32(l, _mm512_slli_epi16(H, 4), m4, 0xe4);          /* m4 ? l : H << 4 */
+            s->w[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), H, m4, 0xe4);     /* m4 ? l >> 4 : H */
+        }
+        KQ_UNROLL
+        for (int k = 0; k < 4; k++)
+            s->sc[k] = _mm512_permutexvar_epi16(_mm512_load_si512((const void *)kq512_idx6[k]),
+                                                _mm512_castsi256_si512(s16));
+        s->mv = s16;
+        s->dw = _mm_set_ss(H2F(b->d));
+    } else {
+        const bool five = type == GGML_Q5_K;
+        const blk_q4_k *b4 = (const blk_q4_k *)row + i;
+        const blk_q5_k *b5 = (const blk_q5_k *)row + i;
+        const uint8_t *qs = five ? b5->qs : b4->qs;
+        const __m256i sm = _mm256_cvtepu8_epi16(kq_scales_v(five ? b5->scales : b4->scales));  /* sc0..7 mn0..7 */
+        const __m512i sh4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  /* [0 x16 | 4 x16] */
+        const __m512i Hb = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b5->qh))
+                                : _mm512_setzero_si512();                                   /* [qh | qh] */
+        KQ_UNROLL
+        for (int k = 0; k < 4; k++) {
+            __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * k)));
+            x = _mm512_and_si512(_mm512_srlv_epi16(x, sh4), m4);                            /* [lo | hi] nibbles */
+            if (five) {             /* bits 2k | 2k + 1 of qh to bit 4: shifts of [4 | 3], [2 | 1], [0 | -1], [-2 | -3] */
+                const __m512i c = _mm512_inserti64x4(_mm512_set1_epi16((short)abs(4 - 2 * k)),
+                                                     _mm256_set1_epi16((short)abs(3 - 2 * k)), 1);
+                const __m512i hk = k < 2 ? _mm512_sllv_epi16(Hb, c) : _mm512_srlv_epi16(Hb, c);
+                x = _mm512_ternarylogic_epi32(x, hk, _mm512_set1_epi8(16), 0xf8);         /* x | (hk & 16) */
+            }
+            s->w[k] = x;
+            s->sc[k] = _mm512_permutexvar_epi16(_mm512_load_si512((const void *)kq512_idx45[k]),
+                                                _mm512_castsi256_si512(sm));
+        }
+        s->mv = _mm256_permutexvar_epi16(_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+                                         sm);
+        uint32_t h2;
+        memcpy(&h2, five ? (const void *)b5 : (const void *)b4, 4);     /* d, dmin: the first 4 bytes */
+        s->dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)h2));
     }
-    *d = H2F(five ? b5->d : b4->d);
-    *dmin = H2F(five ? b5->dmin : b4->dmin);
-    return five ? b5->qs : b4->qs;
 }
 
-/* the weights of sub-blocks 4h + (0|2) (*lo) and 4h + (1|3) (*hi) */
-INLINE512 void kq512_w45(const uint8_t *qs, __m512i H, int h, bool five, __m512i *lo, __m512i *hi)
-{
-    const __m512i m4 = _mm512_set1_epi8(15), one = _mm512_set1_epi8(1);
-    const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
-    *lo = _mm512_and_si512(v, m4);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    if (five) {
-        *lo = _mm512_or_si512(*lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 * h), one), 4));
-        *hi = _mm512_or_si512(*hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 * h + 1), one), 4));
-    }
-}
+/* token t's part of super-block i: the exact int32 sums sum_k sc[k] . (w[k] q)
+ * and mv . bsums, scaled by d_x d (acc) and d_x dmin, or 32 d_x d for Q6_K
+ * (accm, subtracted at the end) */
+#define KQ512_TOKEN(MADD_ACC, q6, s, qb, bsb, dx, acc, accm)                                                  \
+    do {                                                                                                     \
+        __m512i sumi_ = _mm512_madd_epi16(_mm512_maddubs_epi16((s).w[0], _mm512_loadu_si512((const void *)(qb))), \
+                                          (s).sc[0]);                                                        \
+        KQ_UNROLL for (int k_ = 1; k_ < 4; k_++)                                                                     \
+            sumi_ = MADD_ACC(sumi_, _mm512_maddubs_epi16((s).w[k_], _mm512_loadu_si512((const void *)((qb) + 64 * k_))), \
+                             (s).sc[k_]);                                                                    \
+        const __m256i msum_ = _mm256_madd_epi16((s).mv, _mm256_loadu_si256((const __m256i *)(bsb)));         \
+        const __m128 f_ = _mm_mul_ps((s).dw, _mm_set1_ps(dx));             /* [d_x d, d_x dmin] */          \
+        const __m256 fm_ = _mm256_broadcastss_ps((q6) ? _mm_mul_ss(f_, _mm_set_ss(32.0f)) : _mm_movehdup_ps(f_)); \
+        (acc) = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi_), _mm512_broadcastss_ps(f_), (acc));                 \
+        (accm) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum_), fm_, (accm));                                     \
+    } while (0)
 
-/* One token (decode): the same arithmetic as KQ512_TOKENS_BODY with n_tok 1
- * (the same bits), written for one token: measured 2x faster there than the
- * token loop (one thread, CPU time, Q4_K 11.0 against 5.3 GB/s). */
-#define KQ512_BODY(MADD_ACC)                                                                              \
-    const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);                                       \
-    const __m512i i02 = _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,        \
-                                         0x0002000200020002, 0, 0, 0, 0);                                    \
-    const __m512i i_step = _mm512_set1_epi16(1);                                                             \
-    const __m256i imn = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);      \
-    const __m512i i6 = _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,         \
-                                        0x0002000200020002, 0x0001000100010001, 0x0001000100010001, 0, 0);   \
-    const __m512i i4 = _mm512_set1_epi16(4);                                                                 \
-    __m512 acc = _mm512_setzero_ps();                                                                        \
-    __m256 accm = _mm256_setzero_ps();                                                                       \
-    (void)m2; (void)i02; (void)i_step; (void)imn; (void)i6; (void)i4;                             \
-    for (int i = 0; i < n / 256; i++) {                                                                      \
-        const int8_t *qb = q + 256 * i;                                                                      \
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)(bsums + 16 * i));                            \
-        __m512i sumi = _mm512_setzero_si512();                                                               \
-        __m256i msum;                                                                                        \
-        float dd, dm;                                                                                        \
-        if (type == GGML_Q6_K) {                                                                             \
-            const blk_q6_k *b = (const blk_q6_k *)row + i;                                                   \
-            /* scales as int16 [s0..s15]; step k's vector [s_4k x8, .., s_4k+3 x8] */                       \
-            const __m512i sc = _mm512_castsi256_si512(                                                       \
-                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));                           \
-            for (int h = 0; h < 2; h++) {                                                                    \
-                const __m512i l = _mm512_loadu_si512((const void *)(b->ql + 64 * h));                        \
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));                    \
-                const __m512i H = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1); \
-                /* elements 128h + [0, 64): low nibbles, qh bits 0-1 | 2-3 */                                \
-                const __m512i wa = _mm512_or_si512(_mm512_and_si512(l, m4),                                  \
-                                                   _mm512_slli_epi16(_mm512_and_si512(H, m2), 4));           \
-                /* elements 128h + [64, 128): high nibbles, qh bits 4-5 | 6-7 */                             \
-                const __m512i wb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),            \
-                                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m2), 4)); \
-                const __m512i ia = _mm512_add_epi16(i6, _mm512_set1_epi16((short)(8 * h)));                  \
-                const __m512i pa = _mm512_maddubs_epi16(wa, _mm512_loadu_si512((const void *)(qb + 128 * h))); \
-                const __m512i pb = _mm512_maddubs_epi16(wb, _mm512_loadu_si512((const void *)(qb + 128 * h + 64))); \
-                sumi = MADD_ACC(sumi, pa, _mm512_permutexvar_epi16(ia, sc));                                 \
-                sumi = MADD_ACC(sumi, pb, _mm512_permutexvar_epi16(_mm512_add_epi16(ia, i4), sc));           \
-            }                                                                                                \
-            msum = _mm256_madd_epi16(_mm512_castsi512_si256(sc), bs);        /* sum sc bsum */               \
-            dd = d[i] * H2F(b->d);                                                                   \
-            dm = 32.0f * dd;                                                                                 \
-        } else {                                                                                             \
-            const bool five = type == GGML_Q5_K;                                                             \
-            __m512i scm, H;                                                                                  \
-            float dw, dmw;                                                                                   \
-            const uint8_t *qs = kq512_head45(row, i, five, &scm, &H, &dw, &dmw);                             \
-            for (int h = 0; h < 2; h++) {        /* sub-blocks 4h + (0|2) and 4h + (1|3) */                   \
-                __m512i lo, hi;                                                                              \
-                kq512_w45(qs, H, h, five, &lo, &hi);                                                         \
-                const __m512i ia = _mm512_add_epi16(i02, _mm512_set1_epi16((short)(4 * h)));                 \
-                const __m512i plo = _mm512_maddubs_epi16(lo, LOAD2X256(qb + 128 * h, qb + 128 * h + 64));   \
-                const __m512i phi = _mm512_maddubs_epi16(hi, LOAD2X256(qb + 128 * h + 32, qb + 128 * h + 96)); \
-                sumi = MADD_ACC(sumi, plo, _mm512_permutexvar_epi16(ia, scm));                               \
-                sumi = MADD_ACC(sumi, phi, _mm512_permutexvar_epi16(_mm512_add_epi16(ia, i_step), scm));     \
-            }                                                                                                \
-            msum = _mm256_madd_epi16(_mm256_permutexvar_epi16(imn, _mm512_castsi512_si256(scm)), bs);        \
-            dd = d[i] * dw;                                                                                  \
-            dm = d[i] * dmw;                                                                                 \
-        }                                                                                                    \
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(dd), acc);                            \
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dm), accm);                          \
-    }                                                                                                        \
-    return _mm512_reduce_add_ps(acc) - hsum8_ps(accm)
+/* at most this many tokens share one unpack of each super-block: 8 tokens'
+ * accumulators (8 zmm + 8 ymm) and the unpacked w[4], sc[4] fit the 32
+ * registers */
+#define KQ512_GROUP 8
 
-#define KQ512_TOKENS_BODY(MADD_ACC)                                                                      \
-    const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);                                       \
-    const __m512i i02 = _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,        \
-                                         0x0002000200020002, 0, 0, 0, 0);                                    \
-    const __m512i i6 = _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,         \
-                                        0x0002000200020002, 0x0001000100010001, 0x0001000100010001, 0, 0);   \
-    const __m256i imn = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);      \
-    static const int o45[4][2] = { { 0, 64 }, { 32, 96 }, { 128, 192 }, { 160, 224 } };                     \
-    static const int o6[4][2] = { { 0, 32 }, { 64, 96 }, { 128, 160 }, { 192, 224 } };                      \
-    const bool q6 = type == GGML_Q6_K, five = type == GGML_Q5_K;                                             \
-    const int(*o)[2] = q6 ? o6 : o45;                                                                        \
-    for (int t0 = 0; t0 < n_tok; t0 += 4) {                                                                  \
-        const int nt = n_tok - t0 < 4 ? n_tok - t0 : 4;                                                      \
-        __m512 acc[4];                                                                                       \
-        __m256 accm[4];                                                                                      \
-        for (int t = 0; t < 4; t++) {                                                                        \
+/* The kernels of one instruction set: kq512_group##SFX, NT tokens (a
+ * constant of each copy) of one type (also a constant) against one row;
+ * the one-token kernel is its NT = 1 copy, the decode steps take groups of
+ * up to KQ512_GROUP. */
+#define KQ512_KERNELS(SFX, ATTR, MADD_ACC)                                                                   \
+    ATTR static inline __attribute__((always_inline)) void kq512_group##SFX(                                \
+        const uint32_t type, const void *row, int n, const int8_t *const *q, const float *const *d,           \
+        const int16_t *const *bs, const int NT, float *y, long ldy)                                           \
+    {                                                                                                        \
+        __m512 acc[KQ512_GROUP];                                                                             \
+        __m256 accm[KQ512_GROUP];                                                                            \
+        KQ_UNROLL for (int t = 0; t < NT; t++) {                                                                       \
             acc[t] = _mm512_setzero_ps();                                                                    \
             accm[t] = _mm256_setzero_ps();                                                                   \
         }                                                                                                    \
         for (int i = 0; i < n / 256; i++) {                                                                  \
-            __m512i w[4], sc[4];                                                                             \
-            __m256i mv;                     /* times the bsums: Q6_K's scales, Q4_K/Q5_K's mins */           \
-            float dd, dm;                   /* the weight's scale of the int sums and of mv . bsums */       \
-            if (q6) {                                                                                        \
-                const blk_q6_k *b = (const blk_q6_k *)row + i;                                               \
-                const __m512i s16 = _mm512_castsi256_si512(                                                  \
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));                       \
-                for (int h = 0; h < 2; h++) {                                                                \
-                    const __m512i l = _mm512_loadu_si512((const void *)(b->ql + 64 * h));                    \
-                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));                \
-                    const __m512i H = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1); \
-                    w[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4),                                      \
-                                               _mm512_slli_epi16(_mm512_and_si512(H, m2), 4));               \
-                    w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),            \
-                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4), m2), 4));                \
-                }                                                                                            \
-                for (int k = 0; k < 4; k++)                                                                  \
-                    sc[k] = _mm512_permutexvar_epi16(_mm512_add_epi16(i6, _mm512_set1_epi16((short)(4 * k))), s16); \
-                mv = _mm512_castsi512_si256(s16);                                                            \
-                dd = H2F(b->d);                                                                      \
-                dm = 0.0f;                      /* Q6_K: 32 dd, rounded per token */                         \
-            } else {                                                                                         \
-                __m512i scm, H;                                                                              \
-                const uint8_t *qs = kq512_head45(row, i, five, &scm, &H, &dd, &dm);                          \
-                for (int h = 0; h < 2; h++)      /* sub-blocks 4h + (0|2) and 4h + (1|3) */                  \
-                    kq512_w45(qs, H, h, five, &w[2 * h], &w[2 * h + 1]);                                     \
-                for (int k = 0; k < 4; k++)      /* [2k' | 2k'+2] + 4h: k = 2h + odd */                      \
-                    sc[k] = _mm512_permutexvar_epi16(                                                        \
-                        _mm512_add_epi16(i02, _mm512_set1_epi16((short)(4 * (k / 2) + (k & 1)))), scm);       \
-                mv = _mm256_permutexvar_epi16(imn, _mm512_castsi512_si256(scm));                             \
-            }                                                                                                \
-            for (int t = 0; t < nt; t++) {                                                                   \
-                const int8_t *qb = q[t0 + t] + 256 * i;                                                      \
-                __m512i sumi = _mm512_setzero_si512();                                                       \
-                for (int k = 0; k < 4; k++)                                                                  \
-                    sumi = MADD_ACC(sumi, _mm512_maddubs_epi16(w[k], LOAD2X256(qb + o[k][0], qb + o[k][1])), sc[k]); \
-                const __m256i msum = _mm256_madd_epi16(mv, _mm256_loadu_si256((const __m256i *)(bs[t0 + t] + 16 * i))); \
-                const float dx = d[t0 + t][i];                                                               \
-                const float sd = dx * dd, sx = q6 ? 32.0f * sd : dx * dm;   /* as KQ512_BODY rounds them */ \
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(sd), acc[t]);              \
-                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(sx), accm[t]);            \
-            }                                                                                                \
+            kq512_sb s;                                                                                      \
+            kq512_unpack(type, row, i, &s);                                                                  \
+            KQ_UNROLL for (int t = 0; t < NT; t++)                                                                     \
+                KQ512_TOKEN(MADD_ACC, type == GGML_Q6_K, s, q[t] + 256 * i, bs[t] + 16 * i, d[t][i], acc[t],  \
+                            accm[t]);                                                                        \
         }                                                                                                    \
-        for (int t = 0; t < nt; t++)                                                                         \
-            y[(size_t)(t0 + t) * (size_t)ldy] = _mm512_reduce_add_ps(acc[t]) - hsum8_ps(accm[t]);            \
+        KQ_UNROLL for (int t = 0; t < NT; t++)                                                                         \
+            y[(size_t)t * (size_t)ldy] = _mm512_reduce_add_ps(acc[t]) - hsum8_ps(accm[t]);                   \
+    }                                                                                                        \
+                                                                                                             \
+    /* nt (1..KQ512_GROUP) tokens: one copy per type and count */                                            \
+    ATTR static void kq512_tokens##SFX(uint32_t type, const void *row, int n, const int8_t *const *q,         \
+                                       const float *const *d, const int16_t *const *bs, int nt, float *y,     \
+                                       long ldy)                                                             \
+    {                                                                                                        \
+        switch (type * 16 + (uint32_t)nt) {                                                                  \
+        KQ512_CASES(SFX, GGML_Q4_K)                                                                          \
+        KQ512_CASES(SFX, GGML_Q5_K)                                                                          \
+        KQ512_CASES(SFX, GGML_Q6_K)                                                                          \
+        default:                                                                                             \
+            break;                                                                                           \
+        }                                                                                                    \
+    }                                                                                                        \
+                                                                                                             \
+    ATTR void avx512_dot_kq_act_tokens##SFX(uint32_t type, const void *row, int n, const int8_t *const *q,    \
+                                            const float *const *d, const int16_t *const *bs, int n_tok,       \
+                                            float *y, long ldy)                                              \
+    {                                                                                                        \
+        for (int t0 = 0; t0 < n_tok; t0 += KQ512_GROUP)                                                      \
+            kq512_tokens##SFX(type, row, n, q + t0, d + t0, bs + t0,                                         \
+                              n_tok - t0 < KQ512_GROUP ? n_tok - t0 : KQ512_GROUP, y + (size_t)t0 * (size_t)ldy, \
+                              ldy);                                                                          \
+    }                                                                                                        \
+                                                                                                             \
+    ATTR float avx512_dot_kq_act##SFX(uint32_t type, const void *row, const int8_t *q, const float *d,        \
+                                      const int16_t *bsums, int n)                                           \
+    {                                                                                                        \
+        float y = 0.0f;                                                                                      \
+        if (type == GGML_Q4_K)                                                                               \
+            kq512_group##SFX(GGML_Q4_K, row, n, &q, &d, &bsums, 1, &y, 1);                                   \
+        else if (type == GGML_Q5_K)                                                                          \
+            kq512_group##SFX(GGML_Q5_K, row, n, &q, &d, &bsums, 1, &y, 1);                                   \
+        else                                                                                                 \
+            kq512_group##SFX(GGML_Q6_K, row, n, &q, &d, &bsums, 1, &y, 1);                                   \
+        return y;                                                                                            \
     }
 
-AVX512 void avx512_dot_kq_act_tokens(uint32_t type, const void *row, int n, const int8_t *const *q,
-                                     const float *const *d, const int16_t *const *bs, int n_tok, float *y, long ldy)
-{
-    KQ512_TOKENS_BODY(MADD_ACC_PLAIN)
-}
+#define KQ512_CASE(SFX, T, NT)                                                                               \
+    case (T) * 16 + (NT):                                                                                    \
+        kq512_group##SFX((T), row, n, q, d, bs, (NT), y, ldy);                                               \
+        break;
+#define KQ512_CASES(SFX, T)                                                                                  \
+    KQ512_CASE(SFX, T, 1) KQ512_CASE(SFX, T, 2) KQ512_CASE(SFX, T, 3) KQ512_CASE(SFX, T, 4)                  \
+    KQ512_CASE(SFX, T, 5) KQ512_CASE(SFX, T, 6) KQ512_CASE(SFX, T, 7) KQ512_CASE(SFX, T, 8)
 
-AVX512_VNNI void avx512_dot_kq_act_tokens_vnni(uint32_t type, const void *row, int n, const int8_t *const *q,
-                                               const float *const *d, const int16_t *const *bs, int n_tok, float *y,
-                                               long ldy)
-{
-    KQ512_TOKENS_BODY(MADD_ACC_VNNI)
-}
-
-AVX512 float avx512_dot_kq_act(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums,
-                               int n)
-{
-    KQ512_BODY(MADD_ACC_PLAIN);
-}
-
-AVX512_VNNI float avx512_dot_kq_act_vnni(uint32_t type, const void *row, const int8_t *q, const float *d,
-                                         const int16_t *bsums, int n)
-{
-    KQ512_BODY(MADD_ACC_VNNI);
-}
+KQ512_KERNELS(, AVX512, MADD_ACC_PLAIN)
+KQ512_KERNELS(_vnni, AVX512_VNNI, MADD_ACC_VNNI)
 
 /* Q4_0, two blocks per register ([block i | block i + 1], each
  * [low nibbles | high nibbles]), sum (w - 8) q as

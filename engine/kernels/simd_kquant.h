@@ -33,7 +33,7 @@ float avx512_dot_kq_act_vnni(uint32_t type, const void *row, const int8_t *q, co
 /* One K-quant row against n_tok tokens' activations (token t at q[t],
  * d[t], bs[t]): y[t ldy] = avx512_dot_kq_act(type, row, q[t], d[t], bs[t],
  * n), the same bits, with the row's weights unpacked once per super-block
- * for up to 4 tokens (decode steps). */
+ * for groups of up to 8 tokens (decode steps). */
 void avx512_dot_kq_act_tokens(uint32_t type, const void *row, int n, const int8_t *const *q, const float *const *d,
                               const int16_t *const *bs, int n_tok, float *y, long ldy);
 void avx512_dot_kq_act_tokens_vnni(uint32_t type, const void *row, int n, const int8_t *const *q,
