@@ -42,7 +42,7 @@ CLI_MAY = {"engine.h", "gguf.h", "synth.h", "sampler.h", "tokenizer.h", "serve.h
 STACK = [
     ("BLAS wrapper, plain views and types",
      ["kernels/blas.h", "kernels/blas.c", "kernels/cpu.h", "kernels/ggml_type.h", "kernels/ggml_type.c",
-      "kernels/half.h", "kernels/half.c", "kernels/weight.h", "kernels/kv_pages.h"]),
+      "kernels/half.h", "kernels/half.c", "kernels/weight.h", "kernels/kv_pages.h", "kernels/share.h"]),
     ("math", ["kernels/vecmath.h", "kernels/vecmath.c"]),
     ("SIMD", ["kernels/simd.h", "kernels/simd512.h", "kernels/simd_amx.h", "kernels/simd_exp.h",
               "kernels/simd_avx2.c", "kernels/simd_avx512.c", "kernels/simd_amx.c",
