@@ -78,7 +78,6 @@
  * same kernel whatever the split. */
 #define MV_GROUP 4
 
-
 static int mm_small_max = 16;
 
 void matmul_set_small_max(int n_tok)

@@ -77,8 +77,9 @@ static inline long share_min_units(size_t unit_bytes)
 }
 
 /* total units (< 2^31) for a region of nt threads, claims of at least min
- * units. The region must run with nt threads (num_threads(nt)): with
- * fewer, the missing threads' shares are stolen, even when fixed. */
+ * units. nt is the team the region will have: omp_get_max_threads(), or
+ * 1 where its if() clause is false. Should the team be smaller, the
+ * missing threads' shares are stolen, even when fixed (tested). */
 static inline void share_init(share *s, long total, long min, int nt)
 {
     s->nt = nt < 1 ? 1 : nt > SHARE_MAX_THREADS ? SHARE_MAX_THREADS : nt;
