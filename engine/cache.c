@@ -68,6 +68,16 @@ int cache_init(cache *c, const cache_layout *l)
     pl->dnet_conv = l->conv_kernel;
     /* conv_dim = 2 n_k d_k + n_v d_v: recover n_k for the planner */
     pl->dnet_k_heads = l->d_k ? (l->conv_dim - l->n_v * l->d_v) / (2 * l->d_k) : 0;
+    pl->mamba2_layers = l->n_mamba2;
+    pl->mamba2_heads = l->mamba2_heads;
+    pl->mamba2_head_dim = l->mamba2_head_dim;
+    pl->mamba2_d_state = l->mamba2_d_state;
+    pl->mamba2_groups = l->mamba2_groups;
+    pl->mamba2_conv = l->mamba2_conv;
+    pl->sconv_layers = l->n_sconv;
+    pl->sconv_channels = l->sconv_channels;
+    pl->sconv_conv = l->sconv_conv;
+    c->n_rec = l->n_dnet + l->n_mamba2 + l->n_sconv;
     pl->kv_bytes = (int)c->kv_es;
     snprintf(pl->kv_dtype, sizeof pl->kv_dtype, "%s", c->kv_type == GGML_F32 ? "f32" : c->kv_type == GGML_F16 ? "f16" : "bf16");
     pl->state_bytes = (int)c->state_es;
@@ -80,8 +90,8 @@ int cache_init(cache *c, const cache_layout *l)
     c->mla_bytes_per_token = mc.mla_bytes_per_token;
     c->page_bytes = mc.page_bytes;
     c->page_mla_offset = (size_t)(c->kv_bytes_per_token * (uint64_t)c->page_tokens);
-    c->conv_bytes = mc.dnet_conv_bytes_per_seq;
-    c->state_bytes = mc.dnet_state_bytes_per_seq;
+    c->conv_bytes = mc.rec_conv_bytes_per_seq;
+    c->state_bytes = mc.rec_state_bytes_per_seq;
     c->budget_bytes = l->budget_bytes;
     if (c->budget_bytes == 0) {
         c->budget_bytes = cache_bytes_for(c, c->n_ctx) * (uint64_t)c->max_seqs;

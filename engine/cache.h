@@ -75,6 +75,7 @@ typedef struct cache {
     uint32_t kv_type;                   /* ggml type of cached numbers: F32, F16 or BF16 */
     size_t kv_es;                       /* bytes per cached number */
     int n_dnet, conv_rows, conv_dim;    /* conv_rows = K-1 */
+    int n_rec;                          /* layers of every recurrent kind: a sequence holds a slot when > 0 */
     int n_v, d_v, d_k;                  /* recurrent state shape */
     uint32_t state_type;                /* its numbers: GGML_F32 or GGML_BF16 */
     size_t state_es;                    /* bytes per state number */
@@ -84,7 +85,8 @@ typedef struct cache {
     uint64_t kv_bytes_per_token;        /* GQA K and V, all attention layers */
     uint64_t mla_bytes_per_token;       /* MLA latents, all MLA layers */
     size_t page_mla_offset;             /* byte offset of the MLA part in a page */
-    uint64_t conv_bytes, state_bytes;   /* per sequence, all DeltaNet layers */
+    uint64_t conv_bytes, state_bytes;   /* per sequence, all recurrent layers (every kind's states, then
+                                           every kind's conv windows; each layer's offsets: model.h) */
     /* pool */
     uint64_t budget_bytes;
     uint64_t reserved_bytes;            /* held by live sequences */
@@ -113,6 +115,8 @@ typedef struct cache_layout {
     uint32_t kv_type;                   /* GGML_F32 (0, default), GGML_F16, GGML_BF16 */
     uint32_t state_type;                /* DeltaNet recurrent state: GGML_F32 (0, default) or GGML_BF16 */
     int n_dnet, conv_kernel, conv_dim, n_v, d_v, d_k;
+    int n_mamba2, mamba2_heads, mamba2_head_dim, mamba2_d_state, mamba2_groups, mamba2_conv;
+    int n_sconv, sconv_channels, sconv_conv;    /* short convolutions: a conv window, no state */
     int page_tokens, n_ctx, max_seqs;
     uint64_t budget_bytes;              /* 0: room for max_seqs full contexts, capped */
     uint64_t budget_max_bytes;          /* with budget_bytes 0: a lower cap than 4 GiB; 0: none */

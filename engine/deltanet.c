@@ -28,8 +28,6 @@
  * decode step they are a few microseconds of work, less than a fork/join
  * (and far less than one when another process holds a core). */
 #define DNET_PAR_MIN_ROWS 8
-/* channels per block of the conv loop */
-#define DNET_CONV_BLOCK 256
 
 /* ---- recurrent form, section 1.4(f) ----
  * shapes: q,k [n][d_k]; v [n][d_v]; S [d_v][d_k]; o [n][d_v]
@@ -198,84 +196,6 @@ static int total_rows(const fwd_item *items, int n_items)
     return last->row0 + last->n;
 }
 
-/* The conv window of a sequence is a ring of K - 1 raw input rows: x_p
- * lives in slot p mod (K - 1), so a decode step stores one row instead of
- * shifting K - 1 of them. Slots of positions p < 0 stay zero from
- * allocation, the conv's left padding. */
-static int conv_slot(int p, int w1)
-{
-    const int r = p % w1;
-    return r < 0 ? r + w1 : r;
-}
-
-/* (b) causal depthwise conv + SiLU of every item over channels [c0, c1),
- * in place: u_t[ch] = silu(sum_j w[j][ch] x_{t-K+1+j}[ch]), x_{<0} from the
- * cached window of raw inputs. Rows run last to first, so the raw rows a
- * row needs are not yet overwritten; channels run in blocks innermost,
- * contiguous and vectorizable, with the taps stored [K][channel] at load.
- * Profile (perf, 512-token prefill, 1 thread): the former channel-outer
- * loop strode 24 KB between rows and took 7% of the prefill; this order
- * takes well under 1%. Items are the outer loop, so an item's K - 1
- * window rows are read front to back: with the channel blocks outermost,
- * 16 sequences decoding together took 4-5% of the step (perf), each block
- * touching 48 short pieces of windows that are not in cache. */
-static void conv_items(const model *m, const layer *L, const fwd_item *items, int n_items, float *QKV,
-                       int c0, int c1)
-{
-    const int CD = m->conv_dim, K = m->ssm_k, W1 = K - 1;
-    for (int ii = 0; ii < n_items; ii++) {
-        const fwd_item *it = &items[ii];
-        float *conv = it->s->conv + (size_t)L->kind_idx * W1 * CD;     /* ring [K-1][CD] */
-        const int nk = it->n < W1 ? it->n : W1;                         /* raw rows the ring keeps */
-        /* the snapshot's ring for this layer: the block's conv part sits
-         * where the sequence's does in its own block */
-        float *sconv = it->snap ? (float *)(void *)(it->snap + ((const uint8_t *)it->s->conv -
-                                                                (const uint8_t *)it->s->state)) +
-                                      (size_t)L->kind_idx * W1 * CD
-                                : NULL;
-        for (int cb = c0; cb < c1; cb += DNET_CONV_BLOCK) {
-            const int nc = c1 - cb < DNET_CONV_BLOCK ? c1 - cb : DNET_CONV_BLOCK;
-            float keep[15][DNET_CONV_BLOCK], acc[DNET_CONV_BLOCK];
-            /* the window after snap_at rows, as the ring would hold it: raw
-             * inputs of positions pos0 + snap_at - (K-1) .. pos0 + snap_at - 1,
-             * from the batch (not yet overwritten) or from the ring */
-            for (int j = 0; sconv && j < W1; j++) {
-                const int r = it->snap_at - W1 + j;
-                const float *x = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb
-                                        : conv + (size_t)conv_slot(it->pos0 + r, W1) * CD + cb;
-                memcpy(sconv + (size_t)conv_slot(it->pos0 + r, W1) * CD + cb, x, sizeof(float) * (size_t)nc);
-            }
-            /* the last nk raw rows, before the conv overwrites them */
-            for (int j = 0; j < nk; j++)
-                memcpy(keep[j], QKV + (size_t)(it->row0 + it->n - nk + j) * CD + cb, sizeof(float) * (size_t)nc);
-            for (int t = it->n - 1; t >= 0; t--) {
-                for (int j = 0; j < K; j++) {
-                    const int r = t - W1 + j;
-                    const float *x = r >= 0 ? QKV + (size_t)(it->row0 + r) * CD + cb
-                                            : conv + (size_t)conv_slot(it->pos0 + r, W1) * CD + cb;
-                    const float *w = L->conv1d_t + (size_t)j * CD + cb;
-                    /* -O2 leaves these loops scalar without the pragma:
-                     * 16 sequences decoding took 7.8 ms a step in the conv,
-                     * 3.7 ms with it (BF16, 2 threads, timed per phase) */
-                    if (j == 0) {
-                        #pragma omp simd
-                        for (int ci = 0; ci < nc; ci++)
-                            acc[ci] = w[ci] * x[ci];
-                    } else {
-                        #pragma omp simd
-                        for (int ci = 0; ci < nc; ci++)
-                            acc[ci] += w[ci] * x[ci];
-                    }
-                }
-                vec_silu_mul(QKV + (size_t)(it->row0 + t) * CD + cb, acc, NULL, nc);
-            }
-            for (int j = 0; j < nk; j++)
-                memcpy(conv + (size_t)conv_slot(it->pos0 + it->n - nk + j, W1) * CD + cb, keep[j],
-                       sizeof(float) * (size_t)nc);
-        }
-    }
-}
-
 /* Rows [t0, t0 + n) of one value head through the delta rule, from state
  * S (updated): the chunked or the recurrent form. q, k, v rows are CD
  * apart, o rows o_stride; bt, gt: beta and g per row. */
@@ -313,7 +233,7 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
                   int mode, float *scratch)
 {
     const int CD = m->conv_dim, NK = m->ssm_n_k, NV = m->ssm_n_v;
-    const int DK = m->ssm_d_k, DV = m->ssm_d_v, ld = L->kind_idx;
+    const int DK = m->ssm_d_k, DV = m->ssm_d_v;
     const float q_scale = 1.0f / sqrtf((float)DK);
     const int T = total_rows(items, n_items);
     const bool par = T >= DNET_PAR_MIN_ROWS;
@@ -323,7 +243,7 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
     {
         const int nt = omp_get_num_threads(), th = omp_get_thread_num();
         const int c0 = (int)((long)CD * th / nt), c1 = (int)((long)CD * (th + 1) / nt);
-        conv_items(m, L, items, n_items, QKV, c0, c1);
+        conv1d_items(items, n_items, QKV, CD, CD, m->ssm_k, L->conv1d_t, NULL, L->rec_conv, true, c0, c1);
     }
 
     /* (c), (d): l2-normalise q and k per key head, scale q; beta and g per value head */
@@ -362,7 +282,7 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
             bt[t] = B[(size_t)(it->row0 + t) * NV + h];
             gt[t] = A[(size_t)(it->row0 + t) * NV + h];
         }
-        const size_t at = (size_t)ld * NV * DV * DK + (size_t)h * DV * DK;            /* [DV][DK] */
+        const size_t at = L->rec_state + (size_t)h * DV * DK;                        /* [DV][DK] */
         const bool b16 = c->state_type == GGML_BF16;
         float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
         if (b16 && it->n == 1 && !chunked && !it->snap && cpu_kern.dnet_step_bf16) {   /* a decode step: in place */

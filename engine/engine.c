@@ -220,6 +220,16 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         snprintf(err, errlen, "%s: out of memory allocating the cache and scratch", p->model_path);
         goto out_fail;
     }
+    /* the layers' parts of a slot (model.c) fill the slot the cache sized
+     * from the planner's arithmetic exactly: two counts of one layout */
+    if (e->kv.state_bytes != (uint64_t)m->rec_state_numbers * e->kv.state_es ||
+        e->kv.conv_bytes != (uint64_t)m->rec_conv_floats * sizeof(float)) {
+        snprintf(err, errlen, "%s: recurrent slot of %llu + %llu bytes, but the layers take %llu + %llu (a bug)",
+                 p->model_path, (unsigned long long)e->kv.state_bytes, (unsigned long long)e->kv.conv_bytes,
+                 (unsigned long long)(m->rec_state_numbers * e->kv.state_es),
+                 (unsigned long long)(m->rec_conv_floats * sizeof(float)));
+        goto out_fail;
+    }
     fill_info(e);
     /* Release this thread's OpenMP pool (the load's parallel regions made
      * one). The passes may run on another thread (the server's scheduler),
@@ -397,7 +407,7 @@ int engine_seq_truncate(engine *e, int seq, int n_tokens, const engine_snap *sna
     const cache_seq *s = cache_get_const(c, seq);
     if (!s || n_tokens < 0 || n_tokens > s->n_past)
         return -1;
-    const bool need_snap = c->n_dnet > 0 && n_tokens < s->n_past;
+    const bool need_snap = c->n_rec > 0 && n_tokens < s->n_past;
     if (need_snap && (!snap || snap->n_tokens != n_tokens))
         return -1;
     if (cache_seq_truncate(c, seq, n_tokens) != 0)
@@ -442,7 +452,7 @@ int engine_snap_tokens(const engine_snap *snap)
 
 uint64_t engine_snap_bytes(const engine *e)
 {
-    return e->kv.n_dnet ? e->kv.state_bytes + e->kv.conv_bytes : 0;
+    return e->kv.n_rec ? e->kv.state_bytes + e->kv.conv_bytes : 0;
 }
 
 void engine_get_memplan(const engine *e, memplan_layout *out)

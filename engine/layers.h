@@ -26,6 +26,14 @@ typedef struct fwd_item {
     int snap_at;                /* 0 <= snap_at < n when snap is set */
 } fwd_item;
 
+/* Causal depthwise conv over channels [c0, c1) of CD, in place in X (rows
+ * ld floats apart; an item's rows as fwd_item says), with each sequence's
+ * ring of K - 1 raw inputs at ring_off floats into its slot's conv windows
+ * (updated; a snapshot item's snapshot receives the ring after snap_at
+ * rows). taps: [K][CD]; bias: [CD] or NULL; silu: apply SiLU. K <= 16. */
+void conv1d_items(const fwd_item *items, int n_items, float *X, int ld, int CD, int K, const float *taps,
+                  const float *bias, size_t ring_off, bool silu, int c0, int c1);
+
 /* Gated attention, after the q/k/v projections.
  * Q:   [T][n_head * 2 * head_dim] per head [q | gate]; q normed/roped in place
  * K,V: [T][n_kv * head_dim]; written to the cache of each item

@@ -54,16 +54,28 @@ void memplan_costs_of(const memplan_layout *l, memplan_costs *c)
                                                    u(l->dnet_d_v)), sb);
     c->dnet_conv_bytes_per_seq = mul4(u(l->dnet_layers), l->dnet_conv > 1 ? u(l->dnet_conv - 1) : 0, conv_dim, cb);
     /* Mamba-1: d_state x d_inner SSM state + K-1 conv inputs of d_inner */
-    c->mamba_bytes_per_seq = mul3(u(l->mamba_layers), u(l->mamba_d_inner),
-                                  memplan_add(memplan_mul(u(l->mamba_d_state), sb),
-                                              memplan_mul(l->mamba_conv > 1 ? u(l->mamba_conv - 1) : 0, cb)));
+    c->mamba_state_bytes_per_seq = mul4(u(l->mamba_layers), u(l->mamba_d_inner), u(l->mamba_d_state), sb);
+    const uint64_t mamba_conv = mul4(u(l->mamba_layers), u(l->mamba_d_inner), l->mamba_conv > 1 ? u(l->mamba_conv - 1) : 0, cb);
+    c->mamba_bytes_per_seq = memplan_add(c->mamba_state_bytes_per_seq, mamba_conv);
     /* KDA: heads x hd x hd state + three short convs (q, k, v) of K-1 inputs */
     const uint64_t kda_width = memplan_mul(u(l->kda_heads), u(l->kda_head_dim));
-    c->kda_bytes_per_seq = memplan_mul(u(l->kda_layers),
-                                       memplan_add(mul3(kda_width, u(l->kda_head_dim), sb),
-                                                   mul4(3, l->kda_conv > 1 ? u(l->kda_conv - 1) : 0, kda_width, cb)));
-    c->state_bytes_per_seq = memplan_add(add3(c->dnet_state_bytes_per_seq, c->dnet_conv_bytes_per_seq,
-                                              c->mamba_bytes_per_seq), c->kda_bytes_per_seq);
+    c->kda_state_bytes_per_seq = mul4(u(l->kda_layers), kda_width, u(l->kda_head_dim), sb);
+    const uint64_t kda_conv = memplan_mul(u(l->kda_layers), mul4(3, l->kda_conv > 1 ? u(l->kda_conv - 1) : 0, kda_width, cb));
+    c->kda_bytes_per_seq = memplan_add(c->kda_state_bytes_per_seq, kda_conv);
+    /* Mamba-2: per head a head_dim x d_state state; the conv keeps K-1
+     * inputs of x (heads * head_dim), B and C (groups * d_state each) */
+    const uint64_t m2_inner = memplan_mul(u(l->mamba2_heads), u(l->mamba2_head_dim));
+    c->mamba2_state_bytes_per_seq = mul4(u(l->mamba2_layers), m2_inner, u(l->mamba2_d_state), sb);
+    c->mamba2_conv_bytes_per_seq = mul4(u(l->mamba2_layers), l->mamba2_conv > 1 ? u(l->mamba2_conv - 1) : 0,
+                                        memplan_add(m2_inner, mul3(2, u(l->mamba2_groups), u(l->mamba2_d_state))), cb);
+    /* short conv: K-1 inputs of every channel, nothing else */
+    c->sconv_bytes_per_seq = mul4(u(l->sconv_layers), l->sconv_conv > 1 ? u(l->sconv_conv - 1) : 0,
+                                  u(l->sconv_channels), cb);
+    c->rec_state_bytes_per_seq = memplan_add(add3(c->dnet_state_bytes_per_seq, c->mamba_state_bytes_per_seq,
+                                                  c->kda_state_bytes_per_seq), c->mamba2_state_bytes_per_seq);
+    c->rec_conv_bytes_per_seq = memplan_add(add3(c->dnet_conv_bytes_per_seq, mamba_conv, kda_conv),
+                                            memplan_add(c->mamba2_conv_bytes_per_seq, c->sconv_bytes_per_seq));
+    c->state_bytes_per_seq = memplan_add(c->rec_state_bytes_per_seq, c->rec_conv_bytes_per_seq);
     c->page_bytes = memplan_mul(u(l->page_tokens), c->cache_bytes_per_token);
 
     /* counterfactuals: plain MHA keeps keys and values for every query head

@@ -26,6 +26,11 @@ typedef struct memplan_layout {
     int mamba_layers, mamba_d_inner, mamba_d_state, mamba_conv;
     /* Kimi Delta Attention: heads * hd^2 state + 3 (q,k,v) * (K-1) * heads * hd conv */
     int kda_layers, kda_heads, kda_head_dim, kda_conv;
+    /* Mamba-2 (SSD): heads * head_dim * d_state state + (K-1) * (heads * head_dim
+     * + 2 * groups * d_state) conv (the conv runs over x, B and C) */
+    int mamba2_layers, mamba2_heads, mamba2_head_dim, mamba2_d_state, mamba2_groups, mamba2_conv;
+    /* gated short convolution (LFM2): no state, (K-1) * channels conv */
+    int sconv_layers, sconv_channels, sconv_conv;
     int kv_bytes;               /* bytes per cached attention number (4 f32, 2 f16/bf16) */
     char kv_dtype[8];           /* its name: "f32", "f16" or "bf16" (memplan_set_kv_dtype) */
     int state_bytes;            /* bytes per recurrent-state number (4: f32, 2: bf16) */
@@ -41,8 +46,13 @@ typedef struct memplan_costs {
     uint64_t mla_bytes_per_token;           /* all MLA layers */
     uint64_t cache_bytes_per_token;         /* both */
     uint64_t dnet_state_bytes_per_seq, dnet_conv_bytes_per_seq;
-    uint64_t mamba_bytes_per_seq, kda_bytes_per_seq;
-    uint64_t state_bytes_per_seq;           /* every recurrent kind */
+    uint64_t mamba_bytes_per_seq, kda_bytes_per_seq;      /* state + conv of each */
+    uint64_t mamba_state_bytes_per_seq, kda_state_bytes_per_seq;
+    uint64_t mamba2_state_bytes_per_seq, mamba2_conv_bytes_per_seq;
+    uint64_t sconv_bytes_per_seq;           /* conv windows only: the kind has no state */
+    uint64_t rec_state_bytes_per_seq;       /* the recurrent states of every kind (state_bytes numbers) */
+    uint64_t rec_conv_bytes_per_seq;        /* the conv windows of every kind (conv_bytes numbers) */
+    uint64_t state_bytes_per_seq;           /* every recurrent kind, states and conv windows */
     uint64_t page_bytes;                    /* page_tokens * cache_bytes_per_token */
     /* counterfactuals per token, same number format as the cache */
     uint64_t mha_bytes_per_token;           /* every layer plain MHA with the model's query heads */

@@ -397,6 +397,31 @@ static void load_hparams(loader *ld, enum arch a)
     m->dnet_grouped = a == ARCH_QWEN3NEXT;
 }
 
+/* Each recurrent layer's part of a sequence's slot, in layer order: its
+ * state in the slot's states, its conv window in the slot's conv windows.
+ * The totals are what the cache sizes slots by (memplan.c's per-kind
+ * arithmetic), checked equal at engine open. */
+static void assign_slots(model *m)
+{
+    size_t st = 0, cv = 0;
+    for (int il = 0; il < m->n_layer; il++) {
+        layer *L = &m->layers[il];
+        L->rec_state = st;
+        L->rec_conv = cv;
+        switch ((enum engine_layer_kind)L->kind) {
+        case ENGINE_LAYER_DELTANET:
+            st += (size_t)m->ssm_n_v * m->ssm_d_v * m->ssm_d_k;
+            cv += (size_t)(m->ssm_k - 1) * m->conv_dim;
+            break;
+        case ENGINE_LAYER_ATTN:
+        case ENGINE_LAYER_MLA:
+            break;
+        }
+    }
+    m->rec_state_numbers = st;
+    m->rec_conv_floats = cv;
+}
+
 static void bind_tensors(loader *ld, enum arch a)
 {
     model *m = ld->m;
@@ -529,6 +554,7 @@ static void bind_tensors(loader *ld, enum arch a)
 #undef TN
     if (ld->failed)
         return;
+    assign_slots(m);
 
     m->rope_inv_freq = FAULT_OR(malloc((size_t)(m->n_rot / 2 + 1) * sizeof(float)));
     if (!m->rope_inv_freq) {

@@ -19,6 +19,10 @@
 typedef struct layer {
     uint8_t kind;               /* enum engine_layer_kind */
     int kind_idx;               /* index among layers of the same kind */
+    /* a recurrent layer's part of its sequence's slot (cache.h): its state
+     * starts rec_state numbers (of the state type) into the slot's states,
+     * its conv window rec_conv floats into the slot's conv windows */
+    size_t rec_state, rec_conv;
     float *attn_norm;           /* [n_embd] input RMSNorm (GGUF: final multiplier) */
     float *post_norm;           /* [n_embd] post_attention_norm */
 
@@ -88,6 +92,8 @@ typedef struct model {
     float mla_scale;            /* 1/sqrt(nope + rope) */
     float *mla_inv_freq;        /* [mla_rope/2] adjacent-pair RoPE */
     int n_attn, n_dnet;
+    size_t rec_state_numbers;   /* a sequence's recurrent states, every layer: numbers of the state type */
+    size_t rec_conv_floats;     /* and its conv windows, in floats */
     uint8_t *kinds;             /* [n_layer] */
     layer *layers;              /* [n_layer] */
     weight tok_embd;            /* n_vocab rows of n_embd */

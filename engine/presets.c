@@ -65,6 +65,8 @@ int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "deltanet");
     const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "mamba");
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kda");
+    const cJSON *m2 = cJSON_GetObjectItemCaseSensitive(j, "mamba2");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(j, "shortconv");
     if ((a && (get_int(a, "attention", "layers", &l->attn_layers, err, errlen) ||
                get_int(a, "attention", "heads", &l->attn_heads, err, errlen) ||
                get_int(a, "attention", "kv_heads", &l->attn_kv_heads, err, errlen) ||
@@ -88,12 +90,22 @@ int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen
         (k && (get_int(k, "kda", "layers", &l->kda_layers, err, errlen) ||
                get_int(k, "kda", "heads", &l->kda_heads, err, errlen) ||
                get_int(k, "kda", "head_dim", &l->kda_head_dim, err, errlen) ||
-               get_int(k, "kda", "conv_kernel", &l->kda_conv, err, errlen))))
+               get_int(k, "kda", "conv_kernel", &l->kda_conv, err, errlen))) ||
+        (m2 && (get_int(m2, "mamba2", "layers", &l->mamba2_layers, err, errlen) ||
+                get_int(m2, "mamba2", "heads", &l->mamba2_heads, err, errlen) ||
+                get_int(m2, "mamba2", "head_dim", &l->mamba2_head_dim, err, errlen) ||
+                get_int(m2, "mamba2", "d_state", &l->mamba2_d_state, err, errlen) ||
+                get_int(m2, "mamba2", "groups", &l->mamba2_groups, err, errlen) ||
+                get_int(m2, "mamba2", "conv_kernel", &l->mamba2_conv, err, errlen))) ||
+        (sc && (get_int(sc, "shortconv", "layers", &l->sconv_layers, err, errlen) ||
+                get_int(sc, "shortconv", "channels", &l->sconv_channels, err, errlen) ||
+                get_int(sc, "shortconv", "conv_kernel", &l->sconv_conv, err, errlen))))
         return -1;
     if (a && l->attn_kv_heads == 0)
         l->attn_kv_heads = l->attn_heads;               /* MHA */
     /* each count is at most 1e9 (get_int): their sum can pass INT_MAX */
-    const int64_t sum = (int64_t)l->attn_layers + l->mla_layers + l->dnet_layers + l->mamba_layers + l->kda_layers;
+    const int64_t sum = (int64_t)l->attn_layers + l->mla_layers + l->dnet_layers + l->mamba_layers + l->kda_layers +
+                        l->mamba2_layers + l->sconv_layers;
     if (sum == 0 || sum > (l->n_layers ? l->n_layers : 1000000000)) {
         snprintf(err, errlen, "layer counts by kind (%lld) must be at least 1 and at most layers (%d)",
                  (long long)sum, l->n_layers ? l->n_layers : 1000000000);
@@ -254,6 +266,22 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
         cJSON *a = cJSON_AddObjectToObject(lay, "kda");
         cJSON_AddNumberToObject(a, "layers", l->kda_layers);
         add_u64(a, "state_bytes_per_seq", c.kda_bytes_per_seq);
+    }
+    if (l->mamba2_layers) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "mamba2");
+        cJSON_AddNumberToObject(a, "layers", l->mamba2_layers);
+        cJSON_AddNumberToObject(a, "heads", l->mamba2_heads);
+        cJSON_AddNumberToObject(a, "head_dim", l->mamba2_head_dim);
+        cJSON_AddNumberToObject(a, "d_state", l->mamba2_d_state);
+        cJSON_AddNumberToObject(a, "groups", l->mamba2_groups);
+        add_u64(a, "ssm_state_bytes_per_seq", c.mamba2_state_bytes_per_seq);
+        add_u64(a, "conv_state_bytes_per_seq", c.mamba2_conv_bytes_per_seq);
+    }
+    if (l->sconv_layers) {
+        cJSON *a = cJSON_AddObjectToObject(lay, "shortconv");
+        cJSON_AddNumberToObject(a, "layers", l->sconv_layers);
+        cJSON_AddNumberToObject(a, "channels", l->sconv_channels);
+        add_u64(a, "conv_state_bytes_per_seq", c.sconv_bytes_per_seq);
     }
     cJSON *per = cJSON_AddObjectToObject(r, "per_token");
     add_u64(per, "attn_kv_bytes", c.attn_kv_bytes_per_token);
