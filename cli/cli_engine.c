@@ -460,12 +460,15 @@ int cli_info(int argc, char **argv)
     const engine_info *in = engine_get_info(e);
     printf("model:         %s\n", in->name);
     printf("architecture:  %s\n", in->arch);
-    printf("layers:        %d (%d attention, %d DeltaNet, %d MLA)\n", in->n_layer, in->n_attn_layers,
+    printf("layers:        %d (%d attention, %d DeltaNet, %d MLA", in->n_layer, in->n_attn_layers,
            in->n_dnet_layers, in->n_mla_layers);
+    if (in->n_mamba2_layers || in->n_sconv_layers || in->n_mlp_layers)
+        printf(", %d Mamba-2, %d short conv, %d MLP only", in->n_mamba2_layers, in->n_sconv_layers, in->n_mlp_layers);
+    printf(")\n");
     printf("layout:        ");
     for (int il = 0; il < in->n_layer; il++)
-        putchar("ALM"[in->layer_kind[il] <= ENGINE_LAYER_MLA ? in->layer_kind[il] : 0]);
-    printf("  (A attention, L DeltaNet, M MLA)\n");
+        putchar(engine_layer_letter(in->layer_kind[il]));
+    printf("  (A attention, L DeltaNet, M MLA, S Mamba-2, C short conv, F MLP only)\n");
     printf("embedding:     %d, vocabulary %d, context (train) %d\n", in->n_embd, in->n_vocab,
            in->n_ctx_train);
     printf("attention:     %d query heads, %d KV heads, head dim %d, rotary dims %d\n",
@@ -538,6 +541,13 @@ int cli_info(int argc, char **argv)
     printf("deltanet state: %llu bytes recurrent (%s) + %llu bytes conv per sequence\n",
            (unsigned long long)in->dnet_state_bytes_per_seq, in->state_dtype,
            (unsigned long long)in->dnet_conv_bytes_per_seq);
+    if (in->n_mamba2_layers)
+        printf("mamba2 state:  %llu bytes recurrent (%s) + %llu bytes conv per sequence (%d heads x %d, state %d, "
+               "%d groups)\n", (unsigned long long)in->mamba2_state_bytes_per_seq, in->state_dtype,
+               (unsigned long long)in->mamba2_conv_bytes_per_seq, in->mamba2_heads, in->mamba2_head_dim,
+               in->mamba2_d_state, in->mamba2_groups);
+    if (in->n_sconv_layers)
+        printf("short conv:    %llu bytes conv per sequence\n", (unsigned long long)in->sconv_bytes_per_seq);
     printf("chat template: %s\n", in->chat_template ? "present" : "none");
     engine_close(e);
     return 0;
@@ -623,7 +633,7 @@ static const char synth_help[] =
     "      --preset NAME      start from a preset's cache layout (config/presets/NAME.json or a\n"
     "                         JSON file): cache-sizing dims exact, small hidden/MLP/vocab;\n"
     "                         later options still apply\n"
-    "      --arch A           qwen35 (default, hybrid), qwen3next (hybrid + MoE), qwen3, llama,\n"
+    "      --arch A           qwen35 (default, hybrid), qwen35moe and qwen3next (hybrid + MoE), qwen3, llama,\n"
     "                         deepseek2 (dense, every layer MLA)\n"
     "      --seed S           weight seed (default 1)\n"
     "      --layers N         decoder layers (default 4)\n"
@@ -648,10 +658,10 @@ static const char synth_help[] =
     "                         weights (default f32); quantized widths must be block multiples;\n"
     "                         q4_k_m | q5_k_m: llama-quantize's mixes (Q6_K output, attn_v and\n"
     "                         ffn_down in its \"more bits\" layers; Q5_K/Q6_K attn_qkv)\n"
-    "      --experts N        qwen3next: routed experts (default 8)\n"
-    "      --experts-used K   qwen3next: experts per token (default 2)\n"
-    "      --expert-ff N      qwen3next: expert MLP size (default 32)\n"
-    "      --shared-ff N      qwen3next: shared expert MLP size (default 32)\n"
+    "      --experts N        qwen35moe, qwen3next: routed experts (default 8)\n"
+    "      --experts-used K   qwen35moe, qwen3next: experts per token (default 2)\n"
+    "      --expert-ff N      qwen35moe, qwen3next: expert MLP size (default 32)\n"
+    "      --shared-ff N      qwen35moe, qwen3next: shared expert MLP size (default 32)\n"
     "      --mla-kv-lora R    MLA latent rank (default 32); heads = --heads\n"
     "      --mla-q-lora N     MLA query compression rank, 0 = none (default 0)\n"
     "      --mla-nope D       MLA no-RoPE key dims per head (default 16)\n"

@@ -48,13 +48,15 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
                 float *q = Q + (size_t)row * q_stride + (size_t)h * q_head;
                 if (L->q_norm)
                     rmsnorm(q, q, L->q_norm, HD, m->eps);
-                rope(q, m->rope_type, m->n_rot, m->rope_inv_freq, pos);
+                if (m->use_rope)
+                    rope(q, m->rope_type, m->n_rot, m->rope_inv_freq, pos);
             }
             for (int h = 0; h < NKV; h++) {
                 float *k = K + (size_t)row * kv_stride + (size_t)h * HD;
                 if (L->k_norm)
                     rmsnorm(k, k, L->k_norm, HD, m->eps);
-                rope(k, m->rope_type, m->n_rot, m->rope_inv_freq, pos);
+                if (m->use_rope)
+                    rope(k, m->rope_type, m->n_rot, m->rope_inv_freq, pos);
                 cache_store(c, cache_k(c, it->s, la, h, pos), k, HD);
                 cache_store(c, cache_v(c, it->s, la, h, pos), V + (size_t)row * kv_stride + (size_t)h * HD, HD);
             }

@@ -52,18 +52,20 @@ static int scratch_init(engine *e)
     const int mla_q = m->n_head * (m->mla_nope + m->mla_rope), mla_kv = m->mla_kv_lora + m->mla_rope;
     const int mla_o = m->n_head * m->mla_v;
     int max_in = imax(imax(imax(m->n_embd, ff), imax(m->n_head * m->head_dim, vd)),
-                      imax(imax(m->mla_q_lora, m->mla_kv_lora), mla_o));
+                      imax(imax(m->mla_q_lora, m->mla_kv_lora), imax(mla_o, m->m2_heads * m->m2_head_dim)));
     s->x = alloc_f(UB * m->n_embd);
     s->xn = alloc_f(UB * m->n_embd);
     s->y = alloc_f(UB * m->n_embd);
-    s->mix = alloc_f(UB * imax(imax(m->n_head * m->head_dim, vd), mla_o));
+    const int m2_inner = m->m2_heads * m->m2_head_dim;
+    s->mix = alloc_f(UB * imax(imax(imax(m->n_head * m->head_dim, vd), mla_o), imax(m2_inner, m->n_embd)));
     /* the slabs, each as large as the largest role it holds (engine_impl.h) */
-    s->slab[SLAB_1] = alloc_f(UB * imax(imax(qd, m->conv_dim), imax(ff, mla_q)));
+    s->slab[SLAB_1] = alloc_f(UB * imax(imax(imax(qd, m->conv_dim), imax(ff, mla_q)),
+                                        imax(m->m2_in_dim, m->n_sconv ? 3 * m->n_embd : 0)));
     s->slab[SLAB_2] = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), imax(ff, mla_kv)));
     s->slab[SLAB_3] = alloc_f(UB * imax(kvd, vd));
     s->slab[SLAB_4] = alloc_f(UB * m->ssm_n_v);
     s->slab[SLAB_5] = alloc_f(UB * imax(imax(ssm_in, 2 * m->ssm_n_v), imax(m->n_expert, m->mla_q_lora)));
-    s->attn.q = s->mla.q = s->dnet.qkv = s->ffn.gate = s->slab[SLAB_1];
+    s->attn.q = s->mla.q = s->dnet.qkv = s->ffn.gate = s->m2.zxd = s->sconv.bcx = s->slab[SLAB_1];
     s->attn.k = s->mla.kv = s->dnet.beta = s->ffn.up = s->slab[SLAB_2];
     s->attn.v = s->dnet.z = s->slab[SLAB_3];
     s->dnet.alpha = s->slab[SLAB_4];
@@ -81,7 +83,9 @@ static int scratch_init(engine *e)
     const long attn_tile = m->n_head_kv ? attn_scratch_floats(m->head_dim, m->n_head / m->n_head_kv,
                                                               e->kv.page_tokens) : 0;
     s->scores = alloc_f((long)nt * (e->kv.n_ctx > attn_tile ? e->kv.n_ctx : attn_tile));
-    s->dnet_work = alloc_f((long)nt * dnet_scratch_floats(m));
+    const long rec_floats = dnet_scratch_floats(m) > mamba2_scratch_floats(m) ? dnet_scratch_floats(m)
+                                                                               : mamba2_scratch_floats(m);
+    s->dnet_work = s->rec_work = alloc_f((long)nt * rec_floats);
     s->logits = alloc_f((long)LOGIT_GROUP * m->n_vocab);
     s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);
     bool ok = s->x && s->xn && s->y && s->mix && s->moe.in && s->moe.out && s->moe.sel && s->moe.selw &&
@@ -144,6 +148,14 @@ static void fill_info(engine *e)
     in->n_attn_layers = m->n_attn;
     in->n_dnet_layers = m->n_dnet;
     in->n_mla_layers = m->n_mla;
+    in->n_mamba2_layers = m->n_m2;
+    in->n_sconv_layers = m->n_sconv;
+    in->n_mlp_layers = m->n_mlp;
+    in->n_rec_layers = m->n_dnet + m->n_m2 + m->n_sconv;
+    in->mamba2_heads = m->m2_heads;
+    in->mamba2_head_dim = m->m2_head_dim;
+    in->mamba2_d_state = m->m2_d_state;
+    in->mamba2_groups = m->m2_groups;
     in->mla_kv_lora_rank = m->mla_kv_lora;
     in->mla_rope_dim = m->mla_rope;
     in->mla_nope_dim = m->mla_nope;
@@ -160,11 +172,17 @@ static void fill_info(engine *e)
     in->weights_in_panels = m->n_panels;
     in->kv_bytes_per_token = e->kv.kv_bytes_per_token;
     in->mla_bytes_per_token = e->kv.mla_bytes_per_token;
-    in->dnet_state_bytes_per_seq = e->kv.state_bytes;
-    in->dnet_conv_bytes_per_seq = e->kv.conv_bytes;
-    /* counterfactuals from the planner's arithmetic (memplan.c) */
+    /* by kind and in all, from the planner's arithmetic (memplan.c), as the
+     * cache sized its slots */
     memplan_costs mc;
     memplan_costs_of(&e->kv.plan, &mc);
+    in->dnet_state_bytes_per_seq = mc.dnet_state_bytes_per_seq;
+    in->dnet_conv_bytes_per_seq = mc.dnet_conv_bytes_per_seq;
+    in->mamba2_state_bytes_per_seq = mc.mamba2_state_bytes_per_seq;
+    in->mamba2_conv_bytes_per_seq = mc.mamba2_conv_bytes_per_seq;
+    in->sconv_bytes_per_seq = mc.sconv_bytes_per_seq;
+    in->rec_state_bytes_per_seq = e->kv.state_bytes;
+    in->rec_conv_bytes_per_seq = e->kv.conv_bytes;
     in->mha_bytes_per_token = mc.mha_bytes_per_token;
     in->all_attention_bytes_per_token = mc.all_attention_bytes_per_token;
     in->page_tokens = e->kv.page_tokens;
@@ -212,6 +230,9 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         .state_type = p->state_dtype == ENGINE_STATE_BF16 ? GGML_BF16 : GGML_F32,
         .n_dnet = m->n_dnet, .conv_kernel = m->ssm_k, .conv_dim = m->conv_dim,
         .n_v = m->ssm_n_v, .d_v = m->ssm_d_v, .d_k = m->ssm_d_k,
+        .n_mamba2 = m->n_m2, .mamba2_heads = m->m2_heads, .mamba2_head_dim = m->m2_head_dim,
+        .mamba2_d_state = m->m2_d_state, .mamba2_groups = m->m2_groups, .mamba2_conv = m->ssm_k,
+        .n_sconv = m->n_sconv, .sconv_channels = m->n_embd, .sconv_conv = m->ssm_k,
         .page_tokens = p->page_tokens, .n_ctx = n_ctx,
         .max_seqs = p->max_seqs > 0 ? p->max_seqs : 64, .budget_bytes = p->cache_bytes,
         .budget_max_bytes = p->cache_max_bytes,
@@ -351,10 +372,10 @@ int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u)
     u->kv_used_bytes = (uint64_t)s->n_past * c->kv_bytes_per_token;
     u->mla_reserved_bytes = (uint64_t)s->n_pages * c->page_tokens * c->mla_bytes_per_token;
     u->mla_used_bytes = (uint64_t)s->n_past * c->mla_bytes_per_token;
-    u->dnet_state_bytes = c->state_bytes;
-    u->dnet_conv_bytes = c->conv_bytes;
-    u->total_reserved_bytes = u->kv_reserved_bytes + u->mla_reserved_bytes + u->dnet_state_bytes +
-                              u->dnet_conv_bytes;
+    u->rec_state_bytes = c->state_bytes;
+    u->rec_conv_bytes = c->conv_bytes;
+    u->total_reserved_bytes = u->kv_reserved_bytes + u->mla_reserved_bytes + u->rec_state_bytes +
+                              u->rec_conv_bytes;
     u->n_shared_pages = cache_seq_shared_pages(c, seq);
     u->shared_bytes = (uint64_t)u->n_shared_pages * c->page_bytes;
     return 0;

@@ -35,7 +35,24 @@ enum engine_layer_kind {
     ENGINE_LAYER_ATTN = 0,      /* gated softmax attention, GQA KV cache */
     ENGINE_LAYER_DELTANET = 1,  /* Gated DeltaNet, conv + recurrent state */
     ENGINE_LAYER_MLA = 2,       /* multi-head latent attention, compressed latent cache */
+    ENGINE_LAYER_MAMBA2 = 3,    /* Mamba-2 (SSD), conv + recurrent state */
+    ENGINE_LAYER_SCONV = 4,     /* gated short convolution (LFM2), conv window only */
+    ENGINE_LAYER_MLP = 5,       /* no mixer: the layer is its feed-forward only (Nemotron-H) */
+    ENGINE_LAYER_KINDS
 };
+
+/* One letter per kind for layer strips (hyserve info, /stats, the
+ * dashboard, hyserve synth --pattern): A attention, L DeltaNet (linear),
+ * M MLA, S Mamba-2 (SSM), C short convolution, F feed-forward only. */
+static inline char engine_layer_letter(int kind)
+{
+    return kind >= 0 && kind < ENGINE_LAYER_KINDS ? "ALMSCF"[kind] : '?';
+}
+/* Does a layer of this kind hold per-sequence recurrent state (a part of the slot)? */
+static inline bool engine_layer_recurrent(int kind)
+{
+    return kind == ENGINE_LAYER_DELTANET || kind == ENGINE_LAYER_MAMBA2 || kind == ENGINE_LAYER_SCONV;
+}
 
 /* How DeltaNet layers process multi-token inputs. */
 enum engine_dnet_mode {
@@ -145,6 +162,9 @@ typedef struct engine_info {
     int ssm_n_k, ssm_n_v, ssm_d_k, ssm_d_v, ssm_conv_kernel;
     int n_ff;
     int n_attn_layers, n_dnet_layers, n_mla_layers;
+    int n_mamba2_layers, n_sconv_layers, n_mlp_layers;
+    int n_rec_layers;           /* layers of every recurrent kind (DeltaNet, Mamba-2, short conv) */
+    int mamba2_heads, mamba2_head_dim, mamba2_d_state, mamba2_groups;
     int mla_kv_lora_rank, mla_rope_dim, mla_nope_dim, mla_v_dim, mla_q_lora_rank;
     int n_expert, n_expert_used;
     const uint8_t *layer_kind;  /* [n_layer] enum engine_layer_kind */
@@ -159,6 +179,10 @@ typedef struct engine_info {
     uint64_t mla_bytes_per_token;       /* all MLA layers */
     uint64_t dnet_state_bytes_per_seq;  /* recurrent state, all DeltaNet layers */
     uint64_t dnet_conv_bytes_per_seq;   /* conv state, all DeltaNet layers */
+    uint64_t mamba2_state_bytes_per_seq, mamba2_conv_bytes_per_seq;   /* the same, Mamba-2 layers */
+    uint64_t sconv_bytes_per_seq;       /* conv windows of the short-conv layers (they have no state) */
+    uint64_t rec_state_bytes_per_seq;   /* every recurrent kind's state: a slot's first part */
+    uint64_t rec_conv_bytes_per_seq;    /* every kind's conv windows: its second part */
     uint64_t mha_bytes_per_token;       /* counterfactual: MHA on every layer */
     uint64_t all_attention_bytes_per_token; /* counterfactual: every layer one of its attention layers */
     int page_tokens;
@@ -177,7 +201,7 @@ typedef struct engine_seq_usage {
     int n_reserved_tokens;              /* capacity of the reserved pages */
     uint64_t kv_reserved_bytes, kv_used_bytes;
     uint64_t mla_reserved_bytes, mla_used_bytes;
-    uint64_t dnet_state_bytes, dnet_conv_bytes;
+    uint64_t rec_state_bytes, rec_conv_bytes;    /* its recurrent slot: every kind's states, every kind's conv windows */
     uint64_t total_reserved_bytes;      /* everything this sequence holds */
     int n_shared_pages;                 /* of its pages, those another sequence also holds (prefix cache) */
     uint64_t shared_bytes;              /* their bytes: counted once in the pool, not owned by this sequence */

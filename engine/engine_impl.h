@@ -53,6 +53,13 @@ typedef struct fwd_scratch {
         int *rows;      /* [UB] rows routed to one expert */
         float *roww;    /* [UB] and their weights */
     } moe;
+    struct {            /* Mamba-2 */
+        float *zxd;     /* [UB][m2_in_dim] the input projection [z | x | B | C | dt]  [slab 1] */
+    } m2;
+    struct {            /* short convolution */
+        float *bcx;     /* [UB][3 n_embd] the input projection [B | C | x]  [slab 1] */
+    } sconv;
+    float *rec_work;    /* [n_threads][the largest recurrent kind's scratch] (== dnet_work) */
     float *mla_work;    /* mla_scratch_floats(): expanded keys/values or absorbed queries */
     float *mm;          /* matmul tile scratch */
     float *scores;      /* [n_threads][n_ctx] attention scores */
@@ -74,5 +81,11 @@ struct engine {
     int n_threads;          /* threads of the next forward (engine_set_threads) */
     int n_threads_max;      /* threads at open: the scratch is sized for these */
 };
+
+/* The blocks of the recurrent kinds that live in files of their own: the
+ * layer's normed input s->xn [T][n_embd] to its output s->y, as forward.c's
+ * blocks do. */
+void mamba2_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
+void sconv_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
 
 #endif

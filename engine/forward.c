@@ -20,11 +20,18 @@
 #include "kernels/vecmath.h"
 #include "matmul.h"
 
-static void add_rows(float *restrict x, const float *restrict y, long n)
+/* x += scale * y (scale: the model's residual multiplier, 1 for most) */
+static void add_rows(float *restrict x, const float *restrict y, long n, float scale)
 {
+    if (scale == 1.0f) {
+        #pragma omp parallel for schedule(static) if (n >= 65536)
+        for (long i = 0; i < n; i++)
+            x[i] += y[i];
+        return;
+    }
     #pragma omp parallel for schedule(static) if (n >= 65536)
     for (long i = 0; i < n; i++)
-        x[i] += y[i];
+        x[i] += scale * y[i];
 }
 
 /* xn[r] = RMSNorm(x[r]) * w for the T rows */
@@ -93,6 +100,18 @@ static void dnet_block(engine *e, const layer *L, const fwd_item *items, int n_i
 
 /* ---- the feed-forward blocks: xn -> y ---- */
 
+/* ReLU^2: y = W_down(relu(W_up x)^2) */
+static void relu2_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
+{
+    matmul(s->ffn.up, &L->ffn_up, s->xn, T, decode, s->mm);
+    const long nf = (long)T * m->n_ff;
+    for (long i = 0; i < nf; i++) {
+        const float u = s->ffn.up[i] > 0.0f ? s->ffn.up[i] : 0.0f;
+        s->ffn.up[i] = u * u;
+    }
+    matmul(s->y, &L->ffn_down, s->ffn.up, T, decode, s->mm);
+}
+
 /* SwiGLU: y = W_down(silu(W_gate x) * W_up x) */
 static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
 {
@@ -108,9 +127,11 @@ static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
     matmul(s->y, &L->ffn_down, s->ffn.gate, T, decode, s->mm);
 }
 
-/* Mixture of experts with a gated shared expert (qwen3next):
+/* Mixture of experts with a shared expert (qwen3next, qwen35moe, Granite):
  *   p = softmax(W_r x); top-k; w = p_topk / sum(p_topk)
  *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
+ * (the shared expert's gate is 1 where the model has none, and the shared
+ * expert is absent where n_ff_shexp is 0)
  * Rows routed to one expert are gathered so each expert's weights are
  * read once per pass. ref: docs/models.md 1.6. */
 static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
@@ -165,17 +186,23 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
                 y[d] += s->moe.roww[i] * o[d];
         }
     }
-    /* shared expert, scaled by a scalar sigmoid gate per row */
+    /* the shared expert, scaled by a scalar sigmoid gate per row where the
+     * model has one (qwen3next, qwen35moe; Granite's is ungated) */
+    if (m->n_ff_shexp <= 0)
+        return;
     matmul(s->ffn.gate, &L->gate_shexp, s->xn, T, decode, s->mm);
     matmul(s->ffn.up, &L->up_shexp, s->xn, T, decode, s->mm);
     vec_silu_mul(s->ffn.gate, s->ffn.gate, s->ffn.up, (long)T * m->n_ff_shexp);
     matmul(s->moe.out, &L->down_shexp, s->ffn.gate, T, decode, s->mm);
     for (int row = 0; row < T; row++) {
         const float *x = s->xn + (size_t)row * E;
-        float gs = 0.0f;
-        for (int d = 0; d < E; d++)
-            gs += L->shexp_gate[d] * x[d];
-        gs = sigmoid(gs);
+        float gs = 1.0f;
+        if (L->shexp_gate) {
+            gs = 0.0f;
+            for (int d = 0; d < E; d++)
+                gs += L->shexp_gate[d] * x[d];
+            gs = sigmoid(gs);
+        }
         float *y = s->y + (size_t)row * E;
         const float *o = s->moe.out + (size_t)row * E;
         for (int d = 0; d < E; d++)
@@ -192,26 +219,40 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
     fwd_scratch *s = &e->sc;
     const long n = (long)T * m->n_embd;
 
-    norm_rows(s->xn, s->x, L->attn_norm, T, m);
-    switch ((enum engine_layer_kind)L->kind) {
-    case ENGINE_LAYER_ATTN:
-        attn_block(e, L, items, n_items, T, decode);
-        break;
-    case ENGINE_LAYER_MLA:
-        mla_block(e, L, items, n_items, T, decode);
-        break;
-    case ENGINE_LAYER_DELTANET:
-        dnet_block(e, L, items, n_items, T, decode);
-        break;
+    if (L->kind != ENGINE_LAYER_MLP) {
+        norm_rows(s->xn, s->x, L->attn_norm, T, m);
+        switch ((enum engine_layer_kind)L->kind) {
+        case ENGINE_LAYER_ATTN:
+            attn_block(e, L, items, n_items, T, decode);
+            break;
+        case ENGINE_LAYER_MLA:
+            mla_block(e, L, items, n_items, T, decode);
+            break;
+        case ENGINE_LAYER_DELTANET:
+            dnet_block(e, L, items, n_items, T, decode);
+            break;
+        case ENGINE_LAYER_MAMBA2:
+            mamba2_block(e, L, items, n_items, T, decode);
+            break;
+        case ENGINE_LAYER_SCONV:
+            sconv_block(e, L, items, n_items, T, decode);
+            break;
+        case ENGINE_LAYER_MLP:
+        case ENGINE_LAYER_KINDS:
+            break;
+        }
+        add_rows(s->x, s->y, n, m->residual_scale);
     }
-    add_rows(s->x, s->y, n);
-
-    norm_rows(s->xn, s->x, L->post_norm, T, m);
-    if (L->moe)
+    if (L->ffn == FFN_NONE)
+        return;
+    norm_rows(s->xn, s->x, L->ffn_norm, T, m);
+    if (L->ffn == FFN_MOE)
         moe_block(m, L, s, T, decode);
+    else if (L->ffn == FFN_RELU2)
+        relu2_block(m, L, s, T, decode);
     else
         ffn_block(m, L, s, T, decode);
-    add_rows(s->x, s->y, n);
+    add_rows(s->x, s->y, n, m->residual_scale);
 }
 
 /* One pass over T rows; out_rows[r] receives row r's logits when not NULL.
@@ -223,10 +264,13 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
     fwd_scratch *s = &e->sc;
     const int E = m->n_embd, NV = m->n_vocab;
 
-    for (int r = 0; r < T; r++)
-        dequant_row(m->tok_embd.type,
-                    (const char *)m->tok_embd.data + (size_t)tokens[r] * m->tok_embd.row_bytes,
-                    s->x + (size_t)r * E, E);
+    for (int r = 0; r < T; r++) {
+        float *x = s->x + (size_t)r * E;
+        dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)tokens[r] * m->tok_embd.row_bytes, x, E);
+        if (m->embd_scale != 1.0f)
+            for (int d = 0; d < E; d++)
+                x[d] *= m->embd_scale;
+    }
     for (int il = 0; il < m->n_layer; il++)
         layer_forward(e, &m->layers[il], items, n_items, T, decode);
 
@@ -242,8 +286,13 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
         for (int g = 0; g < ng; g++)
             rmsnorm(s->lx + (size_t)g * E, s->x + (size_t)rows[g] * E, m->output_norm, E, m->eps);
         matmul(s->logits, &m->output, s->lx, ng, decode, s->mm);
-        for (int g = 0; g < ng; g++)
-            memcpy(out_rows[rows[g]], s->logits + (size_t)g * NV, (size_t)NV * sizeof(float));
+        for (int g = 0; g < ng; g++) {
+            float *z = out_rows[rows[g]];
+            memcpy(z, s->logits + (size_t)g * NV, (size_t)NV * sizeof(float));
+            if (m->logit_scale != 1.0f)
+                for (int v = 0; v < NV; v++)
+                    z[v] /= m->logit_scale;
+        }
     }
 }
 

@@ -77,6 +77,24 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
                  float *Q, float *KVA, float *out, int mode, bool decode, float *scores, float *scratch, float *mm);
 long mla_scratch_floats(const model *m, int n_ctx);
 
+/* Mamba-2 after its input projection (mamba2.c).
+ * ZXD: [T][m2_in_dim] per row [z | x | B | C | dt]; [x | B | C] conv'd in
+ * place, dt softplus'd in place
+ * O:   [T][d_inner] = RMSNorm_group((y + D x) * silu(z)) * w
+ * mode: enum engine_dnet_mode (the same forms: recurrent, chunked, auto).
+ * scratch: n_threads * mamba2_scratch_floats(m) floats. */
+void mamba2_forward(const model *m, const layer *L, const cache *c, const fwd_item *items, int n_items, float *ZXD,
+                    float *O, int mode, float *scratch);
+long mamba2_scratch_floats(const model *m);
+/* Its two forms on one head, exposed for tests: x [n] rows of hd (stride
+ * xs), dt [n] (softplus'd), B, C [n] rows of ds (stride bs), A the head's
+ * (negative) decay rate, S [hd][ds] in/out, y [n] rows (stride ys). */
+void mamba2_recurrent_head(int n, int hd, int ds, float A, const float *x, int xs, const float *dt,
+                           const float *B, const float *C, int bs, float *S, float *y, int ys);
+void mamba2_chunked_head(int n, int hd, int ds, float A, const float *x, int xs, const float *dt,
+                         const float *B, const float *C, int bs, float *S, float *y, int ys, float *scratch);
+long mamba2_chunk_scratch_floats(int hd, int ds);
+
 /* The two recurrence kernels on one value head, exposed for tests.
  * q,k: [n][d_k] (q already normed and scaled), v: [n][d_v], beta, g: [n],
  * S: [d_v][d_k] in/out, o: [n][d_v]. Row strides in floats. */

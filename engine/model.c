@@ -6,6 +6,7 @@
  * ref: docs/models.md sections 1.2, 2.2-2.4.
  */
 #include "model.h"
+#include "model_impl.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -20,17 +21,9 @@
 #include "kernels/quant.h"
 #include "kernels/vecmath.h"
 
-typedef struct loader {
-    model *m;
-    const gguf_ctx *g;
-    const char *path;
-    char *err;
-    size_t errlen;
-    bool failed;
-} loader;
 
 __attribute__((format(printf, 2, 3)))
-static void ld_fail(loader *ld, const char *fmt, ...)
+void ld_fail(loader *ld, const char *fmt, ...)
 {
     if (ld->failed)
         return;
@@ -50,7 +43,7 @@ static void key_name(const loader *ld, const char *suffix, char *buf, size_t n)
 }
 
 /* Required u32 hyperparameter "<arch>.<suffix>". */
-static int hp_u32(loader *ld, const char *suffix, int *out, int def, bool required)
+int hp_u32(loader *ld, const char *suffix, int *out, int def, bool required)
 {
     char key[128];
     uint32_t v;
@@ -75,7 +68,7 @@ static int hp_u32(loader *ld, const char *suffix, int *out, int def, bool requir
     return 0;
 }
 
-static void hp_f32(loader *ld, const char *suffix, float *out, float def)
+void hp_f32(loader *ld, const char *suffix, float *out, float def)
 {
     char key[128];
     key_name(ld, suffix, key, sizeof key);
@@ -83,7 +76,7 @@ static void hp_f32(loader *ld, const char *suffix, float *out, float def)
         *out = def;
 }
 
-static const gguf_tensor *find_t(loader *ld, const char *name, bool required)
+const gguf_tensor *find_t(loader *ld, const char *name, bool required)
 {
     const gguf_tensor *t = gguf_find_tensor(ld->g, name);
     if (!t && required)
@@ -94,7 +87,7 @@ static const gguf_tensor *find_t(loader *ld, const char *name, bool required)
 /* Bind a weight with ne = {n_in, n_out, n_slabs}: n_slabs matrices of
  * n_out rows (experts, or MLA heads; 1 for a plain 2-D weight). *stride
  * (may be NULL) gets the bytes between slabs. */
-static void bind_slabs(loader *ld, weight *w, size_t *stride, const char *name, int n_in, int n_out,
+void bind_slabs(loader *ld, weight *w, size_t *stride, const char *name, int n_in, int n_out,
                        int n_slabs)
 {
     if (ld->failed)
@@ -126,13 +119,13 @@ static void bind_slabs(loader *ld, weight *w, size_t *stride, const char *name, 
 }
 
 /* Bind a 2-D weight with ne = {n_in, n_out}. */
-static void bind_w(loader *ld, weight *w, const char *name, int n_in, int n_out)
+void bind_w(loader *ld, weight *w, const char *name, int n_in, int n_out)
 {
     bind_slabs(ld, w, NULL, name, n_in, n_out, 1);
 }
 
 /* Bind a small tensor of n_rows x n elements (ne = {n, n_rows}), copied to f32. */
-static float *bind_vec2(loader *ld, const char *name, int n, int n_rows)
+float *bind_vec2(loader *ld, const char *name, int n, int n_rows)
 {
     if (ld->failed)
         return NULL;
@@ -161,14 +154,14 @@ static float *bind_vec2(loader *ld, const char *name, int n, int n_rows)
     return v;
 }
 
-static float *bind_vec(loader *ld, const char *name, int n)
+float *bind_vec(loader *ld, const char *name, int n)
 {
     return bind_vec2(ld, name, n, 1);
 }
 
 /* The file's conv taps are [channel][K]; the conv runs over channels
  * innermost, so they are kept as [K][channel]. */
-static void transpose_taps(loader *ld, float **w, int K, int n_ch)
+void transpose_taps(loader *ld, float **w, int K, int n_ch)
 {
     if (ld->failed || !*w)
         return;
@@ -234,7 +227,12 @@ static void read_layout(loader *ld)
         m->kinds[il] = (il + 1) % interval == 0 ? ENGINE_LAYER_ATTN : ENGINE_LAYER_DELTANET;
 }
 
-enum arch { ARCH_QWEN35, ARCH_QWEN3NEXT, ARCH_QWEN3, ARCH_LLAMA, ARCH_DEEPSEEK2 };
+
+/* the archs whose feed-forward is a mixture of experts with a gated shared expert */
+static bool arch_moe(enum arch a)
+{
+    return a == ARCH_QWEN3NEXT || a == ARCH_QWEN35MOE;
+}
 
 /* MLA shape: deepseek2 keys, also used by hybrid files with MLA layers. */
 static void load_mla_hparams(loader *ld, enum arch a)
@@ -274,7 +272,7 @@ static void load_mla_hparams(loader *ld, enum arch a)
 static void load_hparams(loader *ld, enum arch a)
 {
     model *m = ld->m;
-    const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN3NEXT;
+    const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN35MOE || a == ARCH_QWEN3NEXT;
     if (a == ARCH_DEEPSEEK2) {
         int n_block = 0, n_dense = 0;
         if (hp_u32(ld, "block_count", &n_block, 0, true) ||
@@ -304,7 +302,7 @@ static void load_hparams(loader *ld, enum arch a)
     if (hp_u32(ld, "block_count", &n_block, 0, true) ||
         hp_u32(ld, "nextn_predict_layers", &n_nextn, 0, false) ||
         hp_u32(ld, "embedding_length", &m->n_embd, 0, true) ||
-        hp_u32(ld, "feed_forward_length", &m->n_ff, 0, a != ARCH_QWEN3NEXT) ||
+        hp_u32(ld, "feed_forward_length", &m->n_ff, 0, !arch_moe(a)) ||
         hp_u32(ld, "context_length", &m->n_ctx_train, 4096, false) ||
         hp_u32(ld, "attention.head_count", &m->n_head, 0, true) ||
         hp_u32(ld, "attention.head_count_kv", &m->n_head_kv, m->n_head, false))
@@ -337,7 +335,7 @@ static void load_hparams(loader *ld, enum arch a)
         m->ssm_d_v = inner / m->ssm_n_v;
         m->conv_dim = 2 * m->ssm_n_k * m->ssm_d_k + m->ssm_n_v * m->ssm_d_v;
     }
-    if (a == ARCH_QWEN3NEXT) {
+    if (arch_moe(a)) {
         if (hp_u32(ld, "expert_count", &m->n_expert, 0, true) ||
             hp_u32(ld, "expert_used_count", &m->n_expert_used, 0, true) ||
             hp_u32(ld, "expert_feed_forward_length", &m->n_ff_exp, 0, true) ||
@@ -401,7 +399,7 @@ static void load_hparams(loader *ld, enum arch a)
  * state in the slot's states, its conv window in the slot's conv windows.
  * The totals are what the cache sizes slots by (memplan.c's per-kind
  * arithmetic), checked equal at engine open. */
-static void assign_slots(model *m)
+void model_assign_slots(model *m)
 {
     size_t st = 0, cv = 0;
     for (int il = 0; il < m->n_layer; il++) {
@@ -413,8 +411,17 @@ static void assign_slots(model *m)
             st += (size_t)m->ssm_n_v * m->ssm_d_v * m->ssm_d_k;
             cv += (size_t)(m->ssm_k - 1) * m->conv_dim;
             break;
+        case ENGINE_LAYER_MAMBA2:
+            st += (size_t)m->m2_heads * m->m2_head_dim * m->m2_d_state;
+            cv += (size_t)(m->ssm_k - 1) * m->m2_conv_ch;
+            break;
+        case ENGINE_LAYER_SCONV:
+            cv += (size_t)(m->ssm_k - 1) * m->n_embd;
+            break;
         case ENGINE_LAYER_ATTN:
         case ENGINE_LAYER_MLA:
+        case ENGINE_LAYER_MLP:
+        case ENGINE_LAYER_KINDS:
             break;
         }
     }
@@ -425,7 +432,7 @@ static void assign_slots(model *m)
 static void bind_tensors(loader *ld, enum arch a)
 {
     model *m = ld->m;
-    const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN3NEXT;
+    const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN35MOE || a == ARCH_QWEN3NEXT;
     /* every layer has tensors of its own: a block_count the file's tensor
      * table cannot hold is refused before allocating per layer for it */
     if ((uint64_t)m->n_layer > ld->g->n_tensors) {
@@ -530,8 +537,9 @@ static void bind_tensors(loader *ld, enum arch a)
             L->ssm_norm = bind_vec(ld, TN("ssm_norm.weight"), DV);
             bind_w(ld, &L->wout, TN("ssm_out.weight"), NV * DV, E);
         }
-        if (a == ARCH_QWEN3NEXT) {
-            L->moe = true;
+        L->ffn_norm = L->post_norm;
+        if (arch_moe(a)) {
+            L->ffn = FFN_MOE;
             bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
             bind_slabs(ld, &L->gate_exps, &L->up_gate_stride, TN("ffn_gate_exps.weight"), E, m->n_ff_exp, m->n_expert);
             size_t up_stride = 0;
@@ -546,6 +554,7 @@ static void bind_tensors(loader *ld, enum arch a)
             bind_w(ld, &L->up_shexp, TN("ffn_up_shexp.weight"), E, m->n_ff_shexp);
             bind_w(ld, &L->down_shexp, TN("ffn_down_shexp.weight"), m->n_ff_shexp, E);
         } else {
+            L->ffn = FFN_SWIGLU;
             bind_w(ld, &L->ffn_gate, TN("ffn_gate.weight"), E, m->n_ff);
             bind_w(ld, &L->ffn_up, TN("ffn_up.weight"), E, m->n_ff);
             bind_w(ld, &L->ffn_down, TN("ffn_down.weight"), m->n_ff, E);
@@ -554,8 +563,13 @@ static void bind_tensors(loader *ld, enum arch a)
 #undef TN
     if (ld->failed)
         return;
-    assign_slots(m);
+    model_assign_slots(m);
+    model_rope_tables(ld);
+}
 
+void model_rope_tables(loader *ld)
+{
+    model *m = ld->m;
     m->rope_inv_freq = FAULT_OR(malloc((size_t)(m->n_rot / 2 + 1) * sizeof(float)));
     if (!m->rope_inv_freq) {
         ld_fail(ld, "out of memory");
@@ -584,7 +598,11 @@ static void bind_tensors(loader *ld, enum arch a)
 }
 
 static const struct { const char *name; enum arch a; } archs[] = {
+    { "granitehybrid", ARCH_GRANITEHYBRID },
+    { "nemotron_h", ARCH_NEMOTRON_H },
+    { "lfm2", ARCH_LFM2 },
     { "qwen35", ARCH_QWEN35 },
+    { "qwen35moe", ARCH_QWEN35MOE },
     { "qwen3next", ARCH_QWEN3NEXT },
     { "qwen3", ARCH_QWEN3 },
     { "llama", ARCH_LLAMA },
@@ -743,7 +761,8 @@ static void copy_f32(model *m, weight **ws)       /* ws: room for PROJ_MAX(m) + 
     }
 }
 
-static const char *supported_archs = "qwen35, qwen3next, qwen3, llama, deepseek2 (dense)";
+static const char *supported_archs = "qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2 (dense), "
+                                     "granitehybrid, nemotron_h, lfm2";
 
 model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
 {
@@ -769,6 +788,8 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
         goto out_fail;
     }
     snprintf(m->arch, sizeof m->arch, "%s", arch);
+    m->embd_scale = m->residual_scale = m->logit_scale = 1.0f;
+    m->use_rope = true;
     bool known = false;
     enum arch a = ARCH_QWEN35;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
@@ -798,11 +819,15 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
         snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
     }
 
-    load_hparams(&ld, a);
-    if (!ld.failed && m->n_ctx_train <= 0)
-        ld_fail(&ld, "metadata %s.context_length is 0: no request could ever fit", m->arch);
-    if (!ld.failed)
-        bind_tensors(&ld, a);
+    if (arch_ssm_family(a)) {
+        ssm_family_load(&ld, a);
+    } else {
+        load_hparams(&ld, a);
+        if (!ld.failed && m->n_ctx_train <= 0)
+            ld_fail(&ld, "metadata %s.context_length is 0: no request could ever fit", m->arch);
+        if (!ld.failed)
+            bind_tensors(&ld, a);
+    }
     if (ld.failed)
         goto out_fail;
     const bool pack = panels_wanted(), copy = !m->gguf->data_copy && f32_copy_wanted();
@@ -840,6 +865,8 @@ void model_free(model *m)
             free(L->dt_bias);
             free(L->ssm_a);
             free(L->ssm_norm);
+            free(L->conv_b);
+            free(L->ssm_d);
             free(L->shexp_gate);
             free(L->q_a_norm);
             free(L->kv_a_norm);

@@ -42,6 +42,12 @@ typedef struct layer {
     float *ssm_norm;            /* [d_v] gated RMSNorm weight, shared by heads */
     weight wout;                /* n_v*d_v -> n_embd (ssm_out) */
 
+    /* Mamba-2: ssm_in (below) projects to [z | x | B | C | dt]; conv1d_t
+     * over [x | B | C]; dt_bias, ssm_a (= -exp(A_log)) per head; ssm_norm
+     * [d_inner] grouped; wout */
+    float *conv_b;              /* [conv channels] conv bias (Mamba-2) */
+    float *ssm_d;               /* [n_head] the D skip (Mamba-2) */
+
     /* multi-head latent attention (DeepSeek-V2) */
     weight wq_a;                /* n_embd -> q_lora (when q_lora > 0; else wq is n_embd -> n_head*(nope+rope)) */
     float *q_a_norm;            /* [q_lora] */
@@ -57,13 +63,18 @@ typedef struct layer {
     weight ssm_in;              /* legacy fused: per key head g: [q | k | v (r*d_v) | z (r*d_v)] */
     bool legacy_ssm_in;
 
+    /* the feed-forward block after the mixer (enum ffn_kind; FFN_NONE: the
+     * layer has none, as Nemotron-H's mixer layers); ffn_norm is the norm
+     * in front of it (post_norm, or attn_norm for a layer without mixer) */
+    uint8_t ffn;
+    const float *ffn_norm;
+
     /* SwiGLU MLP (dense layers) */
     weight ffn_gate, ffn_up;    /* n_embd -> n_ff */
     weight ffn_down;            /* n_ff -> n_embd */
 
     /* mixture of experts (qwen3next): weights below view expert 0; expert e
      * starts e * *_stride bytes further */
-    bool moe;
     weight router;              /* ffn_gate_inp: n_embd -> n_expert */
     weight gate_exps, up_exps;  /* per expert n_embd -> n_ff_exp */
     weight down_exps;           /* per expert n_ff_exp -> n_embd */
@@ -72,6 +83,13 @@ typedef struct layer {
     weight gate_shexp, up_shexp;/* n_embd -> n_ff_shexp */
     weight down_shexp;          /* n_ff_shexp -> n_embd */
 } layer;
+
+enum ffn_kind {
+    FFN_NONE = 0,
+    FFN_SWIGLU,                 /* W_down(silu(W_gate x) * W_up x) */
+    FFN_MOE,                    /* routed experts + a shared expert (forward.c moe_block) */
+    FFN_RELU2,                  /* W_down(relu(W_up x)^2) (Nemotron-H) */
+};
 
 typedef struct model {
     gguf_ctx *gguf;
@@ -91,7 +109,17 @@ typedef struct model {
     int mla_kv_lora, mla_q_lora, mla_nope, mla_rope, mla_v;  /* MLA shape */
     float mla_scale;            /* 1/sqrt(nope + rope) */
     float *mla_inv_freq;        /* [mla_rope/2] adjacent-pair RoPE */
-    int n_attn, n_dnet;
+    /* Mamba-2 shape: m2_heads heads of m2_head_dim, state m2_d_state, B and C
+     * in m2_groups groups; conv over m2_conv_ch = d_inner + 2 groups d_state
+     * channels; the input projection is m2_in_dim = 2 d_inner + 2 groups
+     * d_state + heads wide. The conv kernel is ssm_k. */
+    int m2_heads, m2_head_dim, m2_d_state, m2_groups, m2_conv_ch, m2_in_dim;
+    /* Granite's multipliers (1 where a model has none): the embedding is
+     * scaled by embd_scale, every block's output by residual_scale before
+     * it joins the residual stream, the logits divided by logit_scale */
+    float embd_scale, residual_scale, logit_scale;
+    bool use_rope;              /* attention layers rotate q and k (Granite switches it off) */
+    int n_attn, n_dnet, n_m2, n_sconv, n_mlp;
     size_t rec_state_numbers;   /* a sequence's recurrent states, every layer: numbers of the state type */
     size_t rec_conv_floats;     /* and its conv windows, in floats */
     uint8_t *kinds;             /* [n_layer] */

@@ -81,10 +81,10 @@ prefix_store *prefix_new(engine *e, const prefix_params *p)
     ps->e = e;
     ps->p = *p;
     const engine_info *in = engine_get_info(e);
-    ps->needs_snaps = in->n_dnet_layers > 0;
+    ps->needs_snaps = in->n_rec_layers > 0;
     ps->snap_bytes = engine_snap_bytes(e);
-    ps->snap_state_bytes = ps->needs_snaps ? in->dnet_state_bytes_per_seq : 0;
-    ps->snap_conv_bytes = ps->needs_snaps ? in->dnet_conv_bytes_per_seq : 0;
+    ps->snap_state_bytes = ps->needs_snaps ? in->rec_state_bytes_per_seq : 0;
+    ps->snap_conv_bytes = ps->needs_snaps ? in->rec_conv_bytes_per_seq : 0;
     ps->st.budget_bytes = p->budget_bytes;
     return ps;
 }
@@ -122,8 +122,8 @@ static void entry_account(prefix_store *ps, prefix_entry *x)
     engine_seq_usage u;
     engine_seq_get_usage(ps->e, x->seq, &u);
     x->kv_bytes = u.kv_reserved_bytes + u.mla_reserved_bytes;
-    x->state_bytes = u.dnet_state_bytes + (uint64_t)x->n_snaps * ps->snap_state_bytes;
-    x->conv_bytes = u.dnet_conv_bytes + (uint64_t)x->n_snaps * ps->snap_conv_bytes;
+    x->state_bytes = u.rec_state_bytes + (uint64_t)x->n_snaps * ps->snap_state_bytes;
+    x->conv_bytes = u.rec_conv_bytes + (uint64_t)x->n_snaps * ps->snap_conv_bytes;
     ps->st.kv_bytes += x->kv_bytes;
     ps->st.state_bytes += x->state_bytes;
     ps->st.conv_bytes += x->conv_bytes;

@@ -248,7 +248,7 @@ void sched_req_result(sched_req *r, sched_result *res)
     res->total_ms = (end - r->t_submit) * 1e3;
     res->peak_cache_bytes = r->peak_bytes;
     res->kv_bytes = r->usage.kv_reserved_bytes + r->usage.mla_reserved_bytes;
-    res->state_bytes = r->usage.dnet_state_bytes + r->usage.dnet_conv_bytes;
+    res->state_bytes = r->usage.rec_state_bytes + r->usage.rec_conv_bytes;
     res->seed = r->seed;
     res->cached_tokens = r->pm.n_cached;
     res->prefix_reason = r->pm.reason;

@@ -96,6 +96,7 @@ static bool has_part(const char *name, const char *part)
 }
 
 static char kind_of(const synth_config *c, int il);
+static bool moe_arch(const synth_config *c);
 
 /* llama-quantize's n_attention_wv: the tensors named attn_v, attn_qkv or
  * attn_kv_b (one per attention or DeltaNet layer here; MLA layers have none) */
@@ -112,7 +113,7 @@ uint32_t synth_tensor_type(const synth_config *c, const char *name, int attn_v_i
     if (c->mix != SYNTH_MIX_K_M || (c->dtype != GGML_Q4_K && c->dtype != GGML_Q5_K))
         return c->dtype;
     const bool q4 = c->dtype == GGML_Q4_K;
-    const bool eight_experts = !strcmp(c->arch, "qwen3next") && c->n_expert == 8;
+    const bool eight_experts = moe_arch(c) && c->n_expert == 8;
     if (!strcmp(name, "output.weight") || (c->tied && !strcmp(name, "token_embd.weight")))
         return GGML_Q6_K;
     if (has_part(name, "attn_v.weight")) {
@@ -222,7 +223,13 @@ static void put3(sw *s, const char *name, int n0, int n1, int n2, uint32_t type)
 
 static bool hybrid(const synth_config *c)
 {
-    return !strcmp(c->arch, "qwen35") || !strcmp(c->arch, "qwen3next");
+    return !strcmp(c->arch, "qwen35") || !strcmp(c->arch, "qwen35moe") || !strcmp(c->arch, "qwen3next");
+}
+
+/* the archs whose FFN is qwen3next's mixture of experts with a gated shared expert */
+static bool moe_arch(const synth_config *c)
+{
+    return !strcmp(c->arch, "qwen3next") || !strcmp(c->arch, "qwen35moe");
 }
 
 /* Layer kind letter: 'A' attention, 'L' DeltaNet, 'M' MLA. */
@@ -352,20 +359,20 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     else if (bs > 1 && (c->n_embd % (int)bs || c->n_ff % (int)bs || (c->n_head * c->head_dim) % (int)bs ||
                         /* the DeltaNet and expert widths only where those layers are */
                         (hybrid(c) && (c->dnet_n_v * c->dnet_d_v) % (int)bs) ||
-                        (!strcmp(c->arch, "qwen3next") && (c->n_ff_exp % (int)bs || c->n_ff_shexp % (int)bs))))
+                        (moe_arch(c) && (c->n_ff_exp % (int)bs || c->n_ff_shexp % (int)bs))))
         bad = "quantized dtypes need embd, ff, expert ff and head widths that are multiples of the block size (32, or 256 for K-quants)";
-    else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen3next") && strcmp(c->arch, "qwen3") &&
-             strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2"))
-        bad = "arch must be qwen35, qwen3next, qwen3, llama or deepseek2";
-    else if (!strcmp(c->arch, "qwen3next") &&
+    else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe") && strcmp(c->arch, "qwen3next") &&
+             strcmp(c->arch, "qwen3") && strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2"))
+        bad = "arch must be qwen35, qwen35moe, qwen3next, qwen3, llama or deepseek2";
+    else if (moe_arch(c) &&
              (c->n_expert < 1 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
               c->n_ff_exp < 1 || c->n_ff_shexp < 1))
         bad = "experts, experts-used (<= experts), expert-ff and shared-ff must be positive";
     for (const char *p = c->pattern; !bad && *p; p++)
         if (*p != 'A' && *p != 'L' && *p != 'M')
             bad = "pattern may only hold 'A' (attention), 'L' (DeltaNet) and 'M' (MLA)";
-    if (!bad && strchr(c->pattern, 'M') && strcmp(c->arch, "qwen35"))
-        bad = "MLA layers in a pattern need --arch qwen35 (or use --arch deepseek2)";
+    if (!bad && strchr(c->pattern, 'M') && strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe"))
+        bad = "MLA layers in a pattern need --arch qwen35 or qwen35moe (or use --arch deepseek2)";
     if (!bad && (c->mla_kv_lora < 1 || c->mla_nope < 1 || c->mla_rope < 2 || c->mla_rope % 2 ||
                  c->mla_v < 1 || c->mla_q_lora < 0))
         bad = "MLA dims must be positive and the MLA rope dim even";
@@ -397,7 +404,7 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
 
     char key[96];
 #define K(suffix) (snprintf(key, sizeof key, "%s." suffix, c->arch), key)
-    const bool hyb = hybrid(c), next = !strcmp(c->arch, "qwen3next");
+    const bool hyb = hybrid(c), next = !strcmp(c->arch, "qwen3next"), moe = moe_arch(c);
     const bool ds2 = !strcmp(c->arch, "deepseek2"), mla = has_mla(c);
     const int QK = c->mla_nope + c->mla_rope, R = c->mla_kv_lora;
     const bool gated = hyb, qk_norm = strcmp(c->arch, "llama") != 0;
@@ -428,7 +435,7 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     }
     if (ds2)
         gguf_w_u32(w, K("leading_dense_block_count"), (uint32_t)c->n_layer);
-    if (!strcmp(c->arch, "qwen35")) {
+    if (!strcmp(c->arch, "qwen35") || !strcmp(c->arch, "qwen35moe")) {
         int32_t sections[4] = { 11, 11, 10, 0 };
         gguf_w_arr(w, K("rope.dimension_sections"), GGUF_T_I32, sections, 4);
     }
@@ -455,7 +462,7 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
             gguf_w_u32(w, K("full_attention_interval"), (uint32_t)c->attn_every);
         }
     }
-    if (next) {
+    if (moe) {
         gguf_w_u32(w, K("expert_count"), (uint32_t)c->n_expert);
         gguf_w_u32(w, K("expert_used_count"), (uint32_t)c->n_expert_used);
         gguf_w_u32(w, K("expert_feed_forward_length"), (uint32_t)c->n_ff_exp);
@@ -514,7 +521,7 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
             put(&s, TN("ssm_norm.weight"), DV, 1, FILL_NORM, GGML_F32);
             put(&s, TN("ssm_out.weight"), NV * DV, E, FILL_PROJ, t);
         }
-        if (next) {
+        if (moe) {
             put(&s, TN("ffn_gate_inp.weight"), E, c->n_expert, FILL_PROJ, GGML_F32);
             put3(&s, TN("ffn_gate_exps.weight"), E, c->n_ff_exp, c->n_expert, t);
             put3(&s, TN("ffn_up_exps.weight"), E, c->n_ff_exp, c->n_expert, t);

@@ -342,8 +342,8 @@ char *metrics_prometheus(server *srv)
     for (int i = 0; i < n_reqs; i++) {
         b_kv += reqs[i].usage.kv_reserved_bytes;
         b_mla += reqs[i].usage.mla_reserved_bytes;
-        b_state += reqs[i].usage.dnet_state_bytes;
-        b_conv += reqs[i].usage.dnet_conv_bytes;
+        b_state += reqs[i].usage.rec_state_bytes;
+        b_conv += reqs[i].usage.rec_conv_bytes;
         tok_used += (uint64_t)reqs[i].usage.n_tokens;
     }
     free(reqs);
@@ -420,7 +420,7 @@ char *metrics_prometheus(server *srv)
                   in->page_tokens, in->kv_dtype ? in->kv_dtype : "f32", in->state_dtype ? in->state_dtype : "f32",
                   (unsigned long long)in->kv_bytes_per_token,
                   (unsigned long long)in->mla_bytes_per_token,
-                  (unsigned long long)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
+                  (unsigned long long)(in->rec_state_bytes_per_seq + in->rec_conv_bytes_per_seq));
         prom_u64(&s, "hyserve_cache_config_info", lab, 1);
     }
 
@@ -489,7 +489,7 @@ static void prefix_cache_json(cJSON *pc, const sched_stats *st, const engine_inf
     cJSON_AddNumberToObject(pc, "conv_state_bytes", (double)p->conv_bytes);
     cJSON_AddNumberToObject(pc, "snapshots", p->n_snapshots);
     cJSON_AddNumberToObject(pc, "snapshot_bytes_each",
-                            (double)(in->n_dnet_layers ? in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq : 0));
+                            (double)(in->n_rec_layers ? in->rec_state_bytes_per_seq + in->rec_conv_bytes_per_seq : 0));
     cJSON_AddNumberToObject(pc, "snapshot_state_bytes_held", (double)st->pool.snap_state_bytes);
     cJSON_AddNumberToObject(pc, "snapshot_conv_bytes_held", (double)st->pool.snap_conv_bytes);
     cJSON_AddNumberToObject(pc, "lookups", (double)p->lookups);
@@ -535,12 +535,12 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     cJSON_AddNumberToObject(kv, "bytes_shared", (double)u->shared_bytes);
     cJSON_AddNumberToObject(kv, "bytes_owned", (double)(u->kv_reserved_bytes + u->mla_reserved_bytes - u->shared_bytes));
     cJSON *rec = cJSON_AddObjectToObject(o, "recurrent");
-    bool has_state = u->dnet_state_bytes + u->dnet_conv_bytes > 0;
+    bool has_state = u->rec_state_bytes + u->rec_conv_bytes > 0;
     cJSON_AddNumberToObject(rec, "slots", has_state ? 1 : 0);
-    cJSON_AddNumberToObject(rec, "state_bytes", (double)u->dnet_state_bytes);
-    cJSON_AddNumberToObject(rec, "conv_bytes", (double)u->dnet_conv_bytes);
-    cJSON_AddNumberToObject(rec, "bytes", (double)(u->dnet_state_bytes + u->dnet_conv_bytes));
-    cJSON_AddNumberToObject(rec, "checkpoints", q->n_snapshots);      /* DeltaNet snapshots for the prefix cache */
+    cJSON_AddNumberToObject(rec, "state_bytes", (double)u->rec_state_bytes);
+    cJSON_AddNumberToObject(rec, "conv_bytes", (double)u->rec_conv_bytes);
+    cJSON_AddNumberToObject(rec, "bytes", (double)(u->rec_state_bytes + u->rec_conv_bytes));
+    cJSON_AddNumberToObject(rec, "checkpoints", q->n_snapshots);      /* recurrent snapshots for the prefix cache */
     cJSON_AddNumberToObject(rec, "checkpoint_bytes", (double)q->snapshot_bytes);
     /* the same bytes by layer kind, and what plain MHA would hold */
     cJSON *by = cJSON_AddObjectToObject(o, "cache_by_kind");
@@ -550,8 +550,16 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     cJSON *ml = cJSON_AddObjectToObject(by, "mla_latent");
     cJSON_AddNumberToObject(ml, "bytes_reserved", (double)u->mla_reserved_bytes);
     cJSON_AddNumberToObject(ml, "bytes_used", (double)u->mla_used_bytes);
-    cJSON_AddNumberToObject(by, "deltanet_state_bytes", (double)u->dnet_state_bytes);
-    cJSON_AddNumberToObject(by, "deltanet_conv_bytes", (double)u->dnet_conv_bytes);
+    /* a live sequence holds its whole slot: each kind's part of it */
+    const bool slot = has_state;
+    cJSON_AddNumberToObject(by, "deltanet_state_bytes", slot ? (double)in->dnet_state_bytes_per_seq : 0.0);
+    cJSON_AddNumberToObject(by, "deltanet_conv_bytes", slot ? (double)in->dnet_conv_bytes_per_seq : 0.0);
+    if (in->n_mamba2_layers) {
+        cJSON_AddNumberToObject(by, "mamba2_state_bytes", slot ? (double)in->mamba2_state_bytes_per_seq : 0.0);
+        cJSON_AddNumberToObject(by, "mamba2_conv_bytes", slot ? (double)in->mamba2_conv_bytes_per_seq : 0.0);
+    }
+    if (in->n_sconv_layers)
+        cJSON_AddNumberToObject(by, "shortconv_conv_bytes", slot ? (double)in->sconv_bytes_per_seq : 0.0);
     cJSON_AddNumberToObject(o, "mha_equivalent_bytes", (double)((uint64_t)u->n_tokens * in->mha_bytes_per_token));
     cJSON_AddNumberToObject(o, "total_bytes_owned", (double)u->total_reserved_bytes);
     return o;
@@ -597,7 +605,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     char layers[1024];
     int nl = in->n_layer < (int)sizeof(layers) - 1 ? in->n_layer : (int)sizeof(layers) - 1;
     for (int il = 0; il < nl; il++)
-        layers[il] = in->layer_kind[il] == ENGINE_LAYER_DELTANET ? 'L' : in->layer_kind[il] == ENGINE_LAYER_MLA ? 'M' : 'A';
+        layers[il] = engine_layer_letter(in->layer_kind[il]);
     layers[nl] = '\0';
     cJSON_AddNumberToObject(model, "n_layer", in->n_layer);
     cJSON_AddStringToObject(model, "layers", layers);
@@ -606,9 +614,9 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     if (in->weights_note[0])    /* --huge-pages asked for, and why the weights stayed mapped */
         cJSON_AddStringToObject(model, "weights_memory_note", in->weights_note);
     cJSON *lay = cJSON_AddObjectToObject(model, "cache_layout");
-    cJSON_AddStringToObject(lay, "kind", in->n_dnet_layers > 0 && (in->n_attn_layers + in->n_mla_layers) > 0
+    cJSON_AddStringToObject(lay, "kind", in->n_rec_layers > 0 && (in->n_attn_layers + in->n_mla_layers) > 0
                                              ? "hybrid"
-                                             : in->n_dnet_layers > 0 ? "recurrent" : "attention");
+                                             : in->n_rec_layers > 0 ? "recurrent" : "attention");
     cJSON_AddNumberToObject(lay, "block_tokens", in->page_tokens);
     if (in->n_attn_layers > 0) {
         cJSON *a = cJSON_AddObjectToObject(lay, "attention");
@@ -619,15 +627,41 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         cJSON_AddStringToObject(a, "dtype", in->kv_dtype ? in->kv_dtype : "f32");
         cJSON_AddNumberToObject(a, "bytes_per_token", (double)in->kv_bytes_per_token);
     }
-    if (in->n_dnet_layers > 0) {
+    if (in->n_rec_layers > 0) {
+        /* the slot in all (what a sequence and a snapshot hold), then each
+         * recurrent kind's part; "type" names the kind when there is one */
         cJSON *r = cJSON_AddObjectToObject(lay, "recurrent");
-        cJSON_AddStringToObject(r, "type", "gated_deltanet");
-        cJSON_AddNumberToObject(r, "layers", in->n_dnet_layers);
-        cJSON_AddNumberToObject(r, "ssm_state_bytes_per_seq", (double)in->dnet_state_bytes_per_seq);
-        cJSON_AddNumberToObject(r, "conv_state_bytes_per_seq", (double)in->dnet_conv_bytes_per_seq);
+        const int kinds = (in->n_dnet_layers > 0) + (in->n_mamba2_layers > 0) + (in->n_sconv_layers > 0);
+        cJSON_AddStringToObject(r, "type", kinds > 1 ? "mixed" : in->n_dnet_layers ? "gated_deltanet"
+                                                             : in->n_mamba2_layers ? "mamba2" : "short_conv");
+        cJSON_AddNumberToObject(r, "layers", in->n_rec_layers);
+        cJSON_AddNumberToObject(r, "ssm_state_bytes_per_seq", (double)in->rec_state_bytes_per_seq);
+        cJSON_AddNumberToObject(r, "conv_state_bytes_per_seq", (double)in->rec_conv_bytes_per_seq);
         cJSON_AddStringToObject(r, "dtype", in->state_dtype ? in->state_dtype : "f32");
         cJSON_AddStringToObject(r, "conv_dtype", "f32");
-        cJSON_AddNumberToObject(r, "bytes_per_seq", (double)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
+        cJSON_AddNumberToObject(r, "bytes_per_seq", (double)(in->rec_state_bytes_per_seq + in->rec_conv_bytes_per_seq));
+        cJSON *k = cJSON_AddObjectToObject(r, "by_kind");
+        if (in->n_dnet_layers) {
+            cJSON *d = cJSON_AddObjectToObject(k, "gated_deltanet");
+            cJSON_AddNumberToObject(d, "layers", in->n_dnet_layers);
+            cJSON_AddNumberToObject(d, "ssm_state_bytes_per_seq", (double)in->dnet_state_bytes_per_seq);
+            cJSON_AddNumberToObject(d, "conv_state_bytes_per_seq", (double)in->dnet_conv_bytes_per_seq);
+        }
+        if (in->n_mamba2_layers) {
+            cJSON *d = cJSON_AddObjectToObject(k, "mamba2");
+            cJSON_AddNumberToObject(d, "layers", in->n_mamba2_layers);
+            cJSON_AddNumberToObject(d, "heads", in->mamba2_heads);
+            cJSON_AddNumberToObject(d, "head_dim", in->mamba2_head_dim);
+            cJSON_AddNumberToObject(d, "d_state", in->mamba2_d_state);
+            cJSON_AddNumberToObject(d, "groups", in->mamba2_groups);
+            cJSON_AddNumberToObject(d, "ssm_state_bytes_per_seq", (double)in->mamba2_state_bytes_per_seq);
+            cJSON_AddNumberToObject(d, "conv_state_bytes_per_seq", (double)in->mamba2_conv_bytes_per_seq);
+        }
+        if (in->n_sconv_layers) {
+            cJSON *d = cJSON_AddObjectToObject(k, "short_conv");
+            cJSON_AddNumberToObject(d, "layers", in->n_sconv_layers);
+            cJSON_AddNumberToObject(d, "conv_state_bytes_per_seq", (double)in->sconv_bytes_per_seq);
+        }
     }
     if (in->n_mla_layers > 0) {
         cJSON *a = cJSON_AddObjectToObject(lay, "mla");
@@ -639,7 +673,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         cJSON_AddNumberToObject(a, "bytes_per_token", (double)in->mla_bytes_per_token);
     }
     cJSON_AddNumberToObject(lay, "bytes_per_token", (double)(in->kv_bytes_per_token + in->mla_bytes_per_token));
-    cJSON_AddNumberToObject(lay, "bytes_per_seq", (double)(in->dnet_state_bytes_per_seq + in->dnet_conv_bytes_per_seq));
+    cJSON_AddNumberToObject(lay, "bytes_per_seq", (double)(in->rec_state_bytes_per_seq + in->rec_conv_bytes_per_seq));
     cJSON_AddNumberToObject(lay, "mha_bytes_per_token", (double)in->mha_bytes_per_token);
     cJSON_AddNumberToObject(lay, "all_attention_bytes_per_token", (double)in->all_attention_bytes_per_token);
 
@@ -658,8 +692,8 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         const engine_seq_usage *u = &reqs[i].usage;
         t_kv += u->kv_reserved_bytes;
         t_mla += u->mla_reserved_bytes;
-        t_state += u->dnet_state_bytes;
-        t_conv += u->dnet_conv_bytes;
+        t_state += u->rec_state_bytes;
+        t_conv += u->rec_conv_bytes;
         t_all += u->total_reserved_bytes;
         t_tok += (uint64_t)u->n_tokens;
         t_snap += reqs[i].snapshot_bytes;
@@ -696,9 +730,9 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(kv, "token_usage_ratio", tok_cap > 0 ? (double)t_tok / tok_cap : 0.0);
     cJSON *rec = cJSON_AddObjectToObject(pools, "recurrent");
     cJSON_AddNumberToObject(rec, "slots_total", in->max_seqs);
-    cJSON_AddNumberToObject(rec, "slots_used", in->n_dnet_layers > 0 ? st.pool.n_seqs : 0);
+    cJSON_AddNumberToObject(rec, "slots_used", in->n_rec_layers > 0 ? st.pool.n_seqs : 0);
     cJSON_AddNumberToObject(rec, "usage_ratio",
-                            in->n_dnet_layers > 0 && in->max_seqs ? (double)st.pool.n_seqs / in->max_seqs : 0.0);
+                            in->n_rec_layers > 0 && in->max_seqs ? (double)st.pool.n_seqs / in->max_seqs : 0.0);
     cJSON *sp = cJSON_AddObjectToObject(pools, "spares");
     cJSON_AddNumberToObject(sp, "recurrent_blocks", st.pool.n_spare_blocks);
     cJSON_AddNumberToObject(sp, "attn_kv_regions", st.pool.n_spare_regions);

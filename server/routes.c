@@ -1210,16 +1210,21 @@ static int h_info(http_req *hr)
     cJSON_AddNumberToObject(m, "n_layer", in->n_layer);
     cJSON_AddNumberToObject(m, "n_attn_layers", in->n_attn_layers);
     cJSON_AddNumberToObject(m, "n_dnet_layers", in->n_dnet_layers);
+    cJSON_AddNumberToObject(m, "n_mamba2_layers", in->n_mamba2_layers);
+    cJSON_AddNumberToObject(m, "n_shortconv_layers", in->n_sconv_layers);
+    cJSON_AddNumberToObject(m, "n_recurrent_layers", in->n_rec_layers);
     cJSON_AddNumberToObject(m, "n_ctx_train", in->n_ctx_train);
     cJSON_AddStringToObject(m, "chat_template", chat_kind_name(srv->chat_kind));
     cJSON *c = cJSON_AddObjectToObject(o, "cache_layout");
-    cJSON_AddStringToObject(c, "kind", in->n_dnet_layers > 0 && in->n_attn_layers > 0 ? "hybrid"
-                                       : in->n_dnet_layers > 0                         ? "recurrent"
-                                                                                       : "attention");
+    cJSON_AddStringToObject(c, "kind", in->n_rec_layers > 0 && in->n_attn_layers + in->n_mla_layers > 0 ? "hybrid"
+                                       : in->n_rec_layers > 0                                             ? "recurrent"
+                                                                                                          : "attention");
     cJSON_AddNumberToObject(c, "page_tokens", in->page_tokens);
     cJSON_AddNumberToObject(c, "kv_bytes_per_token", (double)in->kv_bytes_per_token);
     cJSON_AddNumberToObject(c, "dnet_state_bytes_per_seq", (double)in->dnet_state_bytes_per_seq);
     cJSON_AddNumberToObject(c, "dnet_conv_bytes_per_seq", (double)in->dnet_conv_bytes_per_seq);
+    cJSON_AddNumberToObject(c, "recurrent_state_bytes_per_seq", (double)in->rec_state_bytes_per_seq);
+    cJSON_AddNumberToObject(c, "recurrent_conv_bytes_per_seq", (double)in->rec_conv_bytes_per_seq);
     cJSON_AddNumberToObject(c, "mha_bytes_per_token", (double)in->mha_bytes_per_token);
     cJSON_AddNumberToObject(c, "budget_bytes", (double)in->cache_budget_bytes);
     cJSON_AddNumberToObject(c, "max_seqs", in->max_seqs);

@@ -1242,7 +1242,7 @@ def test_serve_synth():
     lines = text.splitlines()
     loading = [i for i, l in enumerate(lines) if "loading a synthesized model with the cache layout of qwen3.5-0.8b" in l]
     ready = [i for i, l in enumerate(lines) if "ready: synth of Qwen3.5-0.8B" in l
-             and "24 layers: 6 attention + 18 deltanet" in l]
+             and "24 layers: 6 attention + 18 recurrent" in l]
     check("serve --synth says what it is loading, then that it is ready", loading and ready and loading[0] < ready[0],
           text[-600:])
     check("serve --synth is ready with the preset's layout (6 attention + 18 DeltaNet layers) and serves it",

@@ -1,0 +1,387 @@
+/* model_ssm.c - load the Mamba-2 and short-convolution hybrid families.
+ *
+ * Owns: the hyperparameters and tensors of granitehybrid (Granite 4.0-H:
+ * Mamba-2 and GQA layers, each with a dense or MoE feed-forward, Granite's
+ * multipliers), nemotron_h (Nemotron-H: each layer one of Mamba-2, GQA
+ * attention or a ReLU^2 MLP) and lfm2 (LFM2: gated short convolutions and
+ * GQA with q/k norms), with llama.cpp's key and tensor names and shapes.
+ * A layer's kind comes from the file as llama.cpp reads it: the per-layer
+ * attention.head_count_kv array (0: not attention) and, for nemotron_h,
+ * the per-layer feed_forward_length (> 0: an MLP layer).
+ * Does not own: the helpers (model.c) or the math (mamba2.c,
+ * shortconv.c, attention.c, forward.c).
+ * ref: docs/models.md section 10.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault.h"
+#include "kernels/vecmath.h"
+#include "model_impl.h"
+
+/* "<arch>.<suffix>" as one value per layer: an array of n integers, or one
+ * integer for every layer (def when absent and not required). */
+static int hp_layers(loader *ld, const char *suffix, int *out, int n, int def, bool required)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->m->arch, suffix);
+    const gguf_kv *kv = gguf_find_kv(ld->g, key);
+    if (kv && kv->type == GGUF_T_ARRAY) {
+        if (kv->arr_n < (uint64_t)n) {
+            ld_fail(ld, "metadata %s has %llu values for %d layers", key, (unsigned long long)kv->arr_n, n);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            int64_t v;
+            if (!gguf_arr_get_i64(kv, (uint64_t)i, &v) || v < 0 || v > (1 << 30)) {
+                ld_fail(ld, "metadata %s[%d] must be an integer in 0..2^30", key, i);
+                return -1;
+            }
+            out[i] = (int)v;
+        }
+        return 0;
+    }
+    int v = 0;
+    if (hp_u32(ld, suffix, &v, def, required) != 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        out[i] = v;
+    return 0;
+}
+
+/* One value the layers of a kind share: every nonzero entry of per[] must
+ * be the same (the cache has one shape per kind). */
+static int shared_value(loader *ld, const char *what, const int *per, int n, int *out)
+{
+    *out = 0;
+    for (int i = 0; i < n; i++) {
+        if (!per[i])
+            continue;
+        if (*out && per[i] != *out) {
+            ld_fail(ld, "layers differ in %s (%d and %d); hyserve needs one value for all layers", what, *out, per[i]);
+            return -1;
+        }
+        *out = per[i];
+    }
+    return 0;
+}
+
+/* A multiplier as llama.cpp reads it: absent or 0 means none (1). */
+static float multiplier(loader *ld, const char *suffix)
+{
+    float v = 0.0f;
+    hp_f32(ld, suffix, &v, 0.0f);
+    return v == 0.0f || !isfinite(v) ? 1.0f : v;
+}
+
+/* Mamba-2 hyperparameters: ssm.* keys (d_inner, d_state, heads, groups, conv). */
+static void mamba2_hparams(loader *ld)
+{
+    model *m = ld->m;
+    int inner = 0;
+    if (hp_u32(ld, "ssm.conv_kernel", &m->ssm_k, 0, true) || hp_u32(ld, "ssm.inner_size", &inner, 0, true) ||
+        hp_u32(ld, "ssm.state_size", &m->m2_d_state, 0, true) ||
+        hp_u32(ld, "ssm.time_step_rank", &m->m2_heads, 0, true) ||
+        hp_u32(ld, "ssm.group_count", &m->m2_groups, 1, false))
+        return;
+    if (m->ssm_k < 2 || m->ssm_k > 16 || m->m2_d_state <= 0 || m->m2_heads <= 0 || inner <= 0 ||
+        inner % m->m2_heads || m->m2_groups <= 0 || inner % m->m2_groups ||
+        (m->m2_groups & (m->m2_groups - 1)) || m->m2_d_state > (1 << 16) || inner > (1 << 20)) {
+        ld_fail(ld, "Mamba-2 hyperparameters out of range: conv kernel %d (2..16), inner size %d (a multiple "
+                "of heads and groups), state %d, %d heads, %d groups (a power of two)",
+                m->ssm_k, inner, m->m2_d_state, m->m2_heads, m->m2_groups);
+        return;
+    }
+    m->m2_head_dim = inner / m->m2_heads;
+    m->m2_conv_ch = inner + 2 * m->m2_groups * m->m2_d_state;
+    m->m2_in_dim = inner + m->m2_conv_ch + m->m2_heads;
+}
+
+/* The attention shape shared by the attention layers (kv[] per layer, 0
+ * where a layer has no attention). */
+static void attn_hparams(loader *ld, const int *heads, const int *kv)
+{
+    model *m = ld->m;
+    if (shared_value(ld, "attention.head_count", heads, m->n_layer, &m->n_head) ||
+        shared_value(ld, "attention.head_count_kv", kv, m->n_layer, &m->n_head_kv))
+        return;
+    if (m->n_attn == 0)
+        return;
+    if (m->n_head <= 0 || m->n_head_kv <= 0 || m->n_head % m->n_head_kv) {
+        ld_fail(ld, "attention heads %d / KV heads %d out of range (heads a multiple of KV heads)", m->n_head,
+                m->n_head_kv);
+        return;
+    }
+    int v_len = 0;
+    if (hp_u32(ld, "attention.key_length", &m->head_dim, m->n_embd / m->n_head, false) ||
+        hp_u32(ld, "attention.value_length", &v_len, m->head_dim, false) ||
+        hp_u32(ld, "rope.dimension_count", &m->n_rot, m->head_dim, false))
+        return;
+    if (m->head_dim <= 0 || v_len != m->head_dim || m->n_rot > m->head_dim || m->n_rot % 2 || m->head_dim > 4096) {
+        ld_fail(ld, "attention head dims out of range (key %d, value %d, rotary %d: even, at most the key length)",
+                m->head_dim, v_len, m->n_rot);
+        return;
+    }
+    if (m->n_rot == 0)
+        m->n_rot = m->head_dim;
+    hp_f32(ld, "rope.freq_base", &m->rope_theta, 10000.0f);
+    hp_f32(ld, "attention.scale", &m->attn_scale, 0.0f);
+    if (m->attn_scale == 0.0f)
+        m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
+}
+
+static void bind_attention(loader *ld, layer *L, int il, bool qk_norm)
+{
+    model *m = ld->m;
+    char nm[96];
+    const int E = m->n_embd, HD = m->head_dim;
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    static const char *const biases[] = { "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias" };
+    for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
+        snprintf(nm, sizeof nm, "blk.%d.%s", il, biases[i]);
+        if (gguf_find_tensor(ld->g, nm)) {
+            ld_fail(ld, "tensor '%s': attention biases are not supported yet", nm);
+            return;
+        }
+    }
+    bind_w(ld, &L->wq, TN("attn_q.weight"), E, m->n_head * HD);
+    bind_w(ld, &L->wk, TN("attn_k.weight"), E, m->n_head_kv * HD);
+    bind_w(ld, &L->wv, TN("attn_v.weight"), E, m->n_head_kv * HD);
+    bind_w(ld, &L->wo, TN("attn_output.weight"), m->n_head * HD, E);
+    if (qk_norm) {
+        L->q_norm = bind_vec(ld, TN("attn_q_norm.weight"), HD);
+        L->k_norm = bind_vec(ld, TN("attn_k_norm.weight"), HD);
+    }
+#undef TN
+}
+
+static void bind_mamba2(loader *ld, layer *L, int il)
+{
+    model *m = ld->m;
+    char nm[96];
+    const int E = m->n_embd, NH = m->m2_heads, DI = NH * m->m2_head_dim, CD = m->m2_conv_ch, NG = m->m2_groups;
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    bind_w(ld, &L->ssm_in, TN("ssm_in.weight"), E, m->m2_in_dim);
+    L->conv1d_t = bind_vec2(ld, TN("ssm_conv1d.weight"), m->ssm_k, CD);
+    transpose_taps(ld, &L->conv1d_t, m->ssm_k, CD);
+    if (!ld->failed && gguf_find_tensor(ld->g, TN("ssm_conv1d.bias")))
+        L->conv_b = bind_vec(ld, nm, CD);
+    L->dt_bias = bind_vec(ld, TN("ssm_dt.bias"), NH);
+    /* ssm_a and ssm_d are {1, n_head}: one per head */
+    L->ssm_a = bind_vec2(ld, TN("ssm_a"), 1, NH);
+    L->ssm_d = bind_vec2(ld, TN("ssm_d"), 1, NH);
+    L->ssm_norm = bind_vec2(ld, TN("ssm_norm.weight"), DI / NG, NG);
+    bind_w(ld, &L->wout, TN("ssm_out.weight"), DI, E);
+#undef TN
+}
+
+static void bind_short_conv(loader *ld, layer *L, int il)
+{
+    model *m = ld->m;
+    char nm[96];
+    const int E = m->n_embd;
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    bind_w(ld, &L->ssm_in, TN("shortconv.in_proj.weight"), E, 3 * E);
+    L->conv1d_t = bind_vec2(ld, TN("shortconv.conv.weight"), m->ssm_k, E);
+    transpose_taps(ld, &L->conv1d_t, m->ssm_k, E);
+    bind_w(ld, &L->wout, TN("shortconv.out_proj.weight"), E, E);
+#undef TN
+}
+
+/* A SwiGLU MLP, or Granite's experts (routed: n_ff wide, softmax top-k,
+ * renormalised; shared: n_ff_shexp wide, ungated) where the file has them. */
+static void bind_ffn(loader *ld, layer *L, int il, int n_ff)
+{
+    model *m = ld->m;
+    char nm[96];
+    const int E = m->n_embd;
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    L->ffn_norm = L->post_norm = bind_vec(ld, TN("ffn_norm.weight"), E);
+    if (m->n_expert > 0) {
+        L->ffn = FFN_MOE;
+        bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
+        size_t up_stride = 0;
+        bind_slabs(ld, &L->gate_exps, &L->up_gate_stride, TN("ffn_gate_exps.weight"), E, m->n_ff_exp, m->n_expert);
+        bind_slabs(ld, &L->up_exps, &up_stride, TN("ffn_up_exps.weight"), E, m->n_ff_exp, m->n_expert);
+        bind_slabs(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, E, m->n_expert);
+        if (!ld->failed && up_stride != L->up_gate_stride)
+            ld_fail(ld, "layer %d: ffn_gate_exps and ffn_up_exps have different types", il);
+        if (m->n_ff_shexp > 0) {
+            bind_w(ld, &L->gate_shexp, TN("ffn_gate_shexp.weight"), E, m->n_ff_shexp);
+            bind_w(ld, &L->up_shexp, TN("ffn_up_shexp.weight"), E, m->n_ff_shexp);
+            bind_w(ld, &L->down_shexp, TN("ffn_down_shexp.weight"), m->n_ff_shexp, E);
+        }
+    } else {
+        L->ffn = FFN_SWIGLU;
+        bind_w(ld, &L->ffn_gate, TN("ffn_gate.weight"), E, n_ff);
+        bind_w(ld, &L->ffn_up, TN("ffn_up.weight"), E, n_ff);
+        bind_w(ld, &L->ffn_down, TN("ffn_down.weight"), n_ff, E);
+    }
+#undef TN
+}
+
+void ssm_family_load(loader *ld, enum arch a)
+{
+    model *m = ld->m;
+    int n_block = 0;
+    if (hp_u32(ld, "block_count", &n_block, 0, true) || hp_u32(ld, "embedding_length", &m->n_embd, 0, true) ||
+        hp_u32(ld, "context_length", &m->n_ctx_train, 4096, false))
+        return;
+    if (n_block <= 0 || (uint64_t)n_block > ld->g->n_tensors || m->n_embd <= 0 || m->n_embd > (1 << 20)) {
+        ld_fail(ld, "hyperparameters out of range (block_count %d for %llu tensors, embedding_length %d)", n_block,
+                (unsigned long long)ld->g->n_tensors, m->n_embd);
+        return;
+    }
+    if (m->n_ctx_train <= 0) {
+        ld_fail(ld, "metadata %s.context_length is 0: no request could ever fit", m->arch);
+        return;
+    }
+    m->n_layer = n_block;
+    hp_f32(ld, "attention.layer_norm_rms_epsilon", &m->eps, 1e-5f);
+    int *heads = FAULT_OR(calloc((size_t)n_block, sizeof(int)));
+    int *kv = FAULT_OR(calloc((size_t)n_block, sizeof(int)));
+    int *ff = FAULT_OR(calloc((size_t)n_block, sizeof(int)));
+    m->kinds = FAULT_OR(calloc((size_t)n_block, 1));
+    m->layers = FAULT_OR(calloc((size_t)n_block, sizeof(layer)));
+    if (!heads || !kv || !ff || !m->kinds || !m->layers) {
+        ld_fail(ld, "out of memory");
+        goto out;
+    }
+    if (hp_layers(ld, "attention.head_count", heads, n_block, 0, true) ||
+        hp_layers(ld, "attention.head_count_kv", kv, n_block, 0, true) ||
+        hp_layers(ld, "feed_forward_length", ff, n_block, 0, a != ARCH_NEMOTRON_H))
+        goto out;
+
+    /* the kinds, as llama.cpp's hparams say: KV heads 0 means recurrent (or,
+     * in nemotron_h, an MLP layer when it has a feed-forward length) */
+    for (int il = 0; il < n_block; il++) {
+        uint8_t k;
+        if (kv[il] > 0)
+            k = ENGINE_LAYER_ATTN;
+        else if (a == ARCH_NEMOTRON_H && ff[il] > 0)
+            k = ENGINE_LAYER_MLP;
+        else
+            k = a == ARCH_LFM2 ? ENGINE_LAYER_SCONV : ENGINE_LAYER_MAMBA2;
+        m->kinds[il] = k;
+        if (a == ARCH_NEMOTRON_H && k != ENGINE_LAYER_MLP)
+            ff[il] = 0;             /* the mixer layers of nemotron_h have no feed-forward */
+        if (k != ENGINE_LAYER_ATTN)
+            heads[il] = 0;
+        m->n_attn += k == ENGINE_LAYER_ATTN;
+    }
+    int n_ff = 0;
+    if (n_block > 0 && shared_value(ld, "feed_forward_length", ff, n_block, &n_ff))
+        goto out;
+    m->n_ff = n_ff;
+    attn_hparams(ld, heads, kv);
+    if (ld->failed)
+        goto out;
+    if (a == ARCH_LFM2) {
+        if (hp_u32(ld, "shortconv.l_cache", &m->ssm_k, 0, true))
+            goto out;
+        if (m->ssm_k < 2 || m->ssm_k > 16) {
+            ld_fail(ld, "metadata %s.shortconv.l_cache = %d is out of range (2..16)", m->arch, m->ssm_k);
+            goto out;
+        }
+    } else {
+        mamba2_hparams(ld);
+    }
+    if (a == ARCH_GRANITEHYBRID) {
+        if (hp_u32(ld, "expert_count", &m->n_expert, 0, false) ||
+            hp_u32(ld, "expert_used_count", &m->n_expert_used, 0, m->n_expert > 0) ||
+            hp_u32(ld, "expert_shared_feed_forward_length", &m->n_ff_shexp, 0, false))
+            goto out;
+        if (m->n_expert > 0 && (m->n_expert_used < 1 || m->n_expert_used > m->n_expert || m->n_expert_used > 64 ||
+                                m->n_expert > 4096)) {
+            ld_fail(ld, "expert_count %d / expert_used_count %d out of range", m->n_expert, m->n_expert_used);
+            goto out;
+        }
+        m->n_ff_exp = n_ff;         /* Granite's experts are feed_forward_length wide */
+        m->embd_scale = multiplier(ld, "embedding_scale");
+        m->residual_scale = multiplier(ld, "residual_scale");
+        m->logit_scale = multiplier(ld, "logit_scale");
+        char key[128];
+        snprintf(key, sizeof key, "%s.rope.scaling.finetuned", m->arch);
+        bool finetuned = true;
+        if (gguf_find_kv(ld->g, key) && !gguf_get_bool(ld->g, key, &finetuned)) {
+            ld_fail(ld, "metadata %s must be a boolean", key);
+            goto out;
+        }
+        m->use_rope = finetuned;    /* Granite uses it as the switch for RoPE */
+    }
+    m->rope_type = a == ARCH_LFM2 ? ROPE_NEOX : ROPE_NORM;
+    if (a == ARCH_NEMOTRON_H)
+        m->use_rope = false;        /* Nemotron-H's attention has no positions (llama.cpp: rope type none) */
+    m->qk_norm = a == ARCH_LFM2;
+    if (ld->failed)
+        goto out;
+
+    /* tensors */
+    const gguf_tensor *te = find_t(ld, "token_embd.weight", true);
+    if (!te)
+        goto out;
+    if (te->ne[0] != (uint64_t)m->n_embd || te->ne[1] < 1 || te->ne[1] > (1u << 24)) {
+        ld_fail(ld, "tensor 'token_embd.weight' has shape {%llu, %llu}, expected {%d, n_vocab}",
+                (unsigned long long)te->ne[0], (unsigned long long)te->ne[1], m->n_embd);
+        goto out;
+    }
+    m->n_vocab = (int)te->ne[1];
+    bind_w(ld, &m->tok_embd, "token_embd.weight", m->n_embd, m->n_vocab);
+    /* LFM2's final norm is stored as token_embd_norm (llama.cpp's name fix) */
+    m->output_norm = bind_vec(ld, a == ARCH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight", m->n_embd);
+    if (gguf_find_tensor(ld->g, "output.weight"))
+        bind_w(ld, &m->output, "output.weight", m->n_embd, m->n_vocab);
+    else
+        m->output = m->tok_embd;
+    char nm[96];
+    m->n_attn = 0;                  /* counted again as the layers are bound */
+    for (int il = 0; il < n_block && !ld->failed; il++) {
+        layer *L = &m->layers[il];
+        L->kind = m->kinds[il];
+        snprintf(nm, sizeof nm, "blk.%d.attn_norm.weight", il);
+        L->attn_norm = bind_vec(ld, nm, m->n_embd);
+        switch ((enum engine_layer_kind)L->kind) {
+        case ENGINE_LAYER_ATTN:
+            L->kind_idx = m->n_attn++;
+            bind_attention(ld, L, il, m->qk_norm);
+            break;
+        case ENGINE_LAYER_MAMBA2:
+            L->kind_idx = m->n_m2++;
+            bind_mamba2(ld, L, il);
+            break;
+        case ENGINE_LAYER_SCONV:
+            L->kind_idx = m->n_sconv++;
+            bind_short_conv(ld, L, il);
+            break;
+        case ENGINE_LAYER_MLP:
+            L->kind_idx = m->n_mlp++;
+            break;
+        case ENGINE_LAYER_DELTANET:
+        case ENGINE_LAYER_MLA:
+        case ENGINE_LAYER_KINDS:
+            break;
+        }
+        if (a == ARCH_NEMOTRON_H) {
+            if (L->kind == ENGINE_LAYER_MLP) {   /* x + W_down relu(W_up norm(x))^2, the layer's one norm */
+                L->ffn = FFN_RELU2;
+                L->ffn_norm = L->attn_norm;
+                snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", il);
+                bind_w(ld, &L->ffn_up, nm, m->n_embd, m->n_ff);
+                snprintf(nm, sizeof nm, "blk.%d.ffn_down.weight", il);
+                bind_w(ld, &L->ffn_down, nm, m->n_ff, m->n_embd);
+            }
+        } else {
+            bind_ffn(ld, L, il, m->n_ff);
+        }
+    }
+    if (ld->failed)
+        goto out;
+    model_assign_slots(m);
+    model_rope_tables(ld);
+out:
+    free(heads);
+    free(kv);
+    free(ff);
+}
