@@ -634,12 +634,19 @@ static const char synth_help[] =
     "                         JSON file): cache-sizing dims exact, small hidden/MLP/vocab;\n"
     "                         later options still apply\n"
     "      --arch A           qwen35 (default, hybrid), qwen35moe and qwen3next (hybrid + MoE), qwen3, llama,\n"
-    "                         deepseek2 (dense, every layer MLA)\n"
+    "                         deepseek2 (dense, every layer MLA), granitehybrid (Mamba-2 + attention,\n"
+    "                         MoE with --experts N, dense with --experts 0), nemotron_h (Mamba-2,\n"
+    "                         attention and MLP-only layers), lfm2 (short conv + attention)\n"
     "      --seed S           weight seed (default 1)\n"
     "      --layers N         decoder layers (default 4)\n"
     "      --attn-every K     attention every Kth layer, the rest DeltaNet (default 4)\n"
     "      --pattern P        explicit layout, e.g. LLLA or LLLM (A attention, L DeltaNet,\n"
-    "                         M multi-head latent attention), repeated to --layers\n"
+    "                         M multi-head latent attention, S Mamba-2, C short conv, F MLP only),\n"
+    "                         repeated to --layers\n"
+    "      --ssm-heads N      Mamba-2 heads (default 4)\n"
+    "      --ssm-head-dim D   Mamba-2 head dim (default 16)\n"
+    "      --ssm-state N      Mamba-2 state size (default 16)\n"
+    "      --ssm-groups G     Mamba-2 B/C groups, a power of two (default 2)\n"
     "      --embd D           hidden size (default 64)\n"
     "      --heads H          attention query heads (default 4)\n"
     "      --kv-heads H       attention KV heads (default 2)\n"
@@ -702,7 +709,11 @@ int cli_synth(int argc, char **argv)
         INTOPT("--ff", n_ff, 1, 1 << 20)
         INTOPT("--vocab", n_vocab, 256, 1 << 22)
         INTOPT("--ctx", n_ctx, 1, 1 << 24)
-        INTOPT("--experts", n_expert, 1, 4096)
+        INTOPT("--experts", n_expert, 0, 4096)
+        INTOPT("--ssm-heads", m2_heads, 1, 4096)
+        INTOPT("--ssm-head-dim", m2_head_dim, 1, 4096)
+        INTOPT("--ssm-state", m2_d_state, 1, 4096)
+        INTOPT("--ssm-groups", m2_groups, 1, 1024)
         INTOPT("--experts-used", n_expert_used, 1, 64)
         INTOPT("--expert-ff", n_ff_exp, 1, 1 << 20)
         INTOPT("--shared-ff", n_ff_shexp, 1, 1 << 20)

@@ -72,6 +72,12 @@ static int list_presets(void)
             k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d Mamba ", l.mamba_layers);
         if (l.kda_layers && k < sizeof kinds)
             k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d KDA ", l.kda_layers);
+        if (l.mamba2_layers && k < sizeof kinds)
+            k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d Mamba-2 ", l.mamba2_layers);
+        if (l.sconv_layers && k < sizeof kinds)
+            k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d ShortConv ", l.sconv_layers);
+        if (l.mlp_layers && k < sizeof kinds)
+            k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d MLP ", l.mlp_layers);
         bool planner_only = l.mamba_layers > 0 || l.kda_layers > 0;
         printf("%-22s %-40s %s\n", names[i], kinds,
                planner_only ? "planner only (the engine has no Mamba/KDA layers)" : "runs (serve --synth)");
@@ -185,6 +191,13 @@ int cli_mem(int argc, char **argv)
         printf(" %d Mamba", l.mamba_layers);
     if (l.kda_layers)
         printf(" %d KDA", l.kda_layers);
+    if (l.mamba2_layers)
+        printf(" %d Mamba-2 (%d heads x %d, state %d, %d groups)", l.mamba2_layers, l.mamba2_heads,
+               l.mamba2_head_dim, l.mamba2_d_state, l.mamba2_groups);
+    if (l.sconv_layers)
+        printf(" %d short conv", l.sconv_layers);
+    if (l.mlp_layers)
+        printf(" (+ %d MLP-only)", l.mlp_layers);
     int conv = l.conv_bytes ? l.conv_bytes : l.state_bytes;
     printf("\ncache numbers:     KV %s (%d bytes), state %s (%d bytes), conv %s\n",
            l.kv_dtype[0] ? l.kv_dtype : l.kv_bytes == 4 ? "f32" : "f16", l.kv_bytes, l.state_bytes == 2 ? "bf16" : "f32",
@@ -200,6 +213,11 @@ int cli_mem(int argc, char **argv)
     if (l.dnet_layers)
         printf(" (DeltaNet %llu + conv %llu)", (unsigned long long)c.dnet_state_bytes_per_seq,
                (unsigned long long)c.dnet_conv_bytes_per_seq);
+    if (l.mamba2_layers)
+        printf(" (Mamba-2 %llu + conv %llu)", (unsigned long long)c.mamba2_state_bytes_per_seq,
+               (unsigned long long)c.mamba2_conv_bytes_per_seq);
+    if (l.sconv_layers)
+        printf(" (short conv %llu)", (unsigned long long)c.sconv_bytes_per_seq);
     printf("\n");
     printf("plain MHA instead: %llu B per token (%.2fx this layout)\n",
            (unsigned long long)c.mha_bytes_per_token,

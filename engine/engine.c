@@ -222,7 +222,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
     const model *m = e->m;
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
     cache_layout cl = {
-        .n_layers = m->n_layer, .n_head = m->n_head,
+        .n_layers = m->n_layer - m->n_mlp, .n_head = m->n_head,   /* mixer layers: what the counterfactuals count */
         .n_attn = m->n_attn, .n_kv = m->n_head_kv, .head_dim = m->head_dim,
         .n_mla = m->n_mla, .mla_dim = m->mla_kv_lora + m->mla_rope, .mla_rope = m->mla_rope,
         .mla_nope = m->mla_nope, .mla_v = m->mla_v,

@@ -31,6 +31,9 @@ typedef struct memplan_layout {
     int mamba2_layers, mamba2_heads, mamba2_head_dim, mamba2_d_state, mamba2_groups, mamba2_conv;
     /* gated short convolution (LFM2): no state, (K-1) * channels conv */
     int sconv_layers, sconv_channels, sconv_conv;
+    /* layers without a mixer (Nemotron-H's MLP-only layers): no cache, and
+     * not in n_layers (the counterfactuals count mixer layers) */
+    int mlp_layers;
     int kv_bytes;               /* bytes per cached attention number (4 f32, 2 f16/bf16) */
     char kv_dtype[8];           /* its name: "f32", "f16" or "bf16" (memplan_set_kv_dtype) */
     int state_bytes;            /* bytes per recurrent-state number (4: f32, 2: bf16) */

@@ -58,7 +58,8 @@ int preset_from_json(const cJSON *j, memplan_layout *l, char *err, size_t errlen
     snprintf(l->name, sizeof l->name, "%s", cJSON_IsString(name) ? name->valuestring : "custom");
     if (get_int(j, "", "layers", &l->n_layers, err, errlen) ||
         get_int(j, "", "max_context", &l->max_context, err, errlen) ||
-        get_int(j, "", "page_tokens", &l->page_tokens, err, errlen))
+        get_int(j, "", "page_tokens", &l->page_tokens, err, errlen) ||
+        get_int(j, "", "mlp_layers", &l->mlp_layers, err, errlen))
         return -1;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attention");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "mla");
@@ -228,6 +229,8 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
     cJSON *lay = cJSON_AddObjectToObject(r, "layout");
     cJSON_AddStringToObject(lay, "name", l->name);
     cJSON_AddNumberToObject(lay, "layers", l->n_layers);
+    if (l->mlp_layers)
+        cJSON_AddNumberToObject(lay, "mlp_only_layers", l->mlp_layers);
     cJSON_AddStringToObject(lay, "kv_dtype", l->kv_dtype[0] ? l->kv_dtype : l->kv_bytes == 4 ? "f32" : "f16");
     cJSON_AddNumberToObject(lay, "kv_bytes_per_number", l->kv_bytes);
     cJSON_AddStringToObject(lay, "state_dtype", l->state_bytes == 2 ? "bf16" : "f32");
@@ -340,33 +343,63 @@ int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err
         snprintf(err, errlen, "a preset with both GQA and MLA layers: write the pattern with hyserve synth --pattern");
         return -1;
     }
+    const int n_rec_kinds = (l->dnet_layers > 0) + (l->mamba2_layers > 0) + (l->sconv_layers > 0);
+    if (n_rec_kinds > 1 || ((l->mamba2_layers || l->sconv_layers) && l->mla_layers)) {
+        snprintf(err, errlen, "%s mixes recurrent kinds (or MLA with Mamba-2 or short convolutions), which no "
+                 "architecture the synthesizer writes has", l->name);
+        return -1;
+    }
     snprintf(c->name, sizeof c->name, "synth of %.50s", l->name);
-    c->n_layer = l->n_layers;
+    c->n_layer = l->n_layers + l->mlp_layers;
     c->n_embd = 64;
     c->n_ff = 64;
     c->n_vocab = 512;
     c->chat_template = 1;
     c->n_ctx = l->max_context > 0 ? l->max_context : 4096;
+    /* attention layer last in each group of n_layers / n_attn mixer layers */
+    const char rec = l->dnet_layers ? 'L' : l->mamba2_layers ? 'S' : 'C';
     if (l->mla_layers && !l->dnet_layers && l->mla_layers == l->n_layers) {
         snprintf(c->arch, sizeof c->arch, "deepseek2");
-    } else if (!l->dnet_layers) {
+    } else if (!l->dnet_layers && !l->mamba2_layers && !l->sconv_layers) {
         snprintf(c->arch, sizeof c->arch, "qwen3");
     } else {
-        snprintf(c->arch, sizeof c->arch, "qwen35");
-        /* attention layer last in each group of n_layers / n_attn layers */
-        int every = n_attn ? l->n_layers / n_attn : 0;
-        if (n_attn && (every < 1 || l->n_layers % n_attn)) {
-            snprintf(err, errlen, "%d attention layers do not divide %d layers evenly", n_attn, l->n_layers);
+        snprintf(c->arch, sizeof c->arch, "%s", l->dnet_layers ? "qwen35" : l->sconv_layers ? "lfm2"
+                                                 : l->mlp_layers ? "nemotron_h" : "granitehybrid");
+        if (c->n_layer > (int)sizeof c->pattern - 1) {
+            snprintf(err, errlen, "%d layers are more than the synthesizer's pattern holds", c->n_layer);
             return -1;
         }
-        for (int il = 0; il < l->n_layers && il < (int)sizeof c->pattern - 1; il++)
-            c->pattern[il] = every && (il + 1) % every == 0 ? (l->mla_layers ? 'M' : 'A') : 'L';
-        c->pattern[l->n_layers < (int)sizeof c->pattern - 1 ? l->n_layers : (int)sizeof c->pattern - 1] = 0;
-        c->dnet_n_k = l->dnet_k_heads;
-        c->dnet_n_v = l->dnet_v_heads;
-        c->dnet_d_k = l->dnet_d_k;
-        c->dnet_d_v = l->dnet_d_v;
-        c->conv_kernel = l->dnet_conv;
+        /* mixer layers in order, the attention layers spread evenly (the
+         * last of each n_layers / n_attn, rounded); MLP-only layers
+         * (Nemotron-H) after each mixer layer while they last */
+        int n = 0, mlp = l->mlp_layers;
+        for (int il = 0; il < l->n_layers; il++) {
+            const bool attn = (int64_t)(il + 1) * n_attn / l->n_layers > (int64_t)il * n_attn / l->n_layers;
+            c->pattern[n++] = attn ? (l->mla_layers ? 'M' : 'A') : rec;
+            if (mlp > 0) {
+                c->pattern[n++] = 'F';
+                mlp--;
+            }
+        }
+        while (mlp-- > 0)
+            c->pattern[n++] = 'F';
+        c->pattern[n] = 0;
+        if (l->dnet_layers) {
+            c->dnet_n_k = l->dnet_k_heads;
+            c->dnet_n_v = l->dnet_v_heads;
+            c->dnet_d_k = l->dnet_d_k;
+            c->dnet_d_v = l->dnet_d_v;
+        }
+        c->conv_kernel = l->dnet_layers ? l->dnet_conv : l->mamba2_layers ? l->mamba2_conv : l->sconv_conv;
+        if (l->mamba2_layers) {
+            c->m2_heads = l->mamba2_heads;
+            c->m2_head_dim = l->mamba2_head_dim;
+            c->m2_d_state = l->mamba2_d_state;
+            c->m2_groups = l->mamba2_groups;
+            c->n_expert = 0;
+        }
+        if (l->sconv_layers)
+            c->n_embd = l->sconv_channels;      /* the conv window is n_embd wide */
     }
     if (l->attn_layers) {
         c->n_head = l->attn_heads;

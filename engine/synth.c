@@ -43,6 +43,10 @@ void synth_config_default(synth_config *c)
     c->dnet_d_k = 16;
     c->dnet_d_v = 16;
     c->conv_kernel = 4;
+    c->m2_heads = 4;
+    c->m2_head_dim = 16;
+    c->m2_d_state = 16;
+    c->m2_groups = 2;
     c->n_ff = 128;
     c->n_vocab = 256;
     c->n_ctx = 4096;
@@ -232,12 +236,26 @@ static bool moe_arch(const synth_config *c)
     return !strcmp(c->arch, "qwen3next") || !strcmp(c->arch, "qwen35moe");
 }
 
-/* Layer kind letter: 'A' attention, 'L' DeltaNet, 'M' MLA. */
+/* the families written by ssm_write */
+static bool ssm_arch(const synth_config *c)
+{
+    return !strcmp(c->arch, "granitehybrid") || !strcmp(c->arch, "nemotron_h") || !strcmp(c->arch, "lfm2");
+}
+
+/* Layer kind letter: 'A' attention, 'L' DeltaNet, 'M' MLA, 'S' Mamba-2,
+ * 'C' short conv, 'F' MLP only. */
 static char kind_of(const synth_config *c, int il)
 {
     size_t np = strlen(c->pattern);
     if (!strcmp(c->arch, "deepseek2"))
         return 'M';
+    if (ssm_arch(c)) {
+        if (np)
+            return c->pattern[(size_t)il % np];
+        if (!strcmp(c->arch, "nemotron_h"))
+            return "SFSFAF"[il % 6];        /* Nemotron-H's shape: Mamba-2 and attention layers, each then an MLP */
+        return (il + 1) % c->attn_every == 0 ? 'A' : !strcmp(c->arch, "lfm2") ? 'C' : 'S';
+    }
     if (!hybrid(c))
         return 'A';
     if (np)
@@ -359,18 +377,30 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     else if (bs > 1 && (c->n_embd % (int)bs || c->n_ff % (int)bs || (c->n_head * c->head_dim) % (int)bs ||
                         /* the DeltaNet and expert widths only where those layers are */
                         (hybrid(c) && (c->dnet_n_v * c->dnet_d_v) % (int)bs) ||
+                        (ssm_arch(c) && (c->m2_heads * c->m2_head_dim) % (int)bs) ||
                         (moe_arch(c) && (c->n_ff_exp % (int)bs || c->n_ff_shexp % (int)bs))))
         bad = "quantized dtypes need embd, ff, expert ff and head widths that are multiples of the block size (32, or 256 for K-quants)";
     else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe") && strcmp(c->arch, "qwen3next") &&
-             strcmp(c->arch, "qwen3") && strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2"))
-        bad = "arch must be qwen35, qwen35moe, qwen3next, qwen3, llama or deepseek2";
+             strcmp(c->arch, "qwen3") && strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2") && !ssm_arch(c))
+        bad = "arch must be qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2, granitehybrid, nemotron_h or lfm2";
     else if (moe_arch(c) &&
              (c->n_expert < 1 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
               c->n_ff_exp < 1 || c->n_ff_shexp < 1))
         bad = "experts, experts-used (<= experts), expert-ff and shared-ff must be positive";
+    const char *letters = !strcmp(c->arch, "granitehybrid") ? "AS" : !strcmp(c->arch, "nemotron_h") ? "ASF"
+                        : !strcmp(c->arch, "lfm2") ? "AC" : "ALM";
     for (const char *p = c->pattern; !bad && *p; p++)
-        if (*p != 'A' && *p != 'L' && *p != 'M')
-            bad = "pattern may only hold 'A' (attention), 'L' (DeltaNet) and 'M' (MLA)";
+        if (!strchr(letters, *p))
+            bad = ssm_arch(c) ? "pattern letters: granitehybrid A and S (Mamba-2), nemotron_h A, S and F (MLP only), "
+                                "lfm2 A and C (short conv)"
+                              : "pattern may only hold 'A' (attention), 'L' (DeltaNet) and 'M' (MLA)";
+    if (!bad && ssm_arch(c) &&
+        (c->m2_heads < 1 || c->m2_head_dim < 1 || c->m2_d_state < 1 || c->m2_groups < 1 ||
+         (c->m2_groups & (c->m2_groups - 1)) || (c->m2_heads * c->m2_head_dim) % c->m2_groups))
+        bad = "Mamba-2 heads, head dim and state must be positive, groups a power of two dividing heads x head dim";
+    if (!bad && !strcmp(c->arch, "granitehybrid") && c->n_expert > 0 &&
+        (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
+        bad = "experts-used must be 1..experts";
     if (!bad && strchr(c->pattern, 'M') && strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe"))
         bad = "MLA layers in a pattern need --arch qwen35 or qwen35moe (or use --arch deepseek2)";
     if (!bad && (c->mla_kv_lora < 1 || c->mla_nope < 1 || c->mla_rope < 2 || c->mla_rope % 2 ||
@@ -387,6 +417,143 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* granitehybrid, nemotron_h and lfm2, as llama.cpp's converter writes them:
+ * the layer kinds in attention.head_count_kv (0: not attention) and, for
+ * nemotron_h, feed_forward_length per layer (> 0: an MLP-only layer). */
+static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
+{
+    const synth_config *c = s->c;
+    gguf_writer *w = s->w;
+    const uint32_t t = c->dtype;
+    const bool granite = !strcmp(c->arch, "granitehybrid"), nemo = !strcmp(c->arch, "nemotron_h");
+    const bool lfm = !strcmp(c->arch, "lfm2"), moe = granite && c->n_expert > 0;
+    const int E = c->n_embd, HD = c->head_dim, NH = c->m2_heads, DI = NH * c->m2_head_dim, NG = c->m2_groups;
+    const int DS = c->m2_d_state, CD = DI + 2 * NG * DS, K = c->conv_kernel;
+    char key[96], nm[96];
+    int rc = -1;
+    int32_t *kv = calloc((size_t)c->n_layer, sizeof *kv), *ff = calloc((size_t)c->n_layer, sizeof *ff);
+    if (!kv || !ff) {
+        snprintf(err, errlen, "synth: out of memory");
+        goto out;
+    }
+    for (int il = 0; il < c->n_layer; il++) {
+        kv[il] = kind_of(c, il) == 'A' ? c->n_head_kv : 0;
+        ff[il] = !nemo || kind_of(c, il) == 'F' ? c->n_ff : 0;
+    }
+#define K(suffix) (snprintf(key, sizeof key, "%s." suffix, c->arch), key)
+    gguf_w_str(w, "general.architecture", c->arch);
+    gguf_w_str(w, "general.name", c->name);
+    gguf_w_u32(w, "general.file_type", t == GGML_F32 ? 0 : t == GGML_F16 ? 1 : t == GGML_BF16 ? 32 :
+                                       t == GGML_Q8_0 ? 7 : t == GGML_Q4_0 ? 2 : t == GGML_Q4_K ? 15 :
+                                       t == GGML_Q5_K ? 17 : 18);
+    gguf_w_u32(w, K("block_count"), (uint32_t)c->n_layer);
+    gguf_w_u32(w, K("context_length"), (uint32_t)c->n_ctx);
+    gguf_w_u32(w, K("embedding_length"), (uint32_t)E);
+    if (nemo)
+        gguf_w_arr(w, K("feed_forward_length"), GGUF_T_I32, ff, (uint64_t)c->n_layer);
+    else
+        gguf_w_u32(w, K("feed_forward_length"), (uint32_t)c->n_ff);
+    gguf_w_u32(w, K("attention.head_count"), (uint32_t)c->n_head);
+    gguf_w_arr(w, K("attention.head_count_kv"), GGUF_T_I32, kv, (uint64_t)c->n_layer);
+    gguf_w_u32(w, K("attention.key_length"), (uint32_t)HD);
+    gguf_w_u32(w, K("attention.value_length"), (uint32_t)HD);
+    gguf_w_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
+    gguf_w_f32(w, K("rope.freq_base"), c->rope_theta);
+    gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)c->n_rot);
+    if (lfm) {
+        gguf_w_u32(w, K("shortconv.l_cache"), (uint32_t)K);
+    } else {
+        gguf_w_u32(w, K("ssm.conv_kernel"), (uint32_t)K);
+        gguf_w_u32(w, K("ssm.inner_size"), (uint32_t)DI);
+        gguf_w_u32(w, K("ssm.state_size"), (uint32_t)DS);
+        gguf_w_u32(w, K("ssm.time_step_rank"), (uint32_t)NH);
+        gguf_w_u32(w, K("ssm.group_count"), (uint32_t)NG);
+    }
+    if (granite) {
+        /* Granite 4.0-H's multipliers (its config.json) and NoPE attention */
+        gguf_w_f32(w, K("embedding_scale"), 12.0f);
+        gguf_w_f32(w, K("residual_scale"), 0.22f);
+        gguf_w_f32(w, K("logit_scale"), 6.0f);
+        gguf_w_f32(w, K("attention.scale"), 1.0f / (float)HD);
+        gguf_w_bool(w, K("rope.scaling.finetuned"), false);
+        if (moe) {
+            gguf_w_u32(w, K("expert_count"), (uint32_t)c->n_expert);
+            gguf_w_u32(w, K("expert_used_count"), (uint32_t)c->n_expert_used);
+            gguf_w_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)c->n_ff_shexp);
+        }
+    }
+#undef K
+    if (write_vocab(s) != 0) {
+        snprintf(err, errlen, "synth: out of memory building the vocabulary");
+        goto out;
+    }
+    put(s, "token_embd.weight", E, c->n_vocab, FILL_EMBD, t);
+    put(s, lfm ? "token_embd_norm.weight" : "output_norm.weight", E, 1, FILL_NORM, GGML_F32);
+    if (!c->tied)
+        put(s, "output.weight", E, c->n_vocab, FILL_PROJ, t);
+    for (int il = 0; il < c->n_layer; il++) {
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+        const char k = kind_of(c, il);
+        put(s, TN("attn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
+        if (k == 'A') {
+            put(s, TN("attn_q.weight"), E, c->n_head * HD, FILL_PROJ, t);
+            put(s, TN("attn_k.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
+            put(s, TN("attn_v.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
+            put(s, TN("attn_output.weight"), c->n_head * HD, E, FILL_PROJ, t);
+            if (lfm) {
+                put(s, TN("attn_q_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
+                put(s, TN("attn_k_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
+            }
+        } else if (k == 'S') {
+            put(s, TN("ssm_in.weight"), E, DI + CD + NH, FILL_PROJ, t);
+            put(s, TN("ssm_conv1d.weight"), K, CD, FILL_CONV, GGML_F32);
+            put(s, TN("ssm_conv1d.bias"), CD, 1, FILL_DT, GGML_F32);
+            put(s, TN("ssm_dt.bias"), NH, 1, FILL_DT, GGML_F32);
+            put(s, TN("ssm_a"), 1, NH, FILL_A, GGML_F32);
+            put(s, TN("ssm_d"), 1, NH, FILL_NORM, GGML_F32);
+            put(s, TN("ssm_norm.weight"), DI / NG, NG, FILL_NORM, GGML_F32);
+            put(s, TN("ssm_out.weight"), DI, E, FILL_PROJ, t);
+        } else if (k == 'C') {
+            put(s, TN("shortconv.in_proj.weight"), E, 3 * E, FILL_PROJ, t);
+            put(s, TN("shortconv.conv.weight"), K, E, FILL_CONV, GGML_F32);
+            put(s, TN("shortconv.out_proj.weight"), E, E, FILL_PROJ, t);
+        }
+        if (nemo) {
+            if (k == 'F') {
+                put(s, TN("ffn_up.weight"), E, c->n_ff, FILL_PROJ, t);
+                put(s, TN("ffn_down.weight"), c->n_ff, E, FILL_PROJ, t);
+            }
+            continue;
+        }
+        put(s, TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
+        if (moe) {
+            put(s, TN("ffn_gate_inp.weight"), E, c->n_expert, FILL_PROJ, GGML_F32);
+            put3(s, TN("ffn_gate_exps.weight"), E, c->n_ff, c->n_expert, t);
+            put3(s, TN("ffn_up_exps.weight"), E, c->n_ff, c->n_expert, t);
+            put3(s, TN("ffn_down_exps.weight"), c->n_ff, E, c->n_expert, t);
+            if (c->n_ff_shexp > 0) {
+                put(s, TN("ffn_gate_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);
+                put(s, TN("ffn_up_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);
+                put(s, TN("ffn_down_shexp.weight"), c->n_ff_shexp, E, FILL_PROJ, t);
+            }
+        } else {
+            put(s, TN("ffn_gate.weight"), E, c->n_ff, FILL_PROJ, t);
+            put(s, TN("ffn_up.weight"), E, c->n_ff, FILL_PROJ, t);
+            put(s, TN("ffn_down.weight"), c->n_ff, E, FILL_PROJ, t);
+        }
+#undef TN
+    }
+    if (s->failed) {
+        snprintf(err, errlen, "synth: out of memory drawing weights");
+        goto out;
+    }
+    rc = gguf_writer_write(w, path, err, errlen);
+out:
+    free(kv);
+    free(ff);
+    return rc;
+}
+
 int synth_write(const synth_config *c, const char *path, char *err, size_t errlen)
 {
     if (check_config(c, err, errlen) != 0)
@@ -395,6 +562,11 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     if (!s.w) {
         snprintf(err, errlen, "synth: out of memory");
         return -1;
+    }
+    if (ssm_arch(c)) {
+        int r = ssm_write(&s, path, err, errlen);
+        gguf_writer_free(s.w);
+        return r;
     }
     gguf_writer *w = s.w;
     const int E = c->n_embd, HD = c->head_dim, NV = c->dnet_n_v, DV = c->dnet_d_v;
