@@ -7,8 +7,8 @@
  * not own: the projections (forward.c) or the slot (cache.c).
  * ref: docs/models.md section 10 (Mamba-2), Dao & Gu 2024 (SSD).
  *
- * Per head h (group g = h mod n_group, as llama.cpp's ggml_ssm_scan reads
- * B and C), with dt_t = softplus(dt_raw + dt_bias) and a_t = exp(dt_t A_h):
+ * Per head h (group g = h / (n_head / n_group): consecutive heads share a
+ * group, as llama.cpp's ggml_ssm_scan, HF and mamba_ssm read B and C), with dt_t = softplus(dt_raw + dt_bias) and a_t = exp(dt_t A_h):
  *   S_t = a_t S_{t-1} + (dt_t x_t) B_t^T        S: [head_dim][d_state]
  *   y_t = S_t C_t + D_h x_t
  * then y = RMSNorm_group(y * silu(z)) * w and the out projection. The state
@@ -167,7 +167,7 @@ void mamba2_forward(const model *m, const layer *L, const cache *c, const fwd_it
     #pragma omp parallel for schedule(dynamic, 1)
     for (int w = 0; w < n_items * NH; w++) {
         const fwd_item *it = &items[w / NH];
-        const int h = w % NH, g = h % NG;
+        const int h = w % NH, g = h / (NH / NG);
         const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n >= M2_CHUNK / 4);
         float *sc = scratch + (size_t)omp_get_thread_num() * mamba2_scratch_floats(m);
         float *dt = sc + mamba2_chunk_scratch_floats(HD, DS);

@@ -396,8 +396,8 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
                               : "pattern may only hold 'A' (attention), 'L' (DeltaNet) and 'M' (MLA)";
     if (!bad && ssm_arch(c) &&
         (c->m2_heads < 1 || c->m2_head_dim < 1 || c->m2_d_state < 1 || c->m2_groups < 1 ||
-         (c->m2_groups & (c->m2_groups - 1)) || (c->m2_heads * c->m2_head_dim) % c->m2_groups))
-        bad = "Mamba-2 heads, head dim and state must be positive, groups a power of two dividing heads x head dim";
+         (c->m2_groups & (c->m2_groups - 1)) || c->m2_heads % c->m2_groups))
+        bad = "Mamba-2 heads, head dim and state must be positive, groups a power of two dividing the heads";
     if (!bad && !strcmp(c->arch, "granitehybrid") && c->n_expert > 0 &&
         (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
         bad = "experts-used must be 1..experts";

@@ -451,6 +451,9 @@ def all_tests():
     sys.modules.setdefault("suite_reference", sys.modules[__name__])
     import suite_reference_arch
     tests += suite_reference_arch.all_tests()
+    # issue 37: the Mamba-2, short-conv and MoE hybrid families (tests/ref/hybrid_ref.py)
+    import suite_reference_hybrid
+    tests += suite_reference_hybrid.all_tests()
     return tests
 
 
