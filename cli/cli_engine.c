@@ -462,13 +462,14 @@ int cli_info(int argc, char **argv)
     printf("architecture:  %s\n", in->arch);
     printf("layers:        %d (%d attention, %d DeltaNet, %d MLA", in->n_layer, in->n_attn_layers,
            in->n_dnet_layers, in->n_mla_layers);
-    if (in->n_mamba2_layers || in->n_sconv_layers || in->n_mlp_layers)
-        printf(", %d Mamba-2, %d short conv, %d MLP only", in->n_mamba2_layers, in->n_sconv_layers, in->n_mlp_layers);
+    if (in->n_mamba2_layers || in->n_sconv_layers || in->n_mlp_layers || in->n_mamba_layers)
+        printf(", %d Mamba-2, %d Mamba-1, %d short conv, %d MLP only", in->n_mamba2_layers, in->n_mamba_layers,
+               in->n_sconv_layers, in->n_mlp_layers);
     printf(")\n");
     printf("layout:        ");
     for (int il = 0; il < in->n_layer; il++)
         putchar(engine_layer_letter(in->layer_kind[il]));
-    printf("  (A attention, L DeltaNet, M MLA, S Mamba-2, C short conv, F MLP only)\n");
+    printf("  (A attention, L DeltaNet, M MLA, S Mamba-2, B Mamba-1, C short conv, F MLP only, H attention + Mamba-2)\n");
     printf("embedding:     %d, vocabulary %d, context (train) %d\n", in->n_embd, in->n_vocab,
            in->n_ctx_train);
     printf("attention:     %d query heads, %d KV heads, head dim %d, rotary dims %d\n",
@@ -548,6 +549,10 @@ int cli_info(int argc, char **argv)
                in->mamba2_d_state, in->mamba2_groups);
     if (in->n_sconv_layers)
         printf("short conv:    %llu bytes conv per sequence\n", (unsigned long long)in->sconv_bytes_per_seq);
+    if (in->n_mamba_layers)
+        printf("mamba1 state:  %llu bytes recurrent (%s) + %llu bytes conv per sequence (%d channels, state %d)\n",
+               (unsigned long long)in->mamba_state_bytes_per_seq, in->state_dtype,
+               (unsigned long long)in->mamba_conv_bytes_per_seq, in->mamba_d_inner, in->mamba_d_state);
     printf("chat template: %s\n", in->chat_template ? "present" : "none");
     engine_close(e);
     return 0;
@@ -636,17 +641,21 @@ static const char synth_help[] =
     "      --arch A           qwen35 (default, hybrid), qwen35moe and qwen3next (hybrid + MoE), qwen3, llama,\n"
     "                         deepseek2 (dense, every layer MLA), granitehybrid (Mamba-2 + attention,\n"
     "                         MoE with --experts N, dense with --experts 0), nemotron_h (Mamba-2,\n"
-    "                         attention and MLP-only layers), lfm2 (short conv + attention)\n"
+    "                         attention and MLP-only layers), lfm2 (short conv + attention),\n"
+    "                         falcon-h1 (attention + Mamba-2 in every layer), jamba (Mamba-1 +\n"
+    "                         attention; MoE in every other layer with --experts N)\n"
     "      --seed S           weight seed (default 1)\n"
     "      --layers N         decoder layers (default 4)\n"
     "      --attn-every K     attention every Kth layer, the rest DeltaNet (default 4)\n"
     "      --pattern P        explicit layout, e.g. LLLA or LLLM (A attention, L DeltaNet,\n"
-    "                         M multi-head latent attention, S Mamba-2, C short conv, F MLP only),\n"
+    "                         M multi-head latent attention, S Mamba-2, B Mamba-1, C short conv,\n"
+    "                         F MLP only, H attention + Mamba-2 in one layer),\n"
     "                         repeated to --layers\n"
     "      --ssm-heads N      Mamba-2 heads (default 4)\n"
     "      --ssm-head-dim D   Mamba-2 head dim (default 16)\n"
     "      --ssm-state N      Mamba-2 state size (default 16)\n"
     "      --ssm-groups G     Mamba-2 B/C groups, a power of two (default 2)\n"
+    "      --ssm-dt-rank R    Mamba-1 (jamba) dt rank (default 8); d_inner is 2 x embd, state --ssm-state\n"
     "      --embd D           hidden size (default 64)\n"
     "      --heads H          attention query heads (default 4)\n"
     "      --kv-heads H       attention KV heads (default 2)\n"
@@ -714,6 +723,7 @@ int cli_synth(int argc, char **argv)
         INTOPT("--ssm-head-dim", m2_head_dim, 1, 4096)
         INTOPT("--ssm-state", m2_d_state, 1, 4096)
         INTOPT("--ssm-groups", m2_groups, 1, 1024)
+        INTOPT("--ssm-dt-rank", m1_dt_rank, 1, 65536)
         INTOPT("--experts-used", n_expert_used, 1, 64)
         INTOPT("--expert-ff", n_ff_exp, 1, 1 << 20)
         INTOPT("--shared-ff", n_ff_shexp, 1, 1 << 20)

@@ -78,9 +78,9 @@ static int list_presets(void)
             k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d ShortConv ", l.sconv_layers);
         if (l.mlp_layers && k < sizeof kinds)
             k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d MLP ", l.mlp_layers);
-        bool planner_only = l.mamba_layers > 0 || l.kda_layers > 0;
+        bool planner_only = l.kda_layers > 0;
         printf("%-22s %-40s %s\n", names[i], kinds,
-               planner_only ? "planner only (the engine has no Mamba/KDA layers)" : "runs (serve --synth)");
+               planner_only ? "planner only (the engine has no KDA layers yet)" : "runs (serve --synth)");
     }
     return 0;
 }

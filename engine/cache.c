@@ -77,7 +77,11 @@ int cache_init(cache *c, const cache_layout *l)
     pl->sconv_layers = l->n_sconv;
     pl->sconv_channels = l->sconv_channels;
     pl->sconv_conv = l->sconv_conv;
-    c->n_rec = l->n_dnet + l->n_mamba2 + l->n_sconv;
+    pl->mamba_layers = l->n_mamba;
+    pl->mamba_d_inner = l->mamba_d_inner;
+    pl->mamba_d_state = l->mamba_d_state;
+    pl->mamba_conv = l->mamba_conv;
+    c->n_rec = l->n_dnet + l->n_mamba2 + l->n_sconv + l->n_mamba;
     pl->kv_bytes = (int)c->kv_es;
     snprintf(pl->kv_dtype, sizeof pl->kv_dtype, "%s", c->kv_type == GGML_F32 ? "f32" : c->kv_type == GGML_F16 ? "f16" : "bf16");
     pl->state_bytes = (int)c->state_es;

@@ -51,21 +51,26 @@ static int scratch_init(engine *e)
     const int ssm_in = 2 * m->ssm_n_k * m->ssm_d_k + 2 * vd;
     const int mla_q = m->n_head * (m->mla_nope + m->mla_rope), mla_kv = m->mla_kv_lora + m->mla_rope;
     const int mla_o = m->n_head * m->mla_v;
+    const int m2_inner = m->m2_heads * m->m2_head_dim, m1 = m->m1_inner;
     int max_in = imax(imax(imax(m->n_embd, ff), imax(m->n_head * m->head_dim, vd)),
-                      imax(imax(m->mla_q_lora, m->mla_kv_lora), imax(mla_o, m->m2_heads * m->m2_head_dim)));
+                      imax(imax(m->mla_q_lora, m->mla_kv_lora), imax(imax(mla_o, m2_inner), m1)));
     s->x = alloc_f(UB * m->n_embd);
     s->xn = alloc_f(UB * m->n_embd);
     s->y = alloc_f(UB * m->n_embd);
-    const int m2_inner = m->m2_heads * m->m2_head_dim;
-    s->mix = alloc_f(UB * imax(imax(imax(m->n_head * m->head_dim, vd), mla_o), imax(m2_inner, m->n_embd)));
+    s->mix = alloc_f(UB * imax(imax(imax(m->n_head * m->head_dim, vd), mla_o), imax(imax(m2_inner, m1), m->n_embd)));
     /* the slabs, each as large as the largest role it holds (engine_impl.h) */
     s->slab[SLAB_1] = alloc_f(UB * imax(imax(imax(qd, m->conv_dim), imax(ff, mla_q)),
-                                        imax(m->m2_in_dim, m->n_sconv ? 3 * m->n_embd : 0)));
-    s->slab[SLAB_2] = alloc_f(UB * imax(imax(kvd, m->ssm_n_v), imax(ff, mla_kv)));
-    s->slab[SLAB_3] = alloc_f(UB * imax(kvd, vd));
-    s->slab[SLAB_4] = alloc_f(UB * m->ssm_n_v);
-    s->slab[SLAB_5] = alloc_f(UB * imax(imax(ssm_in, 2 * m->ssm_n_v), imax(m->n_expert, m->mla_q_lora)));
-    s->attn.q = s->mla.q = s->dnet.qkv = s->ffn.gate = s->m2.zxd = s->sconv.bcx = s->slab[SLAB_1];
+                                        imax(imax(m->m2_in_dim, 2 * m1), m->n_sconv ? 3 * m->n_embd : 0)));
+    s->slab[SLAB_2] = alloc_f(UB * imax(imax(imax(kvd, m->ssm_n_v), imax(ff, mla_kv)), m1));
+    s->slab[SLAB_3] = alloc_f(UB * imax(imax(kvd, vd), m1));
+    s->slab[SLAB_4] = alloc_f(UB * imax(m->ssm_n_v, m->m1_dt_rank));
+    s->slab[SLAB_5] = alloc_f(UB * imax(imax(imax(ssm_in, 2 * m->ssm_n_v), imax(m->n_expert, m->mla_q_lora)),
+                                        m->m1_dt_rank + 2 * m->m1_d_state));
+    s->attn.q = s->mla.q = s->dnet.qkv = s->ffn.gate = s->m2.zxd = s->sconv.bcx = s->m1.xz = s->slab[SLAB_1];
+    s->m1.dt = s->slab[SLAB_2];
+    s->m1.x = s->slab[SLAB_3];
+    s->m1.dtr = s->slab[SLAB_4];
+    s->m1.xdb = s->slab[SLAB_5];
     s->attn.k = s->mla.kv = s->dnet.beta = s->ffn.up = s->slab[SLAB_2];
     s->attn.v = s->dnet.z = s->slab[SLAB_3];
     s->dnet.alpha = s->slab[SLAB_4];
@@ -83,8 +88,11 @@ static int scratch_init(engine *e)
     const long attn_tile = m->n_head_kv ? attn_scratch_floats(m->head_dim, m->n_head / m->n_head_kv,
                                                               e->kv.page_tokens) : 0;
     s->scores = alloc_f((long)nt * (e->kv.n_ctx > attn_tile ? e->kv.n_ctx : attn_tile));
-    const long rec_floats = dnet_scratch_floats(m) > mamba2_scratch_floats(m) ? dnet_scratch_floats(m)
-                                                                               : mamba2_scratch_floats(m);
+    long rec_floats = dnet_scratch_floats(m) > mamba2_scratch_floats(m) ? dnet_scratch_floats(m)
+                                                                         : mamba2_scratch_floats(m);
+    if (mamba1_scratch_floats(m) > rec_floats)
+        rec_floats = mamba1_scratch_floats(m);
+    s->rec_stride = rec_floats;
     s->dnet_work = s->rec_work = alloc_f((long)nt * rec_floats);
     s->logits = alloc_f((long)LOGIT_GROUP * m->n_vocab);
     s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);
@@ -151,7 +159,10 @@ static void fill_info(engine *e)
     in->n_mamba2_layers = m->n_m2;
     in->n_sconv_layers = m->n_sconv;
     in->n_mlp_layers = m->n_mlp;
-    in->n_rec_layers = m->n_dnet + m->n_m2 + m->n_sconv;
+    in->n_mamba_layers = m->n_m1;
+    in->n_rec_layers = m->n_dnet + m->n_m2 + m->n_sconv + m->n_m1;
+    in->mamba_d_inner = m->m1_inner;
+    in->mamba_d_state = m->m1_d_state;
     in->mamba2_heads = m->m2_heads;
     in->mamba2_head_dim = m->m2_head_dim;
     in->mamba2_d_state = m->m2_d_state;
@@ -181,6 +192,8 @@ static void fill_info(engine *e)
     in->mamba2_state_bytes_per_seq = mc.mamba2_state_bytes_per_seq;
     in->mamba2_conv_bytes_per_seq = mc.mamba2_conv_bytes_per_seq;
     in->sconv_bytes_per_seq = mc.sconv_bytes_per_seq;
+    in->mamba_state_bytes_per_seq = mc.mamba_state_bytes_per_seq;
+    in->mamba_conv_bytes_per_seq = mc.mamba_bytes_per_seq - mc.mamba_state_bytes_per_seq;
     in->rec_state_bytes_per_seq = e->kv.state_bytes;
     in->rec_conv_bytes_per_seq = e->kv.conv_bytes;
     in->mha_bytes_per_token = mc.mha_bytes_per_token;
@@ -233,6 +246,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         .n_mamba2 = m->n_m2, .mamba2_heads = m->m2_heads, .mamba2_head_dim = m->m2_head_dim,
         .mamba2_d_state = m->m2_d_state, .mamba2_groups = m->m2_groups, .mamba2_conv = m->ssm_k,
         .n_sconv = m->n_sconv, .sconv_channels = m->n_embd, .sconv_conv = m->ssm_k,
+        .n_mamba = m->n_m1, .mamba_d_inner = m->m1_inner, .mamba_d_state = m->m1_d_state, .mamba_conv = m->ssm_k,
         .page_tokens = p->page_tokens, .n_ctx = n_ctx,
         .max_seqs = p->max_seqs > 0 ? p->max_seqs : 64, .budget_bytes = p->cache_bytes,
         .budget_max_bytes = p->cache_max_bytes,

@@ -59,7 +59,15 @@ typedef struct fwd_scratch {
     struct {            /* short convolution */
         float *bcx;     /* [UB][3 n_embd] the input projection [B | C | x]  [slab 1] */
     } sconv;
-    float *rec_work;    /* [n_threads][the largest recurrent kind's scratch] (== dnet_work) */
+    struct {            /* Mamba-1 */
+        float *xz;      /* [UB][2 d_inner] the input projection [x | z]  [slab 1] */
+        float *dt;      /* [UB][d_inner] dt_proj(dt), then softplus'd  [slab 2] */
+        float *x;       /* [UB][d_inner] the conv'd x, contiguous  [slab 3] */
+        float *dtr;     /* [UB][dt_rank] dt, normed  [slab 4] */
+        float *xdb;     /* [UB][dt_rank + 2 d_state] x_proj(x): dt | B | C  [slab 5] */
+    } m1;
+    float *rec_work;    /* [n_threads][rec_stride]: the largest recurrent kind's scratch (== dnet_work) */
+    long rec_stride;
     float *mla_work;    /* mla_scratch_floats(): expanded keys/values or absorbed queries */
     float *mm;          /* matmul tile scratch */
     float *scores;      /* [n_threads][n_ctx] attention scores */
@@ -87,5 +95,7 @@ struct engine {
  * blocks do. */
 void mamba2_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
 void sconv_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
+void mamba1_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
+long mamba1_scratch_floats(const model *m);
 
 #endif

@@ -156,7 +156,7 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
             w[k] = p[best];
             sum += p[best];
         }
-        for (int k = 0; k < K; k++)
+        for (int k = 0; m->moe_norm_topk && k < K; k++)
             w[k] /= sum;
     }
     memset(s->y, 0, sizeof(float) * (size_t)T * E);
@@ -236,6 +236,15 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
             break;
         case ENGINE_LAYER_SCONV:
             sconv_block(e, L, items, n_items, T, decode);
+            break;
+        case ENGINE_LAYER_MAMBA:
+            mamba1_block(e, L, items, n_items, T, decode);
+            break;
+        case ENGINE_LAYER_ATTN_MAMBA2:      /* y = attention(xn) + Mamba-2(xn) */
+            attn_block(e, L, items, n_items, T, decode);
+            memcpy(s->moe.out, s->y, sizeof(float) * (size_t)n);
+            mamba2_block(e, L, items, n_items, T, decode);
+            add_rows(s->y, s->moe.out, n, 1.0f);
             break;
         case ENGINE_LAYER_MLP:
         case ENGINE_LAYER_KINDS:

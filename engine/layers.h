@@ -95,6 +95,12 @@ void mamba2_chunked_head(int n, int hd, int ds, float A, const float *x, int xs,
                          const float *B, const float *C, int bs, float *S, float *y, int ys, float *scratch);
 long mamba2_chunk_scratch_floats(int hd, int ds);
 
+/* Mamba-1's scan (mamba1.c), exposed for tests: rows [t0, t1), channels
+ * [c0, c1); A [d_inner][DS]; x, dt rows (strides xs, dts); BC rows [B | C]
+ * (stride bcs); S [c1 - c0][DS] in/out; y rows (stride ys). */
+void mamba1_scan(int t0, int t1, int c0, int c1, int DS, const float *A, const float *x, int xs, const float *dt,
+                 int dts, const float *BC, int bcs, float *S, float *y, int ys);
+
 /* The two recurrence kernels on one value head, exposed for tests.
  * q,k: [n][d_k] (q already normed and scaled), v: [n][d_v], beta, g: [n],
  * S: [d_v][d_k] in/out, o: [n][d_v]. Row strides in floats. */

@@ -206,7 +206,7 @@ void mamba2_forward(const model *m, const layer *L, const cache *c, const fwd_it
             for (int j = 0; j < HD; j++)
                 y[h * HD + j] += L->ssm_d[h] * x[h * HD + j];
         vec_silu_mul(y, z, y, DI);
-        for (int gi = 0; gi < NG; gi++)
+        for (int gi = 0; L->ssm_norm && gi < NG; gi++)     /* Falcon-H1 may have none */
             rmsnorm(y + (size_t)gi * GW, y + (size_t)gi * GW, L->ssm_norm + (size_t)gi * GW, GW, m->eps);
     }
 }

@@ -412,11 +412,16 @@ void model_assign_slots(model *m)
             cv += (size_t)(m->ssm_k - 1) * m->conv_dim;
             break;
         case ENGINE_LAYER_MAMBA2:
+        case ENGINE_LAYER_ATTN_MAMBA2:
             st += (size_t)m->m2_heads * m->m2_head_dim * m->m2_d_state;
             cv += (size_t)(m->ssm_k - 1) * m->m2_conv_ch;
             break;
         case ENGINE_LAYER_SCONV:
             cv += (size_t)(m->ssm_k - 1) * m->n_embd;
+            break;
+        case ENGINE_LAYER_MAMBA:
+            st += (size_t)m->m1_inner * m->m1_d_state;
+            cv += (size_t)(m->ssm_k - 1) * m->m1_inner;
             break;
         case ENGINE_LAYER_ATTN:
         case ENGINE_LAYER_MLA:
@@ -601,6 +606,8 @@ static const struct { const char *name; enum arch a; } archs[] = {
     { "granitehybrid", ARCH_GRANITEHYBRID },
     { "nemotron_h", ARCH_NEMOTRON_H },
     { "lfm2", ARCH_LFM2 },
+    { "falcon-h1", ARCH_FALCON_H1 },
+    { "jamba", ARCH_JAMBA },
     { "qwen35", ARCH_QWEN35 },
     { "qwen35moe", ARCH_QWEN35MOE },
     { "qwen3next", ARCH_QWEN3NEXT },
@@ -611,7 +618,7 @@ static const struct { const char *name; enum arch a; } archs[] = {
 
 /* The weights only ever multiplied whole by matmul: every layer's
  * projections and an untied LM head, into ws (room for PROJ_MAX(m)). */
-#define PROJ_PER_LAYER 21
+#define PROJ_PER_LAYER 23
 #define PROJ_MAX(m) ((size_t)(m)->n_layer * PROJ_PER_LAYER + 1)
 
 static int projection_weights(model *m, weight **ws)
@@ -621,7 +628,8 @@ static int projection_weights(model *m, weight **ws)
         layer *L = &m->layers[l];
         weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv, &L->wz, &L->wb, &L->wa, &L->wout,
                          &L->wq_a, &L->wq_b, &L->wkv_a, &L->ssm_ba, &L->ssm_in, &L->ffn_gate,
-                         &L->ffn_up, &L->ffn_down, &L->router, &L->gate_shexp, &L->up_shexp, &L->down_shexp };
+                         &L->ffn_up, &L->ffn_down, &L->router, &L->gate_shexp, &L->up_shexp, &L->down_shexp,
+                         &L->ssm_x, &L->ssm_dt };
         _Static_assert(sizeof lw / sizeof lw[0] == PROJ_PER_LAYER, "PROJ_PER_LAYER counts the weights listed");
         for (int i = 0; i < PROJ_PER_LAYER; i++)
             if (lw[i]->data)
@@ -762,7 +770,7 @@ static void copy_f32(model *m, weight **ws)       /* ws: room for PROJ_MAX(m) + 
 }
 
 static const char *supported_archs = "qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2 (dense), "
-                                     "granitehybrid, nemotron_h, lfm2";
+                                     "granitehybrid, nemotron_h, lfm2, falcon-h1, jamba";
 
 model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
 {
@@ -790,6 +798,7 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
     snprintf(m->arch, sizeof m->arch, "%s", arch);
     m->embd_scale = m->residual_scale = m->logit_scale = 1.0f;
     m->use_rope = true;
+    m->moe_norm_topk = true;
     bool known = false;
     enum arch a = ARCH_QWEN35;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
@@ -867,6 +876,9 @@ void model_free(model *m)
             free(L->ssm_norm);
             free(L->conv_b);
             free(L->ssm_d);
+            free(L->dt_norm);
+            free(L->b_norm);
+            free(L->c_norm);
             free(L->shexp_gate);
             free(L->q_a_norm);
             free(L->kv_a_norm);

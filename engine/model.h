@@ -46,7 +46,14 @@ typedef struct layer {
      * over [x | B | C]; dt_bias, ssm_a (= -exp(A_log)) per head; ssm_norm
      * [d_inner] grouped; wout */
     float *conv_b;              /* [conv channels] conv bias (Mamba-2) */
-    float *ssm_d;               /* [n_head] the D skip (Mamba-2) */
+    float *ssm_d;               /* [n_head] the D skip (Mamba-2); [d_inner] (Mamba-1) */
+
+    /* Mamba-1 (Jamba): ssm_in projects to [x | z]; conv1d_t, conv_b over x;
+     * ssm_x (x_proj) x -> [dt (dt_rank) | B | C (d_state each)], each part
+     * RMS-normed by its weight; ssm_dt (dt_proj) dt_rank -> d_inner with
+     * dt_bias; ssm_a [d_inner][d_state] (= -exp(A_log)); ssm_d; wout */
+    weight ssm_x, ssm_dt;
+    float *dt_norm, *b_norm, *c_norm;
 
     /* multi-head latent attention (DeepSeek-V2) */
     weight wq_a;                /* n_embd -> q_lora (when q_lora > 0; else wq is n_embd -> n_head*(nope+rope)) */
@@ -114,12 +121,16 @@ typedef struct model {
      * channels; the input projection is m2_in_dim = 2 d_inner + 2 groups
      * d_state + heads wide. The conv kernel is ssm_k. */
     int m2_heads, m2_head_dim, m2_d_state, m2_groups, m2_conv_ch, m2_in_dim;
+    /* Mamba-1 shape: d_inner channels, each with a d_state state; dt_rank
+     * the width of dt before dt_proj. The conv kernel is ssm_k. */
+    int m1_inner, m1_d_state, m1_dt_rank;
+    bool moe_norm_topk;         /* renormalise the chosen experts' weights to sum 1 (all but Jamba) */
     /* Granite's multipliers (1 where a model has none): the embedding is
      * scaled by embd_scale, every block's output by residual_scale before
      * it joins the residual stream, the logits divided by logit_scale */
     float embd_scale, residual_scale, logit_scale;
     bool use_rope;              /* attention layers rotate q and k (Granite switches it off) */
-    int n_attn, n_dnet, n_m2, n_sconv, n_mlp;
+    int n_attn, n_dnet, n_m2, n_sconv, n_mlp, n_m1;
     size_t rec_state_numbers;   /* a sequence's recurrent states, every layer: numbers of the state type */
     size_t rec_conv_floats;     /* and its conv windows, in floats */
     uint8_t *kinds;             /* [n_layer] */

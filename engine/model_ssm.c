@@ -4,7 +4,12 @@
  * Mamba-2 and GQA layers, each with a dense or MoE feed-forward, Granite's
  * multipliers), nemotron_h (Nemotron-H: each layer one of Mamba-2, GQA
  * attention or a ReLU^2 MLP) and lfm2 (LFM2: gated short convolutions and
- * GQA with q/k norms), with llama.cpp's key and tensor names and shapes.
+ * GQA with q/k norms) and falcon-h1 (Falcon-H1: attention and Mamba-2 side
+ * by side in every layer on the same normed input, outputs summed, then a
+ * SwiGLU; its multipliers are folded into the weights by llama.cpp's
+ * converter) and jamba (Jamba: Mamba-1 and NoPE GQA layers, each with a
+ * dense or MoE SwiGLU as the file has ffn_gate_inp or not), with llama.cpp's
+ * key and tensor names and shapes.
  * A layer's kind comes from the file as llama.cpp reads it: the per-layer
  * attention.head_count_kv array (0: not attention) and, for nemotron_h,
  * the per-layer feed_forward_length (> 0: an MLP layer).
@@ -172,7 +177,45 @@ static void bind_mamba2(loader *ld, layer *L, int il)
     /* ssm_a and ssm_d are {1, n_head}: one per head */
     L->ssm_a = bind_vec2(ld, TN("ssm_a"), 1, NH);
     L->ssm_d = bind_vec2(ld, TN("ssm_d"), 1, NH);
-    L->ssm_norm = bind_vec2(ld, TN("ssm_norm.weight"), DI / NG, NG);
+    /* optional in falcon-h1 (then the gated output is not normed) */
+    if (ld->m->kinds[il] != ENGINE_LAYER_ATTN_MAMBA2 || gguf_find_tensor(ld->g, TN("ssm_norm.weight")))
+        L->ssm_norm = bind_vec2(ld, TN("ssm_norm.weight"), DI / NG, NG);
+    bind_w(ld, &L->wout, TN("ssm_out.weight"), DI, E);
+#undef TN
+}
+
+/* Mamba-1 hyperparameters: d_inner, d_state, dt_rank, conv (jamba). */
+static void mamba1_hparams(loader *ld)
+{
+    model *m = ld->m;
+    if (hp_u32(ld, "ssm.conv_kernel", &m->ssm_k, 0, true) || hp_u32(ld, "ssm.inner_size", &m->m1_inner, 0, true) ||
+        hp_u32(ld, "ssm.state_size", &m->m1_d_state, 0, true) ||
+        hp_u32(ld, "ssm.time_step_rank", &m->m1_dt_rank, 0, true))
+        return;
+    if (m->ssm_k < 2 || m->ssm_k > 16 || m->m1_inner <= 0 || m->m1_inner > (1 << 20) || m->m1_d_state <= 0 ||
+        m->m1_d_state > 4096 || m->m1_dt_rank <= 0 || m->m1_dt_rank > (1 << 16))
+        ld_fail(ld, "Mamba hyperparameters out of range: conv kernel %d (2..16), inner size %d, state %d, "
+                "dt rank %d", m->ssm_k, m->m1_inner, m->m1_d_state, m->m1_dt_rank);
+}
+
+static void bind_mamba1(loader *ld, layer *L, int il)
+{
+    model *m = ld->m;
+    char nm[96];
+    const int E = m->n_embd, DI = m->m1_inner, DS = m->m1_d_state, R = m->m1_dt_rank;
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    bind_w(ld, &L->ssm_in, TN("ssm_in.weight"), E, 2 * DI);
+    L->conv1d_t = bind_vec2(ld, TN("ssm_conv1d.weight"), m->ssm_k, DI);
+    transpose_taps(ld, &L->conv1d_t, m->ssm_k, DI);
+    L->conv_b = bind_vec(ld, TN("ssm_conv1d.bias"), DI);
+    bind_w(ld, &L->ssm_x, TN("ssm_x.weight"), DI, R + 2 * DS);
+    L->dt_norm = bind_vec(ld, TN("ssm_dt_norm.weight"), R);
+    bind_w(ld, &L->ssm_dt, TN("ssm_dt.weight"), R, DI);
+    L->dt_bias = bind_vec(ld, TN("ssm_dt.bias"), DI);
+    L->b_norm = bind_vec(ld, TN("ssm_b_norm.weight"), DS);
+    L->c_norm = bind_vec(ld, TN("ssm_c_norm.weight"), DS);
+    L->ssm_a = bind_vec2(ld, TN("ssm_a"), DS, DI);          /* {d_state, d_inner}: [channel][state] */
+    L->ssm_d = bind_vec(ld, TN("ssm_d"), DI);
     bind_w(ld, &L->wout, TN("ssm_out.weight"), DI, E);
 #undef TN
 }
@@ -199,7 +242,9 @@ static void bind_ffn(loader *ld, layer *L, int il, int n_ff)
     const int E = m->n_embd;
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
     L->ffn_norm = L->post_norm = bind_vec(ld, TN("ffn_norm.weight"), E);
-    if (m->n_expert > 0) {
+    /* Jamba: the layers with a router are the MoE ones */
+    const bool moe = m->n_expert > 0 && (strcmp(m->arch, "jamba") || gguf_find_tensor(ld->g, TN("ffn_gate_inp.weight")));
+    if (moe) {
         L->ffn = FFN_MOE;
         bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
         size_t up_stride = 0;
@@ -258,7 +303,11 @@ void ssm_family_load(loader *ld, enum arch a)
      * in nemotron_h, an MLP layer when it has a feed-forward length) */
     for (int il = 0; il < n_block; il++) {
         uint8_t k;
-        if (kv[il] > 0)
+        if (a == ARCH_FALCON_H1)
+            k = kv[il] > 0 ? ENGINE_LAYER_ATTN_MAMBA2 : ENGINE_LAYER_MAMBA2;
+        else if (a == ARCH_JAMBA)
+            k = kv[il] > 0 ? ENGINE_LAYER_ATTN : ENGINE_LAYER_MAMBA;
+        else if (kv[il] > 0)
             k = ENGINE_LAYER_ATTN;
         else if (a == ARCH_NEMOTRON_H && ff[il] > 0)
             k = ENGINE_LAYER_MLP;
@@ -267,9 +316,9 @@ void ssm_family_load(loader *ld, enum arch a)
         m->kinds[il] = k;
         if (a == ARCH_NEMOTRON_H && k != ENGINE_LAYER_MLP)
             ff[il] = 0;             /* the mixer layers of nemotron_h have no feed-forward */
-        if (k != ENGINE_LAYER_ATTN)
+        if (k != ENGINE_LAYER_ATTN && k != ENGINE_LAYER_ATTN_MAMBA2)
             heads[il] = 0;
-        m->n_attn += k == ENGINE_LAYER_ATTN;
+        m->n_attn += k == ENGINE_LAYER_ATTN || k == ENGINE_LAYER_ATTN_MAMBA2;
     }
     int n_ff = 0;
     if (n_block > 0 && shared_value(ld, "feed_forward_length", ff, n_block, &n_ff))
@@ -285,8 +334,25 @@ void ssm_family_load(loader *ld, enum arch a)
             ld_fail(ld, "metadata %s.shortconv.l_cache = %d is out of range (2..16)", m->arch, m->ssm_k);
             goto out;
         }
+    } else if (a == ARCH_JAMBA) {
+        mamba1_hparams(ld);
     } else {
         mamba2_hparams(ld);
+    }
+    if (a == ARCH_JAMBA) {
+        /* softmax router, top-k, weights not renormalised (llama.cpp's jamba graph) */
+        if (hp_u32(ld, "expert_count", &m->n_expert, 0, false) ||
+            hp_u32(ld, "expert_used_count", &m->n_expert_used, 0, m->n_expert > 0))
+            goto out;
+        if (m->n_expert > 0 && (m->n_expert_used < 1 || m->n_expert_used > m->n_expert || m->n_expert_used > 64 ||
+                                m->n_expert > 4096)) {
+            ld_fail(ld, "expert_count %d / expert_used_count %d out of range", m->n_expert, m->n_expert_used);
+            goto out;
+        }
+        m->n_ff_exp = n_ff;
+        m->moe_norm_topk = false;
+        m->use_rope = false;            /* "No RoPE :)" */
+        m->attn_scale = 1.0f / sqrtf((float)m->head_dim);
     }
     if (a == ARCH_GRANITEHYBRID) {
         if (hp_u32(ld, "expert_count", &m->n_expert, 0, false) ||
@@ -311,7 +377,9 @@ void ssm_family_load(loader *ld, enum arch a)
         }
         m->use_rope = finetuned;    /* Granite uses it as the switch for RoPE */
     }
-    m->rope_type = a == ARCH_LFM2 ? ROPE_NEOX : ROPE_NORM;
+    m->rope_type = a == ARCH_LFM2 || a == ARCH_FALCON_H1 ? ROPE_NEOX : ROPE_NORM;
+    if (a == ARCH_FALCON_H1)
+        m->attn_scale = 1.0f / sqrtf((float)m->head_dim);   /* llama.cpp reads no attention.scale for it */
     if (a == ARCH_NEMOTRON_H)
         m->use_rope = false;        /* Nemotron-H's attention has no positions (llama.cpp: rope type none) */
     m->qk_norm = a == ARCH_LFM2;
@@ -357,6 +425,16 @@ void ssm_family_load(loader *ld, enum arch a)
             break;
         case ENGINE_LAYER_MLP:
             L->kind_idx = m->n_mlp++;
+            break;
+        case ENGINE_LAYER_MAMBA:
+            L->kind_idx = m->n_m1++;
+            bind_mamba1(ld, L, il);
+            break;
+        case ENGINE_LAYER_ATTN_MAMBA2:
+            L->kind_idx = m->n_attn++;      /* its KV: attention layer kind_idx */
+            m->n_m2++;
+            bind_attention(ld, L, il, false);
+            bind_mamba2(ld, L, il);
             break;
         case ENGINE_LAYER_DELTANET:
         case ENGINE_LAYER_MLA:

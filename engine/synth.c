@@ -47,6 +47,7 @@ void synth_config_default(synth_config *c)
     c->m2_head_dim = 16;
     c->m2_d_state = 16;
     c->m2_groups = 2;
+    c->m1_dt_rank = 8;
     c->n_ff = 128;
     c->n_vocab = 256;
     c->n_ctx = 4096;
@@ -239,7 +240,8 @@ static bool moe_arch(const synth_config *c)
 /* the families written by ssm_write */
 static bool ssm_arch(const synth_config *c)
 {
-    return !strcmp(c->arch, "granitehybrid") || !strcmp(c->arch, "nemotron_h") || !strcmp(c->arch, "lfm2");
+    return !strcmp(c->arch, "granitehybrid") || !strcmp(c->arch, "nemotron_h") || !strcmp(c->arch, "lfm2") ||
+           !strcmp(c->arch, "falcon-h1") || !strcmp(c->arch, "jamba");
 }
 
 /* Layer kind letter: 'A' attention, 'L' DeltaNet, 'M' MLA, 'S' Mamba-2,
@@ -254,7 +256,9 @@ static char kind_of(const synth_config *c, int il)
             return c->pattern[(size_t)il % np];
         if (!strcmp(c->arch, "nemotron_h"))
             return "SFSFAF"[il % 6];        /* Nemotron-H's shape: Mamba-2 and attention layers, each then an MLP */
-        return (il + 1) % c->attn_every == 0 ? 'A' : !strcmp(c->arch, "lfm2") ? 'C' : 'S';
+        if (!strcmp(c->arch, "falcon-h1"))
+            return 'H';                     /* attention and Mamba-2 side by side in every layer */
+        return (il + 1) % c->attn_every == 0 ? 'A' : !strcmp(c->arch, "lfm2") ? 'C' : !strcmp(c->arch, "jamba") ? 'B' : 'S';
     }
     if (!hybrid(c))
         return 'A';
@@ -382,23 +386,27 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
         bad = "quantized dtypes need embd, ff, expert ff and head widths that are multiples of the block size (32, or 256 for K-quants)";
     else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe") && strcmp(c->arch, "qwen3next") &&
              strcmp(c->arch, "qwen3") && strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2") && !ssm_arch(c))
-        bad = "arch must be qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2, granitehybrid, nemotron_h or lfm2";
+        bad = "arch must be qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2, granitehybrid, nemotron_h, lfm2, "
+              "falcon-h1 or jamba";
     else if (moe_arch(c) &&
              (c->n_expert < 1 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
               c->n_ff_exp < 1 || c->n_ff_shexp < 1))
         bad = "experts, experts-used (<= experts), expert-ff and shared-ff must be positive";
     const char *letters = !strcmp(c->arch, "granitehybrid") ? "AS" : !strcmp(c->arch, "nemotron_h") ? "ASF"
-                        : !strcmp(c->arch, "lfm2") ? "AC" : "ALM";
+                        : !strcmp(c->arch, "lfm2") ? "AC" : !strcmp(c->arch, "falcon-h1") ? "H"
+                        : !strcmp(c->arch, "jamba") ? "AB" : "ALM";
     for (const char *p = c->pattern; !bad && *p; p++)
         if (!strchr(letters, *p))
             bad = ssm_arch(c) ? "pattern letters: granitehybrid A and S (Mamba-2), nemotron_h A, S and F (MLP only), "
-                                "lfm2 A and C (short conv)"
+                                "lfm2 A and C (short conv), falcon-h1 H (attention + Mamba-2), jamba A and B (Mamba-1)"
                               : "pattern may only hold 'A' (attention), 'L' (DeltaNet) and 'M' (MLA)";
     if (!bad && ssm_arch(c) &&
         (c->m2_heads < 1 || c->m2_head_dim < 1 || c->m2_d_state < 1 || c->m2_groups < 1 ||
          (c->m2_groups & (c->m2_groups - 1)) || c->m2_heads % c->m2_groups))
         bad = "Mamba-2 heads, head dim and state must be positive, groups a power of two dividing the heads";
-    if (!bad && !strcmp(c->arch, "granitehybrid") && c->n_expert > 0 &&
+    if (!bad && !strcmp(c->arch, "jamba") && c->m1_dt_rank < 1)
+        bad = "the Mamba dt rank must be positive";
+    if (!bad && (!strcmp(c->arch, "granitehybrid") || !strcmp(c->arch, "jamba")) && c->n_expert > 0 &&
         (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
         bad = "experts-used must be 1..experts";
     if (!bad && strchr(c->pattern, 'M') && strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe"))
@@ -426,9 +434,11 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
     gguf_writer *w = s->w;
     const uint32_t t = c->dtype;
     const bool granite = !strcmp(c->arch, "granitehybrid"), nemo = !strcmp(c->arch, "nemotron_h");
-    const bool lfm = !strcmp(c->arch, "lfm2"), moe = granite && c->n_expert > 0;
+    const bool lfm = !strcmp(c->arch, "lfm2"), moe_any = c->n_expert > 0 && (granite || !strcmp(c->arch, "jamba"));
+    const bool falcon = !strcmp(c->arch, "falcon-h1"), jamba = !strcmp(c->arch, "jamba");
     const int E = c->n_embd, HD = c->head_dim, NH = c->m2_heads, DI = NH * c->m2_head_dim, NG = c->m2_groups;
     const int DS = c->m2_d_state, CD = DI + 2 * NG * DS, K = c->conv_kernel;
+    const int DI1 = c->m1_inner > 0 ? c->m1_inner : 2 * E, R1 = c->m1_dt_rank;   /* llama.cpp asserts 2 n_embd */
     char key[96], nm[96];
     int rc = -1;
     int32_t *kv = calloc((size_t)c->n_layer, sizeof *kv), *ff = calloc((size_t)c->n_layer, sizeof *ff);
@@ -437,7 +447,7 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
         goto out;
     }
     for (int il = 0; il < c->n_layer; il++) {
-        kv[il] = kind_of(c, il) == 'A' ? c->n_head_kv : 0;
+        kv[il] = kind_of(c, il) == 'A' || kind_of(c, il) == 'H' ? c->n_head_kv : 0;
         ff[il] = !nemo || kind_of(c, il) == 'F' ? c->n_ff : 0;
     }
 #define K(suffix) (snprintf(key, sizeof key, "%s." suffix, c->arch), key)
@@ -462,6 +472,15 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
     gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)c->n_rot);
     if (lfm) {
         gguf_w_u32(w, K("shortconv.l_cache"), (uint32_t)K);
+    } else if (jamba) {
+        gguf_w_u32(w, K("ssm.conv_kernel"), (uint32_t)K);
+        gguf_w_u32(w, K("ssm.inner_size"), (uint32_t)DI1);
+        gguf_w_u32(w, K("ssm.state_size"), (uint32_t)DS);
+        gguf_w_u32(w, K("ssm.time_step_rank"), (uint32_t)R1);
+        if (moe_any) {
+            gguf_w_u32(w, K("expert_count"), (uint32_t)c->n_expert);
+            gguf_w_u32(w, K("expert_used_count"), (uint32_t)c->n_expert_used);
+        }
     } else {
         gguf_w_u32(w, K("ssm.conv_kernel"), (uint32_t)K);
         gguf_w_u32(w, K("ssm.inner_size"), (uint32_t)DI);
@@ -476,7 +495,7 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
         gguf_w_f32(w, K("logit_scale"), 6.0f);
         gguf_w_f32(w, K("attention.scale"), 1.0f / (float)HD);
         gguf_w_bool(w, K("rope.scaling.finetuned"), false);
-        if (moe) {
+        if (moe_any) {
             gguf_w_u32(w, K("expert_count"), (uint32_t)c->n_expert);
             gguf_w_u32(w, K("expert_used_count"), (uint32_t)c->n_expert_used);
             gguf_w_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)c->n_ff_shexp);
@@ -495,7 +514,7 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
         const char k = kind_of(c, il);
         put(s, TN("attn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
-        if (k == 'A') {
+        if (k == 'A' || k == 'H') {
             put(s, TN("attn_q.weight"), E, c->n_head * HD, FILL_PROJ, t);
             put(s, TN("attn_k.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
             put(s, TN("attn_v.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
@@ -504,15 +523,30 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
                 put(s, TN("attn_q_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
                 put(s, TN("attn_k_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
             }
-        } else if (k == 'S') {
+        }
+        if (k == 'S' || k == 'H') {
             put(s, TN("ssm_in.weight"), E, DI + CD + NH, FILL_PROJ, t);
             put(s, TN("ssm_conv1d.weight"), K, CD, FILL_CONV, GGML_F32);
             put(s, TN("ssm_conv1d.bias"), CD, 1, FILL_DT, GGML_F32);
             put(s, TN("ssm_dt.bias"), NH, 1, FILL_DT, GGML_F32);
             put(s, TN("ssm_a"), 1, NH, FILL_A, GGML_F32);
             put(s, TN("ssm_d"), 1, NH, FILL_NORM, GGML_F32);
-            put(s, TN("ssm_norm.weight"), DI / NG, NG, FILL_NORM, GGML_F32);
+            if (!falcon)     /* Falcon-H1's configs have mamba_rms_norm false: no ssm_norm */
+                put(s, TN("ssm_norm.weight"), DI / NG, NG, FILL_NORM, GGML_F32);
             put(s, TN("ssm_out.weight"), DI, E, FILL_PROJ, t);
+        } else if (k == 'B') {
+            put(s, TN("ssm_in.weight"), E, 2 * DI1, FILL_PROJ, t);
+            put(s, TN("ssm_conv1d.weight"), K, DI1, FILL_CONV, GGML_F32);
+            put(s, TN("ssm_conv1d.bias"), DI1, 1, FILL_DT, GGML_F32);
+            put(s, TN("ssm_x.weight"), DI1, R1 + 2 * DS, FILL_PROJ, t);
+            put(s, TN("ssm_dt_norm.weight"), R1, 1, FILL_NORM, GGML_F32);
+            put(s, TN("ssm_dt.weight"), R1, DI1, FILL_PROJ, t);
+            put(s, TN("ssm_dt.bias"), DI1, 1, FILL_DT, GGML_F32);
+            put(s, TN("ssm_b_norm.weight"), DS, 1, FILL_NORM, GGML_F32);
+            put(s, TN("ssm_c_norm.weight"), DS, 1, FILL_NORM, GGML_F32);
+            put(s, TN("ssm_a"), DS, DI1, FILL_A, GGML_F32);
+            put(s, TN("ssm_d"), DI1, 1, FILL_NORM, GGML_F32);
+            put(s, TN("ssm_out.weight"), DI1, E, FILL_PROJ, t);
         } else if (k == 'C') {
             put(s, TN("shortconv.in_proj.weight"), E, 3 * E, FILL_PROJ, t);
             put(s, TN("shortconv.conv.weight"), K, E, FILL_CONV, GGML_F32);
@@ -526,12 +560,14 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
             continue;
         }
         put(s, TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
+        /* Granite: experts in every layer; Jamba: in every other layer (odd ones) */
+        const bool moe = moe_any && (granite || il % 2 == 1);
         if (moe) {
             put(s, TN("ffn_gate_inp.weight"), E, c->n_expert, FILL_PROJ, GGML_F32);
             put3(s, TN("ffn_gate_exps.weight"), E, c->n_ff, c->n_expert, t);
             put3(s, TN("ffn_up_exps.weight"), E, c->n_ff, c->n_expert, t);
             put3(s, TN("ffn_down_exps.weight"), c->n_ff, E, c->n_expert, t);
-            if (c->n_ff_shexp > 0) {
+            if (granite && c->n_ff_shexp > 0) {
                 put(s, TN("ffn_gate_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);
                 put(s, TN("ffn_up_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);
                 put(s, TN("ffn_down_shexp.weight"), c->n_ff_shexp, E, FILL_PROJ, t);

@@ -12,17 +12,20 @@
 
 typedef struct synth_config {
     char arch[16];              /* qwen35 (default), qwen35moe, qwen3next, qwen3, llama, deepseek2,
-                                   granitehybrid, nemotron_h, lfm2 */
+                                   granitehybrid, nemotron_h, lfm2, falcon-h1, jamba */
     uint64_t seed;
     int n_layer;
     int attn_every;             /* attention every Nth layer (used when pattern is empty) */
     char pattern[256];          /* per layer: 'A' attention, 'L' DeltaNet, 'M' MLA, 'S' Mamba-2,
-                                   'C' short conv, 'F' MLP only; repeated */
+                                   'C' short conv, 'F' MLP only, 'H' attention + Mamba-2,
+                                   'B' Mamba-1; repeated */
     int n_embd, n_head, n_head_kv, head_dim, n_rot;
     int dnet_n_k, dnet_n_v, dnet_d_k, dnet_d_v, conv_kernel;
     int n_ff, n_vocab, n_ctx;
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;   /* qwen3next MoE (granitehybrid: n_expert 0 is dense) */
     int m2_heads, m2_head_dim, m2_d_state, m2_groups;   /* Mamba-2 layers (conv kernel: conv_kernel) */
+    int m1_dt_rank;             /* Mamba-1 layers (jamba): d_state m2_d_state */
+    int m1_inner;               /* their d_inner; 0: 2 n_embd (llama.cpp asserts that; a preset's own may differ) */
     int mla_kv_lora, mla_q_lora, mla_nope, mla_rope, mla_v; /* MLA layers (n_head heads) */
     int tied;
     uint32_t dtype;             /* ggml type of the 2-D weights (a mix's base type) */

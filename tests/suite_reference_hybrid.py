@@ -1,7 +1,6 @@
 #!/usr/bin/python3
 """suite_reference_hybrid.py - golden cases for the hybrid architectures llama.cpp runs and
-hyserve is gaining: qwen35moe, granitehybrid, nemotron_h, lfm2 (+ falcon-h1, jamba where the
-reference has them).
+hyserve is gaining: qwen35moe, granitehybrid, nemotron_h, lfm2, falcon-h1, jamba, kimi-linear.
 
 Owns: the cases that build small seeded files with tests/ref/make_hybrid_model.py (llama.cpp's
 metadata keys, tensor names and ne shapes), run `hyserve logits --all` on a short (5-token)
@@ -61,6 +60,11 @@ MODELS = [
                                                  "--shared-ff", "48", "--rope", "--untied"]),
     ("nemotron_h_mfafmf", 94, ["--arch", "nemotron_h", "--pattern", "MFAFMF"]),
     ("lfm2_ccacca", 95, ["--arch", "lfm2", "--layers", "6", "--pattern", "CCACCA"]),
+    ("falcon_h1_ppp_parallel", 98, ["--arch", "falcon-h1", "--layers", "3"]),
+    ("jamba_mamemma_mamba1", 99, ["--arch", "jamba", "--layers", "5", "--pattern", "MAMeMAe"]),
+    ("kimi_linear_kkkm_kda_mla", 100, ["--arch", "kimi-linear", "--layers", "4", "--pattern", "KKKM"]),
+    ("kimi_linear_mkkk_qlora_dense2", 101, ["--arch", "kimi-linear", "--layers", "4", "--pattern", "MKKK",
+                                            "--q-lora", "24", "--dense-lead", "2"]),
 ]
 QUANT_MODELS = [
     ("lfm2_ccac_q8_0", 96, ["--arch", "lfm2", "--pattern", "CCAC", "--dtype", "q8_0"]),
@@ -321,24 +325,67 @@ def expected_layout(arch, flags_extra):
                      "ffn_gate_shexp.weight": (D, Fs), "ffn_up_shexp.weight": (D, Fs),
                      "ffn_down_shexp.weight": (Fs, D)})
             continue
-        if kind == "M":
+        if arch == "kimi-linear":
+            if kind == "K":
+                hk, K = a.kda_head_dim, a.conv_k
+                di = hk * H
+                put(il, {"attn_q.weight": (D, di), "attn_k.weight": (D, di), "attn_v.weight": (D, di),
+                         "ssm_conv1d_q.weight": (K, 1, di, 1), "ssm_conv1d_k.weight": (K, 1, di, 1),
+                         "ssm_conv1d_v.weight": (K, 1, di, 1), "ssm_f_a.weight": (D, hk), "ssm_f_b.weight": (hk, di),
+                         "ssm_beta.weight": (D, H), "ssm_a": (1, H, 1, 1), "ssm_dt.bias": (di,),
+                         "ssm_g_a.weight": (D, hk), "ssm_g_b.weight": (hk, di), "ssm_norm.weight": (hk,),
+                         "attn_output.weight": (di, D)})
+            else:
+                R, dn, dr, dv, ql = a.kv_lora, a.mla_nope, a.mla_rope, a.mla_vdim, a.q_lora
+                if ql:
+                    put(il, {"attn_q_a.weight": (D, ql), "attn_q_a_norm.weight": (ql,),
+                             "attn_q_b.weight": (ql, H * (dn + dr))})
+                else:
+                    put(il, {"attn_q.weight": (D, H * (dn + dr))})
+                put(il, {"attn_kv_a_mqa.weight": (D, R + dr), "attn_kv_a_norm.weight": (R,),
+                         "attn_k_b.weight": (dn, R, H), "attn_v_b.weight": (R, dv, H),
+                         "attn_output.weight": (H * dv, D)})
+            put(il, {"ffn_norm.weight": (D,)})
+            if il < a.dense_lead:
+                put(il, {"ffn_gate.weight": (D, a.ff), "ffn_up.weight": (D, a.ff), "ffn_down.weight": (a.ff, D)})
+            else:
+                E, Fe = a.experts, a.expert_ff
+                Fs = Fe * max(a.shared_experts, 1)
+                put(il, {"ffn_gate_inp.weight": (D, E), "ffn_gate_exps.weight": (D, Fe, E),
+                         "ffn_up_exps.weight": (D, Fe, E), "ffn_down_exps.weight": (Fe, D, E),
+                         "ffn_gate_shexp.weight": (D, Fs), "ffn_up_shexp.weight": (D, Fs),
+                         "ffn_down_shexp.weight": (Fs, D), "exp_probs_b.bias": (E,)})
+            continue
+        if kind == "M" and arch == "jamba":
+            di, N, R, K = a.d_inner, a.ssm_state, a.ssm_dt_rank, a.conv_k
+            put(il, {"ssm_in.weight": (D, 2 * di), "ssm_conv1d.weight": (K, di), "ssm_conv1d.bias": (di,),
+                     "ssm_x.weight": (di, R + 2 * N), "ssm_dt_norm.weight": (R,), "ssm_dt.weight": (R, di),
+                     "ssm_dt.bias": (di,), "ssm_b_norm.weight": (N,), "ssm_c_norm.weight": (N,),
+                     "ssm_a": (N, di), "ssm_d": (di,), "ssm_out.weight": (di, D)})
+        elif kind in ("M", "P"):
             di, N, nh, ng, K = a.d_inner, a.ssm_state, a.ssm_heads, a.ssm_groups, a.conv_k
             put(il, {"ssm_in.weight": (D, 2 * di + 2 * ng * N + nh), "ssm_conv1d.weight": (K, di + 2 * ng * N),
                      "ssm_conv1d.bias": (di + 2 * ng * N,), "ssm_dt.bias": (nh,), "ssm_a": (1, nh),
-                     "ssm_d": (1, nh), "ssm_norm.weight": (di // ng, ng), "ssm_out.weight": (di, D)})
-        elif kind == "A":
+                     "ssm_d": (1, nh), "ssm_out.weight": (di, D)})
+            if not (arch == "falcon-h1" and a.no_ssm_norm):
+                put(il, {"ssm_norm.weight": (di // ng, ng)})
+        if kind in ("A", "P"):
             put(il, {"attn_q.weight": (D, H * hd), "attn_k.weight": (D, Hkv * hd), "attn_v.weight": (D, Hkv * hd),
                      "attn_output.weight": (H * hd, D)})
             if arch == "lfm2":
                 put(il, {"attn_q_norm.weight": (hd,), "attn_k_norm.weight": (hd,)})
-        elif kind == "F":
+        if kind == "F":
             put(il, {"ffn_up.weight": (D, a.ff), "ffn_down.weight": (a.ff, D)})
         elif kind == "C":
             put(il, {"shortconv.conv.weight": (a.conv_k, D), "shortconv.in_proj.weight": (D, 3 * D),
                      "shortconv.out_proj.weight": (D, D)})
-        if arch in ("granitehybrid", "lfm2"):
+        if arch in ("granitehybrid", "lfm2", "falcon-h1", "jamba"):
             put(il, {"ffn_norm.weight": (D,)})
-            if arch == "granitehybrid" and a.experts:
+            if arch == "jamba" and a.moe_layers[il]:
+                E, F = a.experts, a.ff
+                put(il, {"ffn_gate_inp.weight": (D, E), "ffn_gate_exps.weight": (D, F, E),
+                         "ffn_up_exps.weight": (D, F, E), "ffn_down_exps.weight": (F, D, E)})
+            elif arch == "granitehybrid" and a.experts:
                 E, F, Fs = a.experts, a.expert_ff, a.shared_ff
                 put(il, {"ffn_gate_inp.weight": (D, E), "ffn_gate_exps.weight": (D, F, E),
                          "ffn_up_exps.weight": (D, F, E), "ffn_down_exps.weight": (F, D, E)})
@@ -370,9 +417,22 @@ REQUIRED_KEYS = {
     "lfm2": ["block_count", "embedding_length", "feed_forward_length", "attention.head_count",
              "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "rope.freq_base",
              "shortconv.l_cache"],
+    "falcon-h1": ["block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+                  "attention.head_count_kv", "attention.key_length", "attention.value_length",
+                  "attention.layer_norm_rms_epsilon", "rope.freq_base", "ssm.conv_kernel", "ssm.state_size",
+                  "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size"],
+    "kimi-linear": ["block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+                    "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "attention.key_length_mla",
+                    "attention.value_length_mla", "attention.kv_lora_rank", "rope.dimension_count", "ssm.conv_kernel",
+                    "kda.head_dim", "expert_count", "expert_used_count", "expert_feed_forward_length",
+                    "expert_shared_count", "leading_dense_block_count", "expert_weights_scale", "expert_gating_func"],
+    "jamba": ["block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+              "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "ssm.conv_kernel", "ssm.state_size",
+              "ssm.time_step_rank", "ssm.inner_size", "expert_count", "expert_used_count"],
 }
 ARRAY_KEYS = {"granitehybrid": ["attention.head_count_kv"], "lfm2": ["attention.head_count_kv"],
-              "nemotron_h": ["attention.head_count_kv", "feed_forward_length"]}
+              "nemotron_h": ["attention.head_count_kv", "feed_forward_length"], "jamba": ["attention.head_count_kv"],
+              "kimi-linear": ["attention.head_count_kv"]}
 
 
 def t_ref_writer_layouts(ctx):
@@ -415,6 +475,11 @@ def t_ref_cli(ctx):
     return "all positions exact, --last --chunked within 1e-10"
 
 
+# architectures whose engine side is not in yet: their reference self-checks run, their C cases
+# join when the engine runs them
+PENDING = ("kimi_linear",)
+
+
 def all_tests():
     tests = [("ref_hybrid_ssd_chunked_matches_recurrent", t_ref_ssd_chunked_matches_recurrent),
              ("ref_hybrid_conv_oneshot_matches_step", t_ref_conv_oneshot_matches_step),
@@ -425,6 +490,8 @@ def all_tests():
     for name, seed, flags in MODELS:
         tests.append(("ref_hybrid_%s_chunked_and_decode_match" % name, model_self_check(name, seed, flags)))
     for name, seed, flags in MODELS:
+        if name.startswith(PENDING):
+            continue
         tests.append(("c_hybrid_%s_short%d" % (name, SHORT), golden(name, seed, flags, SHORT)))
         tests.append(("c_hybrid_%s_long%d" % (name, LONG), golden(name, seed, flags, LONG)))
         tests.append(("c_hybrid_%s_split%d" % (name, SPLIT), golden(name, seed, flags, SPLIT_LEN, SPLIT)))

@@ -12,7 +12,12 @@ Owns the math of (general.architecture):
   nemotron_h     one of Mamba-2 / attention (no RoPE) / relu^2 MLP per layer, x += f(norm(x)).
   lfm2           gated short conv (y = out(C * conv(B * x))) / attention with q/k RMSNorm and NeoX
                  RoPE; dense SwiGLU every layer; final norm token_embd_norm.
-  falcon-h1, jamba: see their classes.
+  falcon-h1      attention and Mamba-2 in parallel on the same normed input, then SwiGLU.
+  jamba          Mamba-1 (dt / B / C RMSNorms) / attention without RoPE; dense or MoE FFN
+                 (softmax top-k, not renormalised).
+  kimi-linear    KDA (per-key-channel gated delta rule, short convs on q / k / v, sigmoid-gated
+                 output norm) / MLA without RoPE (mla_ref's expanded and absorbed forms); dense
+                 leading blocks, then a sigmoid-routed MoE with selection bias + shared expert.
 Each recurrent mixer in two independent forms, selected by forward(..., chunked=...):
   Mamba-2   chunked=False: token-by-token recurrence (ggml's ssm_scan):
                 h_t = exp(dt_t A_h) h_{t-1} + dt_t x_t B_t^T,  y_t = h_t C_t + D_h x_t
@@ -22,7 +27,9 @@ Each recurrent mixer in two independent forms, selected by forward(..., chunked=
   short conv / the causal conv1d in front of Mamba and DeltaNet:
             chunked=False: step by step with a (K-1)-row cache; chunked=True: one-shot over the
                 whole (cache-prefixed) sequence.
-  DeltaNet  qwen35_ref's recurrent vs chunked WY forms.
+  DeltaNet  qwen35_ref's recurrent vs chunked WY forms; KDA the same with diagonal decays.
+  Mamba-1   per-element recurrence vs chunked segment sums.
+  MLA       expanded (chunked=False) vs absorbed (chunked=True).
 Caches (KV, conv rows, SSM / DeltaNet state) carry across forward() calls
 (new_caches / forward_segments), the ground truth for decode paths.
 Does not: tokenize, sample, run MTP blocks, or model biases the converters do not write.
@@ -57,7 +64,7 @@ from models_ref import causal_attention, rope_norm, softmax  # noqa: E402
 from qwen35_ref import (Qwen35Ref, linear, rmsnorm, rope_neox, sigmoid, silu,  # noqa: E402
                         softplus)
 
-ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "lfm2", "falcon-h1", "jamba")
+ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "lfm2", "falcon-h1", "jamba", "kimi-linear")
 DEFAULT_CHUNK = 8   # the reference's SSD chunk: a 20-token prompt spans 3 chunks
 
 
@@ -183,6 +190,69 @@ def selective_scan_mamba1_chunked(x, dt, A, B, C, state=None, chunk=DEFAULT_CHUN
         y[sl] = np.einsum("idn,in->id", Si, C[sl])
         S = Si[-1]
     return y, S
+
+
+# --------------------------------------------------------------------------
+# KDA (Kimi Delta Attention): gated delta rule with a per-key-channel decay, two forms
+
+def kda_recurrent(q, k, v, g, beta, state=None):
+    """q, k [T, H, dk] (q l2-normed and scaled, k l2-normed), v [T, H, dv], g [T, H, dk] log decay
+    per key channel (<= 0), beta [T, H]; state [H, dk, dv] (S[key][value]). Per token:
+      S = diag(exp(g)) S;  d = beta (v - S^T k);  S += k d^T;  o = S^T q."""
+    T, H, dk = k.shape
+    dv = v.shape[2]
+    S = np.zeros((H, dk, dv)) if state is None else state.copy()
+    o = np.empty((T, H, dv))
+    for t in range(T):
+        S = S * np.exp(g[t])[:, :, None]
+        kv = np.einsum("hij,hi->hj", S, k[t])
+        d = beta[t][:, None] * (v[t] - kv)
+        S = S + k[t][:, :, None] * d[:, None, :]
+        o[t] = np.einsum("hij,hi->hj", S, q[t])
+    return o, S
+
+
+def kda_chunked(q, k, v, g, beta, state=None, chunk=DEFAULT_CHUNK):
+    """The chunked (WY / UT) form with diagonal decays; same arguments / results as kda_recurrent.
+    Per chunk, G = cumsum(g) per key channel, E[i, j, d] = exp(G_i[d] - G_j[d]) (i >= j):
+      L[i, j]   = beta_i sum_d k_i[d] k_j[d] E[i, j, d]  (i > j);  Tm = (I + L)^-1
+      U = Tm (beta v);  W = Tm (beta k o exp(G));  Vn = U - W S
+      O = (q o exp(G)) S + A Vn,  A[i, j] = sum_d q_i[d] k_j[d] E[i, j, d]  (i >= j)
+      S' = diag(exp(G_last)) S + (k o exp(G_last - G))^T Vn"""
+    T, H, dk = k.shape
+    dv = v.shape[2]
+    C = int(chunk)
+    Tp = (T + C - 1) // C * C
+    pad = Tp - T
+
+    def padrows(a):
+        return np.concatenate([a, np.zeros((pad,) + a.shape[1:])]) if pad else a
+
+    q, k, v, g, beta = (padrows(a) for a in (q, k, v, g, beta))
+    S = np.zeros((H, dk, dv)) if state is None else state.copy()
+    o = np.empty((Tp, H, dv))
+    ii, jj = np.meshgrid(np.arange(C), np.arange(C), indexing="ij")
+    incl = (ii >= jj)[:, :, None]
+    strict = ii > jj
+    for h in range(H):
+        Sh = S[h]
+        for c0 in range(0, Tp, C):
+            sl = slice(c0, c0 + C)
+            qc, kc, vc, gc, bc = q[sl, h], k[sl, h], v[sl, h], g[sl, h], beta[sl, h]
+            G = np.cumsum(gc, axis=0)                                   # [C, dk]
+            diff = G[:, None, :] - G[None, :, :]                        # [Ci, Cj, dk]
+            E = np.where(incl, np.exp(np.where(incl, diff, 0.0)), 0.0)
+            kb = kc * bc[:, None]
+            Lm = np.where(strict, np.einsum("id,jd,ijd->ij", kb, kc, E), 0.0)
+            Tm = np.linalg.inv(np.eye(C) + Lm)
+            U = Tm @ (vc * bc[:, None])
+            Wm = Tm @ (kb * np.exp(G))
+            A = np.einsum("id,jd,ijd->ij", qc, kc, E)                  # zero above the diagonal via E
+            Vn = U - Wm @ Sh
+            o[sl, h] = (qc * np.exp(G)) @ Sh + A @ Vn
+            Sh = np.exp(G[-1])[:, None] * Sh + (kc * np.exp(G[-1][None, :] - G)).T @ Vn
+        S[h] = Sh
+    return o[:T], S
 
 
 # --------------------------------------------------------------------------
@@ -821,9 +891,185 @@ class JambaRef(HybridRef):
 
 
 # --------------------------------------------------------------------------
+# kimi-linear
+
+class KimiLinearRef(HybridRef):
+    """KDA layers (head_count_kv 0) and MLA layers without RoPE; leading dense SwiGLU blocks, then
+    MoE: p = sigmoid(router x), top-k by p + exp_probs_b, weights p renormalised over the k and
+    times expert_weights_scale, plus an ungated shared expert. chunked=True also switches MLA to
+    its absorbed form (expanded otherwise)."""
+
+    arch = "kimi-linear"
+
+    def __init__(self, path):
+        import mla_ref
+        self._mla = mla_ref
+        r = self._load_common(path)
+        a, n, D = self.arch, self.n_layer, self.n_embd
+        H = self.n_head = int(_key(r, a, "attention.head_count"))
+        hkv = _per_layer(_key(r, a, "attention.head_count_kv"), n, "attention.head_count_kv")
+        self.conv_k = int(_key(r, a, "ssm.conv_kernel"))
+        hk = self.kda_head_dim = int(_key(r, a, "kda.head_dim"))
+        R = self.kv_lora = int(_key(r, a, "attention.kv_lora_rank"))
+        ql = self.q_lora = int(_key(r, a, "attention.q_lora_rank", 0, False))
+        dr = self.mla_rope = int(_key(r, a, "rope.dimension_count"))
+        dqk = int(_key(r, a, "attention.key_length_mla"))
+        dv = self.mla_vdim = int(_key(r, a, "attention.value_length_mla"))
+        dn = self.mla_nope = dqk - dr
+        self.mla_scale = 1.0 / math.sqrt(dqk)
+        self.n_ff = int(_key(r, a, "feed_forward_length"))
+        E = self.n_expert = int(_key(r, a, "expert_count"))
+        self.n_expert_used = int(_key(r, a, "expert_used_count"))
+        Fe = self.n_ff_exp = int(_key(r, a, "expert_feed_forward_length"))
+        self.n_shared = int(_key(r, a, "expert_shared_count"))
+        self.dense_lead = int(_key(r, a, "leading_dense_block_count", 0, False))
+        self.w_scale = float(_key(r, a, "expert_weights_scale", 0.0, False))
+        gating = int(_key(r, a, "expert_gating_func"))
+        if gating not in (1, 2):
+            raise ValueError("expert_gating_func %d (1 softmax, 2 sigmoid)" % gating)
+        self.gating = "softmax" if gating == 1 else "sigmoid"
+        t, F, di = self.t, self.n_ff, hk * H
+        Fs = Fe * max(self.n_shared, 1)
+        K = self.conv_k
+        self.layers = []
+        for il in range(n):
+            p = "blk.%d." % il
+            if hkv[il] == 0:
+                L = {"kind": "K", "wq": t(p + "attn_q.weight", (di, D)), "wk": t(p + "attn_k.weight", (di, D)),
+                     "wv": t(p + "attn_v.weight", (di, D)),
+                     "f_a": t(p + "ssm_f_a.weight", (hk, D)), "f_b": t(p + "ssm_f_b.weight", (di, hk)),
+                     "beta": t(p + "ssm_beta.weight", (H, D)), "dt_b": t(p + "ssm_dt.bias", (di,)),
+                     "g_a": t(p + "ssm_g_a.weight", (hk, D)), "g_b": t(p + "ssm_g_b.weight", (di, hk)),
+                     "o_norm": t(p + "ssm_norm.weight", (hk,)), "wo": t(p + "attn_output.weight", (D, di))}
+                A = r.tensor(p + "ssm_a")
+                if A.size != H:
+                    raise ValueError("%sssm_a has %d values, expected %d" % (p, A.size, H))
+                L["A"] = A.reshape(H)
+                for c in "qkv":
+                    w = r.tensor(p + "ssm_conv1d_%s.weight" % c)          # ne {K, 1, di, 1} or {K, 1, di}
+                    if w.size != K * di or r.tensors[p + "ssm_conv1d_%s.weight" % c].ne[0] != K:
+                        raise ValueError("%sssm_conv1d_%s.weight ne %s" % (p, c, r.tensors[p + "ssm_conv1d_%s.weight" % c].ne))
+                    L["conv_" + c] = np.asarray(w).reshape(di, K)
+            else:
+                L = {"kind": "M", "n_head_kv": hkv[il]}
+                if ql:
+                    L.update({"wq_a": t(p + "attn_q_a.weight", (ql, D)), "q_a_norm": t(p + "attn_q_a_norm.weight", (ql,)),
+                              "wq_b": t(p + "attn_q_b.weight", (H * dqk, ql))})
+                else:
+                    L["wq"] = t(p + "attn_q.weight", (H * dqk, D))
+                L.update({"wkv_a": t(p + "attn_kv_a_mqa.weight", (R + dr, D)),
+                          "kv_a_norm": t(p + "attn_kv_a_norm.weight", (R,)),
+                          "wk_b": t(p + "attn_k_b.weight", (H, R, dn)), "wv_b": t(p + "attn_v_b.weight", (H, dv, R)),
+                          "wo": t(p + "attn_output.weight", (D, H * dv))})
+            L["attn_norm"] = t(p + "attn_norm.weight", (D,))
+            L["ffn_norm"] = t(p + "ffn_norm.weight", (D,))
+            if il < self.dense_lead:
+                L.update({"gate": t(p + "ffn_gate.weight", (F, D)), "up": t(p + "ffn_up.weight", (F, D)),
+                          "down": t(p + "ffn_down.weight", (D, F))})
+            else:
+                L.update({"gate_inp": t(p + "ffn_gate_inp.weight", (E, D)),
+                          "gate_exps": t(p + "ffn_gate_exps.weight", (E, Fe, D)),
+                          "up_exps": t(p + "ffn_up_exps.weight", (E, Fe, D)),
+                          "down_exps": t(p + "ffn_down_exps.weight", (E, D, Fe)),
+                          "probs_b": t(p + "exp_probs_b.bias", (E,))})
+                if p + "ffn_gate_shexp.weight" in r.tensors:
+                    L.update({"gate_shexp": t(p + "ffn_gate_shexp.weight", (Fs, D)),
+                              "up_shexp": t(p + "ffn_up_shexp.weight", (Fs, D)),
+                              "down_shexp": t(p + "ffn_down_shexp.weight", (D, Fs))})
+            self.layers.append(L)
+
+    def kda(self, L, x, cache, chunked, chunk):
+        T = x.shape[0]
+        H, hk, K = self.n_head, self.kda_head_dim, self.conv_k
+        di = H * hk
+        qkv = {}
+        for c in "qkv":
+            key = "conv_" + c
+            past = cache[key] if cache is not None and key in cache else np.zeros((K - 1, di))
+            y, new_past = conv1d(linear(x, L["w" + c]), L[key], past, oneshot=chunked)
+            if cache is not None:
+                cache[key] = new_past
+            qkv[c] = silu(y).reshape(T, H, hk)                  # no conv bias
+        q = models_ref_l2norm(qkv["q"], self.eps) / math.sqrt(hk)
+        k = models_ref_l2norm(qkv["k"], self.eps)
+        v = qkv["v"]
+        g = (L["A"][None, :, None] * softplus(linear(linear(x, L["f_a"]), L["f_b"]) + L["dt_b"]).reshape(T, H, hk))
+        beta = sigmoid(linear(x, L["beta"]))                    # [T, H]
+        S0 = cache.get("S") if cache is not None else None
+        if chunked:
+            o, S = kda_chunked(q, k, v, g, beta, S0, chunk)
+        else:
+            o, S = kda_recurrent(q, k, v, g, beta, S0)
+        if cache is not None:
+            cache["S"] = S
+        gate = sigmoid(linear(linear(x, L["g_a"]), L["g_b"])).reshape(T, H, hk)
+        o = rmsnorm(o, L["o_norm"], self.eps) * gate            # norm per head, then the SIGMOID gate
+        return linear(o.reshape(T, di), L["wo"])
+
+    def mla(self, L, x, cache, chunked):
+        T = x.shape[0]
+        H, R, dn, dr, dv = self.n_head, self.kv_lora, self.mla_nope, self.mla_rope, self.mla_vdim
+        if "wq" in L:
+            q = linear(x, L["wq"])
+        else:
+            q = linear(rmsnorm(linear(x, L["wq_a"]), L["q_a_norm"], self.eps), L["wq_b"])
+        q = q.reshape(T, H, dn + dr)
+        q_nope, q_pe = q[:, :, :dn], q[:, :, dn:]               # no RoPE anywhere (Kimi MLA)
+        kv = linear(x, L["wkv_a"])
+        c = rmsnorm(kv[:, :R], L["kv_a_norm"], self.eps)
+        k_pe = kv[:, R:]
+        P = 0
+        if cache is not None:
+            if "c" in cache:
+                P = cache["c"].shape[0]
+                c = np.concatenate([cache["c"], c])
+                k_pe = np.concatenate([cache["k_pe"], k_pe])
+            cache["c"], cache["k_pe"] = c, k_pe
+        attend = self._mla.ATTEND["absorbed" if chunked else "expanded"]
+        out = attend(q_nope, q_pe, c, k_pe, L["wk_b"], L["wv_b"], self.mla_scale, P)
+        return linear(out.reshape(T, H * dv), L["wo"])
+
+    def moe(self, L, x):
+        k = self.n_expert_used
+        logits = linear(x, L["gate_inp"])
+        p = sigmoid(logits) if self.gating == "sigmoid" else softmax(logits, axis=1)
+        sel = p + L["probs_b"][None, :]                          # the bias picks, it does not weigh
+        order = np.argsort(-sel, axis=1, kind="stable")
+        top = order[:, :k]
+        if k < sel.shape[1]:
+            lk = np.take_along_axis(sel, order[:, k - 1:k + 1], axis=1)
+            self.min_route_gap = min(self.min_route_gap, float((lk[:, 0] - lk[:, 1]).min()))
+        w = np.take_along_axis(p, top, axis=1)
+        w = w / w.sum(axis=1, keepdims=True)
+        if self.w_scale:
+            w = w * self.w_scale
+        out = np.zeros_like(x)
+        for e in np.unique(top):
+            rows, slot = np.nonzero(top == e)
+            xe = x[rows]
+            h = silu(linear(xe, L["gate_exps"][e])) * linear(xe, L["up_exps"][e])
+            out[rows] += w[rows, slot][:, None] * linear(h, L["down_exps"][e])
+        if "gate_shexp" in L:
+            out = out + self.swiglu(L, x, "_shexp")
+        return out
+
+    def block(self, L, x, pos, cache, chunked, chunk):
+        h = rmsnorm(x, L["attn_norm"], self.eps)
+        h = self.kda(L, h, cache, chunked, chunk) if L["kind"] == "K" else self.mla(L, h, cache, chunked)
+        x = x + h
+        xn = rmsnorm(x, L["ffn_norm"], self.eps)
+        return x + (self.moe(L, xn) if "gate_inp" in L else self.swiglu(L, xn))
+
+
+def models_ref_l2norm(x, eps):
+    """ggml_l2_norm: x / max(||x||, eps) over the last axis."""
+    return x / np.maximum(np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), eps)
+
+
+# --------------------------------------------------------------------------
 
 CLASSES = {"qwen35moe": Qwen35MoeRef, "granitehybrid": GraniteHybridRef, "nemotron_h": NemotronHRef,
-           "lfm2": Lfm2Ref, "falcon-h1": FalconH1Ref, "jamba": JambaRef}
+           "lfm2": Lfm2Ref, "falcon-h1": FalconH1Ref, "jamba": JambaRef, "kimi-linear": KimiLinearRef}
 
 
 def load_model(path):
@@ -860,6 +1106,19 @@ def self_test_ssd(verbose=False):
         e = max(rel(y2, y1), rel(S2, S1))
         if verbose:
             print("  ssd T=%d H=%d P=%d N=%d chunk=%d state=%s: rel err %.3e" % (T, H, P, N, Q, with_state, e))
+        worst = max(worst, e)
+    for (T, H, dk, dv, Q, with_state) in [(20, 2, 8, 8, 8, False), (37, 3, 6, 5, 8, True), (130, 2, 16, 16, 64, True)]:
+        q = models_ref_l2norm(rng.standard_normal((T, H, dk)), 1e-6) / math.sqrt(dk)
+        k = models_ref_l2norm(rng.standard_normal((T, H, dk)), 1e-6)
+        v = rng.standard_normal((T, H, dv))
+        g = -np.exp(rng.uniform(-1, 0.5, (T, H, dk))) * softplus(rng.standard_normal((T, H, dk)))
+        beta = sigmoid(rng.standard_normal((T, H)))
+        S0 = rng.standard_normal((H, dk, dv)) if with_state else None
+        o1, S1 = kda_recurrent(q, k, v, g, beta, S0)
+        o2, S2 = kda_chunked(q, k, v, g, beta, S0, Q)
+        e = max(rel(o2, o1), rel(S2, S1))
+        if verbose:
+            print("  kda T=%d H=%d dk=%d dv=%d chunk=%d state=%s: rel err %.3e" % (T, H, dk, dv, Q, with_state, e))
         worst = max(worst, e)
     for (T, Di, N, Q) in [(20, 6, 4, 8), (45, 5, 3, 16)]:
         x = rng.standard_normal((T, Di))
@@ -908,7 +1167,7 @@ def self_test_models(verbose=False, tmpdir=None):
              ("granitehybrid", ["--experts", "4", "--experts-used", "2", "--expert-ff", "32", "--shared-ff", "48",
                                 "--rope"]),
              ("nemotron_h", []), ("lfm2", []), ("falcon-h1", []), ("falcon-h1", ["--no-ssm-norm"]),
-             ("jamba", [])]
+             ("jamba", []), ("kimi-linear", []), ("kimi-linear", ["--q-lora", "24", "--dense-lead", "2"])]
     try:
         for i, (arch, extra) in enumerate(specs):
             path = os.path.join(tmpdir, "selftest_%d_%s.gguf" % (i, arch))
@@ -947,6 +1206,26 @@ NOTES = """Where llama.cpp's runtime and the papers / HF differ (the reference f
   Mamba-2; ff 0: attention; else MLP); attention has no positional encoding.
 - lfm2: the final norm is the tensor token_embd_norm.weight; in_proj's rows are [B | C | x];
   the conv has no bias and no activation; output = C * conv(B * x).
+- falcon-h1: the muP multipliers (embedding, lm_head, attention in/out, key, ssm in/out, the
+  five zxbcdt ones, mlp) are folded into the weights by the converter, so the runtime has none;
+  ssm_norm is optional (mamba_rms_norm); the loader asks for the FFN norm as tn(FFN_NORM, il)
+  without a ".weight" suffix while the converter writes blk.N.ffn_norm.weight (the file has the
+  converter's name).
+- jamba: the MoE weights are the softmax probabilities of the chosen experts, NOT renormalised;
+  Mamba-1's dt, B and C go through RMSNorms (ssm_dt_norm / ssm_b_norm / ssm_c_norm) before
+  dt's projection.
+- kimi-linear: the KDA output gate is a SIGMOID (norm first, then gate), not FusedRMSNormGated's
+  default swish; q and k are l2-normed (eps = rms eps) and q scaled by 1/sqrt(head_dim); the
+  MLA layers apply NO RoPE although rope.dimension_count (qk_rope_head_dim) is written;
+  head_count_kv is 1 on MLA layers (MQA for the latent cache) and 0 on KDA layers. The MoE picks
+  the top-k of sigmoid(logits) + exp_probs_b but weighs with sigmoid(logits), renormalised over
+  the k and times expert_weights_scale; the shared expert is not gated. llama.cpp's legacy
+  path for files with an unsplit attn_kv_b concatenates the key as [k_pe | k_nope] against a
+  query laid out [q_nope | q_pe] (looks inconsistent); the reference follows the attn_k_b /
+  attn_v_b path the converter writes.
+- qwen35moe: files converted before the converter's tiled value-head reorder carry HF's grouped
+  order (value head h uses key head h // r), which llama.cpp's early qwen35moe graph read with an
+  interleaved repeat; current converter + runtime: tiled (h % n_k), as here.
 """
 
 

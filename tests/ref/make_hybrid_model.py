@@ -21,6 +21,11 @@ Owns: the synthetic files of these llama.cpp architectures (general.architecture
                  FFN (no pattern: all layers are both).
   jamba          Jamba: Mamba-1 layers (with the dt/B/C RMSNorms) and GQA attention (no RoPE),
                  each layer's FFN dense or MoE (softmax top-k, NOT renormalised).
+  kimi-linear    Kimi-Linear: KDA layers (Kimi Delta Attention: gated delta rule with a per-key-
+                 channel decay, separate short convs on q / k / v, sigmoid-gated output norm) and
+                 MLA layers WITHOUT RoPE (attn_k_b / attn_v_b split as the converter writes them);
+                 leading dense SwiGLU blocks, then MoE (sigmoid router + exp_probs_b selection
+                 bias, renormalised, times expert_weights_scale) plus an ungated shared expert.
 Layer kinds (--pattern, one letter per layer):
   qwen35moe      L = Gated DeltaNet, A = gated attention      (default: interval 4, LLLA...)
   granitehybrid  M = Mamba-2, A = attention                   (default MMAM...)
@@ -29,6 +34,8 @@ Layer kinds (--pattern, one letter per layer):
   lfm2           C = short conv, A = attention                (default CCAC...)
   jamba          M = Mamba-1, A = attention; append 'e' to a letter for a MoE FFN on that layer
                  (e.g. MeAMMe); default MAMe
+  kimi-linear    K = KDA, M = MLA                             (default KKKM...; the FFN kind is set by
+                 --dense-lead, the leading_dense_block_count)
   falcon-h1      no pattern (every layer is attention + Mamba-2)
 How the kinds are written: qwen35moe full_attention_interval (a pattern that is no interval
 is written as make_model.py does for qwen35, as the bool array attention.recurrent_layers);
@@ -49,6 +56,10 @@ Examples:
       --experts 4 --experts-used 2 --expert-ff 32 --shared-ff 64
   /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/n.gguf --arch nemotron_h --pattern MFAFMF
   /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/l.gguf --arch lfm2 --pattern CCACCA --dtype q8_0
+  /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/f.gguf --arch falcon-h1 --layers 3 [--no-ssm-norm]
+  /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/j.gguf --arch jamba --layers 5 --pattern MAMeMAe
+  /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/k.gguf --arch kimi-linear --pattern KKKM \
+      [--q-lora 24] [--dense-lead 1] [--kda-head-dim 16 --kv-lora 32 --mla-nope 16 --mla-rope 8 --mla-vdim 16]
 """
 
 import argparse
@@ -62,9 +73,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_io import GGUFWriter, T_BOOL, T_INT32, T_STRING  # noqa: E402
 import make_model  # noqa: E402  (gpt2_byte_strings, weight_dtype, rope_sections, dtype tables)
 
-ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "lfm2", "falcon-h1", "jamba")
-LETTERS = {"qwen35moe": "LA", "granitehybrid": "MA", "nemotron_h": "MAF", "lfm2": "CA", "jamba": "MA"}
-DEFAULT_PATTERN = {"granitehybrid": "MMAM", "nemotron_h": "MFAFMF", "lfm2": "CCAC", "jamba": "MAMe"}
+ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "lfm2", "falcon-h1", "jamba", "kimi-linear")
+LETTERS = {"qwen35moe": "LA", "granitehybrid": "MA", "nemotron_h": "MAF", "lfm2": "CA", "jamba": "MA",
+           "kimi-linear": "KM"}
+DEFAULT_PATTERN = {"granitehybrid": "MMAM", "nemotron_h": "MFAFMF", "lfm2": "CCAC", "jamba": "MAMe",
+                   "kimi-linear": "KKKM"}
 NEMOTRON_HF = {"M": "M", "*": "A", "-": "F"}
 TOKENIZER_PRE = {"qwen35moe": "qwen35"}  # the others: "gpt2" (hyserve's byte-level rule; the
 #                                          real files carry their own pre names)
@@ -87,6 +100,8 @@ DEFAULTS = {
                       ssm_heads=8, ssm_head_dim=8, ssm_state=16, ssm_groups=2, ff=96, tied=False),
     "jamba": dict(layers=4, heads=4, kv_heads=2, head_dim=None, rope_dim=None, rope_theta=1e4,
                   ssm_state=16, ssm_dt_rank=8, conv_k=4, experts=4, experts_used=2, ff=96, tied=False),
+    "kimi-linear": dict(layers=4, heads=4, kv_heads=1, head_dim=16, rope_dim=None, rope_theta=1e4, conv_k=4,
+                        experts=4, experts_used=2, expert_ff=32, ff=96, tied=False),
 }
 
 
@@ -134,6 +149,17 @@ def parse_args(argv=None):
     ap.add_argument("--attention-scale", type=float, default=0.125)
     ap.add_argument("--rope", action="store_true",
                     help="granitehybrid: write rope.scaling.finetuned = true (Bamba's shape: NORM RoPE)")
+    # Kimi-Linear
+    ap.add_argument("--kda-head-dim", type=int, default=16, help="kimi-linear: kda.head_dim")
+    ap.add_argument("--kv-lora", type=int, default=32, help="kimi-linear MLA: attention.kv_lora_rank")
+    ap.add_argument("--q-lora", type=int, default=0, help="kimi-linear MLA: attention.q_lora_rank (0 = attn_q)")
+    ap.add_argument("--mla-nope", type=int, default=16, help="kimi-linear MLA: qk_nope_head_dim")
+    ap.add_argument("--mla-rope", type=int, default=8,
+                    help="kimi-linear MLA: qk_rope_head_dim (rope.dimension_count; no rotation is applied)")
+    ap.add_argument("--mla-vdim", type=int, default=16, help="kimi-linear MLA: attention.value_length_mla")
+    ap.add_argument("--shared-experts", type=int, default=1, help="kimi-linear: expert_shared_count")
+    ap.add_argument("--dense-lead", type=int, default=1, help="kimi-linear: leading_dense_block_count")
+    ap.add_argument("--routed-scale", type=float, default=2.446, help="kimi-linear: expert_weights_scale")
     ap.add_argument("--no-ssm-norm", action="store_true",
                     help="falcon-h1: no ssm_norm (HF mamba_rms_norm = false; the gate alone)")
     ap.add_argument("--eps", type=float, default=1e-5)
@@ -154,13 +180,16 @@ def parse_args(argv=None):
             setattr(a, k, d.get(k))
     if a.conv_k is None:
         a.conv_k = 4
+    if a.arch == "kimi-linear":
+        a.head_dim = a.kda_head_dim
+        a.rope_dim = a.mla_rope
     if a.arch in ("granitehybrid", "lfm2", "jamba"):
         if a.head_dim is not None and a.head_dim * a.heads != a.embd:
             ap.error("%s: the head dim is embd / heads (no key_length key)" % a.arch)
         a.head_dim = a.embd // a.heads
     if a.rope_dim is None:
         a.rope_dim = a.head_dim
-    if a.heads % a.kv_heads or a.head_dim * a.heads % 1 or a.rope_dim % 2 or a.rope_dim > a.head_dim:
+    if a.heads % a.kv_heads or a.rope_dim % 2 or a.rope_dim > a.head_dim:
         ap.error("need heads %% kv-heads == 0, even rope-dim <= head-dim")
     if a.vocab < 256:
         ap.error("--vocab must be >= 256 (byte-level tokens)")
@@ -365,6 +394,28 @@ def build(a):
         w.add_f32(key("attention.layer_norm_rms_epsilon"), a.eps)
         w.add_u32(key("vocab_size"), V)
         w.add_u32(key("shortconv.l_cache"), a.conv_k)
+    elif ARCH == "kimi-linear":
+        w.add_u32(key("feed_forward_length"), a.ff)
+        w.add_u32(key("attention.head_count"), H)
+        w.add_array(key("attention.head_count_kv"), T_INT32, [1 if k == "M" else 0 for k in kinds])
+        w.add_f32(key("attention.layer_norm_rms_epsilon"), a.eps)
+        w.add_u32(key("vocab_size"), V)
+        w.add_u32(key("ssm.conv_kernel"), a.conv_k)
+        w.add_u32(key("kda.head_dim"), a.kda_head_dim)
+        if a.q_lora:
+            w.add_u32(key("attention.q_lora_rank"), a.q_lora)
+        w.add_u32(key("attention.kv_lora_rank"), a.kv_lora)
+        w.add_u32(key("rope.dimension_count"), a.mla_rope)
+        w.add_u32(key("attention.key_length"), a.kv_lora + a.mla_rope)
+        w.add_u32(key("attention.key_length_mla"), a.mla_nope + a.mla_rope)
+        w.add_u32(key("attention.value_length_mla"), a.mla_vdim)
+        w.add_u32(key("expert_count"), a.experts)
+        w.add_u32(key("expert_used_count"), a.experts_used)
+        w.add_u32(key("expert_gating_func"), 2)                  # sigmoid
+        w.add_u32(key("expert_feed_forward_length"), a.expert_ff)
+        w.add_u32(key("expert_shared_count"), a.shared_experts)
+        w.add_u32(key("leading_dense_block_count"), a.dense_lead)
+        w.add_f32(key("expert_weights_scale"), a.routed_scale)
     elif ARCH == "jamba":
         w.add_u32(key("feed_forward_length"), a.ff)
         w.add_u32(key("attention.head_count"), H)
@@ -453,6 +504,37 @@ def build(a):
         S(p + "ssm_d", rng.uniform(0.5, 1.5, di))                                # ne {di}
         W(p + "ssm_out.weight", mat(D, di))                                      # ne {di, D}
 
+    def kda(p):
+        hk, K = a.kda_head_dim, a.conv_k
+        di = hk * H
+        for n in ("q", "k", "v"):
+            W(p + "attn_%s.weight" % n, mat(di, D))                             # ne {D, hk*H}
+        for n in ("q", "k", "v"):
+            S(p + "ssm_conv1d_%s.weight" % n, (rng.standard_normal((di, K)) / np.sqrt(K)).reshape(1, di, 1, K))
+        W(p + "ssm_f_a.weight", mat(hk, D))                                      # ne {D, hk}
+        W(p + "ssm_f_b.weight", mat(di, hk))                                     # ne {hk, hk*H}
+        W(p + "ssm_beta.weight", mat(H, D))                                      # ne {D, H}
+        S(p + "ssm_a", (-np.exp(rng.uniform(np.log(0.05), np.log(1.0), H))).reshape(1, 1, H, 1))  # ne {1,H,1,1}
+        S(p + "ssm_dt.bias", rng.uniform(-3.0, 0.0, di))                         # ne {hk*H}
+        W(p + "ssm_g_a.weight", mat(hk, D))
+        W(p + "ssm_g_b.weight", mat(di, hk))
+        S(p + "ssm_norm.weight", norm(hk))
+        W(p + "attn_output.weight", mat(D, di))                                  # ne {hk*H, D}
+
+    def mla(p):
+        R, dn, dr, dv, ql = a.kv_lora, a.mla_nope, a.mla_rope, a.mla_vdim, a.q_lora
+        if ql:
+            W(p + "attn_q_a.weight", mat(ql, D))
+            S(p + "attn_q_a_norm.weight", norm(ql))
+            W(p + "attn_q_b.weight", mat(H * (dn + dr), ql))
+        else:
+            W(p + "attn_q.weight", mat(H * (dn + dr), D))                        # ne {D, H*(dn+dr)}
+        W(p + "attn_kv_a_mqa.weight", mat(R + dr, D))                            # ne {D, R+dr}: c | k_pe
+        S(p + "attn_kv_a_norm.weight", norm(R))
+        W(p + "attn_k_b.weight", rng.standard_normal((H, R, dn)) / np.sqrt(R))  # ne {dn, R, H}
+        W(p + "attn_v_b.weight", rng.standard_normal((H, dv, R)) / np.sqrt(R))  # ne {R, dv, H}
+        W(p + "attn_output.weight", mat(D, H * dv))
+
     for il, kind in enumerate(kinds):
         p = "blk.%d." % il
         S(p + "attn_norm.weight", norm(D))
@@ -500,6 +582,18 @@ def build(a):
             mamba2(p, ssm_norm=not a.no_ssm_norm)
             S(p + "ffn_norm.weight", norm(D))     # HF pre_ff_layernorm
             swiglu(p, a.ff)
+        elif ARCH == "kimi-linear":
+            if kind == "K":
+                kda(p)
+            else:
+                mla(p)
+            S(p + "ffn_norm.weight", norm(D))
+            if il < a.dense_lead:
+                swiglu(p, a.ff)
+            else:
+                experts(p, a.experts, a.expert_ff)
+                swiglu(p, a.expert_ff * max(a.shared_experts, 1), "_shexp")
+                S(p + "exp_probs_b.bias", 0.3 * rng.standard_normal(a.experts))  # ne {E}
         elif ARCH == "jamba":
             if kind == "M":
                 mamba1(p)
