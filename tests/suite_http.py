@@ -1168,9 +1168,12 @@ def test_names_consistent(srv):
     check("/stats and the planner name the served model's attention alike", served == stats and served, f"{served} {stats}")
     r = run([HYSERVE, "mem", "--list"])
     lines = {l.split()[0]: l for l in r.stdout.decode().splitlines() if l.strip()}
-    check("hyserve mem --list: Jamba and Kimi Linear planner-only, the Qwen and Llama presets run",
-          "planner only" in lines.get("jamba-v0.1", "") and "planner only" in lines.get("kimi-linear-48b-a3b", "")
-          and "runs" in lines.get("qwen3.5-9b", "") and "runs" in lines.get("llama-3.1-8b", ""), r.stdout.decode())
+    check("hyserve mem --list: Kimi Linear planner-only; Jamba, Granite-4.0-H, Nemotron-H, LFM2, the Qwen and "
+          "Llama presets run",
+          "planner only" in lines.get("kimi-linear-48b-a3b", "")
+          and all("runs" in lines.get(p, "") for p in ("jamba-v0.1", "granite-4.0-h-tiny", "nemotron-h-8b",
+                                                        "lfm2-1.2b", "qwen3.5-35b-a3b", "qwen3.5-9b",
+                                                        "llama-3.1-8b")), r.stdout.decode())
 
 
 def test_readme_sample():
@@ -1247,11 +1250,11 @@ def test_serve_synth():
           text[-600:])
     check("serve --synth is ready with the preset's layout (6 attention + 18 DeltaNet layers) and serves it",
           bool(ready) and info is not None and info.get("model_id") == "qwen3.5-0.8b", f"{info}"[:300])
-    r = run([HYSERVE, "serve", "--synth", "jamba-v0.1", "--host", "127.0.0.1", "--port", str(free_port()),
+    r = run([HYSERVE, "serve", "--synth", "kimi-linear-48b-a3b", "--host", "127.0.0.1", "--port", str(free_port()),
              "--config", "/dev/null"])
     err = (r.stdout + r.stderr).decode()
-    check("serve --synth of a planner-only preset exits non-zero naming the Mamba layers and hyserve mem",
-          r.returncode != 0 and "Mamba" in err and "hyserve mem" in err, f"{r.returncode} {err[-300:]}")
+    check("serve --synth of a planner-only preset exits non-zero naming the KDA layers and hyserve mem",
+          r.returncode != 0 and "KDA" in err and "hyserve mem" in err, f"{r.returncode} {err[-300:]}")
 
 
 def test_completion_prompt_forms(srv):

@@ -193,34 +193,47 @@ TEST(test_live_cache_matches_the_planner_for_a_synthesized_layout)
     engine_close(e);
 }
 
+/* Every preset the engine runs, synthesized and opened: the cache the
+ * engine sizes from the loaded file's layers has exactly the preset's byte
+ * counts, for every layer kind (GQA, DeltaNet, Mamba-2, Mamba-1, short
+ * conv, and Nemotron-H's MLP-only layers, which hold nothing). */
 TEST(test_synth_from_a_preset_has_exactly_the_preset_cache_layout)
 {
-    memplan_layout want, got;
+    static const char *const presets[] = { "qwen3.5-0.8b", "granite-4.0-h-tiny", "nemotron-h-8b", "lfm2-1.2b",
+                                           "jamba-v0.1", "qwen3.5-35b-a3b" };
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        memplan_layout want, got;
+        synth_config sc;
+        char err[512], path[512];
+        CHECK(load(presets[i], &want) == 0);
+        CHECK_MSG(synth_from_layout(&want, &sc, err, sizeof err) == 0, "%s: %s", presets[i], err);
+        snprintf(path, sizeof path, "%s/memplan_preset.gguf", test_tmpdir());
+        CHECK_MSG(synth_write(&sc, path, err, sizeof err) == 0, "%s: %s", presets[i], err);
+        engine_params p;
+        engine_params_default(&p);
+        p.model_path = path;
+        p.n_threads = 1;
+        p.n_ctx = 64;
+        p.max_seqs = 1;
+        p.kv_dtype = ENGINE_KV_BF16;
+        engine *e = engine_open(&p, err, sizeof err);
+        CHECK_MSG(e, "%s: %s", presets[i], err);
+        engine_get_memplan(e, &got);
+        engine_close(e);
+        memplan_costs cw, cg;
+        memplan_costs_of(&want, &cw);
+        memplan_costs_of(&got, &cg);
+        CHECK_MSG(cg.cache_bytes_per_token == cw.cache_bytes_per_token, "%s", presets[i]);
+        CHECK_MSG(cg.state_bytes_per_seq == cw.state_bytes_per_seq && cw.state_bytes_per_seq > 0, "%s: %llu vs %llu",
+                  presets[i], (unsigned long long)cg.state_bytes_per_seq, (unsigned long long)cw.state_bytes_per_seq);
+        CHECK_MSG(cg.rec_state_bytes_per_seq == cw.rec_state_bytes_per_seq, "%s", presets[i]);
+        CHECK_MSG(cg.mha_bytes_per_token == cw.mha_bytes_per_token, "%s", presets[i]);
+        CHECK_MSG(cg.all_attention_bytes_per_token == cw.all_attention_bytes_per_token, "%s", presets[i]);
+    }
+    /* KDA layers have no engine implementation yet: a clear refusal */
+    memplan_layout want;
     synth_config sc;
-    char err[512], path[512];
-    CHECK(load("qwen3.5-0.8b", &want) == 0);
-    CHECK_MSG(synth_from_layout(&want, &sc, err, sizeof err) == 0, "%s", err);
-    snprintf(path, sizeof path, "%s/memplan_preset.gguf", test_tmpdir());
-    CHECK_MSG(synth_write(&sc, path, err, sizeof err) == 0, "%s", err);
-    engine_params p;
-    engine_params_default(&p);
-    p.model_path = path;
-    p.n_threads = 1;
-    p.n_ctx = 64;
-    p.max_seqs = 1;
-    p.kv_dtype = ENGINE_KV_BF16;
-    engine *e = engine_open(&p, err, sizeof err);
-    CHECK_MSG(e, "%s", err);
-    engine_get_memplan(e, &got);
-    engine_close(e);
-    memplan_costs cw, cg;
-    memplan_costs_of(&want, &cw);
-    memplan_costs_of(&got, &cg);
-    CHECK(cg.cache_bytes_per_token == cw.cache_bytes_per_token);
-    CHECK(cg.state_bytes_per_seq == cw.state_bytes_per_seq);
-    CHECK(cg.mha_bytes_per_token == cw.mha_bytes_per_token);
-    CHECK(cg.all_attention_bytes_per_token == cw.all_attention_bytes_per_token);
-    /* Mamba layers have no engine implementation: a clear refusal */
-    CHECK(load("jamba-v0.1", &want) == 0);
-    CHECK(synth_from_layout(&want, &sc, err, sizeof err) == -1 && strstr(err, "Mamba"));
+    char err[512];
+    CHECK(load("kimi-linear-48b-a3b", &want) == 0);
+    CHECK(synth_from_layout(&want, &sc, err, sizeof err) == -1 && strstr(err, "KDA"));
 }
