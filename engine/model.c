@@ -434,6 +434,34 @@ void model_assign_slots(model *m)
     m->rec_conv_floats = cv;
 }
 
+/* An MLA layer's tensors (deepseek2's names; also kimi-linear's MLA layers). */
+void bind_mla(loader *ld, layer *L, int il)
+{
+    model *m = ld->m;
+    const int E = m->n_embd, NH = m->n_head, QK = m->mla_nope + m->mla_rope, R = m->mla_kv_lora;
+    char nm[96];
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    if (m->mla_q_lora > 0) {
+        bind_w(ld, &L->wq_a, TN("attn_q_a.weight"), E, m->mla_q_lora);
+        L->q_a_norm = bind_vec(ld, TN("attn_q_a_norm.weight"), m->mla_q_lora);
+        bind_w(ld, &L->wq_b, TN("attn_q_b.weight"), m->mla_q_lora, NH * QK);
+    } else {
+        bind_w(ld, &L->wq, TN("attn_q.weight"), E, NH * QK);
+    }
+    bind_w(ld, &L->wkv_a, TN("attn_kv_a_mqa.weight"), E, R + m->mla_rope);
+    L->kv_a_norm = bind_vec(ld, TN("attn_kv_a_norm.weight"), R);
+    if (!ld->failed && !gguf_find_tensor(ld->g, TN("attn_k_b.weight")) &&
+        gguf_find_tensor(ld->g, TN("attn_kv_b.weight"))) {
+        ld_fail(ld, "layer %d has the legacy fused attn_kv_b; hyserve needs attn_k_b/attn_v_b "
+                "(re-convert with a current llama.cpp converter)", il);
+        return;
+    }
+    bind_slabs(ld, &L->wk_b, &L->k_b_stride, TN("attn_k_b.weight"), m->mla_nope, R, NH);
+    bind_slabs(ld, &L->wv_b, &L->v_b_stride, TN("attn_v_b.weight"), R, m->mla_v, NH);
+    bind_w(ld, &L->wo, TN("attn_output.weight"), NH * m->mla_v, E);
+#undef TN
+}
+
 static void bind_tensors(loader *ld, enum arch a)
 {
     model *m = ld->m;
@@ -479,7 +507,6 @@ static void bind_tensors(loader *ld, enum arch a)
     const int E = m->n_embd, HD = m->head_dim, NV = m->ssm_n_v, DV = m->ssm_d_v;
     const int NK = m->ssm_n_k, DK = m->ssm_d_k;
     const char *post_norm_name = hybrid ? "post_attention_norm.weight" : "ffn_norm.weight";
-    const int NH = m->n_head, QK = m->mla_nope + m->mla_rope, R = m->mla_kv_lora;
     char nm[96];
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
     for (int il = 0; il < m->n_layer && !ld->failed; il++) {
@@ -500,24 +527,7 @@ static void bind_tensors(loader *ld, enum arch a)
             }
         } else if (L->kind == ENGINE_LAYER_MLA) {
             L->kind_idx = m->n_mla++;
-            if (m->mla_q_lora > 0) {
-                bind_w(ld, &L->wq_a, TN("attn_q_a.weight"), E, m->mla_q_lora);
-                L->q_a_norm = bind_vec(ld, TN("attn_q_a_norm.weight"), m->mla_q_lora);
-                bind_w(ld, &L->wq_b, TN("attn_q_b.weight"), m->mla_q_lora, NH * QK);
-            } else {
-                bind_w(ld, &L->wq, TN("attn_q.weight"), E, NH * QK);
-            }
-            bind_w(ld, &L->wkv_a, TN("attn_kv_a_mqa.weight"), E, R + m->mla_rope);
-            L->kv_a_norm = bind_vec(ld, TN("attn_kv_a_norm.weight"), R);
-            if (!ld->failed && !gguf_find_tensor(ld->g, TN("attn_k_b.weight")) &&
-                gguf_find_tensor(ld->g, TN("attn_kv_b.weight"))) {
-                ld_fail(ld, "layer %d has the legacy fused attn_kv_b; hyserve needs attn_k_b/attn_v_b "
-                        "(re-convert with a current llama.cpp converter)", il);
-                break;
-            }
-            bind_slabs(ld, &L->wk_b, &L->k_b_stride, TN("attn_k_b.weight"), m->mla_nope, R, NH);
-            bind_slabs(ld, &L->wv_b, &L->v_b_stride, TN("attn_v_b.weight"), R, m->mla_v, NH);
-            bind_w(ld, &L->wo, TN("attn_output.weight"), NH * m->mla_v, E);
+            bind_mla(ld, L, il);
         } else {
             L->kind_idx = m->n_dnet++;
             if (a == ARCH_QWEN3NEXT) {

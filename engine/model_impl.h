@@ -52,6 +52,9 @@ float *bind_vec(loader *ld, const char *name, int n);
 /* conv taps from the file's [channel][K] to [K][channel] */
 void transpose_taps(loader *ld, float **w, int K, int n_ch);
 
+/* An MLA layer's tensors, with the model's MLA shape already read. */
+void bind_mla(loader *ld, layer *L, int il);
+
 /* After the tensors: each recurrent layer's part of the slot, then the
  * RoPE frequency tables (model.c). */
 void model_assign_slots(model *m);
