@@ -462,14 +462,14 @@ int cli_info(int argc, char **argv)
     printf("architecture:  %s\n", in->arch);
     printf("layers:        %d (%d attention, %d DeltaNet, %d MLA", in->n_layer, in->n_attn_layers,
            in->n_dnet_layers, in->n_mla_layers);
-    if (in->n_mamba2_layers || in->n_sconv_layers || in->n_mlp_layers || in->n_mamba_layers)
-        printf(", %d Mamba-2, %d Mamba-1, %d short conv, %d MLP only", in->n_mamba2_layers, in->n_mamba_layers,
-               in->n_sconv_layers, in->n_mlp_layers);
+    if (in->n_mamba2_layers || in->n_sconv_layers || in->n_mlp_layers || in->n_mamba_layers || in->n_kda_layers)
+        printf(", %d Mamba-2, %d Mamba-1, %d KDA, %d short conv, %d MLP only", in->n_mamba2_layers,
+               in->n_mamba_layers, in->n_kda_layers, in->n_sconv_layers, in->n_mlp_layers);
     printf(")\n");
     printf("layout:        ");
     for (int il = 0; il < in->n_layer; il++)
         putchar(engine_layer_letter(in->layer_kind[il]));
-    printf("  (A attention, L DeltaNet, M MLA, S Mamba-2, B Mamba-1, C short conv, F MLP only, H attention + Mamba-2)\n");
+    printf("  (A attention, L DeltaNet, M MLA, S Mamba-2, B Mamba-1, K KDA, C short conv, F MLP only, H attention + Mamba-2)\n");
     printf("embedding:     %d, vocabulary %d, context (train) %d\n", in->n_embd, in->n_vocab,
            in->n_ctx_train);
     printf("attention:     %d query heads, %d KV heads, head dim %d, rotary dims %d\n",
@@ -549,6 +549,10 @@ int cli_info(int argc, char **argv)
                in->mamba2_d_state, in->mamba2_groups);
     if (in->n_sconv_layers)
         printf("short conv:    %llu bytes conv per sequence\n", (unsigned long long)in->sconv_bytes_per_seq);
+    if (in->n_kda_layers)
+        printf("kda state:     %llu bytes recurrent (%s) + %llu bytes conv per sequence (%d heads x %d)\n",
+               (unsigned long long)in->kda_state_bytes_per_seq, in->state_dtype,
+               (unsigned long long)in->kda_conv_bytes_per_seq, in->kda_heads, in->kda_head_dim);
     if (in->n_mamba_layers)
         printf("mamba1 state:  %llu bytes recurrent (%s) + %llu bytes conv per sequence (%d channels, state %d)\n",
                (unsigned long long)in->mamba_state_bytes_per_seq, in->state_dtype,

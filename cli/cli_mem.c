@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "engine.h"
+#include "synth.h"
 
 static const char mem_help[] =
     "usage: hyserve mem (--preset NAME | --config FILE.json | -m MODEL.gguf) [options]\n"
@@ -78,9 +79,12 @@ static int list_presets(void)
             k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d ShortConv ", l.sconv_layers);
         if (l.mlp_layers && k < sizeof kinds)
             k += (size_t)snprintf(kinds + k, sizeof kinds - k, "%d MLP ", l.mlp_layers);
-        bool planner_only = l.kda_layers > 0;
-        printf("%-22s %-40s %s\n", names[i], kinds,
-               planner_only ? "planner only (the engine has no KDA layers yet)" : "runs (serve --synth)");
+        memplan_layout probe = l;
+        struct synth_config sc;
+        char why[256];
+        const bool runs = synth_from_layout(&probe, &sc, why, sizeof why) == 0;
+        printf("%-22s %-40s %s\n", names[i], kinds, runs ? "runs (serve --synth)" : "planner only (no synthesizer "
+                                                                              "for its layout)");
     }
     return 0;
 }

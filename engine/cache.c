@@ -81,7 +81,11 @@ int cache_init(cache *c, const cache_layout *l)
     pl->mamba_d_inner = l->mamba_d_inner;
     pl->mamba_d_state = l->mamba_d_state;
     pl->mamba_conv = l->mamba_conv;
-    c->n_rec = l->n_dnet + l->n_mamba2 + l->n_sconv + l->n_mamba;
+    pl->kda_layers = l->n_kda;
+    pl->kda_heads = l->kda_heads;
+    pl->kda_head_dim = l->kda_head_dim;
+    pl->kda_conv = l->kda_conv;
+    c->n_rec = l->n_dnet + l->n_mamba2 + l->n_sconv + l->n_mamba + l->n_kda;
     pl->kv_bytes = (int)c->kv_es;
     snprintf(pl->kv_dtype, sizeof pl->kv_dtype, "%s", c->kv_type == GGML_F32 ? "f32" : c->kv_type == GGML_F16 ? "f16" : "bf16");
     pl->state_bytes = (int)c->state_es;

@@ -51,7 +51,7 @@ static int scratch_init(engine *e)
     const int ssm_in = 2 * m->ssm_n_k * m->ssm_d_k + 2 * vd;
     const int mla_q = m->n_head * (m->mla_nope + m->mla_rope), mla_kv = m->mla_kv_lora + m->mla_rope;
     const int mla_o = m->n_head * m->mla_v;
-    const int m2_inner = m->m2_heads * m->m2_head_dim, m1 = m->m1_inner;
+    const int m2_inner = m->m2_heads * m->m2_head_dim, m1 = imax(m->m1_inner, m->kda_heads * m->kda_head_dim);
     int max_in = imax(imax(imax(m->n_embd, ff), imax(m->n_head * m->head_dim, vd)),
                       imax(imax(m->mla_q_lora, m->mla_kv_lora), imax(imax(mla_o, m2_inner), m1)));
     s->x = alloc_f(UB * m->n_embd);
@@ -92,11 +92,25 @@ static int scratch_init(engine *e)
                                                                          : mamba2_scratch_floats(m);
     if (mamba1_scratch_floats(m) > rec_floats)
         rec_floats = mamba1_scratch_floats(m);
+    if (kda_scratch_floats(m) > rec_floats)
+        rec_floats = kda_scratch_floats(m);
+    bool kda_ok = true;
+    if (m->n_kda) {
+        const long W = (long)m->kda_heads * m->kda_head_dim;
+        s->kda.q = alloc_f(UB * W);
+        s->kda.k = alloc_f(UB * W);
+        s->kda.v = alloc_f(UB * W);
+        s->kda.g = alloc_f(UB * W);
+        s->kda.gate = alloc_f(UB * W);
+        s->kda.beta = alloc_f(UB * m->kda_heads);
+        s->kda.lr = alloc_f(UB * m->kda_head_dim);
+        kda_ok = s->kda.q && s->kda.k && s->kda.v && s->kda.g && s->kda.gate && s->kda.beta && s->kda.lr;
+    }
     s->rec_stride = rec_floats;
     s->dnet_work = s->rec_work = alloc_f((long)nt * rec_floats);
     s->logits = alloc_f((long)LOGIT_GROUP * m->n_vocab);
     s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);
-    bool ok = s->x && s->xn && s->y && s->mix && s->moe.in && s->moe.out && s->moe.sel && s->moe.selw &&
+    bool ok = kda_ok && s->x && s->xn && s->y && s->mix && s->moe.in && s->moe.out && s->moe.sel && s->moe.selw &&
               s->moe.rows && s->moe.roww && s->mla_work && s->mm && s->scores && s->dnet_work && s->logits && s->lx;
     for (int i = 0; i < N_SLABS; i++)
         ok = ok && s->slab[i];
@@ -109,6 +123,8 @@ static void scratch_deinit(fwd_scratch *s)
     for (int i = 0; i < N_SLABS; i++)
         free(s->slab[i]);
     free(s->moe.in); free(s->moe.out); free(s->moe.sel); free(s->moe.selw); free(s->moe.rows); free(s->moe.roww);
+    free(s->kda.q); free(s->kda.k); free(s->kda.v); free(s->kda.g); free(s->kda.gate); free(s->kda.beta);
+    free(s->kda.lr);
     free(s->mla_work); free(s->mm); free(s->scores); free(s->dnet_work); free(s->logits); free(s->lx);
     memset(s, 0, sizeof *s);
 }
@@ -160,7 +176,10 @@ static void fill_info(engine *e)
     in->n_sconv_layers = m->n_sconv;
     in->n_mlp_layers = m->n_mlp;
     in->n_mamba_layers = m->n_m1;
-    in->n_rec_layers = m->n_dnet + m->n_m2 + m->n_sconv + m->n_m1;
+    in->n_rec_layers = m->n_dnet + m->n_m2 + m->n_sconv + m->n_m1 + m->n_kda;
+    in->n_kda_layers = m->n_kda;
+    in->kda_heads = m->kda_heads;
+    in->kda_head_dim = m->kda_head_dim;
     in->mamba_d_inner = m->m1_inner;
     in->mamba_d_state = m->m1_d_state;
     in->mamba2_heads = m->m2_heads;
@@ -194,6 +213,8 @@ static void fill_info(engine *e)
     in->sconv_bytes_per_seq = mc.sconv_bytes_per_seq;
     in->mamba_state_bytes_per_seq = mc.mamba_state_bytes_per_seq;
     in->mamba_conv_bytes_per_seq = mc.mamba_bytes_per_seq - mc.mamba_state_bytes_per_seq;
+    in->kda_state_bytes_per_seq = mc.kda_state_bytes_per_seq;
+    in->kda_conv_bytes_per_seq = mc.kda_bytes_per_seq - mc.kda_state_bytes_per_seq;
     in->rec_state_bytes_per_seq = e->kv.state_bytes;
     in->rec_conv_bytes_per_seq = e->kv.conv_bytes;
     in->mha_bytes_per_token = mc.mha_bytes_per_token;
@@ -247,6 +268,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         .mamba2_d_state = m->m2_d_state, .mamba2_groups = m->m2_groups, .mamba2_conv = m->ssm_k,
         .n_sconv = m->n_sconv, .sconv_channels = m->n_embd, .sconv_conv = m->ssm_k,
         .n_mamba = m->n_m1, .mamba_d_inner = m->m1_inner, .mamba_d_state = m->m1_d_state, .mamba_conv = m->ssm_k,
+        .n_kda = m->n_kda, .kda_heads = m->kda_heads, .kda_head_dim = m->kda_head_dim, .kda_conv = m->ssm_k,
         .page_tokens = p->page_tokens, .n_ctx = n_ctx,
         .max_seqs = p->max_seqs > 0 ? p->max_seqs : 64, .budget_bytes = p->cache_bytes,
         .budget_max_bytes = p->cache_max_bytes,

@@ -40,6 +40,7 @@ enum engine_layer_kind {
     ENGINE_LAYER_MLP = 5,       /* no mixer: the layer is its feed-forward only (Nemotron-H) */
     ENGINE_LAYER_ATTN_MAMBA2 = 6, /* attention and Mamba-2 side by side on one input, outputs summed (Falcon-H1) */
     ENGINE_LAYER_MAMBA = 7,     /* Mamba (v1, selective scan with a diagonal A per channel), conv + state (Jamba) */
+    ENGINE_LAYER_KDA = 8,       /* Kimi Delta Attention: delta rule with a decay per channel, 3 convs + state */
     ENGINE_LAYER_KINDS
 };
 
@@ -47,16 +48,16 @@ enum engine_layer_kind {
  * dashboard, hyserve synth --pattern): A attention, L DeltaNet (linear),
  * M MLA, S Mamba-2 (SSM), C short convolution, F feed-forward only, H
  * attention and Mamba-2 in parallel (hybrid head), B Mamba-1 (the
- * selective scan of the first Mamba paper). */
+ * selective scan of the first Mamba paper), K Kimi Delta Attention. */
 static inline char engine_layer_letter(int kind)
 {
-    return kind >= 0 && kind < ENGINE_LAYER_KINDS ? "ALMSCFHB"[kind] : '?';
+    return kind >= 0 && kind < ENGINE_LAYER_KINDS ? "ALMSCFHBK"[kind] : '?';
 }
 /* Does a layer of this kind hold per-sequence recurrent state (a part of the slot)? */
 static inline bool engine_layer_recurrent(int kind)
 {
     return kind == ENGINE_LAYER_DELTANET || kind == ENGINE_LAYER_MAMBA2 || kind == ENGINE_LAYER_SCONV ||
-           kind == ENGINE_LAYER_ATTN_MAMBA2 || kind == ENGINE_LAYER_MAMBA;
+           kind == ENGINE_LAYER_ATTN_MAMBA2 || kind == ENGINE_LAYER_MAMBA || kind == ENGINE_LAYER_KDA;
 }
 
 /* How DeltaNet layers process multi-token inputs. */
@@ -167,7 +168,8 @@ typedef struct engine_info {
     int ssm_n_k, ssm_n_v, ssm_d_k, ssm_d_v, ssm_conv_kernel;
     int n_ff;
     int n_attn_layers, n_dnet_layers, n_mla_layers;
-    int n_mamba2_layers, n_sconv_layers, n_mlp_layers, n_mamba_layers;
+    int n_mamba2_layers, n_sconv_layers, n_mlp_layers, n_mamba_layers, n_kda_layers;
+    int kda_heads, kda_head_dim;
     int n_rec_layers;           /* layers of every recurrent kind (DeltaNet, Mamba-2, short conv) */
     int mamba2_heads, mamba2_head_dim, mamba2_d_state, mamba2_groups;
     int mla_kv_lora_rank, mla_rope_dim, mla_nope_dim, mla_v_dim, mla_q_lora_rank;
@@ -188,6 +190,7 @@ typedef struct engine_info {
     uint64_t sconv_bytes_per_seq;       /* conv windows of the short-conv layers (they have no state) */
     uint64_t mamba_state_bytes_per_seq, mamba_conv_bytes_per_seq;     /* Mamba-1 layers */
     int mamba_d_inner, mamba_d_state;
+    uint64_t kda_state_bytes_per_seq, kda_conv_bytes_per_seq;         /* KDA layers */
     uint64_t rec_state_bytes_per_seq;   /* every recurrent kind's state: a slot's first part */
     uint64_t rec_conv_bytes_per_seq;    /* every kind's conv windows: its second part */
     uint64_t mha_bytes_per_token;       /* counterfactual: MHA on every layer */

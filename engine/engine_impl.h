@@ -66,6 +66,13 @@ typedef struct fwd_scratch {
         float *dtr;     /* [UB][dt_rank] dt, normed  [slab 4] */
         float *xdb;     /* [UB][dt_rank + 2 d_state] x_proj(x): dt | B | C  [slab 5] */
     } m1;
+    struct {            /* Kimi Delta Attention (allocated only for models with KDA layers) */
+        float *q, *k, *v;   /* [UB][heads * d] each: projected, then conv'd */
+        float *g;       /* [UB][heads * d] the per-channel log decay */
+        float *gate;    /* [UB][heads * d] the output gate's logits */
+        float *beta;    /* [UB][heads] */
+        float *lr;      /* [UB][d] the low-rank middle of f_a/f_b and g_a/g_b */
+    } kda;
     float *rec_work;    /* [n_threads][rec_stride]: the largest recurrent kind's scratch (== dnet_work) */
     long rec_stride;
     float *mla_work;    /* mla_scratch_floats(): expanded keys/values or absorbed queries */
@@ -97,5 +104,7 @@ void mamba2_block(engine *e, const layer *L, const fwd_item *items, int n_items,
 void sconv_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
 void mamba1_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
 long mamba1_scratch_floats(const model *m);
+void kda_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
+long kda_scratch_floats(const model *m);
 
 #endif

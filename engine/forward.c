@@ -131,7 +131,9 @@ static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
  *   p = softmax(W_r x); top-k; w = p_topk / sum(p_topk)
  *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
  * (the shared expert's gate is 1 where the model has none, and the shared
- * expert is absent where n_ff_shexp is 0)
+ * expert is absent where n_ff_shexp is 0). Variants by the model's flags:
+ * p = sigmoid(W_r x) and choice by p + exp_probs_b (kimi-linear), weights
+ * not renormalised (Jamba), weights times moe_scale (kimi-linear).
  * Rows routed to one expert are gathered so each expert's weights are
  * read once per pass. ref: docs/models.md 1.6. */
 static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
@@ -140,7 +142,14 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
     matmul(s->moe.probs, &L->router, s->xn, T, decode, s->mm);
     for (int row = 0; row < T; row++) {
         float *p = s->moe.probs + (size_t)row * NE;
-        softmax(p, NE);
+        if (m->moe_sigmoid)
+            for (int ex = 0; ex < NE; ex++)
+                p[ex] = sigmoid(p[ex]);
+        else
+            softmax(p, NE);
+        /* the experts are chosen by p (+ the selection bias, kimi-linear) and
+         * weighed by p */
+        const float *bias = L->exp_probs_b;
         int *sel = s->moe.sel + (size_t)row * K;
         float *w = s->moe.selw + (size_t)row * K, sum = 0.0f;
         for (int k = 0; k < K; k++) {              /* top-k, ties to the lower index */
@@ -149,15 +158,15 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
                 bool taken = false;
                 for (int j = 0; j < k; j++)
                     taken |= sel[j] == ex;
-                if (!taken && (best < 0 || p[ex] > p[best]))
+                if (!taken && (best < 0 || p[ex] + (bias ? bias[ex] : 0.0f) > p[best] + (bias ? bias[best] : 0.0f)))
                     best = ex;
             }
             sel[k] = best;
             w[k] = p[best];
             sum += p[best];
         }
-        for (int k = 0; m->moe_norm_topk && k < K; k++)
-            w[k] /= sum;
+        for (int k = 0; k < K; k++)
+            w[k] = (m->moe_norm_topk ? w[k] / sum : w[k]) * m->moe_scale;
     }
     memset(s->y, 0, sizeof(float) * (size_t)T * E);
     for (int ex = 0; ex < NE; ex++) {
@@ -239,6 +248,9 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
             break;
         case ENGINE_LAYER_MAMBA:
             mamba1_block(e, L, items, n_items, T, decode);
+            break;
+        case ENGINE_LAYER_KDA:
+            kda_block(e, L, items, n_items, T, decode);
             break;
         case ENGINE_LAYER_ATTN_MAMBA2:      /* y = attention(xn) + Mamba-2(xn) */
             attn_block(e, L, items, n_items, T, decode);

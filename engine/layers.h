@@ -101,6 +101,12 @@ long mamba2_chunk_scratch_floats(int hd, int ds);
 void mamba1_scan(int t0, int t1, int c0, int c1, int DS, const float *A, const float *x, int xs, const float *dt,
                  int dts, const float *BC, int bcs, float *S, float *y, int ys);
 
+/* KDA's recurrence on one head (kda.c), exposed for tests: q, k, v rows of
+ * d at stride; g rows of d (log decays per key channel), beta (strides
+ * given), S [d (value)][d (key)] in/out, o rows. d <= 512. */
+void kda_recurrent_head(int n, int d, const float *q, const float *k, const float *v, int stride, const float *g,
+                        int g_stride, const float *beta, int beta_stride, float *S, float *o, int o_stride);
+
 /* The two recurrence kernels on one value head, exposed for tests.
  * q,k: [n][d_k] (q already normed and scaled), v: [n][d_v], beta, g: [n],
  * S: [d_v][d_k] in/out, o: [n][d_v]. Row strides in floats. */

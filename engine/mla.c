@@ -71,10 +71,12 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
             int row = it->row0 + t, pos = it->pos0 + t;
             float *kva = KVA + (size_t)row * (R + DR);
             rmsnorm(kva, kva, L->kv_a_norm, R, m->eps);
-            rope_norm(kva + R, DR, m->mla_inv_freq, pos);
+            if (m->mla_use_rope)
+                rope_norm(kva + R, DR, m->mla_inv_freq, pos);
             cache_store(c, cache_mla(c, it->s, lm, pos), kva, R + DR);
             for (int h = 0; h < NH; h++)
-                rope_norm(Q + (size_t)row * NH * QK + (size_t)h * QK + DN, DR, m->mla_inv_freq, pos);
+                if (m->mla_use_rope)
+                    rope_norm(Q + (size_t)row * NH * QK + (size_t)h * QK + DN, DR, m->mla_inv_freq, pos);
         }
 
         const bool absorbed = mode == ENGINE_MLA_ABSORBED || (mode == ENGINE_MLA_AUTO && it->n == 1);

@@ -423,6 +423,10 @@ void model_assign_slots(model *m)
             st += (size_t)m->m1_inner * m->m1_d_state;
             cv += (size_t)(m->ssm_k - 1) * m->m1_inner;
             break;
+        case ENGINE_LAYER_KDA:
+            st += (size_t)m->kda_heads * m->kda_head_dim * m->kda_head_dim;
+            cv += (size_t)3 * (m->ssm_k - 1) * m->kda_heads * m->kda_head_dim;
+            break;
         case ENGINE_LAYER_ATTN:
         case ENGINE_LAYER_MLA:
         case ENGINE_LAYER_MLP:
@@ -618,6 +622,7 @@ static const struct { const char *name; enum arch a; } archs[] = {
     { "lfm2", ARCH_LFM2 },
     { "falcon-h1", ARCH_FALCON_H1 },
     { "jamba", ARCH_JAMBA },
+    { "kimi-linear", ARCH_KIMI_LINEAR },
     { "qwen35", ARCH_QWEN35 },
     { "qwen35moe", ARCH_QWEN35MOE },
     { "qwen3next", ARCH_QWEN3NEXT },
@@ -628,7 +633,7 @@ static const struct { const char *name; enum arch a; } archs[] = {
 
 /* The weights only ever multiplied whole by matmul: every layer's
  * projections and an untied LM head, into ws (room for PROJ_MAX(m)). */
-#define PROJ_PER_LAYER 23
+#define PROJ_PER_LAYER 27
 #define PROJ_MAX(m) ((size_t)(m)->n_layer * PROJ_PER_LAYER + 1)
 
 static int projection_weights(model *m, weight **ws)
@@ -639,7 +644,7 @@ static int projection_weights(model *m, weight **ws)
         weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv, &L->wz, &L->wb, &L->wa, &L->wout,
                          &L->wq_a, &L->wq_b, &L->wkv_a, &L->ssm_ba, &L->ssm_in, &L->ffn_gate,
                          &L->ffn_up, &L->ffn_down, &L->router, &L->gate_shexp, &L->up_shexp, &L->down_shexp,
-                         &L->ssm_x, &L->ssm_dt };
+                         &L->ssm_x, &L->ssm_dt, &L->ssm_fa, &L->ssm_fb, &L->ssm_ga, &L->ssm_gb };
         _Static_assert(sizeof lw / sizeof lw[0] == PROJ_PER_LAYER, "PROJ_PER_LAYER counts the weights listed");
         for (int i = 0; i < PROJ_PER_LAYER; i++)
             if (lw[i]->data)
@@ -780,7 +785,7 @@ static void copy_f32(model *m, weight **ws)       /* ws: room for PROJ_MAX(m) + 
 }
 
 static const char *supported_archs = "qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2 (dense), "
-                                     "granitehybrid, nemotron_h, lfm2, falcon-h1, jamba";
+                                     "granitehybrid, nemotron_h, lfm2, falcon-h1, jamba, kimi-linear";
 
 model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
 {
@@ -809,6 +814,8 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
     m->embd_scale = m->residual_scale = m->logit_scale = 1.0f;
     m->use_rope = true;
     m->moe_norm_topk = true;
+    m->moe_scale = 1.0f;
+    m->mla_use_rope = true;
     bool known = false;
     enum arch a = ARCH_QWEN35;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
@@ -889,6 +896,7 @@ void model_free(model *m)
             free(L->dt_norm);
             free(L->b_norm);
             free(L->c_norm);
+            free(L->exp_probs_b);
             free(L->shexp_gate);
             free(L->q_a_norm);
             free(L->kv_a_norm);

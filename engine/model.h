@@ -55,6 +55,13 @@ typedef struct layer {
     weight ssm_x, ssm_dt;
     float *dt_norm, *b_norm, *c_norm;
 
+    /* KDA (kimi-linear): wq, wk, wv; conv1d_t [K][3 W] (q's taps, k's, v's);
+     * ssm_fa, ssm_fb (the decay's low rank: n_embd -> d -> W); dt_bias [W];
+     * ssm_a [heads]; wb (beta); the output gate wz (attn_gate) or ssm_ga,
+     * ssm_gb; ssm_norm [d]; wo */
+    weight ssm_fa, ssm_fb, ssm_ga, ssm_gb;
+    float *exp_probs_b;         /* [n_expert] the router's selection bias (kimi-linear), or NULL */
+
     /* multi-head latent attention (DeepSeek-V2) */
     weight wq_a;                /* n_embd -> q_lora (when q_lora > 0; else wq is n_embd -> n_head*(nope+rope)) */
     float *q_a_norm;            /* [q_lora] */
@@ -125,12 +132,17 @@ typedef struct model {
      * the width of dt before dt_proj. The conv kernel is ssm_k. */
     int m1_inner, m1_d_state, m1_dt_rank;
     bool moe_norm_topk;         /* renormalise the chosen experts' weights to sum 1 (all but Jamba) */
+    bool moe_sigmoid;           /* router scores sigmoid(logit) (+ exp_probs_b to choose), not a softmax */
+    float moe_scale;            /* the chosen experts' weights times this (1 unless the file says) */
+    int kda_heads, kda_head_dim;
+    int n_dense_lead;           /* the first layers have a dense FFN, the rest experts (kimi-linear) */
+    bool mla_use_rope;          /* MLA layers rotate q_pe and k_pe (not kimi-linear's) */
     /* Granite's multipliers (1 where a model has none): the embedding is
      * scaled by embd_scale, every block's output by residual_scale before
      * it joins the residual stream, the logits divided by logit_scale */
     float embd_scale, residual_scale, logit_scale;
     bool use_rope;              /* attention layers rotate q and k (Granite switches it off) */
-    int n_attn, n_dnet, n_m2, n_sconv, n_mlp, n_m1;
+    int n_attn, n_dnet, n_m2, n_sconv, n_mlp, n_m1, n_kda;
     size_t rec_state_numbers;   /* a sequence's recurrent states, every layer: numbers of the state type */
     size_t rec_conv_floats;     /* and its conv windows, in floats */
     uint8_t *kinds;             /* [n_layer] */

@@ -2,7 +2,7 @@
  *
  * Internal to model.c (qwen35, qwen35moe, qwen3next, qwen3, llama,
  * deepseek2) and model_ssm.c (the Mamba-2 and short-convolution families:
- * granitehybrid, nemotron_h, lfm2, falcon-h1, jamba). A loader fails once: the first failure's
+ * granitehybrid, nemotron_h, lfm2, falcon-h1, jamba, kimi-linear). A loader fails once: the first failure's
  * message (the file, then the problem) is kept and every later call is a
  * no-op, so a family's loader can bind tensor after tensor and check
  * ld->failed once at the end.
@@ -17,14 +17,14 @@
 
 enum arch {
     ARCH_QWEN35, ARCH_QWEN35MOE, ARCH_QWEN3NEXT, ARCH_QWEN3, ARCH_LLAMA, ARCH_DEEPSEEK2,
-    ARCH_GRANITEHYBRID, ARCH_NEMOTRON_H, ARCH_LFM2, ARCH_FALCON_H1, ARCH_JAMBA,
+    ARCH_GRANITEHYBRID, ARCH_NEMOTRON_H, ARCH_LFM2, ARCH_FALCON_H1, ARCH_JAMBA, ARCH_KIMI_LINEAR,
 };
 
 /* the families model_ssm.c loads */
 static inline bool arch_ssm_family(enum arch a)
 {
     return a == ARCH_GRANITEHYBRID || a == ARCH_NEMOTRON_H || a == ARCH_LFM2 || a == ARCH_FALCON_H1 ||
-           a == ARCH_JAMBA;
+           a == ARCH_JAMBA || a == ARCH_KIMI_LINEAR;
 }
 
 typedef struct loader {

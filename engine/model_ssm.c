@@ -9,7 +9,9 @@
  * SwiGLU; its multipliers are folded into the weights by llama.cpp's
  * converter) and jamba (Jamba: Mamba-1 and NoPE GQA layers, each with a
  * dense or MoE SwiGLU as the file has ffn_gate_inp or not), with llama.cpp's
- * key and tensor names and shapes.
+ * key and tensor names and shapes; and kimi-linear (Kimi Linear: KDA
+ * layers beside MLA layers without RoPE, a sigmoid-routed MoE with a
+ * selection bias after leading dense layers).
  * A layer's kind comes from the file as llama.cpp reads it: the per-layer
  * attention.head_count_kv array (0: not attention) and, for nemotron_h,
  * the per-layer feed_forward_length (> 0: an MLP layer).
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "kernels/quant.h"
 #include "kernels/vecmath.h"
 #include "model_impl.h"
 
@@ -220,6 +223,91 @@ static void bind_mamba1(loader *ld, layer *L, int il)
 #undef TN
 }
 
+/* Conv taps stored {K, channels} or {K, 1, channels[, 1]} (kimi-linear's
+ * q/k/v convs), into out [channel][K] f32. */
+static void bind_taps(loader *ld, const char *name, int K, int n_ch, float *out)
+{
+    if (ld->failed)
+        return;
+    const gguf_tensor *t = find_t(ld, name, true);
+    if (!t)
+        return;
+    const bool flat = t->ne[0] == (uint64_t)K && t->ne[1] == (uint64_t)n_ch && t->ne[2] == 1 && t->ne[3] == 1;
+    const bool deep = t->ne[0] == (uint64_t)K && t->ne[1] == 1 && t->ne[2] == (uint64_t)n_ch && t->ne[3] == 1;
+    if (!flat && !deep) {
+        ld_fail(ld, "tensor '%s' has shape {%llu, %llu, %llu, %llu}, expected {%d, 1, %d}", name,
+                (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                (unsigned long long)t->ne[3], K, n_ch);
+        return;
+    }
+    if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16) {
+        ld_fail(ld, "tensor '%s' has type %s; conv taps must be F32, F16 or BF16", name, ggml_type_name(t->type));
+        return;
+    }
+    dequant_row(t->type, t->data, out, K * n_ch);
+    ld->m->n_params += (uint64_t)K * (uint64_t)n_ch;
+    ld->m->weight_bytes += t->n_bytes;
+}
+
+static void bind_kda(loader *ld, layer *L, int il)
+{
+    model *m = ld->m;
+    char nm[96];
+    const int E = m->n_embd, H = m->kda_heads, D = m->kda_head_dim, W = H * D, K = m->ssm_k;
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    bind_w(ld, &L->wq, TN("attn_q.weight"), E, W);
+    bind_w(ld, &L->wk, TN("attn_k.weight"), E, W);
+    bind_w(ld, &L->wv, TN("attn_v.weight"), E, W);
+    /* the three convs' taps side by side, [channel][K] for q's, k's, v's channels */
+    float *taps = FAULT_OR(malloc(sizeof(float) * (size_t)3 * W * K));
+    if (!taps) {
+        ld_fail(ld, "out of memory");
+        return;
+    }
+    L->conv1d_t = taps;
+    static const char *const conv[3] = { "ssm_conv1d_q.weight", "ssm_conv1d_k.weight", "ssm_conv1d_v.weight" };
+    for (int p = 0; p < 3 && !ld->failed; p++) {
+        float *part = FAULT_OR(malloc(sizeof(float) * (size_t)W * K));
+        if (!part) {
+            ld_fail(ld, "out of memory");
+            break;
+        }
+        snprintf(nm, sizeof nm, "blk.%d.%s", il, conv[p]);
+        bind_taps(ld, nm, K, W, part);
+        transpose_taps(ld, &part, K, W);            /* [K][W] */
+        if (!ld->failed)
+            memcpy(taps + (size_t)p * W * K, part, sizeof(float) * (size_t)W * K);
+        free(part);
+    }
+    bind_w(ld, &L->ssm_fa, TN("ssm_f_a.weight"), E, D);
+    bind_w(ld, &L->ssm_fb, TN("ssm_f_b.weight"), D, W);
+    bind_w(ld, &L->wb, TN("ssm_beta.weight"), E, H);
+    if (!ld->failed) {
+        const gguf_tensor *a = find_t(ld, TN("ssm_a"), true);
+        if (a && (a->ne[0] != 1 || a->ne[1] * a->ne[2] * a->ne[3] != (uint64_t)H))
+            ld_fail(ld, "tensor '%s' must hold one value per head (%d)", nm, H);
+        else if (a && a->type != GGML_F32 && a->type != GGML_F16 && a->type != GGML_BF16)
+            ld_fail(ld, "tensor '%s' must be F32, F16 or BF16", nm);
+        else if (a && !(L->ssm_a = FAULT_OR(malloc(sizeof(float) * (size_t)H))))
+            ld_fail(ld, "out of memory");
+        else if (a) {
+            dequant_row(a->type, a->data, L->ssm_a, H);
+            m->n_params += (uint64_t)H;
+            m->weight_bytes += a->n_bytes;
+        }
+    }
+    L->dt_bias = bind_vec(ld, TN("ssm_dt.bias"), W);
+    if (!ld->failed && gguf_find_tensor(ld->g, TN("attn_gate.weight"))) {
+        bind_w(ld, &L->wz, nm, E, W);
+    } else {
+        bind_w(ld, &L->ssm_ga, TN("ssm_g_a.weight"), E, D);
+        bind_w(ld, &L->ssm_gb, TN("ssm_g_b.weight"), D, W);
+    }
+    L->ssm_norm = bind_vec(ld, TN("ssm_norm.weight"), D);
+    bind_w(ld, &L->wo, TN("attn_output.weight"), W, E);
+#undef TN
+}
+
 static void bind_short_conv(loader *ld, layer *L, int il)
 {
     model *m = ld->m;
@@ -243,7 +331,8 @@ static void bind_ffn(loader *ld, layer *L, int il, int n_ff)
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
     L->ffn_norm = L->post_norm = bind_vec(ld, TN("ffn_norm.weight"), E);
     /* Jamba: the layers with a router are the MoE ones */
-    const bool moe = m->n_expert > 0 && (strcmp(m->arch, "jamba") || gguf_find_tensor(ld->g, TN("ffn_gate_inp.weight")));
+    const bool moe = m->n_expert > 0 && il >= m->n_dense_lead &&
+                     (strcmp(m->arch, "jamba") || gguf_find_tensor(ld->g, TN("ffn_gate_inp.weight")));
     if (moe) {
         L->ffn = FFN_MOE;
         bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
@@ -253,6 +342,8 @@ static void bind_ffn(loader *ld, layer *L, int il, int n_ff)
         bind_slabs(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, E, m->n_expert);
         if (!ld->failed && up_stride != L->up_gate_stride)
             ld_fail(ld, "layer %d: ffn_gate_exps and ffn_up_exps have different types", il);
+        if (m->moe_sigmoid)
+            L->exp_probs_b = bind_vec(ld, TN("exp_probs_b.bias"), m->n_expert);
         if (m->n_ff_shexp > 0) {
             bind_w(ld, &L->gate_shexp, TN("ffn_gate_shexp.weight"), E, m->n_ff_shexp);
             bind_w(ld, &L->up_shexp, TN("ffn_up_shexp.weight"), E, m->n_ff_shexp);
@@ -265,6 +356,56 @@ static void bind_ffn(loader *ld, layer *L, int il, int n_ff)
         bind_w(ld, &L->ffn_down, TN("ffn_down.weight"), n_ff, E);
     }
 #undef TN
+}
+
+/* kimi-linear: KDA shape (kda.head_dim, ssm.conv_kernel, the heads of
+ * attention.head_count), MLA shape (without RoPE: k_pe is cached as it is),
+ * and the experts (a sigmoid router with a selection bias, scaled weights,
+ * shared experts, leading dense layers). */
+static void kimi_hparams(loader *ld, int n_block)
+{
+    model *m = ld->m;
+    int heads = 0, klen = 0, gating = 0, n_shared = 0;
+    if (hp_u32(ld, "attention.head_count", &heads, 0, true) || hp_u32(ld, "ssm.conv_kernel", &m->ssm_k, 0, true) ||
+        hp_u32(ld, "kda.head_dim", &m->kda_head_dim, 0, true) ||
+        hp_u32(ld, "attention.kv_lora_rank", &m->mla_kv_lora, 0, true) ||
+        hp_u32(ld, "attention.q_lora_rank", &m->mla_q_lora, 0, false) ||
+        hp_u32(ld, "attention.key_length_mla", &klen, 0, true) ||
+        hp_u32(ld, "attention.value_length_mla", &m->mla_v, 0, true) ||
+        hp_u32(ld, "rope.dimension_count", &m->mla_rope, 0, true) ||
+        hp_u32(ld, "expert_count", &m->n_expert, 0, false) ||
+        hp_u32(ld, "expert_used_count", &m->n_expert_used, 0, m->n_expert > 0) ||
+        hp_u32(ld, "expert_feed_forward_length", &m->n_ff_exp, 0, m->n_expert > 0) ||
+        hp_u32(ld, "expert_shared_count", &n_shared, 0, false) ||
+        hp_u32(ld, "leading_dense_block_count", &m->n_dense_lead, 0, false) ||
+        hp_u32(ld, "expert_gating_func", &gating, 1, false))
+        return;
+    m->n_head = m->kda_heads = heads;
+    m->mla_nope = klen - m->mla_rope;
+    if (heads <= 0 || heads > 4096 || m->ssm_k < 2 || m->ssm_k > 16 || m->kda_head_dim <= 0 ||
+        m->kda_head_dim > 512 || m->mla_kv_lora <= 0 || m->mla_rope < 0 || m->mla_nope <= 0 || m->mla_v <= 0 ||
+        m->mla_q_lora < 0) {
+        ld_fail(ld, "Kimi Linear hyperparameters out of range: %d heads, KDA head dim %d (1..512), conv kernel %d "
+                "(2..16), MLA kv_lora %d, key length %d, rope %d, value %d", heads, m->kda_head_dim, m->ssm_k,
+                m->mla_kv_lora, klen, m->mla_rope, m->mla_v);
+        return;
+    }
+    if (m->n_expert > 0 && (m->n_expert_used < 1 || m->n_expert_used > m->n_expert || m->n_expert_used > 64 ||
+                            m->n_expert > 4096 || m->n_ff_exp < 1 || gating < 1 || gating > 2 || n_shared < 0 ||
+                            m->n_dense_lead > n_block)) {
+        ld_fail(ld, "experts out of range: %d of %d, width %d, gating function %d (1 softmax, 2 sigmoid), %d shared, "
+                "%d leading dense layers", m->n_expert_used, m->n_expert, m->n_ff_exp, gating, n_shared,
+                m->n_dense_lead);
+        return;
+    }
+    m->mla_scale = 1.0f / sqrtf((float)klen);
+    m->mla_use_rope = false;        /* Kimi's MLA has no positions */
+    m->moe_sigmoid = gating == 2;
+    m->n_ff_shexp = n_shared * m->n_ff_exp;
+    hp_f32(ld, "expert_weights_scale", &m->moe_scale, 1.0f);
+    if (m->moe_scale == 0.0f || !isfinite(m->moe_scale))
+        m->moe_scale = 1.0f;
+    hp_f32(ld, "rope.freq_base", &m->rope_theta, 10000.0f);
 }
 
 void ssm_family_load(loader *ld, enum arch a)
@@ -307,6 +448,8 @@ void ssm_family_load(loader *ld, enum arch a)
             k = kv[il] > 0 ? ENGINE_LAYER_ATTN_MAMBA2 : ENGINE_LAYER_MAMBA2;
         else if (a == ARCH_JAMBA)
             k = kv[il] > 0 ? ENGINE_LAYER_ATTN : ENGINE_LAYER_MAMBA;
+        else if (a == ARCH_KIMI_LINEAR)
+            k = kv[il] > 0 ? ENGINE_LAYER_MLA : ENGINE_LAYER_KDA;
         else if (kv[il] > 0)
             k = ENGINE_LAYER_ATTN;
         else if (a == ARCH_NEMOTRON_H && ff[il] > 0)
@@ -318,16 +461,23 @@ void ssm_family_load(loader *ld, enum arch a)
             ff[il] = 0;             /* the mixer layers of nemotron_h have no feed-forward */
         if (k != ENGINE_LAYER_ATTN && k != ENGINE_LAYER_ATTN_MAMBA2)
             heads[il] = 0;
+        if (a == ARCH_KIMI_LINEAR)
+            kv[il] = 0;                 /* MLA keeps a latent, not KV heads */
         m->n_attn += k == ENGINE_LAYER_ATTN || k == ENGINE_LAYER_ATTN_MAMBA2;
     }
     int n_ff = 0;
     if (n_block > 0 && shared_value(ld, "feed_forward_length", ff, n_block, &n_ff))
         goto out;
     m->n_ff = n_ff;
-    attn_hparams(ld, heads, kv);
+    if (a == ARCH_KIMI_LINEAR)
+        kimi_hparams(ld, n_block);
+    else
+        attn_hparams(ld, heads, kv);
     if (ld->failed)
         goto out;
-    if (a == ARCH_LFM2) {
+    if (a == ARCH_KIMI_LINEAR) {
+        /* kimi_hparams read it all */
+    } else if (a == ARCH_LFM2) {
         if (hp_u32(ld, "shortconv.l_cache", &m->ssm_k, 0, true))
             goto out;
         if (m->ssm_k < 2 || m->ssm_k > 16) {
@@ -430,6 +580,19 @@ void ssm_family_load(loader *ld, enum arch a)
             L->kind_idx = m->n_m1++;
             bind_mamba1(ld, L, il);
             break;
+        case ENGINE_LAYER_KDA:
+            L->kind_idx = m->n_kda++;
+            bind_kda(ld, L, il);
+            break;
+        case ENGINE_LAYER_MLA:
+            L->kind_idx = m->n_mla++;
+            snprintf(nm, sizeof nm, "blk.%d.attn_gate.weight", il);
+            if (gguf_find_tensor(ld->g, nm)) {
+                ld_fail(ld, "tensor '%s': a gate on an MLA layer is not supported yet", nm);
+                break;
+            }
+            bind_mla(ld, L, il);
+            break;
         case ENGINE_LAYER_ATTN_MAMBA2:
             L->kind_idx = m->n_attn++;      /* its KV: attention layer kind_idx */
             m->n_m2++;
@@ -437,7 +600,6 @@ void ssm_family_load(loader *ld, enum arch a)
             bind_mamba2(ld, L, il);
             break;
         case ENGINE_LAYER_DELTANET:
-        case ENGINE_LAYER_MLA:
         case ENGINE_LAYER_KINDS:
             break;
         }

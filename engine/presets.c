@@ -332,21 +332,20 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
 int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err, size_t errlen)
 {
     synth_config_default(c);
-    if (l->kda_layers) {
-        snprintf(err, errlen, "%s has KDA layers, which the engine does not run; "
-                 "`hyserve mem` plans its memory without weights", l->name);
-        return -1;
-    }
     int n_attn = l->attn_layers + l->mla_layers;
     if (n_attn > 0 && l->attn_layers > 0 && l->mla_layers > 0) {
         snprintf(err, errlen, "a preset with both GQA and MLA layers: write the pattern with hyserve synth --pattern");
         return -1;
     }
     const int n_rec_kinds = (l->dnet_layers > 0) + (l->mamba2_layers > 0) + (l->sconv_layers > 0) +
-                            (l->mamba_layers > 0);
+                            (l->mamba_layers > 0) + (l->kda_layers > 0);
     if (n_rec_kinds > 1 || ((l->mamba2_layers || l->sconv_layers || l->mamba_layers) && l->mla_layers)) {
-        snprintf(err, errlen, "%s mixes recurrent kinds (or MLA with Mamba-2 or short convolutions), which no "
+        snprintf(err, errlen, "%s mixes recurrent kinds (or MLA with Mamba or short convolutions), which no "
                  "architecture the synthesizer writes has", l->name);
+        return -1;
+    }
+    if (l->kda_layers && (l->attn_layers || (l->mla_layers && l->mla_heads != l->kda_heads))) {
+        snprintf(err, errlen, "%s: KDA layers go with MLA layers of as many heads (kimi-linear)", l->name);
         return -1;
     }
     snprintf(c->name, sizeof c->name, "synth of %.50s", l->name);
@@ -357,14 +356,15 @@ int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err
     c->chat_template = 1;
     c->n_ctx = l->max_context > 0 ? l->max_context : 4096;
     /* attention layer last in each group of n_layers / n_attn mixer layers */
-    const char rec = l->dnet_layers ? 'L' : l->mamba2_layers ? 'S' : l->mamba_layers ? 'B' : 'C';
+    const char rec = l->dnet_layers ? 'L' : l->mamba2_layers ? 'S' : l->mamba_layers ? 'B' : l->kda_layers ? 'K' : 'C';
     if (l->mla_layers && !l->dnet_layers && l->mla_layers == l->n_layers) {
         snprintf(c->arch, sizeof c->arch, "deepseek2");
-    } else if (!l->dnet_layers && !l->mamba2_layers && !l->sconv_layers && !l->mamba_layers) {
+    } else if (!l->dnet_layers && !l->mamba2_layers && !l->sconv_layers && !l->mamba_layers && !l->kda_layers) {
         snprintf(c->arch, sizeof c->arch, "qwen3");
     } else {
         snprintf(c->arch, sizeof c->arch, "%s", l->dnet_layers ? "qwen35" : l->sconv_layers ? "lfm2"
-                                                 : l->mamba_layers ? "jamba" : l->mlp_layers ? "nemotron_h"
+                                                 : l->mamba_layers ? "jamba" : l->kda_layers ? "kimi-linear"
+                                                 : l->mlp_layers ? "nemotron_h"
                                                  : "granitehybrid");
         if (c->n_layer > (int)sizeof c->pattern - 1) {
             snprintf(err, errlen, "%d layers are more than the synthesizer's pattern holds", c->n_layer);
@@ -392,7 +392,7 @@ int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err
             c->dnet_d_v = l->dnet_d_v;
         }
         c->conv_kernel = l->dnet_layers ? l->dnet_conv : l->mamba2_layers ? l->mamba2_conv
-                       : l->mamba_layers ? l->mamba_conv : l->sconv_conv;
+                       : l->mamba_layers ? l->mamba_conv : l->kda_layers ? l->kda_conv : l->sconv_conv;
         if (l->mamba_layers) {
             c->m1_inner = l->mamba_d_inner;
             c->m2_d_state = l->mamba_d_state;
@@ -420,6 +420,11 @@ int synth_from_layout(const memplan_layout *l, struct synth_config *c, char *err
         c->mla_rope = l->mla_rope;
         c->mla_nope = l->mla_nope;
         c->mla_v = l->mla_v;
+    }
+    if (l->kda_layers) {            /* KDA heads of head_dim (synth's --heads, --head-dim) */
+        c->n_head = l->kda_heads;
+        c->head_dim = l->kda_head_dim;
+        c->n_head_kv = 1;
     }
     c->dtype = GGML_F16;
     return 0;

@@ -241,7 +241,7 @@ static bool moe_arch(const synth_config *c)
 static bool ssm_arch(const synth_config *c)
 {
     return !strcmp(c->arch, "granitehybrid") || !strcmp(c->arch, "nemotron_h") || !strcmp(c->arch, "lfm2") ||
-           !strcmp(c->arch, "falcon-h1") || !strcmp(c->arch, "jamba");
+           !strcmp(c->arch, "falcon-h1") || !strcmp(c->arch, "jamba") || !strcmp(c->arch, "kimi-linear");
 }
 
 /* Layer kind letter: 'A' attention, 'L' DeltaNet, 'M' MLA, 'S' Mamba-2,
@@ -258,6 +258,8 @@ static char kind_of(const synth_config *c, int il)
             return "SFSFAF"[il % 6];        /* Nemotron-H's shape: Mamba-2 and attention layers, each then an MLP */
         if (!strcmp(c->arch, "falcon-h1"))
             return 'H';                     /* attention and Mamba-2 side by side in every layer */
+        if (!strcmp(c->arch, "kimi-linear"))
+            return (il + 1) % c->attn_every == 0 ? 'M' : 'K';   /* KDA, and MLA every attn_every-th */
         return (il + 1) % c->attn_every == 0 ? 'A' : !strcmp(c->arch, "lfm2") ? 'C' : !strcmp(c->arch, "jamba") ? 'B' : 'S';
     }
     if (!hybrid(c))
@@ -387,18 +389,19 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe") && strcmp(c->arch, "qwen3next") &&
              strcmp(c->arch, "qwen3") && strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2") && !ssm_arch(c))
         bad = "arch must be qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2, granitehybrid, nemotron_h, lfm2, "
-              "falcon-h1 or jamba";
+              "falcon-h1, jamba or kimi-linear";
     else if (moe_arch(c) &&
              (c->n_expert < 1 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
               c->n_ff_exp < 1 || c->n_ff_shexp < 1))
         bad = "experts, experts-used (<= experts), expert-ff and shared-ff must be positive";
     const char *letters = !strcmp(c->arch, "granitehybrid") ? "AS" : !strcmp(c->arch, "nemotron_h") ? "ASF"
                         : !strcmp(c->arch, "lfm2") ? "AC" : !strcmp(c->arch, "falcon-h1") ? "H"
-                        : !strcmp(c->arch, "jamba") ? "AB" : "ALM";
+                        : !strcmp(c->arch, "jamba") ? "AB" : !strcmp(c->arch, "kimi-linear") ? "KM" : "ALM";
     for (const char *p = c->pattern; !bad && *p; p++)
         if (!strchr(letters, *p))
             bad = ssm_arch(c) ? "pattern letters: granitehybrid A and S (Mamba-2), nemotron_h A, S and F (MLP only), "
-                                "lfm2 A and C (short conv), falcon-h1 H (attention + Mamba-2), jamba A and B (Mamba-1)"
+                                "lfm2 A and C (short conv), falcon-h1 H (attention + Mamba-2), jamba A and B (Mamba-1), "
+                                "kimi-linear K (KDA) and M (MLA)"
                               : "pattern may only hold 'A' (attention), 'L' (DeltaNet) and 'M' (MLA)";
     if (!bad && ssm_arch(c) &&
         (c->m2_heads < 1 || c->m2_head_dim < 1 || c->m2_d_state < 1 || c->m2_groups < 1 ||
@@ -409,7 +412,8 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     if (!bad && (!strcmp(c->arch, "granitehybrid") || !strcmp(c->arch, "jamba")) && c->n_expert > 0 &&
         (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
         bad = "experts-used must be 1..experts";
-    if (!bad && strchr(c->pattern, 'M') && strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe"))
+    if (!bad && strchr(c->pattern, 'M') && strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe") &&
+        strcmp(c->arch, "kimi-linear"))
         bad = "MLA layers in a pattern need --arch qwen35 or qwen35moe (or use --arch deepseek2)";
     if (!bad && (c->mla_kv_lora < 1 || c->mla_nope < 1 || c->mla_rope < 2 || c->mla_rope % 2 ||
                  c->mla_v < 1 || c->mla_q_lora < 0))
@@ -434,10 +438,13 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
     gguf_writer *w = s->w;
     const uint32_t t = c->dtype;
     const bool granite = !strcmp(c->arch, "granitehybrid"), nemo = !strcmp(c->arch, "nemotron_h");
-    const bool lfm = !strcmp(c->arch, "lfm2"), moe_any = c->n_expert > 0 && (granite || !strcmp(c->arch, "jamba"));
+    const bool kimi = !strcmp(c->arch, "kimi-linear");
+    const bool lfm = !strcmp(c->arch, "lfm2"), moe_any = c->n_expert > 0 && (granite || !strcmp(c->arch, "jamba") || kimi);
     const bool falcon = !strcmp(c->arch, "falcon-h1"), jamba = !strcmp(c->arch, "jamba");
     const int E = c->n_embd, HD = c->head_dim, NH = c->m2_heads, DI = NH * c->m2_head_dim, NG = c->m2_groups;
     const int DS = c->m2_d_state, CD = DI + 2 * NG * DS, K = c->conv_kernel;
+    const int KW = c->n_head * HD;                     /* KDA: heads x head dim (head dim = --head-dim) */
+    const int QK = c->mla_nope + c->mla_rope, R = c->mla_kv_lora;
     const int DI1 = c->m1_inner > 0 ? c->m1_inner : 2 * E, R1 = c->m1_dt_rank;   /* llama.cpp asserts 2 n_embd */
     char key[96], nm[96];
     int rc = -1;
@@ -447,7 +454,7 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
         goto out;
     }
     for (int il = 0; il < c->n_layer; il++) {
-        kv[il] = kind_of(c, il) == 'A' || kind_of(c, il) == 'H' ? c->n_head_kv : 0;
+        kv[il] = kind_of(c, il) == 'A' || kind_of(c, il) == 'H' ? c->n_head_kv : kind_of(c, il) == 'M' ? 1 : 0;
         ff[il] = !nemo || kind_of(c, il) == 'F' ? c->n_ff : 0;
     }
 #define K(suffix) (snprintf(key, sizeof key, "%s." suffix, c->arch), key)
@@ -469,9 +476,28 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
     gguf_w_u32(w, K("attention.value_length"), (uint32_t)HD);
     gguf_w_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
     gguf_w_f32(w, K("rope.freq_base"), c->rope_theta);
-    gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)c->n_rot);
+    if (!kimi)
+        gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)c->n_rot);
     if (lfm) {
         gguf_w_u32(w, K("shortconv.l_cache"), (uint32_t)K);
+    } else if (kimi) {
+        gguf_w_u32(w, K("ssm.conv_kernel"), (uint32_t)K);
+        gguf_w_u32(w, K("kda.head_dim"), (uint32_t)HD);
+        gguf_w_u32(w, K("attention.kv_lora_rank"), (uint32_t)R);
+        if (c->mla_q_lora)
+            gguf_w_u32(w, K("attention.q_lora_rank"), (uint32_t)c->mla_q_lora);
+        gguf_w_u32(w, K("attention.key_length_mla"), (uint32_t)QK);
+        gguf_w_u32(w, K("attention.value_length_mla"), (uint32_t)c->mla_v);
+        gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)c->mla_rope);
+        if (moe_any) {      /* Kimi-Linear-48B-A3B's router: sigmoid, bias, 2.446 scale, one shared, one dense lead */
+            gguf_w_u32(w, K("expert_count"), (uint32_t)c->n_expert);
+            gguf_w_u32(w, K("expert_used_count"), (uint32_t)c->n_expert_used);
+            gguf_w_u32(w, K("expert_feed_forward_length"), (uint32_t)c->n_ff_exp);
+            gguf_w_u32(w, K("expert_shared_count"), 1);
+            gguf_w_u32(w, K("leading_dense_block_count"), 1);
+            gguf_w_u32(w, K("expert_gating_func"), 2);
+            gguf_w_f32(w, K("expert_weights_scale"), 2.446f);
+        }
     } else if (jamba) {
         gguf_w_u32(w, K("ssm.conv_kernel"), (uint32_t)K);
         gguf_w_u32(w, K("ssm.inner_size"), (uint32_t)DI1);
@@ -547,6 +573,36 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
             put(s, TN("ssm_a"), DS, DI1, FILL_A, GGML_F32);
             put(s, TN("ssm_d"), DI1, 1, FILL_NORM, GGML_F32);
             put(s, TN("ssm_out.weight"), DI1, E, FILL_PROJ, t);
+        } else if (k == 'K') {
+            put(s, TN("attn_q.weight"), E, KW, FILL_PROJ, t);
+            put(s, TN("attn_k.weight"), E, KW, FILL_PROJ, t);
+            put(s, TN("attn_v.weight"), E, KW, FILL_PROJ, t);
+            /* the convs as llama.cpp's converter writes them: {K, 1, channels} */
+            put3s(s, TN("ssm_conv1d_q.weight"), K, 1, KW, GGML_F32, sqrtf(3.0f / (float)K));
+            put3s(s, TN("ssm_conv1d_k.weight"), K, 1, KW, GGML_F32, sqrtf(3.0f / (float)K));
+            put3s(s, TN("ssm_conv1d_v.weight"), K, 1, KW, GGML_F32, sqrtf(3.0f / (float)K));
+            put(s, TN("ssm_f_a.weight"), E, HD, FILL_PROJ, t);
+            put(s, TN("ssm_f_b.weight"), HD, KW, FILL_PROJ, t);
+            put(s, TN("ssm_beta.weight"), E, c->n_head, FILL_PROJ, t);
+            put(s, TN("ssm_a"), 1, c->n_head, FILL_A, GGML_F32);
+            put(s, TN("ssm_dt.bias"), KW, 1, FILL_DT, GGML_F32);
+            put(s, TN("ssm_g_a.weight"), E, HD, FILL_PROJ, t);
+            put(s, TN("ssm_g_b.weight"), HD, KW, FILL_PROJ, t);
+            put(s, TN("ssm_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
+            put(s, TN("attn_output.weight"), KW, E, FILL_PROJ, t);
+        } else if (k == 'M') {
+            if (c->mla_q_lora) {
+                put(s, TN("attn_q_a.weight"), E, c->mla_q_lora, FILL_PROJ, t);
+                put(s, TN("attn_q_a_norm.weight"), c->mla_q_lora, 1, FILL_NORM, GGML_F32);
+                put(s, TN("attn_q_b.weight"), c->mla_q_lora, c->n_head * QK, FILL_PROJ, t);
+            } else {
+                put(s, TN("attn_q.weight"), E, c->n_head * QK, FILL_PROJ, t);
+            }
+            put(s, TN("attn_kv_a_mqa.weight"), E, R + c->mla_rope, FILL_PROJ, t);
+            put(s, TN("attn_kv_a_norm.weight"), R, 1, FILL_NORM, GGML_F32);
+            put3s(s, TN("attn_k_b.weight"), c->mla_nope, R, c->n_head, t, sqrtf(3.0f / (float)R));
+            put3(s, TN("attn_v_b.weight"), R, c->mla_v, c->n_head, t);
+            put(s, TN("attn_output.weight"), c->n_head * c->mla_v, E, FILL_PROJ, t);
         } else if (k == 'C') {
             put(s, TN("shortconv.in_proj.weight"), E, 3 * E, FILL_PROJ, t);
             put(s, TN("shortconv.conv.weight"), K, E, FILL_CONV, GGML_F32);
@@ -560,13 +616,21 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
             continue;
         }
         put(s, TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
-        /* Granite: experts in every layer; Jamba: in every other layer (odd ones) */
-        const bool moe = moe_any && (granite || il % 2 == 1);
+        /* Granite: experts in every layer; Jamba: in every other layer (odd
+         * ones); Kimi Linear: after one dense layer, with a shared expert */
+        const bool moe = moe_any && (granite || (kimi ? il >= 1 : il % 2 == 1));
+        const int EF = kimi ? c->n_ff_exp : c->n_ff;
         if (moe) {
             put(s, TN("ffn_gate_inp.weight"), E, c->n_expert, FILL_PROJ, GGML_F32);
-            put3(s, TN("ffn_gate_exps.weight"), E, c->n_ff, c->n_expert, t);
-            put3(s, TN("ffn_up_exps.weight"), E, c->n_ff, c->n_expert, t);
-            put3(s, TN("ffn_down_exps.weight"), c->n_ff, E, c->n_expert, t);
+            put3(s, TN("ffn_gate_exps.weight"), E, EF, c->n_expert, t);
+            put3(s, TN("ffn_up_exps.weight"), E, EF, c->n_expert, t);
+            put3(s, TN("ffn_down_exps.weight"), EF, E, c->n_expert, t);
+            if (kimi) {
+                put(s, TN("ffn_gate_shexp.weight"), E, EF, FILL_PROJ, t);
+                put(s, TN("ffn_up_shexp.weight"), E, EF, FILL_PROJ, t);
+                put(s, TN("ffn_down_shexp.weight"), EF, E, FILL_PROJ, t);
+                put(s, TN("exp_probs_b.bias"), c->n_expert, 1, FILL_DT, GGML_F32);
+            }
             if (granite && c->n_ff_shexp > 0) {
                 put(s, TN("ffn_gate_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);
                 put(s, TN("ffn_up_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);

@@ -560,6 +560,10 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     }
     if (in->n_sconv_layers)
         cJSON_AddNumberToObject(by, "shortconv_conv_bytes", slot ? (double)in->sconv_bytes_per_seq : 0.0);
+    if (in->n_kda_layers) {
+        cJSON_AddNumberToObject(by, "kda_state_bytes", slot ? (double)in->kda_state_bytes_per_seq : 0.0);
+        cJSON_AddNumberToObject(by, "kda_conv_bytes", slot ? (double)in->kda_conv_bytes_per_seq : 0.0);
+    }
     if (in->n_mamba_layers) {
         cJSON_AddNumberToObject(by, "mamba_state_bytes", slot ? (double)in->mamba_state_bytes_per_seq : 0.0);
         cJSON_AddNumberToObject(by, "mamba_conv_bytes", slot ? (double)in->mamba_conv_bytes_per_seq : 0.0);
@@ -636,10 +640,11 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
          * recurrent kind's part; "type" names the kind when there is one */
         cJSON *r = cJSON_AddObjectToObject(lay, "recurrent");
         const int kinds = (in->n_dnet_layers > 0) + (in->n_mamba2_layers > 0) + (in->n_sconv_layers > 0) +
-                          (in->n_mamba_layers > 0);
+                          (in->n_mamba_layers > 0) + (in->n_kda_layers > 0);
         cJSON_AddStringToObject(r, "type", kinds > 1 ? "mixed" : in->n_dnet_layers ? "gated_deltanet"
                                                              : in->n_mamba2_layers ? "mamba2"
-                                                             : in->n_mamba_layers ? "mamba" : "short_conv");
+                                                             : in->n_mamba_layers ? "mamba"
+                                                             : in->n_kda_layers ? "kda" : "short_conv");
         cJSON_AddNumberToObject(r, "layers", in->n_rec_layers);
         cJSON_AddNumberToObject(r, "ssm_state_bytes_per_seq", (double)in->rec_state_bytes_per_seq);
         cJSON_AddNumberToObject(r, "conv_state_bytes_per_seq", (double)in->rec_conv_bytes_per_seq);
@@ -662,6 +667,14 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
             cJSON_AddNumberToObject(d, "groups", in->mamba2_groups);
             cJSON_AddNumberToObject(d, "ssm_state_bytes_per_seq", (double)in->mamba2_state_bytes_per_seq);
             cJSON_AddNumberToObject(d, "conv_state_bytes_per_seq", (double)in->mamba2_conv_bytes_per_seq);
+        }
+        if (in->n_kda_layers) {
+            cJSON *d = cJSON_AddObjectToObject(k, "kda");
+            cJSON_AddNumberToObject(d, "layers", in->n_kda_layers);
+            cJSON_AddNumberToObject(d, "heads", in->kda_heads);
+            cJSON_AddNumberToObject(d, "head_dim", in->kda_head_dim);
+            cJSON_AddNumberToObject(d, "ssm_state_bytes_per_seq", (double)in->kda_state_bytes_per_seq);
+            cJSON_AddNumberToObject(d, "conv_state_bytes_per_seq", (double)in->kda_conv_bytes_per_seq);
         }
         if (in->n_mamba_layers) {
             cJSON *d = cJSON_AddObjectToObject(k, "mamba");

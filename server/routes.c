@@ -1213,6 +1213,7 @@ static int h_info(http_req *hr)
     cJSON_AddNumberToObject(m, "n_mamba2_layers", in->n_mamba2_layers);
     cJSON_AddNumberToObject(m, "n_shortconv_layers", in->n_sconv_layers);
     cJSON_AddNumberToObject(m, "n_mamba_layers", in->n_mamba_layers);
+    cJSON_AddNumberToObject(m, "n_kda_layers", in->n_kda_layers);
     cJSON_AddNumberToObject(m, "n_recurrent_layers", in->n_rec_layers);
     cJSON_AddNumberToObject(m, "n_ctx_train", in->n_ctx_train);
     cJSON_AddStringToObject(m, "chat_template", chat_kind_name(srv->chat_kind));

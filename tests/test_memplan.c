@@ -195,12 +195,12 @@ TEST(test_live_cache_matches_the_planner_for_a_synthesized_layout)
 
 /* Every preset the engine runs, synthesized and opened: the cache the
  * engine sizes from the loaded file's layers has exactly the preset's byte
- * counts, for every layer kind (GQA, DeltaNet, Mamba-2, Mamba-1, short
- * conv, and Nemotron-H's MLP-only layers, which hold nothing). */
+ * counts, for every layer kind (GQA, MLA, DeltaNet, Mamba-2, Mamba-1, KDA,
+ * short conv, and Nemotron-H's MLP-only layers, which hold nothing). */
 TEST(test_synth_from_a_preset_has_exactly_the_preset_cache_layout)
 {
     static const char *const presets[] = { "qwen3.5-0.8b", "granite-4.0-h-tiny", "nemotron-h-8b", "lfm2-1.2b",
-                                           "jamba-v0.1", "qwen3.5-35b-a3b" };
+                                           "jamba-v0.1", "qwen3.5-35b-a3b", "kimi-linear-48b-a3b" };
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         memplan_layout want, got;
         synth_config sc;
@@ -230,10 +230,4 @@ TEST(test_synth_from_a_preset_has_exactly_the_preset_cache_layout)
         CHECK_MSG(cg.mha_bytes_per_token == cw.mha_bytes_per_token, "%s", presets[i]);
         CHECK_MSG(cg.all_attention_bytes_per_token == cw.all_attention_bytes_per_token, "%s", presets[i]);
     }
-    /* KDA layers have no engine implementation yet: a clear refusal */
-    memplan_layout want;
-    synth_config sc;
-    char err[512];
-    CHECK(load("kimi-linear-48b-a3b", &want) == 0);
-    CHECK(synth_from_layout(&want, &sc, err, sizeof err) == -1 && strstr(err, "KDA"));
 }
