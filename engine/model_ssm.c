@@ -96,7 +96,8 @@ static void mamba2_hparams(loader *ld)
         return;
     if (m->ssm_k < 2 || m->ssm_k > 16 || m->m2_d_state <= 0 || m->m2_heads <= 0 || inner <= 0 ||
         inner % m->m2_heads || m->m2_groups <= 0 || m->m2_heads % m->m2_groups ||
-        (m->m2_groups & (m->m2_groups - 1)) || m->m2_d_state > (1 << 16) || inner > (1 << 20)) {
+        (m->m2_groups & (m->m2_groups - 1)) || m->m2_d_state > (1 << 16) || inner > (1 << 20) ||
+        (int64_t)m->m2_groups * m->m2_d_state > (1 << 20)) {
         ld_fail(ld, "Mamba-2 hyperparameters out of range: conv kernel %d (2..16), inner size %d (a multiple "
                 "of heads), state %d, %d heads, %d groups (a power of two dividing the heads)",
                 m->ssm_k, inner, m->m2_d_state, m->m2_heads, m->m2_groups);

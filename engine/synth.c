@@ -160,6 +160,8 @@ static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t
     if (s->failed)
         return;
     type = weight_type(s, name, type);
+    if (n0 % (int)ggml_block_size(type))
+        type = GGML_F16;            /* as llama-quantize falls back for rows that are not whole blocks */
     size_t n = (size_t)n0 * (size_t)n1;
     float *v = malloc(n * sizeof(float));
     void *q = malloc(n * 4 + 64);
@@ -197,6 +199,8 @@ static void put3s(sw *s, const char *name, int n0, int n1, int n2, uint32_t type
     if (s->failed)
         return;
     type = weight_type(s, name, type);
+    if (n0 % (int)ggml_block_size(type))
+        type = GGML_F16;            /* as llama-quantize falls back for rows that are not whole blocks */
     size_t row_bytes = (size_t)n0 / ggml_block_size(type) * ggml_type_size(type);
     size_t slab = row_bytes * (size_t)n1;
     uint8_t *all = malloc(slab * (size_t)n2);
