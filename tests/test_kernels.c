@@ -1203,3 +1203,135 @@ TEST(test_kernel_norms_match_their_definitions_on_both_routes)
     }
     simd_set_enabled(was);
 }
+
+/* ---- the new recurrent kinds' kernels against the recurrences written out
+ * in double (docs/models.md 10.1, 10.2, 10.4) ---- */
+
+/* Mamba-2, one head: S = exp(dt A) S + (dt x) B^T; y = S C. Both forms from
+ * a nonzero state over 150 rows (3 chunks of 64, the last partial). */
+TEST(test_mamba2_forms_match_the_recurrence_in_double)
+{
+    enum { N = 150, HD = 8, DS = 16 };
+    rng_state = 71;
+    static float x[N * HD], B[N * DS], C[N * DS], dt[N], S0[HD * DS], S1[HD * DS], S2[HD * DS];
+    static float y1[N * HD], y2[N * HD], sc[100000];
+    static double Sd[HD * DS], yd[N * HD];
+    fill(x, N * HD, 1.0f);
+    fill(B, N * DS, 1.0f);
+    fill(C, N * DS, 1.0f);
+    fill(S0, HD * DS, 0.5f);
+    for (int t = 0; t < N; t++)
+        dt[t] = 0.05f + 0.1f * (frand() + 1.0f);
+    const float A = -1.7f;
+    CHECK(mamba2_chunk_scratch_floats(HD, DS) <= (long)(sizeof sc / sizeof sc[0]));
+    for (int i = 0; i < HD * DS; i++)
+        Sd[i] = S0[i];
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < HD; j++) {
+            double acc = 0;
+            for (int i = 0; i < DS; i++) {
+                Sd[j * DS + i] = exp((double)dt[t] * A) * Sd[j * DS + i] + (double)dt[t] * x[t * HD + j] * B[t * DS + i];
+                acc += Sd[j * DS + i] * C[t * DS + i];
+            }
+            yd[t * HD + j] = acc;
+        }
+    memcpy(S1, S0, sizeof S0);
+    memcpy(S2, S0, sizeof S0);
+    mamba2_recurrent_head(N, HD, DS, A, x, HD, dt, B, C, DS, S1, y1, HD);
+    mamba2_chunked_head(N, HD, DS, A, x, HD, dt, B, C, DS, S2, y2, HD, sc);
+    double e1 = 0, e2 = 0, es1 = 0, es2 = 0, my = 0, ms = 0;
+    for (int i = 0; i < N * HD; i++) {
+        e1 = fmax(e1, fabs(y1[i] - yd[i]));
+        e2 = fmax(e2, fabs(y2[i] - yd[i]));
+        my = fmax(my, fabs(yd[i]));
+    }
+    for (int i = 0; i < HD * DS; i++) {
+        es1 = fmax(es1, fabs(S1[i] - Sd[i]));
+        es2 = fmax(es2, fabs(S2[i] - Sd[i]));
+        ms = fmax(ms, fabs(Sd[i]));
+    }
+    printf("    recurrent %.2e, chunked %.2e of max |y| %.2f; states %.2e, %.2e\n", e1 / my, e2 / my, my, es1 / ms,
+           es2 / ms);
+    CHECK(e1 <= 1e-5 * my && e2 <= 1e-5 * my && es1 <= 1e-5 * ms && es2 <= 1e-5 * ms);
+}
+
+/* Mamba-1 over channels [3, 11) of 16: S[c][i] = exp(dt_c A[c][i]) S[c][i] +
+ * dt_c x_c B_i; y_c = S[c] . C, in two segments (a snapshot point). */
+TEST(test_mamba1_scan_matches_the_recurrence_in_double)
+{
+    enum { N = 40, DI = 16, DS = 8, C0 = 3, C1 = 11 };
+    rng_state = 72;
+    static float x[N * DI], dt[N * DI], BC[N * 2 * DS], A[DI * DS], S[(C1 - C0) * DS], y[N * DI];
+    static double Sd[DI * DS], yd[N * DI];
+    fill(x, N * DI, 1.0f);
+    fill(BC, N * 2 * DS, 1.0f);
+    fill(S, (C1 - C0) * DS, 0.5f);
+    for (int i = 0; i < N * DI; i++)
+        dt[i] = 0.02f + 0.1f * (frand() + 1.0f);
+    for (int i = 0; i < DI * DS; i++)
+        A[i] = -0.2f - 2.0f * (frand() + 1.0f);
+    for (int c = C0; c < C1; c++)
+        for (int i = 0; i < DS; i++)
+            Sd[c * DS + i] = S[(c - C0) * DS + i];
+    for (int t = 0; t < N; t++)
+        for (int c = C0; c < C1; c++) {
+            double acc = 0, d = dt[t * DI + c];
+            for (int i = 0; i < DS; i++) {
+                Sd[c * DS + i] = exp(d * A[c * DS + i]) * Sd[c * DS + i] + d * x[t * DI + c] * BC[t * 2 * DS + i];
+                acc += Sd[c * DS + i] * BC[t * 2 * DS + DS + i];
+            }
+            yd[t * DI + c] = acc;
+        }
+    mamba1_scan(0, 17, C0, C1, DS, A, x, DI, dt, DI, BC, 2 * DS, S, y, DI);
+    mamba1_scan(17, N, C0, C1, DS, A, x, DI, dt, DI, BC, 2 * DS, S, y, DI);
+    double e = 0, m = 0;
+    for (int t = 0; t < N; t++)
+        for (int c = C0; c < C1; c++) {
+            e = fmax(e, fabs(y[t * DI + c] - yd[t * DI + c]));
+            m = fmax(m, fabs(yd[t * DI + c]));
+        }
+    printf("    max error %.2e of max |y| %.2f\n", e / m, m);
+    CHECK(e <= 1e-5 * m);
+}
+
+/* KDA, one head: S[j][i] *= exp(g_i); S[j] += k (beta (v_j - S[j] . k));
+ * o_j = S[j] . q, with g different per key channel. */
+TEST(test_kda_step_matches_the_recurrence_in_double)
+{
+    enum { N = 30, D = 16 };
+    rng_state = 73;
+    static float q[N * D], k[N * D], v[N * D], g[N * D], beta[N], S[D * D], o[N * D];
+    static double Sd[D * D], od[N * D];
+    fill(q, N * D, 0.25f);
+    fill(k, N * D, 0.25f);
+    fill(v, N * D, 1.0f);
+    fill(S, D * D, 0.5f);
+    for (int i = 0; i < N * D; i++)
+        g[i] = -0.5f * (frand() + 1.0f);
+    for (int t = 0; t < N; t++)
+        beta[t] = 0.5f + 0.5f * frand();
+    for (int i = 0; i < D * D; i++)
+        Sd[i] = S[i];
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < D; j++) {
+            double kv = 0, acc = 0;
+            for (int i = 0; i < D; i++) {
+                Sd[j * D + i] *= exp((double)g[t * D + i]);
+                kv += Sd[j * D + i] * k[t * D + i];
+            }
+            const double dj = beta[t] * (v[t * D + j] - kv);
+            for (int i = 0; i < D; i++) {
+                Sd[j * D + i] += k[t * D + i] * dj;
+                acc += Sd[j * D + i] * q[t * D + i];
+            }
+            od[t * D + j] = acc;
+        }
+    kda_recurrent_head(N, D, q, k, v, D, g, D, beta, 1, S, o, D);
+    double e = 0, m = 0;
+    for (int i = 0; i < N * D; i++) {
+        e = fmax(e, fabs(o[i] - od[i]));
+        m = fmax(m, fabs(od[i]));
+    }
+    printf("    max error %.2e of max |o| %.2f\n", e / m, m);
+    CHECK(e <= 1e-5 * m);
+}
