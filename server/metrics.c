@@ -550,8 +550,10 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     cJSON *ml = cJSON_AddObjectToObject(by, "mla_latent");
     cJSON_AddNumberToObject(ml, "bytes_reserved", (double)u->mla_reserved_bytes);
     cJSON_AddNumberToObject(ml, "bytes_used", (double)u->mla_used_bytes);
-    /* a live sequence holds its whole slot: each kind's part of it */
+    /* a live sequence holds its whole slot (all of it, then each kind's part) */
     const bool slot = has_state;
+    cJSON_AddNumberToObject(by, "recurrent_state_bytes", (double)u->rec_state_bytes);
+    cJSON_AddNumberToObject(by, "recurrent_conv_bytes", (double)u->rec_conv_bytes);
     cJSON_AddNumberToObject(by, "deltanet_state_bytes", slot ? (double)in->dnet_state_bytes_per_seq : 0.0);
     cJSON_AddNumberToObject(by, "deltanet_conv_bytes", slot ? (double)in->dnet_conv_bytes_per_seq : 0.0);
     if (in->n_mamba2_layers) {
@@ -814,8 +816,8 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON *tot = cJSON_AddObjectToObject(o, "totals");
     cJSON_AddNumberToObject(tot, "gqa_kv_bytes", (double)t_kv);
     cJSON_AddNumberToObject(tot, "mla_latent_bytes", (double)t_mla);
-    cJSON_AddNumberToObject(tot, "deltanet_state_bytes", (double)t_state);
-    cJSON_AddNumberToObject(tot, "deltanet_conv_bytes", (double)t_conv);
+    cJSON_AddNumberToObject(tot, "recurrent_state_bytes", (double)t_state);    /* every recurrent kind's */
+    cJSON_AddNumberToObject(tot, "recurrent_conv_bytes", (double)t_conv);
     /* the snapshots a running request takes for the prefix store are its
      * own until it ends; the store's entries are in pools.prefix_cache */
     cJSON_AddNumberToObject(tot, "checkpoint_bytes", (double)t_snap);

@@ -1123,7 +1123,7 @@ def test_logs(srv, model):
 
 
 def test_stats_totals(srv):
-    """/stats totals are disjoint parts (GQA KV, MLA latent, DeltaNet state, conv state, checkpoints)
+    """/stats totals are disjoint parts (GQA KV, MLA latent, recurrent state, conv state, checkpoints)
     that add up to all_requests_bytes while a request holds cache, and equal the per-request bytes."""
     box = {}
     t = threading.Thread(target=lambda: box.update(r=stream(srv, "/generate_stream", {
@@ -1142,7 +1142,7 @@ def test_stats_totals(srv):
     per_req = sum(r["total_bytes_owned"] + r["recurrent"]["checkpoint_bytes"] for r in s["requests"])
     check("/stats totals: disjoint parts that sum to all_requests_bytes, which the requests own",
           tot["all_requests_bytes"] > 0 and sum(parts.values()) == tot["all_requests_bytes"] == per_req
-          and set(parts) == {"gqa_kv_bytes", "mla_latent_bytes", "deltanet_state_bytes", "deltanet_conv_bytes",
+          and set(parts) == {"gqa_kv_bytes", "mla_latent_bytes", "recurrent_state_bytes", "recurrent_conv_bytes",
                              "checkpoint_bytes"}, f"{tot} {per_req}")
 
 

@@ -181,8 +181,12 @@
   /* model panel and layer strip                                        */
   /* ------------------------------------------------------------------ */
 
-  const KIND_OF_LETTER = { A: 'gqa', M: 'mla', L: 'dnet' };
-  const KIND_NAME = { gqa: 'GQA attention', mla: 'MLA', dnet: 'Gated DeltaNet' };
+  /* the strip's colour classes (what the layer caches) and each letter's name */
+  const KIND_OF_LETTER = { A: 'gqa', M: 'mla', L: 'dnet', S: 'dnet', B: 'dnet', K: 'dnet', C: 'dnet', H: 'gqa', F: 'mlp' };
+  const LETTER_NAME = {
+    A: 'GQA attention', M: 'MLA', L: 'Gated DeltaNet', S: 'Mamba-2', B: 'Mamba', K: 'Kimi Delta Attention',
+    C: 'short convolution', H: 'attention + Mamba-2', F: 'MLP only',
+  };
 
   function drawModel(st) {
     const m = st.model;
@@ -201,23 +205,27 @@
       ? ' (' + (lay.mha_bytes_per_token / lay.bytes_per_token).toFixed(1) + '\u00d7)' : ''));
 
     const letters = m.layers || '';
-    const counts = { gqa: 0, mla: 0, dnet: 0 };
+    const counts = { gqa: 0, mla: 0, dnet: 0, mlp: 0 };
+    const byName = new Map();
     const strip = $('strip');
     strip.replaceChildren();
     strip.classList.toggle('dense', letters.length > 48);
     for (let i = 0; i < letters.length; i++) {
       const kind = KIND_OF_LETTER[letters[i]] || 'gqa';
+      const name = LETTER_NAME[letters[i]] || 'layer';
       counts[kind]++;
+      if (letters[i] === 'H')
+        counts.dnet++;                      /* attention and a Mamba-2 state */
+      byName.set(name, (byName.get(name) || 0) + 1);
       const li = el('li', 'layer k-' + kind, letters.length > 48 ? '' : String(i));
       li.dataset.kind = kind;
-      li.title = 'layer ' + i + ': ' + KIND_NAME[kind];
-      li.setAttribute('aria-label', 'layer ' + i + ', ' + KIND_NAME[kind]);
+      li.title = 'layer ' + i + ': ' + name;
+      li.setAttribute('aria-label', 'layer ' + i + ', ' + name);
       strip.appendChild(li);
     }
     const parts = [];
-    if (counts.gqa) parts.push(counts.gqa + ' GQA');
-    if (counts.mla) parts.push(counts.mla + ' MLA');
-    if (counts.dnet) parts.push(counts.dnet + ' DeltaNet');
+    for (const [name, n] of byName)
+      parts.push(n + ' ' + name);
     setText('m-layers', letters.length + ': ' + parts.join(', '));
 
     const t = $('reqs');
@@ -242,8 +250,8 @@
     return [
       { kind: 'gqa', name: 'attention KV (GQA)', reserved: tot.gqa_kv_bytes, used: gqaUsed },
       { kind: 'mla', name: 'MLA latent', reserved: tot.mla_latent_bytes, used: mlaUsed },
-      { kind: 'dnet', name: 'DeltaNet recurrent state', reserved: tot.deltanet_state_bytes, used: tot.deltanet_state_bytes },
-      { kind: 'conv', name: 'DeltaNet conv state', reserved: tot.deltanet_conv_bytes, used: tot.deltanet_conv_bytes },
+      { kind: 'dnet', name: 'recurrent state', reserved: tot.recurrent_state_bytes, used: tot.recurrent_state_bytes },
+      { kind: 'conv', name: 'conv windows', reserved: tot.recurrent_conv_bytes, used: tot.recurrent_conv_bytes },
       { kind: 'snap', name: 'prefix-cache snapshots', reserved: tot.checkpoint_bytes || 0, used: tot.checkpoint_bytes || 0 },
       { kind: 'free', name: 'free', reserved: st.pools.free_bytes, used: 0 },
     ];
@@ -308,10 +316,10 @@
       bytes: (r) => [r.cache_by_kind.gqa_kv.bytes_used, r.cache_by_kind.gqa_kv.bytes_reserved] },
     { key: 'mla', head: 'MLA latent used / reserved', cls: 'num c-mla', w: '10.5rem', val: (r) => r.cache_by_kind.mla_latent.bytes_reserved,
       bytes: (r) => [r.cache_by_kind.mla_latent.bytes_used, r.cache_by_kind.mla_latent.bytes_reserved] },
-    { key: 'state_b', head: 'DeltaNet state', cls: 'num c-state', w: '6.5rem', val: (r) => r.cache_by_kind.deltanet_state_bytes,
-      bytes: (r) => [r.cache_by_kind.deltanet_state_bytes] },
-    { key: 'conv', head: 'conv state', cls: 'num c-conv', w: '6rem', val: (r) => r.cache_by_kind.deltanet_conv_bytes,
-      bytes: (r) => [r.cache_by_kind.deltanet_conv_bytes] },
+    { key: 'state_b', head: 'recurrent state', cls: 'num c-state', w: '6.5rem', val: (r) => r.cache_by_kind.recurrent_state_bytes,
+      bytes: (r) => [r.cache_by_kind.recurrent_state_bytes] },
+    { key: 'conv', head: 'conv state', cls: 'num c-conv', w: '6rem', val: (r) => r.cache_by_kind.recurrent_conv_bytes,
+      bytes: (r) => [r.cache_by_kind.recurrent_conv_bytes] },
     { key: 'total', head: 'total reserved', cls: 'num', w: '6.5rem', val: (r) => r.total_bytes_owned,
       bytes: (r) => [r.total_bytes_owned] },
     { key: 'mha', head: 'plain MHA would hold', cls: 'num', w: '7rem', val: (r) => r.mha_equivalent_bytes,
@@ -545,7 +553,7 @@
       /* a dot where the request is (tokens held, bytes used), a ring where
        * its reservation reaches (tokens reserved, bytes reserved) */
       const k = r.cache_by_kind;
-      const used = k.gqa_kv.bytes_used + k.mla_latent.bytes_used + k.deltanet_state_bytes + k.deltanet_conv_bytes;
+      const used = k.gqa_kv.bytes_used + k.mla_latent.bytes_used + k.recurrent_state_bytes + k.recurrent_conv_bytes;
       const m = g.children[i];
       const [line, ring, dot, title] = m.children;
       const x0 = X(r.attn_kv.tokens).toFixed(1);

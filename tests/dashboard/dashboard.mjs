@@ -236,7 +236,7 @@ async function main() {
       const want = {
         gqa: [k.gqa_kv.bytes_used, k.gqa_kv.bytes_reserved],
         mla: [k.mla_latent.bytes_used, k.mla_latent.bytes_reserved],
-        state_b: k.deltanet_state_bytes, conv: k.deltanet_conv_bytes,
+        state_b: k.recurrent_state_bytes, conv: k.recurrent_conv_bytes,
         total: q.total_bytes_owned, mha: q.mha_equivalent_bytes,
       };
       for (const kind of ['gqa', 'mla']) {
@@ -253,13 +253,13 @@ async function main() {
       if (row.state !== q.state) bad.push(`${row.id} state ${row.state} vs ${q.state}`);
       if (row.tokens !== q.attn_kv.tokens.toLocaleString('en-US')) bad.push(`${row.id} tokens ${row.tokens}`);
       // the fixed-size parts are the same in a /stats read now; the growing ones only grew
-      if (live.cache_by_kind.deltanet_state_bytes !== want.state_b || live.cache_by_kind.deltanet_conv_bytes !== want.conv)
+      if (live.cache_by_kind.recurrent_state_bytes !== want.state_b || live.cache_by_kind.recurrent_conv_bytes !== want.conv)
         bad.push(`${row.id} state bytes differ from a fresh /stats`);
       if (live.attn_kv.tokens < q.attn_kv.tokens) bad.push(`${row.id} tokens went back`);
     }
     check('byte figures shown for each request equal /stats\' (data and text)', bad.length === 0, bad.slice(0, 6).join('; '));
     check('decoding requests hold bytes of every kind', snap.requests.filter((q) => q.state === 'decoding').every((q) => q.cache_by_kind.gqa_kv.bytes_reserved > 0 &&
-          q.cache_by_kind.mla_latent.bytes_reserved > 0 && q.cache_by_kind.deltanet_state_bytes > 0));
+          q.cache_by_kind.mla_latent.bytes_reserved > 0 && q.cache_by_kind.recurrent_state_bytes > 0));
 
     const budget = snap.pools.budget_bytes;
     const segSum = dom.segs.reduce((a, s) => a + s.bytes, 0);
@@ -269,7 +269,7 @@ async function main() {
     const byKind = Object.fromEntries(dom.segs.map((s) => [s.kind, s.bytes]));
     check('budget bar segments are /stats\' totals by kind',
           byKind.gqa === snap.totals.gqa_kv_bytes && byKind.mla === snap.totals.mla_latent_bytes &&
-          byKind.dnet === snap.totals.deltanet_state_bytes && byKind.conv === snap.totals.deltanet_conv_bytes &&
+          byKind.dnet === snap.totals.recurrent_state_bytes && byKind.conv === snap.totals.recurrent_conv_bytes &&
           byKind.free === snap.pools.free_bytes, JSON.stringify(byKind));
 
     const want = [...PATTERN].map((c) => ({ A: 'gqa', M: 'mla', L: 'dnet' })[c]);
