@@ -338,8 +338,9 @@ char *metrics_prometheus(server *srv)
         n_reqs = 0;
     }
     /* cache bytes held by live requests, by layer kind */
-    uint64_t b_kv = 0, b_mla = 0, b_state = 0, b_conv = 0, tok_used = 0;
+    uint64_t b_kv = 0, b_mla = 0, b_state = 0, b_conv = 0, tok_used = 0, n_slots = 0;
     for (int i = 0; i < n_reqs; i++) {
+        n_slots += reqs[i].usage.rec_state_bytes + reqs[i].usage.rec_conv_bytes > 0;
         b_kv += reqs[i].usage.kv_reserved_bytes;
         b_mla += reqs[i].usage.mla_reserved_bytes;
         b_state += reqs[i].usage.rec_state_bytes;
@@ -374,6 +375,26 @@ char *metrics_prometheus(server *srv)
     for (int i = 0; i < 6; i++) {
         snprintf(lab, sizeof(lab), "kind=\"%s\"", kinds[i]);
         prom_u64(&s, "hyserve_cache_bytes", lab, kind_bytes[i]);
+    }
+    if (in && in->n_rec_layers) {
+        /* the same recurrent bytes by the layer kind holding them (each live slot holds every kind's part) */
+        const struct { const char *kind; uint64_t state, conv; } rk[] = {
+            { "gated_deltanet", in->dnet_state_bytes_per_seq, in->dnet_conv_bytes_per_seq },
+            { "mamba2", in->mamba2_state_bytes_per_seq, in->mamba2_conv_bytes_per_seq },
+            { "mamba", in->mamba_state_bytes_per_seq, in->mamba_conv_bytes_per_seq },
+            { "kda", in->kda_state_bytes_per_seq, in->kda_conv_bytes_per_seq },
+            { "short_conv", 0, in->sconv_bytes_per_seq },
+        };
+        sb_printf(&s, "# HELP hyserve_recurrent_bytes recurrent cache bytes of live requests by layer kind and part\n"
+                      "# TYPE hyserve_recurrent_bytes gauge\n");
+        for (size_t i = 0; i < sizeof rk / sizeof rk[0]; i++) {
+            if (!rk[i].state && !rk[i].conv)
+                continue;
+            snprintf(lab, sizeof(lab), "layer_kind=\"%s\",part=\"state\"", rk[i].kind);
+            prom_u64(&s, "hyserve_recurrent_bytes", lab, n_slots * rk[i].state);
+            snprintf(lab, sizeof(lab), "layer_kind=\"%s\",part=\"conv\"", rk[i].kind);
+            prom_u64(&s, "hyserve_recurrent_bytes", lab, n_slots * rk[i].conv);
+        }
     }
     double tok_cap = in ? (double)st.pool.n_pages_total * in->page_tokens : 0.0;
     prom_gauge(&s, "hyserve_attn_kv_token_usage_ratio", "filled token slots / token capacity of the KV pool",
