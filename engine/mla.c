@@ -93,7 +93,7 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
                     /* q_abs[r] = sum_i W_kb,h[i][r] q_nope[i]: row r of the stored W_kb,h^T */
                     const char *kb_h = weight_slab(&L->wk_b, L->k_b_stride, h).data;
                     for (int r = 0; r < R; r++)
-                        qa[r] = dot_row(L->wk_b.type, kb_h + (size_t)r * L->wk_b.row_bytes, q, DN);
+                        qa[r] = dot_row_fast(L->wk_b.type, kb_h + (size_t)r * L->wk_b.row_bytes, q, DN);
                     for (int j = 0; j <= pos; j++) {
                         const void *lat = cache_mla(c, it->s, lm, j);
                         const char *kpe = (const char *)lat + (size_t)R * c->kv_es;
@@ -107,7 +107,7 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
                     weight vb = weight_slab(&L->wv_b, L->v_b_stride, h);
                     float *o = out + (size_t)row * NH * DV + (size_t)h * DV;
                     for (int d = 0; d < DV; d++)
-                        o[d] = dot_row(vb.type, (const char *)vb.data + (size_t)d * vb.row_bytes, ctx, R);
+                        o[d] = dot_row_fast(vb.type, (const char *)vb.data + (size_t)d * vb.row_bytes, ctx, R);
                 }
             }
         } else {
