@@ -936,7 +936,7 @@ void cache_load(const cache *c, const void *src, float *dst, int n)
 
 float cache_dot(const cache *c, const void *row, const float *x, int n)
 {
-    return dot_row(c->kv_type, row, x, n);
+    return dot_row_fast(c->kv_type, row, x, n);
 }
 
 void cache_axpy(const cache *c, float *restrict out, float a, const void *row, int n)

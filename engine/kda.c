@@ -24,6 +24,7 @@
 
 #include "engine_impl.h"
 #include "gguf.h"
+#include "kernels/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/vecmath.h"
 #include "layers.h"
@@ -54,6 +55,26 @@ void kda_recurrent_head(int n, int d, const float *q, const float *k, const floa
             }
             ot[j] = acc;
         }
+    }
+}
+
+/* The recurrence on the fastest kernel this CPU has (cpu.h: AVX2, for d a
+ * multiple of 8), else the scalar one above; tests/test_kernels.c holds
+ * both to the recurrence in double. */
+static void kda_head_fast(int n, int d, const float *q, const float *k, const float *v, int stride, const float *g,
+                          int g_stride, const float *beta, int beta_stride, float *S, float *o, int o_stride)
+{
+    if (!cpu_kern.kda_step || d % 8 || d > 512) {
+        kda_recurrent_head(n, d, q, k, v, stride, g, g_stride, beta, beta_stride, S, o, o_stride);
+        return;
+    }
+    float eg[512];
+    for (int t = 0; t < n; t++) {
+        const float *gt = g + (size_t)t * g_stride;
+        for (int i = 0; i < d; i++)
+            eg[i] = expf(gt[i]);
+        cpu_kern.kda_step(d, q + (size_t)t * stride, k + (size_t)t * stride, v + (size_t)t * stride,
+                          beta[(size_t)t * beta_stride], eg, S, o + (size_t)t * o_stride);
     }
 }
 
@@ -120,15 +141,15 @@ void kda_block(engine *e, const layer *L, const fwd_item *items, int n_items, in
             dequant_row_fast(GGML_BF16, (const uint16_t *)it->s->state + at, S, D * D);
         const float *bh = beta + (size_t)it->row0 * H + h;
         const int cut = it->snap ? it->snap_at : it->n;
-        kda_recurrent_head(cut, D, q + off, k + off, v + off, W, g + off, W, bh, H, S, O + off, W);
+        kda_head_fast(cut, D, q + off, k + off, v + off, W, g + off, W, bh, H, S, O + off, W);
         if (it->snap) {
             if (b16)
                 quantize_row_fast(GGML_BF16, S, (uint16_t *)(void *)it->snap + at, D * D);
             else
                 memcpy((float *)(void *)it->snap + at, S, sizeof(float) * (size_t)D * D);
             const size_t o2 = off + (size_t)cut * W;
-            kda_recurrent_head(it->n - cut, D, q + o2, k + o2, v + o2, W, g + o2, W, bh + (size_t)cut * H, H, S,
-                               O + o2, W);
+            kda_head_fast(it->n - cut, D, q + o2, k + o2, v + o2, W, g + o2, W, bh + (size_t)cut * H, H, S,
+                          O + o2, W);
         }
         if (b16)
             quantize_row_fast(GGML_BF16, S, (uint16_t *)it->s->state + at, D * D);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "kernels/cpu.h"
 #include "kernels/blas.h"
 #include "kernels/quant.h"
 #include "kernels/vecmath.h"
@@ -124,6 +125,20 @@ long mamba2_scratch_floats(const model *m)
            (long)m->m2_head_dim * m->m2_d_state;
 }
 
+/* The recurrence on the fastest kernel this CPU has (cpu.h: AVX2, for a
+ * state a multiple of 8 wide), else the scalar one above. */
+static void recurrent_fast(int n, int hd, int ds, float A, const float *x, int xs, const float *dt, const float *B,
+                           const float *C, int bs, float *S, float *y, int ys)
+{
+    if (!cpu_kern.mamba2_step || ds % 8) {
+        mamba2_recurrent_head(n, hd, ds, A, x, xs, dt, B, C, bs, S, y, ys);
+        return;
+    }
+    for (int t = 0; t < n; t++)
+        cpu_kern.mamba2_step(hd, ds, expf(dt[t] * A), dt[t], x + (size_t)t * xs, B + (size_t)t * bs,
+                             C + (size_t)t * bs, S, y + (size_t)t * ys);
+}
+
 static void head_rows(bool chunked, int t0, int n, int hd, int ds, float A, const float *x, int ld,
                       const float *dt, const float *B, const float *C, float *S, float *y, int ys, float *sc)
 {
@@ -136,7 +151,7 @@ static void head_rows(bool chunked, int t0, int n, int hd, int ds, float A, cons
     if (chunked)
         mamba2_chunked_head(n, hd, ds, A, x, ld, dt + t0, B, C, ld, S, y, ys, sc);
     else
-        mamba2_recurrent_head(n, hd, ds, A, x, ld, dt + t0, B, C, ld, S, y, ys);
+        recurrent_fast(n, hd, ds, A, x, ld, dt + t0, B, C, ld, S, y, ys);
 }
 
 /* ZXD: [T][d_in_proj] the input projection per row, [z | x | B | C | dt];

@@ -1335,3 +1335,58 @@ TEST(test_kda_step_matches_the_recurrence_in_double)
     printf("    max error %.2e of max |o| %.2f\n", e / m, m);
     CHECK(e <= 1e-5 * m);
 }
+
+/* The kernel table's KDA and Mamba-2 steps (AVX2) against the scalar
+ * recurrences, token by token from the same state; skipped without AVX2. */
+TEST(test_kda_and_mamba2_steps_of_the_kernel_table_match_the_scalar_ones)
+{
+    if (!cpu_kern.kda_step || !cpu_kern.mamba2_step) {
+        printf("    skipped: no AVX2 step kernels on this CPU (or HYSERVE_SIMD=0)\n");
+        return;
+    }
+    enum { N = 12, D = 32, HD = 8, DS = 24 };
+    rng_state = 74;
+    static float q[N * D], k[N * D], v[N * D], g[N * D], eg[D], beta[N], S1[D * D], S2[D * D], o1[N * D], o2[N * D];
+    fill(q, N * D, 0.25f);
+    fill(k, N * D, 0.25f);
+    fill(v, N * D, 1.0f);
+    fill(S1, D * D, 0.5f);
+    memcpy(S2, S1, sizeof S1);
+    for (int i = 0; i < N * D; i++)
+        g[i] = -0.5f * (frand() + 1.0f);
+    for (int t = 0; t < N; t++)
+        beta[t] = 0.5f + 0.5f * frand();
+    kda_recurrent_head(N, D, q, k, v, D, g, D, beta, 1, S1, o1, D);
+    for (int t = 0; t < N; t++) {
+        for (int i = 0; i < D; i++)
+            eg[i] = expf(g[t * D + i]);
+        cpu_kern.kda_step(D, q + t * D, k + t * D, v + t * D, beta[t], eg, S2, o2 + t * D);
+    }
+    double e = 0, m = 0;
+    for (int i = 0; i < N * D; i++) {
+        e = fmax(e, fabs(o1[i] - o2[i]));
+        m = fmax(m, fabs(o1[i]));
+    }
+    printf("    KDA: max difference %.2e of max |o| %.2f\n", e / m, m);
+    CHECK(e <= 1e-5 * m);
+
+    static float x[N * HD], B[N * DS], C[N * DS], dt[N], T1[HD * DS], T2[HD * DS], y1[N * HD], y2[N * HD];
+    fill(x, N * HD, 1.0f);
+    fill(B, N * DS, 1.0f);
+    fill(C, N * DS, 1.0f);
+    fill(T1, HD * DS, 0.5f);
+    memcpy(T2, T1, sizeof T1);
+    for (int t = 0; t < N; t++)
+        dt[t] = 0.05f + 0.1f * (frand() + 1.0f);
+    const float A = -1.3f;
+    mamba2_recurrent_head(N, HD, DS, A, x, HD, dt, B, C, DS, T1, y1, HD);
+    for (int t = 0; t < N; t++)
+        cpu_kern.mamba2_step(HD, DS, expf(dt[t] * A), dt[t], x + t * HD, B + t * DS, C + t * DS, T2, y2 + t * HD);
+    e = m = 0;
+    for (int i = 0; i < N * HD; i++) {
+        e = fmax(e, fabs(y1[i] - y2[i]));
+        m = fmax(m, fabs(y1[i]));
+    }
+    printf("    Mamba-2: max difference %.2e of max |y| %.2f\n", e / m, m);
+    CHECK(e <= 1e-5 * m);
+}

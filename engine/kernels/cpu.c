@@ -108,6 +108,8 @@ static void cpu_select(void)
         k.exp_block = attn_exp_block_avx2;
         k.dnet_step = avx2_dnet_step;
         k.dnet_step_bf16 = avx2_dnet_step_bf16;
+        k.kda_step = avx2_kda_step;
+        k.mamba2_step = avx2_mamba2_step;
     }
     if (f.avx512) {
         k.dequant_row = dequant_row_avx512;

@@ -81,6 +81,11 @@ typedef struct cpu_kernels {
     /* the same on 16 lanes where d_k % 16 == 0 and d_v % 4 == 0, else NULL */
     void (*dnet_step_bf16_x16)(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
                                float g, uint16_t *S, float *o);
+    /* Kimi Delta Attention and Mamba-2, one token and one head (simd.h); NULL: the scalar recurrences */
+    void (*kda_step)(int d, const float *q, const float *k, const float *v, float beta, const float *eg, float *S,
+                     float *o);
+    void (*mamba2_step)(int hd, int ds, float a, float dt, const float *x, const float *B, const float *C, float *S,
+                        float *y);
 } cpu_kernels;
 
 /* Read by every kernel call; written only at start-up and by the switches

@@ -75,6 +75,19 @@ void avx2_dnet_step(int d_k, int d_v, const float *q, const float *k, const floa
 void avx2_dnet_step_bf16(int d_k, int d_v, const float *q, const float *k, const float *v, float beta,
                          float g, uint16_t *S, float *o);
 
+/* ---- Kimi Delta Attention, one token, one head (d % 8 == 0) ----
+ * S [d][d] (value rows, key columns): S[j] *= eg (eg = exp(g) per key
+ * channel); kv = S[j] . k; S[j] += k (beta (v_j - kv)); o_j = S[j] . q.
+ * ref: kda_recurrent_head() in kda.c with n = 1. */
+void avx2_kda_step(int d, const float *q, const float *k, const float *v, float beta, const float *eg, float *S,
+                   float *o);
+
+/* ---- Mamba-2, one token, one head (ds % 8 == 0) ----
+ * S [hd][ds]: S[j] = a S[j] + (x_j dt) B; y_j = S[j] . C.
+ * ref: mamba2_recurrent_head() in mamba2.c with n = 1. */
+void avx2_mamba2_step(int hd, int ds, float a, float dt, const float *x, const float *B, const float *C, float *S,
+                      float *y);
+
 /* y[r] = w[r] . x for four f32 rows (any n): the F32 body of avx2_matvec,
  * also the odd-key tail of attention's q.K. ref: dot_row(GGML_F32, ...). */
 void avx2_dot4_f32(const void *const *w, const float *x, int n, float *y);

@@ -761,3 +761,43 @@ AVX2 void avx2_scale(float *y, const float *x, float r, const float *w, int n)
     for (; i < n; i++)
         y[i] = w ? x[i] * r * w[i] : x[i] * r;
 }
+
+AVX2 void avx2_kda_step(int d, const float *q, const float *k, const float *v, float beta, const float *eg, float *S,
+                        float *o)
+{
+    for (int j = 0; j < d; j++) {
+        float *Sj = S + (size_t)j * d;
+        __m256 kv = _mm256_setzero_ps();
+        for (int i = 0; i < d; i += 8) {
+            const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(Sj + i), _mm256_loadu_ps(eg + i));
+            _mm256_storeu_ps(Sj + i, s);
+            kv = _mm256_fmadd_ps(s, _mm256_loadu_ps(k + i), kv);
+        }
+        const __m256 dj = _mm256_set1_ps(beta * (v[j] - hsum8(kv)));
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < d; i += 8) {
+            const __m256 s = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), dj, _mm256_loadu_ps(Sj + i));
+            _mm256_storeu_ps(Sj + i, s);
+            acc = _mm256_fmadd_ps(s, _mm256_loadu_ps(q + i), acc);
+        }
+        o[j] = hsum8(acc);
+    }
+}
+
+AVX2 void avx2_mamba2_step(int hd, int ds, float a, float dt, const float *x, const float *B, const float *C, float *S,
+                           float *y)
+{
+    const __m256 va = _mm256_set1_ps(a);
+    for (int j = 0; j < hd; j++) {
+        float *Sj = S + (size_t)j * ds;
+        const __m256 xd = _mm256_set1_ps(x[j] * dt);
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < ds; i += 8) {
+            const __m256 s = _mm256_fmadd_ps(_mm256_loadu_ps(B + i), xd, _mm256_mul_ps(_mm256_loadu_ps(Sj + i), va));
+            _mm256_storeu_ps(Sj + i, s);
+            acc = _mm256_fmadd_ps(s, _mm256_loadu_ps(C + i), acc);
+        }
+        y[j] = hsum8(acc);
+    }
+}
+
