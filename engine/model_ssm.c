@@ -330,7 +330,12 @@ static void bind_ffn(loader *ld, layer *L, int il, int n_ff)
     char nm[96];
     const int E = m->n_embd;
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
-    L->ffn_norm = L->post_norm = bind_vec(ld, TN("ffn_norm.weight"), E);
+    /* falcon-h1 files name it blk.N.ffn_norm (the converter maps HF's
+     * pre_ff_layernorm.weight whole): either name */
+    if (!ld->failed && !gguf_find_tensor(ld->g, TN("ffn_norm.weight")) && gguf_find_tensor(ld->g, TN("ffn_norm")))
+        L->ffn_norm = L->post_norm = bind_vec(ld, nm, E);
+    else
+        L->ffn_norm = L->post_norm = bind_vec(ld, TN("ffn_norm.weight"), E);
     /* Jamba: the layers with a router are the MoE ones */
     const bool moe = m->n_expert > 0 && il >= m->n_dense_lead &&
                      (strcmp(m->arch, "jamba") || gguf_find_tensor(ld->g, TN("ffn_gate_inp.weight")));

@@ -259,7 +259,7 @@ static char kind_of(const synth_config *c, int il)
         if (np)
             return c->pattern[(size_t)il % np];
         if (!strcmp(c->arch, "nemotron_h"))
-            return "SFSFAF"[il % 6];        /* Nemotron-H's shape: Mamba-2 and attention layers, each then an MLP */
+            return "SFAF"[il % 4];          /* Nemotron-H's shape: Mamba-2 and attention layers, each then an MLP */
         if (!strcmp(c->arch, "falcon-h1"))
             return 'H';                     /* attention and Mamba-2 side by side in every layer */
         if (!strcmp(c->arch, "kimi-linear"))
@@ -619,7 +619,8 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
             }
             continue;
         }
-        put(s, TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
+        /* falcon-h1's converter maps pre_ff_layernorm.weight to blk.N.ffn_norm, no suffix */
+        put(s, falcon ? TN("ffn_norm") : TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
         /* Granite: experts in every layer; Jamba: in every other layer (odd
          * ones); Kimi Linear: after one dense layer, with a shared expert */
         const bool moe = moe_any && (granite || (kimi ? il >= 1 : il % 2 == 1));
@@ -712,7 +713,10 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     if (ds2)
         gguf_w_u32(w, K("leading_dense_block_count"), (uint32_t)c->n_layer);
     if (!strcmp(c->arch, "qwen35") || !strcmp(c->arch, "qwen35moe")) {
-        int32_t sections[4] = { 11, 11, 10, 0 };
+        /* MRoPE sections in rotary pairs, summing to n_rot / 2 (llama.cpp asserts
+         * they fit the head), proportioned like Qwen3.5's [11, 11, 10, 0] of 32 */
+        const int half = c->n_rot / 2, sa = (half + 2) / 3, sb = (half - sa + 1) / 2;
+        int32_t sections[4] = { sa, sb, half - sa - sb, 0 };
         gguf_w_arr(w, K("rope.dimension_sections"), GGUF_T_I32, sections, 4);
     }
     if (hyb) {

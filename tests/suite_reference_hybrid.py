@@ -380,7 +380,8 @@ def expected_layout(arch, flags_extra):
             put(il, {"shortconv.conv.weight": (a.conv_k, D), "shortconv.in_proj.weight": (D, 3 * D),
                      "shortconv.out_proj.weight": (D, D)})
         if arch in ("granitehybrid", "lfm2", "falcon-h1", "jamba"):
-            put(il, {"ffn_norm.weight": (D,)})
+            # falcon-h1's converter maps pre_ff_layernorm.weight whole: blk.N.ffn_norm
+            put(il, {("ffn_norm" if arch == "falcon-h1" else "ffn_norm.weight"): (D,)})
             if arch == "jamba" and a.moe_layers[il]:
                 E, F = a.experts, a.ff
                 put(il, {"ffn_gate_inp.weight": (D, E), "ffn_gate_exps.weight": (D, F, E),

@@ -772,7 +772,11 @@ class FalconH1Ref(HybridRef):
         r = self._load_common(path)
         a, n, D = self.arch, self.n_layer, self.n_embd
         self.n_head = int(_key(r, a, "attention.head_count"))
-        self.n_head_kv = int(_key(r, a, "attention.head_count_kv"))
+        # a scalar in the converter's files; a per-layer array (all equal) is read the same way
+        hkv = sorted(set(_per_layer(_key(r, a, "attention.head_count_kv"), n, "attention.head_count_kv")))
+        if len(hkv) != 1 or hkv[0] <= 0:
+            raise ValueError("falcon-h1: attention.head_count_kv must be one positive value, got %r" % hkv)
+        self.n_head_kv = hkv[0]
         self.head_dim = int(_key(r, a, "attention.key_length", D // self.n_head, False))
         self.rope_theta = float(_key(r, a, "rope.freq_base", 10000.0, False))
         self.n_rot = int(_key(r, a, "rope.dimension_count", self.head_dim, False))
@@ -786,7 +790,7 @@ class FalconH1Ref(HybridRef):
             L = self._load_mamba2(p)
             L.update(self._load_attention(p, self.n_head_kv))
             L.update({"kind": "P", "attn_norm": t(p + "attn_norm.weight", (D,)),
-                      "ffn_norm": t(p + "ffn_norm.weight", (D,)),
+                      "ffn_norm": t(p + "ffn_norm", (D,)),     # falcon-h1's name: no .weight
                       "gate": t(p + "ffn_gate.weight", (F, D)), "up": t(p + "ffn_up.weight", (F, D)),
                       "down": t(p + "ffn_down.weight", (D, F))})
             self.layers.append(L)

@@ -79,7 +79,7 @@ LETTERS = {"qwen35moe": "LA", "granitehybrid": "MA", "nemotron_h": "MAF", "lfm2"
 DEFAULT_PATTERN = {"granitehybrid": "MMAM", "nemotron_h": "MFAFMF", "lfm2": "CCAC", "jamba": "MAMe",
                    "kimi-linear": "KKKM"}
 NEMOTRON_HF = {"M": "M", "*": "A", "-": "F"}
-TOKENIZER_PRE = {"qwen35moe": "qwen35"}  # the others: "gpt2" (hyserve's byte-level rule; the
+TOKENIZER_PRE = {"qwen35moe": "qwen35"}  # the others: "gpt-2" (hyserve's byte-level rule; the
 #                                          real files carry their own pre names)
 FLOAT_DTYPES = make_model.FLOAT_DTYPES
 QUANT_DTYPES = make_model.QUANT_DTYPES
@@ -273,7 +273,7 @@ def write_tokenizer(w, a):
     V = a.vocab
     toks = make_model.gpt2_byte_strings() + ["[PAD%d]" % i for i in range(256, V)]
     w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", TOKENIZER_PRE.get(a.arch, "gpt2"))
+    w.add_string("tokenizer.ggml.pre", TOKENIZER_PRE.get(a.arch, "gpt-2"))   # llama.cpp's name of the rule
     w.add_array("tokenizer.ggml.tokens", T_STRING, toks)
     w.add_array("tokenizer.ggml.token_type", T_INT32, [1] * 256 + [5] * (V - 256))
     w.add_array("tokenizer.ggml.merges", T_STRING, [])
@@ -580,7 +580,7 @@ def build(a):
         elif ARCH == "falcon-h1":
             attention(p)
             mamba2(p, ssm_norm=not a.no_ssm_norm)
-            S(p + "ffn_norm.weight", norm(D))     # HF pre_ff_layernorm
+            S(p + "ffn_norm", norm(D))            # HF pre_ff_layernorm.weight, mapped whole: no suffix
             swiglu(p, a.ff)
         elif ARCH == "kimi-linear":
             if kind == "K":
