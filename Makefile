@@ -12,6 +12,7 @@
 #   make test-ref K=PATTERN   reference cases whose name contains PATTERN
 #   make test-http K=PATTERN  HTTP tests (functions of tests/suite_http.py)
 #   make test-memory K=PATTERN  cache memory tests (tests/suite_memory.py)
+#   make test-families K=PATTERN  the hybrid families served (tests/suite_families.py)
 
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
@@ -161,6 +162,9 @@ test-http: all ## HTTP black-box tests; K=PATTERN picks test functions by name
 
 test-memory: all ## cache memory tests on a live server; K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_memory.sh $(if $(K),-k '$(K)')
+
+test-families: all ## every hybrid family served (tests/suite_families.py); K=PATTERN picks by name
+	@$(TESTENV) sh tests/suite_families.sh $(if $(K),-k '$(K)')
 
 test-dashboard: all ## the dashboard (GET /) in headless Chromium; screenshots in tests/tmp/dashboard/
 	@$(TESTENV) sh tests/suite_dashboard.sh

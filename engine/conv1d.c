@@ -2,13 +2,16 @@
  *
  * Owns: the conv window of K - 1 raw input rows each recurrent layer keeps
  * in its sequence's slot (cache.h), the convolution over a batch of
- * sequences with it, and the window a snapshot inside the batch receives.
+ * sequences with it, and the window a snapshot inside the batch receives;
+ * and how every kind writes its state into such a snapshot
+ * (rec_snapshot_state).
  * Gated DeltaNet runs it over [q | k | v], Mamba-2 over [x | B | C], the
  * short convolution of LFM2 over B * x. Does not own: what the layer does
  * with the result (deltanet.c, mamba2.c, shortconv.c).
  */
 #include <string.h>
 
+#include "kernels/quant.h"
 #include "kernels/vecmath.h"
 #include "layers.h"
 
@@ -97,5 +100,16 @@ void conv1d_items(const fwd_item *items, int n_items, float *X, int ld, int CD, 
                 memcpy(conv + (size_t)conv_slot(it->pos0 + it->n - nk + j, W1) * CD + cb, keep[j],
                        sizeof(float) * (size_t)nc);
         }
+    }
+}
+
+void rec_snapshot_state(float *S, uint8_t *snap, size_t at, int n, bool b16)
+{
+    if (b16) {
+        uint16_t *dst = (uint16_t *)(void *)snap + at;
+        quantize_row_fast(GGML_BF16, S, dst, n);
+        dequant_row_fast(GGML_BF16, dst, S, n);
+    } else {
+        memcpy((float *)(void *)snap + at, S, sizeof(float) * (size_t)n);
     }
 }

@@ -304,10 +304,7 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
         const int cut = it->snap ? it->snap_at : it->n;
         dnet_head_rows(chunked, 0, cut, DK, DV, q, k, v, CD, bt, gt, S, o, NV * DV, sc);
         if (it->snap) {
-            if (b16)
-                quantize_row_fast(GGML_BF16, S, (uint16_t *)(void *)it->snap + at, DV * DK);
-            else
-                memcpy((float *)(void *)it->snap + at, S, sizeof(float) * (size_t)DV * DK);
+            rec_snapshot_state(S, it->snap, at, DV * DK, b16);
             dnet_head_rows(chunked, cut, it->n - cut, DK, DV, q, k, v, CD, bt, gt, S, o, NV * DV, sc);
         }
         if (b16)

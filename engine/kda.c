@@ -143,10 +143,7 @@ void kda_block(engine *e, const layer *L, const fwd_item *items, int n_items, in
         const int cut = it->snap ? it->snap_at : it->n;
         kda_head_fast(cut, D, q + off, k + off, v + off, W, g + off, W, bh, H, S, O + off, W);
         if (it->snap) {
-            if (b16)
-                quantize_row_fast(GGML_BF16, S, (uint16_t *)(void *)it->snap + at, D * D);
-            else
-                memcpy((float *)(void *)it->snap + at, S, sizeof(float) * (size_t)D * D);
+            rec_snapshot_state(S, it->snap, at, D * D, b16);
             const size_t o2 = off + (size_t)cut * W;
             kda_head_fast(it->n - cut, D, q + o2, k + o2, v + o2, W, g + o2, W, bh + (size_t)cut * H, H, S,
                           O + o2, W);

@@ -21,7 +21,7 @@ typedef struct fwd_item {
     int row0;                   /* first row in the batch matrices */
     int n;                      /* rows (new tokens) */
     int pos0;                   /* tokens already cached */
-    uint8_t *snap;              /* NULL, or a DeltaNet block (cache_snap.slot) that receives every DeltaNet
+    uint8_t *snap;              /* NULL, or a recurrent slot (cache_snap.slot) that receives every recurrent
                                    layer's state and conv window after the first snap_at rows */
     int snap_at;                /* 0 <= snap_at < n when snap is set */
 } fwd_item;
@@ -33,6 +33,13 @@ typedef struct fwd_item {
  * rows). taps: [K][CD]; bias: [CD] or NULL; silu: apply SiLU. K <= 16. */
 void conv1d_items(const fwd_item *items, int n_items, float *X, int ld, int CD, int K, const float *taps,
                   const float *bias, size_t ring_off, bool silu, int c0, int c1);
+
+/* A recurrent state S (n floats, the layer's work copy after snap_at rows)
+ * into a snapshot at byte offset at numbers: f32 copied; bf16 rounded, and
+ * S set to the rounded numbers, so the rows after the snapshot go on from
+ * exactly the state a prefix-cache hit will restore (a hit then reads the
+ * same as the cold request that made the snapshot). */
+void rec_snapshot_state(float *S, uint8_t *snap, size_t at, int n, bool b16);
 
 /* Gated attention, after the q/k/v projections.
  * Q:   [T][n_head * 2 * head_dim] per head [q | gate]; q normed/roped in place

@@ -110,10 +110,7 @@ void mamba1_block(engine *e, const layer *L, const fwd_item *items, int n_items,
         const int cut = it->snap ? it->snap_at : it->n;
         mamba1_scan(0, cut, c0, c1, DS, L->ssm_a, xb, DI, dtb, DI, bcb, XW, S, yb, DI);
         if (it->snap) {
-            if (b16)
-                quantize_row_fast(GGML_BF16, S, (uint16_t *)(void *)it->snap + at, n);
-            else
-                memcpy((float *)(void *)it->snap + at, S, sizeof(float) * (size_t)n);
+            rec_snapshot_state(S, it->snap, at, n, b16);
             mamba1_scan(cut, it->n, c0, c1, DS, L->ssm_a, xb, DI, dtb, DI, bcb, XW, S, yb, DI);
         }
         if (b16)

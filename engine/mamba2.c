@@ -201,10 +201,7 @@ void mamba2_forward(const model *m, const layer *L, const cache *c, const fwd_it
         const int cut = it->snap ? it->snap_at : it->n;
         head_rows(chunked, 0, cut, HD, DS, A, x, LD, dt, B, C, S, y, DI, sc);
         if (it->snap) {
-            if (b16)
-                quantize_row_fast(GGML_BF16, S, (uint16_t *)(void *)it->snap + at, HD * DS);
-            else
-                memcpy((float *)(void *)it->snap + at, S, sizeof(float) * (size_t)HD * DS);
+            rec_snapshot_state(S, it->snap, at, HD * DS, b16);
             head_rows(chunked, cut, it->n - cut, HD, DS, A, x, LD, dt, B, C, S, y, DI, sc);
         }
         if (b16)

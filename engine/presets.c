@@ -263,12 +263,18 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
     if (l->mamba_layers) {
         cJSON *a = cJSON_AddObjectToObject(lay, "mamba");
         cJSON_AddNumberToObject(a, "layers", l->mamba_layers);
-        add_u64(a, "state_bytes_per_seq", c.mamba_bytes_per_seq);
+        cJSON_AddNumberToObject(a, "d_inner", l->mamba_d_inner);
+        cJSON_AddNumberToObject(a, "d_state", l->mamba_d_state);
+        add_u64(a, "ssm_state_bytes_per_seq", c.mamba_state_bytes_per_seq);
+        add_u64(a, "conv_state_bytes_per_seq", c.mamba_bytes_per_seq - c.mamba_state_bytes_per_seq);
     }
     if (l->kda_layers) {
         cJSON *a = cJSON_AddObjectToObject(lay, "kda");
         cJSON_AddNumberToObject(a, "layers", l->kda_layers);
-        add_u64(a, "state_bytes_per_seq", c.kda_bytes_per_seq);
+        cJSON_AddNumberToObject(a, "heads", l->kda_heads);
+        cJSON_AddNumberToObject(a, "head_dim", l->kda_head_dim);
+        add_u64(a, "ssm_state_bytes_per_seq", c.kda_state_bytes_per_seq);
+        add_u64(a, "conv_state_bytes_per_seq", c.kda_bytes_per_seq - c.kda_state_bytes_per_seq);
     }
     if (l->mamba2_layers) {
         cJSON *a = cJSON_AddObjectToObject(lay, "mamba2");

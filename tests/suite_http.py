@@ -47,6 +47,17 @@ def check(name, cond, detail=""):
     return cond
 
 
+def check_server_logs(servers):
+    """After the servers stopped: each log holds no sanitizer report and no broken invariant
+    (a CHECKS=1 build's engine/invariant.h reports). suite_prefix and suite_families end so."""
+    for s in servers:
+        with open(s.log_path, "rb") as fh:
+            log = fh.read().decode("utf-8", "replace")
+        bad = [l for l in log.splitlines() if "ERROR: AddressSanitizer" in l or "runtime error:" in l
+               or "LeakSanitizer" in l or "invariant broken" in l]
+        check(f"server '{s.name}' log has no sanitizer or invariant reports", not bad, "\n".join(bad[:5]))
+
+
 # ---------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------

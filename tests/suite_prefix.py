@@ -592,12 +592,7 @@ def main(argv=None):
     finally:
         for s in servers:
             s.stop()
-        for s in servers:
-            with open(s.log_path, "rb") as f:
-                log = f.read().decode("utf-8", "replace")
-            bad = [l for l in log.splitlines() if "ERROR: AddressSanitizer" in l or "runtime error:" in l
-                   or "LeakSanitizer" in l or "invariant broken" in l]
-            check(f"server '{s.name}' log has no sanitizer or invariant reports", not bad, "\n".join(bad[:5]))
+        hs.check_server_logs(servers)
     print(f"prefix: {hs.passed} passed, {hs.failed} failed")
     sys.exit(1 if hs.failed else 0)
 
