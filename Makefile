@@ -178,6 +178,13 @@ soak: all ## SOAK_CLIENTS (32) streaming clients for SOAK_SECONDS (600) against 
 bench: all ## run the benchmarks, results under bench/results/
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/run.sh
 
+$(BUILD)/bench/hyserve-bench: bench/bench.c $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+bench-families: all $(BUILD)/bench/hyserve-bench ## each hybrid family: prompt, decode vs the triad, MoE grouping (bench/results/families-latest.md)
+	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) BENCH_BIN=$(BUILD)/bench/hyserve-bench sh bench/families.sh
+
 bench-prefix: all ## the prefix cache on vs off: multi-turn TTFT, a shared system prompt (bench/results/prefix-latest.md)
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/prefix.sh
 

@@ -383,13 +383,17 @@ static int argmax(const float *x, int n)
 
 static int state_dtype = ENGINE_STATE_F32;      /* --state-dtype: the DeltaNet state's numbers */
 
-static int be_open_ex(bench_engine *b, const char *path, int n_ctx, int max_seqs, int dnet_mode, bool huge_weights)
+/* flags: BE_HUGE (weights in huge pages), BE_MOE_PER_ROW (engine_params.moe_per_row) */
+enum { BE_HUGE = 1, BE_MOE_PER_ROW = 2 };
+
+static int be_open_ex(bench_engine *b, const char *path, int n_ctx, int max_seqs, int dnet_mode, int flags)
 {
     engine_params p;
     engine_params_default(&p);
     p.state_dtype = state_dtype;
     p.model_path = path;
-    p.huge_weights = huge_weights;
+    p.huge_weights = flags & BE_HUGE;
+    p.moe_per_row = flags & BE_MOE_PER_ROW;
     p.n_threads = 2;                    /* scratch is sized for 2; runs drop to 1 as needed */
     p.n_ctx = n_ctx;
     p.max_seqs = max_seqs;
@@ -413,7 +417,7 @@ static int be_open_ex(bench_engine *b, const char *path, int n_ctx, int max_seqs
 
 static int be_open(bench_engine *b, const char *path, int n_ctx, int max_seqs, int dnet_mode)
 {
-    return be_open_ex(b, path, n_ctx, max_seqs, dnet_mode, false);
+    return be_open_ex(b, path, n_ctx, max_seqs, dnet_mode, 0);
 }
 
 static void be_close(bench_engine *b)
@@ -789,7 +793,7 @@ static void json_weights_memory(FILE *f, bench_engine *b, const char *path, cons
     static const int bs[] = { 1, 16 };
     const int steps = 4, reps = o->quick ? 2 : 7, prompt = 16, NV = b->info->n_vocab;
     bench_engine hb;
-    if (be_open_ex(&hb, path, 256, 24, ENGINE_DNET_AUTO, true) != 0)
+    if (be_open_ex(&hb, path, 256, 24, ENGINE_DNET_AUTO, BE_HUGE) != 0)
         return;
     bench_engine *E[2] = { b, &hb };    /* 0: the default (mapped), 1: huge pages */
     float *lg = malloc(sizeof(float) * 2 * 16 * (size_t)NV);
@@ -925,6 +929,121 @@ static int cmd_engine(FILE *f, const char *path, const char *dtype, const eng_op
         json_weights_memory(f, &b, path, o);
     }
     fprintf(f, "}\n");
+    be_close(&b);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* the hybrid families: one model of an architecture, shaped like a real one */
+
+/* Bytes a decode step of one sequence at context ctx moves: the weights,
+ * of the routed experts only the n_expert_used / n_expert a token picks
+ * (every MoE layer picks that many), K and V (or MLA's latent) of ctx
+ * tokens, every recurrent kind's state read and written, and its conv
+ * windows read (one row of each written: left out). The LM head is the
+ * tied embedding. */
+static double family_decode_bytes(const engine_info *in, double ctx)
+{
+    double w = (double)in->weight_bytes;
+    if (in->n_expert > 0)
+        w -= (double)in->expert_weight_bytes * (1.0 - (double)in->n_expert_used / in->n_expert);
+    return w + ctx * (double)(in->kv_bytes_per_token + in->mla_bytes_per_token) +
+           2.0 * (double)in->rec_state_bytes_per_seq + (double)in->rec_conv_bytes_per_seq;
+}
+
+static void json_kinds(FILE *f, const engine_info *in)
+{
+    static const char letters[] = "ALMSCFHBK";   /* enum engine_layer_kind, the letters `hyserve info` prints */
+    fprintf(f, "\"layout\": \"");
+    for (int il = 0; il < in->n_layer; il++)
+        fputc(in->layer_kind[il] < sizeof letters - 1 ? letters[in->layer_kind[il]] : '?', f);
+    fprintf(f, "\"");
+}
+
+/* A 512-token prompt at 2 threads (and, for a MoE model, the same prompt
+ * with each row's experts as one-row products, engine_params.moe_per_row:
+ * the two alternate, so a load change hits both, and their last logits
+ * must agree), then decode after a 64-token prompt at 2 threads, between
+ * two triads (the limit is the higher). */
+static int cmd_family(FILE *f, const char *path, const char *dtype, bool quick)
+{
+    enum { PROMPT = 512, CTX0 = 64, SEG = 16 };
+    const int reps = quick ? 1 : 3, n_seg = quick ? 2 : 4, warm = 8;
+    bench_engine b, pr;
+    fprintf(f, "{\"limits\": {\"triad\": [");
+    json_triad(f, 2, 3);
+    fprintf(f, "]},\n");
+    if (be_open(&b, path, PROMPT + 2 * CTX0 + 256, 4, ENGINE_DNET_AUTO) != 0)
+        return 1;
+    const engine_info *in = b.info;
+    const bool moe = in->n_expert > 0;
+    fprintf(f, "\"dtype\": \"%s\", \"file\": \"%s\", \"arch\": \"%s\", ", dtype, path, in->arch);
+    json_kinds(f, in);
+    fprintf(f, ", \"n_params\": %llu, \"weight_bytes\": %llu, \"expert_weight_bytes\": %llu, \"n_expert\": %d, "
+               "\"n_expert_used\": %d, \"kv_bytes_per_token\": %llu, \"mla_bytes_per_token\": %llu, "
+               "\"rec_state_bytes_per_seq\": %llu, \"rec_conv_bytes_per_seq\": %llu, \"weights_dtype\": \"%s\",\n",
+            (unsigned long long)in->n_params, (unsigned long long)in->weight_bytes,
+            (unsigned long long)in->expert_weight_bytes, in->n_expert, in->n_expert_used,
+            (unsigned long long)in->kv_bytes_per_token, (unsigned long long)in->mla_bytes_per_token,
+            (unsigned long long)in->rec_state_bytes_per_seq, (unsigned long long)in->rec_conv_bytes_per_seq,
+            in->weights_dtype);
+    if (moe && be_open_ex(&pr, path, PROMPT + 8, 2, ENGINE_DNET_AUTO, BE_MOE_PER_ROW) != 0) {
+        be_close(&b);
+        return 1;
+    }
+    engine_set_threads(b.e, 2);
+    {   /* warm-up: page the weights in */
+        int s = be_seq(&b, PROMPT);
+        (void)be_prefill(&b, s, PROMPT);
+        engine_seq_free(b.e, s);
+    }
+    stats grouped = {0}, per_row = {0};
+    double diff = 0.0, scale = 0.0;
+    for (int r = 0; r < reps + (moe ? 1 : 0); r++) {
+        int s = be_seq(&b, PROMPT);
+        const double t = be_prefill(&b, s, PROMPT);
+        engine_seq_free(b.e, s);
+        if (!moe || r > 0)
+            st_add(&grouped, t);
+        if (moe) {
+            engine_set_threads(pr.e, 2);
+            int q = be_seq(&pr, PROMPT);
+            const double tq = be_prefill(&pr, q, PROMPT);
+            engine_seq_free(pr.e, q);
+            if (r > 0)          /* the first: the per-row engine's warm-up */
+                st_add(&per_row, tq);
+            for (int v = 0; v < in->n_vocab; v++) {
+                const double d = fabs((double)b.logits[v] - (double)pr.logits[v]);
+                diff = d > diff ? d : diff;
+                scale = fabs((double)b.logits[v]) > scale ? fabs((double)b.logits[v]) : scale;
+            }
+        }
+    }
+    fprintf(f, "\"prefill\": {\"tokens\": %d, \"threads\": 2, ", PROMPT);
+    json_rate(f, "tok_s", &grouped, PROMPT);
+    if (moe) {
+        fprintf(f, ", ");
+        json_rate(f, "tok_s_per_row_experts", &per_row, PROMPT);
+        fprintf(f, ", \"per_row_max_abs_logit_diff\": %.3g, \"max_abs_logit\": %.3g", diff, scale);
+        be_close(&pr);
+    }
+    fprintf(f, "},\n");
+    int s = be_seq(&b, CTX0 + warm + n_seg * SEG + 1);
+    (void)be_prefill(&b, s, CTX0);
+    (void)be_decode(&b, s, warm);
+    const int pos0 = engine_seq_len(b.e, s);
+    stats st = {0};
+    for (int r = 0; r < n_seg; r++)
+        st_add(&st, be_decode(&b, s, SEG));
+    engine_seq_free(b.e, s);
+    const double ctx_mean = pos0 + (n_seg * SEG - 1) / 2.0, bytes = family_decode_bytes(in, ctx_mean);
+    fprintf(f, "\"decode\": {\"threads\": 2, \"ctx_mean\": %.1f, \"bytes_per_token\": %.6g, ", ctx_mean, bytes);
+    json_rate(f, "tok_s", &st, SEG);
+    fprintf(f, ", ");
+    json_rate(f, "gb_s", &st, SEG * bytes / 1e9);
+    fprintf(f, "},\n\"limits_after\": {\"triad\": [");
+    json_triad(f, 2, 3);
+    fprintf(f, "]}}\n");
     be_close(&b);
     return 0;
 }
@@ -1199,7 +1318,9 @@ static void usage(void)
             "  engine MODEL.gguf DTYPE      prefill, decode and batched decode\n"
             "  kernels                      matmul per weight type: decode GB/s, small batches GFLOP/s\n"
             "  dnet                         DeltaNet chunked vs recurrent kernels, 2048 tokens\n"
-            "  dnet-model MODEL.gguf        whole-model prefill, chunked vs recurrent DeltaNet\n");
+            "  dnet-model MODEL.gguf        whole-model prefill, chunked vs recurrent DeltaNet\n"
+            "  family MODEL.gguf DTYPE      a hybrid family's model: 512-token prompt (MoE: grouped vs per-row\n"
+            "                               experts), decode against the triad\n");
 }
 
 int main(int argc, char **argv)
@@ -1249,6 +1370,8 @@ int main(int argc, char **argv)
         rc = cmd_kernels(f, quick);
     } else if (!strcmp(cmd, "dnet")) {
         rc = cmd_dnet(f, quick);
+    } else if (!strcmp(cmd, "family") && i + 2 < argc) {
+        rc = cmd_family(f, argv[i + 1], argv[i + 2], quick);
     } else if (!strcmp(cmd, "dnet-model") && i + 1 < argc) {
         rc = cmd_dnet_model(f, argv[i + 1], quick);
     } else {

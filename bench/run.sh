@@ -7,7 +7,8 @@
 #   BENCH_DTYPES="f32 q8_0"   weight types to run (default f32 f16 bf16 q8_0
 #                      q4_k q5_k q6_k q4_k_m q5_k_m; also q4_0; the _m types are
 #                      llama-quantize's Q4_K_M / Q5_K_M mixes, `hyserve synth --dtype`)
-#   BENCH_SKIP="server dnet-model"   sections to leave out (prefix: bench/prefix.sh)
+#   BENCH_SKIP="server dnet-model"   sections to leave out (prefix: bench/prefix.sh,
+#                      families: bench/families.sh)
 #   BENCH_NOTE="text"  a line for the report (what was special about this run)
 #   BENCH_GRAMMAR_THREADS=1  threads of the 248K constrained-decode server (default 2;
 #                      on a loaded machine a 2-thread step waits on the scheduler)
@@ -239,6 +240,12 @@ grammar_decode_part() {
 }
 skip grammar || skip grammar-decode || run_part grammar_decode grammar_decode_part
 skip grammar || [ ! -f "$V248" ] || run_part grammar_248k "$GBIN" "$V248" $Q
+
+# ---- the hybrid families (their own report: bench/results/families-latest.md) ----
+if ! skip families; then
+    log "families ..."
+    HYSERVE=$HYSERVE PYTHON=$PYTHON BENCH_BIN=$BIN BENCH_QUICK=$QUICK sh bench/families.sh >&2 || log "families FAILED"
+fi
 
 # ---- the prefix cache, on vs off (its own report: bench/results/prefix-latest.md) ----
 if ! skip prefix; then

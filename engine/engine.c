@@ -196,6 +196,12 @@ static void fill_info(engine *e)
     in->layer_kind = m->kinds;
     in->n_params = m->n_params;
     in->weight_bytes = m->weight_bytes;
+    in->expert_weight_bytes = 0;
+    for (int il = 0; il < m->n_layer; il++) {
+        const layer *L = &m->layers[il];
+        if (L->ffn == FFN_MOE)
+            in->expert_weight_bytes += (uint64_t)m->n_expert * (2 * L->up_gate_stride + L->down_stride);
+    }
     in->weights_dtype = dominant_weight_type(m->gguf);
     in->weights_memory = m->gguf->data_copy ? "huge_pages" : "mapped";
     in->weights_note = m->huge_note;

@@ -148,6 +148,8 @@ typedef struct engine_params {
     int state_dtype;            /* enum engine_state_dtype */
     bool huge_weights;          /* read the weights into 2 MiB huge pages instead
                                    of serving them from the file mapping */
+    bool moe_per_row;           /* the benchmark's baseline (bench/bench.c): each row's chosen experts as
+                                   products of one row, not the rows routed to an expert gathered into one */
 } engine_params;
 
 void engine_params_default(engine_params *p);
@@ -177,6 +179,8 @@ typedef struct engine_info {
     const uint8_t *layer_kind;  /* [n_layer] enum engine_layer_kind */
     uint64_t n_params;
     uint64_t weight_bytes;
+    uint64_t expert_weight_bytes;       /* of weight_bytes, the routed experts' (a decode step reads
+                                           n_expert_used / n_expert of them) */
     const char *weights_dtype;          /* type of the matrices holding most weight bytes ("Q8_0", "BF16"; "Q4_K" for a Q4_K_M file) */
     const char *weights_memory;         /* "mapped" (the file's pages) or "huge_pages" (read into 2 MiB pages) */
     const char *weights_note;           /* "", or why huge_weights fell back to the mapping (one line) */

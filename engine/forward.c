@@ -136,7 +136,7 @@ static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
  * not renormalised (Jamba), weights times moe_scale (kimi-linear).
  * Rows routed to one expert are gathered so each expert's weights are
  * read once per pass. ref: docs/models.md 1.6. */
-static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
+static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode, bool per_row)
 {
     const int E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FF = m->n_ff_exp;
     matmul(s->moe.probs, &L->router, s->xn, T, decode, s->mm);
@@ -184,10 +184,16 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
         weight wg = weight_slab(&L->gate_exps, L->up_gate_stride, ex);
         weight wu = weight_slab(&L->up_exps, L->up_gate_stride, ex);
         weight wd = weight_slab(&L->down_exps, L->down_stride, ex);
-        matmul(s->ffn.gate, &wg, s->moe.in, cnt, decode, s->mm);
-        matmul(s->ffn.up, &wu, s->moe.in, cnt, decode, s->mm);
-        vec_silu_mul(s->ffn.gate, s->ffn.gate, s->ffn.up, (long)cnt * FF);
-        matmul(s->moe.out, &wd, s->ffn.gate, cnt, decode, s->mm);
+        /* per_row: the benchmark's baseline, one product of one row at a time */
+        for (int r0 = 0; r0 < cnt; r0 += per_row ? 1 : cnt) {
+            const int nr = per_row ? 1 : cnt;
+            const float *in = s->moe.in + (size_t)r0 * E;
+            float *gt = s->ffn.gate + (size_t)r0 * FF, *up = s->ffn.up + (size_t)r0 * FF;
+            matmul(gt, &wg, in, nr, decode || per_row, s->mm);
+            matmul(up, &wu, in, nr, decode || per_row, s->mm);
+            vec_silu_mul(gt, gt, up, (long)nr * FF);
+            matmul(s->moe.out + (size_t)r0 * E, &wd, gt, nr, decode || per_row, s->mm);
+        }
         for (int i = 0; i < cnt; i++) {
             float *y = s->y + (size_t)s->moe.rows[i] * E;
             const float *o = s->moe.out + (size_t)i * E;
@@ -268,7 +274,7 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
         return;
     norm_rows(s->xn, s->x, L->ffn_norm, T, m);
     if (L->ffn == FFN_MOE)
-        moe_block(m, L, s, T, decode);
+        moe_block(m, L, s, T, decode, e->params.moe_per_row);
     else if (L->ffn == FFN_RELU2)
         relu2_block(m, L, s, T, decode);
     else
