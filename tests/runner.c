@@ -1,5 +1,7 @@
 /* runner.c - runs the registered TESTs (see test.h): all of them, or those
- * the command line selects, and prints "unit: N passed, N failed" last.
+ * the command line selects. A line a test, "ok   NAME", "FAIL NAME" (the
+ * failed checks above it) or "skip NAME: reason" (SKIP: it could not run
+ * here), and last "unit: N passed, N failed, N skipped", counting tests.
  *
  *   hyserve-tests                      every test
  *   hyserve-tests NAME...              a NAME that is a test's full name runs that
@@ -28,6 +30,8 @@ static struct {
 } tests[MAX_TESTS];
 static int n_tests;
 int test_current_failed;
+static bool test_current_skipped;
+static char skip_reason[256];
 
 void test_register(const char *name, test_fn fn, const char *file)
 {
@@ -54,6 +58,15 @@ void test_fail(const char *file, int line, const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     test_current_failed = 1;
+}
+
+void test_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(skip_reason, sizeof skip_reason, fmt, ap);
+    va_end(ap);
+    test_current_skipped = true;
 }
 
 const char *test_tmpdir(void)
@@ -139,19 +152,25 @@ int main(int argc, char **argv)
                 printf("%s\n", tests[i].name);
         return 0;
     }
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < n_tests; i++) {
         if (!run[i])
             continue;
         test_current_failed = 0;
+        test_current_skipped = false;
         tests[i].fn();
-        printf("%s %s\n", test_current_failed ? "FAIL" : "ok  ", tests[i].name);
-        fflush(stdout);
-        if (test_current_failed)
+        if (test_current_failed) {
+            printf("FAIL %s\n", tests[i].name);
             failed++;
-        else
+        } else if (test_current_skipped) {
+            printf("skip %s: %s\n", tests[i].name, skip_reason);
+            skipped++;
+        } else {
+            printf("ok   %s\n", tests[i].name);
             passed++;
+        }
+        fflush(stdout);
     }
-    printf("unit: %d passed, %d failed\n", passed, failed);
+    printf("unit: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

@@ -18,8 +18,8 @@
  * block sums, within the rounding of its float steps.
  * Decoding: every f16 and bf16 bit pattern, bit for bit, against integer
  * conversions written here (not quant.c's).
- * Without AVX-512 (or with HYSERVE_SIMD=avx2 / 0) the kernel tests print
- * "skipped: no AVX-512" and pass; the dispatch test runs everywhere.
+ * Without AVX-512 (or with HYSERVE_SIMD=avx2 / 0) the kernel tests are
+ * reported skipped; the dispatch test runs everywhere.
  */
 #include <math.h>
 #include <stdint.h>
@@ -41,13 +41,7 @@ static float frand(void)        /* uniform in [-1, 1) */
     return (float)(rng_state >> 8) / (float)(1u << 23) - 1.0f;
 }
 
-static bool have_avx512(void)
-{
-    if (simd_avx512())
-        return true;
-    printf("    skipped: no AVX-512 (or HYSERVE_SIMD=avx2/0)\n");
-    return false;
-}
+#define NO_AVX512 "no AVX-512 (or HYSERVE_SIMD=avx2/0)"
 
 /* got against the double sum of w[i] x[i]: within gamma(n / 16 + 5) (at
  * least 1e-5) of sum |w x|, the bound in the header. ref and tol out. */
@@ -135,8 +129,8 @@ out:
 
 TEST(test_avx512_rows_x_tokens_matches_double_reference)
 {
-    if (!have_avx512())
-        return;
+    if (!simd_avx512())
+        SKIP(NO_AVX512);
     static const int ns[] = { 1, 7, 15, 16, 17, 33, 100, 1024, 1031 };
     static const int rows[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 33 };
     static const int toks[] = { 1, 2, 3, 4, 5, 8, 15, 16, 17, 32 };
@@ -159,8 +153,8 @@ TEST(test_avx512_rows_x_tokens_matches_double_reference)
  * accumulator pass holds (32), and n = 0 */
 TEST(test_avx512_rows_x_tokens_long_rows_and_many_tokens)
 {
-    if (!have_avx512())
-        return;
+    if (!simd_avx512())
+        SKIP(NO_AVX512);
     static const int shapes[][3] = {    /* n, n_rows, n_tok */
         { 3584, 8, 16 }, { 3584, 13, 33 }, { 2049, 6, 40 }, { 1024, 64, 32 }, { 4099, 5, 70 }, { 48, 3, 100 },
     };
@@ -241,8 +235,8 @@ out:
 
 TEST(test_avx512_typed_rows_x_tokens_equal_f32_kernel_on_decoded_rows)
 {
-    if (!have_avx512())
-        return;
+    if (!simd_avx512())
+        SKIP(NO_AVX512);
     static const uint32_t types[] = { GGML_F16, GGML_BF16, GGML_Q8_0 };
     static const int ns[] = { 7, 17, 32, 100, 1024, 1031, 2080, 3584 };
     static const int rows[] = { 1, 5, 6, 7, 13 };
@@ -350,12 +344,10 @@ out:
 
 TEST(test_avx512_q8_0_vnni_matches_exact_block_sums)
 {
-    if (!have_avx512())
-        return;
-    if (!simd_avx512_vnni()) {
-        printf("    skipped: no AVX512-VNNI\n");
-        return;
-    }
+    if (!simd_avx512())
+        SKIP(NO_AVX512);
+    if (!simd_avx512_vnni())
+        SKIP("no AVX512-VNNI");
     /* odd block counts (a half pair at the end), rows in and out of whole
      * far-apart blocks of 4 (and of 2, the wide tile's), tokens in and past
      * one group of 4 (up to 4 tokens) and of 8 (the wide tile, from 5) */
@@ -454,8 +446,8 @@ static void check_dequant(bool bf16)
 
 TEST(test_avx512_dequant_f16_is_bit_exact)
 {
-    if (!have_avx512())
-        return;
+    if (!simd_avx512())
+        SKIP(NO_AVX512);
     /* the integer reference itself, on values known by heart */
     CHECK(f16_bits_to_f32_bits(0x3c00) == 0x3f800000u);         /* 1 */
     CHECK(f16_bits_to_f32_bits(0xc000) == 0xc0000000u);         /* -2 */
@@ -470,8 +462,8 @@ TEST(test_avx512_dequant_f16_is_bit_exact)
 
 TEST(test_avx512_dequant_bf16_is_bit_exact)
 {
-    if (!have_avx512())
-        return;
+    if (!simd_avx512())
+        SKIP(NO_AVX512);
     check_dequant(true);
 }
 

@@ -10,8 +10,8 @@
  * remains. A kernel that skipped the rounding, dropped the odd element of
  * a pair, or read a wrong pair misses by far more.
  *
- * The decode tests need AVX512_BF16; elsewhere each prints "skipped" and
- * passes. The switch (simd_set_bf16_dot, HYSERVE_BF16_DOT) is tested both
+ * The decode tests need AVX512_BF16; elsewhere each is reported skipped.
+ * The switch (simd_set_bf16_dot, HYSERVE_BF16_DOT) is tested both
  * ways, so both paths run on any machine with the instruction whatever
  * the start-up measurement chose. The prompt test runs each form the
  * machine can run (vdpbf16ps, the rounded activations on the FMA kernel,
@@ -37,18 +37,12 @@ static float urand(void) /* [-1, 1) */
     return (float)((double)(rng >> 8) * 0x1p-23 - 1.0);
 }
 
-static bool have_bf16(void)
-{
-    if (cpu_kern.on.avx512_bf16)
-        return true;
-    printf("    skipped: no AVX512_BF16 (or AVX-512 off: HYSERVE_SIMD=avx2/0)\n");
-    return false;
-}
+#define NO_BF16 "no AVX512_BF16 (or AVX-512 off: HYSERVE_SIMD=avx2/0)"
 
 TEST(test_bf16_rounding_instruction_matches_the_reference)
 {
-    if (!have_bf16())
-        return;
+    if (!cpu_kern.on.avx512_bf16)
+        SKIP(NO_BF16);
     enum { N = 1000 };
     float x[N];
     uint16_t a[N], b[N];
@@ -129,8 +123,8 @@ static int check_out(const case_ *c, const float *x, float y, int r, const char 
 
 TEST(test_bf16_dot_kernel_within_bf16_rounding_of_the_reference)
 {
-    if (!have_bf16())
-        return;
+    if (!cpu_kern.on.avx512_bf16)
+        SKIP(NO_BF16);
     static const int shapes[][2] = { { 16, 2 }, { 48, 34 }, { 32, 1024 }, { 80, 3584 } };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int n_out = shapes[s][0], n_in = shapes[s][1], T = 11;     /* a tile of 8 and one of 3 */
@@ -167,8 +161,8 @@ TEST(test_bf16_dot_kernel_within_bf16_rounding_of_the_reference)
  * the exact product, tighter than the bf16 rounding the other path shows) */
 TEST(test_bf16_dot_switch_forces_each_path_in_decode_steps)
 {
-    if (!have_bf16())
-        return;
+    if (!cpu_kern.on.avx512_bf16)
+        SKIP(NO_BF16);
     enum { N_OUT = 48, N_IN = 1024, T = 5 };
     case_ c;
     const bool ok = case_make(&c, N_OUT, N_IN, T, 7);
@@ -221,8 +215,8 @@ TEST(test_bf16_dot_switch_forces_each_path_in_decode_steps)
 
 TEST(test_bf16_dot_startup_measurement_runs)
 {
-    if (!have_bf16())
-        return;
+    if (!cpu_kern.on.avx512_bf16)
+        SKIP(NO_BF16);
     const double r = bf16_dot_speedup();
     printf("    vdpbf16ps / convert+FMA speed ratio here: %.2f (%s)\n", r, simd_bf16_dot_why());
     CHECK(r > 0.0 && isfinite(r));

