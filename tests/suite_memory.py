@@ -118,10 +118,6 @@ def test_live_request_bytes(srv):
     check("request bytes by kind equal the layout arithmetic, reserved vs used", ok_all, detail)
     check("request bytes equal the planner's prediction (hyserve mem)",
           plan is not None and plan["total"]["bytes_reserved_per_sequence"] == want, f"{plan and plan['total']} want {want}")
-    r = live[-1]["requests"][0]
-    st, _, one, _ = srv.jreq("GET", "/stats?request_id=" + r["id"])
-    check("/stats?request_id= returns that request only (or none once it ended)",
-          st == 200 and all(q["id"] == r["id"] for q in one.get("requests", [])), f"{one and one.get('requests')}")
     st2, _, none, _ = srv.jreq("GET", "/stats?requests=0")
     check("/stats?requests=0 omits the list", st2 == 200 and "requests" not in none, f"{none and list(none)}")
     lay = live[0]["model"]["cache_layout"]
@@ -139,6 +135,44 @@ def test_live_request_bytes(srv):
     st, h, j, _ = srv.jreq("POST", "/generate", {"inputs": prompt, "parameters": {"max_new_tokens": 12, "return_usage": True}})
     check("usage.cache.peak_total_bytes equals the reservation",
           st == 200 and j["usage"]["cache"]["peak_total_bytes"] == expect_reserved(len(prompt) + 12), f"{j}")
+
+
+def test_stats_request_filter(srv):
+    """/stats?request_id= lists that request alone. Two requests with ids of the test's choosing
+    (X-Request-Id, which the responses must echo) run at once, and the unfiltered /stats lists
+    both; every answer for the first id lists it and nothing else, also while the scheduler
+    counts both running; once both ended, neither id lists anything. (Asked only after its
+    request ended, as it once was, the filter had nothing left to filter.)"""
+    ids = ("mem-filter-a", "mem-filter-b")
+    echoed, answers = {}, []
+
+    def generate(rid):
+        try:
+            st, h, _ = srv.req("POST", "/generate", {"inputs": "0123456789", "parameters": {"max_new_tokens": 400}},
+                               headers={"X-Request-Id": rid}, timeout=120)
+            echoed[rid] = (st, h.get("x-request-id"))
+        finally:
+            echoed.setdefault(rid, None)
+
+    def poll():                 # the filtered view, until both requests answered
+        while len(echoed) < len(ids):
+            st, _, j, _ = srv.jreq("GET", "/stats?request_id=" + ids[0])
+            if st == 200 and j:
+                answers.append(j)
+            time.sleep(0.002)
+
+    seen = hs.run_watched(srv, [lambda rid=rid: generate(rid) for rid in ids] + [poll])
+    check("requests keep the client's X-Request-Id", echoed == {rid: (200, rid) for rid in ids}, f"{echoed}")
+    listed = [[q["id"] for q in a.get("requests", [])] for a in answers]
+    both = [n for a, n in zip(answers, listed) if a["scheduler"]["running"] == 2]
+    unfiltered = any(sorted(q["id"] for q in s.get("requests", [])) == list(ids) for s in seen)
+    check("/stats?request_id= lists that request alone, also while the other one runs",
+          unfiltered and answers and all(n in ([], [ids[0]]) for n in listed) and [ids[0]] in both,
+          f"unfiltered listed both: {unfiltered}; {len(answers)} answers, {len(both)} with both running, "
+          f"lists seen {sorted(set(map(tuple, listed)))}")
+    after = [srv.jreq("GET", "/stats?request_id=" + rid)[2] for rid in ids]
+    check("/stats?request_id= of an ended request lists none",
+          all(a is not None and a.get("requests") == [] for a in after), f"{after and [a and a.get('requests') for a in after]}")
 
 
 def test_admission(model):
@@ -284,6 +318,7 @@ def test_serve_synth():
 
 def main(argv=None):
     on_server = [("test_live_request_bytes", lambda: test_live_request_bytes(srv)),
+                 ("test_stats_request_filter", lambda: test_stats_request_filter(srv)),
                  ("test_estimate_route", lambda: test_estimate_route(srv)),
                  ("test_metrics", lambda: test_metrics(srv))]
     alone = [("test_admission", lambda: test_admission(model)),
