@@ -10,11 +10,13 @@
  * each of them in turn and see that nothing leaks and every invariant
  * still holds (tests/test_fault.c). The server allocates through the same
  * countdown: fault_malloc and friends below for its own buffers, and cJSON
- * through fault_json_hooks() (json_init), so one count covers a request's
- * whole life from its first byte to its last event. The countdown is atomic, so exactly one
- * allocation fails even when several threads allocate; which one is then
- * up to the race. Disarmed it costs one relaxed load and a predictable
- * branch per allocation.
+ * through the hooks json_init (server/json.c) installs with
+ * cJSON_InitHooks, whose malloc (json_malloc) calls fault_malloc, so one
+ * count covers a request's whole life from its first byte to its last
+ * event. The countdown is atomic, so exactly one allocation fails even
+ * when several threads allocate; which one is then up to the race.
+ * Disarmed it costs one relaxed load and a predictable branch per
+ * allocation.
  */
 #ifndef HYSERVE_FAULT_H
 #define HYSERVE_FAULT_H
