@@ -649,7 +649,10 @@ static const char synth_help[] =
     "                         falcon-h1 (attention + Mamba-2 in every layer), jamba (Mamba-1 +\n"
     "                         attention; MoE in every other layer with --experts N), kimi-linear\n"
     "                         (KDA + MLA without RoPE: heads --heads x --head-dim; MoE after one\n"
-    "                         dense layer with --experts N, sigmoid router, a shared expert)\n"
+    "                         dense layer with --experts N, sigmoid router, a shared expert),\n"
+    "                         nemotron_h_moe (nemotron_h with ReLU^2 experts in its MLP layers, a\n"
+    "                         shared expert, --moe-latent), lfm2moe (lfm2 with SwiGLU experts after\n"
+    "                         one dense layer, sigmoid router)\n"
     "      --seed S           weight seed (default 1)\n"
     "      --layers N         decoder layers (default 4)\n"
     "      --attn-every K     attention every Kth layer, the rest DeltaNet (default 4)\n"
@@ -663,6 +666,7 @@ static const char synth_help[] =
     "      --ssm-state N      Mamba-2 state size (default 16)\n"
     "      --ssm-groups G     Mamba-2 B/C groups, a power of two (default 2)\n"
     "      --ssm-dt-rank R    Mamba-1 (jamba) dt rank (default 8); d_inner is 2 x embd, state --ssm-state\n"
+    "      --moe-latent N     nemotron_h_moe: the experts' latent width (default 0: none)\n"
     "      --embd D           hidden size (default 64)\n"
     "      --heads H          attention query heads (default 4)\n"
     "      --kv-heads H       attention KV heads (default 2)\n"
@@ -682,7 +686,7 @@ static const char synth_help[] =
     "                         q4_k_m | q5_k_m: llama-quantize's mixes (Q6_K output, attn_v and\n"
     "                         ffn_down in its \"more bits\" layers; Q5_K/Q6_K attn_qkv)\n"
     "      --experts N        routed experts (default 8; qwen35moe, qwen3next, granitehybrid, jamba,\n"
-    "                         kimi-linear)\n"
+    "                         kimi-linear, nemotron_h_moe, lfm2moe)\n"
     "      --experts-used K   experts per token (default 2)\n"
     "      --expert-ff N      expert MLP size (default 32; jamba's experts are --ff wide)\n"
     "      --shared-ff N      shared expert MLP size (default 32)\n"
@@ -732,6 +736,7 @@ int cli_synth(int argc, char **argv)
         INTOPT("--ssm-state", m2_d_state, 1, 4096)
         INTOPT("--ssm-groups", m2_groups, 1, 1024)
         INTOPT("--ssm-dt-rank", m1_dt_rank, 1, 65536)
+        INTOPT("--moe-latent", moe_latent, 0, 1 << 20)
         INTOPT("--experts-used", n_expert_used, 1, 64)
         INTOPT("--expert-ff", n_ff_exp, 1, 1 << 20)
         INTOPT("--shared-ff", n_ff_shexp, 1, 1 << 20)

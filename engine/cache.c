@@ -85,6 +85,7 @@ int cache_init(cache *c, const cache_layout *l)
     pl->kda_heads = l->kda_heads;
     pl->kda_head_dim = l->kda_head_dim;
     pl->kda_conv = l->kda_conv;
+    pl->mlp_layers = l->n_mlp;
     c->n_rec = l->n_dnet + l->n_mamba2 + l->n_sconv + l->n_mamba + l->n_kda;
     pl->kv_bytes = (int)c->kv_es;
     snprintf(pl->kv_dtype, sizeof pl->kv_dtype, "%s", c->kv_type == GGML_F32 ? "f32" : c->kv_type == GGML_F16 ? "f16" : "bf16");

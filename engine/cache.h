@@ -119,6 +119,7 @@ typedef struct cache_layout {
     int n_sconv, sconv_channels, sconv_conv;    /* short convolutions: a conv window, no state */
     int n_mamba, mamba_d_inner, mamba_d_state, mamba_conv;   /* Mamba-1 */
     int n_kda, kda_heads, kda_head_dim, kda_conv;           /* Kimi Delta Attention */
+    int n_mlp;                          /* MLP-only layers: no cache, named in the plan's layout */
     int page_tokens, n_ctx, max_seqs;
     uint64_t budget_bytes;              /* 0: room for max_seqs full contexts, capped */
     uint64_t budget_max_bytes;          /* with budget_bytes 0: a lower cap than 4 GiB; 0: none */

@@ -52,7 +52,7 @@ static int scratch_init(engine *e)
     const int mla_q = m->n_head * (m->mla_nope + m->mla_rope), mla_kv = m->mla_kv_lora + m->mla_rope;
     const int mla_o = m->n_head * m->mla_v;
     const int m2_inner = m->m2_heads * m->m2_head_dim, m1 = imax(m->m1_inner, m->kda_heads * m->kda_head_dim);
-    int max_in = imax(imax(imax(m->n_embd, ff), imax(m->n_head * m->head_dim, vd)),
+    int max_in = imax(imax(imax(imax(m->n_embd, m->moe_latent), ff), imax(m->n_head * m->head_dim, vd)),
                       imax(imax(m->mla_q_lora, m->mla_kv_lora), imax(imax(mla_o, m2_inner), m1)));
     s->x = alloc_f(UB * m->n_embd);
     s->xn = alloc_f(UB * m->n_embd);
@@ -75,8 +75,9 @@ static int scratch_init(engine *e)
     s->attn.v = s->dnet.z = s->slab[SLAB_3];
     s->dnet.alpha = s->slab[SLAB_4];
     s->dnet.fused = s->mla.q_lora = s->moe.probs = s->slab[SLAB_5];
-    s->moe.in = alloc_f(UB * m->n_embd);
-    s->moe.out = alloc_f(UB * m->n_embd);
+    s->moe.in = alloc_f(UB * imax(m->n_embd, m->moe_latent));
+    s->moe.out = alloc_f(UB * imax(m->n_embd, m->moe_latent));
+    s->moe.lat = m->moe_latent > 0 ? alloc_f(2 * UB * m->moe_latent) : NULL;   /* the input, then the sum */
     s->moe.sel = FAULT_OR(malloc(sizeof(int) * (size_t)UB * (size_t)imax(m->n_expert_used, 1)));
     s->moe.selw = alloc_f(UB * imax(m->n_expert_used, 1));
     s->moe.rows = FAULT_OR(malloc(sizeof(int) * (size_t)UB));
@@ -111,7 +112,8 @@ static int scratch_init(engine *e)
     s->logits = alloc_f((long)LOGIT_GROUP * m->n_vocab);
     s->lx = alloc_f((long)LOGIT_GROUP * m->n_embd);
     bool ok = kda_ok && s->x && s->xn && s->y && s->mix && s->moe.in && s->moe.out && s->moe.sel && s->moe.selw &&
-              s->moe.rows && s->moe.roww && s->mla_work && s->mm && s->scores && s->dnet_work && s->logits && s->lx;
+              s->moe.rows && s->moe.roww && (s->moe.lat || m->moe_latent <= 0) && s->mla_work && s->mm &&
+              s->scores && s->dnet_work && s->logits && s->lx;
     for (int i = 0; i < N_SLABS; i++)
         ok = ok && s->slab[i];
     return ok ? 0 : -1;
@@ -123,6 +125,7 @@ static void scratch_deinit(fwd_scratch *s)
     for (int i = 0; i < N_SLABS; i++)
         free(s->slab[i]);
     free(s->moe.in); free(s->moe.out); free(s->moe.sel); free(s->moe.selw); free(s->moe.rows); free(s->moe.roww);
+    free(s->moe.lat);
     free(s->kda.q); free(s->kda.k); free(s->kda.v); free(s->kda.g); free(s->kda.gate); free(s->kda.beta);
     free(s->kda.lr);
     free(s->mla_work); free(s->mm); free(s->scores); free(s->dnet_work); free(s->logits); free(s->lx);
@@ -275,6 +278,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         .n_sconv = m->n_sconv, .sconv_channels = m->n_embd, .sconv_conv = m->ssm_k,
         .n_mamba = m->n_m1, .mamba_d_inner = m->m1_inner, .mamba_d_state = m->m1_d_state, .mamba_conv = m->ssm_k,
         .n_kda = m->n_kda, .kda_heads = m->kda_heads, .kda_head_dim = m->kda_head_dim, .kda_conv = m->ssm_k,
+        .n_mlp = m->n_mlp,
         .page_tokens = p->page_tokens, .n_ctx = n_ctx,
         .max_seqs = p->max_seqs > 0 ? p->max_seqs : 64, .budget_bytes = p->cache_bytes,
         .budget_max_bytes = p->cache_max_bytes,

@@ -46,8 +46,9 @@ typedef struct fwd_scratch {
     } ffn;
     struct {            /* mixture of experts */
         float *probs;   /* [UB][n_expert] router logits -> probabilities  [slab 5] */
-        float *in;      /* [UB][n_embd] the rows routed to one expert, gathered */
-        float *out;     /* [UB][n_embd] an expert's (or the shared expert's) output */
+        float *in;      /* [UB][max(n_embd, moe_latent)] the rows routed to one expert, gathered */
+        float *out;     /* [UB][the same] an expert's (or the shared expert's) output */
+        float *lat;     /* [2][UB][moe_latent] the experts' input and their weighted sum (NULL: no latent) */
         int *sel;       /* [UB][n_expert_used] chosen experts per row */
         float *selw;    /* [UB][n_expert_used] their renormalised weights */
         int *rows;      /* [UB] rows routed to one expert */

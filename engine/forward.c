@@ -132,10 +132,35 @@ static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
  *   y = sum_k w_k SwiGLU_k(x) + sigmoid(g_sh . x) SwiGLU_sh(x)
  * (the shared expert's gate is 1 where the model has none, and the shared
  * expert is absent where n_ff_shexp is 0). Variants by the model's flags:
- * p = sigmoid(W_r x) and choice by p + exp_probs_b (kimi-linear), weights
- * not renormalised (Jamba), weights times moe_scale (kimi-linear).
+ * p = sigmoid(W_r x) and choice by p + exp_probs_b (kimi-linear, lfm2moe,
+ * nemotron_h_moe), weights not renormalised (Jamba), weights times
+ * moe_scale (kimi-linear); moe_relu2: every expert and the shared one
+ * W_down relu(W_up x)^2, and with moe_latent the routed experts run on
+ * W_ld x and their weighted sum goes back through W_lu (nemotron_h_moe).
  * Rows routed to one expert are gathered so each expert's weights are
  * read once per pass. ref: docs/models.md 1.6. */
+/* One expert (routed or shared) on nr gathered rows: out = W_down f(in),
+ * f SwiGLU (W_gate, W_up) or, with moe_relu2, relu(W_up in)^2. */
+static void expert_rows(const model *m, fwd_scratch *s, const weight *wg, const weight *wu, const weight *wd,
+                        int FF, const float *in, int nr, float *out, bool decode)
+{
+    float *gt = s->ffn.gate, *up = s->ffn.up;
+    if (m->moe_relu2) {
+        matmul(up, wu, in, nr, decode, s->mm);
+        const long n = (long)nr * FF;
+        for (long i = 0; i < n; i++) {
+            const float u = up[i] > 0.0f ? up[i] : 0.0f;
+            up[i] = u * u;
+        }
+        matmul(out, wd, up, nr, decode, s->mm);
+        return;
+    }
+    matmul(gt, wg, in, nr, decode, s->mm);
+    matmul(up, wu, in, nr, decode, s->mm);
+    vec_silu_mul(gt, gt, up, (long)nr * FF);
+    matmul(out, wd, gt, nr, decode, s->mm);
+}
+
 static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode, bool per_row)
 {
     const int E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FF = m->n_ff_exp;
@@ -165,10 +190,22 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
             w[k] = p[best];
             sum += p[best];
         }
+        sum = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;    /* as llama.cpp: no division by ~0 */
         for (int k = 0; k < K; k++)
             w[k] = (m->moe_norm_topk ? w[k] / sum : w[k]) * m->moe_scale;
     }
-    memset(s->y, 0, sizeof(float) * (size_t)T * E);
+    /* the routed experts read xin (XE wide) and their weighted outputs sum
+     * into acc: x and y, or (moe_latent) W_ld x and a latent sum that
+     * W_lu takes back to y */
+    const int XE = m->moe_latent > 0 ? m->moe_latent : E;
+    const float *xin = s->xn;
+    float *acc = s->y;
+    if (m->moe_latent > 0) {
+        matmul(s->moe.lat, &L->latent_down, s->xn, T, decode, s->mm);
+        xin = s->moe.lat;
+        acc = s->moe.lat + (size_t)ENGINE_UBATCH * XE;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)T * XE);
     for (int ex = 0; ex < NE; ex++) {
         int cnt = 0;
         for (int row = 0; row < T; row++)
@@ -180,35 +217,28 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
         if (cnt == 0)
             continue;
         for (int i = 0; i < cnt; i++)
-            memcpy(s->moe.in + (size_t)i * E, s->xn + (size_t)s->moe.rows[i] * E, sizeof(float) * E);
-        weight wg = weight_slab(&L->gate_exps, L->up_gate_stride, ex);
+            memcpy(s->moe.in + (size_t)i * XE, xin + (size_t)s->moe.rows[i] * XE, sizeof(float) * XE);
+        weight wg = m->moe_relu2 ? L->gate_exps : weight_slab(&L->gate_exps, L->up_gate_stride, ex);
         weight wu = weight_slab(&L->up_exps, L->up_gate_stride, ex);
         weight wd = weight_slab(&L->down_exps, L->down_stride, ex);
         /* per_row: the benchmark's baseline, one product of one row at a time */
-        for (int r0 = 0; r0 < cnt; r0 += per_row ? 1 : cnt) {
-            const int nr = per_row ? 1 : cnt;
-            const float *in = s->moe.in + (size_t)r0 * E;
-            float *gt = s->ffn.gate + (size_t)r0 * FF, *up = s->ffn.up + (size_t)r0 * FF;
-            matmul(gt, &wg, in, nr, decode || per_row, s->mm);
-            matmul(up, &wu, in, nr, decode || per_row, s->mm);
-            vec_silu_mul(gt, gt, up, (long)nr * FF);
-            matmul(s->moe.out + (size_t)r0 * E, &wd, gt, nr, decode || per_row, s->mm);
-        }
+        for (int r0 = 0; r0 < cnt; r0 += per_row ? 1 : cnt)
+            expert_rows(m, s, &wg, &wu, &wd, FF, s->moe.in + (size_t)r0 * XE, per_row ? 1 : cnt,
+                        s->moe.out + (size_t)r0 * XE, decode || per_row);
         for (int i = 0; i < cnt; i++) {
-            float *y = s->y + (size_t)s->moe.rows[i] * E;
-            const float *o = s->moe.out + (size_t)i * E;
-            for (int d = 0; d < E; d++)
+            float *y = acc + (size_t)s->moe.rows[i] * XE;
+            const float *o = s->moe.out + (size_t)i * XE;
+            for (int d = 0; d < XE; d++)
                 y[d] += s->moe.roww[i] * o[d];
         }
     }
+    if (m->moe_latent > 0)
+        matmul(s->y, &L->latent_up, acc, T, decode, s->mm);
     /* the shared expert, scaled by a scalar sigmoid gate per row where the
      * model has one (qwen3next, qwen35moe; Granite's is ungated) */
     if (m->n_ff_shexp <= 0)
         return;
-    matmul(s->ffn.gate, &L->gate_shexp, s->xn, T, decode, s->mm);
-    matmul(s->ffn.up, &L->up_shexp, s->xn, T, decode, s->mm);
-    vec_silu_mul(s->ffn.gate, s->ffn.gate, s->ffn.up, (long)T * m->n_ff_shexp);
-    matmul(s->moe.out, &L->down_shexp, s->ffn.gate, T, decode, s->mm);
+    expert_rows(m, s, &L->gate_shexp, &L->up_shexp, &L->down_shexp, m->n_ff_shexp, s->xn, T, s->moe.out, decode);
     for (int row = 0; row < T; row++) {
         const float *x = s->xn + (size_t)row * E;
         float gs = 1.0f;

@@ -619,7 +619,9 @@ void model_rope_tables(loader *ld)
 static const struct { const char *name; enum arch a; } archs[] = {
     { "granitehybrid", ARCH_GRANITEHYBRID },
     { "nemotron_h", ARCH_NEMOTRON_H },
+    { "nemotron_h_moe", ARCH_NEMOTRON_H_MOE },
     { "lfm2", ARCH_LFM2 },
+    { "lfm2moe", ARCH_LFM2MOE },
     { "falcon-h1", ARCH_FALCON_H1 },
     { "jamba", ARCH_JAMBA },
     { "kimi-linear", ARCH_KIMI_LINEAR },

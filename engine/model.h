@@ -96,6 +96,8 @@ typedef struct layer {
     float *shexp_gate;          /* [n_embd] ffn_gate_inp_shexp: scalar gate of the shared expert */
     weight gate_shexp, up_shexp;/* n_embd -> n_ff_shexp */
     weight down_shexp;          /* n_ff_shexp -> n_embd */
+    weight latent_down;         /* nemotron_h_moe: n_embd -> moe_latent, the experts' input (absent: none) */
+    weight latent_up;           /* moe_latent -> n_embd, their weighted sum back */
 } layer;
 
 enum ffn_kind {
@@ -133,6 +135,8 @@ typedef struct model {
     int m1_inner, m1_d_state, m1_dt_rank;
     bool moe_norm_topk;         /* renormalise the chosen experts' weights to sum 1 (all but Jamba) */
     bool moe_sigmoid;           /* router scores sigmoid(logit) (+ exp_probs_b to choose), not a softmax */
+    bool moe_relu2;             /* experts and shared expert W_down relu(W_up x)^2, no gate (nemotron_h_moe) */
+    int moe_latent;             /* the experts' width in and out when projected (nemotron_h_moe), else 0 */
     float moe_scale;            /* the chosen experts' weights times this (1 unless the file says) */
     int kda_heads, kda_head_dim;
     int n_dense_lead;           /* the first layers have a dense FFN, the rest experts (kimi-linear) */

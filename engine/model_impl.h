@@ -18,13 +18,14 @@
 enum arch {
     ARCH_QWEN35, ARCH_QWEN35MOE, ARCH_QWEN3NEXT, ARCH_QWEN3, ARCH_LLAMA, ARCH_DEEPSEEK2,
     ARCH_GRANITEHYBRID, ARCH_NEMOTRON_H, ARCH_LFM2, ARCH_FALCON_H1, ARCH_JAMBA, ARCH_KIMI_LINEAR,
+    ARCH_NEMOTRON_H_MOE, ARCH_LFM2MOE,
 };
 
 /* the families model_ssm.c loads */
 static inline bool arch_ssm_family(enum arch a)
 {
     return a == ARCH_GRANITEHYBRID || a == ARCH_NEMOTRON_H || a == ARCH_LFM2 || a == ARCH_FALCON_H1 ||
-           a == ARCH_JAMBA || a == ARCH_KIMI_LINEAR;
+           a == ARCH_JAMBA || a == ARCH_KIMI_LINEAR || a == ARCH_NEMOTRON_H_MOE || a == ARCH_LFM2MOE;
 }
 
 typedef struct loader {

@@ -348,8 +348,10 @@ static void bind_ffn(loader *ld, layer *L, int il, int n_ff)
         bind_slabs(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, E, m->n_expert);
         if (!ld->failed && up_stride != L->up_gate_stride)
             ld_fail(ld, "layer %d: ffn_gate_exps and ffn_up_exps have different types", il);
-        if (m->moe_sigmoid)
-            L->exp_probs_b = bind_vec(ld, TN("exp_probs_b.bias"), m->n_expert);
+        /* the selection bias: kimi-linear's sigmoid router needs it, lfm2moe's files always carry it */
+        TN("exp_probs_b.bias");
+        if (m->moe_sigmoid || gguf_find_tensor(ld->g, nm))
+            L->exp_probs_b = bind_vec(ld, nm, m->n_expert);
         if (m->n_ff_shexp > 0) {
             bind_w(ld, &L->gate_shexp, TN("ffn_gate_shexp.weight"), E, m->n_ff_shexp);
             bind_w(ld, &L->up_shexp, TN("ffn_up_shexp.weight"), E, m->n_ff_shexp);
@@ -414,9 +416,89 @@ static void kimi_hparams(loader *ld, int n_block)
     hp_f32(ld, "rope.freq_base", &m->rope_theta, 10000.0f);
 }
 
+/* The experts of nemotron_h_moe (sigmoid router with a selection bias,
+ * weights renormalised when expert_weights_norm says, times
+ * expert_weights_scale; ReLU^2 experts, optionally on a moe_latent_size
+ * projection; a ReLU^2 shared expert) and of lfm2moe (after
+ * leading_dense_block_count dense layers; the router of
+ * expert_gating_func, renormalised, no scale; SwiGLU experts). */
+static int moe_hparams(loader *ld, enum arch a, int n_block, int n_ff)
+{
+    model *m = ld->m;
+    int gating = 2;
+    if (hp_u32(ld, "expert_count", &m->n_expert, 0, a == ARCH_LFM2MOE) ||
+        hp_u32(ld, "expert_used_count", &m->n_expert_used, 0, m->n_expert > 0) ||
+        hp_u32(ld, "expert_feed_forward_length", &m->n_ff_exp, 0, a == ARCH_LFM2MOE && m->n_expert > 0))
+        return -1;
+    if (a == ARCH_LFM2MOE) {
+        if (hp_u32(ld, "leading_dense_block_count", &m->n_dense_lead, 0, false) ||
+            hp_u32(ld, "expert_gating_func", &gating, 0, m->n_expert > 0))
+            return -1;
+        m->moe_norm_topk = true;
+    } else {
+        if (hp_u32(ld, "expert_shared_feed_forward_length", &m->n_ff_shexp, 0, m->n_expert > 0) ||
+            hp_u32(ld, "moe_latent_size", &m->moe_latent, 0, false))
+            return -1;
+        char key[128];
+        snprintf(key, sizeof key, "%s.expert_weights_norm", m->arch);
+        bool norm = false;
+        if (gguf_find_kv(ld->g, key) && !gguf_get_bool(ld->g, key, &norm)) {
+            ld_fail(ld, "metadata %s must be a boolean", key);
+            return -1;
+        }
+        m->moe_norm_topk = norm;
+        hp_f32(ld, "expert_weights_scale", &m->moe_scale, 1.0f);
+        if (m->moe_scale == 0.0f)
+            m->moe_scale = 1.0f;    /* llama.cpp scales only by a value other than 0 and 1 */
+        m->moe_relu2 = true;
+        if (m->n_expert > 0 && m->n_ff_exp == 0 && m->n_expert_used > 0)
+            m->n_ff_exp = n_ff / m->n_expert_used;     /* llama.cpp's default width */
+    }
+    if (m->n_expert == 0)
+        return 0;
+    if (m->n_expert_used < 1 || m->n_expert_used > m->n_expert || m->n_expert_used > 64 || m->n_expert > 4096 ||
+        m->n_ff_exp < 1 || m->n_ff_exp > (1 << 20) || m->n_ff_shexp < 0 || m->n_ff_shexp > (1 << 20) ||
+        m->moe_latent < 0 || m->moe_latent > (1 << 20) || gating < 1 || gating > 2 || m->n_dense_lead < 0 ||
+        m->n_dense_lead > n_block || !isfinite(m->moe_scale)) {
+        ld_fail(ld, "experts out of range: %d of %d (1..4096, at most 64 used), width %d, shared width %d, latent %d, "
+                "gating function %d (1 softmax, 2 sigmoid), %d leading dense layers of %d", m->n_expert_used,
+                m->n_expert, m->n_ff_exp, m->n_ff_shexp, m->moe_latent, gating, m->n_dense_lead, n_block);
+        return -1;
+    }
+    m->moe_sigmoid = gating == 2;
+    return 0;
+}
+
+/* A nemotron_h_moe MLP layer: router, selection bias, ReLU^2 experts (up
+ * and down only) on the latent when the file has its projections, the
+ * ReLU^2 shared expert; the layer's one norm. */
+static void bind_nemotron_moe(loader *ld, layer *L, int il)
+{
+    model *m = ld->m;
+    char nm[96];
+    const int E = m->n_embd, XE = m->moe_latent > 0 ? m->moe_latent : E;
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    L->ffn = FFN_MOE;
+    L->ffn_norm = L->attn_norm;
+    bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
+    L->exp_probs_b = bind_vec(ld, TN("exp_probs_b.bias"), m->n_expert);
+    if (m->moe_latent > 0) {
+        bind_w(ld, &L->latent_down, TN("ffn_latent_down.weight"), E, XE);
+        bind_w(ld, &L->latent_up, TN("ffn_latent_up.weight"), XE, E);
+    } else if (gguf_find_tensor(ld->g, TN("ffn_latent_down.weight"))) {
+        ld_fail(ld, "tensor '%s' without %s.moe_latent_size", nm, m->arch);
+    }
+    bind_slabs(ld, &L->up_exps, &L->up_gate_stride, TN("ffn_up_exps.weight"), XE, m->n_ff_exp, m->n_expert);
+    bind_slabs(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, XE, m->n_expert);
+    bind_w(ld, &L->up_shexp, TN("ffn_up_shexp.weight"), E, m->n_ff_shexp);
+    bind_w(ld, &L->down_shexp, TN("ffn_down_shexp.weight"), m->n_ff_shexp, E);
+#undef TN
+}
+
 void ssm_family_load(loader *ld, enum arch a)
 {
     model *m = ld->m;
+    const bool nemo = a == ARCH_NEMOTRON_H || a == ARCH_NEMOTRON_H_MOE, lfm = a == ARCH_LFM2 || a == ARCH_LFM2MOE;
     int n_block = 0;
     if (hp_u32(ld, "block_count", &n_block, 0, true) || hp_u32(ld, "embedding_length", &m->n_embd, 0, true) ||
         hp_u32(ld, "context_length", &m->n_ctx_train, 4096, false))
@@ -443,7 +525,7 @@ void ssm_family_load(loader *ld, enum arch a)
     }
     if (hp_layers(ld, "attention.head_count", heads, n_block, 0, true) ||
         hp_layers(ld, "attention.head_count_kv", kv, n_block, 0, true) ||
-        hp_layers(ld, "feed_forward_length", ff, n_block, 0, a != ARCH_NEMOTRON_H))
+        hp_layers(ld, "feed_forward_length", ff, n_block, 0, !nemo))
         goto out;
 
     /* the kinds, as llama.cpp's hparams say: KV heads 0 means recurrent (or,
@@ -458,12 +540,12 @@ void ssm_family_load(loader *ld, enum arch a)
             k = kv[il] > 0 ? ENGINE_LAYER_MLA : ENGINE_LAYER_KDA;
         else if (kv[il] > 0)
             k = ENGINE_LAYER_ATTN;
-        else if (a == ARCH_NEMOTRON_H && ff[il] > 0)
+        else if (nemo && ff[il] > 0)
             k = ENGINE_LAYER_MLP;
         else
-            k = a == ARCH_LFM2 ? ENGINE_LAYER_SCONV : ENGINE_LAYER_MAMBA2;
+            k = lfm ? ENGINE_LAYER_SCONV : ENGINE_LAYER_MAMBA2;
         m->kinds[il] = k;
-        if (a == ARCH_NEMOTRON_H && k != ENGINE_LAYER_MLP)
+        if (nemo && k != ENGINE_LAYER_MLP)
             ff[il] = 0;             /* the mixer layers of nemotron_h have no feed-forward */
         if (k != ENGINE_LAYER_ATTN && k != ENGINE_LAYER_ATTN_MAMBA2)
             heads[il] = 0;
@@ -483,7 +565,7 @@ void ssm_family_load(loader *ld, enum arch a)
         goto out;
     if (a == ARCH_KIMI_LINEAR) {
         /* kimi_hparams read it all */
-    } else if (a == ARCH_LFM2) {
+    } else if (lfm) {
         if (hp_u32(ld, "shortconv.l_cache", &m->ssm_k, 0, true))
             goto out;
         if (m->ssm_k < 2 || m->ssm_k > 16) {
@@ -533,12 +615,14 @@ void ssm_family_load(loader *ld, enum arch a)
         }
         m->use_rope = finetuned;    /* Granite uses it as the switch for RoPE */
     }
-    m->rope_type = a == ARCH_LFM2 || a == ARCH_FALCON_H1 ? ROPE_NEOX : ROPE_NORM;
+    if ((a == ARCH_NEMOTRON_H_MOE || a == ARCH_LFM2MOE) && moe_hparams(ld, a, n_block, n_ff))
+        goto out;
+    m->rope_type = lfm || a == ARCH_FALCON_H1 ? ROPE_NEOX : ROPE_NORM;
     if (a == ARCH_FALCON_H1)
         m->attn_scale = 1.0f / sqrtf((float)m->head_dim);   /* llama.cpp reads no attention.scale for it */
-    if (a == ARCH_NEMOTRON_H)
+    if (nemo)
         m->use_rope = false;        /* Nemotron-H's attention has no positions (llama.cpp: rope type none) */
-    m->qk_norm = a == ARCH_LFM2;
+    m->qk_norm = lfm;
     if (ld->failed)
         goto out;
 
@@ -554,7 +638,7 @@ void ssm_family_load(loader *ld, enum arch a)
     m->n_vocab = (int)te->ne[1];
     bind_w(ld, &m->tok_embd, "token_embd.weight", m->n_embd, m->n_vocab);
     /* LFM2's final norm is stored as token_embd_norm (llama.cpp's name fix) */
-    m->output_norm = bind_vec(ld, a == ARCH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight", m->n_embd);
+    m->output_norm = bind_vec(ld, lfm ? "token_embd_norm.weight" : "output_norm.weight", m->n_embd);
     if (gguf_find_tensor(ld->g, "output.weight"))
         bind_w(ld, &m->output, "output.weight", m->n_embd, m->n_vocab);
     else
@@ -609,7 +693,10 @@ void ssm_family_load(loader *ld, enum arch a)
         case ENGINE_LAYER_KINDS:
             break;
         }
-        if (a == ARCH_NEMOTRON_H) {
+        if (nemo && m->n_expert > 0) {
+            if (L->kind == ENGINE_LAYER_MLP)    /* nemotron_h_moe: the MLP layers are ReLU^2 experts */
+                bind_nemotron_moe(ld, L, il);
+        } else if (nemo) {
             if (L->kind == ENGINE_LAYER_MLP) {   /* x + W_down relu(W_up norm(x))^2, the layer's one norm */
                 L->ffn = FFN_RELU2;
                 L->ffn_norm = L->attn_norm;

@@ -245,7 +245,19 @@ static bool moe_arch(const synth_config *c)
 static bool ssm_arch(const synth_config *c)
 {
     return !strcmp(c->arch, "granitehybrid") || !strcmp(c->arch, "nemotron_h") || !strcmp(c->arch, "lfm2") ||
-           !strcmp(c->arch, "falcon-h1") || !strcmp(c->arch, "jamba") || !strcmp(c->arch, "kimi-linear");
+           !strcmp(c->arch, "falcon-h1") || !strcmp(c->arch, "jamba") || !strcmp(c->arch, "kimi-linear") ||
+           !strcmp(c->arch, "nemotron_h_moe") || !strcmp(c->arch, "lfm2moe");
+}
+
+/* nemotron_h and its MoE form; lfm2 and its */
+static bool nemo_arch(const synth_config *c)
+{
+    return !strcmp(c->arch, "nemotron_h") || !strcmp(c->arch, "nemotron_h_moe");
+}
+
+static bool lfm_arch(const synth_config *c)
+{
+    return !strcmp(c->arch, "lfm2") || !strcmp(c->arch, "lfm2moe");
 }
 
 /* Layer kind letter: 'A' attention, 'L' DeltaNet, 'M' MLA, 'S' Mamba-2,
@@ -258,13 +270,13 @@ static char kind_of(const synth_config *c, int il)
     if (ssm_arch(c)) {
         if (np)
             return c->pattern[(size_t)il % np];
-        if (!strcmp(c->arch, "nemotron_h"))
+        if (nemo_arch(c))
             return "SFAF"[il % 4];          /* Nemotron-H's shape: Mamba-2 and attention layers, each then an MLP */
         if (!strcmp(c->arch, "falcon-h1"))
             return 'H';                     /* attention and Mamba-2 side by side in every layer */
         if (!strcmp(c->arch, "kimi-linear"))
             return (il + 1) % c->attn_every == 0 ? 'M' : 'K';   /* KDA, and MLA every attn_every-th */
-        return (il + 1) % c->attn_every == 0 ? 'A' : !strcmp(c->arch, "lfm2") ? 'C' : !strcmp(c->arch, "jamba") ? 'B' : 'S';
+        return (il + 1) % c->attn_every == 0 ? 'A' : lfm_arch(c) ? 'C' : !strcmp(c->arch, "jamba") ? 'B' : 'S';
     }
     if (!hybrid(c))
         return 'A';
@@ -392,14 +404,14 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
         bad = "quantized dtypes need embd, ff, expert ff and head widths that are multiples of the block size (32, or 256 for K-quants)";
     else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe") && strcmp(c->arch, "qwen3next") &&
              strcmp(c->arch, "qwen3") && strcmp(c->arch, "llama") && strcmp(c->arch, "deepseek2") && !ssm_arch(c))
-        bad = "arch must be qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2, granitehybrid, nemotron_h, lfm2, "
-              "falcon-h1, jamba or kimi-linear";
+        bad = "arch must be qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2, granitehybrid, nemotron_h, "
+              "nemotron_h_moe, lfm2, lfm2moe, falcon-h1, jamba or kimi-linear";
     else if (moe_arch(c) &&
              (c->n_expert < 1 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert ||
               c->n_ff_exp < 1 || c->n_ff_shexp < 1))
         bad = "experts, experts-used (<= experts), expert-ff and shared-ff must be positive";
-    const char *letters = !strcmp(c->arch, "granitehybrid") ? "AS" : !strcmp(c->arch, "nemotron_h") ? "ASF"
-                        : !strcmp(c->arch, "lfm2") ? "AC" : !strcmp(c->arch, "falcon-h1") ? "H"
+    const char *letters = !strcmp(c->arch, "granitehybrid") ? "AS" : nemo_arch(c) ? "ASF"
+                        : lfm_arch(c) ? "AC" : !strcmp(c->arch, "falcon-h1") ? "H"
                         : !strcmp(c->arch, "jamba") ? "AB" : !strcmp(c->arch, "kimi-linear") ? "KM" : "ALM";
     for (const char *p = c->pattern; !bad && *p; p++)
         if (!strchr(letters, *p))
@@ -416,6 +428,12 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     if (!bad && (!strcmp(c->arch, "granitehybrid") || !strcmp(c->arch, "jamba")) && c->n_expert > 0 &&
         (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
         bad = "experts-used must be 1..experts";
+    if (!bad && (!strcmp(c->arch, "nemotron_h_moe") || !strcmp(c->arch, "lfm2moe")) &&
+        (c->n_expert < 1 || c->n_expert_used < 1 || c->n_expert_used > c->n_expert || c->n_ff_exp < 1 ||
+         c->n_ff_shexp < 1 || c->moe_latent < 0 ||
+         (bs > 1 && (c->n_ff_exp % (int)bs || c->n_ff_shexp % (int)bs || c->moe_latent % (int)bs))))
+        bad = "nemotron_h_moe and lfm2moe need experts, experts-used 1..experts, a positive expert-ff and shared-ff "
+              "(block multiples when quantized) and a latent >= 0";
     if (!bad && strchr(c->pattern, 'M') && strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe") &&
         strcmp(c->arch, "kimi-linear"))
         bad = "MLA layers in a pattern need --arch qwen35 or qwen35moe (or use --arch deepseek2)";
@@ -441,9 +459,11 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
     const synth_config *c = s->c;
     gguf_writer *w = s->w;
     const uint32_t t = c->dtype;
-    const bool granite = !strcmp(c->arch, "granitehybrid"), nemo = !strcmp(c->arch, "nemotron_h");
+    const bool granite = !strcmp(c->arch, "granitehybrid"), nemo = nemo_arch(c);
+    const bool nemo_moe = !strcmp(c->arch, "nemotron_h_moe"), lfm_moe = !strcmp(c->arch, "lfm2moe");
     const bool kimi = !strcmp(c->arch, "kimi-linear");
-    const bool lfm = !strcmp(c->arch, "lfm2"), moe_any = c->n_expert > 0 && (granite || !strcmp(c->arch, "jamba") || kimi);
+    const bool lfm = lfm_arch(c);
+    const bool moe_any = c->n_expert > 0 && (granite || !strcmp(c->arch, "jamba") || kimi || lfm_moe);
     const bool falcon = !strcmp(c->arch, "falcon-h1"), jamba = !strcmp(c->arch, "jamba");
     const int E = c->n_embd, HD = c->head_dim, NH = c->m2_heads, DI = NH * c->m2_head_dim, NG = c->m2_groups;
     const int DS = c->m2_d_state, CD = DI + 2 * NG * DS, K = c->conv_kernel;
@@ -484,6 +504,13 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
         gguf_w_u32(w, K("rope.dimension_count"), (uint32_t)c->n_rot);
     if (lfm) {
         gguf_w_u32(w, K("shortconv.l_cache"), (uint32_t)K);
+        if (lfm_moe) {      /* LFM2-8B-A1B's router (llama.cpp's converter): sigmoid, a selection bias */
+            gguf_w_u32(w, K("expert_count"), (uint32_t)c->n_expert);
+            gguf_w_u32(w, K("expert_used_count"), (uint32_t)c->n_expert_used);
+            gguf_w_u32(w, K("expert_feed_forward_length"), (uint32_t)c->n_ff_exp);
+            gguf_w_u32(w, K("leading_dense_block_count"), 1);
+            gguf_w_u32(w, K("expert_gating_func"), 2);
+        }
     } else if (kimi) {
         gguf_w_u32(w, K("ssm.conv_kernel"), (uint32_t)K);
         gguf_w_u32(w, K("kda.head_dim"), (uint32_t)HD);
@@ -517,6 +544,16 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
         gguf_w_u32(w, K("ssm.state_size"), (uint32_t)DS);
         gguf_w_u32(w, K("ssm.time_step_rank"), (uint32_t)NH);
         gguf_w_u32(w, K("ssm.group_count"), (uint32_t)NG);
+    }
+    if (nemo_moe) {     /* Nemotron-3-Nano's router: sigmoid with a bias, normalised, scaled 2.5 */
+        gguf_w_u32(w, K("expert_count"), (uint32_t)c->n_expert);
+        gguf_w_u32(w, K("expert_used_count"), (uint32_t)c->n_expert_used);
+        gguf_w_u32(w, K("expert_feed_forward_length"), (uint32_t)c->n_ff_exp);
+        gguf_w_u32(w, K("expert_shared_feed_forward_length"), (uint32_t)c->n_ff_shexp);
+        gguf_w_bool(w, K("expert_weights_norm"), true);
+        gguf_w_f32(w, K("expert_weights_scale"), 2.5f);
+        if (c->moe_latent > 0)
+            gguf_w_u32(w, K("moe_latent_size"), (uint32_t)c->moe_latent);
     }
     if (granite) {
         /* Granite 4.0-H's multipliers (its config.json) and NoPE attention */
@@ -612,6 +649,22 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
             put(s, TN("shortconv.conv.weight"), K, E, FILL_CONV, GGML_F32);
             put(s, TN("shortconv.out_proj.weight"), E, E, FILL_PROJ, t);
         }
+        if (nemo_moe) {
+            if (k == 'F') {     /* ReLU^2 experts (up, down) on the latent, a ReLU^2 shared expert */
+                const int XE = c->moe_latent > 0 ? c->moe_latent : E;
+                put(s, TN("ffn_gate_inp.weight"), E, c->n_expert, FILL_PROJ, GGML_F32);
+                put(s, TN("exp_probs_b.bias"), c->n_expert, 1, FILL_DT, GGML_F32);
+                if (c->moe_latent > 0) {
+                    put(s, TN("ffn_latent_down.weight"), E, XE, FILL_PROJ, t);
+                    put(s, TN("ffn_latent_up.weight"), XE, E, FILL_PROJ, t);
+                }
+                put3(s, TN("ffn_up_exps.weight"), XE, c->n_ff_exp, c->n_expert, t);
+                put3(s, TN("ffn_down_exps.weight"), c->n_ff_exp, XE, c->n_expert, t);
+                put(s, TN("ffn_up_shexp.weight"), E, c->n_ff_shexp, FILL_PROJ, t);
+                put(s, TN("ffn_down_shexp.weight"), c->n_ff_shexp, E, FILL_PROJ, t);
+            }
+            continue;
+        }
         if (nemo) {
             if (k == 'F') {
                 put(s, TN("ffn_up.weight"), E, c->n_ff, FILL_PROJ, t);
@@ -623,13 +676,15 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
         put(s, falcon ? TN("ffn_norm") : TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
         /* Granite: experts in every layer; Jamba: in every other layer (odd
          * ones); Kimi Linear: after one dense layer, with a shared expert */
-        const bool moe = moe_any && (granite || (kimi ? il >= 1 : il % 2 == 1));
-        const int EF = kimi ? c->n_ff_exp : c->n_ff;
+        const bool moe = moe_any && (granite || (kimi || lfm_moe ? il >= 1 : il % 2 == 1));
+        const int EF = kimi || lfm_moe ? c->n_ff_exp : c->n_ff;
         if (moe) {
             put(s, TN("ffn_gate_inp.weight"), E, c->n_expert, FILL_PROJ, GGML_F32);
             put3(s, TN("ffn_gate_exps.weight"), E, EF, c->n_expert, t);
             put3(s, TN("ffn_up_exps.weight"), E, EF, c->n_expert, t);
             put3(s, TN("ffn_down_exps.weight"), EF, E, c->n_expert, t);
+            if (lfm_moe)
+                put(s, TN("exp_probs_b.bias"), c->n_expert, 1, FILL_DT, GGML_F32);
             if (kimi) {
                 put(s, TN("ffn_gate_shexp.weight"), E, EF, FILL_PROJ, t);
                 put(s, TN("ffn_up_shexp.weight"), E, EF, FILL_PROJ, t);

@@ -26,6 +26,7 @@ typedef struct synth_config {
     int m2_heads, m2_head_dim, m2_d_state, m2_groups;   /* Mamba-2 layers (conv kernel: conv_kernel) */
     int m1_dt_rank;             /* Mamba-1 layers (jamba): d_state m2_d_state */
     int m1_inner;               /* their d_inner; 0: 2 n_embd (llama.cpp asserts that; a preset's own may differ) */
+    int moe_latent;             /* nemotron_h_moe: the experts' latent width, 0 none */
     int mla_kv_lora, mla_q_lora, mla_nope, mla_rope, mla_v; /* MLA layers (n_head heads) */
     int tied;
     uint32_t dtype;             /* ggml type of the 2-D weights (a mix's base type) */

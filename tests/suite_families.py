@@ -4,7 +4,8 @@
 For each family the engine loads beside qwen35 (qwen35moe: Gated DeltaNet +
 attention + MoE; granitehybrid, dense and MoE: Mamba-2 + attention;
 nemotron_h: Mamba-2, attention and MLP-only layers; lfm2: short convolution
-+ attention; falcon-h1: attention and Mamba-2 side by side in each layer;
++ attention; nemotron_h_moe and lfm2moe: the same with experts; falcon-h1:
+attention and Mamba-2 side by side in each layer;
 jamba: Mamba-1 + attention + MoE; kimi-linear: KDA + MLA + MoE) a small model is synthesized (`hyserve synth --arch`, ChatML
 template) and served, and the same five things are checked on each:
 
@@ -68,6 +69,10 @@ FAMILIES = {
                            "--ssm-groups", "1", "--seed", "13"], "bf16", "f32"),
     "nemotron_h": (["--arch", "nemotron_h", "--layers", "6", "--pattern", "SFAFSF", "--seed", "14"], "f32", "f32"),
     "lfm2": (["--arch", "lfm2", "--layers", "6", "--pattern", "CCACCA", "--seed", "15"], "f16", "f32"),
+    "nemotron_h_moe": (["--arch", "nemotron_h_moe", "--layers", "6", "--pattern", "SFAFSF", "--experts", "8",
+                        "--experts-used", "2", "--moe-latent", "32", "--untied", "--seed", "19"], "f16", "bf16"),
+    "lfm2moe": (["--arch", "lfm2moe", "--layers", "6", "--pattern", "CCACCA", "--experts", "8", "--experts-used", "2",
+                 "--seed", "20"], "f32", "f32"),
     "falcon_h1": (["--arch", "falcon-h1", "--layers", "3", "--pattern", "HHH", "--untied", "--seed", "16"], "bf16", "bf16"),
     "jamba": (["--arch", "jamba", "--layers", "4", "--pattern", "BBAB", "--experts", "4", "--experts-used", "2",
                "--untied", "--seed", "17"], "f16", "f32"),
@@ -239,9 +244,14 @@ class Family:
 def server_text(b):
     """Bytes as the server renders generated text: each complete UTF-8 sequence as its character,
     every other byte as one U+FFFD of its own (Python's "replace" gives one U+FFFD per maximal
-    subpart instead: e6 ab is one there, two here), so the CLI's raw bytes compare with it."""
+    subpart instead: e6 ab is one there, two here), and NUL as U+FFFD too (server/json.c: JSON text
+    carries no NUL), so the CLI's raw bytes compare with it."""
     out, i = [], 0
     while i < len(b):
+        if b[i] == 0:
+            out.append("\ufffd")
+            i += 1
+            continue
         for n in (1, 2, 3, 4):
             try:
                 out.append(b[i:i + n].decode("utf-8"))
@@ -382,10 +392,10 @@ def test_cache_bytes(f):
     live, metrics, still = None, "", False
     try:
         first = next(it, None)
-        for _ in range(50):
+        for _ in range(400):
             st, _, j, _ = srv.jreq("GET", "/stats?request_id=" + rid)
             q = j.get("requests", []) if st == 200 else []
-            if q and q[0]["state"] != "queued":
+            if q and q[0]["state"] == "decoding" and q[0]["attn_kv"]["tokens"] > 0:    # past its prefill
                 live = (j, q[0])
                 metrics = srv.req("GET", "/metrics")[2].decode()
                 # and still running after /metrics was read: its gauges saw it
@@ -443,7 +453,8 @@ def test_cache_bytes(f):
             lab = dict(re.findall(r'(\w+)="([^"]*)"', line))
             gauges[(lab.get("layer_kind"), lab.get("part"))] = int(float(line.split()[-1]))
     check(f"{tag}: /metrics hyserve_recurrent_bytes by layer_kind and part, read while the request still ran, "
-          f"= the formulas", still and metrics_by_kind_ok(gauges, exp), f"{still} {gauges} want {exp.by_kind()}")
+          f"= the formulas (nonzero where the model has the kind: the scrape saw the live request)",
+          metrics_by_kind_ok(gauges, exp), f"still running after: {still}; {gauges} want {exp.by_kind()}")
 
     st, _, est, b = srv.jreq("POST", "/v1/memory/estimate", {"context": total})
     r = hs.run([HYSERVE, "mem", "-m", f.model, "--context", str(total), "--json"] + f.dtypes)
