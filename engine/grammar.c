@@ -1544,7 +1544,7 @@ static int shared_insert(gram_shared *sh, gentry *e)
     return 0;
 }
 
-static bool cache_make_room(gram_cache *c, uint64_t need, gram_shared **doomed);
+static bool gcache_make_room(gram_cache *c, uint64_t need, gram_shared **doomed);
 
 /* The bytes inserting e into sh adds (its table may double). */
 static uint64_t shared_need(const gram_shared *sh, const gentry *e)
@@ -1616,7 +1616,7 @@ static const gentry *entry_get(gram_matcher *m, int32_t pos, int32_t stk)
         pthread_mutex_lock(&c->mu);
         c->st.walks++;
         if (m->sh->listed && !c->closing) {
-            if (cache_make_room(c, shared_need(m->sh, e), &doomed) && shared_insert(m->sh, e) == 0)
+            if (gcache_make_room(c, shared_need(m->sh, e), &doomed) && shared_insert(m->sh, e) == 0)
                 kept = true;
             else
                 c->st.not_kept++;
@@ -1812,7 +1812,7 @@ static void shared_free_list(gram_shared *doomed)
 }
 
 /* Caller holds c->mu. */
-static void cache_unlink(gram_cache *c, gram_shared *sh)
+static void gcache_unlink(gram_cache *c, gram_shared *sh)
 {
     if (sh->prev)
         sh->prev->next = sh->next;
@@ -1826,7 +1826,7 @@ static void cache_unlink(gram_cache *c, gram_shared *sh)
 }
 
 /* Caller holds c->mu. */
-static void cache_push_front(gram_cache *c, gram_shared *sh)
+static void gcache_push_front(gram_cache *c, gram_shared *sh)
 {
     sh->prev = NULL;
     sh->next = c->head;
@@ -1838,9 +1838,9 @@ static void cache_push_front(gram_cache *c, gram_shared *sh)
 }
 
 /* Caller holds c->mu: takes listed sh out of the cache's accounts. */
-static void cache_unlist(gram_cache *c, gram_shared *sh)
+static void gcache_unlist(gram_cache *c, gram_shared *sh)
 {
-    cache_unlink(c, sh);
+    gcache_unlink(c, sh);
     sh->listed = false;
     c->st.bytes -= sh->bytes;
     c->st.grammars--;
@@ -1850,12 +1850,12 @@ static void cache_unlist(gram_cache *c, gram_shared *sh)
 /* Evicts grammars nobody holds, least recently used first, until need
  * more bytes fit; the evicted go onto *doomed (freed after the lock).
  * Whether they fit. Caller holds c->mu. */
-static bool cache_make_room(gram_cache *c, uint64_t need, gram_shared **doomed)
+static bool gcache_make_room(gram_cache *c, uint64_t need, gram_shared **doomed)
 {
     for (gram_shared *sh = c->tail; sh && c->st.bytes + need > c->st.max_bytes;) {
         gram_shared *prev = sh->prev;
         if (sh->refs == 0) {
-            cache_unlist(c, sh);
+            gcache_unlist(c, sh);
             c->st.evictions++;
             c->refs--;
             sh->next = *doomed;
@@ -1884,7 +1884,7 @@ gram_cache *gram_cache_new(const gram_vocab *v, size_t max_bytes, char *err, siz
     return c;
 }
 
-static void cache_destroy(gram_cache *c)
+static void gcache_destroy(gram_cache *c)
 {
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -1899,7 +1899,7 @@ void gram_cache_free(gram_cache *c)
     c->closing = true;
     while (c->head) {
         gram_shared *sh = c->head;
-        cache_unlist(c, sh);
+        gcache_unlist(c, sh);
         if (sh->refs == 0) {
             c->refs--;
             sh->next = doomed;
@@ -1910,7 +1910,7 @@ void gram_cache_free(gram_cache *c)
     pthread_mutex_unlock(&c->mu);
     shared_free_list(doomed);
     if (last)
-        cache_destroy(c);
+        gcache_destroy(c);
 }
 
 void gram_cache_get_stats(gram_cache *c, gram_cache_stats *st)
@@ -1924,7 +1924,7 @@ void gram_cache_get_stats(gram_cache *c, gram_cache_stats *st)
 }
 
 /* The listed grammar of key[0..n), or NULL. Caller holds c->mu. */
-static gram_shared *cache_find(gram_cache *c, const char *key, size_t n)
+static gram_shared *gcache_find(gram_cache *c, const char *key, size_t n)
 {
     for (gram_shared *sh = c->head; sh; sh = sh->next)
         if (sh->n_key == n && !memcmp(sh->key, key, n))
@@ -1933,11 +1933,11 @@ static gram_shared *cache_find(gram_cache *c, const char *key, size_t n)
 }
 
 /* Caller holds c->mu: sh is in use again. */
-static void cache_touch(gram_cache *c, gram_shared *sh)
+static void gcache_touch(gram_cache *c, gram_shared *sh)
 {
     sh->refs++;
-    cache_unlink(c, sh);
-    cache_push_front(c, sh);
+    gcache_unlink(c, sh);
+    gcache_push_front(c, sh);
 }
 
 gram_shared *gram_cache_acquire(gram_cache *c, const char *key, size_t n, gram_compile_fn compile, void *ctx,
@@ -1945,9 +1945,9 @@ gram_shared *gram_cache_acquire(gram_cache *c, const char *key, size_t n, gram_c
 {
     gram_shared *sh = NULL, *doomed = NULL;
     pthread_mutex_lock(&c->mu);
-    if ((sh = cache_find(c, key, n))) {
+    if ((sh = gcache_find(c, key, n))) {
         c->st.grammar_hits++;
-        cache_touch(c, sh);
+        gcache_touch(c, sh);
     } else {
         c->st.grammar_misses++;
     }
@@ -1975,14 +1975,14 @@ gram_shared *gram_cache_acquire(gram_cache *c, const char *key, size_t n, gram_c
     sh->refs = 1;
     sh->bytes = sizeof *sh + n + grammar_bytes(g);
     pthread_mutex_lock(&c->mu);
-    gram_shared *other = cache_find(c, key, n);     /* compiled meanwhile by another thread */
+    gram_shared *other = gcache_find(c, key, n);     /* compiled meanwhile by another thread */
     if (other) {
-        cache_touch(c, other);
+        gcache_touch(c, other);
     } else {
         c->refs++;
-        if (!c->closing && c->st.max_bytes > 0 && cache_make_room(c, sh->bytes, &doomed)) {
+        if (!c->closing && c->st.max_bytes > 0 && gcache_make_room(c, sh->bytes, &doomed)) {
             sh->listed = true;
-            cache_push_front(c, sh);
+            gcache_push_front(c, sh);
             c->st.bytes += sh->bytes;
             c->st.grammars++;
         }
@@ -2008,7 +2008,7 @@ void gram_shared_release(gram_shared *sh)
     if (gone)
         shared_free(sh);
     if (last)
-        cache_destroy(c);
+        gcache_destroy(c);
 }
 
 gram_matcher *gram_matcher_new_shared(gram_shared *sh)
