@@ -193,13 +193,10 @@ static uint8_t *map_aligned(size_t bytes)
  * finished sequence stays (its block with it) and a new request needs a
  * block of its own and one per snapshot; from the allocator each came as
  * memory it had given back to the kernel, so every request faulted its
- * blocks in anew: on the 0.8B bench shape (19 MB blocks) a cold 300-token
- * prompt took 9,880 page faults with the cache on against 10 off, and
- * at load 12 its admission (the new slot zeroed) 0.59-0.81 s against
- * 0.003-0.16 s and the snapshot copy 0.78-1.02 s against nothing
- * (docs/performance.md section 11). Blocks of BLOCK_MAP_MIN bytes or more
- * are mappings of their own with huge pages advised (a few faults of 2 MiB
- * when first touched); smaller ones come from aligned_alloc. */
+ * blocks in anew (docs/performance.md section 12). Blocks of BLOCK_MAP_MIN
+ * bytes or more are mappings of their own with huge pages advised (a few
+ * faults of 2 MiB when first touched); smaller ones come from
+ * aligned_alloc. */
 
 static size_t block_map_bytes(const cache *c)
 {
@@ -249,14 +246,11 @@ static size_t region_size(const cache *c)
  * While the prefix store grows, every request takes memory no sequence
  * ever held (the store keeps the old): its DeltaNet slot and snapshots,
  * and regions for its KV pages. Faulting in fresh memory is slow and
- * unpredictable here (a VM whose host backs guest memory lazily): 20 MiB
- * took 2-330 ms to populate with huge pages and 200-290 ms of stalled
- * first writes on 4 KiB pages, where reused memory takes 1 ms. A cold
- * 313-token request (0.8B shape, load 6-7) waited 33-92 ms at admission
- * with the cache on, in the reservation (each new page's reference count
- * is written when taken, so every huge page of a new region faulted in
- * there), against ~1.4 ms off, and its slot and prompt-end snapshot blocks
- * came fresh too (57 ms at admission on main). A thread of the cache's
+ * unpredictable here (a VM whose host backs guest memory lazily), and a
+ * cold request waited for it at admission: in the reservation (each new
+ * page's reference count is written when taken, so every huge page of a
+ * new region faulted in there) and in its fresh slot and prompt-end
+ * snapshot blocks (docs/performance.md section 12). A thread of the cache's
  * own keeps `want` blocks and `want_regions` regions mapped and populated,
  * so block_take and page_new find them ready. It makes them when asked
  * (cache_spares_refill: the scheduler asks when it goes idle), not at the
@@ -527,10 +521,9 @@ static int seq_new(cache *c, bool zero)
     /* A recycled block if there is one (block_take). Zeroed by writing: the
      * recurrent step reads the state before it writes it, and on untouched
      * (calloc'd, mmap'd) pages that read maps the zero page and the write
-     * then copies it, with a TLB flush across the threads: a fresh
-     * sequence's 16-token prompt took 282 ms against 121 on reused memory
-     * (Q8_0 0.8B shape, 2 threads, 10k page faults); now 8.7 ms of memset
-     * here, then 121. A new mapping the kernel populated is zero already. */
+     * then copies it, with a TLB flush across the threads (what that cost:
+     * docs/performance.md section 12). A new mapping the kernel populated
+     * is zero already. */
     bool zeroed;
     uint8_t *slot = s->pages ? block_take(c, &zeroed) : NULL;
     if (!s->pages || !slot) {
@@ -595,11 +588,8 @@ const cache_seq *cache_get_const(const cache *c, int id)
  * transparent huge pages advised (where the kernel has them; else plain
  * pages). A decode step at long context streams every page of a sequence
  * in 16 KiB pieces (one head's K or V of 16 tokens); on 4 KiB pages each
- * piece meant four page walks. Q8_0 0.8B shape, 8K context, 2 threads, the
- * bench's alternation (hyserve-bench --only decode), huge-page regions
- * against one malloc per page: extra ms per token over context 0 9.4
- * against 11.2, a plain read of the pages 23.4 against 15.9 GB/s. Regions
- * stay until cache_deinit, as free pages always did. */
+ * piece meant four page walks (measured: docs/performance.md section 12).
+ * Regions stay until cache_deinit, as free pages always did. */
 static uint8_t *page_new(cache *c)
 {
     const size_t stride = page_stride(c);

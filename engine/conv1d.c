@@ -32,13 +32,12 @@ static int conv_slot(int p, int w1)
  * in place: u_t[ch] = silu(sum_j w[j][ch] x_{t-K+1+j}[ch] + b[ch]), x_{<0} from the
  * cached window of raw inputs. Rows run last to first, so the raw rows a
  * row needs are not yet overwritten; channels run in blocks innermost,
- * contiguous and vectorizable, with the taps stored [K][channel] at load.
- * Profile (perf, 512-token prefill, 1 thread): the former channel-outer
- * loop strode 24 KB between rows and took 7% of the prefill; this order
- * takes well under 1%. Items are the outer loop, so an item's K - 1
- * window rows are read front to back: with the channel blocks outermost,
- * 16 sequences decoding together took 4-5% of the step (perf), each block
- * touching 48 short pieces of windows that are not in cache. */
+ * contiguous and vectorizable, with the taps stored [K][channel] at load
+ * (a channel-outer loop strides 24 KB between rows). Items are the outer
+ * loop, so an item's K - 1 window rows are read front to back: with the
+ * channel blocks outermost each block would touch K - 1 short pieces of
+ * every item's window, not in cache. The profiles of both orders:
+ * docs/performance.md section 12. */
 void conv1d_items(const fwd_item *items, int n_items, float *X, int ld, int CD, int K, const float *taps,
                   const float *bias, size_t ring_off, bool silu, int c0, int c1)
 {
@@ -74,9 +73,8 @@ void conv1d_items(const fwd_item *items, int n_items, float *X, int ld, int CD, 
                     const float *x = r >= 0 ? X + (size_t)(it->row0 + r) * ld + cb
                                             : conv + (size_t)conv_slot(it->pos0 + r, W1) * CD + cb;
                     const float *w = taps + (size_t)j * CD + cb;
-                    /* -O2 leaves these loops scalar without the pragma:
-                     * 16 sequences decoding took 7.8 ms a step in the conv,
-                     * 3.7 ms with it (BF16, 2 threads, timed per phase) */
+                    /* -O2 leaves these loops scalar without the pragma
+                     * (timed: docs/performance.md section 12) */
                     if (j == 0) {
                         #pragma omp simd
                         for (int ci = 0; ci < nc; ci++)

@@ -75,10 +75,9 @@ long dnet_chunk_scratch_floats(int d_k, int d_v)
  *   S_hf = S_hf exp(G_last) + (k * exp(G_last - G))^T Vnew
  * with S_hf = S^T in our layout. T is never formed: [W | U] is the
  * solution of (I + L) [W | U] = [k beta exp(G) | v beta], one unit lower
- * triangular solve (trsm) with both right-hand sides side by side.
- * Profile (perf, 2048 tokens x 16 heads, 1 thread, before): 40% of the
- * chunk time was the scalar forward substitution building T column by
- * column and the two products with T; the solve replaces all three. */
+ * triangular solve (trsm) with both right-hand sides side by side, in
+ * place of building T column by column by forward substitution and the
+ * two products with T (the profile: docs/performance.md section 12). */
 void dnet_chunked_head(int n, int d_k, int d_v, const float *q, int q_stride,
                        const float *k, int k_stride, const float *v, int v_stride,
                        const float *beta, const float *g, float *S, float *o, int o_stride,

@@ -31,18 +31,10 @@
 
 /* MATMUL_F32_TILE_MAX (matmul.h): F32 prompts (and decode steps) of up
  * to this many tokens take the AVX-512 rows x tokens tile
- * (matmul_small512), longer ones sgemm. Before, sgemm took them from 17 tokens, where
- * OpenBLAS falls off its small-matrix path: the F32 form of the cliff the
- * F16 and BF16 prompts lost to their panel tiles. Measured with
- * `hyserve-int8-ab f32` (matmul alone, the bench model's MLP shapes
- * 3584 x 1024 and 1024 x 3584, tile and sgemm alternating in one process,
- * medians of 9; load 4.5 from other sessions: ratios only), sgemm time /
- * tile time: 2 threads, 17 tokens 12.2 and 19.3, 32: 4.7 and 4.6, 64: 1.8
- * and 7.6, 128: 1.8 and 2.8, 256: 1.5 and 1.6, 512: 1.1 and 1.05; one
- * thread 17: 2.2 and 7.5, 32: 1.8 and 1.8, 64: 1.7 and 1.07, 128: 1.3 and
- * 1.2, 256: 1.1 and 0.57, 512: 1.04 and 0.68. The quiet kernel rows
- * (bench/results/latest.md) agree at 64: tile 217 GFLOP/s, sgemm 143.
- * Past 128 tokens sgemm stays, where one thread measured it faster. */
+ * (matmul_small512), longer ones sgemm: from 17 tokens OpenBLAS falls off
+ * its small-matrix path (the F32 form of the cliff the F16 and BF16
+ * prompts lost to their panel tiles), and past 128 one thread measured
+ * sgemm faster (the figures: docs/performance.md section 12). */
 
 /* Rows dequantized per tile when a non-f32 weight meets a multi-token
  * input: each thread turns a tile to f32 and runs sgemm on it. */
@@ -704,9 +696,8 @@ static void matmul_small512(float *restrict Y, const weight *W, const float *res
  * AVX512-VNNI: the activations prepared once for the tile kernel.
  * AVX2: each row dotted with every token's activations while it is in L1.
  * The threads quantize and prepare a share of the tokens each, then meet
- * at a barrier: done by one thread while the other waited, that was 2.6%
- * of a 16-sequence Q8_0 step's samples (perf, 2 threads), about 5% of
- * its time.
+ * at a barrier, rather than one doing it while the others wait
+ * (docs/performance.md section 12).
  * Scratch: xq, xd, then the 64-byte aligned prep. */
 static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                                 float *scratch)
@@ -999,10 +990,10 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
     }
     /* decode steps of any size but F32's stay on the tile (F16 and BF16
      * off AMX widened in registers, other types decoded 48 rows at a
-     * time; Q8_0's took matmul_q8_act above): 64 sequences, whole model,
-     * 2 threads, 115 -> 148 tok/s (BF16) and 115 -> 132 (F16) over
-     * decoding tiles for sgemm. F32 needs no decoding: its prompts and
-     * steps take the tile to matmul_f32_tile_max() tokens, sgemm past it. */
+     * time; Q8_0's took matmul_q8_act above), faster than decoding tiles
+     * for sgemm (docs/performance.md section 12). F32 needs no decoding:
+     * its prompts and steps take the tile to matmul_f32_tile_max() tokens,
+     * sgemm past it. */
     if ((n_tok <= mm_small_max || (decode && W->type != GGML_F32) ||
          (W->type == GGML_F32 && n_tok <= matmul_f32_tile_max())) && simd_avx512()) {
         matmul_small512(Y, W, X, n_tok, scratch);

@@ -682,11 +682,10 @@ static size_t arena_offset(weight *const *ws, int i)
 /* Repack the projection weights that panels_fit into panels (panels.h):
  * from the file mapping into one anonymous region of the model's
  * (panel_arena), and the file pages they came from are dropped from the
- * mapping (drop_file_pages): a private copy would
- * copy each page on first write, which measured 1.6-3.6 s against 0.3 s
- * of load for a 1 GB BF16 model. With huge_weights the huge-page copy is
- * already the process's own and is rewritten in place. Leaves every
- * weight as stored if memory is short. */
+ * mapping (drop_file_pages): a private copy would copy each page on first
+ * write, a slower load (docs/performance.md section 12). With
+ * huge_weights the huge-page copy is already the process's own and is
+ * rewritten in place. Leaves every weight as stored if memory is short. */
 static void pack_panels(model *m, weight **ws)     /* ws: room for PROJ_MAX(m) */
 {
     int n = 0;
@@ -739,12 +738,10 @@ static void pack_panels(model *m, weight **ws)     /* ws: room for PROJ_MAX(m) *
  * the file pages they came from, as pack_panels does. The same rows, the
  * same bytes: every kernel and every result is unchanged. Why: a decode
  * token streams every weight once, and from the file's page-cache pages
- * F32 decode ran at 46% of the triad bandwidth on 2 threads (make bench
- * on this Zen 5, where BF16 in panels, an anonymous copy, ran at 89%);
- * the same F32 model read into huge pages decoded 1.93x faster in the
- * bench's alternating turns (docs/performance.md 9). Not with the
- * huge-page copy (already the process's own), not with HYSERVE_F32_COPY=0
- * (A/B runs), and the weights stay mapped if memory is short. */
+ * F32 decode ran well short of what anonymous memory gives
+ * (docs/performance.md sections 9 and 12). Not with the huge-page copy
+ * (already the process's own), not with HYSERVE_F32_COPY=0 (A/B runs),
+ * and the weights stay mapped if memory is short. */
 #define F32_ARENA_ALIGN ((size_t)2 << 20)
 
 static bool f32_copy_wanted(void)
