@@ -285,12 +285,17 @@ static char kind_of(const synth_config *c, int il)
     return (il + 1) % c->attn_every == 0 ? 'A' : 'L';
 }
 
-static bool has_mla(const synth_config *c)
+static bool has_kind(const synth_config *c, char k)
 {
     for (int il = 0; il < c->n_layer; il++)
-        if (kind_of(c, il) == 'M')
+        if (kind_of(c, il) == k)
             return true;
     return false;
+}
+
+static bool has_mla(const synth_config *c)
+{
+    return has_kind(c, 'M');
 }
 
 /* A ChatML template in the Jinja form Qwen models ship (only its shape
@@ -399,7 +404,8 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     else if (bs > 1 && (c->n_embd % (int)bs || c->n_ff % (int)bs || (c->n_head * c->head_dim) % (int)bs ||
                         /* the DeltaNet and expert widths only where those layers are */
                         (hybrid(c) && (c->dnet_n_v * c->dnet_d_v) % (int)bs) ||
-                        (ssm_arch(c) && (c->m2_heads * c->m2_head_dim) % (int)bs) ||
+                        (ssm_arch(c) && (has_kind(c, 'S') || has_kind(c, 'H')) &&
+                         (c->m2_heads * c->m2_head_dim) % (int)bs) ||
                         (moe_arch(c) && (c->n_ff_exp % (int)bs || c->n_ff_shexp % (int)bs))))
         bad = "quantized dtypes need embd, ff, expert ff and head widths that are multiples of the block size (32, or 256 for K-quants)";
     else if (strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe") && strcmp(c->arch, "qwen3next") &&
@@ -440,10 +446,7 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     if (!bad && (c->mla_kv_lora < 1 || c->mla_nope < 1 || c->mla_rope < 2 || c->mla_rope % 2 ||
                  c->mla_v < 1 || c->mla_q_lora < 0))
         bad = "MLA dims must be positive and the MLA rope dim even";
-    if (!bad && bs > 1 && has_mla(c) &&
-        (c->mla_nope % (int)bs || c->mla_kv_lora % (int)bs || (c->mla_q_lora && c->mla_q_lora % (int)bs) ||
-         (c->n_head * c->mla_v) % (int)bs))
-        bad = "quantized MLA layers need nope, kv-lora, q-lora and heads*vdim to be block multiples";
+    /* MLA's rows that are not whole blocks (k_b's nope, v_b's latent) fall back to F16 as llama-quantize's */
     if (bad) {
         snprintf(err, errlen, "synth: %s", bad);
         return -1;
