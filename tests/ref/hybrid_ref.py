@@ -10,8 +10,16 @@ Owns the math of (general.architecture):
                  x0 = embedding_scale * embd; x += residual_scale * mixer(...), likewise FFN;
                  attention scale = attention.scale; logits = lm_head(...) / logit_scale.
   nemotron_h     one of Mamba-2 / attention (no RoPE) / relu^2 MLP per layer, x += f(norm(x)).
+  nemotron_h_moe nemotron_h whose MLP layers (expert_count > 0) are a MoE: sigmoid router, top-k by
+                 p + exp_probs_b, optionally renormalised (expert_weights_norm) and scaled
+                 (expert_weights_scale); relu^2 experts (up / down only) on an optional latent
+                 projection (ffn_latent_down / ffn_latent_up, moe_latent_size), plus a relu^2
+                 shared expert on the normed input.
   lfm2           gated short conv (y = out(C * conv(B * x))) / attention with q/k RMSNorm and NeoX
                  RoPE; dense SwiGLU every layer; final norm token_embd_norm.
+  lfm2moe        lfm2 with a MoE FFN from layer leading_dense_block_count on: sigmoid (or softmax,
+                 expert_gating_func) router, top-k by p + exp_probs_b, renormalised, never scaled;
+                 SwiGLU experts, no shared expert.
   falcon-h1      attention and Mamba-2 in parallel on the same normed input, then SwiGLU.
   jamba          Mamba-1 (dt / B / C RMSNorms) / attention without RoPE; dense or MoE FFN
                  (softmax top-k, not renormalised).
@@ -64,7 +72,8 @@ from models_ref import causal_attention, rope_norm, softmax  # noqa: E402
 from qwen35_ref import (Qwen35Ref, linear, rmsnorm, rope_neox, sigmoid, silu,  # noqa: E402
                         softplus)
 
-ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "lfm2", "falcon-h1", "jamba", "kimi-linear")
+ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe", "falcon-h1", "jamba",
+         "kimi-linear")
 DEFAULT_CHUNK = 8   # the reference's SSD chunk: a 20-token prompt spans 3 chunks
 
 
@@ -276,6 +285,16 @@ def _per_layer(v, n, what):
     return [int(v)] * n
 
 
+def swiglu_expert(L, e, x):
+    """Expert e's hidden activations silu(gate_e x) * up_e x (its down projection applied by the caller)."""
+    return silu(linear(x, L["gate_exps"][e])) * linear(x, L["up_exps"][e])
+
+
+def relu2_mlp(L, x, suffix=""):
+    """down(relu(up x)^2): Nemotron-H's MLP, its experts and its shared expert (no gate)."""
+    return linear(np.maximum(linear(x, L["up" + suffix]), 0.0) ** 2, L["down" + suffix])
+
+
 class HybridRef:
     """Base: token embedding, a per-layer block, final norm, LM head. Subclasses set
     self.layers (dicts of float64 arrays plus "kind") and implement block()."""
@@ -370,30 +389,55 @@ class HybridRef:
     def swiglu(self, L, x, suffix=""):
         return linear(silu(linear(x, L["gate" + suffix])) * linear(x, L["up" + suffix]), L["down" + suffix])
 
+    def top_k(self, scores, gap_of):
+        """The n_expert_used largest scores [T, E] per row (ties -> lower index); records in
+        min_route_gap the smallest gap between the k-th and (k+1)-th of gap_of (same order)."""
+        k = self.n_expert_used
+        order = np.argsort(-scores, axis=1, kind="stable")
+        if k < scores.shape[1]:
+            lk = np.take_along_axis(gap_of, order[:, k - 1:k + 1], axis=1)
+            self.min_route_gap = min(self.min_route_gap, float((lk[:, 0] - lk[:, 1]).min()))
+        return order[:, :k]
+
     def route(self, L, x, renorm=True):
         """Softmax router, top-k (ties -> lower index), optionally renormalised."""
-        k = self.n_expert_used
         logits = linear(x, L["gate_inp"])
         p = softmax(logits, axis=1)
-        order = np.argsort(-p, axis=1, kind="stable")
-        top = order[:, :k]
-        if k < logits.shape[1]:
-            lk = np.take_along_axis(logits, order[:, k - 1:k + 1], axis=1)
-            self.min_route_gap = min(self.min_route_gap, float((lk[:, 0] - lk[:, 1]).min()))
+        top = self.top_k(p, logits)
         w = np.take_along_axis(p, top, axis=1)
         if renorm:
             w = w / w.sum(axis=1, keepdims=True)
         return top, w
 
-    def experts(self, L, x, renorm=True):
-        top, w = self.route(L, x, renorm)
-        out = np.zeros_like(x)
+    def route_biased(self, L, logits, gating, norm_w, w_scale):
+        """llama.cpp build_moe_ffn's router with a selection bias (exp_probs_b): p = sigmoid or
+        softmax of the logits [T, E]; the top-k of p + exp_probs_b choose (the bias picks, it does
+        not weigh), the weights are p of the chosen, divided by max(their sum, 2^-14) when norm_w,
+        times w_scale unless it is 0 or 1."""
+        p = sigmoid(logits) if gating == "sigmoid" else softmax(logits, axis=1)
+        sel = p + L["probs_b"][None, :] if "probs_b" in L else p
+        top = self.top_k(sel, sel)
+        w = np.take_along_axis(p, top, axis=1)
+        if norm_w:
+            w = w / np.maximum(w.sum(axis=1, keepdims=True), 6.103515625e-5)   # ggml_clamp to f16's min normal
+        if w_scale not in (0.0, 1.0):
+            w = w * w_scale
+        return top, w
+
+    def experts_weighted(self, L, x, top, w, act):
+        """sum over the chosen experts e of w * down_e(act(L, e, x)), x [T, n_in] -> [T, n_out of down]."""
+        out = None
         for e in np.unique(top):
             rows, slot = np.nonzero(top == e)
-            xe = x[rows]
-            h = silu(linear(xe, L["gate_exps"][e])) * linear(xe, L["up_exps"][e])
-            out[rows] += w[rows, slot][:, None] * linear(h, L["down_exps"][e])
+            y = linear(act(L, e, x[rows]), L["down_exps"][e])
+            if out is None:
+                out = np.zeros((x.shape[0], y.shape[1]))
+            out[rows] += w[rows, slot][:, None] * y
         return out
+
+    def experts(self, L, x, renorm=True):
+        top, w = self.route(L, x, renorm)
+        return self.experts_weighted(L, x, top, w, swiglu_expert)
 
     # ---- Mamba-2 -----------------------------------------------------------
 
@@ -690,10 +734,16 @@ class NemotronHRef(HybridRef):
                 L = self._load_attention(p, hkv[il])
                 L["kind"] = "A"
             else:
-                L = {"kind": "F", "up": t(p + "ffn_up.weight", (ff[il], D)),
-                     "down": t(p + "ffn_down.weight", (D, ff[il]))}
+                L = self._load_mlp(p, ff[il])
             L["attn_norm"] = t(p + "attn_norm.weight", (D,))
             self.layers.append(L)
+
+    def _load_mlp(self, p, n_ff):
+        t, D = self.t, self.n_embd
+        return {"kind": "F", "up": t(p + "ffn_up.weight", (n_ff, D)), "down": t(p + "ffn_down.weight", (D, n_ff))}
+
+    def mlp(self, L, xn):
+        return relu2_mlp(L, xn)
 
     def block(self, L, x, pos, cache, chunked, chunk):
         xn = rmsnorm(x, L["attn_norm"], self.eps)
@@ -702,8 +752,70 @@ class NemotronHRef(HybridRef):
         elif L["kind"] == "A":
             h = self.attention(L, xn, pos, cache, rope=None, scale=self.attn_scale)
         else:
-            h = linear(np.maximum(linear(xn, L["up"]), 0.0) ** 2, L["down"])   # relu^2, no gate
+            h = self.mlp(L, xn)
         return x + h
+
+
+class NemotronHMoeRef(NemotronHRef):
+    """nemotron_h with, when expert_count > 0, a MoE on each MLP layer (llama.cpp
+    nemotron_h::build_ffn_layer; the tensors and keys of nemotron_h's loader):
+      logits = ffn_gate_inp xn; p = sigmoid(logits) (the gating is fixed, no key read);
+      top-k of p + exp_probs_b; w = p of the chosen, / max(sum, 2^-14) if expert_weights_norm,
+      times expert_weights_scale unless 0 / 1;
+      xl = ffn_latent_down xn (when present, moe_latent_size wide; else xl = xn);
+      moe = sum_k w_k down_k(relu(up_k xl)^2), then ffn_latent_up moe (when present);
+      out = moe + down_shexp(relu(up_shexp xn)^2)   (the shared expert reads xn, not xl).
+    Expert size expert_feed_forward_length, else feed_forward_length[il] / expert_used_count."""
+
+    arch = "nemotron_h_moe"
+
+    def __init__(self, path):
+        r = GGUFReader(path)
+        a = self.arch
+        self.n_expert = int(_key(r, a, "expert_count", 0, False))
+        self.n_expert_used = int(_key(r, a, "expert_used_count", 0, False))
+        self.n_ff_exp = int(_key(r, a, "expert_feed_forward_length", 0, False))
+        self.n_ff_shexp = int(_key(r, a, "expert_shared_feed_forward_length", 0, False))
+        self.norm_w = bool(_key(r, a, "expert_weights_norm", False, False))
+        self.w_scale = float(_key(r, a, "expert_weights_scale", 0.0, False))
+        self.latent = int(_key(r, a, "moe_latent_size", 0, False))
+        groups = int(_key(r, a, "expert_group_count", 0, False))
+        if groups > 1:
+            raise ValueError("nemotron_h_moe: expert_group_count %d > 1 (grouped selection) is not modelled"
+                             % groups)
+        if self.n_expert and not 0 < self.n_expert_used <= self.n_expert:
+            raise ValueError("expert_used_count %d not in 1..%d" % (self.n_expert_used, self.n_expert))
+        NemotronHRef.__init__(self, path)
+
+    def _load_mlp(self, p, n_ff):
+        if not self.n_expert:
+            return NemotronHRef._load_mlp(self, p, n_ff)
+        t, D, E = self.t, self.n_embd, self.n_expert
+        Fe = self.n_ff_exp or n_ff // self.n_expert_used
+        Fs = self.n_ff_shexp
+        Dl = self.latent or D
+        L = {"kind": "E", "gate_inp": t(p + "ffn_gate_inp.weight", (E, D)),
+             "probs_b": t(p + "exp_probs_b.bias", (E,)),
+             "up_exps": t(p + "ffn_up_exps.weight", (E, Fe, Dl)),
+             "down_exps": t(p + "ffn_down_exps.weight", (E, Dl, Fe)),
+             "up_shexp": t(p + "ffn_up_shexp.weight", (Fs, D)),
+             "down_shexp": t(p + "ffn_down_shexp.weight", (D, Fs))}
+        # each optional on its own in the loader (moe_n_embd = moe_latent_size or n_embd)
+        if p + "ffn_latent_down.weight" in self.reader.tensors:
+            L["latent_down"] = t(p + "ffn_latent_down.weight", (Dl, D))
+        if p + "ffn_latent_up.weight" in self.reader.tensors:
+            L["latent_up"] = t(p + "ffn_latent_up.weight", (D, Dl))
+        return L
+
+    def mlp(self, L, xn):
+        if L["kind"] == "F":
+            return relu2_mlp(L, xn)
+        top, w = self.route_biased(L, linear(xn, L["gate_inp"]), "sigmoid", self.norm_w, self.w_scale)
+        xl = linear(xn, L["latent_down"]) if "latent_down" in L else xn
+        moe = self.experts_weighted(L, xl, top, w, lambda L, e, x: np.maximum(linear(x, L["up_exps"][e]), 0.0) ** 2)
+        if "latent_up" in L:
+            moe = linear(moe, L["latent_up"])
+        return moe + relu2_mlp(L, xn, "_shexp")
 
 
 # --------------------------------------------------------------------------
@@ -722,7 +834,7 @@ class Lfm2Ref(HybridRef):
         self.n_rot = int(_key(r, a, "rope.dimension_count", self.head_dim, False))
         self.l_cache = int(_key(r, a, "shortconv.l_cache"))
         self.n_ff = int(_key(r, a, "feed_forward_length"))
-        t, F = self.t, self.n_ff
+        t = self.t
         self.layers = []
         for il in range(n):
             p = "blk.%d." % il
@@ -733,10 +845,17 @@ class Lfm2Ref(HybridRef):
             else:
                 L = self._load_attention(p, hkv[il], qk_norm=True)
                 L["kind"] = "A"
-            L.update({"attn_norm": t(p + "attn_norm.weight", (D,)), "ffn_norm": t(p + "ffn_norm.weight", (D,)),
-                      "gate": t(p + "ffn_gate.weight", (F, D)), "up": t(p + "ffn_up.weight", (F, D)),
-                      "down": t(p + "ffn_down.weight", (D, F))})
+            L.update({"attn_norm": t(p + "attn_norm.weight", (D,)), "ffn_norm": t(p + "ffn_norm.weight", (D,))})
+            L.update(self._load_ffn(p, il))
             self.layers.append(L)
+
+    def _load_ffn(self, p, il):
+        t, D, F = self.t, self.n_embd, self.n_ff
+        return {"gate": t(p + "ffn_gate.weight", (F, D)), "up": t(p + "ffn_up.weight", (F, D)),
+                "down": t(p + "ffn_down.weight", (D, F))}
+
+    def ffn(self, L, xn):
+        return self.swiglu(L, xn)
 
     def shortconv(self, L, x, cache, oneshot):
         D = self.n_embd
@@ -755,7 +874,51 @@ class Lfm2Ref(HybridRef):
         else:
             h = self.attention(L, xn, pos, cache, rope="neox", qk_norm=True)
         x = x + h
-        return x + self.swiglu(L, rmsnorm(x, L["ffn_norm"], self.eps))
+        return x + self.ffn(L, rmsnorm(x, L["ffn_norm"], self.eps))
+
+
+class Lfm2MoeRef(Lfm2Ref):
+    """lfm2 (the same mixers, norms and RoPE) whose layers il >= leading_dense_block_count have a
+    MoE FFN instead of the dense SwiGLU (llama.cpp lfm2's graph, which lfm2moe shares):
+      p = sigmoid (expert_gating_func 2) or softmax (1) of ffn_gate_inp xn; top-k of p + exp_probs_b;
+      w = p of the chosen / max(sum, 2^-14) (norm_w is always true); NO expert_weights_scale (the
+      loader reads no such key for lfm2moe, so the graph's 0 means none); SwiGLU experts of
+      expert_feed_forward_length; no shared expert."""
+
+    arch = "lfm2moe"
+
+    def __init__(self, path):
+        r = GGUFReader(path)
+        a = self.arch
+        self.n_expert = int(_key(r, a, "expert_count"))
+        self.n_expert_used = int(_key(r, a, "expert_used_count"))
+        self.n_ff_exp = int(_key(r, a, "expert_feed_forward_length"))
+        self.dense_lead = int(_key(r, a, "leading_dense_block_count", 0, False))
+        gating = int(_key(r, a, "expert_gating_func"))
+        if gating not in (1, 2):
+            raise ValueError("lfm2moe: expert_gating_func %d not modelled (1 softmax, 2 sigmoid)" % gating)
+        self.gating = "softmax" if gating == 1 else "sigmoid"
+        if not 0 < self.n_expert_used <= self.n_expert:
+            raise ValueError("expert_used_count %d not in 1..%d" % (self.n_expert_used, self.n_expert))
+        Lfm2Ref.__init__(self, path)
+
+    def _load_ffn(self, p, il):
+        if il < self.dense_lead:
+            return Lfm2Ref._load_ffn(self, p, il)
+        t, D, E, Fe = self.t, self.n_embd, self.n_expert, self.n_ff_exp
+        return {"gate_inp": t(p + "ffn_gate_inp.weight", (E, D)), "probs_b": t(p + "exp_probs_b.bias", (E,)),
+                "gate_exps": t(p + "ffn_gate_exps.weight", (E, Fe, D)),
+                "up_exps": t(p + "ffn_up_exps.weight", (E, Fe, D)),
+                "down_exps": t(p + "ffn_down_exps.weight", (E, D, Fe))}
+
+    def kinds(self):
+        return "".join(L["kind"] + ("e" if "gate_inp" in L else "") for L in self.layers)
+
+    def ffn(self, L, xn):
+        if "gate_inp" not in L:
+            return self.swiglu(L, xn)
+        top, w = self.route_biased(L, linear(xn, L["gate_inp"]), self.gating, True, 0.0)
+        return self.experts_weighted(L, xn, top, w, swiglu_expert)
 
 
 # --------------------------------------------------------------------------
@@ -1034,25 +1197,9 @@ class KimiLinearRef(HybridRef):
         return linear(out.reshape(T, H * dv), L["wo"])
 
     def moe(self, L, x):
-        k = self.n_expert_used
-        logits = linear(x, L["gate_inp"])
-        p = sigmoid(logits) if self.gating == "sigmoid" else softmax(logits, axis=1)
-        sel = p + L["probs_b"][None, :]                          # the bias picks, it does not weigh
-        order = np.argsort(-sel, axis=1, kind="stable")
-        top = order[:, :k]
-        if k < sel.shape[1]:
-            lk = np.take_along_axis(sel, order[:, k - 1:k + 1], axis=1)
-            self.min_route_gap = min(self.min_route_gap, float((lk[:, 0] - lk[:, 1]).min()))
-        w = np.take_along_axis(p, top, axis=1)
-        w = w / w.sum(axis=1, keepdims=True)
-        if self.w_scale:
-            w = w * self.w_scale
-        out = np.zeros_like(x)
-        for e in np.unique(top):
-            rows, slot = np.nonzero(top == e)
-            xe = x[rows]
-            h = silu(linear(xe, L["gate_exps"][e])) * linear(xe, L["up_exps"][e])
-            out[rows] += w[rows, slot][:, None] * linear(h, L["down_exps"][e])
+        # the bias picks, it does not weigh; weights renormalised over the k, times the scale
+        top, w = self.route_biased(L, linear(x, L["gate_inp"]), self.gating, True, self.w_scale)
+        out = self.experts_weighted(L, x, top, w, swiglu_expert)
         if "gate_shexp" in L:
             out = out + self.swiglu(L, x, "_shexp")
         return out
@@ -1073,7 +1220,8 @@ def models_ref_l2norm(x, eps):
 # --------------------------------------------------------------------------
 
 CLASSES = {"qwen35moe": Qwen35MoeRef, "granitehybrid": GraniteHybridRef, "nemotron_h": NemotronHRef,
-           "lfm2": Lfm2Ref, "falcon-h1": FalconH1Ref, "jamba": JambaRef, "kimi-linear": KimiLinearRef}
+           "nemotron_h_moe": NemotronHMoeRef, "lfm2": Lfm2Ref, "lfm2moe": Lfm2MoeRef, "falcon-h1": FalconH1Ref,
+           "jamba": JambaRef, "kimi-linear": KimiLinearRef}
 
 
 def load_model(path):
@@ -1171,7 +1319,9 @@ def self_test_models(verbose=False, tmpdir=None):
              ("granitehybrid", ["--experts", "4", "--experts-used", "2", "--expert-ff", "32", "--shared-ff", "48",
                                 "--rope"]),
              ("nemotron_h", []), ("lfm2", []), ("falcon-h1", []), ("falcon-h1", ["--no-ssm-norm"]),
-             ("jamba", []), ("kimi-linear", []), ("kimi-linear", ["--q-lora", "24", "--dense-lead", "2"])]
+             ("jamba", []), ("kimi-linear", []), ("kimi-linear", ["--q-lora", "24", "--dense-lead", "2"]),
+             ("nemotron_h_moe", []), ("nemotron_h_moe", ["--latent", "0", "--no-norm-w"]),
+             ("lfm2moe", []), ("lfm2moe", ["--dense-lead", "0", "--gating-func", "1"])]
     try:
         for i, (arch, extra) in enumerate(specs):
             path = os.path.join(tmpdir, "selftest_%d_%s.gguf" % (i, arch))
@@ -1208,8 +1358,22 @@ NOTES = """Where llama.cpp's runtime and the papers / HF differ (the reference f
   expert is added without a gate.
 - nemotron_h: the layer kind comes from head_count_kv[il] and feed_forward_length[il] (both 0:
   Mamba-2; ff 0: attention; else MLP); attention has no positional encoding.
+- nemotron_h_moe: the router is sigmoid whatever the file says (llama.cpp passes
+  GATING_FUNC_SIGMOID; no expert_gating_func key is read), its logits come from the normed input
+  (not the latent); exp_probs_b only chooses, the weights are the sigmoids of the chosen,
+  renormalised only when expert_weights_norm is true (sum clamped below at 2^-14, f16's smallest
+  normal), then times expert_weights_scale unless it is 0 or 1 (routed_scaling_factor, 2.5 in
+  Nemotron-3-Nano); the experts run in the latent width and the weighted sum goes back through
+  ffn_latent_up BEFORE the shared expert (which reads the un-projected normed input) is added;
+  expert size expert_feed_forward_length, or feed_forward_length[il] / expert_used_count;
+  expert_group_count > 1 (grouped top-k) is refused here, the converter writes n_group = 1.
 - lfm2: the final norm is the tensor token_embd_norm.weight; in_proj's rows are [B | C | x];
   the conv has no bias and no activation; output = C * conv(B * x).
+- lfm2moe: llama.cpp's lfm2moe graph is lfm2's; its MoE passes norm_w = true and
+  hparams.expert_weights_scale, which lfm2moe's loader never reads (so 0: no scaling, even if a
+  file carried the key); the gating is whatever expert_gating_func says (the converter writes 2,
+  sigmoid); the layers before leading_dense_block_count keep the dense SwiGLU of
+  feed_forward_length.
 - falcon-h1: the muP multipliers (embedding, lm_head, attention in/out, key, ssm in/out, the
   five zxbcdt ones, mlp) are folded into the weights by the converter, so the runtime has none;
   ssm_norm is optional (mamba_rms_norm); the loader asks for the FFN norm as tn(FFN_NORM, il)

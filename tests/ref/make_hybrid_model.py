@@ -14,9 +14,15 @@ Owns: the synthetic files of these llama.cpp architectures (general.architecture
                  attention.scale).
   nemotron_h     Nemotron-H: each layer ONE of Mamba-2 / attention (no RoPE) / MLP-only
                  (relu^2, no gate), single pre-norm + residual per layer.
+  nemotron_h_moe Nemotron-3 (Nano / Super): nemotron_h whose MLP layers are MoE: sigmoid router
+                 with exp_probs_b selection bias, relu^2 experts (up / down only) on an optional
+                 latent projection (ffn_latent_down / ffn_latent_up), a relu^2 shared expert;
+                 expert_weights_norm and expert_weights_scale as the converter writes them.
   lfm2           LFM2: gated short-conv layers (in_proj -> B, C, x; conv(B*x) * C) and GQA
                  layers with per-head q/k RMSNorm and NeoX RoPE; dense SwiGLU on every layer;
                  final norm `token_embd_norm`, tied embeddings.
+  lfm2moe        LFM2-MoE (LFM2-8B-A1B): lfm2 with a SwiGLU MoE (sigmoid router + exp_probs_b,
+                 expert_gating_func) from layer leading_dense_block_count on; no shared expert.
   falcon-h1      Falcon-H1: attention and Mamba-2 in PARALLEL in every layer, then a SwiGLU
                  FFN (no pattern: all layers are both).
   jamba          Jamba: Mamba-1 layers (with the dt/B/C RMSNorms) and GQA attention (no RoPE),
@@ -31,7 +37,10 @@ Layer kinds (--pattern, one letter per layer):
   granitehybrid  M = Mamba-2, A = attention                   (default MMAM...)
   nemotron_h     M = Mamba-2, A = attention, F = MLP-only     (default MFAFMF...; HF's
                  hybrid_override_pattern characters M / * / - are accepted too)
-  lfm2           C = short conv, A = attention                (default CCAC...)
+  nemotron_h_moe M = Mamba-2, A = attention, E = MoE MLP      (default MEMEAE; HF's M / * / E too;
+                 with --experts 0 the E layers are nemotron_h's dense relu^2 MLP)
+  lfm2, lfm2moe  C = short conv, A = attention                (default CCAC...; lfm2moe's FFN kind is
+                 set by --dense-lead, the leading_dense_block_count)
   jamba          M = Mamba-1, A = attention; append 'e' to a letter for a MoE FFN on that layer
                  (e.g. MeAMMe); default MAMe
   kimi-linear    K = KDA, M = MLA                             (default KKKM...; the FFN kind is set by
@@ -40,8 +49,9 @@ Layer kinds (--pattern, one letter per layer):
 How the kinds are written: qwen35moe full_attention_interval (a pattern that is no interval
 is written as make_model.py does for qwen35, as the bool array attention.recurrent_layers);
 granitehybrid / lfm2 / jamba attention.head_count_kv as an INT32 array with 0 for the
-non-attention layers; nemotron_h that array plus feed_forward_length as an INT32 array
-(non-zero only on the MLP layers), which is how llama.cpp tells the three kinds apart.
+non-attention layers; nemotron_h / nemotron_h_moe that array plus feed_forward_length as an
+INT32 array (non-zero only on the MLP layers: nemotron_h_moe's converter writes the expert size
+there), which is how llama.cpp tells the three kinds apart.
 Does not: produce meaningful weights (random, scaled so the activations stay O(1)), write
 biases other than the ones the converters always write, or write MTP blocks.
 
@@ -55,7 +65,11 @@ Examples:
   /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/g.gguf --arch granitehybrid --pattern MMAM \
       --experts 4 --experts-used 2 --expert-ff 32 --shared-ff 64
   /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/n.gguf --arch nemotron_h --pattern MFAFMF
+  /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/nm.gguf --arch nemotron_h_moe --pattern MEMEAE \
+      --experts 8 --experts-used 2 --expert-ff 32 --shared-ff 48 --latent 32 [--no-norm-w] [--routed-scale 2.5]
   /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/l.gguf --arch lfm2 --pattern CCACCA --dtype q8_0
+  /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/lm.gguf --arch lfm2moe --pattern CCACCA --dense-lead 1 \
+      [--gating-func 1]
   /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/f.gguf --arch falcon-h1 --layers 3 [--no-ssm-norm]
   /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/j.gguf --arch jamba --layers 5 --pattern MAMeMAe
   /usr/bin/python3 tests/ref/make_hybrid_model.py -o /tmp/k.gguf --arch kimi-linear --pattern KKKM \
@@ -73,12 +87,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_io import GGUFWriter, T_BOOL, T_INT32, T_STRING  # noqa: E402
 import make_model  # noqa: E402  (gpt2_byte_strings, weight_dtype, rope_sections, dtype tables)
 
-ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "lfm2", "falcon-h1", "jamba", "kimi-linear")
-LETTERS = {"qwen35moe": "LA", "granitehybrid": "MA", "nemotron_h": "MAF", "lfm2": "CA", "jamba": "MA",
+ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe", "falcon-h1", "jamba",
+         "kimi-linear")
+LETTERS = {"qwen35moe": "LA", "granitehybrid": "MA", "nemotron_h": "MAF", "nemotron_h_moe": "MAE", "lfm2": "CA",
+           "lfm2moe": "CA", "jamba": "MA",
            "kimi-linear": "KM"}
-DEFAULT_PATTERN = {"granitehybrid": "MMAM", "nemotron_h": "MFAFMF", "lfm2": "CCAC", "jamba": "MAMe",
+DEFAULT_PATTERN = {"granitehybrid": "MMAM", "nemotron_h": "MFAFMF", "nemotron_h_moe": "MEMEAE", "lfm2": "CCAC",
+                   "lfm2moe": "CCAC", "jamba": "MAMe",
                    "kimi-linear": "KKKM"}
 NEMOTRON_HF = {"M": "M", "*": "A", "-": "F"}
+NEMOTRON_MOE_HF = {"M": "M", "*": "A", "E": "E"}
 TOKENIZER_PRE = {"qwen35moe": "qwen35"}  # the others: "gpt-2" (hyserve's byte-level rule; the
 #                                          real files carry their own pre names)
 FLOAT_DTYPES = make_model.FLOAT_DTYPES
@@ -94,8 +112,13 @@ DEFAULTS = {
                           shared_ff=64, ff=96, tied=True),
     "nemotron_h": dict(layers=6, heads=4, kv_heads=2, head_dim=16, rope_dim=None, rope_theta=1e4,
                        ssm_heads=8, ssm_head_dim=8, ssm_state=16, ssm_groups=2, ff=96, tied=False),
+    "nemotron_h_moe": dict(layers=6, heads=4, kv_heads=2, head_dim=16, rope_dim=None, rope_theta=1e4,
+                           ssm_heads=8, ssm_head_dim=8, ssm_state=16, ssm_groups=2, ff=96, experts=8,
+                           experts_used=2, expert_ff=32, shared_ff=48, tied=False),
     "lfm2": dict(layers=4, heads=4, kv_heads=2, head_dim=None, rope_dim=None, rope_theta=1e6, ff=96,
                  conv_k=3, tied=True),
+    "lfm2moe": dict(layers=4, heads=4, kv_heads=2, head_dim=None, rope_dim=None, rope_theta=1e6, ff=96,
+                    conv_k=3, experts=4, experts_used=2, expert_ff=32, tied=True),
     "falcon-h1": dict(layers=3, heads=4, kv_heads=2, head_dim=16, rope_dim=None, rope_theta=1e6,
                       ssm_heads=8, ssm_head_dim=8, ssm_state=16, ssm_groups=2, ff=96, tied=False),
     "jamba": dict(layers=4, heads=4, kv_heads=2, head_dim=None, rope_dim=None, rope_theta=1e4,
@@ -118,8 +141,8 @@ def parse_args(argv=None):
     ap.add_argument("--heads", type=int, default=None)
     ap.add_argument("--kv-heads", type=int, default=None)
     ap.add_argument("--head-dim", type=int, default=None,
-                    help="attention head dim (qwen35moe / nemotron_h / falcon-h1 write key_length; "
-                         "granitehybrid / lfm2 / jamba use embd / heads)")
+                    help="attention head dim (qwen35moe / nemotron_h(_moe) / falcon-h1 write key_length; "
+                         "granitehybrid / lfm2(moe) / jamba use embd / heads)")
     ap.add_argument("--rope-dim", type=int, default=None, help="rotary dims (qwen35moe default 8, else head dim)")
     ap.add_argument("--rope-theta", type=float, default=None)
     ap.add_argument("--ff", type=int, default=None, help="dense FFN / MLP size (feed_forward_length)")
@@ -137,7 +160,8 @@ def parse_args(argv=None):
     ap.add_argument("--conv-k", type=int, default=None,
                     help="conv kernel (ssm.conv_kernel; lfm2: shortconv.l_cache, default 3; others 4)")
     # MoE
-    ap.add_argument("--experts", type=int, default=None, help="expert_count (granitehybrid: 0 = dense FFN)")
+    ap.add_argument("--experts", type=int, default=None,
+                    help="expert_count (granitehybrid / nemotron_h_moe: 0 = dense FFN)")
     ap.add_argument("--experts-used", type=int, default=None)
     ap.add_argument("--expert-ff", type=int, default=None, help="expert FFN size")
     ap.add_argument("--shared-ff", type=int, default=None, help="shared expert FFN size (0 = none)")
@@ -157,9 +181,21 @@ def parse_args(argv=None):
     ap.add_argument("--mla-rope", type=int, default=8,
                     help="kimi-linear MLA: qk_rope_head_dim (rope.dimension_count; no rotation is applied)")
     ap.add_argument("--mla-vdim", type=int, default=16, help="kimi-linear MLA: attention.value_length_mla")
-    ap.add_argument("--shared-experts", type=int, default=1, help="kimi-linear: expert_shared_count")
-    ap.add_argument("--dense-lead", type=int, default=1, help="kimi-linear: leading_dense_block_count")
-    ap.add_argument("--routed-scale", type=float, default=2.446, help="kimi-linear: expert_weights_scale")
+    ap.add_argument("--shared-experts", type=int, default=1, help="kimi-linear / nemotron_h_moe: expert_shared_count")
+    ap.add_argument("--dense-lead", type=int, default=1,
+                    help="kimi-linear / lfm2moe: leading_dense_block_count")
+    ap.add_argument("--routed-scale", type=float, default=2.446,
+                    help="kimi-linear / nemotron_h_moe: expert_weights_scale (nemotron_h_moe: 0 = key not written)")
+    # Nemotron-3 MoE / LFM2-MoE
+    ap.add_argument("--latent", type=int, default=32,
+                    help="nemotron_h_moe: moe_latent_size, ffn_latent_down / ffn_latent_up (0 = none)")
+    norm_w = ap.add_mutually_exclusive_group()
+    norm_w.add_argument("--norm-w", dest="norm_w", action="store_true", default=True,
+                        help="nemotron_h_moe: expert_weights_norm = true (the default; HF norm_topk_prob)")
+    norm_w.add_argument("--no-norm-w", dest="norm_w", action="store_false",
+                        help="nemotron_h_moe: expert_weights_norm = false")
+    ap.add_argument("--gating-func", type=int, choices=(1, 2), default=2,
+                    help="lfm2moe: expert_gating_func (2 sigmoid, the converter's; 1 softmax)")
     ap.add_argument("--no-ssm-norm", action="store_true",
                     help="falcon-h1: no ssm_norm (HF mamba_rms_norm = false; the gate alone)")
     ap.add_argument("--eps", type=float, default=1e-5)
@@ -183,7 +219,7 @@ def parse_args(argv=None):
     if a.arch == "kimi-linear":
         a.head_dim = a.kda_head_dim
         a.rope_dim = a.mla_rope
-    if a.arch in ("granitehybrid", "lfm2", "jamba"):
+    if a.arch in ("granitehybrid", "lfm2", "lfm2moe", "jamba"):
         if a.head_dim is not None and a.head_dim * a.heads != a.embd:
             ap.error("%s: the head dim is embd / heads (no key_length key)" % a.arch)
         a.head_dim = a.embd // a.heads
@@ -222,6 +258,8 @@ def parse_args(argv=None):
                 pat = (base * a.layers)[:a.layers]
         if a.arch == "nemotron_h":
             pat = "".join(NEMOTRON_HF.get(c, c) for c in pat)
+        if a.arch == "nemotron_h_moe":
+            pat = "".join(NEMOTRON_MOE_HF.get(c, c) for c in pat)
         if a.arch == "jamba":
             kinds, moe = [], []
             for c in pat:
@@ -240,7 +278,7 @@ def parse_args(argv=None):
         a.pattern = pat
 
     # recurrent sizes
-    if a.arch in ("granitehybrid", "nemotron_h", "falcon-h1"):
+    if a.arch in ("granitehybrid", "nemotron_h", "nemotron_h_moe", "falcon-h1"):
         if a.arch == "granitehybrid":
             a.d_inner = 2 * a.embd                      # llama.cpp asserts d_inner == 2 * n_embd
             if a.d_inner % a.ssm_heads:
@@ -256,6 +294,12 @@ def parse_args(argv=None):
         ap.error("qwen35moe: need nv %% nk == 0")
     if a.experts and not 0 < a.experts_used <= a.experts:
         ap.error("need 0 < --experts-used <= --experts")
+    if a.arch == "nemotron_h_moe" and a.experts and not a.shared_ff:
+        ap.error("nemotron_h_moe: the loader requires the shared expert (--shared-ff > 0)")
+    if a.arch == "nemotron_h_moe" and a.latent < 0:
+        ap.error("--latent must be >= 0")
+    if a.arch == "lfm2moe" and not (a.experts and 0 <= a.dense_lead <= a.layers):
+        ap.error("lfm2moe: need --experts > 0 and 0 <= --dense-lead <= layers")
     return a
 
 
@@ -345,10 +389,13 @@ def build(a):
         w.add_u32(key("expert_used_count"), a.experts_used)
         w.add_u32(key("expert_feed_forward_length"), a.expert_ff)
         w.add_u32(key("expert_shared_feed_forward_length"), a.shared_ff)
-    elif ARCH in ("granitehybrid", "nemotron_h", "falcon-h1"):
+    elif ARCH in ("granitehybrid", "nemotron_h", "nemotron_h_moe", "falcon-h1"):
         w.add_u32(key("vocab_size"), V)
         if ARCH == "nemotron_h":
             w.add_array(key("feed_forward_length"), T_INT32, [a.ff if k == "F" else 0 for k in kinds])
+        elif ARCH == "nemotron_h_moe":       # the converter: moe_intermediate_size on the MoE layers
+            n_ff = a.expert_ff if a.experts else a.ff
+            w.add_array(key("feed_forward_length"), T_INT32, [n_ff if k == "E" else 0 for k in kinds])
         elif ARCH == "granitehybrid" and a.experts:
             w.add_u32(key("feed_forward_length"), a.expert_ff)   # the expert size (HF intermediate_size)
         else:
@@ -370,8 +417,24 @@ def build(a):
         w.add_u32(key("ssm.group_count"), a.ssm_groups)
         w.add_u32(key("ssm.inner_size"), a.d_inner)
         w.add_u32(key("ssm.time_step_rank"), a.ssm_heads)
-        if ARCH in ("granitehybrid", "nemotron_h"):
+        if ARCH in ("granitehybrid", "nemotron_h", "nemotron_h_moe"):
             w.add_bool(key("rope.scaling.finetuned"), bool(a.rope) and ARCH == "granitehybrid")
+        if ARCH == "nemotron_h_moe" and a.experts:
+            # NemotronHModel.set_gguf_parameters' MoE keys (HF n_routed_experts, num_experts_per_tok,
+            # moe_(shared_expert_)intermediate_size, n_shared_experts, norm_topk_prob,
+            # routed_scaling_factor, n_group / topk_group, moe_latent_size)
+            w.add_u32(key("expert_count"), a.experts)
+            w.add_u32(key("expert_used_count"), a.experts_used)
+            w.add_u32(key("expert_feed_forward_length"), a.expert_ff)
+            w.add_u32(key("expert_shared_feed_forward_length"), a.shared_ff)
+            w.add_u32(key("expert_shared_count"), a.shared_experts)
+            w.add_bool(key("expert_weights_norm"), bool(a.norm_w))
+            if a.routed_scale:
+                w.add_f32(key("expert_weights_scale"), a.routed_scale)
+            w.add_u32(key("expert_group_count"), 1)
+            w.add_u32(key("expert_group_used_count"), 1)
+            if a.latent:
+                w.add_u32(key("moe_latent_size"), a.latent)
         if ARCH == "granitehybrid":
             if a.attention_scale:
                 w.add_f32(key("attention.scale"), a.attention_scale)
@@ -386,7 +449,7 @@ def build(a):
                 w.add_u32(key("expert_used_count"), a.experts_used)
                 if a.shared_ff:
                     w.add_u32(key("expert_shared_feed_forward_length"), a.shared_ff)
-    elif ARCH == "lfm2":
+    elif ARCH in ("lfm2", "lfm2moe"):
         w.add_u32(key("feed_forward_length"), a.ff)
         w.add_u32(key("attention.head_count"), H)
         w.add_array(key("attention.head_count_kv"), T_INT32, hkv_arr)
@@ -394,6 +457,12 @@ def build(a):
         w.add_f32(key("attention.layer_norm_rms_epsilon"), a.eps)
         w.add_u32(key("vocab_size"), V)
         w.add_u32(key("shortconv.l_cache"), a.conv_k)
+        if ARCH == "lfm2moe":                 # LFM2MoeModel.set_gguf_parameters (+ TextModel's expert keys)
+            w.add_u32(key("expert_count"), a.experts)
+            w.add_u32(key("expert_used_count"), a.experts_used)
+            w.add_u32(key("expert_feed_forward_length"), a.expert_ff)
+            w.add_u32(key("leading_dense_block_count"), a.dense_lead)
+            w.add_u32(key("expert_gating_func"), a.gating_func)
     elif ARCH == "kimi-linear":
         w.add_u32(key("feed_forward_length"), a.ff)
         w.add_u32(key("attention.head_count"), H)
@@ -431,7 +500,7 @@ def build(a):
 
     # ---- tensors --------------------------------------------------------------------------
     W("token_embd.weight", rng.standard_normal((V, D)))                          # ne {D, V}
-    if ARCH == "lfm2":
+    if ARCH in ("lfm2", "lfm2moe"):
         S("token_embd_norm.weight", norm(D))    # LFM2's final norm (LLM_TENSOR_OUTPUT_NORM_LFM2)
     else:
         S("output_norm.weight", norm(D))
@@ -568,7 +637,27 @@ def build(a):
             else:
                 W(p + "ffn_up.weight", mat(a.ff, D))                             # ne {D, F}
                 W(p + "ffn_down.weight", mat(D, a.ff))                           # ne {F, D}
-        elif ARCH == "lfm2":
+        elif ARCH == "nemotron_h_moe":
+            if kind == "M":
+                mamba2(p)
+            elif kind == "A":
+                attention(p)
+            elif a.experts:
+                E, Fe, Fs = a.experts, a.expert_ff, a.shared_ff
+                Dl = a.latent or D
+                S(p + "ffn_gate_inp.weight", mat(E, D, a.router_gain))               # ne {D, E}
+                S(p + "exp_probs_b.bias", 0.3 * rng.standard_normal(E))              # ne {E} (e_score_correction)
+                if a.latent:
+                    W(p + "ffn_latent_down.weight", mat(Dl, D))                      # ne {D, latent}
+                    W(p + "ffn_latent_up.weight", mat(D, Dl))                        # ne {latent, D}
+                W(p + "ffn_up_exps.weight", rng.standard_normal((E, Fe, Dl)) / np.sqrt(Dl))    # ne {latent, Fe, E}
+                W(p + "ffn_down_exps.weight", rng.standard_normal((E, Dl, Fe)) / np.sqrt(Fe))  # ne {Fe, latent, E}
+                W(p + "ffn_up_shexp.weight", mat(Fs, D))                             # ne {D, Fs}
+                W(p + "ffn_down_shexp.weight", mat(D, Fs))                           # ne {Fs, D}
+            else:
+                W(p + "ffn_up.weight", mat(a.ff, D))
+                W(p + "ffn_down.weight", mat(D, a.ff))
+        elif ARCH in ("lfm2", "lfm2moe"):
             if kind == "C":
                 S(p + "shortconv.conv.weight", rng.standard_normal((D, a.conv_k)) / np.sqrt(a.conv_k))  # ne {L, D}
                 W(p + "shortconv.in_proj.weight", mat(3 * D, D))                 # ne {D, 3D}: B|C|x
@@ -576,7 +665,11 @@ def build(a):
             else:
                 attention(p, qk_norm=True)
             S(p + "ffn_norm.weight", norm(D))
-            swiglu(p, a.ff)
+            if ARCH == "lfm2moe" and il >= a.dense_lead:
+                experts(p, a.experts, a.expert_ff)
+                S(p + "exp_probs_b.bias", 0.3 * rng.standard_normal(a.experts))  # ne {E} (HF expert_bias)
+            else:
+                swiglu(p, a.ff)
         elif ARCH == "falcon-h1":
             attention(p)
             mamba2(p, ssm_norm=not a.no_ssm_norm)
