@@ -454,6 +454,9 @@ def all_tests():
     # issue 37: the Mamba-2, short-conv and MoE hybrid families (tests/ref/hybrid_ref.py)
     import suite_reference_hybrid
     tests += suite_reference_hybrid.all_tests()
+    # hyserve's synthesized files against llama.cpp's logits, recorded (tests/data/llamacpp/)
+    import suite_reference_llamacpp
+    tests += suite_reference_llamacpp.all_tests()
     return tests
 
 
