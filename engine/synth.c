@@ -499,8 +499,9 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
         gguf_w_u32(w, K("feed_forward_length"), (uint32_t)c->n_ff);
     gguf_w_u32(w, K("attention.head_count"), (uint32_t)c->n_head);
     gguf_w_arr(w, K("attention.head_count_kv"), GGUF_T_I32, kv, (uint64_t)c->n_layer);
-    gguf_w_u32(w, K("attention.key_length"), (uint32_t)HD);
-    gguf_w_u32(w, K("attention.value_length"), (uint32_t)HD);
+    /* kimi-linear: the MLA layers' cached key, latent + rope (llama.cpp sizes its K cache by it) */
+    gguf_w_u32(w, K("attention.key_length"), kimi ? (uint32_t)(R + c->mla_rope) : (uint32_t)HD);
+    gguf_w_u32(w, K("attention.value_length"), kimi ? (uint32_t)R : (uint32_t)HD);
     gguf_w_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-5f);
     gguf_w_f32(w, K("rope.freq_base"), c->rope_theta);
     if (!kimi)
