@@ -24,6 +24,7 @@
 
 #include "engine_impl.h"
 #include "gguf.h"
+#include "kernels/cpu.h"
 #include "kernels/quant.h"
 #include "kernels/vecmath.h"
 #include "layers.h"
@@ -94,6 +95,9 @@ void mamba1_block(engine *e, const layer *L, const fwd_item *items, int n_items,
 
     const int NB = (DI + M1_BLOCK - 1) / M1_BLOCK;
     const bool b16 = kv->state_type == GGML_BF16;
+    /* the kernel table's scan (AVX2: the exponentials 8 wide) where the state size allows */
+    void (*scan)(int, int, int, int, int, const float *, const float *, int, const float *, int, const float *, int,
+                 float *, float *, int) = cpu_kern.mamba1_scan && DS % 8 == 0 ? cpu_kern.mamba1_scan : mamba1_scan;
     #pragma omp parallel for schedule(dynamic, 1)
     for (int w = 0; w < n_items * NB; w++) {
         const fwd_item *it = &items[w / NB];
@@ -108,10 +112,10 @@ void mamba1_block(engine *e, const layer *L, const fwd_item *items, int n_items,
         const float *bcb = xdb + (size_t)it->row0 * XW + R;
         float *yb = y + (size_t)it->row0 * DI;
         const int cut = it->snap ? it->snap_at : it->n;
-        mamba1_scan(0, cut, c0, c1, DS, L->ssm_a, xb, DI, dtb, DI, bcb, XW, S, yb, DI);
+        scan(0, cut, c0, c1, DS, L->ssm_a, xb, DI, dtb, DI, bcb, XW, S, yb, DI);
         if (it->snap) {
             rec_snapshot_state(S, it->snap, at, n, b16);
-            mamba1_scan(cut, it->n, c0, c1, DS, L->ssm_a, xb, DI, dtb, DI, bcb, XW, S, yb, DI);
+            scan(cut, it->n, c0, c1, DS, L->ssm_a, xb, DI, dtb, DI, bcb, XW, S, yb, DI);
         }
         if (b16)
             quantize_row_fast(GGML_BF16, S, (uint16_t *)it->s->state + at, n);

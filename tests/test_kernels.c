@@ -1337,9 +1337,10 @@ TEST(test_kda_step_matches_the_recurrence_in_double)
     CHECK(e <= 1e-5 * m);
 }
 
-/* The kernel table's KDA and Mamba-2 steps (AVX2) against the scalar
- * recurrences, token by token from the same state; skipped without AVX2. */
-TEST(test_kda_and_mamba2_steps_of_the_kernel_table_match_the_scalar_ones)
+/* The kernel table's KDA and Mamba-2 steps and Mamba-1 scan (AVX2) against
+ * the scalar recurrences, token by token from the same state; skipped
+ * without AVX2. */
+TEST(test_kda_mamba2_and_mamba1_kernels_of_the_table_match_the_scalar_ones)
 {
     if (!cpu_kern.kda_step || !cpu_kern.mamba2_step)
         SKIP("no AVX2 step kernels on this CPU (or HYSERVE_SIMD=0)");
@@ -1387,5 +1388,32 @@ TEST(test_kda_and_mamba2_steps_of_the_kernel_table_match_the_scalar_ones)
         m = fmax(m, fabs(y1[i]));
     }
     printf("    Mamba-2: max difference %.2e of max |y| %.2f\n", e / m, m);
+    CHECK(e <= 1e-5 * m);
+
+    /* Mamba-1: the table's scan against mamba1.c's, over channels [3, 13) of 16 in two segments */
+    if (!cpu_kern.mamba1_scan)
+        SKIP("no AVX2 Mamba-1 scan on this CPU (or HYSERVE_SIMD=0)");
+    enum { DI = 16, MS = 16, C0 = 3, C1 = 13 };
+    static float mx[N * DI], mdt[N * DI], mBC[N * 2 * MS], mA[DI * MS], Q1[(C1 - C0) * MS], Q2[(C1 - C0) * MS];
+    static float my1[N * DI], my2[N * DI];
+    fill(mx, N * DI, 1.0f);
+    fill(mBC, N * 2 * MS, 1.0f);
+    fill(Q1, (C1 - C0) * MS, 0.5f);
+    memcpy(Q2, Q1, sizeof Q1);
+    for (int i = 0; i < N * DI; i++)
+        mdt[i] = 0.02f + 0.1f * (frand() + 1.0f);
+    for (int i = 0; i < DI * MS; i++)
+        mA[i] = -0.2f - 2.0f * (frand() + 1.0f);
+    mamba1_scan(0, 5, C0, C1, MS, mA, mx, DI, mdt, DI, mBC, 2 * MS, Q1, my1, DI);
+    mamba1_scan(5, N, C0, C1, MS, mA, mx, DI, mdt, DI, mBC, 2 * MS, Q1, my1, DI);
+    cpu_kern.mamba1_scan(0, 5, C0, C1, MS, mA, mx, DI, mdt, DI, mBC, 2 * MS, Q2, my2, DI);
+    cpu_kern.mamba1_scan(5, N, C0, C1, MS, mA, mx, DI, mdt, DI, mBC, 2 * MS, Q2, my2, DI);
+    e = m = 0;
+    for (int t = 0; t < N; t++)
+        for (int c = C0; c < C1; c++) {
+            e = fmax(e, fabs(my1[t * DI + c] - my2[t * DI + c]));
+            m = fmax(m, fabs(my1[t * DI + c]));
+        }
+    printf("    Mamba-1: max difference %.2e of max |y| %.2f\n", e / m, m);
     CHECK(e <= 1e-5 * m);
 }

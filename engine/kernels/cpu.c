@@ -110,6 +110,7 @@ static void cpu_select(void)
         k.dnet_step_bf16 = avx2_dnet_step_bf16;
         k.kda_step = avx2_kda_step;
         k.mamba2_step = avx2_mamba2_step;
+        k.mamba1_scan = avx2_mamba1_scan;
     }
     if (f.avx512) {
         k.dequant_row = dequant_row_avx512;

@@ -86,6 +86,9 @@ typedef struct cpu_kernels {
                      float *o);
     void (*mamba2_step)(int hd, int ds, float a, float dt, const float *x, const float *B, const float *C, float *S,
                         float *y);
+    /* Mamba-1's scan where DS % 8 == 0 (simd.h avx2_mamba1_scan; NULL: mamba1.c's loop) */
+    void (*mamba1_scan)(int t0, int t1, int c0, int c1, int DS, const float *A, const float *x, int xs,
+                        const float *dt, int dts, const float *BC, int bcs, float *S, float *y, int ys);
 } cpu_kernels;
 
 /* Read by every kernel call; written only at start-up and by the switches

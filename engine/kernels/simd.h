@@ -88,6 +88,14 @@ void avx2_kda_step(int d, const float *q, const float *k, const float *v, float 
 void avx2_mamba2_step(int hd, int ds, float a, float dt, const float *x, const float *B, const float *C, float *S,
                       float *y);
 
+/* ---- Mamba-1, rows [t0, t1) of channels [c0, c1) (DS % 8 == 0) ----
+ * S[c][i] = exp(dt_c A[c][i]) S[c][i] + dt_c x_c B_i; y_c = S[c] . C, the
+ * exponentials 8 at a time (simd_exp.h: mamba1.c's expf was 2-3% of a
+ * Jamba-shaped decode beside the scan's 5%).
+ * ref: mamba1_scan() in mamba1.c, the same arguments. */
+void avx2_mamba1_scan(int t0, int t1, int c0, int c1, int DS, const float *A, const float *x, int xs,
+                      const float *dt, int dts, const float *BC, int bcs, float *S, float *y, int ys);
+
 /* y[r] = w[r] . x for four f32 rows (any n): the F32 body of avx2_matvec,
  * also the odd-key tail of attention's q.K. ref: dot_row(GGML_F32, ...). */
 void avx2_dot4_f32(const void *const *w, const float *x, int n, float *y);

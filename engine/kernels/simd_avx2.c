@@ -784,6 +784,29 @@ AVX2 void avx2_kda_step(int d, const float *q, const float *k, const float *v, f
     }
 }
 
+AVX2 void avx2_mamba1_scan(int t0, int t1, int c0, int c1, int DS, const float *A, const float *x, int xs,
+                           const float *dt, int dts, const float *BC, int bcs, float *S, float *y, int ys)
+{
+    for (int t = t0; t < t1; t++) {
+        const float *xt = x + (size_t)t * xs, *dtt = dt + (size_t)t * dts;
+        const float *B = BC + (size_t)t * bcs, *C = B + DS;
+        float *yt = y + (size_t)t * ys;
+        for (int c = c0; c < c1; c++) {
+            const __m256 d = _mm256_set1_ps(dtt[c]), xd = _mm256_set1_ps(xt[c] * dtt[c]);
+            const float *Ac = A + (size_t)c * DS;
+            float *Sc = S + (size_t)(c - c0) * DS;
+            __m256 acc = _mm256_setzero_ps();
+            for (int i = 0; i < DS; i += 8) {
+                const __m256 a = exp256_clamped(_mm256_mul_ps(d, _mm256_loadu_ps(Ac + i)));
+                const __m256 s = _mm256_fmadd_ps(_mm256_loadu_ps(Sc + i), a, _mm256_mul_ps(_mm256_loadu_ps(B + i), xd));
+                _mm256_storeu_ps(Sc + i, s);
+                acc = _mm256_fmadd_ps(s, _mm256_loadu_ps(C + i), acc);
+            }
+            yt[c] = hsum8(acc);
+        }
+    }
+}
+
 AVX2 void avx2_mamba2_step(int hd, int ds, float a, float dt, const float *x, const float *B, const float *C, float *S,
                            float *y)
 {
