@@ -40,13 +40,17 @@ CHECKFLAGS := -DHYSERVE_CHECKS
 endif
 
 BLAS_INC := $(shell test -d /usr/include/x86_64-linux-gnu/openblas-openmp && echo -I/usr/include/x86_64-linux-gnu/openblas-openmp)
+# the rooms' headers, found by base name as before the rooms existed
+INC     := -Iengine -Igrammar -Iruntime -Iplanning -Iserver -Icli
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith \
            -Wformat=2 -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
-CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(CHECKFLAGS) $(WARN) -fopenmp -pthread -MMD -MP -Iengine -Iserver -Icli $(BLAS_INC) $(SANFLAGS)
+CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(CHECKFLAGS) $(WARN) -fopenmp -pthread -MMD -MP $(INC) $(BLAS_INC) $(SANFLAGS)
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lm
 
-ENGINE_SRC := $(sort $(wildcard engine/*.c engine/kernels/*.c))
+# the library every binary links: the engine and the rooms beside it (the
+# grammar library, the batching runtime, the planner; docs/architecture.md 2)
+ENGINE_SRC := $(sort $(wildcard engine/*.c engine/kernels/*.c grammar/*.c runtime/*.c planning/*.c))
 SERVER_SRC := $(sort $(wildcard server/*.c))
 CLI_SRC    := $(sort $(wildcard cli/*.c))
 TEST_SRC   := $(sort $(wildcard tests/test_*.c)) tests/runner.c
@@ -71,7 +75,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -O1 -g -DHYSERVE_CHECKS $(WARN) -fopenmp -pthread -MMD -MP \
-                -Iengine -Iserver $(BLAS_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+                -Iengine -Igrammar -Iruntime -Iplanning -Iserver $(BLAS_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)

@@ -57,11 +57,11 @@ log() { echo "bench: $*" >&2; }
 BLAS_INC=
 [ -d /usr/include/x86_64-linux-gnu/openblas-openmp ] && BLAS_INC=-I/usr/include/x86_64-linux-gnu/openblas-openmp
 WARN="-Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wformat=2 -Wvla -Wno-unused-parameter"
-FLAGS="-std=c11 -D_GNU_SOURCE -O2 -g $WARN -fopenmp -pthread -Iengine $BLAS_INC"
+FLAGS="-std=c11 -D_GNU_SOURCE -O2 -g $WARN -fopenmp -pthread -Iengine -Igrammar -Iruntime -Iplanning $BLAS_INC"
 # shellcheck disable=SC2086
 # the objects of today's sources only: a build folder older than a move of
 # files still holds the old objects, and linking them defines symbols twice
-ENGINE_OBJS=$(for s in engine/*.c engine/kernels/*.c; do printf '%s ' "$BUILD/${s%.c}.o"; done)
+ENGINE_OBJS=$(for s in engine/*.c engine/kernels/*.c grammar/*.c runtime/*.c planning/*.c; do printf '%s ' "$BUILD/${s%.c}.o"; done)
 $CC $FLAGS bench/bench.c $ENGINE_OBJS -lopenblas -lcjson -lm -o "$BIN" || { log "building $BIN failed"; exit 1; }
 # shellcheck disable=SC2086
 $CC -std=c11 -D_GNU_SOURCE -O2 $WARN -pthread bench/serve_bench.c -o "$SBIN" || { log "building $SBIN failed"; exit 1; }

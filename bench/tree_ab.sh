@@ -50,10 +50,12 @@ for side in base this; do
     if [ $side = base ]; then root=$wt; bdir=$wt/build; else root=.; bdir=$BUILD; fi
     init=blas_process_init
     grep -q blas_process_init "$root/engine/kernels/blas.h" || init=blas_choose_core
-    objs=$(for s in "$root"/engine/*.c "$root"/engine/kernels/*.c; do
-        r=${s#"$root"/}; printf '%s ' "$bdir/${r%.c}.o"; done)
+    # the rooms beside engine/ (grammar/, runtime/, planning/) where the tree has them
+    objs=$(for s in "$root"/engine/*.c "$root"/engine/kernels/*.c "$root"/grammar/*.c "$root"/runtime/*.c \
+        "$root"/planning/*.c; do
+        [ -f "$s" ] || continue; r=${s#"$root"/}; printf '%s ' "$bdir/${r%.c}.o"; done)
     # shellcheck disable=SC2086
-    cc $FLAGS -DAB_INIT=$init -I"$root/engine" bench/engine_ab.c $objs -lopenblas -lcjson -lm \
+    cc $FLAGS -DAB_INIT=$init -I"$root/engine" -I"$root/grammar" -I"$root/runtime" -I"$root/planning" bench/engine_ab.c $objs -lopenblas -lcjson -lm \
         -o "$TMP/ab-$side" || { log "compiling engine_ab.c against $side failed"; exit 1; }
 done
 

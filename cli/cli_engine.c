@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "gguf.h"
+#include "presets.h"
 #include "sampler.h"
 #include "synth.h"
 #include "tokenizer.h"

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "engine.h"
+#include "presets.h"
 #include "synth.h"
 
 static const char mem_help[] =

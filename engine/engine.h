@@ -1,13 +1,15 @@
 /* engine.h - the public API of the hyserve inference engine.
  *
- * The boundary: server/ includes this header and scheduler.h (the batching
- * layer above the engine), and where it needs them the stateless leaf
- * modules sampler.h and tokenizer.h and the allocation wrapper fault.h;
- * nothing else of engine/. The memory
- * planner (memplan.h, presets.h) comes in through this header: it is a pure
- * function of a layout and has no engine state. tests/suite_layout.sh fails
- * the build when a file of server/ includes any other engine header, and
- * when cli/ reaches further than this header, gguf.h and synth.h.
+ * The boundary: server/ includes this header and runtime/scheduler.h (the
+ * batching layer above the engine), and where it needs them the stateless
+ * leaf modules sampler.h and tokenizer.h and the allocation wrapper fault.h;
+ * nothing else of engine/. The memory planner's layout (memplan.h) comes in
+ * through this header: it is a pure function of a layout and has no engine
+ * state; its preset files and the JSON estimate (planning/presets.h, which
+ * brings cJSON) are included where they are used. tests/suite_layout.sh
+ * fails the build when a file of server/ includes any other engine header,
+ * and when cli/ reaches further than this header, gguf.h and the planning
+ * headers (docs/architecture.md 2).
  *
  * Threading: an engine is NOT thread-safe. One thread (the scheduler)
  * owns it and makes every call that takes a non-const engine pointer.
@@ -27,7 +29,6 @@
 #include <stdint.h>
 
 #include "memplan.h"
-#include "presets.h"
 
 typedef struct engine engine;
 

@@ -15,6 +15,7 @@
 #include "config.h"
 #include "json.h"
 #include "engine.h"
+#include "presets.h"
 
 static bool known_preset(const char *name)
 {

@@ -23,6 +23,7 @@
 #include "config.h"
 #include "cors.h"
 #include "metrics.h"
+#include "presets.h"
 #include "routes.h"
 #include "serve.h"
 #include "stream.h"

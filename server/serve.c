@@ -26,6 +26,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "presets.h"
 #include "serve.h"
 #include "server.h"
 

@@ -1,4 +1,4 @@
-/* test_prefix.c - the prefix store (engine/prefix.c) over a real engine:
+/* test_prefix.c - the prefix store (runtime/prefix.c) over a real engine:
  * lookups verified token by token and by salt, the longest restorable
  * length (a snapshot's or an entry's end with DeltaNet layers, any length
  * without), entries merged when one extends another, and a randomized run

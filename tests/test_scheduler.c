@@ -1,4 +1,4 @@
-/* test_scheduler.c - the scheduler (engine/scheduler.c) driven directly on
+/* test_scheduler.c - the scheduler (runtime/scheduler.c) driven directly on
  * a synthesized model: stop strings held back and cut across tokens,
  * cancellation frees the cache, never-fitting requests are refused with the
  * numbers, a submission that runs out of memory anywhere queues nothing,

@@ -1,15 +1,28 @@
 #!/usr/bin/env python3
 """check_layout.py - the include rules that keep the layers apart.
 
-The rules (docs/architecture.md section 2; engine/engine.h's header comment):
-  - server/ is the HTTP face: of engine/ it includes only engine.h,
-    scheduler.h, the stateless sampler.h and tokenizer.h, and fault.h (the
-    one allocation wrapper, whose failure countdown covers both sides);
+The rooms (docs/architecture.md section 2), each with the arrows it may draw
+out of itself (a file's own room is always allowed):
+  - engine/ is the model engine: it includes nothing of grammar/, runtime/,
+    planning/, server/ or cli/, and never cJSON (engine.h does not pull it in);
+  - grammar/ is the structured-output library, which knows nothing of the
+    model: outside grammar/ it includes only engine/fault.h (the allocation
+    wrapper); its public header is grammar.h;
+  - runtime/ is the batching runtime (scheduler, prefix store, the constraint
+    hook), a client of engine.h: of engine/ it includes only engine.h,
+    sampler.h, tokenizer.h, fault.h and invariant.h, of grammar/ only
+    grammar.h, and never cJSON;
+  - planning/ is the planner's preset JSON and the synthesizer: of engine/ it
+    includes only memplan.h, gguf.h, tokenizer.h and kernels/quant.h (and
+    the system's cJSON);
+  - server/ is the HTTP face: of engine/ it includes only engine.h, the
+    stateless sampler.h and tokenizer.h, and fault.h (the one allocation
+    wrapper, whose failure countdown covers both sides), of runtime/ only
+    scheduler.h, of planning/ only presets.h;
   - cli/ includes of engine/ only engine.h and what its tools need (gguf.h
-    for `tensor` and `synth`, synth.h for `synth`, sampler.h and the
-    stateless tokenizer.h for `generate`), and of server/ only serve.h
-    (the `serve` entry point);
-  - engine/ never includes server/ or cli/ headers;
+    for `tensor` and `synth`, sampler.h and the stateless tokenizer.h for
+    `generate`), of planning/ presets.h and synth.h (`mem`, `synth`), and of
+    server/ only serve.h (the `serve` entry point);
   - engine/kernels/ is leaf numeric code: its files include only each
     other (never model.h, engine.h or anything else above them);
   - the numeric code is one stack, each level built on the ones below and
@@ -17,7 +30,7 @@ The rules (docs/architecture.md section 2; engine/engine.h's header comment):
     views and the kernel table's type; math; SIMD; block formats; panels
     and attention kernels; the table's filler; matmul dispatch; layers;
     forward; engine);
-  - no include circle anywhere in engine/, server/ or cli/.
+  - no include circle anywhere in the rooms.
 
 Prints one "ok - ..." or "not ok - ..." line per rule and, last,
 "layout: N passed, N failed". Exit status 1 when a rule fails.
@@ -29,8 +42,23 @@ import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
-SERVER_MAY = {"engine.h", "scheduler.h", "sampler.h", "tokenizer.h", "fault.h"}
-CLI_MAY = {"engine.h", "gguf.h", "synth.h", "sampler.h", "tokenizer.h", "serve.h"}
+ROOMS = ("engine/", "grammar/", "runtime/", "planning/", "server/", "cli/")
+
+# What each room may include outside itself, by path from the root; a
+# room not named here (engine/) may include nothing outside itself.
+MAY = {
+    "grammar/": {"engine/fault.h"},
+    "runtime/": {"engine/engine.h", "engine/sampler.h", "engine/tokenizer.h", "engine/fault.h",
+                 "engine/invariant.h", "grammar/grammar.h"},
+    "planning/": {"engine/memplan.h", "engine/gguf.h", "engine/tokenizer.h", "engine/kernels/quant.h"},
+    "server/": {"engine/engine.h", "engine/sampler.h", "engine/tokenizer.h", "engine/fault.h",
+                "runtime/scheduler.h", "planning/presets.h"},
+    "cli/": {"engine/engine.h", "engine/gguf.h", "engine/sampler.h", "engine/tokenizer.h",
+             "planning/presets.h", "planning/synth.h", "server/serve.h"},
+}
+# The rooms that never include cJSON (system include <cjson/...>).
+NO_CJSON = ("engine/", "runtime/")
+SYS_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
 
 # The levels of the numeric stack, lowest first. A file of a level includes
 # files of its own level or lower ones only. kernels/cpu.h (the kernel
@@ -69,12 +97,13 @@ def sources(root, top):
 
 def resolve(root, src, name, by_base):
     """Path of the header `name` included from src: beside src first, then
-    by the compiler's -I order (engine, server, cli) through its base name."""
+    by the compiler's -I order (engine, grammar, runtime, planning, server,
+    cli) through its base name."""
     here = os.path.normpath(os.path.join(os.path.dirname(src), name))
     if os.path.exists(os.path.join(root, here)):
         return here
     hits = by_base.get(os.path.basename(name), [])
-    for top in ("engine/", "server/", "cli/"):
+    for top in ROOMS:
         for h in hits:
             if h.startswith(top) and h.endswith(name):
                 return h
@@ -83,45 +112,51 @@ def resolve(root, src, name, by_base):
 
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    files = sources(root, "engine") + sources(root, "server") + sources(root, "cli")
+    files = [f for room in ROOMS for f in sources(root, room.rstrip("/"))]
     by_base = {}
     for f in files:
         by_base.setdefault(os.path.basename(f), []).append(f)
-    edges = {}
+    edges, system = {}, {}
     for f in files:
         with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
-            names = INCLUDE.findall(fh.read())
-        edges[f] = [(n, resolve(root, f, n, by_base)) for n in names]
+            text = fh.read()
+        edges[f] = [(n, resolve(root, f, n, by_base)) for n in INCLUDE.findall(text)]
+        system[f] = SYS_INCLUDE.findall(text)
 
     results = []
 
     def rule(name, bad):
         results.append((name, bad))
 
-    def crossing(prefix, allowed_engine, allowed_other=()):
+    def crossing(room):
+        may = MAY.get(room, set())
         bad = []
         for f, inc in edges.items():
-            if not f.startswith(prefix):
+            if not f.startswith(room):
                 continue
             for n, path in inc:
                 if path is None:
                     bad.append(f"{f}: {n} (not found)")
-                elif path.startswith(prefix):
-                    continue
-                elif path.startswith("engine/"):
-                    if os.path.basename(path) not in allowed_engine or path.startswith("engine/kernels/"):
-                        bad.append(f"{f} -> {path}")
-                elif os.path.basename(path) not in allowed_other:
+                elif not path.startswith(room) and path not in may:
                     bad.append(f"{f} -> {path}")
         return bad
 
-    rule("server/ includes of engine/ only engine.h, scheduler.h, sampler.h, tokenizer.h, fault.h",
-         crossing("server/", SERVER_MAY))
-    rule("cli/ includes of engine/ only engine.h, gguf.h, synth.h, sampler.h, tokenizer.h, of server/ only serve.h",
-         crossing("cli/", CLI_MAY - {"serve.h"}, {"serve.h"}))
-    rule("engine/ includes nothing of server/ or cli/",
-         [f"{f} -> {p}" for f, inc in edges.items() if f.startswith("engine/")
-          for _, p in inc if p and not p.startswith("engine/")])
+    def names(room):
+        may = sorted(MAY.get(room, ()))
+        out = []
+        for r in ROOMS:
+            mine = [m[len(r):] for m in may if m.startswith(r)]
+            if mine:
+                out.append(f"of {r} only {', '.join(mine)}")
+        return "; ".join(out) if out else "nothing"
+
+    for room in ROOMS:
+        if room == "engine/":
+            rule("engine/ includes nothing of grammar/, runtime/, planning/, server/ or cli/", crossing(room))
+        else:
+            rule(f"{room} includes outside itself {names(room)}", crossing(room))
+    rule("no cJSON in " + ", ".join(NO_CJSON) + " (engine.h does not pull it in)",
+         [f"{f} -> <{n}>" for f in files if f.startswith(NO_CJSON) for n in system[f] if n.startswith("cjson/")])
     kern = [f for f in files if f.startswith("engine/kernels/")]
     rule("engine/kernels/ includes only engine/kernels/ (no model.h, engine.h or layers above)",
          [f"{f} -> {p}" for f in kern for _, p in edges[f] if p and not p.startswith("engine/kernels/")])
@@ -152,7 +187,7 @@ def main():
     for f in sorted(graph):
         if not state.get(f):
             visit(f)
-    rule("no include circle in engine/, server/ or cli/", cycles)
+    rule("no include circle in " + ", ".join(ROOMS), cycles)
 
     failed = 0
     for name, bad in results:

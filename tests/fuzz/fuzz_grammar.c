@@ -1,5 +1,5 @@
 /* fuzz_grammar.c - libFuzzer target: the structured-output compiler
- * (engine/grammar.h) and the token matcher it drives.
+ * (grammar/grammar.h) and the token matcher it drives.
  *
  * Input: byte 0 picks the source kind (a JSON Schema, a regular
  * expression, an OpenAI tools array as Qwen's calls, a GBNF grammar, or a
