@@ -57,17 +57,9 @@ void cors_add_headers(http_req *hr, struct MHD_Response *resp)
 
 int cors_preflight(http_req *hr, const char *allow)
 {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (!resp)
-        return -1;
-    http_add_common_headers(hr, resp);  /* X-Request-Id, and the Allow-Origin above when allowed */
-    if (allowed_origin(hr)) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", CORS_ALLOW_HEADERS);
-        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-    }
-    enum MHD_Result ok = MHD_queue_response(hr->conn, 204, resp);
-    MHD_destroy_response(resp);
-    hr->status = 204;
-    return ok == MHD_YES ? 0 : -1;
+    const char *const hdrs[] = {"Access-Control-Allow-Methods", allow, "Access-Control-Allow-Headers",
+                                CORS_ALLOW_HEADERS, "Access-Control-Max-Age", "600", NULL};
+    /* X-Request-Id and the Allow-Origin above (http.c's common headers),
+     * the rules only for an allowed origin */
+    return http_send(hr, 204, NULL, "", 0, allowed_origin(hr) ? hdrs : NULL);
 }

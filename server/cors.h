@@ -19,7 +19,8 @@
 /* True when --cors-origin was given. */
 bool cors_enabled(const server *srv);
 /* Add Access-Control-Allow-Origin (and Vary, Expose-Headers) when the
- * request's Origin is allowed. */
+ * request's Origin is allowed. serve.c gives it to http_start as the
+ * add_headers hook, so every response carries them. */
 void cors_add_headers(http_req *hr, struct MHD_Response *resp);
 /* Answer a preflight OPTIONS on a known path whose methods are allow
  * ("GET, POST"): 204 with the allowed methods and headers. Returns 0 or -1. */

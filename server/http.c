@@ -5,7 +5,8 @@
  * blocks waiting for the next event), collecting request bodies up to
  * --max-body, request ids, response helpers, the one-line-per-request log
  * and the metrics record when a request is done.
- * Does not own: what each route does (routes.c).
+ * Does not own: what each route does (routes.c, called through the
+ * handler serve.c gives http_start).
  * ref: libmicrohttpd 0.9 manual (MHD_AccessHandlerCallback, content reader
  * callbacks, MHD_OPTION_NOTIFY_COMPLETED).
  */
@@ -26,9 +27,14 @@
 #include "http.h"
 #include "json.h"
 #include "metrics.h"
-#include "cors.h"
 #include "log.h"
-#include "routes.h"
+
+_Static_assert(HTTP_STREAM_END == MHD_CONTENT_READER_END_OF_STREAM &&
+               HTTP_STREAM_ERROR == MHD_CONTENT_READER_END_WITH_ERROR, "http.h and libmicrohttpd agree");
+
+/* The request handler and the extra headers (serve.c), set once before
+ * the daemon starts. */
+static http_hooks hooks;
 
 /* ---------------------------------------------------------------------- */
 /* Request ids                                                            */
@@ -68,7 +74,8 @@ static void set_request_id(http_req *hr)
 void http_add_common_headers(http_req *hr, struct MHD_Response *resp)
 {
     MHD_add_response_header(resp, "X-Request-Id", hr->id);
-    cors_add_headers(hr, resp);
+    if (hooks.add_headers)
+        hooks.add_headers(hr, resp);
     if (hr->srv->replica[0])
         MHD_add_response_header(resp, "X-Hyserve-Replica", hr->srv->replica);
     if (atomic_load(&hr->srv->state) == SERVER_DRAINING)
@@ -108,6 +115,24 @@ int http_send_json(http_req *hr, int status, cJSON *obj, const char *const *head
     int rc = http_send(hr, status, "application/json", txt, strlen(txt), headers);
     cJSON_free(txt);
     return rc;
+}
+
+int http_send_stream(http_req *hr, int status, const char *content_type, const char *const *headers,
+                     http_read_fn read, void (*done)(void *cls), void *cls)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, read, cls, done);
+    if (!resp)
+        return -2;
+    hr->refs++;     /* done's */
+    if (content_type)
+        MHD_add_response_header(resp, "Content-Type", content_type);
+    for (int i = 0; headers && headers[i] && headers[i + 1]; i += 2)
+        MHD_add_response_header(resp, headers[i], headers[i + 1]);
+    http_add_common_headers(hr, resp);
+    enum MHD_Result ok = MHD_queue_response(hr->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);     /* done runs when MHD is finished with it */
+    hr->status = status;
+    return ok == MHD_YES ? 0 : -1;
 }
 
 const char *http_header(http_req *hr, const char *name)
@@ -391,7 +416,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_bytes, &head);
         if (head > srv->cfg->max_header_bytes) {
             hr->head_too_large = true;
-            return routes_dispatch(hr) == 0 ? MHD_YES : MHD_NO;
+            return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;
         }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
@@ -400,7 +425,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             if (end != cl && n > srv->cfg->max_body) {
                 /* refuse before reading the body; MHD closes the connection */
                 hr->body_too_large = true;
-                return routes_dispatch(hr) == 0 ? MHD_YES : MHD_NO;
+                return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;
             }
         }
         return MHD_YES;
@@ -445,18 +470,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     hr->body_done = true;
     if (srv->guard)
         guard_busy(srv->guard, hr->gconn);
-    if (hr->body_oom)
-        return routes_error(hr, ERR_INTERNAL, "out of memory reading the request body") == 0 ? MHD_YES : MHD_NO;
-    return routes_dispatch(hr) == 0 ? MHD_YES : MHD_NO;
+    return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;
 }
 
 /* ---------------------------------------------------------------------- */
 /* Daemon                                                                 */
 /* ---------------------------------------------------------------------- */
 
-int http_start(server *srv, char *err, size_t errlen)
+int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
 {
     const server_config *c = srv->cfg;
+    hooks = *h;
     struct addrinfo hints = {0}, *ai = NULL;
     char port[16];
     hints.ai_family = AF_UNSPEC;

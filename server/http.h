@@ -7,6 +7,8 @@
  * X-Request-Id and X-Hyserve-Replica (and Connection: close while
  * draining), and detecting that a client went away.
  * Does not own: routing (routes.c), JSON shapes (json.c), SSE (stream.c).
+ * Calls nothing above it: the request handler and the extra headers
+ * (routes.c, cors.c) come from serve.c at start, as http_hooks.
  */
 #ifndef HYSERVE_HTTP_H
 #define HYSERVE_HTTP_H
@@ -14,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <cjson/cJSON.h>
 
@@ -52,7 +55,17 @@ typedef struct http_req {
     char *log_prompt;           /* prompt text when --log-prompts; heap */
 } http_req;
 
-int http_start(server *srv, char *err, size_t errlen);
+/* What the daemon calls, given by serve.c (http.c calls no layer above
+ * it). handle: a complete request (body collected, or refused early:
+ * head_too_large, body_too_large, body_oom); queue a response and return
+ * 0, or -1 to close the connection. add_headers: NULL, or more headers on
+ * every response (CORS), after X-Request-Id. */
+typedef struct http_hooks {
+    int (*handle)(http_req *hr);
+    void (*add_headers)(http_req *hr, struct MHD_Response *resp);
+} http_hooks;
+
+int http_start(server *srv, const http_hooks *hooks, char *err, size_t errlen);
 /* Stop the daemon: closes every connection and joins its threads. */
 void http_stop(server *srv);
 /* Connections currently open. */
@@ -71,6 +84,23 @@ int http_send(http_req *hr, int status, const char *content_type, const char *bo
               const char *const *headers);
 /* Queue a JSON response; takes ownership of obj (NULL sends a 500). */
 int http_send_json(http_req *hr, int status, cJSON *obj, const char *const *headers);
+
+/* A streamed response body. read fills buf with up to max bytes and
+ * returns the count, or HTTP_STREAM_END (done) or HTTP_STREAM_ERROR (cut
+ * the connection); done(cls) runs once libmicrohttpd is finished with the
+ * response, and then owes http_req_unref(hr). */
+#define HTTP_STREAM_END ((ssize_t)-1)
+#define HTTP_STREAM_ERROR ((ssize_t)-2)
+typedef ssize_t (*http_read_fn)(void *cls, uint64_t pos, char *buf, size_t max);
+
+/* Queue status with a body read from read(cls); headers as http_send's
+ * (after Content-Type, before the common ones). Takes a reference on hr
+ * for done once the response exists. Returns 0, -1 when it was not
+ * queued (done has run or will: close the connection), or -2 when the
+ * response could not be made (done will not run; cls is still the
+ * caller's, and nothing was sent). */
+int http_send_stream(http_req *hr, int status, const char *content_type, const char *const *headers,
+                     http_read_fn read, void (*done)(void *cls), void *cls);
 
 const char *http_header(http_req *hr, const char *name);
 const char *http_query(http_req *hr, const char *name);

@@ -1607,6 +1607,8 @@ static int preflight(http_req *hr)
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
+    if (hr->body_oom)
+        return routes_error(hr, ERR_INTERNAL, "out of memory reading the request body");
     if (hr->head_too_large) {
         char msg[160];
         snprintf(msg, sizeof(msg), "request line and headers are larger than the limit of %llu bytes "

@@ -29,8 +29,10 @@ enum route_err {
     ERR_INTERNAL,           /* 500 */
 };
 
-/* Serve a complete request (body collected). Returns 0 when a response
- * was queued, -1 to close the connection. */
+/* Serve a complete request (body collected, or refused early by http.c:
+ * too large, or no memory for the body); serve.c hands it to http_start
+ * as the request handler. Returns 0 when a response was queued, -1 to
+ * close the connection. */
 int routes_dispatch(http_req *hr);
 
 /* Queue the error response for kind on hr's route. */

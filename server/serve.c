@@ -23,10 +23,12 @@
 
 #include "chat.h"
 #include "config.h"
+#include "cors.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
 #include "presets.h"
+#include "routes.h"
 #include "serve.h"
 #include "server.h"
 
@@ -294,7 +296,8 @@ int serve_main(int argc, char **argv)
     }
 
     /* HTTP first, so /health and /ready answer while the model loads */
-    if (http_start(&srv, err, sizeof(err))) {
+    const http_hooks hooks = {.handle = routes_dispatch, .add_headers = cors_add_headers};
+    if (http_start(&srv, &hooks, err, sizeof(err))) {
         log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         goto out_metrics;
     }

@@ -18,8 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <microhttpd.h>
-
 #include "fault.h"
 #include "chat.h"
 #include "metrics.h"
@@ -697,42 +695,42 @@ static ssize_t hand_out(const char *src, size_t n, size_t *off, char *buf, size_
     return (ssize_t)k;
 }
 
-/* The frames of the events, into buf; MHD_CONTENT_READER_END_WITH_ERROR
+/* The frames of the events, into buf; HTTP_STREAM_ERROR
  * when the client went away (st->gone) or memory ran out. */
 static ssize_t read_frames(stream *st, char *buf, size_t max)
 {
     while (st->n_kids && st->off_out == st->n_out) {
         if (st->done)
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return HTTP_STREAM_END;
         st->n_out = st->off_out = 0;
         int rc = multi_next(st);
         if (rc < 0) {
             multi_cancel(st);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return HTTP_STREAM_ERROR;
         }
         if (rc == 0 && frame_raw(st, ": ping\n\n"))
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return HTTP_STREAM_ERROR;
     }
     while (st->off_out == st->n_out) {
         if (st->done)
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return HTTP_STREAM_END;
         st->n_out = st->off_out = 0;
         sched_event ev;
         int rc = stream_next_event(st->hr, st->r, &ev, st->keepalive_ms);
         if (rc < 0) {
             st->gone = true;
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return HTTP_STREAM_ERROR;
         }
         if (rc == 0) {
             if (frame_raw(st, ": ping\n\n"))
-                return MHD_CONTENT_READER_END_WITH_ERROR;
+                return HTTP_STREAM_ERROR;
             continue;
         }
         rc = on_event(st, &ev);
         sched_event_clear(&ev);
         if (rc) {
             sched_req_cancel(st->r);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return HTTP_STREAM_ERROR;
         }
     }
     return hand_out(st->out, st->n_out, &st->off_out, buf, max);
@@ -764,12 +762,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     if (!st->tail) {
         json_oom_take();        /* nothing from the thread's earlier work carries over */
         ssize_t n = read_frames(st, buf, max);
-        if (n != MHD_CONTENT_READER_END_WITH_ERROR || st->gone)
+        if (n != HTTP_STREAM_ERROR || st->gone)
             return n;
         end_out_of_memory(st);
     }
     if (st->off_tail == st->n_tail)
-        return MHD_CONTENT_READER_END_OF_STREAM;
+        return HTTP_STREAM_END;
     return hand_out(st->tail, st->n_tail, &st->off_tail, buf, max);
 }
 
@@ -865,7 +863,6 @@ int stream_start_n(http_req *hr, sched_req **r, int n, gen_request *g, const int
         json_gen_free(g);
         return start_failed(hr, api);
     }
-    hr->refs++;
     st->kids = kids;
     st->n_kids = kids ? n : 0;
     for (int k = 0; kids && k < n; k++) {
@@ -884,23 +881,14 @@ int stream_start_n(http_req *hr, sched_req **r, int n, gen_request *g, const int
     if (rc)
         goto out_free;
 
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st,
-                                                                  stream_free);
-    if (!resp)
-        goto out_free;
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    http_add_common_headers(hr, resp);
-    enum MHD_Result ok = MHD_queue_response(hr->conn, 200, resp);
-    MHD_destroy_response(resp);     /* stream_free runs when MHD is done with it */
-    hr->status = 200;
-    return ok == MHD_YES ? 0 : -1;
+    static const char *const hdrs[] = {"Cache-Control", "no-cache", "X-Accel-Buffering", "no", NULL};
+    int qrc = http_send_stream(hr, 200, "text/event-stream", hdrs, stream_read, stream_free, st);
+    if (qrc != -2)
+        return qrc;     /* stream_free runs when MHD is done with it */
 
 out_free:
     stream_clear(st, true);
     free(st);
-    hr->refs--;
     return start_failed(hr, api);
 }
 
