@@ -183,4 +183,39 @@ const char *sched_broken(const sched *s);
  * assert() (invariant.h). */
 bool sched_check(const sched *s);
 
+/* ---- shared by scheduler.c's pieces (sched_request.c, sched_prefix.c, sched_admit.c, sched_text.c, sched_step.c) ---- */
+
+/* DeltaNet blocks and KV page regions kept mapped ahead of need while the
+ * store is on (sched_new). */
+enum { SCHED_SPARE_BLOCKS = 2, SCHED_SPARE_REGIONS = 2 };
+
+/* scheduler.c */
+void cancel_by_id(sched_req *r, const char *why);
+/* sched_request.c */
+void req_unref(sched_req *r);
+int req_push(sched_req *r, sched_event *ev);
+void req_push_error(sched_req *r, int status, const char *msg);
+/* sched_prefix.c */
+void publish_pool(sched *s);
+bool prefix_drop_running_snaps(sched *s);
+int prefix_admit_seq(sched *s, sched_req *r, int total);
+int prefix_chunk(sched *s, sched_req *r, int k, engine_batch_item *it);
+void prefix_step_snap_drop(sched *s, engine_batch_item *it);
+void prefix_snap_due(sched *s, sched_req *r, engine_batch_item *it);
+void prefix_drop_snaps(sched *s, sched_req *r);
+void prefix_reset_due(sched *s);
+void prefix_keep(sched *s, sched_req *r);
+/* sched_admit.c */
+void run_fail(sched *s, sched_req *r, int status, const char *msg);
+void wait_reject(sched *s, sched_req *r, int status, const char *msg);
+sched_req *group_take(sched_req *r, int i);
+void run_finish(sched *s, sched_req *r, int status, sched_event *ev);
+void tell_ended(sched *s);
+int cancel_status(const sched_req *r);
+void admit(sched *s);
+/* sched_text.c */
+int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sampler_top *top);
+/* sched_step.c */
+void *sched_main(void *arg);
+
 #endif
