@@ -1280,6 +1280,90 @@ out:
     return rc;
 }
 
+static bool served_name(const gen_limits *lim, const char *name)
+{
+    for (int i = 0; i < lim->n_names; i++)
+        if (!strcmp(lim->names[i], name))
+            return true;
+    return false;
+}
+
+int json_check_gen(gen_request *g, const gen_limits *lim, char *err, size_t errlen, char *param, size_t paramlen)
+{
+    const int api = g->api;
+    const char *field = NULL;
+    int rc = JSON_EINVALID;
+    for (int i = 0; i < g->n_stop; i++) {
+        if (strlen(g->stop[i]) > (size_t)lim->max_stop_len) {
+            field = "stop";
+            snprintf(err, errlen, "`stop`: sequence %d is %zu bytes, more than the limit of %d "
+                     "(--max-stop-length)", i, strlen(g->stop[i]), lim->max_stop_len);
+            goto fail;
+        }
+    }
+    /* @huggingface/inference 4.x sends its endpoint URL as "model" when given
+     * an endpointUrl: a URL names this endpoint, not another model */
+    if (!strncmp(g->model, "http://", 7) || !strncmp(g->model, "https://", 8))
+        g->model[0] = '\0';
+    if (api != API_TGI && g->model[0] && !lim->any_model && !served_name(lim, g->model)) {
+        field = "model";
+        snprintf(err, errlen, "The model `%.200s` does not exist (this server serves %.200s; GET /v1/models "
+                 "lists its names)", g->model, lim->name);
+        rc = JSON_EMODEL;
+        goto fail;
+    }
+    if (lim->stream)
+        g->stream = true;
+    int n_seq = api == API_TGI ? g->best_of : g->n;
+    if (n_seq > lim->max_n) {
+        field = api == API_TGI ? "best_of" : "n";
+        snprintf(err, errlen, "`%s` must be <= %d (--max-n). Given: %d", field, lim->max_n, n_seq);
+        goto fail;
+    }
+    if (n_seq > 1 && g->stream && (api == API_TGI || n_seq > JSON_MAX_BATCH)) {
+        field = api == API_TGI ? "best_of" : "n";
+        snprintf(err, errlen, api == API_TGI ? "`best_of` != 1 is not supported when streaming tokens"
+                                             : "a stream carries at most %d choices", JSON_MAX_BATCH);
+        goto fail;
+    }
+    if (g->n_batch > 1 && g->stream) {
+        field = "prompt";
+        snprintf(err, errlen, "`prompt`: several prompts cannot be streamed in one request; send one "
+                              "streaming request per prompt");
+        goto fail;
+    }
+    if (g->n_batch <= 1 && g->stream && g->prompt_logprobs && api == API_TGI) {
+        field = "decoder_input_details";
+        snprintf(err, errlen, "decoder_input_details == true is not supported when streaming tokens");
+        goto fail;
+    }
+    for (int i = 0; g->n_batch <= 1 && i < g->n_prompt_ids; i++) {
+        if (g->prompt_ids[i] >= lim->n_vocab) {
+            field = "prompt";
+            snprintf(err, errlen, "`prompt`: token %d is not in the vocabulary (0..%d)", (int)g->prompt_ids[i],
+                     lim->n_vocab - 1);
+            goto fail;
+        }
+    }
+    param[0] = '\0';
+    return JSON_OK;
+fail:
+    snprintf(param, paramlen, "%s", field);
+    return rc;
+}
+
+int json_check_bias(const gen_request *g, int n_vocab, char *err, size_t errlen)
+{
+    for (int i = 0; i < g->n_bias; i++) {
+        if (g->bias[i].id >= n_vocab) {
+            snprintf(err, errlen, "`logit_bias`: token %d is not in the vocabulary (0..%d)", (int)g->bias[i].id,
+                     n_vocab - 1);
+            return JSON_EINVALID;
+        }
+    }
+    return JSON_OK;
+}
+
 cJSON *json_add_cached_tokens(cJSON *usage, int cached_tokens)
 {
     cJSON *d = usage ? cJSON_AddObjectToObject(usage, "prompt_tokens_details") : NULL;

@@ -21,7 +21,7 @@
 
 /* Prompts one /v1/completions request may carry. */
 #define JSON_MAX_BATCH 32
-/* Largest n / best_of the parser accepts; --max-n is checked by the route. */
+/* Largest n / best_of the parser accepts; --max-n is json_check_gen's. */
 #define JSON_MAX_N 1000000
 
 enum api_kind {
@@ -35,6 +35,7 @@ enum json_status {
     JSON_EPARSE = -1,           /* not JSON: 400 */
     JSON_EINVALID = -2,         /* wrong types or values: 422 (OpenAI: 400) */
     JSON_ENOMEM = -3,
+    JSON_EMODEL = -4,           /* json_check_gen: a model this server does not serve: 404 */
 };
 
 /* cJSON allocates through the fault countdown (fault.h), so a test can fail
@@ -138,6 +139,32 @@ enum gen_tool_choice {
 int json_parse_gen(gen_request *g, int api, const char *body, size_t len, int max_stop,
                    char *err, size_t errlen, char *param, size_t paramlen);
 void json_gen_free(gen_request *g);
+
+/* What the server allows a parsed generation request (its options and
+ * the model's vocabulary), for json_check_gen. */
+typedef struct gen_limits {
+    int max_stop_len;           /* --max-stop-length: bytes of one stop sequence */
+    int max_n;                  /* --max-n: OpenAI n, TGI best_of */
+    bool stream;                /* the route streams whatever the body says (/generate_stream) */
+    bool any_model;             /* --accept-any-model */
+    const char (*names)[128];   /* [n_names] the served model names (--served-model-name) */
+    int n_names;
+    const char *name;           /* the one the model error names */
+    int n_vocab;                /* token ids are 0..n_vocab-1 */
+} gen_limits;
+
+/* The field rules of a parsed request against lim, in this order: the stop
+ * sequences' length, "model" (a URL names this endpoint and is cleared;
+ * another name than a served one is JSON_EMODEL on the OpenAI routes),
+ * lim->stream sets g->stream, n / best_of against --max-n and against
+ * streaming, several prompts never streamed, TGI decoder_input_details
+ * never streamed, prompt token ids inside the vocabulary. Returns JSON_OK,
+ * JSON_EINVALID or JSON_EMODEL with a message in err and the field in
+ * param. */
+int json_check_gen(gen_request *g, const gen_limits *lim, char *err, size_t errlen, char *param, size_t paramlen);
+/* OpenAI logit_bias: every token inside the vocabulary. Returns JSON_OK or
+ * JSON_EINVALID with a message in err (the field is "logit_bias"). */
+int json_check_bias(const gen_request *g, int n_vocab, char *err, size_t errlen);
 /* A tool-call constraint of g written in format's form ("llama3.1"; the
  * Qwen form by default), the model's chat template's: adds "format" to its
  * spec. Nothing to do without one. Returns 0, or -1 out of memory. */

@@ -277,6 +277,52 @@ TEST(test_tgi_request_defaults_to_greedy_and_samples_when_asked)
     json_gen_free(&g);
 }
 
+TEST(test_generation_field_rules_check_limits_in_order_and_name_the_field)
+{
+    static const char names[2][128] = {"main", "alias"};
+    const gen_limits lim = {.max_stop_len = 3, .max_n = 4, .names = names, .n_names = 2, .name = "main",
+                            .n_vocab = 100};
+    gen_request g;
+    char err[256], param[64];
+    /* a stop sequence too long comes first, before the unknown model */
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"abcd\"],\"model\":\"x\"}", err, sizeof err) == JSON_OK);
+    CHECK(json_check_gen(&g, &lim, err, sizeof err, param, sizeof param) == JSON_EINVALID && !strcmp(param, "stop"));
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"model\":\"x\"}", err,
+                sizeof err) == JSON_OK);
+    CHECK(json_check_gen(&g, &lim, err, sizeof err, param, sizeof param) == JSON_EMODEL && !strcmp(param, "model") &&
+          strstr(err, "serves main"));
+    json_gen_free(&g);
+    /* a served alias, and a URL (this endpoint) cleared */
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"a\",\"model\":\"alias\"}", err, sizeof err) == JSON_OK);
+    CHECK(json_check_gen(&g, &lim, err, sizeof err, param, sizeof param) == JSON_OK && !strcmp(g.model, "alias"));
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"a\",\"model\":\"https://h/v1\"}", err, sizeof err) == JSON_OK);
+    CHECK(json_check_gen(&g, &lim, err, sizeof err, param, sizeof param) == JSON_OK && !g.model[0]);
+    json_gen_free(&g);
+    /* --max-n, and best_of never streamed (the route's stream counts) */
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"a\",\"n\":5}", err, sizeof err) == JSON_OK);
+    CHECK(json_check_gen(&g, &lim, err, sizeof err, param, sizeof param) == JSON_EINVALID && !strcmp(param, "n"));
+    json_gen_free(&g);
+    gen_limits ls = lim;
+    ls.stream = true;
+    CHECK(parse(&g, API_TGI, "{\"inputs\":\"a\",\"parameters\":{\"best_of\":2,\"do_sample\":true}}", err, sizeof err) ==
+          JSON_OK);
+    CHECK(json_check_gen(&g, &ls, err, sizeof err, param, sizeof param) == JSON_EINVALID && g.stream &&
+          !strcmp(param, "best_of"));
+    json_gen_free(&g);
+    /* token ids inside the vocabulary; logit_bias too */
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":[1,100]}", err, sizeof err) == JSON_OK);
+    CHECK(json_check_gen(&g, &lim, err, sizeof err, param, sizeof param) == JSON_EINVALID && !strcmp(param, "prompt") &&
+          strstr(err, "token 100"));
+    json_gen_free(&g);
+    CHECK(parse(&g, API_OAI_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"100\":1}}", err, sizeof err) == JSON_OK);
+    CHECK(json_check_gen(&g, &lim, err, sizeof err, param, sizeof param) == JSON_OK);
+    CHECK(json_check_bias(&g, 100, err, sizeof err) == JSON_EINVALID && strstr(err, "token 100"));
+    CHECK(json_check_bias(&g, 101, err, sizeof err) == JSON_OK);
+    json_gen_free(&g);
+}
+
 TEST(test_seed_is_read_from_the_body_text_as_a_64_bit_integer)
 {
     gen_request g;

@@ -1,0 +1,37 @@
+/* generate.h - the generation flow of /generate, /generate_stream, POST /
+ * (TGI compat), /v1/completions and /v1/chat/completions, written once.
+ *
+ * Owns: read and check the body (json.c) -> chat template -> tokenize and
+ * fit the context -> submit to the scheduler -> wait for admission ->
+ * stream (stream.c) or collect and answer; several sequences in one
+ * request (prompt arrays, n, best_of); the answers' TGI and OpenAI shapes.
+ * Does not own: the route table (routes.c), field rules (json.c), error
+ * statuses (errors.c), SSE (stream.c).
+ * ref: docs/serving.md 2 (TGI), 3 (OpenAI).
+ */
+#ifndef HYSERVE_GENERATE_H
+#define HYSERVE_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http.h"
+
+enum gen_mode {
+    GEN_BODY = 0,               /* stream when the body says "stream": true */
+    GEN_STREAM = 1,             /* /generate_stream */
+    GEN_COMPAT = 2,             /* POST /: like /generate, the answer is an array of one */
+};
+
+/* Serve one generation request: api an enum api_kind (json.h), mode an
+ * enum gen_mode. Returns 0 when a response was queued, -1 to close the
+ * connection. */
+int generate_route(http_req *hr, int api, int mode);
+
+/* Encode text with the model's BOS rule, control tokens parsed except in
+ * the data spans (n_data pairs [start, end) of a rendered chat prompt: the
+ * messages' content; none for a raw prompt, whose writer formats it).
+ * Returns the count (tokens in *out, heap) or -1. */
+int generate_tokenize(server *srv, const char *text, const size_t *data, int n_data, int32_t **out);
+
+#endif
