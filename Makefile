@@ -173,6 +173,12 @@ test-families: all ## every hybrid family served (tests/suite_families.py); K=PA
 test-dashboard: all ## the dashboard (GET /) in headless Chromium; screenshots in tests/tmp/dashboard/
 	@$(TESTENV) sh tests/suite_dashboard.sh
 
+# docs/options.md: rendered from server/config.c's option tables (OPTS, ENV_SWITCHES);
+# tests/suite_options.sh fails when it is stale
+.PHONY: docs-options
+docs-options: ## regenerate docs/options.md (every serve option and HYSERVE_* variable)
+	@$(PYTHON) tools/gen_options_doc.py
+
 test-deploy: ## build the Docker images, run three replicas behind nginx and check them (needs root)
 	@sh tools/test-deploy.sh
 

@@ -138,6 +138,61 @@ static const opt_def OPTS[] = {
 };
 #define N_OPTS ((int)(sizeof(OPTS) / sizeof(OPTS[0])))
 
+/* The HYSERVE_* switches that are not options: read with getenv where they
+ * act (kernels, loader, planner, test builds), with no flag and no config-file
+ * key. Nothing reads this table at run time; it is their one documented list,
+ * rendered with OPTS into docs/options.md by tools/gen_options_doc.py, and
+ * tests/suite_options.sh fails when a "HYSERVE_..." name in the program's C
+ * files is in neither table (or a row here names one no code reads). */
+typedef struct env_switch {
+    const char *env;
+    const char *values;     /* what it takes; anything else counts as unset */
+    const char *help;
+    const char *ref;        /* where it is explained */
+} env_switch;
+
+static const env_switch ENV_SWITCHES[] __attribute__((unused)) = {
+    {"HYSERVE_SIMD", "avx512|avx2+vnni|avx2|0",
+     "force a kernel level below the CPU's own: AVX-512 without AMX, AVX2 with AVX-VNNI, AVX2 only, or the "
+     "scalar references (default: everything the CPU has)", "docs/performance.md 3"},
+    {"HYSERVE_BF16_DOT", "dp|fma",
+     "BF16 decode on vdpbf16ps (dp) or the exact convert+FMA kernel (default: measured at start-up where the "
+     "CPU has AVX512_BF16)", "docs/performance.md 3"},
+    {"HYSERVE_INT8_PROMPT", "0|1|step",
+     "Q8_0, Q4_0 and K-quant prompts on int8 tiles: off, on at every level, or on the decode-step kernels "
+     "(default: where measured faster at the CPU's level, from a number of tokens per level)",
+     "docs/performance.md 2"},
+    {"HYSERVE_BF16_PROMPT", "0|1",
+     "BF16 prompts with f32 activations (0) or rounded to bf16 at every level (1) (default: rounded on "
+     "vdpbf16ps where BF16 decode takes it)", "docs/performance.md 3"},
+    {"HYSERVE_F16_PROMPT", "tile|sgemm|0",
+     "F16 prompts on the outer-product tile at every length, or (sgemm, 0) sgemm past the small-prompt kernels "
+     "(default: the tile)", "docs/performance.md 3"},
+    {"HYSERVE_F32_PROMPT", "tile|sgemm|0",
+     "F32 prompts on the AVX-512 tile at every length, or (sgemm, 0) sgemm past the small-prompt kernels (default: the "
+     "tile up to 128 tokens)", "docs/performance.md 3"},
+    {"HYSERVE_PANELS", "0|1",
+     "weights kept as stored (0), or packed into 16-row panels on AMX machines too (1) (default: panels on "
+     "AVX-512 without AMX)", "docs/performance.md 4"},
+    {"HYSERVE_SPLIT", "fixed",
+     "decode products keep one fixed share of rows per thread, no stealing (for A/B runs)",
+     "docs/performance.md 8"},
+    {"HYSERVE_F32_COPY", "0",
+     "leave F32 weights in the file mapping instead of copying them into memory advised for 2 MiB pages",
+     "docs/performance.md 9"},
+    {"HYSERVE_PRESETS", "DIR",
+     "where the planner's preset layouts are read (default config/presets)", "docs/serving.md 9"},
+    {"HYSERVE_CGROUP_ROOT", "DIR",
+     "the cgroup tree whose CPU and memory limits give the default threads and cache budget (default "
+     "/sys/fs/cgroup; tests point it at a fake tree)", "docs/deployment.md 3"},
+    {"HYSERVE_FAULT_NTH", "N",
+     "CHECKS=1 and SANITIZE=1 builds only: fail the N-th allocation once the server starts serving",
+     "docs/testing.md 4"},
+    {"HYSERVE_FAULT_LIVE", "1",
+     "CHECKS=1 and SANITIZE=1 builds only: a request with X-Hyserve-Fault-Nth: N fails its N-th allocation, "
+     "and GET /debug/fault disarms and reports", "docs/testing.md 4"},
+};
+
 void config_defaults(server_config *c)
 {
     memset(c, 0, sizeof(*c));
