@@ -6,7 +6,7 @@
  * OpenAI completions' {tokens, token_logprobs, top_logprobs, text_offset},
  * TGI's token objects ({id, text, logprob, special}) and top_tokens.
  * Does not own: which distribution the numbers are of (engine/sampler.c,
- * engine/scheduler.c) or when a chunk is sent (stream.c).
+ * runtime/sched_step.c) or when a chunk is sent (stream.c).
  * ref: docs/serving.md 2.2, 2.3 (TGI details, top_tokens, prefill), 3.3
  * (OpenAI logprobs); OpenAI's API reference for the shapes.
  */
