@@ -953,10 +953,9 @@ static double family_decode_bytes(const engine_info *in, double ctx)
 
 static void json_kinds(FILE *f, const engine_info *in)
 {
-    static const char letters[] = "ALMSCFHBK";   /* enum engine_layer_kind, the letters `hyserve info` prints */
     fprintf(f, "\"layout\": \"");
     for (int il = 0; il < in->n_layer; il++)
-        fputc(in->layer_kind[il] < sizeof letters - 1 ? letters[in->layer_kind[il]] : '?', f);
+        fputc(engine_layer_letter(in->layer_kind[il]), f);
     fprintf(f, "\"");
 }
 
