@@ -259,10 +259,10 @@ int cli_generate(int argc, char **argv)
     for (; n_gen < n_predict; n_gen++) {
         int32_t tok = sampler_sample(smp, logits, toks, n_prompt + n_gen, NULL);
         toks[n_prompt + n_gen] = tok;
-        if (!ignore_eos && engine_token_is_eog(e, tok))
+        if (!ignore_eos && tok_is_eog(engine_tokenizer(e), tok))
             break;
         char piece[256];
-        int np = engine_token_piece(e, tok, piece, sizeof piece);
+        int np = tok_piece(engine_tokenizer(e), tok, piece, sizeof piece);
         if (np > 0) {
             if (np > (int)sizeof piece)
                 np = (int)sizeof piece;

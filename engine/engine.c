@@ -359,24 +359,9 @@ int engine_tokenize_chat(const engine *e, const char *text, size_t len, bool add
     return n < 0 ? n : n + n0;
 }
 
-int engine_token_piece(const engine *e, int32_t tok, char *buf, size_t cap)
+const tokenizer *engine_tokenizer(const engine *e)
 {
-    return tok_piece(e->tok, tok, buf, cap);
-}
-
-bool engine_token_is_eog(const engine *e, int32_t tok)
-{
-    return tok_is_eog(e->tok, tok);
-}
-
-bool engine_token_is_control(const engine *e, int32_t tok)
-{
-    return tok_is_control(e->tok, tok);
-}
-
-int32_t engine_token_lookup(const engine *e, const char *text)
-{
-    return tok_lookup(e->tok, text, strlen(text));
+    return e->tok;
 }
 
 int engine_seq_new(engine *e)
@@ -532,44 +517,16 @@ void engine_process_init(char **argv)
     blas_process_init(argv);
 }
 
-const char *engine_blas_core(void)
+void engine_get_kernels(engine_kernels *k)
 {
-    return blas_core_name();
-}
-
-const char *engine_kernels_name(void)
-{
-    return simd_name();
-}
-
-const char *engine_bf16_decode(void)
-{
-    return simd_bf16_dot_why();
-}
-
-void engine_bf16_prompt(char *buf, size_t len)
-{
-    matmul_prompt_describe(GGML_BF16, buf, len);
-}
-
-void engine_f16_prompt(char *buf, size_t len)
-{
-    matmul_prompt_describe(GGML_F16, buf, len);
-}
-
-void engine_f32_prompt(char *buf, size_t len)
-{
-    matmul_prompt_describe(GGML_F32, buf, len);
-}
-
-void engine_int8_prompt(char *buf, size_t len)
-{
-    matmul_int8_prompt_describe(buf, len);
-}
-
-int engine_threads(void)
-{
-    return blas_get_threads();
+    k->threads = blas_get_threads();
+    k->blas_core = blas_core_name();
+    k->simd = simd_name();
+    k->bf16_decode = simd_bf16_dot_why();
+    matmul_prompt_describe(GGML_BF16, k->bf16_prompt, sizeof k->bf16_prompt);
+    matmul_prompt_describe(GGML_F16, k->f16_prompt, sizeof k->f16_prompt);
+    matmul_prompt_describe(GGML_F32, k->f32_prompt, sizeof k->f32_prompt);
+    matmul_int8_prompt_describe(k->int8_prompt, sizeof k->int8_prompt);
 }
 
 bool engine_type_supported(uint32_t type)

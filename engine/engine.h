@@ -31,6 +31,7 @@
 #include "memplan.h"
 
 typedef struct engine engine;
+typedef struct tokenizer tokenizer;     /* tokenizer.h */
 
 enum engine_layer_kind {
     ENGINE_LAYER_ATTN = 0,      /* gated softmax attention, GQA KV cache */
@@ -99,30 +100,26 @@ enum engine_state_dtype {
  * (blas_process_init: OpenBLAS's core where it fell back to SSE3 kernels,
  * libgomp's spin-wait; what the environment sets wins). */
 void engine_process_init(char **argv);
-/* The OpenBLAS core in use ("Haswell", "SkylakeX", ...), for logs. */
-const char *engine_blas_core(void);
-/* The hand-written kernels in use: "avx512+vnni+amx", "avx2", "scalar"... */
-const char *engine_kernels_name(void);
-/* The BF16 decode kernel and why it was chosen, e.g. "vdpbf16ps (measured
- * 1.31x the speed of the FMA kernel)" or "fma (no AVX512_BF16)" (kernels/cpu.h). */
-const char *engine_bf16_decode(void);
-/* The prompt paths of BF16 and F16 weights in panels and of F32 weights
- * (matmul.h), into buf (cut to len - 1 bytes; ENGINE_PROMPT_NAME_LEN
- * holds every phrase), e.g. "vdpbf16ps (as bf16 decode)", "outer-product
- * tile to 16 tokens, sgemm past it", "rows x tokens tile to 128 tokens,
- * sgemm past it". Each caller owns its buffer: /info requests and the
- * ready line call these from different threads. */
+/* The kernels this process chose at start, for /info, the ready line and
+ * logs (engine_get_kernels fills every field; any thread). */
 #define ENGINE_PROMPT_NAME_LEN 160
-void engine_bf16_prompt(char *buf, size_t len);
-void engine_f16_prompt(char *buf, size_t len);
-void engine_f32_prompt(char *buf, size_t len);
-/* Prompts on int8 products in use, in one phrase, into buf: the form and
- * from how many tokens each weight family takes it, e.g. "avx512-vnni
- * tiles, Q8_0/Q4_0 from 2 tokens, K-quants from 32 tokens", or "off (...)"
- * (matmul.h). */
-void engine_int8_prompt(char *buf, size_t len);
-/* Threads the engine's parallel regions and OpenBLAS use now. */
-int engine_threads(void);
+typedef struct engine_kernels {
+    int threads;                /* the engine's parallel regions and OpenBLAS use now */
+    const char *blas_core;      /* the OpenBLAS core in use: "Haswell", "SkylakeX", ... */
+    const char *simd;           /* the hand-written kernels: "avx512+vnni+amx", "avx2", "scalar" ... */
+    const char *bf16_decode;    /* the BF16 decode kernel and why, e.g. "vdpbf16ps (measured 1.31x
+                                   the speed of the FMA kernel)" or "fma (no AVX512_BF16)" (kernels/cpu.h) */
+    /* The prompt paths of BF16 and F16 weights in panels and of F32
+     * weights (matmul.h), e.g. "vdpbf16ps (as bf16 decode)", "outer-product
+     * tile to 16 tokens, sgemm past it"; and the int8 products in one
+     * phrase: the form and from how many tokens each weight family takes
+     * it, e.g. "avx512-vnni tiles, Q8_0/Q4_0 from 2 tokens, K-quants from
+     * 32 tokens", or "off (...)". Each caller owns its copy: /info
+     * requests and the ready line read them from different threads. */
+    char bf16_prompt[ENGINE_PROMPT_NAME_LEN], f16_prompt[ENGINE_PROMPT_NAME_LEN];
+    char f32_prompt[ENGINE_PROMPT_NAME_LEN], int8_prompt[ENGINE_PROMPT_NAME_LEN];
+} engine_kernels;
+void engine_get_kernels(engine_kernels *k);
 /* Seconds on the monotonic clock: the one clock the scheduler, the server
  * and the tools stamp and time requests with. */
 double engine_now_s(void);
@@ -260,15 +257,10 @@ int engine_tokenize(const engine *e, const char *text, size_t len,
  * open a turn of their own. Otherwise as engine_tokenize. */
 int engine_tokenize_chat(const engine *e, const char *text, size_t len, bool add_bos, const size_t *data,
                          int n_data, int32_t *out, int max_out);
-/* Bytes of one token's text (raw bytes, possibly a partial UTF-8
- * sequence). Returns the byte count (may exceed cap), negative if the id
- * is invalid. */
-int engine_token_piece(const engine *e, int32_t tok, char *buf, size_t cap);
-bool engine_token_is_eog(const engine *e, int32_t tok);
-/* A control token (<|im_start|> and friends): never output text. */
-bool engine_token_is_control(const engine *e, int32_t tok);
-/* Token id of an exact token string (e.g. "<|im_end|>"), or -1. */
-int32_t engine_token_lookup(const engine *e, const char *text);
+/* The model's tokenizer, for tokenizer.h's pure functions of a token
+ * (tok_piece, tok_is_eog, tok_is_control, tok_lookup): valid while e is
+ * open; any thread. */
+const tokenizer *engine_tokenizer(const engine *e);
 
 /* ---- sequences (owner thread only) ---- */
 

@@ -91,9 +91,9 @@ enum gram_tok_kind {
 
 /* piece(ctx, id, buf, cap, &kind) writes token id's bytes (returns the
  * count, which may exceed cap, or < 0) and its kind. */
-typedef int (*gram_piece_fn)(void *ctx, int32_t id, char *buf, size_t cap, int *kind);
+typedef int (*gram_piece_fn)(const void *ctx, int32_t id, char *buf, size_t cap, int *kind);
 
-gram_vocab *gram_vocab_new(int n_vocab, gram_piece_fn piece, void *ctx, char *err, size_t errlen);
+gram_vocab *gram_vocab_new(int n_vocab, gram_piece_fn piece, const void *ctx, char *err, size_t errlen);
 void gram_vocab_free(gram_vocab *v);
 int gram_vocab_n_nodes(const gram_vocab *v);   /* trie nodes (tests, logs) */
 

@@ -94,7 +94,7 @@ static int vocab_build_trie(gram_vocab *v, const int32_t *sorted, int n_sorted)
     return 0;
 }
 
-gram_vocab *gram_vocab_new(int n_vocab, gram_piece_fn piece, void *ctx, char *err, size_t errlen)
+gram_vocab *gram_vocab_new(int n_vocab, gram_piece_fn piece, const void *ctx, char *err, size_t errlen)
 {
     gram_vocab *v = NULL;
     int32_t *sorted = NULL;

@@ -213,7 +213,9 @@ prefix_match prefix_lookup(prefix_store *ps, const char *salt, int owner, const 
     return m;
 }
 
-void prefix_count(prefix_store *ps, const prefix_match *m)
+/* Count the lookup a request was admitted with: a hit (tokens reused,
+ * recomputed) or a miss by its reason. */
+static void prefix_count(prefix_store *ps, const prefix_match *m)
 {
     ps->st.lookups++;
     if (m->n_cached > 0) {
@@ -321,10 +323,43 @@ bool prefix_evict_one(prefix_store *ps)
     return true;
 }
 
-void prefix_clear(prefix_store *ps)
+prefix_cleared prefix_clear(prefix_store *ps)
 {
+    prefix_cleared c = { .entries = ps->n, .snapshots = ps->st.n_snapshots, .bytes = ps->st.bytes };
+    engine_pool_usage before, after;
+    engine_get_pool_usage(ps->e, &before);
     while (ps->n > 0)
         entry_free(ps, entry_unlink(ps, ps->n - 1));
+    engine_get_pool_usage(ps->e, &after);
+    c.pool_freed_bytes = before.reserved_bytes - after.reserved_bytes;
+    return c;
+}
+
+int prefix_acquire(prefix_store *ps, const prefix_query *q, int n_reserve, prefix_match *m)
+{
+    for (;;) {
+        if (q && q->whole)
+            *m = (prefix_match){ .reason = PREFIX_PROMPT_LOGPROBS, .entry = -1 };
+        else if (q)
+            *m = prefix_lookup(ps, q->salt, q->owner, q->prompt, q->n_prompt);
+        int seq = q && m->entry >= 0 ? prefix_fork(ps, m) : engine_seq_new(ps->e);
+        if (seq >= 0 && engine_seq_reserve(ps->e, seq, n_reserve) == 0) {
+            if (q) {
+                if (m->entry < 0)
+                    m->n_cached = 0;
+                prefix_count(ps, m);
+            }
+            return seq;
+        }
+        engine_seq_free(ps->e, seq);
+        if (!prefix_evict_one(ps))
+            return -1;
+    }
+}
+
+bool prefix_snaps_fit(const prefix_store *ps, int n)
+{
+    return ps->snap_bytes > 0 && (uint64_t)n * ps->snap_bytes <= ps->p.budget_bytes;
 }
 
 void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t *tokens, int n_tokens, int seq,
@@ -418,11 +453,6 @@ bool prefix_needs_snapshots(const prefix_store *ps)
 int prefix_snap_interval(const prefix_store *ps)
 {
     return ps->p.snap_interval;
-}
-
-uint64_t prefix_budget(const prefix_store *ps)
-{
-    return ps->p.budget_bytes;
 }
 
 const char *prefix_reason_name(int reason)

@@ -72,17 +72,39 @@ prefix_store *prefix_new(engine *e, const prefix_params *p);
 /* Frees every entry's sequence and snapshots. Accepts NULL. */
 void prefix_free(prefix_store *ps);
 
-/* The longest prefix of prompt[0..n_prompt-1) (one token is always left
- * to prefill, for the logits) cached under (salt, owner) that ends where
- * every layer's state is known. */
+/* What a request asks of the store when it is admitted. */
+typedef struct prefix_query {
+    const char *salt;           /* the cache salt ("" for none) */
+    int owner;                  /* the API key's index: entries never match across keys */
+    const int32_t *prompt;
+    int n_prompt;
+    bool whole;                 /* prefill the whole prompt (prompt logprobs need every position's
+                                   logits, which the store does not keep): no lookup, counted as
+                                   PREFIX_PROMPT_LOGPROBS */
+} prefix_query;
+
+/* The one call admission makes: a sequence reserved for n_reserve tokens.
+ * With q, q's longest cached prefix is restored into it (pages shared,
+ * state restored; prefix_lookup and prefix_fork), the lookup is counted
+ * and *m says what was reused; with q NULL it is a new empty sequence (an
+ * n-choice request's placeholder) and m is untouched (may be NULL). While
+ * the cache cannot hold the reservation, entries are evicted, least
+ * recently used first (a request always wins over cached entries), and
+ * the lookup is made again. -1 when it does not fit with the store empty. */
+int prefix_acquire(prefix_store *ps, const prefix_query *q, int n_reserve, prefix_match *m);
+
+/* The parts of prefix_acquire, for tests: the longest prefix of
+ * prompt[0..n_prompt-1) (one token is always left to prefill, for the
+ * logits) cached under (salt, owner) that ends where every layer's state
+ * is known; and a new sequence holding m's n_cached tokens (pages shared,
+ * state restored), or -1 when the engine cannot hold one more sequence
+ * now (marks the entry used). Neither is counted in the stats. */
 prefix_match prefix_lookup(prefix_store *ps, const char *salt, int owner, const int32_t *prompt, int n_prompt);
-/* A new sequence holding m's n_cached tokens (pages shared, state
- * restored), or -1 when the engine cannot hold one more sequence now.
- * Marks the entry used. */
 int prefix_fork(prefix_store *ps, const prefix_match *m);
-/* Count the lookup a request was admitted with: a hit (tokens reused,
- * recomputed) or a miss by its reason. */
-void prefix_count(prefix_store *ps, const prefix_match *m);
+
+/* Whether n recurrent snapshots fit in the store's budget (false when the
+ * model has no recurrent layers: there is nothing to snapshot). */
+bool prefix_snaps_fit(const prefix_store *ps, int n);
 
 /* Keep a finished sequence: tokens[0..n_tokens) are in seq (its length),
  * snaps[0..n_snaps) are snapshots taken at shorter lengths of it. The
@@ -92,8 +114,15 @@ void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t 
                    engine_snap **snaps, int n_snaps);
 /* Evict the least recently used entry; false when the store is empty. */
 bool prefix_evict_one(prefix_store *ps);
-/* Evict everything (tests, drain). */
-void prefix_clear(prefix_store *ps);
+/* What prefix_clear let go. */
+typedef struct prefix_cleared {
+    int entries, snapshots;
+    uint64_t bytes;             /* the entries' bytes as the store counted them */
+    uint64_t pool_freed_bytes;  /* what the engine's pool got back (pages still shared with a running
+                                   request stay reserved) */
+} prefix_cleared;
+/* Evict everything (POST /reset_prefix_cache, tests). */
+prefix_cleared prefix_clear(prefix_store *ps);
 
 int prefix_n_entries(const prefix_store *ps);
 void prefix_get_stats(const prefix_store *ps, prefix_stats *st);
@@ -101,6 +130,5 @@ const char *prefix_reason_name(int reason);
 /* Whether the model needs snapshots (has DeltaNet layers). */
 bool prefix_needs_snapshots(const prefix_store *ps);
 int prefix_snap_interval(const prefix_store *ps);
-uint64_t prefix_budget(const prefix_store *ps);
 
 #endif

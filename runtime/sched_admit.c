@@ -72,17 +72,9 @@ static int group_hold(sched *s, sched_req *r)
     const int own = fork_own_tokens(s, r);
     for (int i = 0; i < r->n_fol; i++) {
         sched_req *f = r->fol[i];
-        while (f) {
-            const int seq = engine_seq_new(s->e);
-            if (seq >= 0 && engine_seq_reserve(s->e, seq, own) == 0) {
-                f->seq = seq;
-                break;
-            }
-            engine_seq_free(s->e, seq);
-            if (!s->prefix || (!prefix_evict_one(s->prefix) && !prefix_drop_running_snaps(s))) {
-                group_unhold(s, r);
-                return -1;
-            }
+        if (f && (f->seq = sched_seq_acquire(s, NULL, own, NULL)) < 0) {
+            group_unhold(s, r);
+            return -1;
         }
     }
     return 0;

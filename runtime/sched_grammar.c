@@ -22,13 +22,13 @@
 #include "fault.h"
 #include "grammar.h"
 #include "scheduler_impl.h"
+#include "tokenizer.h"
 
-static int engine_piece(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
+static int token_piece(const void *ctx, int32_t id, char *buf, size_t cap, int *kind)
 {
-    const engine *e = ctx;
-    *kind = engine_token_is_eog(e, id) ? GRAM_TOK_EOG
-            : engine_token_is_control(e, id) ? GRAM_TOK_OTHER : GRAM_TOK_TEXT;
-    return engine_token_piece(e, id, buf, cap);
+    const tokenizer *t = ctx;
+    *kind = tok_is_eog(t, id) ? GRAM_TOK_EOG : tok_is_control(t, id) ? GRAM_TOK_OTHER : GRAM_TOK_TEXT;
+    return tok_piece(t, id, buf, cap);
 }
 
 /* The shared vocabulary trie (about 0.6 s for 248K tokens) and the
@@ -37,7 +37,7 @@ static gram_cache *cache_get(sched *s, char *err, size_t errlen)
 {
     pthread_mutex_lock(&s->gram_mu);
     if (!s->gram_vocab)
-        s->gram_vocab = gram_vocab_new(s->n_vocab, engine_piece, s->e, err, errlen);
+        s->gram_vocab = gram_vocab_new(s->n_vocab, token_piece, engine_tokenizer(s->e), err, errlen);
     gram_cache *c = atomic_load(&s->gram_cache);
     if (s->gram_vocab && !c) {
         c = gram_cache_new(s->gram_vocab, s->p.grammar_cache_bytes, err, errlen);

@@ -48,36 +48,39 @@ static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_plann
 enum { PREFIX_MIN_SNAP_GAP = 32 };
 
 
-/* A new sequence for r reserved for total tokens. With the prefix store:
- * r's longest cached prefix restored into it, and store entries evicted,
- * least recently used first, while the cache cannot hold the reservation
- * (a request always wins over cached entries). -1 when it does not fit
- * even so. Sets r->pm and the snapshot lengths of r's prefill. Caller
- * holds s->mu. */
+/* A sequence reserved for n_reserve tokens, the one way the scheduler
+ * takes memory from the cache: through the prefix store (prefix_acquire:
+ * with q, q's longest cached prefix restored and *m set; entries evicted
+ * while the reservation does not fit) and, when even the emptied store
+ * leaves no room, with the running requests' snapshots given back (a
+ * reservation wins over cached state). Without the store, a new empty
+ * sequence. -1 when it does not fit. Caller holds s->mu. */
+int sched_seq_acquire(sched *s, const prefix_query *q, int n_reserve, prefix_match *m)
+{
+    if (!s->prefix) {
+        int seq = engine_seq_new(s->e);
+        if (seq >= 0 && engine_seq_reserve(s->e, seq, n_reserve) != 0) {
+            engine_seq_free(s->e, seq);
+            seq = -1;
+        }
+        return seq;
+    }
+    int seq;
+    while ((seq = prefix_acquire(s->prefix, q, n_reserve, m)) < 0 && prefix_drop_running_snaps(s))
+        ;
+    return seq;
+}
+
+/* A new sequence for r reserved for total tokens, r's longest cached
+ * prefix restored into it (sched_seq_acquire), or -1. Sets r->pm and the
+ * snapshot lengths of r's prefill. Caller holds s->mu. */
 int prefix_admit_seq(sched *s, sched_req *r, int total)
 {
-    int seq = -1;
-    for (;;) {
-        /* prompt logprobs need every prompt position's logits, which the
-         * store does not keep: such a request prefills its whole prompt
-         * (and still leaves an entry), and its miss says why */
-        if (s->prefix && r->prompt_lp)
-            r->pm = (prefix_match){ .reason = PREFIX_PROMPT_LOGPROBS, .entry = -1 };
-        else if (s->prefix)
-            r->pm = prefix_lookup(s->prefix, r->salt, r->owner, r->tokens, r->n_prompt);
-        seq = r->pm.entry >= 0 ? prefix_fork(s->prefix, &r->pm) : engine_seq_new(s->e);
-        if (seq >= 0 && engine_seq_reserve(s->e, seq, total) == 0)
-            break;
-        engine_seq_free(s->e, seq);
-        seq = -1;
-        if (!s->prefix || (!prefix_evict_one(s->prefix) && !prefix_drop_running_snaps(s)))
-            break;
-    }
+    const prefix_query q = { .salt = r->salt, .owner = r->owner, .prompt = r->tokens, .n_prompt = r->n_prompt,
+                             .whole = r->prompt_lp };
+    const int seq = sched_seq_acquire(s, &q, total, &r->pm);
     if (seq < 0 || !s->prefix)
         return seq;
-    if (r->pm.entry < 0)
-        r->pm.n_cached = 0;
-    prefix_count(s->prefix, &r->pm);
     /* another tenant's entry is none of this one's business: the request
      * hears "no entry" (the counters in /metrics keep the reason) */
     if (r->pm.reason == PREFIX_SALT_DIFFERS)
@@ -143,13 +146,12 @@ int prefix_admit_seq(sched *s, sched_req *r, int total)
  * count. */
 static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_planned)
 {
-    const uint64_t each = engine_snap_bytes(s->e), budget = prefix_budget(s->prefix);
     int n = 0;
     for (int i = 0; i < r->n_hints; i++) {
         const int h = r->hints[i];
         if (h <= r->pm.n_cached || h >= r->n_prompt - 1)
             continue;
-        if (each == 0 || (uint64_t)(n_planned + n + 1) * each > budget)
+        if (!prefix_snaps_fit(s->prefix, n_planned + n + 1))
             break;
         at[n++] = h;
     }
@@ -243,18 +245,15 @@ void prefix_reset_due(sched *s)
     if (s->reset_done == s->reset_asked)
         return;
     sched_prefix_freed f = { .enabled = s->prefix != NULL };
-    engine_pool_usage before, after;
-    engine_get_pool_usage(s->e, &before);
     if (s->prefix) {
-        prefix_stats st;
-        prefix_get_stats(s->prefix, &st);
-        f.entries = st.n_entries;
-        f.snapshots = st.n_snapshots;
-        f.bytes = st.bytes;
-        prefix_clear(s->prefix);
+        const prefix_cleared c = prefix_clear(s->prefix);
+        f.entries = c.entries;
+        f.snapshots = c.snapshots;
+        f.bytes = c.bytes;
+        f.pool_freed_bytes = c.pool_freed_bytes;
     }
+    engine_pool_usage after;
     engine_get_pool_usage(s->e, &after);
-    f.pool_freed_bytes = before.reserved_bytes - after.reserved_bytes;
     f.pool_reserved_bytes = after.reserved_bytes;
     f.running = s->n_running;
     s->reset_last = f;

@@ -121,20 +121,20 @@ int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sampler_t
     r->n_gen++;
 
     size_t rel;
-    if (engine_token_is_eog(s->e, tok)) {
+    if (tok_is_eog(engine_tokenizer(s->e), tok)) {
         ev.special = true;
         ev.final = true;
         ev.finish = SCHED_FINISH_EOS;
         rel = r->n_pending;
     } else {
-        int n = engine_token_piece(s->e, tok, piece, sizeof(piece));
+        int n = tok_piece(engine_tokenizer(s->e), tok, piece, sizeof(piece));
         if (n < 0)
             n = 0;
         if ((size_t)n > sizeof(piece)) {
             char *big = FAULT_OR(malloc((size_t)n));
             if (!big)
                 return SCHED_ENOMEM;
-            engine_token_piece(s->e, tok, big, (size_t)n);
+            tok_piece(engine_tokenizer(s->e), tok, big, (size_t)n);
             int rc = pending_append(r, big, (size_t)n);
             free(big);
             if (rc)

@@ -208,7 +208,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         return NULL;
     }
     for (int32_t t = 0; t < s->n_vocab; t++)     /* before sched_start: the engine is still ours */
-        if (engine_token_is_eog(e, t))
+        if (tok_is_eog(engine_tokenizer(e), t))
             s->eog[s->n_eog++] = t;
     if (s->p.prefix_cache) {
         const uint64_t budget = s->info->cache_budget_bytes;

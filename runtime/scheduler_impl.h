@@ -198,6 +198,7 @@ void req_push_error(sched_req *r, int status, const char *msg);
 /* sched_prefix.c */
 void publish_pool(sched *s);
 bool prefix_drop_running_snaps(sched *s);
+int sched_seq_acquire(sched *s, const prefix_query *q, int n_reserve, prefix_match *m);
 int prefix_admit_seq(sched *s, sched_req *r, int total);
 int prefix_chunk(sched *s, sched_req *r, int k, engine_batch_item *it);
 void prefix_step_snap_drop(sched *s, engine_batch_item *it);

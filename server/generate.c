@@ -25,6 +25,7 @@
 #include "generate.h"
 #include "json.h"
 #include "stream.h"
+#include "tokenizer.h"
 
 /* ---------------------------------------------------------------------- */
 /* Tokenizing                                                             */
@@ -239,7 +240,7 @@ static int oai_echo(server *srv, const gen_request *g, const gen_result *res, co
     } else {
         for (int i = 0; i < n_prompt; i++) {
             char b[256];
-            int n = engine_token_piece(srv->eng, toks[i], b, sizeof(b));
+            int n = tok_piece(engine_tokenizer(srv->eng), toks[i], b, sizeof(b));
             if (n > 0 && json_buf_append(text, len, cap, b, (size_t)n < sizeof(b) ? (size_t)n : sizeof(b)))
                 return -1;
         }

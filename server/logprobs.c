@@ -12,6 +12,7 @@
 #include "fault.h"
 #include "json.h"
 #include "logprobs.h"
+#include "tokenizer.h"
 
 int lp_list_push(lp_list *l, int32_t id, float logprob, bool special, const sampler_top *top)
 {
@@ -42,7 +43,7 @@ void lp_list_free(lp_list *l)
  * no vocabulary here reaches). Returns the length. */
 static size_t piece(const engine *e, int32_t id, char *buf, size_t cap)
 {
-    int n = engine_token_piece(e, id, buf, cap);
+    int n = tok_piece(engine_tokenizer(e), id, buf, cap);
     if (n < 0)
         return 0;
     return (size_t)n < cap ? (size_t)n : cap;
@@ -160,6 +161,6 @@ cJSON *lp_tgi_top(const engine *e, const sampler_top *top)
 {
     cJSON *a = cJSON_CreateArray();
     for (int k = 0; a && k < top->n; k++)
-        json_push(a, lp_tgi_token(e, top->id[k], top->logprob[k], engine_token_is_eog(e, top->id[k])));
+        json_push(a, lp_tgi_token(e, top->id[k], top->logprob[k], tok_is_eog(engine_tokenizer(e), top->id[k])));
     return a;
 }

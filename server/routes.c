@@ -25,6 +25,7 @@
 #include "presets.h"
 #include "routes.h"
 #include "serve.h"
+#include "tokenizer.h"
 #include "web.h"
 
 /* ---------------------------------------------------------------------- */
@@ -82,7 +83,9 @@ static void info_add_container(cJSON *o, const server *srv)
         cJSON_AddNumberToObject(k, "memory_limit_bytes", (double)lim->cg.memory_bytes);
     else
         cJSON_AddNullToObject(k, "memory_limit_bytes");
-    cJSON_AddNumberToObject(k, "threads", engine_threads());
+    engine_kernels ek;
+    engine_get_kernels(&ek);
+    cJSON_AddNumberToObject(k, "threads", ek.threads);
     cJSON_AddStringToObject(k, "threads_from", lim->threads_from ? lim->threads_from : "");
     cJSON_AddNumberToObject(k, "cache_budget_bytes", (double)srv->info->cache_budget_bytes);
     cJSON_AddStringToObject(k, "cache_budget_from", lim->cache_from ? lim->cache_from : "");
@@ -94,17 +97,12 @@ static void info_add_container(cJSON *o, const server *srv)
         cJSON_AddNullToObject(k, "headroom_bytes");
     }
     cJSON_AddNumberToObject(k, "model_file_bytes", (double)lim->model_file_bytes);
-    cJSON_AddStringToObject(k, "kernels", engine_kernels_name());
-    cJSON_AddStringToObject(k, "bf16_decode", engine_bf16_decode());
-    char path[ENGINE_PROMPT_NAME_LEN];
-    engine_bf16_prompt(path, sizeof path);
-    cJSON_AddStringToObject(k, "bf16_prompt", path);
-    engine_f16_prompt(path, sizeof path);
-    cJSON_AddStringToObject(k, "f16_prompt", path);
-    engine_f32_prompt(path, sizeof path);
-    cJSON_AddStringToObject(k, "f32_prompt", path);
-    engine_int8_prompt(path, sizeof path);
-    cJSON_AddStringToObject(k, "int8_prompt", path);
+    cJSON_AddStringToObject(k, "kernels", ek.simd);
+    cJSON_AddStringToObject(k, "bf16_decode", ek.bf16_decode);
+    cJSON_AddStringToObject(k, "bf16_prompt", ek.bf16_prompt);
+    cJSON_AddStringToObject(k, "f16_prompt", ek.f16_prompt);
+    cJSON_AddStringToObject(k, "f32_prompt", ek.f32_prompt);
+    cJSON_AddStringToObject(k, "int8_prompt", ek.int8_prompt);
 }
 
 static int h_info(http_req *hr)
@@ -213,7 +211,7 @@ static int h_detokenize(http_req *hr)
     for (int i = 0; i < n; i++) {
         if (i == 0 && srv->info->add_bos && ids[0] == srv->info->bos_id)
             continue;
-        int pl = engine_token_piece(srv->eng, ids[i], piece, sizeof(piece));
+        int pl = tok_piece(engine_tokenizer(srv->eng), ids[i], piece, sizeof(piece));
         if (pl > (int)sizeof(piece))
             pl = (int)sizeof(piece);
         if (pl > 0 && json_buf_append(&text, &len, &cap, piece, (size_t)pl)) {
@@ -258,7 +256,7 @@ static int h_tokenize(http_req *hr)
     size_t off = 0;
     char piece[512];
     for (int i = 0; arr && i < n; i++) {
-        int pl = engine_token_piece(srv->eng, toks[i], piece, sizeof(piece));
+        int pl = tok_piece(engine_tokenizer(srv->eng), toks[i], piece, sizeof(piece));
         if (pl < 0)
             pl = 0;
         if ((size_t)pl > sizeof(piece))

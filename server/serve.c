@@ -103,7 +103,7 @@ static void apply_limits(server *srv, const server_config *cfg, engine_params *e
 /* The ready line's account of the limits: ", no container limits (cgroup
  * v1)" or ", container limits (cgroup v2): 1 CPUs -> 1 threads, memory
  * 1.00 GiB -> cache budget up to 823 MiB beside 8.50 MiB of weights". */
-static void fmt_limits(const server *srv, char *buf, size_t n)
+static void fmt_limits(const server *srv, int threads, char *buf, size_t n)
 {
     const server_limits *lim = &srv->limits;
     char ver[16] = "none", cpu[96] = "", mem[256] = "";
@@ -114,7 +114,7 @@ static void fmt_limits(const server *srv, char *buf, size_t n)
         return;
     }
     if (lim->cg.cpus > 0)
-        snprintf(cpu, sizeof cpu, " %.2f CPUs -> %d threads (%s)", lim->cg.cpus, engine_threads(), lim->threads_from);
+        snprintf(cpu, sizeof cpu, " %.2f CPUs -> %d threads (%s)", lim->cg.cpus, threads, lim->threads_from);
     if (lim->cg.memory_bytes) {
         char l[32], f[32], w[32];
         fmt_bytes(lim->cg.memory_bytes, l, sizeof l);
@@ -374,13 +374,10 @@ int serve_main(int argc, char **argv)
         log_msg(LOG_ERROR, "hyserve: serve: cannot start the scheduler: %s\n", srv.sched ? "thread creation failed" : err);
         goto out_engine;
     }
-    char budget[32], panels[96] = "", limits[400], int8[ENGINE_PROMPT_NAME_LEN];
-    char bf16p[ENGINE_PROMPT_NAME_LEN], f16p[ENGINE_PROMPT_NAME_LEN], f32p[ENGINE_PROMPT_NAME_LEN];
-    fmt_limits(&srv, limits, sizeof limits);
-    engine_int8_prompt(int8, sizeof int8);
-    engine_bf16_prompt(bf16p, sizeof bf16p);
-    engine_f16_prompt(f16p, sizeof f16p);
-    engine_f32_prompt(f32p, sizeof f32p);
+    char budget[32], panels[96] = "", limits[400];
+    engine_kernels ek;
+    engine_get_kernels(&ek);
+    fmt_limits(&srv, ek.threads, limits, sizeof limits);
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     if (srv.info->weights_in_panels)
         snprintf(panels, sizeof panels, ", %d BF16/F16/Q8_0 matrices in 16-row panels", srv.info->weights_in_panels);
@@ -389,8 +386,8 @@ int serve_main(int argc, char **argv)
                     "bf16 prompt %s, f16 prompt %s, f32 prompt %s, int8 prompts %s, weights %s%s%s, "
                     "replica %s\n",
             srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers + srv.info->n_mla_layers,
-            srv.info->n_rec_layers, srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), engine_threads(),
-            engine_blas_core(), engine_kernels_name(), engine_bf16_decode(), bf16p, f16p, f32p, int8,
+            srv.info->n_rec_layers, srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), ek.threads,
+            ek.blas_core, ek.simd, ek.bf16_decode, ek.bf16_prompt, ek.f16_prompt, ek.f32_prompt, ek.int8_prompt,
             !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file", panels,
             limits, srv.replica[0] ? srv.replica : "(unnamed)");
     atomic_store_explicit(&srv.state, SERVER_READY, memory_order_release);

@@ -22,6 +22,7 @@
 #include "chat.h"
 #include "metrics.h"
 #include "stream.h"
+#include "tokenizer.h"
 
 /* ---------------------------------------------------------------------- */
 /* Waiting for events                                                     */
@@ -523,7 +524,7 @@ static int oai_echo_chunk(stream *st)
     } else {
         for (int i = 0; i < st->prompt_lp.n; i++) {
             char b[256];
-            int n = engine_token_piece(e, st->prompt_lp.v[i].id, b, sizeof(b));
+            int n = tok_piece(engine_tokenizer(e), st->prompt_lp.v[i].id, b, sizeof(b));
             if (n > 0 && json_buf_append(&text, &tl, &tc, b, (size_t)n < sizeof(b) ? (size_t)n : sizeof(b)))
                 goto out;
         }

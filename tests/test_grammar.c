@@ -214,7 +214,7 @@ typedef struct toy_vocab {
     int n;
 } toy_vocab;
 
-static int toy_piece(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
+static int toy_piece(const void *ctx, int32_t id, char *buf, size_t cap, int *kind)
 {
     const toy_vocab *tv = ctx;
     const char *p = tv->pieces[id];
@@ -342,7 +342,7 @@ TEST(test_grammar_masked_logits_leave_only_valid_tokens_and_eog_at_the_end)
 #include "gguf.h"
 #include "tokenizer.h"
 
-static int qwen_piece(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
+static int qwen_piece(const void *ctx, int32_t id, char *buf, size_t cap, int *kind)
 {
     const tokenizer *t = ctx;
     *kind = tok_is_eog(t, id) ? GRAM_TOK_EOG : tok_is_control(t, id) ? GRAM_TOK_OTHER : GRAM_TOK_TEXT;

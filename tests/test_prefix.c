@@ -172,14 +172,15 @@ TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
         memcpy(p, stems[stem], (size_t)keep * sizeof *p);
         tokens(p + keep, n - keep, r);
         const char *salt = (r >> 28) & 1 ? "x" : "y";
-        prefix_match m = prefix_lookup(ps, salt, 0, p, n);
-        int seq = m.entry >= 0 ? prefix_fork(ps, &m) : -1;
-        while (seq < 0 && (seq = engine_seq_new(e)) < 0 && prefix_evict_one(ps))
-            ;
+        prefix_match m;
+        const prefix_query q = { .salt = salt, .owner = 0, .prompt = p, .n_prompt = n };
+        const int seq = prefix_acquire(ps, &q, n, &m);
         CHECK(seq >= 0);
-        while (engine_seq_reserve(e, seq, n) != 0)
-            CHECK(prefix_evict_one(ps));
-        hits += m.entry >= 0;
+        /* what the match says was restored is what the sequence holds */
+        CHECK_MSG(engine_seq_len(e, seq) == m.n_cached && (m.n_cached > 0) == (m.entry >= 0),
+                  "sequence of %d tokens for a match of %d (entry %d)", engine_seq_len(e, seq), m.n_cached,
+                  m.entry);
+        hits += m.n_cached > 0;
         /* the rest, with a snapshot every 8 tokens and one short of the end */
         engine_snap *snap[16];
         int n_snap = 0;
@@ -209,10 +210,83 @@ TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
     prefix_get_stats(ps, &st);
     CHECK_MSG(hits > 10 && st.evictions > 0, "%llu hits, %llu evictions, %d entries of %llu bytes",
               (unsigned long long)hits, (unsigned long long)st.evictions, st.n_entries, (unsigned long long)st.bytes);
-    prefix_clear(ps);
+    /* every acquisition counted once, a hit exactly when tokens came back */
+    CHECK_MSG(st.lookups == 60 && st.hits == hits, "%llu lookups, %llu hits counted, %llu seen",
+              (unsigned long long)st.lookups, (unsigned long long)st.hits, (unsigned long long)hits);
     engine_pool_usage pu;
     engine_get_pool_usage(e, &pu);
+    const uint64_t held = pu.reserved_bytes;
+    const prefix_cleared c = prefix_clear(ps);
+    CHECK(c.entries == st.n_entries && c.snapshots == st.n_snapshots && c.bytes == st.bytes);
+    CHECK(c.pool_freed_bytes == held);  /* nothing else held pages */
+    engine_get_pool_usage(e, &pu);
     CHECK(pu.reserved_bytes == 0 && pu.n_seqs == 0 && pu.n_snaps == 0 && pu.n_pages_used == 0);
+    prefix_free(ps);
+    engine_close(e);
+}
+
+/* prefix_acquire, the one call admission makes: a hit restores the entry's
+ * tokens and counts once, a reservation the cache cannot hold evicts
+ * entries least recently used first (the entry just used stays), and a
+ * query that wants every prompt position's logits restores nothing and
+ * says why. */
+TEST(test_prefix_acquire_evicts_least_recently_used_until_the_reservation_fits)
+{
+    engine *e = open_synth("acq", "LLAL", 512u << 10);
+    CHECK(e);
+    prefix_params pp = { .budget_bytes = 512u << 10, .snap_interval = 0 };
+    prefix_store *ps = prefix_new(e, &pp);
+    CHECK(ps);
+    engine_pool_usage pu;
+    const uint64_t per_entry = engine_bytes_for_tokens(e, 64);
+    enum { MAX_ENTRIES = 32 };
+    int32_t t[MAX_ENTRIES][65];   /* entries of 64 tokens, asked with one more */
+    int n_ins = 0;
+    /* entries until the cache cannot hold one more */
+    for (engine_get_pool_usage(e, &pu); n_ins < MAX_ENTRIES && pu.free_bytes >= per_entry;
+         engine_get_pool_usage(e, &pu)) {
+        tokens(t[n_ins], 65, 100u + (uint32_t)n_ins);
+        const int seq = run_seq(e, t[n_ins], 64, NULL, 0, NULL);
+        CHECK(seq >= 0);
+        prefix_insert(ps, "", 0, t[n_ins], 64, seq, NULL, 0);
+        n_ins++;
+    }
+    CHECK_MSG(n_ins >= 3 && n_ins < MAX_ENTRIES && prefix_n_entries(ps) == n_ins,
+              "%d entries of %llu bytes fill the cache", n_ins, (unsigned long long)per_entry);
+    /* room for one sequence: the oldest entry out */
+    CHECK(prefix_evict_one(ps));
+    CHECK(prefix_lookup(ps, "", 0, t[0], 65).n_cached == 0);
+    /* entry 1 restored, and held: it fits now and is the most recently used */
+    prefix_stats before, after;
+    prefix_get_stats(ps, &before);
+    prefix_match m;
+    prefix_query q = { .salt = "", .owner = 0, .prompt = t[1], .n_prompt = 65 };
+    const int held = prefix_acquire(ps, &q, 65, &m);
+    CHECK(held >= 0 && m.n_cached == 64 && m.reason == PREFIX_HIT && engine_seq_len(e, held) == 64);
+    prefix_get_stats(ps, &after);
+    CHECK(after.evictions == before.evictions && after.lookups == before.lookups + 1 && after.hits == before.hits + 1);
+    /* a 64-token placeholder does not fit beside them: exactly the least
+     * recently used entry (2, the oldest untouched) goes */
+    before = after;
+    int seq = prefix_acquire(ps, NULL, 64, NULL);
+    CHECK(seq >= 0 && engine_seq_len(e, seq) == 0);
+    prefix_get_stats(ps, &after);
+    CHECK_MSG(after.evictions == before.evictions + 1, "%llu evictions for one entry's room",
+              (unsigned long long)(after.evictions - before.evictions));
+    CHECK(after.lookups == before.lookups);     /* a placeholder is no lookup */
+    CHECK(prefix_lookup(ps, "", 0, t[2], 65).n_cached == 0);
+    CHECK(prefix_lookup(ps, "", 0, t[1], 65).n_cached == 64);
+    CHECK(prefix_lookup(ps, "", 0, t[3], 65).n_cached == 64);
+    engine_seq_free(e, seq);
+    engine_seq_free(e, held);
+    /* prompt logprobs: nothing restored, the reason counted */
+    q.whole = true;
+    seq = prefix_acquire(ps, &q, 64, &m);
+    CHECK(seq >= 0 && m.n_cached == 0 && m.entry < 0 && m.reason == PREFIX_PROMPT_LOGPROBS);
+    CHECK(engine_seq_len(e, seq) == 0);
+    engine_seq_free(e, seq);
+    prefix_get_stats(ps, &after);
+    CHECK(after.misses[PREFIX_PROMPT_LOGPROBS] == before.misses[PREFIX_PROMPT_LOGPROBS] + 1);
     prefix_free(ps);
     engine_close(e);
 }

@@ -30,7 +30,7 @@ static const char *const multi[] = {"{\"", "\":", "\",\"", "true", "null", "-0.0
 #define N_VOCAB (EOG_ID + 1)
 #define MAX_WALK 48
 
-static int piece(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
+static int piece(const void *ctx, int32_t id, char *buf, size_t cap, int *kind)
 {
     (void)ctx;
     *kind = GRAM_TOK_TEXT;
