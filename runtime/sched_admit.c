@@ -153,7 +153,7 @@ static void run_remove(sched *s, sched_req *r)
     if (r->seq >= 0)
         engine_seq_free(s->e, r->seq);
     r->seq = -1;
-    prefix_drop_snaps(s, r);
+    drop_snaps(s, r);
     if (r->slot >= 0)
         s->free_slots[s->n_free_slots++] = r->slot;
     r->slot = -1;
@@ -170,7 +170,7 @@ static void run_remove(sched *s, sched_req *r)
 void run_finish(sched *s, sched_req *r, int status, sched_event *ev)
 {
     if (status == SCHED_OK)
-        prefix_keep(s, r);
+        keep_in_store(s, r);
     run_remove(s, r);
     group_leave(s, r, status, ev->kind == SCHED_EV_ERROR ? ev->message : "");
     double dur = r->t_end - r->t_submit;
@@ -311,7 +311,7 @@ void admit(sched *s)
         }
         if (s->n_running + m > s->max_seqs || s->n_free_slots < m)
             break;
-        int seq = group_hold(s, r) == 0 ? prefix_admit_seq(s, r, total) : -1;
+        int seq = group_hold(s, r) == 0 ? admit_seq_from_store(s, r, total) : -1;
         if (seq < 0) {
             group_unhold(s, r);
             if (s->n_running == 0) {

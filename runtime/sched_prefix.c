@@ -31,7 +31,7 @@ void publish_pool(sched *s)
         prefix_get_stats(s->prefix, &s->st.prefix);
 }
 
-static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_planned);
+static int snap_hints(const sched *s, const sched_req *r, int *at, int n_planned);
 
 /* A branch point or a hint closer than this to the previous snapshot
  * length is not worth an engine step of its own: at b4e0b13 each turn of
@@ -43,7 +43,7 @@ static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_plann
  * prompt tokens), far more when the cores are shared; 32 tokens of
  * recompute cost ~0.2 s, paid only by a request that branches there.
  * (Since then a step takes the first snapshot inside its chunk without
- * stopping there, prefix_chunk, so only a second length in one chunk
+ * stopping there, prefill_chunk, so only a second length in one chunk
  * costs a step; the gap still keeps lengths from crowding a chunk.) */
 enum { PREFIX_MIN_SNAP_GAP = 32 };
 
@@ -66,7 +66,7 @@ int sched_seq_acquire(sched *s, const prefix_query *q, int n_reserve, prefix_mat
         return seq;
     }
     int seq;
-    while ((seq = prefix_acquire(s->prefix, q, n_reserve, m)) < 0 && prefix_drop_running_snaps(s))
+    while ((seq = prefix_acquire(s->prefix, q, n_reserve, m)) < 0 && drop_running_snaps(s))
         ;
     return seq;
 }
@@ -74,7 +74,7 @@ int sched_seq_acquire(sched *s, const prefix_query *q, int n_reserve, prefix_mat
 /* A new sequence for r reserved for total tokens, r's longest cached
  * prefix restored into it (sched_seq_acquire), or -1. Sets r->pm and the
  * snapshot lengths of r's prefill. Caller holds s->mu. */
-int prefix_admit_seq(sched *s, sched_req *r, int total)
+int admit_seq_from_store(sched *s, sched_req *r, int total)
 {
     const prefix_query q = { .salt = r->salt, .owner = r->owner, .prompt = r->tokens, .n_prompt = r->n_prompt,
                              .whole = r->prompt_lp };
@@ -119,7 +119,7 @@ int prefix_admit_seq(sched *s, sched_req *r, int total)
         req[n_req++] = last;
     if (r->pm.diverged_at > from && r->pm.diverged_at < last)
         opt[n_opt++] = r->pm.diverged_at;
-    n_opt += prefix_hints(s, r, opt + n_opt, n_req + n_opt);
+    n_opt += snap_hints(s, r, opt + n_opt, n_req + n_opt);
     for (int i = 1; i < n_opt; i++)     /* insertion sort: the divergence point among the hints */
         for (int j = i; j > 0 && opt[j - 1] > opt[j]; j--) {
             const int t = opt[j];
@@ -144,7 +144,7 @@ int prefix_admit_seq(sched *s, sched_req *r, int total)
  * prompt, as many as the store's budget holds beside the n_planned others
  * (a snapshot it cannot hold would only evict one it can). Returns the
  * count. */
-static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_planned)
+static int snap_hints(const sched *s, const sched_req *r, int *at, int n_planned)
 {
     int n = 0;
     for (int i = 0; i < r->n_hints; i++) {
@@ -167,7 +167,7 @@ static int prefix_hints(const sched *s, const sched_req *r, int *at, int n_plann
  * end (~16 ms, a decode step reading every weight; docs/performance.md).
  * A snapshot the budget cannot hold is skipped (the store then restores
  * an earlier one). Caller holds s->mu. */
-int prefix_chunk(sched *s, sched_req *r, int k, engine_batch_item *it)
+int prefill_chunk(sched *s, sched_req *r, int k, engine_batch_item *it)
 {
     int i = r->i_snap_at;
     if (i < r->n_snap_at && r->snaps) {
@@ -187,7 +187,7 @@ int prefix_chunk(sched *s, sched_req *r, int k, engine_batch_item *it)
 }
 
 /* A step's snapshot that did not run (the forward failed). */
-void prefix_step_snap_drop(sched *s, engine_batch_item *it)
+void step_snap_drop(sched *s, engine_batch_item *it)
 {
     engine_snap_free(s->e, it->snap);
     it->snap = NULL;
@@ -196,7 +196,7 @@ void prefix_step_snap_drop(sched *s, engine_batch_item *it)
 /* After a step: keep the snapshot the step took inside it (it->snap), and
  * take the one r's prefill stopped for. A snapshot the budget cannot hold
  * is skipped (the store then restores an earlier one). */
-void prefix_snap_due(sched *s, sched_req *r, engine_batch_item *it)
+void snaps_due(sched *s, sched_req *r, engine_batch_item *it)
 {
     if (it->snap) {
         r->snaps[r->n_snaps++] = it->snap;      /* room: one per length in snap_at */
@@ -214,7 +214,7 @@ void prefix_snap_due(sched *s, sched_req *r, engine_batch_item *it)
 
 /* Give back the snapshots r holds (it failed, or the store took the
  * rest). Caller holds s->mu. */
-void prefix_drop_snaps(sched *s, sched_req *r)
+void drop_snaps(sched *s, sched_req *r)
 {
     for (int i = 0; i < r->n_snaps; i++)
         engine_snap_free(s->e, r->snaps[i]);
@@ -226,12 +226,12 @@ void prefix_drop_snaps(sched *s, sched_req *r)
  * give back the snapshots the running requests took for the store (a
  * reservation wins over cached state). Returns whether any were held.
  * Caller holds s->mu. */
-bool prefix_drop_running_snaps(sched *s)
+bool drop_running_snaps(sched *s)
 {
     bool any = false;
     for (int i = 0; i < s->n_running; i++) {
         any = any || s->running[i]->n_snaps > 0;
-        prefix_drop_snaps(s, s->running[i]);
+        drop_snaps(s, s->running[i]);
     }
     return any;
 }
@@ -240,7 +240,7 @@ bool prefix_drop_running_snaps(sched *s)
  * store goes (a running request forked from one keeps its own references
  * to the pages it shares, and its snapshots). Caller holds s->mu, on the
  * thread that owns the engine. */
-void prefix_reset_due(sched *s)
+void store_reset_due(sched *s)
 {
     if (s->reset_done == s->reset_asked)
         return;
@@ -264,7 +264,7 @@ void prefix_reset_due(sched *s)
 
 /* r finished: the store keeps its sequence (prompt and the output fed
  * back, with its state at the end) and its snapshots. Caller holds s->mu. */
-void prefix_keep(sched *s, sched_req *r)
+void keep_in_store(sched *s, sched_req *r)
 {
     if (!s->prefix || r->seq < 0)
         return;

@@ -113,7 +113,7 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
                 continue;
             if (r->prompt_lp && (k = prompt_lp_chunk(s, it, k, &plp_used)) == 0)
                 continue;
-            k = prefix_chunk(s, r, k, it);
+            k = prefill_chunk(s, r, k, it);
             budget -= k;
             *n_prefill_tok += k;
             it->n_tokens = k;
@@ -182,7 +182,7 @@ static int after_item(sched *s, sched_req *r, engine_batch_item *it)
 {
     float *logits = it->out;
     r->n_fed += it->n_tokens;
-    prefix_snap_due(s, r, it);
+    snaps_due(s, r, it);
     if (it->logits == ENGINE_LOGITS_ALL) {
         logits = NULL;
         int rc = prompt_lp_emit(s, r, it, &logits);
@@ -232,7 +232,7 @@ static void sched_step(sched *s)
             rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
     } else if (n == 1) {
         rcs[0] = SCHED_EENGINE;
-        prefix_step_snap_drop(s, &s->items[0]);
+        step_snap_drop(s, &s->items[0]);
     } else {
         /* find the culprit: run the items one at a time (no sequence was
          * modified by the failed call) */
@@ -241,7 +241,7 @@ static void sched_step(sched *s)
                 rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
             } else {
                 rcs[i] = SCHED_EENGINE;
-                prefix_step_snap_drop(s, &s->items[i]);
+                step_snap_drop(s, &s->items[i]);
             }
         }
     }
@@ -307,7 +307,7 @@ void *sched_main(void *arg)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stop)
             break;
-        prefix_reset_due(s);    /* between steps: no forward is using the engine */
+        store_reset_due(s);    /* between steps: no forward is using the engine */
         pthread_mutex_unlock(&s->mu);
         sched_step(s);
         pthread_mutex_lock(&s->mu);

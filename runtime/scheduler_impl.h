@@ -195,17 +195,19 @@ void cancel_by_id(sched_req *r, const char *why);
 void req_unref(sched_req *r);
 int req_push(sched_req *r, sched_event *ev);
 void req_push_error(sched_req *r, int status, const char *msg);
-/* sched_prefix.c */
+/* sched_prefix.c: the scheduler's side of the prefix cache (when to look
+ * up, snapshot and keep). The store's own calls are prefix_* (prefix.h);
+ * these are named apart so a reader never takes one for the other. */
 void publish_pool(sched *s);
-bool prefix_drop_running_snaps(sched *s);
+bool drop_running_snaps(sched *s);
 int sched_seq_acquire(sched *s, const prefix_query *q, int n_reserve, prefix_match *m);
-int prefix_admit_seq(sched *s, sched_req *r, int total);
-int prefix_chunk(sched *s, sched_req *r, int k, engine_batch_item *it);
-void prefix_step_snap_drop(sched *s, engine_batch_item *it);
-void prefix_snap_due(sched *s, sched_req *r, engine_batch_item *it);
-void prefix_drop_snaps(sched *s, sched_req *r);
-void prefix_reset_due(sched *s);
-void prefix_keep(sched *s, sched_req *r);
+int admit_seq_from_store(sched *s, sched_req *r, int total);
+int prefill_chunk(sched *s, sched_req *r, int k, engine_batch_item *it);
+void step_snap_drop(sched *s, engine_batch_item *it);
+void snaps_due(sched *s, sched_req *r, engine_batch_item *it);
+void drop_snaps(sched *s, sched_req *r);
+void store_reset_due(sched *s);
+void keep_in_store(sched *s, sched_req *r);
 /* sched_admit.c */
 void run_fail(sched *s, sched_req *r, int status, const char *msg);
 void wait_reject(sched *s, sched_req *r, int status, const char *msg);
