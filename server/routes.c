@@ -132,7 +132,8 @@ static int h_info(http_req *hr)
     cJSON_AddNullToObject(o, "docker_label");
     cJSON *m = cJSON_AddObjectToObject(o, "model");
     cJSON_AddStringToObject(m, "arch", in->arch);
-    cJSON_AddStringToObject(m, "name", in->name);
+    cJSON_AddStringToObject(m, "name", server_model_name(srv));  /* as model_id: the one name requests send */
+    cJSON_AddStringToObject(m, "general_name", in->name);         /* the file's general.name, for reference */
     cJSON_AddNumberToObject(m, "n_params", (double)in->n_params);
     cJSON_AddNumberToObject(m, "weight_bytes", (double)in->weight_bytes);
     cJSON_AddNumberToObject(m, "n_vocab", in->n_vocab);
@@ -326,7 +327,7 @@ static int h_memory_estimate(http_req *hr)
     const bool loaded = atomic_load(&srv->state) == SERVER_READY || atomic_load(&srv->state) == SERVER_DRAINING;
     if (loaded) {
         engine_get_memplan(srv->eng, &served);
-        snprintf(served.name, sizeof(served.name), "%s", srv->info->name);
+        snprintf(served.name, sizeof(served.name), "%s", server_model_name(srv));
     }
     memest_req q;
     int jrc = memest_parse(hr->body, hr->n_body, loaded ? &served : NULL, loaded ? srv->info->n_ctx : 0, &q, err,

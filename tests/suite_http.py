@@ -1186,6 +1186,52 @@ def test_names_consistent(srv):
           and "planner only" not in r.stdout.decode(), r.stdout.decode())
 
 
+def test_one_model_name():
+    """One name for the served model everywhere (issue 41): a file whose general.name differs from its
+    file name is served under the file's name (vLLM's and llama-server's habit: the path they were given),
+    and that name, the one /v1/models lists and a request may send, is the one the ready line, /info,
+    /stats (the dashboard's model line), /metrics' model_name, the planner and `hyserve info` print."""
+    path = os.path.join(TMP, "onename.gguf")
+    r = run([HYSERVE, "synth", "-o", path, "--layers", "2", "--attn-every", "2", "--embd", "64", "--vocab", "300",
+             "--chat-template", "chatml", "--name", "general-name-differs", "--seed", "3"])
+    if not check("synthesize a model whose general.name is not its file name", r.returncode == 0, r.stderr[-300:]):
+        return
+    s = Server("onename", path, "-t", "1")
+    try:
+        ids = [d["id"] for d in s.jreq("GET", "/v1/models")[2]["data"]]
+        info = s.jreq("GET", "/info")[2]
+        stats = s.stats()["model"]
+        st, _, b = s.req("GET", "/metrics")
+        labels = set(re.findall(r'model_name="([^"]*)"', b.decode()))
+        plan = s.jreq("POST", "/v1/memory/estimate", {})[2]
+        st_ok, _, j, body = s.jreq("POST", "/v1/chat/completions", {"model": ids[0] if ids else "",
+                                   "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        st_gn, _, j_gn, _ = s.jreq("POST", "/v1/chat/completions", {"model": "general-name-differs",
+                                   "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    finally:
+        s.stop()
+    log = open(s.log_path, "rb").read().decode("utf-8", "replace")
+    ready = [l for l in log.splitlines() if "hyserve: ready:" in l]
+    check("/v1/models serves the file's name", ids == ["onename"], f"{ids}")
+    check("/info model_id and model.name are that name, general.name only as general_name",
+          info.get("model_id") == "onename" and info["model"].get("name") == "onename"
+          and info["model"].get("general_name") == "general-name-differs", f"{info.get('model_id')} {info['model']}")
+    check("/stats model.id (the dashboard's model name) is that name", stats.get("id") == "onename"
+          and stats.get("general_name") == "general-name-differs", f"{stats.get('id')}")
+    check("/metrics labels every series with that name", labels == {"onename"}, f"{labels}")
+    check("the planner's served layout is named so", plan.get("layout", {}).get("name") == "onename",
+          f"{plan.get('layout', {}).get('name')}")
+    check("the ready line names that model", len(ready) == 1 and 'ready: model "onename"' in ready[0], f"{ready}")
+    check("a request with that name is answered and echoes it", st_ok == 200 and j.get("model") == "onename", body[:200])
+    check("general.name is not a served name: OpenAI's 404 model_not_found naming the served one",
+          st_gn == 404 and "onename" in json.dumps(j_gn), f"{st_gn} {j_gn}")
+    r = run([HYSERVE, "info", "-m", path])
+    out = r.stdout.decode()
+    check("hyserve info prints the served name first, general.name as such",
+          re.search(r"^model:\s+onename\b", out, re.M) is not None
+          and re.search(r"^general.name:\s+general-name-differs$", out, re.M) is not None, out[:300])
+
+
 def test_readme_sample():
     """The README's sample answer is the one the default model really gives (greedy, so fixed)."""
     root = os.path.dirname(HERE)
@@ -1254,7 +1300,7 @@ def test_serve_synth():
     text = open(log, "rb").read().decode("utf-8", "replace")
     lines = text.splitlines()
     loading = [i for i, l in enumerate(lines) if "loading a synthesized model with the cache layout of qwen3.5-0.8b" in l]
-    ready = [i for i, l in enumerate(lines) if "ready: synth of Qwen3.5-0.8B" in l
+    ready = [i for i, l in enumerate(lines) if "ready: model \"qwen3.5-0.8b\"" in l
              and "24 layers: 6 attention + 18 recurrent" in l]
     check("serve --synth says what it is loading, then that it is ready", loading and ready and loading[0] < ready[0],
           text[-600:])
@@ -3195,6 +3241,7 @@ def main(argv=None):
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_container_limits", lambda: test_container_limits(model)),
             ("test_omp_wait_default", lambda: test_omp_wait_default(model)),
+            ("test_one_model_name", test_one_model_name),
             ("test_readme_sample", test_readme_sample),
             ("test_docs_cover_routes_and_commands", test_docs_cover_routes_and_commands),
             ("test_serve_synth", test_serve_synth),
