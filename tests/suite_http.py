@@ -1232,6 +1232,58 @@ def test_one_model_name():
           and re.search(r"^general.name:\s+general-name-differs$", out, re.M) is not None, out[:300])
 
 
+def test_make_run(model):
+    """`make run PORT= THREADS= MODEL=` (issue 41): make passes the variables to tools/run.sh and installs
+    only the build packages; run.sh serves MODEL on PORT with THREADS threads, its banner's curl lines carry
+    the Authorization header when a key is set; a port in use is an error naming the way to change it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = run(["make", "-n", "-s", "-C", root, "run", "PORT=12345", "THREADS=3", "MODEL=/x/y.gguf"])
+    out = r.stdout.decode()
+    check("make -n run passes PORT, THREADS and MODEL to tools/run.sh",
+          "PORT='12345'" in out and "THREADS='3'" in out and "MODEL='/x/y.gguf'" in out and "tools/run.sh" in out,
+          out[-400:])
+    check("make run installs the build packages only (not the test toolchain)",
+          "install-deps.sh build" in out and "install-deps.sh all" not in out, out[-400:])
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYSERVE_")}
+    env.update(PORT=str(port), THREADS="1", MODEL=model, HYSERVE_API_KEY="k-run-test", HYSERVE_CONFIG="/dev/null")
+    log = os.path.join(TMP, "run-sh.log")
+    with open(log, "wb") as f:
+        p = subprocess.Popen(["sh", os.path.join(root, "tools", "run.sh"), HYSERVE], stdout=f, stderr=subprocess.STDOUT,
+                             env=env, start_new_session=True)
+    info = None
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None and info is None:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/info", headers={"Authorization": "Bearer k-run-test"})
+                resp = c.getresponse()
+                info = json.loads(resp.read()) if resp.status == 200 else None
+            except (OSError, ValueError):
+                time.sleep(0.1)
+        # a second server on the same port: the error names the port and how to choose another
+        r2 = run([HYSERVE, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(port), "--config", "/dev/null",
+                  "--api-key", "x"], env=env)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+        p.wait(30)
+    text = open(log, "rb").read().decode("utf-8", "replace")
+    want = os.path.splitext(os.path.basename(model))[0]
+    check("run.sh serves MODEL on PORT with THREADS threads",
+          info is not None and info.get("model_id") == want and (info.get("container") or {}).get("threads") == 1,
+          f"{info and info.get('model_id')} {info and info.get('container')} {text[-300:]}")
+    curls = [l for l in text.splitlines() if l.strip().startswith("curl ")]
+    check("the banner's curl lines carry the key's header (the variable, not the key) and the port",
+          len(curls) == 4 and all('-H "Authorization: Bearer $HYSERVE_API_KEY"' in l and f":{port}/" in l for l in curls)
+          and "k-run-test" not in text, "\n".join(curls))
+    err = r2.stderr.decode() + r2.stdout.decode()
+    check("a port in use: exit non-zero, the port named in use, and --port / HYSERVE_PORT / make run PORT= named",
+          r2.returncode != 0 and "in use" in err and f":{port}" in err and "--port" in err and "HYSERVE_PORT" in err
+          and "PORT=" in err, err[-400:])
+
+
 def test_readme_sample():
     """The README's sample answer is the one the default model really gives (greedy, so fixed)."""
     root = os.path.dirname(HERE)
@@ -3242,6 +3294,7 @@ def main(argv=None):
             ("test_container_limits", lambda: test_container_limits(model)),
             ("test_omp_wait_default", lambda: test_omp_wait_default(model)),
             ("test_one_model_name", test_one_model_name),
+            ("test_make_run", lambda: test_make_run(model)),
             ("test_readme_sample", test_readme_sample),
             ("test_docs_cover_routes_and_commands", test_docs_cover_routes_and_commands),
             ("test_serve_synth", test_serve_synth),
