@@ -2114,8 +2114,13 @@ def test_omp_wait_default(model):
     after = load()
     try:
         e = environ(s.proc.pid)
+        with open(f"/proc/{s.proc.pid}/comm") as f:
+            comm = f.read().strip()
+        pg = run(["pgrep", "-x", os.path.basename(HYSERVE)]).stdout.decode().split() if shutil.which("pgrep") else None
     finally:
         s.stop()
+    check("re-executed, the process keeps its name (not \"exe\"): /proc/PID/comm, and pgrep -x finds it",
+          comm == os.path.basename(HYSERVE)[:15] and (pg is None or str(s.proc.pid) in pg), f"{comm} {pg}")
     w, sc = e.get("OMP_WAIT_POLICY"), e.get("GOMP_SPINCOUNT")
     want = {"passive"} if min(before, after) >= cpus else {"spin"} if max(before, after) < cpus else {"passive", "spin"}
     got = "passive" if w == "passive" and sc is None else "spin" if sc == "10000" and w is None else f"{w} {sc}"
