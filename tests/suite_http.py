@@ -1221,7 +1221,8 @@ def test_one_model_name():
     check("/metrics labels every series with that name", labels == {"onename"}, f"{labels}")
     check("the planner's served layout is named so", plan.get("layout", {}).get("name") == "onename",
           f"{plan.get('layout', {}).get('name')}")
-    check("the ready line names that model", len(ready) == 1 and 'ready: model "onename"' in ready[0], f"{ready}")
+    check("the ready line names that model and its load time", len(ready) == 1
+          and re.search(r'ready: model "onename" loaded in [0-9]+\.[0-9] s \(', ready[0]) is not None, f"{ready}")
     check("a request with that name is answered and echoes it", st_ok == 200 and j.get("model") == "onename", body[:200])
     check("general.name is not a served name: OpenAI's 404 model_not_found naming the served one",
           st_gn == 404 and "onename" in json.dumps(j_gn), f"{st_gn} {j_gn}")
@@ -1352,7 +1353,7 @@ def test_serve_synth():
     text = open(log, "rb").read().decode("utf-8", "replace")
     lines = text.splitlines()
     loading = [i for i, l in enumerate(lines) if "loading a synthesized model with the cache layout of qwen3.5-0.8b" in l]
-    ready = [i for i, l in enumerate(lines) if "ready: model \"qwen3.5-0.8b\"" in l
+    ready = [i for i, l in enumerate(lines) if re.search(r'ready: model "qwen3.5-0.8b" loaded in [0-9]+\.[0-9] s ', l)
              and "24 layers: 6 attention + 18 recurrent" in l]
     check("serve --synth says what it is loading, then that it is ready", loading and ready and loading[0] < ready[0],
           text[-600:])
