@@ -1263,8 +1263,9 @@ def test_make_run(model):
                 info = json.loads(resp.read()) if resp.status == 200 else None
             except (OSError, ValueError):
                 time.sleep(0.1)
-        # a second server on the same port: the error names the port and how to choose another
-        r2 = run([HYSERVE, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(port), "--config", "/dev/null",
+        # a second server on the same port, started as llama-server's `-m FILE` with no command
+        # (that is serve): the error names the port and how to choose another
+        r2 = run([HYSERVE, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--config", "/dev/null",
                   "--api-key", "x"], env=env)
     finally:
         if p.poll() is None:
@@ -1283,6 +1284,8 @@ def test_make_run(model):
     check("a port in use: exit non-zero, the port named in use, and --port / HYSERVE_PORT / make run PORT= named",
           r2.returncode != 0 and "in use" in err and f":{port}" in err and "--port" in err and "HYSERVE_PORT" in err
           and "PORT=" in err, err[-400:])
+    check("`hyserve -m FILE` (no command, llama-server's habit) runs serve and says so",
+          "running `hyserve serve`" in err and "unknown command" not in err, err[-400:])
 
 
 def test_readme_sample():
