@@ -107,6 +107,8 @@ static void info_add_container(cJSON *o, const server *srv)
     cJSON_AddStringToObject(k, "int8_prompt", path);
 }
 
+static void info_add_routes(cJSON *o);
+
 static int h_info(http_req *hr)
 {
     if (!errors_ready(hr))
@@ -162,6 +164,7 @@ static int h_info(http_req *hr)
     cJSON_AddNumberToObject(c, "budget_bytes", (double)in->cache_budget_bytes);
     cJSON_AddNumberToObject(c, "max_seqs", in->max_seqs);
     cJSON_AddStringToObject(o, "replica", srv->replica);
+    info_add_routes(o);
     info_add_container(o, srv);
     return http_send_json(hr, 200, o, NULL);
 }
@@ -182,6 +185,10 @@ static int h_models(http_req *hr)
         cJSON_AddStringToObject(m, "object", "model");
         cJSON_AddNumberToObject(m, "created", (double)hr->srv->started_at);
         cJSON_AddStringToObject(m, "owned_by", "hyserve");
+        /* vLLM's: the context a request may fill, the model it is (the one) */
+        cJSON_AddNumberToObject(m, "max_model_len", in->n_ctx);
+        cJSON_AddStringToObject(m, "root", server_model_name(hr->srv));
+        cJSON_AddNullToObject(m, "parent");
         cJSON *meta = cJSON_AddObjectToObject(m, "meta");
         cJSON_AddNumberToObject(meta, "n_vocab", in->n_vocab);
         cJSON_AddNumberToObject(meta, "n_ctx_train", in->n_ctx_train);
@@ -448,7 +455,7 @@ static int h_debug_fault(http_req *hr)
 {
     if (!fault_live()) {
         char msg[400];
-        snprintf(msg, sizeof(msg), "no route %s %s; see GET /info and the README for the API", hr->method, hr->path);
+        snprintf(msg, sizeof(msg), "no route %s %s; GET /info lists the routes (\"routes\")", hr->method, hr->path);
         return errors_reply(hr, ERR_NOT_FOUND, msg);
     }
     bool fired;
@@ -494,6 +501,23 @@ static const route ROUTES[] = {
     {"DELETE", "/requests/", h_cancel},
     {"GET", "/debug/fault", h_debug_fault},
 };
+
+/* /info "routes": "METHOD /path" of every route served (a prefix route as
+ * its pattern, /debug/fault only where it answers), what a 404 points at */
+static void info_add_routes(cJSON *o)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, "routes");
+    for (size_t i = 0; a && i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        const route *r = &ROUTES[i];
+        if (!strcmp(r->path, "/debug/fault") && !fault_live())
+            continue;
+        char line[160];
+        size_t n = strlen(r->path);
+        const char *tail = n <= 1 || r->path[n - 1] != '/' ? "" : !strcmp(r->path, "/web/") ? "NAME" : "{id}";
+        snprintf(line, sizeof line, "%s %s%s", r->method, r->path, tail);
+        json_push(a, cJSON_CreateString(line));
+    }
+}
 
 static bool route_matches(const route *r, const char *path)
 {
@@ -579,6 +603,6 @@ int routes_dispatch(http_req *hr)
         err_extra x = {.allow = allow};
         return errors_send(hr, ERR_METHOD, msg, &x);
     }
-    snprintf(msg, sizeof(msg), "no route %s %s; see GET /info and the README for the API", hr->method, hr->path);
+    snprintf(msg, sizeof(msg), "no route %s %s; GET /info lists the routes (\"routes\")", hr->method, hr->path);
     return errors_reply(hr, ERR_NOT_FOUND, msg);
 }

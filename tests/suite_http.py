@@ -1204,6 +1204,8 @@ def test_one_model_name():
         st, _, b = s.req("GET", "/metrics")
         labels = set(re.findall(r'model_name="([^"]*)"', b.decode()))
         plan = s.jreq("POST", "/v1/memory/estimate", {})[2]
+        models = s.jreq("GET", "/v1/models")[2]["data"]
+        st404, _, j404, _ = s.jreq("GET", "/no/such/route")
         st_ok, _, j, body = s.jreq("POST", "/v1/chat/completions", {"model": ids[0] if ids else "",
                                    "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
         st_gn, _, j_gn, _ = s.jreq("POST", "/v1/chat/completions", {"model": "general-name-differs",
@@ -1226,6 +1228,17 @@ def test_one_model_name():
     check("a request with that name is answered and echoes it", st_ok == 200 and j.get("model") == "onename", body[:200])
     check("general.name is not a served name: OpenAI's 404 model_not_found naming the served one",
           st_gn == 404 and "onename" in json.dumps(j_gn), f"{st_gn} {j_gn}")
+    m0 = models[0] if models else {}
+    check("/v1/models: created, owned_by, max_model_len (vLLM's: the context /info says), root",
+          m0.get("created", 0) > 1.6e9 and m0.get("owned_by") == "hyserve"
+          and m0.get("max_model_len") == info.get("max_total_tokens") and m0.get("root") == "onename", f"{m0}")
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
+    table = set(re.findall(r"`((?:GET|POST|DELETE|PUT) /[^`]*)`", readme))
+    routes = info.get("routes") or []
+    check("/info lists the routes, each one the README's route table has",
+          "GET /v1/models" in routes and "POST /generate" in routes and all(r in table for r in routes),
+          f"{[r for r in routes if r not in table]} {routes[:4]}")
+    check("a 404 points at /info's routes", st404 == 404 and "GET /info lists the routes" in json.dumps(j404), f"{j404}")
     r = run([HYSERVE, "info", "-m", path])
     out = r.stdout.decode()
     check("hyserve info prints the served name first, general.name as such",
