@@ -144,8 +144,11 @@ fuzz: fuzz-build ## run each libFuzzer target FUZZ_SECONDS (default 60) from its
 deps: ## install missing Debian packages (needs root; no-op when present)
 	@sh tools/install-deps.sh $(DEPS)
 
-run: all ## serve the default model on http://127.0.0.1:8080
-	@sh tools/run.sh $(HYSERVE)
+# make run PORT=8081 HOST=0.0.0.0 THREADS=2 MODEL=FILE (each optional; tools/run.sh);
+# it builds only the server and installs only the build packages
+run: DEPS = build
+run: $(HYSERVE) ## serve models/default.gguf on 127.0.0.1:8080; PORT= HOST= THREADS= MODEL=FILE
+	@PORT='$(PORT)' HOST='$(HOST)' THREADS='$(THREADS)' MODEL='$(MODEL)' sh tools/run.sh $(HYSERVE)
 
 test: all fuzz-build ## run every test: unit, numpy reference, HTTP black-box, fuzz regressions
 	@HYSERVE=$(HYSERVE) TESTBIN=$(TESTBIN) PYTHON=$(PYTHON) FUZZ_DIR=$(FUZZ_BUILD) sh tests/run.sh
@@ -229,6 +232,6 @@ clean: ## remove build outputs
 	rm -rf build build-san build-checks build-fuzz tests/tmp
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 12
+	@grep -hE '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 12
 
 -include $(ENGINE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(wildcard $(FUZZ_BUILD)/*/*.d $(FUZZ_BUILD)/*/*/*.d)

@@ -459,7 +459,14 @@ int cli_info(int argc, char **argv)
     if (!e)
         return 1;
     const engine_info *in = engine_get_info(e);
-    printf("model:         %s\n", in->name);
+    /* the name serve answers to is the file's (as set_model_names in
+     * server/serve.c): general.name is printed as what it is */
+    const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
+    int nb = (int)strlen(base);
+    if (nb > 5 && !strcmp(base + nb - 5, ".gguf"))
+        nb -= 5;
+    printf("model:         %.*s (the name `serve -m` answers to; --served-model-name sets others)\n", nb, base);
+    printf("general.name:  %s\n", in->name);
     printf("architecture:  %s\n", in->arch);
     printf("layers:        %d (%d attention, %d DeltaNet, %d MLA", in->n_layer, in->n_attn_layers,
            in->n_dnet_layers, in->n_mla_layers);

@@ -61,6 +61,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
+    /* llama-server's habit: options and no command (`hyserve -m FILE
+     * --port N`) mean serve; said once, so a typo'd command is not silent */
+    if (argv[1][0] == '-' && argv[1][1]) {
+        fprintf(stderr, "hyserve: no command given: running `hyserve serve` with these options\n");
+        return serve_main(argc, argv);
+    }
     fprintf(stderr, "hyserve: unknown command '%s' (try hyserve --help)\n", argv[1]);
     return 2;
 }

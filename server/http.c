@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -477,6 +478,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 /* Daemon                                                                 */
 /* ---------------------------------------------------------------------- */
 
+/* Why the address cannot be listened on, asked again of bind(2) after the
+ * HTTP library failed (it does not say): an errno, or 0 when a bind works. */
+static int bind_errno(const struct addrinfo *ai)
+{
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);   /* as MHD binds */
+    int why = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    close(fd);
+    return why;
+}
+
 int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
 {
     const server_config *c = srv->cfg;
@@ -516,13 +531,21 @@ int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                    MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
                                    MHD_OPTION_END);
-    freeaddrinfo(ai);
     if (!srv->daemon) {
         guard_free(srv->guard);
         srv->guard = NULL;
-        snprintf(err, errlen, "cannot listen on %s:%d (in use, or not a local address?)", c->host, c->port);
+        const int why = bind_errno(ai);
+        if (why == EADDRINUSE)
+            snprintf(err, errlen, "cannot listen on %s:%d: the port is in use (`ss -ltnp 'sport = :%d'` shows by "
+                     "what); choose another with --port N, HYSERVE_PORT=N, or `make run PORT=N`", c->host, c->port,
+                     c->port);
+        else
+            snprintf(err, errlen, "cannot listen on %s:%d: %s", c->host, c->port,
+                     why ? strerror(why) : "the HTTP library refused (see the line before)");
+        freeaddrinfo(ai);
         return -1;
     }
+    freeaddrinfo(ai);
     return 0;
 }
 

@@ -627,7 +627,9 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         goto out;
 
     cJSON *model = cJSON_AddObjectToObject(o, "model");
-    cJSON_AddStringToObject(model, "id", in->name);
+    /* the name requests send (GET /v1/models' id); general.name beside it */
+    cJSON_AddStringToObject(model, "id", server_model_name(srv));
+    cJSON_AddStringToObject(model, "general_name", in->name);
     cJSON_AddStringToObject(model, "arch", in->arch);
     cJSON_AddNumberToObject(model, "weights_bytes", (double)in->weight_bytes);
     cJSON_AddStringToObject(model, "weights_dtype", in->weights_dtype);

@@ -105,6 +105,8 @@ static void info_add_container(cJSON *o, const server *srv)
     cJSON_AddStringToObject(k, "int8_prompt", ek.int8_prompt);
 }
 
+static void info_add_routes(cJSON *o);
+
 static int h_info(http_req *hr)
 {
     if (!errors_ready(hr))
@@ -130,7 +132,8 @@ static int h_info(http_req *hr)
     cJSON_AddNullToObject(o, "docker_label");
     cJSON *m = cJSON_AddObjectToObject(o, "model");
     cJSON_AddStringToObject(m, "arch", in->arch);
-    cJSON_AddStringToObject(m, "name", in->name);
+    cJSON_AddStringToObject(m, "name", server_model_name(srv));  /* as model_id: the one name requests send */
+    cJSON_AddStringToObject(m, "general_name", in->name);         /* the file's general.name, for reference */
     cJSON_AddNumberToObject(m, "n_params", (double)in->n_params);
     cJSON_AddNumberToObject(m, "weight_bytes", (double)in->weight_bytes);
     cJSON_AddNumberToObject(m, "n_vocab", in->n_vocab);
@@ -159,6 +162,7 @@ static int h_info(http_req *hr)
     cJSON_AddNumberToObject(c, "budget_bytes", (double)in->cache_budget_bytes);
     cJSON_AddNumberToObject(c, "max_seqs", in->max_seqs);
     cJSON_AddStringToObject(o, "replica", srv->replica);
+    info_add_routes(o);
     info_add_container(o, srv);
     return http_send_json(hr, 200, o, NULL);
 }
@@ -179,6 +183,10 @@ static int h_models(http_req *hr)
         cJSON_AddStringToObject(m, "object", "model");
         cJSON_AddNumberToObject(m, "created", (double)hr->srv->started_at);
         cJSON_AddStringToObject(m, "owned_by", "hyserve");
+        /* vLLM's: the context a request may fill, the model it is (the one) */
+        cJSON_AddNumberToObject(m, "max_model_len", in->n_ctx);
+        cJSON_AddStringToObject(m, "root", server_model_name(hr->srv));
+        cJSON_AddNullToObject(m, "parent");
         cJSON *meta = cJSON_AddObjectToObject(m, "meta");
         cJSON_AddNumberToObject(meta, "n_vocab", in->n_vocab);
         cJSON_AddNumberToObject(meta, "n_ctx_train", in->n_ctx_train);
@@ -324,7 +332,7 @@ static int h_memory_estimate(http_req *hr)
     const bool loaded = atomic_load(&srv->state) == SERVER_READY || atomic_load(&srv->state) == SERVER_DRAINING;
     if (loaded) {
         engine_get_memplan(srv->eng, &served);
-        snprintf(served.name, sizeof(served.name), "%s", srv->info->name);
+        snprintf(served.name, sizeof(served.name), "%s", server_model_name(srv));
     }
     memest_req q;
     int jrc = memest_parse(hr->body, hr->n_body, loaded ? &served : NULL, loaded ? srv->info->n_ctx : 0, &q, err,
@@ -445,7 +453,7 @@ static int h_debug_fault(http_req *hr)
 {
     if (!fault_live()) {
         char msg[400];
-        snprintf(msg, sizeof(msg), "no route %s %s; see GET /info and the README for the API", hr->method, hr->path);
+        snprintf(msg, sizeof(msg), "no route %s %s; GET /info lists the routes (\"routes\")", hr->method, hr->path);
         return errors_reply(hr, ERR_NOT_FOUND, msg);
     }
     bool fired;
@@ -491,6 +499,23 @@ static const route ROUTES[] = {
     {"DELETE", "/requests/", h_cancel},
     {"GET", "/debug/fault", h_debug_fault},
 };
+
+/* /info "routes": "METHOD /path" of every route served (a prefix route as
+ * its pattern, /debug/fault only where it answers), what a 404 points at */
+static void info_add_routes(cJSON *o)
+{
+    cJSON *a = cJSON_AddArrayToObject(o, "routes");
+    for (size_t i = 0; a && i < sizeof ROUTES / sizeof ROUTES[0]; i++) {
+        const route *r = &ROUTES[i];
+        if (!strcmp(r->path, "/debug/fault") && !fault_live())
+            continue;
+        char line[160];
+        size_t n = strlen(r->path);
+        const char *tail = n <= 1 || r->path[n - 1] != '/' ? "" : !strcmp(r->path, "/web/") ? "NAME" : "{id}";
+        snprintf(line, sizeof line, "%s %s%s", r->method, r->path, tail);
+        json_push(a, cJSON_CreateString(line));
+    }
+}
 
 static bool route_matches(const route *r, const char *path)
 {
@@ -576,6 +601,6 @@ int routes_dispatch(http_req *hr)
         err_extra x = {.allow = allow};
         return errors_send(hr, ERR_METHOD, msg, &x);
     }
-    snprintf(msg, sizeof(msg), "no route %s %s; see GET /info and the README for the API", hr->method, hr->path);
+    snprintf(msg, sizeof(msg), "no route %s %s; GET /info lists the routes (\"routes\")", hr->method, hr->path);
     return errors_reply(hr, ERR_NOT_FOUND, msg);
 }

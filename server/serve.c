@@ -345,7 +345,9 @@ int serve_main(int argc, char **argv)
     sched_params_default(&sp);
     apply_limits(&srv, &cfg, &ep, &sp);
     set_fingerprint(&srv, cfg.model);
+    const double t_load = engine_now_s();
     srv.eng = engine_open(&ep, err, sizeof(err));
+    const double load_s = engine_now_s() - t_load;
     if (synth_path[0])
         unlink(synth_path);     /* the mapping keeps the data */
     if (!srv.eng) {
@@ -381,11 +383,11 @@ int serve_main(int argc, char **argv)
     fmt_bytes(srv.info->cache_budget_bytes, budget, sizeof(budget));
     if (srv.info->weights_in_panels)
         snprintf(panels, sizeof panels, ", %d BF16/F16/Q8_0 matrices in 16-row panels", srv.info->weights_in_panels);
-    log_msg(LOG_INFO, "hyserve: ready: %s (%s, %d layers: %d attention + %d recurrent), ctx %d, max %d sequences, "
+    log_msg(LOG_INFO, "hyserve: ready: model \"%s\" loaded in %.1f s (%s, %d layers: %d attention + %d recurrent), ctx %d, max %d sequences, "
                     "cache budget %s, chat template %s, %d threads, OpenBLAS core %s, %s kernels, bf16 decode %s, "
                     "bf16 prompt %s, f16 prompt %s, f32 prompt %s, int8 prompts %s, weights %s%s%s, "
                     "replica %s\n",
-            srv.info->name, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers + srv.info->n_mla_layers,
+            server_model_name(&srv), load_s, srv.info->arch, srv.info->n_layer, srv.info->n_attn_layers + srv.info->n_mla_layers,
             srv.info->n_rec_layers, srv.info->n_ctx, srv.info->max_seqs, budget, chat_kind_name(srv.chat_kind), ek.threads,
             ek.blas_core, ek.simd, ek.bf16_decode, ek.bf16_prompt, ek.f16_prompt, ek.f32_prompt, ek.int8_prompt,
             !strcmp(srv.info->weights_memory, "huge_pages") ? "in 2 MiB pages" : "mapped from the file", panels,

@@ -1186,6 +1186,121 @@ def test_names_consistent(srv):
           and "planner only" not in r.stdout.decode(), r.stdout.decode())
 
 
+def test_one_model_name():
+    """One name for the served model everywhere (issue 41): a file whose general.name differs from its
+    file name is served under the file's name (vLLM's and llama-server's habit: the path they were given),
+    and that name, the one /v1/models lists and a request may send, is the one the ready line, /info,
+    /stats (the dashboard's model line), /metrics' model_name, the planner and `hyserve info` print."""
+    path = os.path.join(TMP, "onename.gguf")
+    r = run([HYSERVE, "synth", "-o", path, "--layers", "2", "--attn-every", "2", "--embd", "64", "--vocab", "300",
+             "--chat-template", "chatml", "--name", "general-name-differs", "--seed", "3"])
+    if not check("synthesize a model whose general.name is not its file name", r.returncode == 0, r.stderr[-300:]):
+        return
+    s = Server("onename", path, "-t", "1")
+    try:
+        ids = [d["id"] for d in s.jreq("GET", "/v1/models")[2]["data"]]
+        info = s.jreq("GET", "/info")[2]
+        stats = s.stats()["model"]
+        st, _, b = s.req("GET", "/metrics")
+        labels = set(re.findall(r'model_name="([^"]*)"', b.decode()))
+        plan = s.jreq("POST", "/v1/memory/estimate", {})[2]
+        models = s.jreq("GET", "/v1/models")[2]["data"]
+        st404, _, j404, _ = s.jreq("GET", "/no/such/route")
+        st_ok, _, j, body = s.jreq("POST", "/v1/chat/completions", {"model": ids[0] if ids else "",
+                                   "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        st_gn, _, j_gn, _ = s.jreq("POST", "/v1/chat/completions", {"model": "general-name-differs",
+                                   "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    finally:
+        s.stop()
+    log = open(s.log_path, "rb").read().decode("utf-8", "replace")
+    ready = [l for l in log.splitlines() if "hyserve: ready:" in l]
+    check("/v1/models serves the file's name", ids == ["onename"], f"{ids}")
+    check("/info model_id and model.name are that name, general.name only as general_name",
+          info.get("model_id") == "onename" and info["model"].get("name") == "onename"
+          and info["model"].get("general_name") == "general-name-differs", f"{info.get('model_id')} {info['model']}")
+    check("/stats model.id (the dashboard's model name) is that name", stats.get("id") == "onename"
+          and stats.get("general_name") == "general-name-differs", f"{stats.get('id')}")
+    check("/metrics labels every series with that name", labels == {"onename"}, f"{labels}")
+    check("the planner's served layout is named so", plan.get("layout", {}).get("name") == "onename",
+          f"{plan.get('layout', {}).get('name')}")
+    check("the ready line names that model and its load time", len(ready) == 1
+          and re.search(r'ready: model "onename" loaded in [0-9]+\.[0-9] s \(', ready[0]) is not None, f"{ready}")
+    check("a request with that name is answered and echoes it", st_ok == 200 and j.get("model") == "onename", body[:200])
+    check("general.name is not a served name: OpenAI's 404 model_not_found naming the served one",
+          st_gn == 404 and "onename" in json.dumps(j_gn), f"{st_gn} {j_gn}")
+    m0 = models[0] if models else {}
+    check("/v1/models: created, owned_by, max_model_len (vLLM's: the context /info says), root",
+          m0.get("created", 0) > 1.6e9 and m0.get("owned_by") == "hyserve"
+          and m0.get("max_model_len") == info.get("max_total_tokens") and m0.get("root") == "onename", f"{m0}")
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
+    table = set(re.findall(r"`((?:GET|POST|DELETE|PUT) /[^`]*)`", readme))
+    routes = info.get("routes") or []
+    check("/info lists the routes, each one the README's route table has",
+          "GET /v1/models" in routes and "POST /generate" in routes and all(r in table for r in routes),
+          f"{[r for r in routes if r not in table]} {routes[:4]}")
+    check("a 404 points at /info's routes", st404 == 404 and "GET /info lists the routes" in json.dumps(j404), f"{j404}")
+    r = run([HYSERVE, "info", "-m", path])
+    out = r.stdout.decode()
+    check("hyserve info prints the served name first, general.name as such",
+          re.search(r"^model:\s+onename\b", out, re.M) is not None
+          and re.search(r"^general.name:\s+general-name-differs$", out, re.M) is not None, out[:300])
+
+
+def test_make_run(model):
+    """`make run PORT= THREADS= MODEL=` (issue 41): make passes the variables to tools/run.sh and installs
+    only the build packages; run.sh serves MODEL on PORT with THREADS threads, its banner's curl lines carry
+    the Authorization header when a key is set; a port in use is an error naming the way to change it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = run(["make", "-n", "-s", "-C", root, "run", "PORT=12345", "THREADS=3", "MODEL=/x/y.gguf"])
+    out = r.stdout.decode()
+    check("make -n run passes PORT, THREADS and MODEL to tools/run.sh",
+          "PORT='12345'" in out and "THREADS='3'" in out and "MODEL='/x/y.gguf'" in out and "tools/run.sh" in out,
+          out[-400:])
+    check("make run installs the build packages only (not the test toolchain)",
+          "install-deps.sh build" in out and "install-deps.sh all" not in out, out[-400:])
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYSERVE_")}
+    env.update(PORT=str(port), THREADS="1", MODEL=model, HYSERVE_API_KEY="k-run-test", HYSERVE_CONFIG="/dev/null")
+    log = os.path.join(TMP, "run-sh.log")
+    with open(log, "wb") as f:
+        p = subprocess.Popen(["sh", os.path.join(root, "tools", "run.sh"), HYSERVE], stdout=f, stderr=subprocess.STDOUT,
+                             env=env, start_new_session=True)
+    info = None
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None and info is None:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/info", headers={"Authorization": "Bearer k-run-test"})
+                resp = c.getresponse()
+                info = json.loads(resp.read()) if resp.status == 200 else None
+            except (OSError, ValueError):
+                time.sleep(0.1)
+        # a second server on the same port, started as llama-server's `-m FILE` with no command
+        # (that is serve): the error names the port and how to choose another
+        r2 = run([HYSERVE, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--config", "/dev/null",
+                  "--api-key", "x"], env=env)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+        p.wait(30)
+    text = open(log, "rb").read().decode("utf-8", "replace")
+    want = os.path.splitext(os.path.basename(model))[0]
+    check("run.sh serves MODEL on PORT with THREADS threads",
+          info is not None and info.get("model_id") == want and (info.get("container") or {}).get("threads") == 1,
+          f"{info and info.get('model_id')} {info and info.get('container')} {text[-300:]}")
+    curls = [l for l in text.splitlines() if l.strip().startswith("curl ")]
+    check("the banner's curl lines carry the key's header (the variable, not the key) and the port",
+          len(curls) == 4 and all('-H "Authorization: Bearer $HYSERVE_API_KEY"' in l and f":{port}/" in l for l in curls)
+          and "k-run-test" not in text, "\n".join(curls))
+    err = r2.stderr.decode() + r2.stdout.decode()
+    check("a port in use: exit non-zero, the port named in use, and --port / HYSERVE_PORT / make run PORT= named",
+          r2.returncode != 0 and "in use" in err and f":{port}" in err and "--port" in err and "HYSERVE_PORT" in err
+          and "PORT=" in err, err[-400:])
+    check("`hyserve -m FILE` (no command, llama-server's habit) runs serve and says so",
+          "running `hyserve serve`" in err and "unknown command" not in err, err[-400:])
+
+
 def test_readme_sample():
     """The README's sample answer is the one the default model really gives (greedy, so fixed)."""
     root = os.path.dirname(HERE)
@@ -1254,7 +1369,7 @@ def test_serve_synth():
     text = open(log, "rb").read().decode("utf-8", "replace")
     lines = text.splitlines()
     loading = [i for i, l in enumerate(lines) if "loading a synthesized model with the cache layout of qwen3.5-0.8b" in l]
-    ready = [i for i, l in enumerate(lines) if "ready: synth of Qwen3.5-0.8B" in l
+    ready = [i for i, l in enumerate(lines) if re.search(r'ready: model "qwen3.5-0.8b" loaded in [0-9]+\.[0-9] s ', l)
              and "24 layers: 6 attention + 18 recurrent" in l]
     check("serve --synth says what it is loading, then that it is ready", loading and ready and loading[0] < ready[0],
           text[-600:])
@@ -2016,8 +2131,13 @@ def test_omp_wait_default(model):
     after = load()
     try:
         e = environ(s.proc.pid)
+        with open(f"/proc/{s.proc.pid}/comm") as f:
+            comm = f.read().strip()
+        pg = run(["pgrep", "-x", os.path.basename(HYSERVE)]).stdout.decode().split() if shutil.which("pgrep") else None
     finally:
         s.stop()
+    check("re-executed, the process keeps its name (not \"exe\"): /proc/PID/comm, and pgrep -x finds it",
+          comm == os.path.basename(HYSERVE)[:15] and (pg is None or str(s.proc.pid) in pg), f"{comm} {pg}")
     w, sc = e.get("OMP_WAIT_POLICY"), e.get("GOMP_SPINCOUNT")
     want = {"passive"} if min(before, after) >= cpus else {"spin"} if max(before, after) < cpus else {"passive", "spin"}
     got = "passive" if w == "passive" and sc is None else "spin" if sc == "10000" and w is None else f"{w} {sc}"
@@ -3195,6 +3315,8 @@ def main(argv=None):
     last = [("test_log_prompts", lambda: test_log_prompts(model2)),
             ("test_container_limits", lambda: test_container_limits(model)),
             ("test_omp_wait_default", lambda: test_omp_wait_default(model)),
+            ("test_one_model_name", test_one_model_name),
+            ("test_make_run", lambda: test_make_run(model)),
             ("test_readme_sample", test_readme_sample),
             ("test_docs_cover_routes_and_commands", test_docs_cover_routes_and_commands),
             ("test_serve_synth", test_serve_synth),

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "share.h"
@@ -92,6 +94,24 @@ static bool core_is_generic(const char *core)
     return weak && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+/* A process started through /proc/self/exe (ours before it exec'd by the
+ * real path, or a caller's) is named "exe": name it after argv[0]. */
+static void name_after_argv0(const char *argv0)
+{
+    char comm[32] = "";
+    FILE *f = fopen("/proc/self/comm", "r");
+    if (!f)
+        return;
+    if (!fgets(comm, sizeof comm, f))
+        comm[0] = '\0';
+    fclose(f);
+    if (strcmp(comm, "exe\n") || !argv0 || !*argv0)
+        return;
+    const char *base = strrchr(argv0, '/') ? strrchr(argv0, '/') + 1 : argv0;
+    if (*base)
+        (void)prctl(PR_SET_NAME, base, 0, 0, 0);   /* the kernel keeps 15 bytes */
+}
+
 void blas_process_init(char **argv)
 {
     const char *core = openblas_get_corename();
@@ -99,6 +119,7 @@ void blas_process_init(char **argv)
     bool set_core = false;
     if (!argv)
         return;
+    name_after_argv0(argv[0]);
     if (!getenv("OPENBLAS_CORETYPE") && core && core_is_generic(core)) {
         const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -112,8 +133,20 @@ void blas_process_init(char **argv)
     }
     /* both libraries read their environment when they load, before
      * main(): only a new image of the program sees it */
-    if (set_core || wait_var)
+    if (set_core || wait_var) {
+        /* by the binary's real path: exec names the process after the
+         * file it runs, and "exe" (of /proc/self/exe) is not what pgrep,
+         * top or ps look for; /proc/self/exe when the path is gone (a
+         * rebuilt binary: "... (deleted)") */
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n > 0) {
+            self[n] = '\0';
+            if (access(self, X_OK) == 0)
+                execv(self, argv);
+        }
         execv("/proc/self/exe", argv);
+    }
     if (set_core)                       /* exec failed: carry on as loaded */
         unsetenv("OPENBLAS_CORETYPE");
     if (wait_var)

@@ -241,6 +241,8 @@
   /* the bar's segments: reserved bytes by kind and what of them is used */
   function budgetParts(st) {
     const tot = st.totals;
+    const pc = (st.pools.prefix_cache && st.pools.prefix_cache.enabled) ? st.pools.prefix_cache : {};
+    const sp = st.pools.spares || {};
     let gqaUsed = 0;
     let mlaUsed = 0;
     for (const r of st.requests || []) {
@@ -253,8 +255,18 @@
       { kind: 'dnet', name: 'recurrent state', reserved: tot.recurrent_state_bytes, used: tot.recurrent_state_bytes },
       { kind: 'conv', name: 'conv windows', reserved: tot.recurrent_conv_bytes, used: tot.recurrent_conv_bytes },
       { kind: 'snap', name: 'prefix-cache snapshots', reserved: tot.checkpoint_bytes || 0, used: tot.checkpoint_bytes || 0 },
+      /* what no request owns but the budget holds: the prefix cache's entries
+       * (finished requests' KV and states, kept for reuse) and spare blocks */
+      { kind: 'prefix', name: 'prefix cache (finished requests, reusable)', reserved: pc.bytes || 0, used: pc.bytes || 0 },
+      { kind: 'spare', name: 'spare blocks', reserved: sp.bytes || 0, used: 0 },
       { kind: 'free', name: 'free', reserved: st.pools.free_bytes, used: 0 },
     ];
+  }
+
+  /* rows shown only while they hold bytes */
+  const OPTIONAL_ROWS = new Set(['snap', 'prefix', 'spare']);
+  function segClass(kind) {
+    return kind === 'snap' ? 'allattn' : kind;
   }
 
   function drawBudget(st) {
@@ -265,7 +277,7 @@
     if (bar.children.length !== parts.length) {
       bar.replaceChildren();
       for (const p of parts) {
-        const s = el('div', 'seg k-' + (p.kind === 'snap' ? 'allattn' : p.kind));
+        const s = el('div', 'seg k-' + segClass(p.kind));
         s.dataset.kind = p.kind;
         s.appendChild(el('div', 'used'));
         bar.appendChild(s);
@@ -277,7 +289,7 @@
       for (const p of parts) {
         const tr = el('tr');
         const name = el('td');
-        name.appendChild(el('span', 'sw k-' + (p.kind === 'snap' ? 'allattn' : p.kind)));
+        name.appendChild(el('span', 'sw k-' + segClass(p.kind)));
         name.appendChild(document.createTextNode(p.name));
         tr.append(name, el('td', 'num'), el('td', 'num'), el('td', 'num'));
         body.appendChild(tr);
@@ -297,7 +309,7 @@
       cells[1].dataset.bytes = String(p.reserved);
       cells[2].textContent = p.kind === 'free' ? '' : fmtBytes(p.used);
       cells[3].textContent = pct.toFixed(1) + '%';
-      body.children[i].hidden = p.kind === 'snap' && !p.reserved;
+      body.children[i].hidden = OPTIONAL_ROWS.has(p.kind) && !p.reserved;
       if (p.reserved) label.push(p.name + ' ' + fmtBytes(p.reserved));
     });
     bar.setAttribute('aria-label', 'cache budget ' + fmtBytes(budget) + ': ' + label.join(', '));

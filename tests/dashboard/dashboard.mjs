@@ -46,7 +46,9 @@ function freePort() {
 async function startServer(model, extra, name) {
   const port = await freePort();
   const log = fs.openSync(path.join(OUT, name + '.log'), 'w');
-  const proc = spawn(HYSERVE, ['serve', '-m', model, '--host', '127.0.0.1', '--port', String(port), '-t', '1', ...extra],
+  // the served name (what /stats' model.id and so the page show) carries the markup
+  const proc = spawn(HYSERVE, ['serve', '-m', model, '--host', '127.0.0.1', '--port', String(port), '-t', '1',
+                               '--served-model-name', MODEL_NAME, ...extra],
                      { stdio: ['ignore', log, log] });
   const base = `http://127.0.0.1:${port}`;
   const t0 = Date.now();
@@ -271,6 +273,14 @@ async function main() {
           byKind.gqa === snap.totals.gqa_kv_bytes && byKind.mla === snap.totals.mla_latent_bytes &&
           byKind.dnet === snap.totals.recurrent_state_bytes && byKind.conv === snap.totals.recurrent_conv_bytes &&
           byKind.free === snap.pools.free_bytes, JSON.stringify(byKind));
+    // the prefix cache (on by default) holds the finished requests' cache: a segment of its own,
+    // so the segments but free add up to the header's reserved bytes (issue 41)
+    const pcBytes = (snap.pools.prefix_cache || {}).bytes || 0;
+    const reservedSum = dom.segs.filter((s) => s.kind !== 'free').reduce((a, s) => a + s.bytes, 0);
+    check('the prefix cache has its segment (its /stats bytes)', byKind.prefix === pcBytes,
+          `${pcBytes} ${JSON.stringify(byKind)}`);
+    check('budget bar segments but free sum to the reserved bytes in the header',
+          reservedSum === snap.pools.reserved_bytes, `${reservedSum} vs ${snap.pools.reserved_bytes}`);
 
     const want = [...PATTERN].map((c) => ({ A: 'gqa', M: 'mla', L: 'dnet' })[c]);
     check('layer strip: one cell per layer', dom.strip.length === snap.model.n_layer && dom.strip.length === 8,
@@ -373,6 +383,10 @@ async function main() {
     const s0 = await fetch(kb + '/stats');
     check('with --api-key, /stats needs the key', s0.status === 401, s0.status);
 
+    // one request that finishes on the keyed server: its cache stays in the prefix cache
+    const kg = await fetch(kb + '/generate', { method: 'POST', headers: { 'Content-Type': 'application/json',
+      Authorization: 'Bearer ' + API_KEY }, body: JSON.stringify({ inputs: 'Kept for later', parameters: { max_new_tokens: 4 } }) });
+    await kg.text();
     const page2 = await browser.newPage();
     const problems2 = [];
     page2.on('pageerror', (e) => problems2.push(e.message));
@@ -393,6 +407,15 @@ async function main() {
       presets: document.getElementById('p-model').options.length,
     }));
     check('with the key the page shows the model', after.auth && after.name === MODEL_NAME, JSON.stringify(after));
+    await page2.waitForFunction(() => Number((document.querySelector('#bar .seg[data-kind="prefix"]') || {dataset: {}})
+      .dataset.bytes || 0) > 0, null, { timeout: 10000 }).catch(() => {});
+    const kdom = await page2.evaluate(() => [...document.querySelectorAll('#bar .seg')].map((x) => [x.dataset.kind, Number(x.dataset.bytes)]));
+    const kst = (await getJson(kb, '/stats', { Authorization: 'Bearer ' + API_KEY })).json || { pools: {} };
+    const kby = Object.fromEntries(kdom);
+    const kpc = (kst.pools.prefix_cache || {}).bytes || 0;
+    check('idle, the finished request\'s cache shows as the prefix cache, not free (segments sum to the budget)',
+          kpc > 0 && kby.prefix === kpc && kby.free === kst.pools.free_bytes
+          && kdom.reduce((a, x) => a + x[1], 0) === kst.pools.budget_bytes, `${kpc} ${JSON.stringify(kby)}`);
     check('the key is kept in no storage and no cookie', after.local === 0 && after.session === 0 && after.cookie === '',
           JSON.stringify(after));
     await page2.waitForFunction(() => document.getElementById('p-model').options.length > 1, null, { timeout: 10000 });
