@@ -22,7 +22,9 @@
 #include "config.h"
 #include "cors.h"
 #include "metrics.h"
+#include "anthropic.h"
 #include "presets.h"
+#include "responses.h"
 #include "routes.h"
 #include "serve.h"
 #include "web.h"
@@ -477,6 +479,9 @@ static const route ROUTES[] = {
     {"GET", "/web/", h_web},
     {"POST", "/v1/completions", h_completions},
     {"POST", "/v1/chat/completions", h_chat},
+    {"POST", "/v1/responses", responses_route},
+    {"POST", "/v1/messages", anthropic_messages_route},
+    {"POST", "/v1/messages/count_tokens", anthropic_count_tokens_route},
     {"GET", "/v1/models", h_models},
     {"POST", "/tokenize", h_tokenize},
     {"POST", "/detokenize", h_detokenize},
@@ -548,7 +553,9 @@ int routes_dispatch(http_req *hr)
     if (pf <= 0)
         return pf;
     if (keys->n && !auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public)) {
-        hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
+        /* Authorization: Bearer KEY, or Anthropic's x-api-key: KEY */
+        const char *bearer = http_header(hr, "Authorization");
+        hr->key_id = bearer ? auth_check(keys, bearer) : auth_check_key(keys, http_header(hr, "x-api-key"));
         if (!hr->key_id)
             return send_unauthorized(hr);
     }
