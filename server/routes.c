@@ -509,16 +509,20 @@ static bool route_matches(const route *r, const char *path)
 #define N_ROUTES ((int)(sizeof(ROUTES) / sizeof(ROUTES[0])))
 
 /* 401 for a request without a valid key. The same body whatever was wrong
- * (absent, malformed, unknown), in OpenAI's shape on every route, so the
- * answer tells an attacker nothing and an OpenAI client raises its
- * AuthenticationError. */
+ * (absent, malformed, unknown), in OpenAI's shape on every route (in
+ * Anthropic's on /v1/messages), so the answer tells an attacker nothing
+ * and an OpenAI or Anthropic client raises its AuthenticationError. */
 static int send_unauthorized(http_req *hr)
 {
     static const char body[] = "{\"error\":{\"message\":\"a valid API key is required: send the header "
-                               "'Authorization: Bearer KEY'\",\"type\":\"invalid_request_error\","
+                               "'Authorization: Bearer KEY' (or 'x-api-key: KEY')\",\"type\":\"invalid_request_error\","
                                "\"param\":null,\"code\":\"invalid_api_key\"}}";
+    static const char anthropic[] = "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":"
+                                    "\"a valid API key is required: send the header 'x-api-key: KEY'\"}}";
     static const char *const hdrs[] = {"WWW-Authenticate", "Bearer", NULL};
-    return http_send(hr, 401, "application/json", body, sizeof(body) - 1, hdrs);
+    bool a = !strncmp(hr->path, "/v1/messages", 12) && (!hr->path[12] || hr->path[12] == '/');
+    return http_send(hr, 401, "application/json", a ? anthropic : body, a ? sizeof(anthropic) - 1 : sizeof(body) - 1,
+                     hdrs);
 }
 
 /* A CORS preflight (OPTIONS on a known path, --cors-origin set): answered
