@@ -9,7 +9,7 @@
  * errors in Anthropic's envelope.
  * Does not own: the generation flow (generate.c), templates and tool-call
  * parsing (chat.c), the x-api-key check (routes.c, auth.c).
- * ref: docs/serving.md 3.9.
+ * ref: docs/serving.md 3.8.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * /v1/messages/count_tokens) over the chat flow: the body becomes a
  * chat-completions body (generate.c runs it), the answer and the stream
  * come back as a message object and its events, errors as
- * {"type": "error", "error": {"type", "message"}}. ref: docs/serving.md 3.9.
+ * {"type": "error", "error": {"type", "message"}}. ref: docs/serving.md 3.8.
  */
 #ifndef HYSERVE_ANTHROPIC_H
 #define HYSERVE_ANTHROPIC_H

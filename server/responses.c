@@ -9,7 +9,7 @@
  * previous_response_id reads.
  * Does not own: the generation flow (generate.c), templates and tool-call
  * parsing (chat.c), field rules of the chat body (json.c).
- * ref: docs/serving.md 3.8.
+ * ref: docs/serving.md 3.7.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -348,7 +348,7 @@ static cJSON *to_chat(http_req *hr, const cJSON *root, resp_state *st, rerr *e, 
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, refused[i]);
         if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v)) {
-            bad(e, refused[i], "is not supported by this server (see docs/serving.md 3.8)");
+            bad(e, refused[i], "is not supported by this server (see docs/serving.md 3.7)");
             return NULL;
         }
     }

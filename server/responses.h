@@ -1,7 +1,7 @@
 /* responses.h - OpenAI's Responses API (POST /v1/responses) over the chat
  * flow: the body becomes a chat-completions body (generate.c runs it), the
  * answer and the stream come back as a response object and its typed
- * events. ref: docs/serving.md 3.8.
+ * events. ref: docs/serving.md 3.7.
  */
 #ifndef HYSERVE_RESPONSES_H
 #define HYSERVE_RESPONSES_H
