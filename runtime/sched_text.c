@@ -24,7 +24,7 @@
 
 /* Earliest full stop-string match in pending: its offset in *at and length
  * in *len. Returns false when there is none. */
-static bool stop_find(const sched_req *r, size_t *at, size_t *len)
+static bool stop_find(const sched_req *r, size_t *at, size_t *len, int *which)
 {
     bool found = false;
     for (int i = 0; i < r->n_stop; i++) {
@@ -33,6 +33,7 @@ static bool stop_find(const sched_req *r, size_t *at, size_t *len)
         if (m && (!found || (size_t)(m - r->pending) < *at)) {
             *at = (size_t)(m - r->pending);
             *len = l;
+            *which = i;
             found = true;
         }
     }
@@ -143,7 +144,7 @@ int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sampler_t
             return SCHED_ENOMEM;
         }
         size_t at = 0, len = 0;
-        if (stop_find(r, &at, &len)) {
+        if (stop_find(r, &at, &len, &ev.stop_index)) {
             ev.final = true;
             ev.finish = SCHED_FINISH_STOP;
             rel = r->include_stop ? at + len : at;

@@ -131,6 +131,7 @@ typedef struct sched_event {
     bool final;                 /* TOKEN: last event of a successful generation */
     double t;                   /* TOKEN: when it was sampled (CLOCK_MONOTONIC seconds) */
     int finish;                 /* TOKEN with final: enum sched_finish */
+    int stop_index;             /* TOKEN with finish STOP: which of the request's stop strings matched */
     int error;                  /* ERROR: enum sched_status */
     char message[256];          /* ERROR: one line a person can act on */
 } sched_event;

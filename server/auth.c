@@ -106,7 +106,14 @@ int auth_check(const auth_keys *k, const char *authorization)
         p++;
     if (strncasecmp(p, "Bearer ", 7) != 0)
         return 0;
-    p += 7;
+    return auth_check_key(k, p + 7);
+}
+
+int auth_check_key(const auth_keys *k, const char *key)
+{
+    if (!key)
+        return 0;
+    const char *p = key;
     while (*p == ' ')
         p++;
     size_t n = strlen(p);

@@ -40,6 +40,9 @@ int auth_load(const server_config *c, auth_keys *k, char *err, size_t errlen);
  * when the header is absent, not "Bearer KEY", or names no key. Every key
  * is compared in full, in time that depends only on the stored keys. */
 int auth_check(const auth_keys *k, const char *authorization);
+/* The same for a bare key (Anthropic's x-api-key header), spaces around
+ * it dropped. */
+int auth_check_key(const auth_keys *k, const char *key);
 
 /* Whether a request is served without a key: the probes; GET of the
  * dashboard's embedded files (web.h: "/", "/web/NAME"), not POST /; /metrics

@@ -377,8 +377,42 @@ static cJSON *openai_call(const cJSON *name, const cJSON *args, const char *id_p
     return tc;
 }
 
+/* Does the JSON text s[0..n) (from an opening '{') end before its object
+ * closes? A call cut off by max_tokens or a stop string: it never closes. */
+static bool json_unclosed(const char *s, size_t n)
+{
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '{' || c == '[') {
+            depth++;
+        } else if ((c == '}' || c == ']') && --depth == 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The content before the call at `at`, trailing whitespace dropped. */
+static size_t content_before(const char *text, const char *at)
+{
+    size_t cl = (size_t)(at - text);
+    while (cl > 0 && is_space(text[cl - 1]))
+        cl--;
+    return cl;
+}
+
 /* Llama 3.1's one call, {"name": NAME, "parameters": ARGS}, ending the
- * text (whitespace may follow); text before it is content. */
+ * text (whitespace may follow); text before it is content. A call cut off
+ * before its object closes is dropped with no call. */
 static int llama31_parse_call(const char *text, size_t len, const char *id_prefix, size_t *content_len,
                               cJSON **calls)
 {
@@ -395,16 +429,18 @@ static int llama31_parse_call(const char *text, size_t len, const char *id_prefi
         cJSON *tc = obj && stop == end && cJSON_IsObject(args)
                         ? openai_call(cJSON_GetObjectItemCaseSensitive(obj, "name"), args, id_prefix, 0) : NULL;
         cJSON_Delete(obj);
+        if (!tc && !obj && json_unclosed(at, (size_t)(end - at))) {
+            *calls = cJSON_CreateArray();       /* truncated: no call, and no markup in the content */
+            *content_len = content_before(text, at);
+            return 0;
+        }
         cJSON *arr = tc ? cJSON_CreateArray() : NULL;
         if (!arr) {
             cJSON_Delete(tc);
             continue;
         }
         cJSON_AddItemToArray(arr, tc);
-        size_t cl = (size_t)(at - text);
-        while (cl > 0 && is_space(text[cl - 1]))
-            cl--;
-        *content_len = cl;
+        *content_len = content_before(text, at);
         *calls = arr;
         return 1;
     }
@@ -416,48 +452,88 @@ const char *chat_tool_tag(int kind)
     return kind == CHAT_LLAMA31 ? "{\"name\"" : "<tool_call>";
 }
 
+/* The call in body[0..end) whose close tag was cut off: 1 with *tc when its
+ * JSON is whole (a prefix of the close tag may follow), 0 when the JSON
+ * itself was cut (no call), -1 when it is not a call. */
+static int cut_call(const char *body, const char *end, const char *id_prefix, int i, cJSON **tc)
+{
+    static const char close_tag[] = "</tool_call>";
+    *tc = NULL;
+    while (body < end && is_space(*body))
+        body++;
+    if (body == end)
+        return 0;
+    if (*body != '{')
+        return -1;
+    const char *after = NULL;
+    cJSON *call = cJSON_ParseWithLengthOpts(body, (size_t)(end - body), &after, false);
+    if (!call)
+        return json_unclosed(body, (size_t)(end - body)) ? 0 : -1;
+    while (after < end && is_space(*after))
+        after++;
+    size_t left = (size_t)(end - after);
+    if (left < sizeof close_tag - 1 && !memcmp(after, close_tag, left))
+        *tc = openai_call(cJSON_GetObjectItemCaseSensitive(call, "name"),
+                          cJSON_GetObjectItemCaseSensitive(call, "arguments"), id_prefix, i);
+    cJSON_Delete(call);
+    return *tc ? 1 : -1;
+}
+
 int chat_parse_tool_calls(int kind, const char *text, size_t len, const char *id_prefix, size_t *content_len,
                           cJSON **calls)
 {
     static const char open_tag[] = "<tool_call>", close_tag[] = "</tool_call>";
+    const size_t n_open = sizeof open_tag - 1;
     *calls = NULL;
     *content_len = len;
     if (kind == CHAT_LLAMA31)
         return llama31_parse_call(text, len, id_prefix, content_len, calls);
-    const char *first = memmem(text, len, open_tag, sizeof open_tag - 1);
+    const char *first = memmem(text, len, open_tag, n_open);
     if (!first)
         return 0;
     cJSON *arr = cJSON_CreateArray();
     const char *at = first, *end = text + len;
+    bool ok = arr != NULL;
     int n = 0;
-    while (arr && at) {
-        const char *body = at + sizeof open_tag - 1;
+    while (ok) {
+        const char *body = at + n_open;
         const char *stop = memmem(body, (size_t)(end - body), close_tag, sizeof close_tag - 1);
-        cJSON *call = stop ? cJSON_ParseWithLength(body, (size_t)(stop - body)) : NULL;
-        cJSON *tc = openai_call(cJSON_GetObjectItemCaseSensitive(call, "name"),
-                                cJSON_GetObjectItemCaseSensitive(call, "arguments"), id_prefix, n);
+        cJSON *tc = NULL;
+        if (!stop) {
+            /* the last call was cut off (max_tokens, a stop string): the
+             * complete ones stand, and its markup never reaches content */
+            int c = cut_call(body, end, id_prefix, n, &tc);
+            ok = c >= 0;
+            if (c > 0)
+                json_push(arr, tc);
+            n += c > 0;
+            break;
+        }
+        cJSON *call = cJSON_ParseWithLength(body, (size_t)(stop - body));
+        tc = openai_call(cJSON_GetObjectItemCaseSensitive(call, "name"),
+                         cJSON_GetObjectItemCaseSensitive(call, "arguments"), id_prefix, n);
         cJSON_Delete(call);
         if (!tc) {
-            cJSON_Delete(arr);
-            return 0;
+            ok = false;
+            break;
         }
         json_push(arr, tc);
         n++;
         const char *after = stop + sizeof close_tag - 1;
         while (after < end && is_space(*after))
             after++;
-        at = after < end ? memmem(after, (size_t)(end - after), open_tag, sizeof open_tag - 1) : NULL;
-        if (after < end && at != after) {   /* text after a call: not a clean tool-call answer */
-            cJSON_Delete(arr);
-            return 0;
-        }
+        size_t left = (size_t)(end - after);
+        if (left == 0 || (left < n_open && !memcmp(after, open_tag, left)))
+            break;                          /* the end, or a next call cut off in its tag */
+        if (left < n_open || memcmp(after, open_tag, n_open))
+            ok = false;                     /* text after a call: not a clean tool-call answer */
+        at = after;
     }
-    if (!arr)
+    if (!ok) {
+        cJSON_Delete(arr);
         return 0;
-    size_t cl = (size_t)(first - text);
-    while (cl > 0 && is_space(text[cl - 1]))
-        cl--;
-    *content_len = cl;
+    }
+    *content_len = content_before(text, first);
     *calls = arr;
     return n;
 }

@@ -68,11 +68,14 @@ int chat_turns(int kind, const char *text, const size_t *data, int n_data, size_
 bool chat_split_reasoning(const char *text, size_t len, size_t *r_off, size_t *r_len, size_t *c_off, size_t *c_len);
 /* Tool calls in generated text: for ChatML every
  * <tool_call>{"name", "arguments"}</tool_call> block, for Llama 3.1 one
- * {"name", "parameters"} object ending the text. Returns the number of
- * calls (0 when there are none or one is malformed: then the text is all
- * content), with *calls an array of OpenAI tool_calls (ids
- * "call_<id_prefix>_<i>", arguments as JSON text) and *content_len the
- * length of the text before the first call, trailing whitespace dropped. */
+ * {"name", "parameters"} object ending the text. A last call cut off
+ * (max_tokens, a stop string) is dropped, the complete ones before it
+ * stand. Returns the number of complete calls, with *calls an array of
+ * OpenAI tool_calls (ids "call_<id_prefix>_<i>", arguments as JSON text;
+ * empty when the only call was cut off) and *content_len the length of the
+ * text before the first call, trailing whitespace dropped: the markup never
+ * reaches the content. *calls NULL (and 0) when there are none or one is
+ * malformed: then the text is all content. */
 int chat_parse_tool_calls(int kind, const char *text, size_t len, const char *id_prefix, size_t *content_len,
                           cJSON **calls);
 /* The text a tool call of kind's format starts with ("<tool_call>",

@@ -303,14 +303,22 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
             len = clen;
         }
         clen = len;
-        if (g->tools && g->tool_choice != TOOL_CHOICE_NONE &&
-            chat_parse_tool_calls(srv->chat_kind, text, len, hr->id, &clen, &calls) > 0) {
+        int n_calls = g->tools && g->tool_choice != TOOL_CHOICE_NONE
+                          ? chat_parse_tool_calls(srv->chat_kind, text, len, hr->id, &clen, &calls) : 0;
+        if (calls) {
+            /* complete calls (a last one cut off is dropped); cut by
+             * max_tokens the finish stays "length" */
             if (clen)
                 json_add_text(msg, "content", text, clen);
             else
                 cJSON_AddNullToObject(msg, "content");
-            json_put(msg, "tool_calls", calls);
-            finish = "tool_calls";
+            if (n_calls > 0) {
+                json_put(msg, "tool_calls", calls);
+                if (res->finish != SCHED_FINISH_LENGTH)
+                    finish = "tool_calls";
+            } else {
+                cJSON_Delete(calls);
+            }
         } else {
             json_add_text(msg, "content", text, len);
         }
@@ -332,6 +340,9 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
         cJSON_AddNullToObject(c, "logprobs");
     lp_list_free(&lp);
     cJSON_AddStringToObject(c, "finish_reason", finish);
+    /* vLLM's stop_reason: the stop string that ended the text */
+    if (res->finish == SCHED_FINISH_STOP && res->stop_index >= 0 && res->stop_index < g->n_stop)
+        cJSON_AddStringToObject(c, "stop_reason", g->stop[res->stop_index]);
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", res->n_toks);
@@ -919,6 +930,40 @@ static int answer_body(gen_job *j, sched_req *r)
     rc = http_send_json(hr, 200, body, hdrs);
     gen_result_free(&res);
     return rc;
+}
+
+int generate_translated(http_req *hr, cJSON *chat, http_xlate *x)
+{
+    hr->xlate = x;
+    char *body = chat ? cJSON_PrintUnformatted(chat) : NULL;
+    cJSON_Delete(chat);
+    if (!body)
+        return errors_reply(hr, ERR_INTERNAL, "out of memory");
+    free(hr->body);
+    hr->body = body;
+    hr->n_body = hr->cap_body = strlen(body);
+    return generate_route(hr, API_OAI_CHAT, GEN_BODY);
+}
+
+int generate_count_tokens(http_req *hr, cJSON *chat, int *rc)
+{
+    gen_job job = {.hr = hr, .srv = hr->srv, .api = API_OAI_CHAT}, *j = &job;
+    int n = -1;
+    char *body = chat ? cJSON_PrintUnformatted(chat) : NULL;
+    cJSON_Delete(chat);
+    if (!body) {
+        *rc = errors_reply(hr, ERR_INTERNAL, "out of memory");
+        return -1;
+    }
+    free(hr->body);
+    hr->body = body;
+    hr->n_body = hr->cap_body = strlen(body);
+    if (!read_request(j, GEN_BODY, rc) && !render_prompt(j, rc) && !prompt_tokens(j, rc))
+        n = j->n_prompt;
+    free(j->toks);
+    free(j->content);
+    json_gen_free(&j->g);
+    return n;
 }
 
 int generate_route(http_req *hr, int api, int mode)

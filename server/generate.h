@@ -26,6 +26,14 @@ enum gen_mode {
 /* Serve one generation request: api an enum api_kind (json.h), mode an
  * enum gen_mode. Returns 0 when a response was queued, -1 to close the
  * connection. */
+/* Another API's route over the chat flow (responses.c, anthropic.c):
+ * chat (taken) becomes the request's body, x (heap, taken) translates
+ * every answer, then generate_route as POST /v1/chat/completions. */
+int generate_translated(http_req *hr, cJSON *chat, http_xlate *x);
+/* The number of prompt tokens the chat body chat (taken) renders to, as
+ * POST /v1/chat/completions would feed it to the model; -1 when an error
+ * was answered (its code in *rc). */
+int generate_count_tokens(http_req *hr, cJSON *chat, int *rc);
 int generate_route(http_req *hr, int api, int mode);
 
 /* Encode text with the model's BOS rule, control tokens parsed except in

@@ -103,6 +103,8 @@ int http_send(http_req *hr, int status, const char *content_type, const char *bo
 
 int http_send_json(http_req *hr, int status, cJSON *obj, const char *const *headers)
 {
+    if (hr->xlate && hr->xlate->body)
+        obj = hr->xlate->body(hr, status, obj);
     char *txt = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (json_oom_take() && txt) {      /* built while memory ran out: it lacks something */
@@ -284,6 +286,9 @@ void http_req_unref(http_req *hr)
     http_inflight_end(hr);
     free(hr->body);
     free(hr->log_prompt);
+    if (hr->xlate && hr->xlate->free_state)
+        hr->xlate->free_state(hr->xlate->state);
+    free(hr->xlate);
     free(hr);
 }
 

@@ -25,6 +25,23 @@
 struct MHD_Connection;
 struct MHD_Response;
 
+struct http_req;
+
+/* A route that answers in another API's shape over the chat flow
+ * (responses.c, anthropic.c): set on the request before the flow runs,
+ * it rewrites every JSON answer sent and every event of a chat stream.
+ * Freed with the request (state by free_state). */
+typedef struct http_xlate {
+    /* The JSON answer of status (takes obj): what to send instead, NULL
+     * for a 500. */
+    cJSON *(*body)(struct http_req *hr, int status, cJSON *obj);
+    /* One event of a chat stream: a chunk or an error object, NULL for
+     * the end ([DONE]). Appends its own SSE frames to *out. 0 or -1. */
+    int (*event)(struct http_req *hr, const cJSON *obj, char **out, size_t *n, size_t *cap);
+    void (*free_state)(void *state);
+    void *state;
+} http_xlate;
+
 /* One HTTP request. Owned by its connection thread; freed when both the
  * request is complete and any streaming response is done (refs). */
 typedef struct http_req {
@@ -53,6 +70,7 @@ typedef struct http_req {
     const char *finish;         /* static string or NULL */
     const char *failure;        /* static string or NULL */
     char *log_prompt;           /* prompt text when --log-prompts; heap */
+    http_xlate *xlate;          /* NULL, or the answer's translation (heap, freed with the request) */
 } http_req;
 
 /* What the daemon calls, given by serve.c (http.c calls no layer above

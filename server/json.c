@@ -206,6 +206,83 @@ int json_sse_frame(cJSON *obj, bool space, char **buf, size_t *len, size_t *cap)
     return rc;
 }
 
+int json_sse_event(const char *name, cJSON *obj, char **buf, size_t *len, size_t *cap)
+{
+    if (json_buf_append(buf, len, cap, "event: ", 7) || json_buf_append(buf, len, cap, name, strlen(name)) ||
+        json_buf_append(buf, len, cap, "\n", 1)) {
+        cJSON_Delete(obj);
+        return -1;
+    }
+    return json_sse_frame(obj, true, buf, len, cap);
+}
+
+int json_sse_typed(const json_sse_out *o, const char *type, int seq, cJSON *obj)
+{
+    cJSON *e = cJSON_CreateObject();
+    if (!obj || !e) {
+        cJSON_Delete(obj);
+        cJSON_Delete(e);
+        return -1;
+    }
+    cJSON_AddStringToObject(e, "type", type);
+    if (seq >= 0)
+        cJSON_AddNumberToObject(e, "sequence_number", seq);
+    while (obj->child) {
+        cJSON *c = cJSON_DetachItemViaPointer(obj, obj->child);
+        if (!cJSON_AddItemToObject(e, c->string, c))
+            cJSON_Delete(c);
+    }
+    cJSON_Delete(obj);
+    return json_sse_event(type, e, o->buf, o->len, o->cap);
+}
+
+cJSON *json_chat_call(const char *id, const char *name, const char *args)
+{
+    cJSON *c = cJSON_CreateObject(), *fn;
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    fn = cJSON_AddObjectToObject(c, "function");
+    cJSON_AddStringToObject(fn, "name", name);
+    cJSON_AddStringToObject(fn, "arguments", args);
+    return c;
+}
+
+cJSON *json_chat_tool(const cJSON *name, const cJSON *desc, const cJSON *params)
+{
+    cJSON *w = cJSON_CreateObject(), *fn;
+    cJSON_AddStringToObject(w, "type", "function");
+    fn = cJSON_AddObjectToObject(w, "function");
+    if (name)
+        json_put(fn, "name", cJSON_Duplicate(name, true));
+    if (desc)
+        json_put(fn, "description", cJSON_Duplicate(desc, true));
+    if (params)
+        json_put(fn, "parameters", cJSON_Duplicate(params, true));
+    return w;
+}
+
+cJSON *json_chat_named(const char *name)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
+    return c;
+}
+
+const char *json_unknown_key(const cJSON *obj, const char *const *known)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, obj)
+    {
+        int i = 0;
+        while (known[i] && strcmp(known[i], c->string))
+            i++;
+        if (!known[i])
+            return c->string;
+    }
+    return NULL;
+}
+
 cJSON *json_error_tgi(const char *msg, const char *error_type)
 {
     cJSON *o = cJSON_CreateObject();
@@ -1091,7 +1168,8 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
     }
     if (name)
         cJSON_AddStringToObject(spec, "name", name);
-    cJSON_AddBoolToObject(spec, "parallel", parallel);
+    /* a named function: exactly one call, whatever parallel_tool_calls says */
+    cJSON_AddBoolToObject(spec, "parallel", parallel && !name);
     int rc = set_constraint(g, forced ? GEN_CONSTRAINT_TOOL_CALLS : GEN_CONSTRAINT_TOOL_CALLS_AUTO, spec,
                             forced ? "tool_choice" : "tools", pe);
     cJSON_Delete(spec);

@@ -200,6 +200,25 @@ cJSON *json_error_oai(const char *msg, const char *type, const char *param, cons
  * space after the colon; OpenAI frames use "data: "). Appends to *buf.
  * Returns 0 or -1. */
 int json_sse_frame(cJSON *obj, bool space, char **buf, size_t *len, size_t *cap);
+/* The same as a named event: "event: NAME\ndata: {...}\n\n". */
+int json_sse_event(const char *name, cJSON *obj, char **buf, size_t *len, size_t *cap);
+/* Where a translated stream's frames go (responses.c, anthropic.c). */
+typedef struct json_sse_out {
+    char **buf;
+    size_t *len, *cap;
+} json_sse_out;
+/* A typed event (obj taken): "event: TYPE" and {"type": TYPE,
+ * "sequence_number": seq (when seq >= 0), obj's fields}. 0 or -1. */
+int json_sse_typed(const json_sse_out *o, const char *type, int seq, cJSON *obj);
+/* Chat-completions pieces other APIs translate into: one tool_calls entry
+ * {id, type, function: {name, arguments}}; one tools entry {type,
+ * function: {name, description, parameters}} (absent ones left out); a
+ * named tool_choice {type, function: {name}}. */
+cJSON *json_chat_call(const char *id, const char *name, const char *args);
+cJSON *json_chat_tool(const cJSON *name, const cJSON *desc, const cJSON *params);
+cJSON *json_chat_named(const char *name);
+/* The first key of obj not in known (NULL-terminated), or NULL. */
+const char *json_unknown_key(const cJSON *obj, const char *const *known);
 /* Append raw bytes to a growable buffer. Returns 0 or -1. */
 int json_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 

@@ -22,7 +22,9 @@
 #include "config.h"
 #include "cors.h"
 #include "metrics.h"
+#include "anthropic.h"
 #include "presets.h"
+#include "responses.h"
 #include "routes.h"
 #include "serve.h"
 #include "tokenizer.h"
@@ -483,6 +485,9 @@ static const route ROUTES[] = {
     {"GET", "/web/", h_web},
     {"POST", "/v1/completions", h_completions},
     {"POST", "/v1/chat/completions", h_chat},
+    {"POST", "/v1/responses", responses_route},
+    {"POST", "/v1/messages", anthropic_messages_route},
+    {"POST", "/v1/messages/count_tokens", anthropic_count_tokens_route},
     {"GET", "/v1/models", h_models},
     {"POST", "/tokenize", h_tokenize},
     {"POST", "/detokenize", h_detokenize},
@@ -527,16 +532,20 @@ static bool route_matches(const route *r, const char *path)
 #define N_ROUTES ((int)(sizeof(ROUTES) / sizeof(ROUTES[0])))
 
 /* 401 for a request without a valid key. The same body whatever was wrong
- * (absent, malformed, unknown), in OpenAI's shape on every route, so the
- * answer tells an attacker nothing and an OpenAI client raises its
- * AuthenticationError. */
+ * (absent, malformed, unknown), in OpenAI's shape on every route (in
+ * Anthropic's on /v1/messages), so the answer tells an attacker nothing
+ * and an OpenAI or Anthropic client raises its AuthenticationError. */
 static int send_unauthorized(http_req *hr)
 {
     static const char body[] = "{\"error\":{\"message\":\"a valid API key is required: send the header "
-                               "'Authorization: Bearer KEY'\",\"type\":\"invalid_request_error\","
+                               "'Authorization: Bearer KEY' (or 'x-api-key: KEY')\",\"type\":\"invalid_request_error\","
                                "\"param\":null,\"code\":\"invalid_api_key\"}}";
+    static const char anthropic[] = "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":"
+                                    "\"a valid API key is required: send the header 'x-api-key: KEY'\"}}";
     static const char *const hdrs[] = {"WWW-Authenticate", "Bearer", NULL};
-    return http_send(hr, 401, "application/json", body, sizeof(body) - 1, hdrs);
+    bool a = !strncmp(hr->path, "/v1/messages", 12) && (!hr->path[12] || hr->path[12] == '/');
+    return http_send(hr, 401, "application/json", a ? anthropic : body, a ? sizeof(anthropic) - 1 : sizeof(body) - 1,
+                     hdrs);
 }
 
 /* A CORS preflight (OPTIONS on a known path, --cors-origin set): answered
@@ -571,7 +580,9 @@ int routes_dispatch(http_req *hr)
     if (pf <= 0)
         return pf;
     if (keys->n && !auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public)) {
-        hr->key_id = auth_check(keys, http_header(hr, "Authorization"));
+        /* Authorization: Bearer KEY, or Anthropic's x-api-key: KEY */
+        const char *bearer = http_header(hr, "Authorization");
+        hr->key_id = bearer ? auth_check(keys, bearer) : auth_check_key(keys, http_header(hr, "x-api-key"));
         if (!hr->key_id)
             return send_unauthorized(hr);
     }

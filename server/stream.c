@@ -119,6 +119,7 @@ int stream_collect(http_req *hr, sched_req *r, gen_result *res)
             goto out_nomem;
         bool final = ev.final;
         res->finish = ev.finish;
+        res->stop_index = ev.stop_index;
         sched_event_clear(&ev);
         if (final)
             return 0;
@@ -153,6 +154,7 @@ typedef struct stream {
     bool gone;                  /* the client went away */
     int error;                  /* enum sched_status of the error event that ended it; 0 if none */
     int finish;
+    const char *stop_reason;    /* the stop string that ended it (vLLM's stop_reason), or NULL */
     int keepalive_ms;
     char oai_id[128];
     long long created;
@@ -168,7 +170,7 @@ typedef struct stream {
     char *tc;                   /* chat with tools: [n_tc] content from "<tool_call>" on (or a prefix of it) */
     size_t n_tc, cap_tc;
     bool tc_open;               /* a "<tool_call>" has begun: everything after is held for the parser */
-    bool tc_sent;               /* tool_calls deltas went out: finish_reason is tool_calls */
+    bool tc_sent;               /* tool_calls deltas went out: finish_reason is tool_calls (tool_finish) */
     int choice;                 /* OpenAI choices[].index of this stream's chunks */
     bool kid;                   /* one choice of a multi-choice stream: g is the parent's, no [DONE] */
     struct stream *kids;        /* [n_kids] OpenAI n > 1: the choices, interleaved into this one's out */
@@ -201,13 +203,25 @@ static cJSON *usage_obj(int n_prompt, int n_gen)
     return u;
 }
 
+/* One event (takes o); another API's route frames it its own way. */
 static int frame(stream *st, cJSON *o, bool space)
 {
+    const http_xlate *x = st->hr->xlate;
+    if (x && x->event) {
+        int rc = o ? x->event(st->hr, o, &st->out, &st->n_out, &st->cap_out) : -1;
+        cJSON_Delete(o);
+        return rc;
+    }
     return json_sse_frame(o, space, &st->out, &st->n_out, &st->cap_out);
 }
 
+static const char done_frame[] = "data: [DONE]\n\n";
+
 static int frame_raw(stream *st, const char *s)
 {
+    const http_xlate *x = st->hr->xlate;
+    if (x && x->event && !strcmp(s, done_frame))
+        return x->event(st->hr, NULL, &st->out, &st->n_out, &st->cap_out);
     return json_buf_append(&st->out, &st->n_out, &st->cap_out, s, strlen(s));
 }
 
@@ -297,9 +311,9 @@ static int tool_flush(stream *st)
     size_t clen;
     int n = st->tc_open ? chat_parse_tool_calls(st->hr->srv->chat_kind, st->tc, st->n_tc, st->hr->id, &clen, &calls) : 0;
     int rc = 0;
-    if (n <= 0) {
+    if (!calls) {
         rc = oai_chunk_field(st, "content", st->tc, st->n_tc, NULL, false, true);
-    } else {
+    } else if (n > 0) {
         int i = 0;
         for (const cJSON *c = calls->child; c && rc == 0; c = c->next, i++) {
             for (int part = 0; part < 2 && rc == 0; part++) {
@@ -442,6 +456,8 @@ static int oai_chunk_field(stream *st, const char *field, const char *text, size
         cJSON_AddStringToObject(c, "finish_reason", finish);
     else
         cJSON_AddNullToObject(c, "finish_reason");
+    if (finish && st->stop_reason)
+        cJSON_AddStringToObject(c, "stop_reason", st->stop_reason);
     if (st->g.include_usage)
         cJSON_AddNullToObject(o, "usage");
     return frame(st, o, true);
@@ -555,7 +571,14 @@ static int oai_end(stream *st, int n_gen, sched_req *r)
         if (frame(st, o, true))
             return -1;
     }
-    return frame_raw(st, "data: [DONE]\n\n");
+    return frame_raw(st, done_frame);
+}
+
+/* A chat's finish_reason: tool_calls when calls went out and the model
+ * ended its turn (cut by max_tokens it stays length). */
+static const char *tool_finish(const stream *st, const sched_event *ev, const char *fin)
+{
+    return st->tc_sent && ev->finish != SCHED_FINISH_LENGTH ? "tool_calls" : fin;
 }
 
 static int on_event_oai(stream *st, const sched_event *ev)
@@ -572,10 +595,10 @@ static int on_event_oai(stream *st, const sched_event *ev)
                 return -1;
             if (ev->final && tool_flush(st))
                 return -1;
-            if (ev->final && oai_chunk(st, NULL, 0, st->tc_sent ? "tool_calls" : fin, false, st->pend.n > 0))
+            if (ev->final && oai_chunk(st, NULL, 0, tool_finish(st, ev, fin), false, st->pend.n > 0))
                 return -1;
         } else if (st->g.api == API_OAI_CHAT && ev->final) {
-            if (tool_flush(st) || oai_chunk(st, NULL, 0, st->tc_sent ? "tool_calls" : fin, false, st->pend.n > 0))
+            if (tool_flush(st) || oai_chunk(st, NULL, 0, tool_finish(st, ev, fin), false, st->pend.n > 0))
                 return -1;
         } else if (oai_chunk(st, ev->text ? ev->text : "", ev->text_len, fin, false, true)) {
             return -1;
@@ -594,7 +617,7 @@ static int on_error(stream *st, const sched_event *ev)
         return frame(st, json_error_tgi(ev->message, type), false);
     if (frame(st, json_error_oai(ev->message, "server_error", NULL, type), true))
         return -1;
-    return frame_raw(st, "data: [DONE]\n\n");
+    return frame_raw(st, done_frame);
 }
 
 /* Turn one event into frames. Returns 0 or -1 (out of memory). */
@@ -627,6 +650,8 @@ static int on_event(stream *st, sched_event *ev)
         st->done = true;
         st->ok = true;
         st->finish = ev->finish;
+        if (ev->finish == SCHED_FINISH_STOP && ev->stop_index >= 0 && ev->stop_index < st->g.n_stop)
+            st->stop_reason = st->g.stop[ev->stop_index];
     }
     return st->g.api == API_TGI ? on_event_tgi(st, ev) : on_event_oai(st, ev);
 }

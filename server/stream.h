@@ -41,6 +41,7 @@ typedef struct gen_result {
     gen_token *toks;            /* [n_toks] */
     int n_toks, cap_toks;
     int finish;                 /* enum sched_finish; NONE when it failed */
+    int stop_index;             /* finish STOP: which stop string matched (request's order) */
     int error;                  /* enum sched_status; 0 on success */
     char message[256];          /* error message */
     double t_last;              /* when the previous token was sampled (ITL metric) */

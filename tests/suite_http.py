@@ -1609,7 +1609,8 @@ def client_dir():
     node, npm = shutil.which("node"), shutil.which("npm")
     if not check("node and npm are installed", node and npm):
         return cdir, None
-    if not all(os.path.isdir(os.path.join(cdir, "node_modules", m)) for m in ("openai", "hf2", "hf4")):
+    if not all(os.path.isdir(os.path.join(cdir, "node_modules", m)) for m in ("openai", "hf2", "hf4",
+                                                                                 "@anthropic-ai/sdk")):
         r = run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=cdir)
         if not check("npm ci in tests/client", r.returncode == 0, r.stderr.decode()[-400:]):
             return cdir, None
@@ -2621,6 +2622,9 @@ def test_auth_every_route(model):
                   ("POST", "/generate_stream", gen_body), ("POST", "/", gen_body),
                   ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
                   ("POST", "/v1/chat/completions", chat_body), ("POST", "/tokenize", {"inputs": "Hi"}),
+                  ("POST", "/v1/responses", {"input": "Hi", "max_output_tokens": 2}),
+                  ("POST", "/v1/messages", {"model": "m", "max_tokens": 2, "messages": chat_body["messages"]}),
+                  ("POST", "/v1/messages/count_tokens", {"model": "m", "messages": chat_body["messages"]}),
                   ("POST", "/detokenize", {"tokens": [1, 2]}), ("POST", "/apply-template", chat_body),
                   ("GET", "/stats", None), ("GET", "/metrics", None), ("HEAD", "/info", None),
                   ("POST", "/v1/memory/estimate", {"preset": "qwen3.5-9b"}), ("GET", "/v1/memory/presets", None),
@@ -2628,7 +2632,8 @@ def test_auth_every_route(model):
                   ("GET", "/no-such-route", None)]
         wrong = {"no key": {}, "a wrong key": {"Authorization": "Bearer hy-wrong"},
                  "the last byte changed": {"Authorization": f"Bearer {key[:-1]}{chr(ord(key[-1]) ^ 1)}"},
-                 "the key in X-API-Key": {"X-API-Key": key},
+                 "the key in another header": {"X-Api-Token": key},
+                 "a wrong x-api-key": {"x-api-key": key[:-1]},
                  "the key in the query": None}
         let_in, refused = [], []
         for m, p, body in routes:
@@ -2720,13 +2725,18 @@ def test_api_keys(model):
         st_right2 = call("GET", "/info", auth(f"bearer {k2}"))[0]
         check("either key (flag or file) opens a route; the scheme is case-insensitive",
               st_right1 == 200 and st_right2 == 200, f"{st_right1} {st_right2}")
+        st_x = call("GET", "/info", {"x-api-key": k2})[0]
+        check("the key in Anthropic's x-api-key header opens a route like the bearer key", st_x == 200, f"{st_x}")
         wrong = {
             "a wrong key": auth("Bearer nope"),
             "the key with its last byte changed": auth(f"Bearer {k1[:-1]}{chr(ord(k1[-1]) ^ 1)}"),
             "a prefix of the key": auth(f"Bearer {k1[:-1]}"),
             "the key and one more byte": auth(f"Bearer {k1}x"),
             "the key without the Bearer scheme": auth(k1),
-            "the key in X-API-Key": {"X-API-Key": k1},
+            "the key in another header": {"X-Api-Token": k1},
+            "a wrong x-api-key": {"x-api-key": "nope"},
+            "an x-api-key with its last byte changed": {"x-api-key": f"{k1[:-1]}{chr(ord(k1[-1]) ^ 1)}"},
+            "a wrong bearer with the right x-api-key": {**auth("Bearer nope"), "x-api-key": k1},
             "the key as Basic credentials": auth(f"Basic {k1}"),
             "an empty bearer": auth("Bearer "),
         }
@@ -3274,6 +3284,231 @@ def test_grammar_cache(srv, model):
         small.stop()
 
 
+def typed_events(raw):
+    """(event name, data object) of each event of an SSE body with event: lines."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        name = data = None
+        for line in block.splitlines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+        if data is not None:
+            out.append((name, data))
+    return out
+
+
+def test_responses_api(srv):
+    """POST /v1/responses (issue 41 item 2): the openai npm client's responses.create and its stream
+    helper (text, text.format JSON schema, function tools, the call's result back as items and
+    through previous_response_id, an unknown id), and the raw wire: event names equal to their data's
+    type, sequence numbers 0.. without gaps, the event order the ResponseStream helper expects, the
+    deltas spelling the non-streamed text, and 400s naming the field for what is not supported."""
+    out = run_client("openai_responses.mjs", srv.url)
+    if out is not None:
+        t, s = out["text"], out["stream"]
+        check("responses.create: a response object with one message item and usage that adds up",
+              t["object"] == "response" and t["types"] == ["message"] and t["status"] in ("completed", "incomplete")
+              and t["usage"]["total_tokens"] == t["usage"]["input_tokens"] + t["usage"]["output_tokens"]
+              and isinstance(t["output_text"], str), f"{t}")
+        names = [e["type"] for e in s["events"]]
+        check("responses.stream: created, in_progress, item and part added, text deltas, done events, then the end",
+              names[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                            "response.content_part.added"]
+              and names[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                                 "response.completed" if t["status"] == "completed" else "response.incomplete"]
+              and set(names[4:-4]) == {"response.output_text.delta"}, f"{names}")
+        check("responses.stream: sequence_number 0, 1, ... and the deltas are the non-streamed text (greedy)",
+              [e["seq"] for e in s["events"]] == list(range(len(names))) and s["deltas"] == t["output_text"]
+              and (t["status"] != "completed" or s["final_text"] == t["output_text"]), f"{s}")
+        try:
+            person = json.loads(out["schema"]["text"])
+        except ValueError:
+            person = None
+        check("text.format json_schema: the output parses and follows the schema",
+              isinstance(person, dict) and set(person) == {"name", "n"} and isinstance(person["name"], str)
+              and len(person["name"]) <= 8 and isinstance(person["n"], int), f"{out['schema']}")
+        calls = out["tools"]["calls"]
+        check("tool_choice required: function_call items of the tool with schema-valid arguments",
+              out["tools"]["status"] == "completed" and len(calls) >= 1 and all(
+                  c["name"] == "get_weather" and set(c["args"]) == {"city"} and isinstance(c["args"]["city"], str)
+                  for c in calls), f"{out['tools']}")
+        sec, ex = out["second"], out["explicit"]
+        check("previous_response_id: the follow-up renders the same conversation as sending every item again",
+              sec["previous_response_id"] and sec["usage"]["input_tokens"] == ex["usage"]["input_tokens"] > 0
+              and ex["usage"]["input_tokens_details"]["cached_tokens"] > 0, f"{sec} vs {ex}")
+        ts = out["tool_stream"]
+        check("streamed named function: one call whose argument deltas are its arguments",
+              len(ts["calls"]) == 1 and ts["calls"][0]["name"] == "get_weather" and ts["argDeltas"] ==
+              ts["calls"][0]["arguments"] and isinstance(json.loads(ts["argDeltas"]).get("city"), str), f"{ts}")
+        check("an unknown previous_response_id is the client's NotFoundError (404) naming the field",
+              out["unknown"] == {"name": "NotFoundError", "status": 404, "param": "previous_response_id"},
+              f"{out['unknown']}")
+    body = {"model": "hyserve", "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+            "max_output_tokens": 6, "temperature": 0}
+    st, _, j, _ = srv.jreq("POST", "/v1/responses", body)
+    text = j["output"][0]["content"][0]["text"] if st == 200 else None
+    st2, h, raw = srv.req("POST", "/v1/responses", dict(body, stream=True))
+    evs = typed_events(raw) if st2 == 200 else []
+    check("raw stream: text/event-stream, every event: line names its data's type, sequence numbers count up",
+          st2 == 200 and h.get("content-type", "").startswith("text/event-stream") and evs
+          and all(n == d["type"] for n, d in evs) and [d["sequence_number"] for _, d in evs] == list(range(len(evs))),
+          raw[:400])
+    deltas = "".join(d["delta"] for n, d in evs if n == "response.output_text.delta")
+    last = evs[-1][1]["response"] if evs else {}
+    check("raw stream: the deltas and the last event's response carry the non-streamed text and usage",
+          deltas == text and last.get("output", [{}])[0].get("content", [{}])[0].get("text") == text
+          and last.get("usage", {}).get("output_tokens") == j["usage"]["output_tokens"], f"{deltas!r} {text!r}")
+    bad = [({"input": "x", "tools": [{"type": "web_search"}]}, "tools"), ({"input": "x", "background": True}, "background"),
+           ({"input": "x", "frobnicate": 1}, "frobnicate"), ({"instructions": "x"}, "input"),
+           ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),
+           ({"input": "x", "text": {"format": {"type": "xml"}}}, "text.format"),
+           ({"input": "x", "max_output_tokens": 99999}, "max_output_tokens"),
+           ({"input": "x", "truncation": "auto"}, "truncation")]
+    wrong = []
+    for b, param in bad:
+        st, _, j, _ = srv.jreq("POST", "/v1/responses", b)
+        if st != 400 or (j or {}).get("error", {}).get("param") != param:
+            wrong.append(f"{b}: {st} {j}")
+    check(f"{len(bad)} unsupported or bad Responses fields are 400s in OpenAI's shape naming the field", not wrong,
+          "; ".join(wrong[:3]))
+    st, _, j, _ = srv.jreq("POST", "/v1/responses", dict(body, store=False))
+    st2, _, j2, _ = srv.jreq("POST", "/v1/responses", {"input": "x", "previous_response_id": j["id"]}) if st == 200 else (0, 0, 0, 0)
+    check("store false: the response is not kept for previous_response_id (404)", st == 200 and st2 == 404, f"{st2} {j2}")
+
+
+def test_anthropic_api(model):
+    """POST /v1/messages and /v1/messages/count_tokens (issue 41 item 2) on a server with an API key:
+    the @anthropic-ai/sdk client (its key in x-api-key) for text, stop_sequences, messages.stream,
+    tool_use (any, a named tool), the tool_result round trip, countTokens and an error; the raw wire
+    (event names, their order, Anthropic's error envelope) and x-api-key auth on every route."""
+    key = "hy-anthropic-7c2d"
+    srv = Server("anthropic", model, "--api-key", key, "-t", "1", "--served-model-name", "hyserve")
+    try:
+        out = run_client("anthropic_messages.mjs", srv.url, key)
+        if out is not None:
+            t, s = out["text"], out["stream"]
+            check("messages.create: a message with a text block, stop_reason and usage",
+                  t["type"] == "message" and t["role"] == "assistant" and t["blocks"] == ["text"]
+                  and t["stop_reason"] in ("end_turn", "max_tokens") and t["usage"]["output_tokens"] > 0, f"{t}")
+            ns, sp = out["nostop"], out["stop"]
+            at = ns["text"].find("\n\n")
+            check("stop_sequences: the text ends before the first stop string, stop_reason stop_sequence names it",
+                  (at >= 0 and sp["text"] == ns["text"][:at] and sp["stop_reason"] == "stop_sequence"
+                   and sp["stop_sequence"] == "\n\n") or (at < 0 and sp["text"] == ns["text"]), f"{ns} / {sp}")
+            ev = s["events"]
+            check("messages.stream: message_start, a text block's start/deltas/stop, message_delta, message_stop",
+                  ev[:2] == ["message_start", "content_block_start"] and ev[-3:] == ["content_block_stop", "message_delta",
+                                                                                   "message_stop"]
+                  and set(ev[2:-3]) == {"content_block_delta"}, f"{ev}")
+            check("messages.stream: the text deltas and the final message are the non-streamed answer (greedy)",
+                  s["deltas"] == t["text"] == s["final"]["text"] and s["final"]["stop_reason"] == t["stop_reason"]
+                  and s["final"]["usage"] == t["usage"], f"{s} vs {t}")
+            tl = out["tools"]
+            check("tool_choice any: stop_reason tool_use, tool_use blocks with schema-valid input",
+                  tl["stop_reason"] == "tool_use" and tl["tools"] and all(
+                      c["name"] == "get_weather" and set(c["input"]) == {"city"} for c in tl["tools"]), f"{tl}")
+            ts = out["tool_stream"]
+            check("streamed named tool: one tool_use whose input_json_delta is its input",
+                  ts["stop_reason"] == "tool_use" and len(ts["tools"]) == 1 and json.loads(ts["json"]) ==
+                  ts["tools"][0]["input"], f"{ts}")
+            check("tool_result round trip: an answer, its input tokens what countTokens says of the same messages",
+                  out["second"]["stop_reason"] in ("end_turn", "max_tokens") and
+                  out["second"]["usage"]["input_tokens"] == out["count"] > tl["usage"]["input_tokens"], f"{out['second']} {out['count']}")
+            check("a too long max_tokens is the client's BadRequestError (400, invalid_request_error)",
+                  out["error"] == {"name": "BadRequestError", "status": 400, "type": "invalid_request_error"},
+                  f"{out['error']}")
+        body = {"model": "hyserve", "max_tokens": 5, "messages": [{"role": "user", "content": "Hi"}], "temperature": 0}
+        xk = {"x-api-key": key}
+        st, _, raw = srv.req("POST", "/v1/messages", dict(body, stream=True), xk)
+        evs = typed_events(raw) if st == 200 else []
+        names = [n for n, _ in evs]
+        check("raw stream: each event: line names its data's type, message_start first and message_stop last",
+              evs and all(n == d["type"] for n, d in evs) and names[0] == "message_start" and names[-2:] ==
+              ["message_delta", "message_stop"] and evs[-2][1]["delta"]["stop_reason"] in ("end_turn", "max_tokens"),
+              raw[:400])
+        for hdr, want, what in [({}, 401, "no key"), ({"x-api-key": key + "x"}, 401, "a wrong x-api-key"),
+                                (xk, 200, "x-api-key"), ({"Authorization": f"Bearer {key}"}, 200, "the bearer key")]:
+            st, _, j, _ = srv.jreq("POST", "/v1/messages", body, hdr)
+            check(f"/v1/messages with {what}: {want}", st == want and (want == 200 or j["type"] == "error"), f"{st} {j}")
+        st, _, j, _ = srv.jreq("POST", "/v1/chat/completions", {"messages": body["messages"], "max_tokens": 2}, xk)
+        check("x-api-key is accepted like the bearer key on the other routes too", st == 200, f"{st}")
+        bad = [{"model": "hyserve", "messages": body["messages"]},
+               dict(body, messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}]),
+               dict(body, tools=[{"type": "web_search_20250305", "name": "web_search"}]),
+               dict(body, frobnicate=1), dict(body, tool_choice={"type": "sometimes"})]
+        wrong = []
+        for b in bad:
+            st, _, j, _ = srv.jreq("POST", "/v1/messages", b, xk)
+            if st != 400 or not (j or {}).get("type") == "error" or j["error"]["type"] != "invalid_request_error":
+                wrong.append(f"{b}: {st} {j}")
+        st, _, j, _ = srv.jreq("POST", "/v1/messages", None, xk)
+        check(f"{len(bad)} bad Messages bodies and an empty one are 400 in Anthropic's error envelope",
+              not wrong and st == 400 and j["type"] == "error", "; ".join(wrong[:3]))
+        st, _, j, _ = srv.jreq("POST", "/v1/messages/count_tokens", {"model": "hyserve", "messages": body["messages"]}, xk)
+        st2, _, j2, _ = srv.jreq("POST", "/v1/messages", body, xk)
+        check("count_tokens is the input_tokens a message of the same body reports", st == 200 and st2 == 200
+              and j["input_tokens"] == j2["usage"]["input_tokens"] > 0, f"{j} {j2}")
+    finally:
+        srv.stop()
+
+
+def test_parallel_tool_calls(srv):
+    """Issue 41 item 3: a model that never ends its turn (ignore_eos) under tool_choice required and the
+    default parallel_tool_calls writes calls until max_tokens: every complete call is in tool_calls, the
+    cut-off last one and all <tool_call> markup stay out of content, finish_reason length; streamed the
+    same. A named function and parallel_tool_calls false give exactly one call; a first call cut off
+    gives no call and no markup."""
+    tools = [{"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {},
+                                                                             "additionalProperties": False}}},
+             {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
+                 "a": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["a"], "additionalProperties": False}}}]
+    base = {"model": "hyserve", "messages": [{"role": "user", "content": "go"}], "tools": tools, "temperature": 1,
+            "seed": 7, "ignore_eos": True}
+
+    def both(extra):
+        body = dict(base, **extra)
+        st, _, j, _ = srv.jreq("POST", "/v1/chat/completions", body)
+        m = j["choices"][0] if st == 200 else {}
+        st2, _, raw = srv.req("POST", "/v1/chat/completions", dict(body, stream=True))
+        calls, content, fin = {}, "", None
+        for line in raw.decode().splitlines():
+            if line.startswith("data: {"):
+                ch = json.loads(line[6:])["choices"]
+                if not ch:
+                    continue
+                d = ch[0]["delta"]
+                content += d.get("content") or ""
+                for t in d.get("tool_calls") or []:
+                    c = calls.setdefault(t["index"], {"name": "", "args": ""})
+                    c["name"] += t.get("function", {}).get("name") or ""
+                    c["args"] += t.get("function", {}).get("arguments") or ""
+                fin = ch[0]["finish_reason"] or fin
+        got = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+               for c in m.get("message", {}).get("tool_calls") or []]
+        streamed = [(c["name"], json.loads(c["args"])) for _, c in sorted(calls.items())]
+        return st == 200 and st2 == 200, m, got, (streamed, content, fin)
+
+    ok, m, got, (sc, scontent, sfin) = both({"tool_choice": "required", "max_tokens": 300})
+    valid = all(n == "now" and a == {} or n == "add" and set(a) == {"a"} and 0 <= a["a"] <= 9 for n, a in got)
+    check("required, never ending: several complete calls kept, no content, finish_reason length",
+          ok and len(got) >= 2 and valid and m["message"]["content"] is None and m["finish_reason"] == "length"
+          and m["message"].get("reasoning_content") is None, f"{m}")
+    check("the same streamed: the same calls as tool_calls deltas, no markup in content, finish_reason length",
+          sc == got and scontent == "" and sfin == "length", f"{sc} {scontent!r} {sfin}")
+    for extra, what in [({"tool_choice": {"type": "function", "function": {"name": "add"}}}, "a named function"),
+                        ({"tool_choice": "required", "parallel_tool_calls": False}, "parallel_tool_calls false")]:
+        ok, m, got, (sc, scontent, sfin) = both(dict(extra, max_tokens=300))
+        check(f"{what}, never ending: exactly one call, finish_reason tool_calls, streamed the same",
+              ok and len(got) == 1 and m["finish_reason"] == "tool_calls" and m["message"]["content"] is None
+              and sc == got and sfin == "tool_calls" and scontent == "", f"{m} / {sc} {sfin}")
+    ok, m, got, (sc, scontent, sfin) = both({"tool_choice": "required", "max_tokens": 4})
+    check("a first call cut off by max_tokens: no tool_calls, no markup in content, finish_reason length",
+          ok and not got and "tool_call" not in (m["message"]["content"] or "") and m["finish_reason"] == "length"
+          and sc == [] and "tool_call" not in scontent and sfin == "length", f"{m} / {scontent!r}")
+
+
 def main(argv=None):
     # in the order they run; test_drain ends the main server, so it is last
     on_main = [("test_basic_routes", lambda: test_basic_routes(srv)),
@@ -3307,6 +3542,8 @@ def main(argv=None):
                ("test_hf_clients", lambda: test_hf_clients(srv)),
                ("test_structured_output", lambda: test_structured_output(srv)),
                ("test_tool_calls", lambda: test_tool_calls(srv)),
+               ("test_parallel_tool_calls", lambda: test_parallel_tool_calls(srv)),
+               ("test_responses_api", lambda: test_responses_api(srv)),
                ("test_gbnf", lambda: test_gbnf(srv)),
                ("test_grammar_cache", lambda: test_grammar_cache(srv, model))]
     on_limits = [("test_body_limit", lambda: test_body_limit(srv2)),
@@ -3328,6 +3565,7 @@ def main(argv=None):
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_request_limits", lambda: test_request_limits(model)),
             ("test_llama31_tools", test_llama31_tools),
+            ("test_anthropic_api", lambda: test_anthropic_api(model)),
             ("test_idle_and_prefill_disconnect", lambda: test_idle_and_prefill_disconnect(model)),
             ("test_drain", lambda: test_drain(srv))]
     names = [n for n, _ in on_main + on_limits + last]

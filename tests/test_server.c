@@ -404,6 +404,49 @@ TEST(test_chatml_renders_messages_and_the_generation_prompt)
     CHECK(chat_render(CHAT_UNKNOWN, m, 2, &out, &data, &n_data, err, sizeof(err)) < 0 && strstr(err, "ChatML") && strstr(err, "Llama 3"));
 }
 
+/* What chat_parse_tool_calls makes of text: the number of calls, or -1
+ * when *calls is NULL (the text is all content), and the content length. */
+static int parse_calls(int kind, const char *text, size_t *clen, cJSON **calls)
+{
+    int n = chat_parse_tool_calls(kind, text, strlen(text), "t", clen, calls);
+    return *calls ? n : -1;
+}
+
+TEST(test_tool_calls_keep_complete_calls_and_drop_a_cut_off_last_one)
+{
+    const char *one = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+    char buf[512];
+    size_t clen;
+    cJSON *calls;
+    /* two whole calls after text */
+    snprintf(buf, sizeof buf, "Hi \n%s\n%s", one, one);
+    CHECK(parse_calls(CHAT_CHATML, buf, &clen, &calls) == 2 && clen == 2);
+    CHECK(!strcmp(cJSON_GetArrayItem(calls, 1)->child->valuestring, "call_t_1"));
+    cJSON_Delete(calls);
+    /* cut inside the second call's arguments, in its open tag, in the first's close tag */
+    static const char *const tails[] = {"\n<tool_call>\n{\"name\": \"f\", \"argu", "\n<tool_c", "\n<tool_call>", ""};
+    for (int i = 0; i < 4; i++) {
+        snprintf(buf, sizeof buf, "%s%s", one, tails[i]);
+        CHECK(parse_calls(CHAT_CHATML, buf, &clen, &calls) == 1 && clen == 0);
+        cJSON_Delete(calls);
+    }
+    snprintf(buf, sizeof buf, "%.*s", (int)strlen(one) - 5, one);      /* "</tool_" */
+    CHECK(parse_calls(CHAT_CHATML, buf, &clen, &calls) == 1);
+    cJSON_Delete(calls);
+    /* the only call cut off: no call, and the markup is not content */
+    CHECK(parse_calls(CHAT_CHATML, "ok <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", &clen, &calls) == 0 &&
+          clen == 2 && cJSON_GetArraySize(calls) == 0);
+    cJSON_Delete(calls);
+    CHECK(parse_calls(CHAT_LLAMA31, "{\"name\": \"f\", \"parameters\": {\"a\": [1, ", &clen, &calls) == 0 && clen == 0);
+    cJSON_Delete(calls);
+    /* not calls: text after a call, a malformed call, no tag */
+    snprintf(buf, sizeof buf, "%s and more", one);
+    CHECK(parse_calls(CHAT_CHATML, buf, &clen, &calls) == -1 && clen == strlen(buf));
+    CHECK(parse_calls(CHAT_CHATML, "<tool_call>\nnot json\n</tool_call>", &clen, &calls) == -1);
+    CHECK(parse_calls(CHAT_CHATML, "<tool_call> plain words", &clen, &calls) == -1);
+    CHECK(parse_calls(CHAT_CHATML, "no calls", &clen, &calls) == -1);
+}
+
 TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_text)
 {
     /* expected strings written out from the Llama 3 and 3.1 Jinja templates */
