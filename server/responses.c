@@ -420,8 +420,8 @@ static cJSON *to_chat(http_req *hr, const cJSON *root, resp_state *st, rerr *e, 
     /* what the response object repeats */
     st->echo = cJSON_CreateObject();
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    cJSON_AddStringToObject(st->echo, "model", cJSON_IsString(model) && model->valuestring[0] ? model->valuestring
-                                                                                            : server_model_name(hr->srv));
+    bool named = cJSON_IsString(model) && model->valuestring[0];
+    cJSON_AddStringToObject(st->echo, "model", named ? model->valuestring : server_model_name(hr->srv));
     static const char *const echoed[] = {"instructions", "max_output_tokens", "previous_response_id", "temperature",
                                          "top_p", "user", "metadata"};
     for (size_t i = 0; i < sizeof echoed / sizeof echoed[0]; i++) {
