@@ -559,6 +559,25 @@ static bool amx_step(const weight *W, int n_tok, bool decode)
             (W->type == GGML_F16 && W->n_in % 32 == 0 && simd_amx_f16()));
 }
 
+/* A Q8_0 prompt of n_tok tokens on int8 activations (matmul_int8_prompt):
+ * it takes the kernel a decode step of as many tokens takes (amx_step's
+ * choice, else matmul_q8_act), so a prompt token gets a decode step's
+ * bits. Prompts used to stay on matmul_q8_act while AMX took steps from
+ * AMX_MIN_TOK_Q8 tokens: the tile sums a block in one int32 and scales it
+ * once, the VNNI kernel in lanes of 4, so the bits differed on AMX
+ * machines (test_kqtile_matmul_prompts_on_int8_give_the_int8_products_at_every_level). */
+static bool q8_int8_prompt(const weight *W, int n_tok, bool decode)
+{
+    return !decode && W->type == GGML_Q8_0 && W->n_in % 32 == 0 && matmul_int8_prompt(GGML_Q8_0, n_tok);
+}
+
+/* true when n_tok tokens on W (a decode step, or a Q8_0 int8 prompt)
+ * take the AMX tiles */
+static bool amx_takes(const weight *W, int n_tok, bool decode)
+{
+    return amx_step(W, n_tok, decode || q8_int8_prompt(W, n_tok, decode));
+}
+
 /* tokens per call of matmul_small_amx: F16 lays out two copies of the
  * activations (x and its residual), so it takes half as many */
 static int amx_max_tok(const weight *W)
@@ -566,8 +585,8 @@ static int amx_max_tok(const weight *W)
     return W->type == GGML_F16 ? AMX_MAX_TOK / 2 : AMX_MAX_TOK;
 }
 
-/* Decode steps of 2..AMX_MAX_TOK tokens on AMX (matmul's decode),
- * for n weights of the same type and width: the activations are prepared
+/* Decode steps of 2..AMX_MAX_TOK tokens on AMX (matmul's decode; Q8_0
+ * int8 prompts too, in calls of as many, see q8_int8_prompt), for n weights of the same type and width: the activations are prepared
  * once as tiles - Q8_0: quantized to int8 per token as for one token
  * (quantize_act_q8); BF16: rounded to bf16; F16: rounded to bf16 and the
  * residual too - then the tiles of 16 rows of all n weights, concatenated,
@@ -956,7 +975,7 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
             return;
         }
     }
-    bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || amx_step(W[0], n_tok, decode));
+    bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || amx_takes(W[0], n_tok, decode));
     for (int i = 0; i < n && shared && n_tok > 1; i++)
         shared = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in && !W[i]->panels;
     if (shared && (n_tok > 1 || matvec_shares(n, W))) {
@@ -974,13 +993,13 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
         panels_matmul(Y, W, X, n_tok, panels_path(W, n_tok, decode), scratch);
         return;
     }
-    if (n_tok == 1 || amx_step(W, n_tok, decode)) {
+    if (n_tok == 1 || amx_takes(W, n_tok, decode)) {
         float *y = Y;
         matmul_shared(1, &y, &W, X, n_tok, scratch);
         return;
     }
     if (q8_act_step(W, n_tok, decode) || (decode && kq_act(W)) || kq_step_prompt(W, n_tok, decode) ||
-        (!decode && W->type == GGML_Q8_0 && W->n_in % 32 == 0 && matmul_int8_prompt(GGML_Q8_0, n_tok))) {
+        q8_int8_prompt(W, n_tok, decode)) {
         matmul_q8_act(Y, W, X, n_tok, scratch);
         return;
     }
