@@ -189,6 +189,18 @@ void http_inflight_end(http_req *hr)
  * a timestamp and a level like every other line. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    char line[512];
+    va_list cp;
+    va_copy(cp, ap);
+    vsnprintf(line, sizeof line, fmt, cp);
+    va_end(cp);
+    /* a stream whose reader stopped: the client went away or the request
+     * was cancelled (its request line says which): no server fault */
+    if (strstr(line, "application error generating response") || strstr(line, "Application reported internal error")) {
+        log_msg(LOG_INFO, "hyserve: http: a response ended early and its connection was closed (the client went "
+                "away or the request was cancelled; the request's log line says which)\n");
+        return;
+    }
     log_vmsg(LOG_WARN, "hyserve: http: ", fmt, ap);
 }
 

@@ -1536,6 +1536,13 @@ def test_disconnect(srv):
     ok, s_after = wait_idle(srv, idle, timeout=5)
     check("non-streaming client that disconnects is cancelled", ok and s_after["scheduler"]["cancelled_total"] - before == 5,
           f"{s_after['scheduler']}")
+    time.sleep(0.3)
+    with open(srv.log_path, "rb") as f:
+        log = f.read().decode("utf-8", "replace").splitlines()
+    warns = [l for l in log if " WARN " in l and " http: " in l]
+    early = [l for l in log if " INFO " in l and "a response ended early" in l]
+    check("a client that disconnects is an INFO line saying so, not a WARN that reads like a server bug",
+          not warns and early, "\n".join(warns[:3]))
 
 
 def test_delete_request(srv):
