@@ -150,7 +150,13 @@ int cli_mem(int argc, char **argv)
         }
         engine_get_memplan(e, &l);
         const engine_info *in = engine_get_info(e);
-        snprintf(l.name, sizeof l.name, "%s", in->name);
+        /* the name the server serves the file under (docs/serving.md 3.4):
+         * its file name without .gguf, as /v1/memory/estimate says */
+        const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
+        size_t bl = strlen(base);
+        if (bl > 5 && !strcmp(base + bl - 5, ".gguf"))
+            bl -= 5;
+        snprintf(l.name, sizeof l.name, "%.*s", (int)bl, base);
         l.max_context = in->n_ctx_train;
         engine_close(e);
     } else if (preset_load(preset ? preset : config, &l, err, sizeof err) != 0) {
