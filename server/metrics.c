@@ -29,7 +29,7 @@ static const double BYTE_BUCKETS[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 2
  * cannot mint label values; anything else is "other". */
 static const char *const ROUTE_NAMES[] = {"/", "/generate", "/generate_stream", "/v1/completions",
                                           "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize",
-                                          "/info", "/health", "/live", "/ready", "/stats", "/metrics",
+                                          "/info", "/props", "/health", "/live", "/ready", "/stats", "/metrics",
                                           "/v1/memory/estimate", "/v1/memory/presets", "/reset_prefix_cache", "/requests/{id}",
                                           "/web/{name}", "other"};
 #define N_ROUTES ((int)(sizeof(ROUTE_NAMES) / sizeof(ROUTE_NAMES[0])))

@@ -199,6 +199,63 @@ static int h_models(http_req *hr)
     return http_send_json(hr, 200, o, NULL);
 }
 
+/* GET /props: the facts llama-server's clients read from its /props (its
+ * web UI, editors' plugins): the context a slot holds and how many slots,
+ * the file, the chat template, the special tokens, the build. The
+ * defaults are those of the OpenAI routes (sampling off unless asked,
+ * temperature 1). hyserve has no POST /props: settings are fixed at start. */
+static void props_add_piece(cJSON *o, const char *name, const tokenizer *t, int32_t id)
+{
+    char b[256];
+    int n = id >= 0 ? tok_piece(t, id, b, sizeof b) : -1;
+    if (n >= 0 && (size_t)n < sizeof b) {
+        b[n] = 0;
+        cJSON_AddStringToObject(o, name, b);
+    } else {
+        cJSON_AddNullToObject(o, name);
+    }
+}
+
+static int h_props(http_req *hr)
+{
+    if (!errors_ready(hr))
+        return 0;
+    server *srv = hr->srv;
+    const engine_info *in = srv->info;
+    const tokenizer *t = engine_tokenizer(srv->eng);
+    sampler_params sp;
+    sampler_params_default(&sp);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *d = cJSON_AddObjectToObject(o, "default_generation_settings");
+    cJSON_AddNumberToObject(d, "n_ctx", in->n_ctx);
+    cJSON_AddBoolToObject(d, "speculative", false);
+    cJSON *p = cJSON_AddObjectToObject(d, "params");
+    cJSON_AddNumberToObject(p, "n_predict", srv->cfg->default_max_tokens);
+    cJSON_AddNumberToObject(p, "max_tokens", srv->cfg->default_max_tokens);
+    cJSON_AddNumberToObject(p, "temperature", sp.temperature);
+    cJSON_AddNumberToObject(p, "top_k", sp.top_k);
+    cJSON_AddNumberToObject(p, "top_p", sp.top_p);
+    cJSON_AddNumberToObject(p, "min_p", sp.min_p);
+    cJSON_AddNumberToObject(p, "typical_p", sp.typical_p);
+    cJSON_AddNumberToObject(p, "repeat_penalty", sp.repetition_penalty);
+    cJSON_AddNumberToObject(p, "presence_penalty", sp.presence_penalty);
+    cJSON_AddNumberToObject(p, "frequency_penalty", sp.frequency_penalty);
+    cJSON_AddArrayToObject(p, "stop");
+    cJSON_AddNumberToObject(o, "total_slots", in->max_seqs);
+    cJSON_AddStringToObject(o, "model_alias", server_model_name(srv));
+    cJSON_AddStringToObject(o, "model_path", srv->cfg->synth[0] ? srv->cfg->synth : srv->cfg->model);
+    cJSON_AddStringToObject(o, "chat_template", in->chat_template ? in->chat_template : "");
+    cJSON *mod = cJSON_AddObjectToObject(o, "modalities");
+    cJSON_AddBoolToObject(mod, "vision", false);
+    cJSON_AddBoolToObject(mod, "audio", false);
+    props_add_piece(o, "bos_token", t, tok_bos(t));
+    props_add_piece(o, "eos_token", t, tok_eos(t));
+    char build[128];
+    snprintf(build, sizeof build, "hyserve %s-%s", hyserve_version(), hyserve_git_commit());
+    cJSON_AddStringToObject(o, "build_info", build);
+    return http_send_json(hr, 200, o, NULL);
+}
+
 /* POST /detokenize: {"tokens": [ids]} -> the text they spell, as
  * llama-server's "content" and vLLM's "prompt" (the same string). A BOS
  * the model adds is skipped when it comes first, so /tokenize's ids come
@@ -496,6 +553,7 @@ static const route ROUTES[] = {
     {"GET", "/live", h_health},
     {"GET", "/ready", h_ready},
     {"GET", "/info", h_info},
+    {"GET", "/props", h_props},
     {"GET", "/stats", h_stats},
     {"POST", "/v1/memory/estimate", h_memory_estimate},
     {"GET", "/v1/memory/presets", h_memory_presets},

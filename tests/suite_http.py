@@ -645,6 +645,37 @@ def test_seed_64bit(srv):
     check("seed 7.0 is the integer 7", st == 200 and '"seed":7,' in b.decode(), b[:300])
 
 
+def test_props(srv, model):
+    """GET /props answers what llama-server's clients read from its /props, checked against the GGUF file
+    read by tests/ref's reader and the server's other routes."""
+    sys.path.insert(0, os.path.join(HERE, "ref"))
+    import gguf_io
+    kv = gguf_io.GGUFReader(model).kv
+    st, _, j, b = srv.jreq("GET", "/props")
+    st_i, _, info, _ = srv.jreq("GET", "/info")
+    s = srv.stats()
+    toks = kv.get("tokenizer.ggml.tokens") or []
+    eos = int(kv["tokenizer.ggml.eos_token_id"])
+    bos = kv.get("tokenizer.ggml.bos_token_id")
+    d = (j or {}).get("default_generation_settings") or {}
+    check("GET /props: llama-server's n_ctx, total_slots, model_path, chat_template and special tokens, from the file",
+          st == 200 and st_i == 200 and d.get("n_ctx") == info["max_total_tokens"]
+          and j.get("total_slots") == s["limits"]["max_running_requests"] and j.get("model_path") == model
+          and j.get("chat_template") == kv.get("tokenizer.chat_template", "")
+          and j.get("eos_token") == toks[eos]
+          and (bos is None or not kv.get("tokenizer.ggml.add_bos_token", True) or j.get("bos_token") == toks[int(bos)])
+          and j.get("modalities") == {"vision": False, "audio": False}
+          and j.get("model_alias") == info["model_id"] and str(j.get("build_info", "")).startswith("hyserve "),
+          f"{st} {json.dumps(j)[:400]} limits {s.get('limits')}")
+    p = d.get("params") or {}
+    check("GET /props' default params are the OpenAI routes' (temperature 1, the rest off)",
+          p.get("temperature") == 1 and p.get("top_p") == 1 and p.get("top_k") == 0 and p.get("min_p") == 0
+          and p.get("repeat_penalty") == 1, f"{p}")
+    st, _, b = srv.req("POST", "/props", raw=b"{}")
+    check("POST /props (llama-server's --props) is a 405 with a JSON message: settings are fixed at start",
+          st == 405 and b"error" in b, f"{st} {b[:200]}")
+
+
 def test_sampling_params(srv, model):
     """logit_bias, ignore_eos, frequency/presence penalties, typical_p and min_p over HTTP
     (their distributions against the formulas are in tests/test_sampler.c)."""
@@ -3527,6 +3558,7 @@ def main(argv=None):
                ("test_stop_sequences", lambda: test_stop_sequences(srv, model)),
                ("test_seeds_and_cli", lambda: test_seeds_and_cli(srv, model)),
                ("test_seed_64bit", lambda: test_seed_64bit(srv)),
+               ("test_props", lambda: test_props(srv, model)),
                ("test_sampling_params", lambda: test_sampling_params(srv, model)),
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
                ("test_n_best_of", lambda: test_n_best_of(srv)),
