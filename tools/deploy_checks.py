@@ -21,6 +21,10 @@ replicas behind nginx) on loopback ports and checks, each as one line
   7. with nginx-affinity.conf one X-Session-Id always reaches the same
      replica, and different ids spread;
   8. the binary runs with HYSERVE_SIMD=avx2 and HYSERVE_SIMD=0;
+  9. docker/compose.model.yaml: a replica serves a GGUF file from a host
+     folder mounted read-only (a copy of the image's model under another
+     name), as the model named after the file, and its greedy text equals
+     `hyserve generate` on the same file;
   and the image size. Every wait polls against a deadline. Whatever it
 started is removed before it returns (test-deploy.sh removes it again on
 any exit). Python standard library only.
@@ -534,6 +538,51 @@ def check_7(stack):
           + ("" if rc == 0 else f" {out[-300:]}"))
 
 
+def check_9(stack, state):
+    """A model from a host folder (docker/compose.model.yaml), on one replica;
+    the replica goes back to the image's model afterwards."""
+    mdir = os.path.join(state, "models")
+    os.makedirs(mdir, exist_ok=True)
+    os.chmod(mdir, 0o777)   # the image's user (not root) writes the file
+    fname = "story-copy.gguf"
+    rc_s, out_s = docker("run", "--rm", "-v", f"{mdir}:/out", "--entrypoint", "cp", IMAGE,
+                         "/opt/hyserve/models/default.gguf", f"/out/{fname}", timeout=120)
+    prompt, n = "It was a cold night in", 24
+    try:
+        r = subprocess.run(["docker", "run", "--rm", "-v", f"{mdir}:/models:ro", IMAGE, "generate", "-m",
+                            f"/models/{fname}", "-p", prompt, "-n", str(n), "--temp", "0", "--ignore-eos", "-t", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120)
+        rc_g, cli_text = r.returncode, r.stdout.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        rc_g, cli_text = 124, ""
+    model_file = os.path.join(REPO, "docker", "compose.model.yaml")
+    stack.env.update(MODEL_DIR=mdir, MODEL_FILE=fname, MODEL_MEM_LIMIT="1g")
+    rc, out = stack.run("up", "-d", "--no-deps", "--no-build", "hyserve-1", extra_files=[model_file], timeout=180)
+    port = stack.replica_port("hyserve-1") if rc == 0 else None
+    up = bool(port) and wait_until(lambda: ready(port), 90, 0.3)
+    st_m, models = jget(port, "/v1/models") if up else (0, None)
+    ids = [m.get("id") for m in (models or {}).get("data", [])]
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True}
+    st_c, _, raw = request(port, "POST", "/v1/completions", body) if up else (0, None, b"")
+    try:
+        text = json.loads(raw)["choices"][0]["text"] if st_c == 200 else None
+    except (ValueError, KeyError, IndexError):
+        text = None
+    _, mounts = docker("inspect", "-f", "{{json .Mounts}}", stack.cid("hyserve-1") or "-", timeout=30)
+    ro = '"RW":false' in mounts.replace(" ", "")
+    ok = (rc_s == 0 and rc_g == 0 and rc == 0 and up and ids == [fname[:-5]] and text is not None
+          and text == cli_text and ro)
+    check("9. compose.model.yaml: a replica serves %s from a read-only host folder as model %s, its greedy "
+          "completion equal to `hyserve generate` on the file (%d chars)" % (fname, ids, len(text or "")), ok,
+          f"synth rc={rc_s} {out_s[-200:]!r} generate rc={rc_g} compose rc={rc} {out[-300:]!r} up={up} "
+          f"mounts read-only={ro} server={text!r} cli={cli_text!r}")
+    for k in ("MODEL_DIR", "MODEL_FILE", "MODEL_MEM_LIMIT"):
+        stack.env.pop(k, None)
+    stack.run("up", "-d", "--no-deps", "--no-build", "--force-recreate", "hyserve-1", timeout=180)
+    if not (stack.all_ready(90) and stack.reload_nginx()):
+        note("could not bring hyserve-1 back to the image's model after check 9")
+
+
 # ---------------------------------------------------------------------------
 
 def main():
@@ -576,6 +625,7 @@ def main():
             check_5(stack)
             check_6(stack)
             check_7(stack)
+            check_9(stack, a.state)
         check("8. the image's binary runs with the AVX2 and the baseline x86-64 kernels", simd[0], simd[1])
         rc, size = docker("image", "inspect", "-f", "{{.Size}}", IMAGE, timeout=30)
         _, nsize = docker("image", "inspect", "-f", "{{.Size}}", NGINX_IMAGE, timeout=30)
