@@ -248,7 +248,7 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
     e->params = *p;
     blas_set_threads(p->n_threads);
     e->n_threads = e->n_threads_max = blas_get_threads();
-    e->m = model_load(p->model_path, p->huge_weights, err, errlen);
+    e->m = model_load(p->model_path, p, err, errlen);
     if (!e->m)
         goto out_fail;
     char terr[256];

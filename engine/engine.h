@@ -131,6 +131,16 @@ bool engine_type_supported(uint32_t type);
 /* n elements of one row stored as `type` blocks -> f32 (exact widening). */
 void engine_dequant_row(uint32_t type, const void *src, float *dst, int n);
 
+/* The load's progress, for a line on a terminal: the phase that moves the
+ * weights' bytes ("reading the weights from the file" or "... into huge
+ * pages", "repacking
+ * weights into panels", "copying F32 weights"), the bytes of it done and
+ * its total. Called once with done 0 when a phase begins, then as parts
+ * finish, from any of the load's threads at once (the callee locks), and
+ * exactly once per phase with done == total. A file whose weights stay in
+ * the mapping as stored (Q4_K, ...) has no phase. */
+typedef void (*engine_progress_fn)(void *ctx, const char *phase, uint64_t done, uint64_t total);
+
 typedef struct engine_params {
     const char *model_path;
     int n_threads;              /* <= 0: all cores */
@@ -148,6 +158,10 @@ typedef struct engine_params {
                                    of serving them from the file mapping */
     bool moe_per_row;           /* the benchmark's baseline (bench/bench.c): each row's chosen experts as
                                    products of one row, not the rows routed to an expert gathered into one */
+    bool prefault_weights;      /* read the mapped weights' pages at load (the server: the first request
+                                   does not wait on the disk, /ready means ready); off: on first use */
+    engine_progress_fn progress;        /* NULL, or told how the load goes (below) */
+    void *progress_ctx;
 } engine_params;
 
 void engine_params_default(engine_params *p);

@@ -418,7 +418,7 @@ static bool thp_available(void)
     return ok;
 }
 
-int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen)
+int gguf_load_huge(gguf_ctx *g, gguf_read_fn on_read, void *ctx, char *err, size_t errlen)
 {
     if (g->data_copy)
         return 0;
@@ -444,8 +444,11 @@ int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen)
     /* read, not copy from the mapping: the mapping's data pages are never
      * touched, so they never count against this process */
     size_t got = 0;
+    if (on_read)
+        on_read(ctx, 0, n);
     while (got < n) {
-        const ssize_t r = pread(g->fd, a + got, n - got, (off_t)(g->data_offset + got));
+        const size_t part = n - got < ((size_t)64 << 20) ? n - got : (size_t)64 << 20;
+        const ssize_t r = pread(g->fd, a + got, part, (off_t)(g->data_offset + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
@@ -455,6 +458,8 @@ int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen)
             return -1;
         }
         got += (size_t)r;
+        if (on_read)
+            on_read(ctx, (uint64_t)r, n);
     }
     mprotect(a, len, PROT_READ);
     for (uint64_t i = 0; i < g->n_tensors; i++)
@@ -462,6 +467,36 @@ int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen)
     g->data_copy = a;
     g->data_copy_bytes = len;
     return 0;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22       /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+void gguf_prefault(gguf_ctx *g, gguf_read_fn on_read, void *ctx)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (g->data_copy || g->data_offset >= g->size)
+        return;
+    const uint8_t *start = g->base + (g->data_offset / page * page);
+    const size_t n = g->size - (size_t)(start - g->base), part_max = (size_t)64 << 20;
+    madvise((void *)start, n, MADV_WILLNEED);
+    if (on_read)
+        on_read(ctx, 0, n);
+    bool populate = true;
+    for (size_t off = 0; off < n;) {
+        const size_t part = n - off < part_max ? n - off : part_max;
+        if (!populate || madvise((void *)(start + off), part, MADV_POPULATE_READ) != 0) {
+            populate = false;
+            volatile uint8_t sink = 0;
+            for (size_t i = 0; i < part; i += page)
+                sink ^= start[off + i];
+            (void)sink;
+        }
+        off += part;
+        if (on_read)
+            on_read(ctx, part, n);
+    }
 }
 
 int gguf_data_writable(gguf_ctx *g, bool on)

@@ -84,8 +84,19 @@ void gguf_close(gguf_ctx *g);
  * (engine_params.huge_weights, `--huge-pages`). Returns 0, or -1 with one
  * line in err when the kernel has transparent huge pages off or memory
  * runs out; the tensors then stay in the mapping, unchanged. Call before
- * anything takes tensor pointers. The copy is read-only (mprotect). */
-int gguf_load_huge(gguf_ctx *g, char *err, size_t errlen);
+ * anything takes tensor pointers. The copy is read-only (mprotect).
+ * on_read (or NULL) is told 0 bytes and the total when reading begins,
+ * then of each part read (64 MiB at most), the parts adding up to the
+ * total. */
+typedef void (*gguf_read_fn)(void *ctx, uint64_t bytes, uint64_t total);
+int gguf_load_huge(gguf_ctx *g, gguf_read_fn on_read, void *ctx, char *err, size_t errlen);
+
+/* Read the data section's pages into the file mapping (the page cache) at
+ * load, so that the first request does not wait on the disk and the load
+ * time is the real one: MADV_WILLNEED, then each part of 64 MiB populated
+ * (MADV_POPULATE_READ, or a read of each page where the kernel lacks it).
+ * Nothing to do with the huge-page copy. on_read as gguf_load_huge's. */
+void gguf_prefault(gguf_ctx *g, gguf_read_fn on_read, void *ctx);
 
 /* Make the huge-page copy of the tensor data (gguf_load_huge) writable
  * (on) or read-only again (off), to repack weights in place at load.

@@ -9,6 +9,7 @@
 #include "model_impl.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -671,6 +672,53 @@ static void drop_file_pages(const weight *w)
 
 /* where weight i of ws starts in an arena that holds them in order, each
  * rounded up to 64 bytes; i = n: the bytes of all n */
+/* A phase of the load as engine_progress_fn hears of it: begun with its
+ * total, parts added from any thread; the part that completes it is the
+ * one call with done == total. */
+typedef struct progress {
+    engine_progress_fn fn;
+    void *ctx;
+    const char *phase;
+    uint64_t total;
+    _Atomic uint64_t done;
+    const char *read_phase;     /* the name file_read gives the next read */
+} progress;
+
+static void progress_begin(progress *p, const char *phase, uint64_t total)
+{
+    p->phase = phase;
+    p->total = total;
+    atomic_store(&p->done, 0);
+    if (p->fn && total)
+        p->fn(p->ctx, phase, 0, total);
+}
+
+static void progress_add(void *ctx, uint64_t bytes)
+{
+    progress *p = ctx;
+    if (!p->fn || !p->total || !bytes)
+        return;
+    p->fn(p->ctx, p->phase, atomic_fetch_add(&p->done, bytes) + bytes, p->total);
+}
+
+/* gguf_load_huge's and gguf_prefault's parts: 0 bytes when reading begins */
+static void file_read(void *ctx, uint64_t bytes, uint64_t total)
+{
+    progress *p = ctx;
+    if (bytes)
+        progress_add(p, bytes);
+    else
+        progress_begin(p, p->read_phase, total);
+}
+
+static size_t weight_bytes_of(weight *const *ws, int n)
+{
+    size_t b = 0;
+    for (int i = 0; i < n; i++)
+        b += (size_t)ws[i]->n_out * ws[i]->row_bytes;
+    return b;
+}
+
 static size_t arena_offset(weight *const *ws, int i)
 {
     size_t off = 0;
@@ -686,7 +734,7 @@ static size_t arena_offset(weight *const *ws, int i)
  * write, a slower load (docs/performance.md section 12). With
  * huge_weights the huge-page copy is already the process's own and is
  * rewritten in place. Leaves every weight as stored if memory is short. */
-static void pack_panels(model *m, weight **ws)     /* ws: room for PROJ_MAX(m) */
+static void pack_panels(model *m, weight **ws, progress *pg)     /* ws: room for PROJ_MAX(m) */
 {
     int n = 0;
     size_t total = 0, max_bytes = 0;
@@ -702,11 +750,13 @@ static void pack_panels(model *m, weight **ws)     /* ws: room for PROJ_MAX(m) *
     if (n && m->gguf->data_copy) {
         void *tmp = FAULT_OR(malloc(max_bytes));
         if (tmp && gguf_data_writable(m->gguf, true) == 0) {
+            progress_begin(pg, "repacking weights into panels", weight_bytes_of(ws, n));
             for (int i = 0; i < n; i++) {
                 weight *w = ws[i];
                 memcpy(tmp, w->data, (size_t)w->n_out * w->row_bytes);
                 panels_pack(tmp, w->type, w->n_in, w->n_out, (void *)w->data);
                 w->panels = true;
+                progress_add(pg, (uint64_t)w->n_out * w->row_bytes);
             }
             gguf_data_writable(m->gguf, false);
             m->n_panels = n;
@@ -715,6 +765,7 @@ static void pack_panels(model *m, weight **ws)     /* ws: room for PROJ_MAX(m) *
     } else if (n) {
         uint8_t *arena = fault_now() ? MAP_FAILED : mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (arena != MAP_FAILED) {
+            progress_begin(pg, "repacking weights into panels", weight_bytes_of(ws, n));
             #pragma omp parallel for schedule(dynamic, 1)
             for (int i = 0; i < n; i++) {
                 weight *w = ws[i];
@@ -723,6 +774,7 @@ static void pack_panels(model *m, weight **ws)     /* ws: room for PROJ_MAX(m) *
                 drop_file_pages(w);
                 w->data = arena + off;
                 w->panels = true;
+                progress_add(pg, (uint64_t)w->n_out * w->row_bytes);
             }
             mprotect(arena, total, PROT_READ);
             m->panel_arena = arena;
@@ -750,7 +802,7 @@ static bool f32_copy_wanted(void)
     return !(e && !strcmp(e, "0"));
 }
 
-static void copy_f32(model *m, weight **ws)       /* ws: room for PROJ_MAX(m) + 1 */
+static void copy_f32(model *m, weight **ws, progress *pg)       /* ws: room for PROJ_MAX(m) + 1 */
 {
     int n = 0;
     size_t total;
@@ -765,6 +817,7 @@ static void copy_f32(model *m, weight **ws)       /* ws: room for PROJ_MAX(m) + 
                                        : mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (arena != MAP_FAILED) {
         madvise(arena, total, MADV_HUGEPAGE);
+        progress_begin(pg, "copying F32 weights", weight_bytes_of(ws, n));
         #pragma omp parallel for schedule(dynamic, 1)
         for (int i = 0; i < n; i++) {
             weight *w = ws[i];
@@ -775,6 +828,7 @@ static void copy_f32(model *m, weight **ws)       /* ws: room for PROJ_MAX(m) + 
             w->data = arena + off;
             if (w == &m->tok_embd && m->output.data == old)
                 m->output.data = w->data;           /* a tied LM head reads the same copy */
+            progress_add(pg, (uint64_t)w->n_out * w->row_bytes);
         }
         mprotect(arena, total, PROT_READ);
         m->f32_arena = arena;
@@ -786,8 +840,10 @@ static void copy_f32(model *m, weight **ws)       /* ws: room for PROJ_MAX(m) + 
 static const char *supported_archs = "qwen35, qwen35moe, qwen3next, qwen3, llama, deepseek2 (dense), "
                                      "granitehybrid, nemotron_h, lfm2, falcon-h1, jamba, kimi-linear";
 
-model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
+model *model_load(const char *path, const engine_params *p, char *err, size_t errlen)
 {
+    const bool huge_weights = p && p->huge_weights;
+    progress pg = {.fn = p ? p->progress : NULL, .ctx = p ? p->progress_ctx : NULL};
     model *m = FAULT_OR(calloc(1, sizeof *m));
     loader ld = { .m = m, .path = path, .err = err, .errlen = errlen };
     if (!m) {
@@ -797,7 +853,9 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
     m->gguf = gguf_open(path, err, errlen);
     if (!m->gguf)
         goto out_fail;
-    if (huge_weights && gguf_load_huge(m->gguf, m->huge_note, sizeof m->huge_note) != 0 && !m->huge_note[0])
+    pg.read_phase = "reading the weights into huge pages";
+    if (huge_weights && gguf_load_huge(m->gguf, file_read, &pg, m->huge_note, sizeof m->huge_note) != 0 &&
+        !m->huge_note[0])
         snprintf(m->huge_note, sizeof m->huge_note, "%s: huge pages not used", path);   /* stays mapped */
     ld.g = m->gguf;
     char *arch = gguf_get_str_dup(m->gguf, "general.architecture");
@@ -855,14 +913,17 @@ model *model_load(const char *path, bool huge_weights, char *err, size_t errlen)
     }
     if (ld.failed)
         goto out_fail;
+    pg.read_phase = "reading the weights from the file";
+    if (p && p->prefault_weights)
+        gguf_prefault(m->gguf, file_read, &pg);
     const bool pack = panels_wanted(), copy = !m->gguf->data_copy && f32_copy_wanted();
     /* room for the list of weights either takes (PROJ_MAX, and the
      * embedding); if even that is short, the weights stay as stored */
     weight **ws = pack || copy ? FAULT_OR(malloc(sizeof *ws * (PROJ_MAX(m) + 1))) : NULL;
     if (ws && pack)
-        pack_panels(m, ws);
+        pack_panels(m, ws, &pg);
     if (ws && copy)
-        copy_f32(m, ws);
+        copy_f32(m, ws, &pg);
     free(ws);
     return m;
 

@@ -177,8 +177,11 @@ typedef struct model {
  * per-head k_b/v_b and expert slabs, read by row or slab, stay as stored).
  * F32 projections, LM head and token embedding are copied as they are
  * into an anonymous region advised for huge pages (unless the huge-page
- * copy holds them already, or HYSERVE_F32_COPY=0). */
-model *model_load(const char *path, bool huge_weights, char *err, size_t errlen);
+ * copy holds them already, or HYSERVE_F32_COPY=0). With prefault_weights
+ * the mapped weights' pages are read first (gguf_prefault). p->progress
+ * hears of each of those phases (engine_progress_fn). Of p (NULL: none of
+ * these) only huge_weights, prefault_weights and progress are read. */
+model *model_load(const char *path, const engine_params *p, char *err, size_t errlen);
 void model_free(model *m);
 
 #endif

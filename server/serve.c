@@ -29,6 +29,7 @@
 #include "metrics.h"
 #include "presets.h"
 #include "routes.h"
+#include "progress.h"
 #include "serve.h"
 #include "server.h"
 
@@ -341,13 +342,19 @@ int serve_main(int argc, char **argv)
     ep.max_seqs = cfg.max_seqs;
     ep.cache_bytes = cfg.cache_mem;
     ep.huge_weights = cfg.huge_weights;
+    ep.prefault_weights = true;
     sched_params sp;
     sched_params_default(&sp);
     apply_limits(&srv, &cfg, &ep, &sp);
     set_fingerprint(&srv, cfg.model);
+    load_line ll;
+    load_line_init(&ll, strcmp(cfg.log_format, "json") != 0);
+    ep.progress = load_line_update;
+    ep.progress_ctx = &ll;
     const double t_load = engine_now_s();
     srv.eng = engine_open(&ep, err, sizeof(err));
     const double load_s = engine_now_s() - t_load;
+    load_line_finish(&ll);
     if (synth_path[0])
         unlink(synth_path);     /* the mapping keeps the data */
     if (!srv.eng) {

@@ -1375,6 +1375,60 @@ def test_docs_cover_routes_and_commands():
           (r.stdout + r.stderr).decode()[-300:])
 
 
+def test_load_progress(model):
+    """`hyserve serve -m FILE` on a terminal: a progress line for each load phase (MiB done of the total,
+    percent, seconds left) rewritten in place and ended at 100%, before the ready line with the load time;
+    the total of the file-reading phase is the file's data section (most of the file). Without
+    a terminal (logs, containers) no progress line at all."""
+    import pty
+    import select
+    size = os.path.getsize(model)
+    port = free_port()
+    args = [HYSERVE, "serve", "-m", model, "--host", "127.0.0.1", "--port", str(port), "--config", "/dev/null",
+            "-t", "1", "--cache-mem", "32M"]
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(HYSERVE, args)
+    out, t0 = b"", time.time()
+    try:
+        while time.time() - t0 < 60 and b"ready:" not in out:
+            if select.select([fd], [], [], 1)[0]:
+                try:
+                    out += os.read(fd, 65536)
+                except OSError:
+                    break
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode("utf-8", "replace")
+    parts = re.findall(r"\rhyserve: loading: reading the weights from the file: ([0-9.]+) of ([0-9.]+) MiB "
+                       r"\(([0-9]+)%\)(, [0-9.]+ s(?: left)?)?\x1b\[K", text)
+    done = [p for p in parts if p[2] == "100"]
+    total = float(parts[0][1]) if parts else -1
+    check("serve on a terminal: a progress line reading the weights from the file, 0% to 100% of the data "
+          "section's MiB, ended by a newline before the ready line with the load time",
+          len(parts) >= 2 and parts[0][2] == "0" and len(done) == 1 and done[0][0] == done[0][1]
+          and total <= size / 1048576 + 0.05 and total >= (size / 1048576) * 0.5
+          and re.search(r"\(100%\), [0-9.]+ s\x1b\[K\r?\n", text) is not None
+          and text.index("100%") < text.index("ready:") and re.search(r"loaded in [0-9]+\.[0-9] s", text) is not None,
+          f"{text[:600]!r} (file {size} bytes)")
+    log = os.path.join(TMP, "noprogress.log")
+    port = free_port()
+    with open(log, "wb") as f:
+        p = subprocess.Popen(args[:7] + [str(port)] + args[8:], stdout=f, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and "ready:" not in open(log, errors="replace").read():
+            time.sleep(0.05)
+    finally:
+        p.terminate()
+        p.wait(30)
+    text = open(log, errors="replace").read()
+    check("serve without a terminal: no progress line, the ready line alone",
+          "ready:" in text and "loading:" not in text and "\r" not in text, text[:400])
+
+
 def test_serve_synth():
     """`serve --synth PRESET` says what it is loading before it is ready, then serves a model of
     that preset's layout; a planner-only preset (Mamba layers) is refused with a line saying why."""
@@ -3595,6 +3649,7 @@ def main(argv=None):
             ("test_make_run", lambda: test_make_run(model)),
             ("test_readme_sample", test_readme_sample),
             ("test_docs_cover_routes_and_commands", test_docs_cover_routes_and_commands),
+            ("test_load_progress", lambda: test_load_progress(model)),
             ("test_serve_synth", test_serve_synth),
             ("test_api_keys", lambda: test_api_keys(model)),
             ("test_fault_injection", lambda: test_fault_injection(model)),

@@ -367,7 +367,7 @@ TEST(test_weights_in_huge_pages_match_the_mapped_file)
     char err[256];
     gguf_ctx *g = gguf_open(p, err, sizeof err), *h = gguf_open(p, err, sizeof err);
     CHECK(g && h);
-    const int rc = gguf_load_huge(h, err, sizeof err);
+    const int rc = gguf_load_huge(h, NULL, NULL, err, sizeof err);
     if (!thp_on()) {
         CHECK(rc == -1 && h->data_copy == NULL && strstr(err, "huge pages are off"));
     } else {
@@ -435,7 +435,7 @@ TEST(test_f32_weights_are_copied_out_of_the_file_mapping)
     CHECK(p);
     char err[256];
     gguf_ctx *g = gguf_open(p, err, sizeof err);
-    model *m = model_load(p, false, err, sizeof err);
+    model *m = model_load(p, NULL, err, sizeof err);
     CHECK_MSG(g && m, "%s", err);
     if (!g || !m)
         goto out;
@@ -524,7 +524,8 @@ TEST(test_huge_pages_fallback_says_why)
         if (vm_kb < 0 || setrlimit(RLIMIT_AS, &rl) != 0)
             _exit(1);
         char err[256];
-        model *m = model_load(p, true, err, sizeof err);
+        engine_params hp = {.huge_weights = true};
+        model *m = model_load(p, &hp, err, sizeof err);
         if (!m)
             _exit(2);
         if (m->gguf->data_copy)

@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         gguf_close(g);
     }
     err[0] = 0;
-    model *m = model_load(path, false, err, sizeof err);
+    model *m = model_load(path, NULL, err, sizeof err);
     FUZZ_CHECK(m || err[0]);
     model_free(m);
     return 0;
