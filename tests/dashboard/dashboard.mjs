@@ -8,7 +8,7 @@
 // layer of the right kind; the page escapes what the server sends, sorts
 // from the keyboard, fits a phone's width, and works behind an API key
 // (GET / open, POST / not). Screenshots (1280 and 390 wide, light and dark)
-// go to $TEST_TMPDIR/dashboard/. Prints "ok - ..." / "not ok - ..." per
+// go to $TEST_TMPDIR/dashboard/. tokens/s is checked under a virtual clock. Prints "ok - ..." / "not ok - ..." per
 // check and, last, "dashboard: N passed, N failed".
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -364,6 +364,48 @@ async function main() {
     check('no script errors or CSP violations in the page', problems.length === 0, problems.slice(0, 3).join(' | '));
     check('the page fetched nothing from another origin', offsite.length === 0, offsite.slice(0, 3).join(' '));
     await page.close();
+
+    // tokens/s under a virtual clock: the test answers /stats with a token count that grows at
+    // rates it chooses and moves the page's clock itself (paused, a poll a second), so the figure
+    // the page shows is exactly the count's growth over the last WINDOW_S / 2 = 5 s of samples
+    {
+      const real = (await getJson(base, '/stats')).json;
+      let gen = 1000, polls = 0;
+      const vpage = await ctx.newPage();
+      const t0 = new Date('2026-01-01T00:00:00Z').getTime();
+      await vpage.clock.install({ time: t0 });
+      await vpage.clock.pauseAt(t0 + 1000);
+      await vpage.route('**/stats', (route) => {
+        const body = JSON.parse(JSON.stringify(real));
+        body.scheduler.generation_tokens_total = gen;
+        body.scheduler.running = polls++;
+        route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+      });
+      await vpage.goto(base + '/');
+      const shown = async (k) => {
+        await vpage.waitForFunction((n) => document.getElementById('k-running').textContent === String(n), k,
+                                    { timeout: 10000 });
+        return vpage.textContent('#k-tps');
+      };
+      const seen = [await shown(0)];
+      const rates = [37, 37, 37, 37, 37, 37, 120, 120, 120, 120, 120];
+      for (let i = 0; i < rates.length; i++) {
+        gen += rates[i];
+        await vpage.clock.runFor(1000);
+        seen.push(await shown(i + 1));
+      }
+      // after poll k (k >= 5) the window starts at sample k - 5: the mean rate of the last 5 seconds
+      const want = ['\u2013'];
+      for (let k = 1; k <= rates.length; k++) {
+        const from = Math.max(0, k - 5);
+        const sum = rates.slice(from, k).reduce((a, x) => a + x, 0);
+        want.push((sum / (k - from)).toFixed(1));
+      }
+      check('tokens/s under a virtual clock: the token count\'s growth over the last 5 s of polls, to the decimal '
+            + '(37/s, then 120/s; no figure from one sample)', JSON.stringify(seen) === JSON.stringify(want),
+            `${JSON.stringify(seen)} vs ${JSON.stringify(want)}`);
+      await vpage.close();
+    }
 
     for (const s of streams) s.ac.abort();
     await Promise.all(streams.map((s) => s.done));
