@@ -475,9 +475,9 @@ char *metrics_prometheus(server *srv)
     prom_u64(&s, "hyserve_rejected_total", "reason=\"too_big\"", st.rejected_toobig_total);
     if (in) {
         sb_printf(&s, "# HELP hyserve_cache_config_info cache layout\n# TYPE hyserve_cache_config_info gauge\n");
-        snprintf(lab, sizeof(lab), "block_tokens=\"%d\",kv_dtype=\"%s\",state_dtype=\"%s\","
+        snprintf(lab, sizeof(lab), "block_tokens=\"%d\",num_blocks=\"%d\",kv_dtype=\"%s\",state_dtype=\"%s\","
                       "kv_bytes_per_token=\"%llu\",mla_bytes_per_token=\"%llu\",state_bytes_per_seq=\"%llu\"",
-                  in->page_tokens, in->kv_dtype ? in->kv_dtype : "f32", in->state_dtype ? in->state_dtype : "f32",
+                  in->page_tokens, st.pool.n_pages_total, in->kv_dtype ? in->kv_dtype : "f32", in->state_dtype ? in->state_dtype : "f32",
                   (unsigned long long)in->kv_bytes_per_token,
                   (unsigned long long)in->mla_bytes_per_token,
                   (unsigned long long)(in->rec_state_bytes_per_seq + in->rec_conv_bytes_per_seq));
