@@ -80,7 +80,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -169,6 +169,9 @@ test-http: all ## HTTP black-box tests; K=PATTERN picks test functions by name
 
 test-memory: all ## cache memory tests on a live server; K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_memory.sh $(if $(K),-k '$(K)')
+
+test-gateway: all ## the inference gateway protocol: metrics listener, scrapes under load, render routes (tests/suite_gateway.py)
+	@$(TESTENV) sh tests/suite_gateway.sh $(if $(K),-k '$(K)')
 
 test-families: all ## every hybrid family served (tests/suite_families.py); K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_families.sh $(if $(K),-k '$(K)')

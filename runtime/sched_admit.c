@@ -135,6 +135,7 @@ static void wait_remove(sched *s, sched_req *r)
             s->wait_tail = prev;
         r->wait_next = NULL;
         s->n_waiting--;
+        publish_stats(s);
         return;
     }
 }

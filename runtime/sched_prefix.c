@@ -22,13 +22,15 @@
 /* Prefix cache: admission from the store, snapshots, keeping the result  */
 /* ---------------------------------------------------------------------- */
 
-/* Publish the pool (and the prefix store's numbers) for sched_get_stats.
+/* Publish the pool (and the prefix store's numbers) for sched_get_stats,
+ * and everything for sched_get_published.
  * Caller holds s->mu. */
 void publish_pool(sched *s)
 {
     engine_get_pool_usage(s->e, &s->st.pool);
     if (s->prefix)
         prefix_get_stats(s->prefix, &s->st.prefix);
+    publish_stats(s);
 }
 
 static int snap_hints(const sched *s, const sched_req *r, int *at, int n_planned);

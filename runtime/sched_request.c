@@ -243,6 +243,7 @@ static int req_make(sched *s, const sched_req_params *p, sched_req **out, char *
     atomic_init(&r->cancel, false);
     atomic_init(&r->refs, 2);
     snprintf(r->id, sizeof(r->id), "%s", p->id ? p->id : "");
+    snprintf(r->tags, sizeof(r->tags), "%s", p->tags ? p->tags : "");
     r->owner = p->owner;
     r->n_prompt = p->n_prompt;
     r->max_new = p->max_new_tokens;
@@ -316,6 +317,7 @@ static int wait_append(sched *s, sched_req *const *rs, int n, char *err, size_t 
     }
     if (s->n_waiting + n > s->p.max_queue) {
         s->st.rejected_full_total++;
+        publish_stats(s);
         int n_wait = s->n_waiting;
         pthread_mutex_unlock(&s->mu);
         if (n > 1)
@@ -336,6 +338,7 @@ static int wait_append(sched *s, sched_req *const *rs, int n, char *err, size_t 
         s->wait_tail = r;
         s->n_waiting++;
     }
+    publish_stats(s);
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;

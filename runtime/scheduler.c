@@ -186,6 +186,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     s->max_seqs = s->info->max_seqs > 0 ? s->info->max_seqs : 1;
     s->n_vocab = s->info->n_vocab;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->pub_mu, NULL);
     pthread_mutex_init(&s->gram_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->reset_cv, NULL);
@@ -236,6 +237,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->free_slots[i] = s->max_seqs - 1 - i;
     s->n_free_slots = s->max_seqs;
     engine_get_pool_usage(e, &s->st.pool);
+    publish_stats(s);
     return s;
 }
 
@@ -291,6 +293,7 @@ void sched_free(sched *s)
     pthread_cond_destroy(&s->reset_cv);
     sched_grammar_deinit(s);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->pub_mu);
     free(s);
 }
 
@@ -314,6 +317,7 @@ void sched_drain(sched *s)
 {
     pthread_mutex_lock(&s->mu);
     s->draining = true;
+    publish_stats(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -392,6 +396,37 @@ int sched_retry_after_s(sched *s)
     return (int)t;
 }
 
+void publish_stats(sched *s)
+{
+    sched_live_totals t = {0};
+    for (int i = 0; i < s->n_running; i++) {
+        const engine_seq_usage *u = &s->running[i]->usage;
+        t.kv_bytes += u->kv_reserved_bytes;
+        t.mla_bytes += u->mla_reserved_bytes;
+        t.state_bytes += u->rec_state_bytes;
+        t.conv_bytes += u->rec_conv_bytes;
+        t.tokens += (uint64_t)u->n_tokens;
+        t.n_slots += u->rec_state_bytes + u->rec_conv_bytes > 0;
+    }
+    pthread_mutex_lock(&s->pub_mu);
+    s->pub = s->st;
+    s->pub.running = s->n_running;
+    s->pub.waiting = s->n_waiting;
+    s->pub.draining = s->draining;
+    s->pub_tot = t;
+    pthread_mutex_unlock(&s->pub_mu);
+}
+
+void sched_get_published(sched *s, sched_stats *st, sched_live_totals *t)
+{
+    pthread_mutex_lock(&s->pub_mu);
+    *st = s->pub;
+    if (t)
+        *t = s->pub_tot;
+    pthread_mutex_unlock(&s->pub_mu);
+    sched_grammar_get_stats(s, &st->grammar);   /* its own lock */
+}
+
 int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_reqs)
 {
     int rc = 0;
@@ -422,6 +457,7 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
             const sched_req *r = s->running[i];
             sched_req_stats *q = &a[k++];
             snprintf(q->id, sizeof(q->id), "%s", r->id);
+            snprintf(q->tags, sizeof(q->tags), "%s", r->tags);
             q->state = r->state == RS_DECODE ? "decoding" : "prefill";
             q->age_ms = (now - r->t_submit) * 1e3;
             q->prompt_tokens = r->n_prompt;
@@ -438,6 +474,7 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
         for (const sched_req *r = s->wait_head; r; r = r->wait_next) {
             sched_req_stats *q = &a[k++];
             snprintf(q->id, sizeof(q->id), "%s", r->id);
+            snprintf(q->tags, sizeof(q->tags), "%s", r->tags);
             q->state = "queued";
             q->age_ms = (now - r->t_submit) * 1e3;
             q->prompt_tokens = r->n_prompt;

@@ -74,6 +74,9 @@ enum { SCHED_MAX_SNAP_HINTS = 4 };  /* snapshot hints a request carries at most 
 /* What a submitter asks for. Everything is copied by sched_submit. */
 typedef struct sched_req_params {
     const char *id;             /* request id for /stats and logs */
+    const char *tags;           /* routing tags /stats shows with it ("name=value" pairs separated by
+                                   spaces: the gateway's x-llm-d-* headers), NULL: none; cut at
+                                   SCHED_TAGS_MAX - 1 bytes */
     int owner;                  /* who may cancel it by id (the server: its API key; 0 for all) */
     const int32_t *prompt;      /* [n_prompt] token ids, n_prompt >= 1 */
     int n_prompt;
@@ -218,8 +221,10 @@ int sched_n_active(sched *s);
 int sched_retry_after_s(sched *s);
 
 /* One live request as /stats shows it (no prompt or output text). */
+#define SCHED_TAGS_MAX 512
 typedef struct sched_req_stats {
     char id[80];
+    char tags[SCHED_TAGS_MAX];  /* sched_req_params.tags, "" without */
     const char *state;          /* "queued" | "prefill" | "decoding" */
     double age_ms;
     int prompt_tokens, prefilled_tokens, generated_tokens, max_new_tokens;
@@ -271,6 +276,22 @@ typedef struct sched_stats {
     uint64_t step_tokens_sum;       /* tokens fed over all steps */
     sched_grammar_stats grammar;    /* the grammar cache */
 } sched_stats;
+
+/* Totals over the running requests, as /metrics shows them. */
+typedef struct sched_live_totals {
+    uint64_t kv_bytes, mla_bytes;       /* attention pages reserved (GQA KV, MLA latent) */
+    uint64_t state_bytes, conv_bytes;   /* recurrent slots held */
+    uint64_t tokens;                    /* tokens in their caches */
+    int n_slots;                        /* running requests holding a recurrent slot */
+} sched_live_totals;
+
+/* The numbers as the scheduler thread last published them (after every
+ * step, admission and change of the wait queue), copied under a lock that
+ * guards nothing but that copy: never s->mu, so a scrape never waits for
+ * a step, an admission or a prefix-store restore. The grammar cache's
+ * numbers are read as sched_get_stats reads them (its own lock). t may be
+ * NULL. */
+void sched_get_published(sched *s, sched_stats *st, sched_live_totals *t);
 
 /* Copy the numbers; with reqs != NULL also a malloc'd array of the live
  * requests (*n_reqs entries, caller frees). Returns 0 or SCHED_ENOMEM. */

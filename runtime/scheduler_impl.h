@@ -30,6 +30,7 @@ struct sched_req {
     /* immutable after sched_submit */
     sched *s;
     char id[80];
+    char tags[SCHED_TAGS_MAX];  /* sched_req_params.tags */
     int owner;                  /* sched_req_params.owner */
     int n_prompt;
     int max_new;
@@ -156,6 +157,11 @@ struct sched {
     uint64_t reset_asked, reset_done;   /* resets asked for and carried out (tickets) */
     sched_prefix_freed reset_last;      /* what the last reset freed */
     double ema_req_s;           /* smoothed request duration, for Retry-After */
+
+    /* under pub_mu, held only to copy them: what publish_stats last saw */
+    pthread_mutex_t pub_mu;
+    sched_stats pub;
+    sched_live_totals pub_tot;
 };
 
 /* sched_grammar.c: structured output. sched_grammar_attach compiles
@@ -199,6 +205,9 @@ void req_push_error(sched_req *r, int status, const char *msg);
  * up, snapshot and keep). The store's own calls are prefix_* (prefix.h);
  * these are named apart so a reader never takes one for the other. */
 void publish_pool(sched *s);
+/* Copy the counters, the queue lengths and the running requests' totals
+ * for sched_get_published. Caller holds s->mu. */
+void publish_stats(sched *s);
 bool drop_running_snaps(sched *s);
 int sched_seq_acquire(sched *s, const prefix_query *q, int n_reserve, prefix_match *m);
 int admit_seq_from_store(sched *s, sched_req *r, int total);

@@ -105,6 +105,11 @@ static const opt_def OPTS[] = {
      "cancelled and its cache freed (default 1M)"},
     {"metrics-public", 0, "HYSERVE_METRICS_PUBLIC", OPT_BOOL, OFF(metrics_public), 0, NULL,
      "serve /metrics and /stats without a key, for a trusted scraper (default off)"},
+    {"metrics-port", 0, "HYSERVE_METRICS_PORT", OPT_INT, OFF(metrics_port), 0, "N",
+     "also listen on this port for GET /metrics, /health, /live and /ready only, without a key, for a scraper "
+     "such as the inference gateway's endpoint picker (every other path 404 there; default 0: no such listener)"},
+    {"metrics-host", 0, "HYSERVE_METRICS_HOST", OPT_STR, OFF(metrics_host), SZ(metrics_host), "ADDR",
+     "address the --metrics-port listener binds (default: --host's)"},
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
      "read the weights into 2 MiB transparent huge pages instead of serving them from the file "
      "mapping (default off)"},

@@ -52,6 +52,8 @@ typedef struct server_config {
     int api_keys_from;          /* the source they came from: 0 none, 1 file, 2 environment, 3 flags */
     char api_key_file[1024];    /* more keys, one per line */
     bool metrics_public;        /* /metrics and /stats answer without a key */
+    int metrics_port;           /* a second listener for /metrics, /health, /live, /ready without a key; 0: none */
+    char metrics_host[256];     /* its bind address, "": --host's */
     double idle_timeout;        /* seconds a connection may take to send a whole request head (or idle between requests) */
     double request_timeout;     /* seconds a request body may take to arrive after its head */
     int max_conn_per_client;    /* open connections from one address, 0: no limit */

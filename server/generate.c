@@ -130,6 +130,7 @@ static sched_req_params req_params(const http_req *hr, const gen_request *g, con
 {
     return (sched_req_params){
         .id = hr->id,
+        .tags = hr->gateway[0] ? hr->gateway : NULL,
         .owner = hr->key_id,
         .prompt = toks,
         .n_prompt = n_prompt,
@@ -964,6 +965,69 @@ int generate_count_tokens(http_req *hr, cJSON *chat, int *rc)
     free(j->content);
     json_gen_free(&j->g);
     return n;
+}
+
+/* The ids as a JSON array. */
+static cJSON *ids_json(const int32_t *toks, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++)
+        json_push(a, cJSON_CreateNumber(toks[i]));
+    return a;
+}
+
+int generate_render(http_req *hr, int api)
+{
+    gen_job job = {.hr = hr, .srv = hr->srv, .api = api}, *j = &job;
+    int rc = 0;
+    if (!errors_ready(hr))
+        return 0;
+    if (read_request(j, GEN_BODY, &rc))
+        goto out;
+    if (api == API_OAI_COMPLETION) {
+        /* [{"token_ids": [...]}], one a prompt, as a batch would prefill them */
+        cJSON *arr = cJSON_CreateArray();
+        for (int i = 0; arr && i < (j->g.n_batch > 1 ? j->g.n_batch : 1); i++) {
+            int32_t *toks = NULL;
+            int n;
+            if (j->g.n_batch > 1) {
+                n = batch_tokens(j->srv, &j->g, i, &toks, j->err, sizeof j->err);
+                if (n < 0) {
+                    err_extra x = {.param = "prompt"};
+                    cJSON_Delete(arr);
+                    rc = errors_send(hr, ERR_VALIDATION, j->err, &x);
+                    goto out;
+                }
+            } else {
+                if (render_prompt(j, &rc) || prompt_tokens(j, &rc)) {
+                    cJSON_Delete(arr);
+                    goto out;
+                }
+                toks = j->toks;
+                n = j->n_prompt;
+                j->toks = NULL;
+            }
+            cJSON *o = cJSON_CreateObject();
+            json_push(arr, o);
+            if (o)
+                json_put(o, "token_ids", ids_json(toks, n));
+            free(toks);
+        }
+        rc = http_send_json(hr, 200, arr, NULL);
+        goto out;
+    }
+    /* chat: {"token_ids": [...]}, the template, tools and all */
+    if (render_prompt(j, &rc) || prompt_tokens(j, &rc))
+        goto out;
+    cJSON *o = cJSON_CreateObject();
+    if (o)
+        json_put(o, "token_ids", ids_json(j->toks, j->n_prompt));
+    rc = http_send_json(hr, 200, o, NULL);
+out:
+    free(j->toks);
+    free(j->content);
+    json_gen_free(&j->g);
+    return rc;
 }
 
 int generate_route(http_req *hr, int api, int mode)

@@ -36,6 +36,14 @@ int generate_translated(http_req *hr, cJSON *chat, http_xlate *x);
 int generate_count_tokens(http_req *hr, cJSON *chat, int *rc);
 int generate_route(http_req *hr, int api, int mode);
 
+/* POST /v1/completions/render and /v1/chat/completions/render (vLLM's,
+ * which llm-d's endpoint picker calls for precise prefix routing): the
+ * token ids a generation of the same body would prefill, through the same
+ * steps (parse and checks, chat template with tools, tokenizing):
+ * completions [{"token_ids": [...]}] one a prompt, chat {"token_ids":
+ * [...]}. api is API_OAI_COMPLETION or API_OAI_CHAT. */
+int generate_render(http_req *hr, int api);
+
 /* Encode text with the model's BOS rule, control tokens parsed except in
  * the data spans (n_data pairs [start, end) of a rendered chat prompt: the
  * messages' content; none for a raw prompt, whose writer formats it).

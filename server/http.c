@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -66,6 +67,37 @@ static void set_request_id(http_req *hr)
     }
     uint64_t k = atomic_fetch_add(&hr->srv->next_id, 1);
     snprintf(hr->id, sizeof(hr->id), "req-%016llx", (unsigned long long)splitmix64(k ^ hr->srv->id_salt));
+}
+
+/* One x-llm-d-* header into hr->gateway as name=value: the name lower
+ * case, the value's bytes outside printable ASCII, spaces, quotes and
+ * backslashes as '_', cut at 128 bytes, so a log line and /stats stay one
+ * token a pair whatever a client sends. */
+static enum MHD_Result add_gateway_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    http_req *hr = cls;
+    if (!key || strncasecmp(key, "x-llm-d-", 8) || !value)
+        return MHD_YES;
+    char pair[200];
+    size_t k = 0;
+    for (const char *p = key; *p && k < 64; p++)
+        pair[k++] = isalnum((unsigned char)*p) || *p == '-' || *p == '_' ? (char)tolower((unsigned char)*p) : '_';
+    pair[k++] = '=';
+    for (const unsigned char *p = (const unsigned char *)value; *p && k < 64 + 1 + 128; p++)
+        pair[k++] = *p > 0x20 && *p < 0x7f && *p != '"' && *p != '\\' ? (char)*p : '_';
+    pair[k] = '\0';
+    size_t n = strlen(hr->gateway);
+    if (n + (n ? 1 : 0) + k < sizeof(hr->gateway))
+        snprintf(hr->gateway + n, sizeof(hr->gateway) - n, "%s%s", n ? " " : "", pair);
+    return MHD_YES;
+}
+
+/* The inference gateway's routing headers (llm-d's endpoint picker sets
+ * x-llm-d-* ones), kept for the request's log line and /stats. */
+static void set_gateway_headers(http_req *hr)
+{
+    hr->gateway[0] = '\0';
+    MHD_get_connection_values(hr->conn, MHD_HEADER_KIND, add_gateway_header, hr);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -225,6 +257,8 @@ static void log_request_json(const http_req *hr, double total_s)
     cJSON_AddStringToObject(o, "method", hr->method);
     cJSON_AddStringToObject(o, "path", hr->path);
     cJSON_AddNumberToObject(o, "status", hr->status);
+    if (hr->gateway[0])
+        cJSON_AddStringToObject(o, "gateway", hr->gateway);
     if (hr->generation) {
         cJSON_AddNumberToObject(o, "prompt_tokens", hr->n_prompt);
         cJSON_AddNumberToObject(o, "gen_tokens", hr->n_gen);
@@ -259,11 +293,15 @@ static void log_request(const http_req *hr, double total_s)
         log_request_json(hr, total_s);
         return;
     }
-    char extra[256] = "";
+    char extra[256 + sizeof(hr->gateway)] = "";
     if (hr->generation) {
         snprintf(extra, sizeof(extra), " prompt_tokens=%d gen_tokens=%d finish=%s queue_ms=%.1f ttft_ms=%.1f",
                  hr->n_prompt, hr->n_gen, hr->finish ? hr->finish : (hr->failure ? hr->failure : "-"),
                  hr->queue_ms >= 0 ? hr->queue_ms : 0.0, hr->ttft_ms >= 0 ? hr->ttft_ms : -1.0);
+    }
+    if (hr->gateway[0]) {       /* after the numbers: name=value pairs, as the rest of the line */
+        size_t n = strlen(extra);
+        snprintf(extra + n, sizeof(extra) - n, " %s", hr->gateway);
     }
     if (hr->log_prompt)
         log_msg(LOG_INFO, "hyserve: id=%s %s %s status=%d%s total_ms=%.1f prompt=\"%s\"", hr->id, hr->method,
@@ -396,11 +434,13 @@ static enum MHD_Result answer_oom(struct MHD_Connection *conn, void **con_cls)
     return ok;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **con_cls)
+/* Both listeners' access handler: metrics_port marks a request of the
+ * --metrics-port listener (routes.c answers only the scrape and the
+ * probes there, without a key). */
+static enum MHD_Result on_any_request(server *srv, bool metrics_port, struct MHD_Connection *conn, const char *url,
+                                      const char *method, const char *version, const char *upload_data,
+                                      size_t *upload_data_size, void **con_cls)
 {
-    server *srv = cls;
     http_req *hr = *con_cls;
 
     if (hr == &oom_req) {   /* answered 500 below: discard the body */
@@ -415,12 +455,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return answer_oom(conn, con_cls);
         hr->srv = srv;
         hr->conn = conn;
+        hr->metrics_port = metrics_port;
         hr->refs = 1;
         hr->t_start = engine_now_s();
         hr->queue_ms = hr->ttft_ms = -1;
         snprintf(hr->method, sizeof(hr->method), "%s", method);
         snprintf(hr->path, sizeof(hr->path), "%s", url);
         set_request_id(hr);
+        set_gateway_headers(hr);
         *con_cls = hr;
         if (srv->guard) {
             const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -491,6 +533,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;
 }
 
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    return on_any_request(cls, false, conn, url, method, version, upload_data, upload_data_size, con_cls);
+}
+
+static enum MHD_Result on_metrics_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                          const char *method, const char *version, const char *upload_data,
+                                          size_t *upload_data_size, void **con_cls)
+{
+    return on_any_request(cls, true, conn, url, method, version, upload_data, upload_data_size, con_cls);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Daemon                                                                 */
 /* ---------------------------------------------------------------------- */
@@ -509,31 +565,46 @@ static int bind_errno(const struct addrinfo *ai)
     return why;
 }
 
-int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
+static int start_metrics_listener(server *srv, char *err, size_t errlen);
+
+/* The address to listen on (host "" for all) and the daemon flags for it
+ * (one thread per connection; IPv6 for an IPv6 address). NULL with a
+ * message naming opt when it does not resolve; else freeaddrinfo it. */
+static struct addrinfo *resolve_listen(const char *host, int port_no, const char *opt, unsigned *flags, char *err,
+                                       size_t errlen)
 {
-    const server_config *c = srv->cfg;
-    hooks = *h;
     struct addrinfo hints = {0}, *ai = NULL;
     char port[16];
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    snprintf(port, sizeof(port), "%d", c->port);
-    int grc = getaddrinfo(c->host[0] ? c->host : NULL, port, &hints, &ai);
+    snprintf(port, sizeof(port), "%d", port_no);
+    int grc = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
     if (grc != 0 || !ai) {
-        snprintf(err, errlen, "cannot resolve --host '%s': %s", c->host, gai_strerror(grc));
-        return -1;
+        snprintf(err, errlen, "cannot resolve %s '%s': %s", opt, host, gai_strerror(grc));
+        return NULL;
     }
+    *flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+             MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6)
+        *flags |= MHD_USE_IPv6;
+    return ai;
+}
+
+int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
+{
+    const server_config *c = srv->cfg;
+    hooks = *h;
+    unsigned flags;
+    struct addrinfo *ai = resolve_listen(c->host, c->port, "--host", &flags, err, errlen);
+    if (!ai)
+        return -1;
     srv->guard = guard_new(c->idle_timeout, c->request_timeout);
     if (!srv->guard) {
         freeaddrinfo(ai);
         snprintf(err, errlen, "out of memory (or no thread) for the connection guard");
         return -1;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
     srv->daemon = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, srv,
                                    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, or MHD logs before it */
                                    MHD_OPTION_SOCK_ADDR, ai->ai_addr,
@@ -563,11 +634,49 @@ int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
         return -1;
     }
     freeaddrinfo(ai);
+    if (c->metrics_port > 0 && start_metrics_listener(srv, err, errlen)) {
+        http_stop(srv);
+        return -1;
+    }
+    return 0;
+}
+
+/* The --metrics-port listener: its own daemon, so a scrape never queues
+ * behind the main port's connections (or their limits); the same request
+ * state, log line and metrics record as the main port's. */
+static int start_metrics_listener(server *srv, char *err, size_t errlen)
+{
+    const server_config *c = srv->cfg;
+    const char *host = c->metrics_host[0] ? c->metrics_host : c->host;
+    unsigned flags;
+    struct addrinfo *ai = resolve_listen(host, c->metrics_port, "--metrics-host", &flags, err, errlen);
+    if (!ai)
+        return -1;
+    /* a few scrapers and probes, each answered at once: a small
+     * connection limit and a short idle timeout */
+    srv->metrics_daemon = MHD_start_daemon(flags, (uint16_t)c->metrics_port, NULL, NULL, on_metrics_request, srv,
+                                           MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                           MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                           MHD_OPTION_CONNECTION_LIMIT, 32u,
+                                           MHD_OPTION_CONNECTION_TIMEOUT, 30u,
+                                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                           MHD_OPTION_END);
+    if (!srv->metrics_daemon) {
+        const int why = bind_errno(ai);
+        snprintf(err, errlen, "cannot listen on %s:%d (--metrics-port): %s", host, c->metrics_port,
+                 why == EADDRINUSE ? "the port is in use" : why ? strerror(why) : "the HTTP library refused");
+        freeaddrinfo(ai);
+        return -1;
+    }
+    freeaddrinfo(ai);
     return 0;
 }
 
 void http_stop(server *srv)
 {
+    if (srv->metrics_daemon)
+        MHD_stop_daemon(srv->metrics_daemon);
+    srv->metrics_daemon = NULL;
     if (srv->daemon)
         MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;

@@ -49,6 +49,9 @@ typedef struct http_req {
     struct MHD_Connection *conn;
     int refs;                   /* request + streaming response; same thread, no lock */
     char id[80];                /* X-Request-Id (client's, if sane) */
+    bool metrics_port;          /* arrived on the --metrics-port listener */
+    char gateway[512];          /* the inference gateway's x-llm-d-* headers, "name=value" pairs
+                                   separated by spaces (values sanitized and cut), "" without */
     int key_id;                 /* 1 + index of the API key the request carried; 0: none (or keys off) */
     struct guard_conn *gconn;   /* the connection's deadline record (guard.h), or NULL */
     char method[16];

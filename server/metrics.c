@@ -28,7 +28,8 @@ static const double BYTE_BUCKETS[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 2
 /* Routes as /metrics labels them: the route table's paths, so a client
  * cannot mint label values; anything else is "other". */
 static const char *const ROUTE_NAMES[] = {"/", "/generate", "/generate_stream", "/v1/completions",
-                                          "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize",
+                                          "/v1/chat/completions", "/v1/completions/render", "/v1/chat/completions/render",
+                                          "/v1/models", "/tokenize", "/detokenize",
                                           "/info", "/props", "/health", "/live", "/ready", "/stats", "/metrics",
                                           "/v1/memory/estimate", "/v1/memory/presets", "/reset_prefix_cache", "/requests/{id}",
                                           "/web/{name}", "other"};
@@ -325,29 +326,64 @@ static void prom_grammar_cache(sbuf *s, const sched_grammar_stats *g)
     prom_gauge(s, "hyserve_grammar_cache_grammars", "grammars held by the grammar cache", g->grammars);
 }
 
+/* The cache utilisation the EPP reads (vllm:kv_cache_usage_perc), a
+ * fraction 0..1: the scarcer of the two pools a request needs, attention
+ * pages and recurrent slots (docs/serving.md 7): a hybrid that has slots
+ * left but no pages, or pages but no slots, admits nothing more. An
+ * attention-only model reads its pages, a recurrent-only one its slots.
+ * The same ratios as /stats pools.attn_kv.usage_ratio and
+ * pools.recurrent.usage_ratio. */
+static double usage_fraction(const sched_stats *st, const engine_info *in)
+{
+    if (!in)
+        return 0.0;
+    double attn = st->pool.n_pages_total > 0 ? (double)st->pool.n_pages_used / st->pool.n_pages_total : 0.0;
+    double rec = in->n_rec_layers > 0 && in->max_seqs > 0 ? (double)st->pool.n_seqs / in->max_seqs : 0.0;
+    double u = attn > rec ? attn : rec;
+    return u > 1.0 ? 1.0 : u;
+}
+
+/* The series the Gateway API Inference Extension's endpoint picker reads,
+ * under vLLM's names (its default mapping) and SGLang's cache info
+ * (GIE docs/proposals/003-model-server-protocol; llm-d-inference-scheduler
+ * core-metrics-extractor). The hyserve_* names carry the same numbers. */
+static void prom_gateway(sbuf *s, const sched_stats *st, const engine_info *in)
+{
+    prom_gauge(s, "vllm:num_requests_waiting", "requests in the wait queue (hyserve_requests_waiting)", st->waiting);
+    prom_gauge(s, "vllm:num_requests_running", "requests holding a sequence (hyserve_requests_running)", st->running);
+    prom_gauge(s, "vllm:kv_cache_usage_perc",
+               "cache utilisation 0..1: the larger of attention pages used / total and recurrent slots used / total "
+               "(hyserve_cache_utilisation_ratio)", usage_fraction(st, in));
+    if (!in)
+        return;
+    char lab[256];
+    /* info gauges: value 1, the numbers in labels (block_size and
+     * num_gpu_blocks are the labels the EPP's prefix scorer reads) */
+    sb_printf(s, "# HELP vllm:cache_config_info the KV cache's configuration (block_size: tokens per page)\n"
+                 "# TYPE vllm:cache_config_info gauge\n");
+    snprintf(lab, sizeof(lab), "block_size=\"%d\",num_gpu_blocks=\"%d\",cache_dtype=\"%s\",enable_prefix_caching=\"%s\"",
+             in->page_tokens, st->pool.n_pages_total, in->kv_dtype ? in->kv_dtype : "f32",
+             st->prefix_on ? "True" : "False");
+    prom_u64(s, "vllm:cache_config_info", lab, 1);
+    sb_printf(s, "# HELP sglang:cache_config_info the KV cache's configuration (page_size: tokens per page)\n"
+                 "# TYPE sglang:cache_config_info gauge\n");
+    snprintf(lab, sizeof(lab), "page_size=\"%d\",num_pages=\"%d\"", in->page_tokens, st->pool.n_pages_total);
+    prom_u64(s, "sglang:cache_config_info", lab, 1);
+}
+
 char *metrics_prometheus(server *srv)
 {
     sbuf s = {0};
     sched_stats st = {0};
-    sched_req_stats *reqs = NULL;
-    int n_reqs = 0;
+    sched_live_totals lt = {0};
     int state = atomic_load(&srv->state);
     bool have = state == SERVER_READY || state == SERVER_DRAINING;
-    if (have && sched_get_stats(srv->sched, &st, &reqs, &n_reqs)) {
-        reqs = NULL;
-        n_reqs = 0;
-    }
-    /* cache bytes held by live requests, by layer kind */
-    uint64_t b_kv = 0, b_mla = 0, b_state = 0, b_conv = 0, tok_used = 0, n_slots = 0;
-    for (int i = 0; i < n_reqs; i++) {
-        n_slots += reqs[i].usage.rec_state_bytes + reqs[i].usage.rec_conv_bytes > 0;
-        b_kv += reqs[i].usage.kv_reserved_bytes;
-        b_mla += reqs[i].usage.mla_reserved_bytes;
-        b_state += reqs[i].usage.rec_state_bytes;
-        b_conv += reqs[i].usage.rec_conv_bytes;
-        tok_used += (uint64_t)reqs[i].usage.n_tokens;
-    }
-    free(reqs);
+    /* the published numbers only: a scrape never waits for the scheduler
+     * thread (sched_get_published), whatever the load */
+    if (have)
+        sched_get_published(srv->sched, &st, &lt);
+    const uint64_t b_kv = lt.kv_bytes, b_mla = lt.mla_bytes, b_state = lt.state_bytes, b_conv = lt.conv_bytes,
+                   tok_used = lt.tokens, n_slots = (uint64_t)lt.n_slots;
     const engine_info *in = have ? srv->info : NULL;
     set_model_label(&s, in ? server_model_name(srv) : "");
 
@@ -367,6 +403,10 @@ char *metrics_prometheus(server *srv)
                budget > 0 ? (double)st.pool.reserved_bytes / budget : 0.0);
     prom_gauge(&s, "hyserve_attn_kv_usage_ratio", "attention KV pages used / total",
                st.pool.n_pages_total > 0 ? (double)st.pool.n_pages_used / st.pool.n_pages_total : 0.0);
+    prom_gauge(&s, "hyserve_cache_utilisation_ratio",
+               "the scarcer pool's use: max(attention pages used / total, recurrent slots used / total)",
+               usage_fraction(&st, in));
+    prom_gateway(&s, &st, in);
     static const char *const kinds[] = {"attn_kv", "mla_latent", "recurrent_state", "conv_state", "checkpoint",
                                         "prefix_cache"};
     const uint64_t kind_bytes[] = {b_kv, b_mla, b_state, b_conv, 0, st.prefix.bytes};
@@ -436,9 +476,9 @@ char *metrics_prometheus(server *srv)
     prom_u64(&s, "hyserve_rejected_total", "reason=\"too_big\"", st.rejected_toobig_total);
     if (in) {
         sb_printf(&s, "# HELP hyserve_cache_config_info cache layout\n# TYPE hyserve_cache_config_info gauge\n");
-        snprintf(lab, sizeof(lab), "block_tokens=\"%d\",kv_dtype=\"%s\",state_dtype=\"%s\","
+        snprintf(lab, sizeof(lab), "block_tokens=\"%d\",num_blocks=\"%d\",kv_dtype=\"%s\",state_dtype=\"%s\","
                       "kv_bytes_per_token=\"%llu\",mla_bytes_per_token=\"%llu\",state_bytes_per_seq=\"%llu\"",
-                  in->page_tokens, in->kv_dtype ? in->kv_dtype : "f32", in->state_dtype ? in->state_dtype : "f32",
+                  in->page_tokens, st.pool.n_pages_total, in->kv_dtype ? in->kv_dtype : "f32", in->state_dtype ? in->state_dtype : "f32",
                   (unsigned long long)in->kv_bytes_per_token,
                   (unsigned long long)in->mla_bytes_per_token,
                   (unsigned long long)(in->rec_state_bytes_per_seq + in->rec_conv_bytes_per_seq));
@@ -524,12 +564,32 @@ static void prefix_cache_json(cJSON *pc, const sched_stats *st, const engine_inf
     cJSON_AddNumberToObject(pc, "evictions", (double)p->evictions);
 }
 
+/* "gateway": the request's x-llm-d-* headers as the gateway sent them
+ * (http.c keeps them as name=value pairs), e.g. {"x-llm-d-pod": "..."}. */
+static void add_gateway_tags(cJSON *o, const char *tags)
+{
+    if (!tags[0])
+        return;
+    cJSON *g = cJSON_AddObjectToObject(o, "gateway");
+    char buf[SCHED_TAGS_MAX];
+    snprintf(buf, sizeof buf, "%s", tags);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, " ", &save); g && t; t = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq)
+            continue;
+        *eq = '\0';
+        cJSON_AddStringToObject(g, t, eq + 1);
+    }
+}
+
 static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
     cJSON_AddStringToObject(o, "id", q->id);
+    add_gateway_tags(o, q->tags);
     cJSON_AddStringToObject(o, "state", q->state);
     cJSON_AddNumberToObject(o, "age_ms", (double)(long long)q->age_ms);
     cJSON_AddNumberToObject(o, "prompt_tokens", q->prompt_tokens);

@@ -39,6 +39,8 @@ static int h_generate_stream(http_req *hr) { return generate_route(hr, API_TGI, 
 static int h_compat(http_req *hr) { return generate_route(hr, API_TGI, GEN_COMPAT); }
 static int h_completions(http_req *hr) { return generate_route(hr, API_OAI_COMPLETION, GEN_BODY); }
 static int h_chat(http_req *hr) { return generate_route(hr, API_OAI_CHAT, GEN_BODY); }
+static int h_completions_render(http_req *hr) { return generate_render(hr, API_OAI_COMPLETION); }
+static int h_chat_render(http_req *hr) { return generate_render(hr, API_OAI_CHAT); }
 
 /* ---------------------------------------------------------------------- */
 /* Other routes                                                           */
@@ -542,6 +544,8 @@ static const route ROUTES[] = {
     {"GET", "/web/", h_web},
     {"POST", "/v1/completions", h_completions},
     {"POST", "/v1/chat/completions", h_chat},
+    {"POST", "/v1/completions/render", h_completions_render},
+    {"POST", "/v1/chat/completions/render", h_chat_render},
     {"POST", "/v1/responses", responses_route},
     {"POST", "/v1/messages", anthropic_messages_route},
     {"POST", "/v1/messages/count_tokens", anthropic_count_tokens_route},
@@ -623,9 +627,40 @@ static int preflight(http_req *hr)
     return allow[0] ? cors_preflight(hr, allow) : 1;
 }
 
+/* The --metrics-port listener: the scrape and the probes, without a key
+ * (it is bound where the operator lets only the scraper reach); every
+ * other path is a 404 there, whatever the main port serves. */
+static int metrics_port_dispatch(http_req *hr)
+{
+    static const route OPEN[] = {
+        {"GET", "/metrics", h_metrics},
+        {"GET", "/health", h_health},
+        {"GET", "/live", h_health},
+        {"GET", "/ready", h_ready},
+    };
+    const char *method = !strcmp(hr->method, "HEAD") ? "GET" : hr->method;
+    for (size_t i = 0; i < sizeof OPEN / sizeof OPEN[0]; i++) {
+        if (strcmp(OPEN[i].path, hr->path))
+            continue;
+        if (strcmp(method, "GET")) {
+            char msg[400];
+            snprintf(msg, sizeof(msg), "method %s is not allowed on %s (allowed: GET)", hr->method, hr->path);
+            err_extra x = {.allow = "GET"};
+            return errors_send(hr, ERR_METHOD, msg, &x);
+        }
+        return OPEN[i].fn(hr);
+    }
+    char msg[400];
+    snprintf(msg, sizeof(msg), "no route %s %s on the metrics listener (--metrics-port): it serves GET /metrics, "
+             "/health, /live and /ready; the API is on --port", hr->method, hr->path);
+    return errors_reply(hr, ERR_NOT_FOUND, msg);
+}
+
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
+    if (hr->metrics_port && !hr->body_oom && !hr->head_too_large)
+        return metrics_port_dispatch(hr);
     if (hr->body_oom)
         return errors_reply(hr, ERR_INTERNAL, "out of memory reading the request body");
     if (hr->head_too_large) {

@@ -313,6 +313,9 @@ int serve_main(int argc, char **argv)
                 what, cfg.config_path);
     else
         log_msg(LOG_INFO, "hyserve: listening on http://%s:%d, loading %s\n", cfg.host, cfg.port, what);
+    if (cfg.metrics_port > 0)
+        log_msg(LOG_INFO, "hyserve: metrics listener on http://%s:%d: GET /metrics, /health, /live and /ready, no "
+                        "key\n", cfg.metrics_host[0] ? cfg.metrics_host : cfg.host, cfg.metrics_port);
 
     set_model_names(&srv, &cfg);
 

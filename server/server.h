@@ -54,6 +54,7 @@ typedef struct server {
     atomic_uint_least64_t next_id;  /* request id counter */
     uint64_t id_salt;           /* random per process, mixed into request ids */
     struct MHD_Daemon *daemon;
+    struct MHD_Daemon *metrics_daemon;  /* --metrics-port: /metrics and the probes, no key; NULL without */
     metrics *m;
     double t_start;             /* monotonic seconds at start */
     time_t started_at;          /* wall clock at start */

@@ -941,11 +941,21 @@ def test_logprobs(srv, model):
 
 
 
+# promtool's lint of a colon in a name (colons are for recording rules): vLLM's and SGLang's own
+# series carry one, and the inference gateway's endpoint picker reads them by those names
+# (suite_gateway.py checks they parse); exit status 3 is "lint problems", 1 a parse error
+COMPAT_COLON_LINT = re.compile(r"^(vllm|sglang):[a-z_]+ metric names should not contain ':'$")
+
+
 def promtool_check(txt):
-    """`promtool check metrics` on a scrape: (exit code, its complaints)."""
+    """`promtool check metrics` on a scrape: (exit code, its complaints), the colon lint of the
+    vllm:* and sglang:* series left out (an exit of 3 for those alone counts as 0)."""
     r = subprocess.run(["promtool", "check", "metrics"], input=txt.encode(), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=60)
-    return r.returncode, r.stdout.decode("utf-8", "replace")
+    out = r.stdout.decode("utf-8", "replace")
+    rest = [l for l in out.splitlines() if l.strip() and not COMPAT_COLON_LINT.match(l)]
+    rc = 0 if r.returncode == 3 and not rest else r.returncode
+    return rc, "\n".join(rest)
 
 
 def test_metrics_promtool(srv):

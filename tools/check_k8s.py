@@ -18,7 +18,8 @@ the grace periods exceed the drain timeout (with the preStop pause);
 non-root, read-only root, a writable /tmp; selectors match the pods; the HPA
 scales the Deployment on a metric the server exports and the adapter rule
 serves; .dockerignore lets in every file the image's `make` uses (`make -n`);
-the memory limit holds the model's default cache beside its weights.
+the memory limit holds the model's default cache beside its weights; and
+docker/k8s/gateway/, the inference gateway mode (tools/check_k8s_gateway.py).
 
 Prints "ok - ..." or "not ok - ..." per check and, last,
 "k8s: N passed, N failed". Exit status 1 when a check fails.
@@ -35,6 +36,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tap import Report  # noqa: E402
+from check_k8s_gateway import check_gateway  # noqa: E402
 
 try:
     import yaml
@@ -176,8 +178,9 @@ def main():
             bad.append(f"{rel}: {e}")
     check(f"every YAML file parses ({len(files)} files under docker/)", files and not bad, "; ".join(bad))
 
-    def kind(k):
-        return [(rel, d) for rel, ds in docs.items() if rel.startswith("docker/k8s/") for d in ds
+    def kind(k):        # the plain path's manifests (docker/k8s/gateway/ is checked by check_k8s_gateway)
+        return [(rel, d) for rel, ds in docs.items() if rel.startswith("docker/k8s/")
+                and not rel.startswith("docker/k8s/gateway/") for d in ds
                 if isinstance(d, dict) and d.get("kind") == k]
 
     kust = docs.get("docker/k8s/kustomization.yaml", [{}])[0]
@@ -342,6 +345,9 @@ def main():
     check("the memory limit (%s) holds the default cache beside the weights (%s; room %.1f MiB)" %
           (((ctr.get("resources") or {}).get("limits") or {}).get("memory"), detail, room / 2**20),
           need is not None and limit and room >= need, detail)
+
+    # the inference gateway mode (docker/k8s/gateway/)
+    check_gateway(root, docs, check, opts, known)
 
     return report.close("k8s")
 
