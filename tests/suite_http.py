@@ -402,6 +402,28 @@ def test_errors(srv):
     st, h, b = srv.req("POST", "/generate", raw=b'{"inputs": "x",')
     j = json.loads(b)
     check("malformed JSON is 400 with error JSON", st == 400 and "error" in j and "error_type" in j, f"{st} {b}")
+    # RFC 8259: one value, whitespace around it and nothing else (issue 43 item 6)
+    for tail in (b' x', b'{}', b'\x00', b' {"inputs":"y"}'):
+        st, _, b = srv.req("POST", "/generate", raw=b'{"inputs":"x","parameters":{"max_new_tokens":1}}' + tail)
+        check(f"bytes after the JSON body ({tail!r}) are a 400", st == 400 and b"malformed JSON" in b, f"{st} {b[:200]}")
+    st, _, b = srv.req("POST", "/generate", raw=b'{"inputs":"x","parameters":{"max_new_tokens":1}} \r\n\t ')
+    check("trailing whitespace after the JSON body is accepted", st == 200, f"{st} {b[:200]}")
+    # constraints too ambiguous to start are 400s naming the limit (issue 43 item 4)
+    for name, g in [("nested repetitions", 'root ::= (("x"{0,100}){0,100}){0,100}'),
+                    ("4,100 identical alternatives", "root ::= " + " | ".join(['"a"'] * 4100))]:
+        st, _, b = srv.req("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "grammar": g})
+        check(f"a GBNF grammar of {name} is a 400 naming the limit", st == 400 and b"4096 parser configurations" in b,
+              f"{st} {b[:200]}")
+    for name, sch in [("a 20k-value enum", {"enum": [f"v{i}" for i in range(20000)]}),
+                      ("an anyOf of 5,000 consts", {"anyOf": [{"const": "a" * (i % 50 + 1)} for i in range(5000)]})]:
+        st, _, b = srv.req("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "t", "schema": sch}}})
+        check(f"a schema of {name} is a 400 naming the limit", st == 400 and b"4096 parser configurations" in b,
+              f"{st} {b[:200]}")
+    st, _, b = srv.req("POST", "/v1/completions", {"prompt": "x", "max_tokens": 200, "temperature": 1, "seed": 3,
+                       "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {
+                           "type": "string", "pattern": ".{0,100000}"}}}})
+    check("a pattern .{0,100000} generates to the end (no 'no token')", st == 200, f"{st} {b[:200]}")
     cases = [
         ("wrong type", {"inputs": "x", "parameters": {"temperature": "hot"}}, "temperature"),
         ("missing inputs", {"parameters": {}}, "inputs"),
