@@ -424,6 +424,16 @@ def test_errors(srv):
                        "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {
                            "type": "string", "pattern": ".{0,100000}"}}}})
     check("a pattern .{0,100000} generates to the end (no 'no token')", st == 200, f"{st} {b[:200]}")
+    # SIGHUP / SIGUSR1 / SIGUSR2 are logged and ignored, not a drainless death (issue 43 item 6)
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        srv.proc.send_signal(sig)
+    time.sleep(0.3)
+    st, _, b = srv.req("GET", "/health")
+    check("SIGHUP, SIGUSR1 and SIGUSR2 leave the server serving", srv.proc.poll() is None and st == 200, f"{st}")
+    with open(srv.log_path, "rb") as fh:
+        log = fh.read()
+    check("each ignored signal is logged", all(f"{n} received: ignored".encode() in log
+                                                for n in ("SIGHUP", "SIGUSR1", "SIGUSR2")))
     cases = [
         ("wrong type", {"inputs": "x", "parameters": {"temperature": "hot"}}, "temperature"),
         ("missing inputs", {"parameters": {}}, "inputs"),
