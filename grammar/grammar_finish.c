@@ -153,6 +153,23 @@ grammar *gb_finish(gbuild *b, gsym root)
     g->n_rules = b->n_rules;
     g->n_sets = b->n_sets;
     g->root = start;
+    /* The start state, built once here so a grammar too ambiguous to
+     * start (4,100 identical alternatives, an enum of 20,000 values,
+     * nested optional repetitions) is refused at compile time, naming the
+     * limit, instead of failing in the matcher on the scheduler thread. */
+    bool at_limit = false;
+    gram_matcher *m0 = matcher_new(g, false, NULL, &at_limit);
+    if (!m0) {
+        grammar_free(g);
+        if (at_limit)
+            gb_fail(b, "the grammar is too ambiguous: its start state has more than %d parser configurations "
+                    "(limit: %d configurations, %d nested rules)", GRAM_MAX_CONFIGS, GRAM_MAX_CONFIGS,
+                    GRAM_MAX_DEPTH);
+        else
+            gb_fail(b, "out of memory");
+        return NULL;
+    }
+    gram_matcher_free(m0);
     return g;
 oom:
     grammar_free(g);

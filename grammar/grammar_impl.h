@@ -277,7 +277,9 @@ int tab_grow(int32_t **tab, uint32_t *cap, uint32_t need);
 int32_t node_intern(gram_matcher *m, int32_t pos, int32_t parent);
 void set_add(gram_matcher *m, gset *s, int32_t pos, int32_t stk);
 void advance(gram_matcher *m, const gset *in, uint8_t c, gset *out, bool *popped);
-gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v);
+/* at_limit (may be NULL): set when it failed on a limit (configurations,
+ * stack nodes, depth) rather than on memory. */
+gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v, bool *at_limit);
 void gentry_free(gentry *e);
 bool can_run(gram_matcher *m, const uint8_t *s, size_t n);
 /* grammar_share.c */

@@ -157,7 +157,7 @@ void advance(gram_matcher *m, const gset *in, uint8_t c, gset *out, bool *popped
     }
 }
 
-gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v)
+gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v, bool *at_limit)
 {
     gram_matcher *m = fault_calloc(1, sizeof *m);
     if (!m)
@@ -190,6 +190,8 @@ gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v)
         goto fail_m;
     return m;
 fail_m:
+    if (at_limit)
+        *at_limit = m->at_limit;
     m->owns_g = false;
     gram_matcher_free(m);
 fail:
@@ -202,7 +204,7 @@ gram_matcher *gram_matcher_new(grammar *g, const gram_vocab *v)
 {
     if (!g)
         return NULL;
-    return matcher_new(g, true, v);
+    return matcher_new(g, true, v, NULL);
 }
 
 void gentry_free(gentry *e)
@@ -396,7 +398,7 @@ bool grammar_accepts(const grammar *g, const char *s, size_t n)
 {
     if (!g)
         return false;
-    gram_matcher *m = matcher_new((grammar *)g, false, NULL);
+    gram_matcher *m = matcher_new((grammar *)g, false, NULL, NULL);
     bool ok = m && (n == 0 || run_bytes(m, (const uint8_t *)s, n) == 0) && gram_matcher_accepting(m);
     gram_matcher_free(m);
     return ok;

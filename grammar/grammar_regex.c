@@ -43,6 +43,7 @@ typedef struct re_parser {
     const char *s;
     size_t n, i;
     bool json;                  /* characters are JSON-string content */
+    bool open_head, open_tail;  /* json: a side is unanchored ("any characters" added there) */
     int depth;
 } re_parser;
 
@@ -534,6 +535,15 @@ static gsym re_concat(re_parser *p)
             }
             if (p->i < p->n && p->s[p->i] == '?')
                 p->i++;             /* lazy: the same language */
+            /* Next to an unanchored side, x{m,n} matches what x{m} does:
+             * the "any characters" there absorb the other n - m. Keeping
+             * them makes every output byte start one more parse of the
+             * repetition (".{0,100000}": thousands of configurations after
+             * a few dozen bytes, the matcher's limit, then no token), so
+             * the outermost first and last quantifiers of a branch shrink. */
+            bool at_end = p->i >= p->n || p->s[p->i] == '|';
+            if (p->depth == 0 && max != min && ((p->open_head && seq.n == 0) || (p->open_tail && at_end)))
+                max = min;
             a = gb_rep(p->b, a, min, max);
         }
         if (gvec_push(&seq, a))
@@ -572,7 +582,8 @@ gsym gb_regex(gbuild *b, const char *s, size_t n, bool json)
             k++;
         tail = k % 2 == 0;
     }
-    re_parser p = {.b = b, .s = s, .n = n - (tail ? 1 : 0), .i = head ? 1 : 0, .json = json};
+    re_parser p = {.b = b, .s = s, .n = n - (tail ? 1 : 0), .i = head ? 1 : 0, .json = json,
+                   .open_head = json && !head, .open_tail = json && !tail};
     gsym body = re_alt(&p);
     if (!b->failed && p.i < p.n)
         re_fail(&p, "an unbalanced )");

@@ -246,7 +246,7 @@ gram_matcher *gram_matcher_new_shared(gram_shared *sh)
 {
     if (!sh)
         return NULL;
-    gram_matcher *m = matcher_new(sh->g, false, sh->c->v);
+    gram_matcher *m = matcher_new(sh->g, false, sh->c->v, NULL);
     if (!m) {
         gram_shared_release(sh);
         return NULL;

@@ -315,6 +315,13 @@ static int wait_append(sched *s, sched_req *const *rs, int n, char *err, size_t 
         snprintf(err, errlen, "the server is shutting down and accepts no new requests");
         return SCHED_EDRAINING;
     }
+    if (n > s->p.max_queue) {
+        /* more choices than the whole queue holds: no retry can succeed */
+        pthread_mutex_unlock(&s->mu);
+        snprintf(err, errlen, "the %d choices of this request exceed the queue (--max-queue %d): ask for at most %d",
+                 n, s->p.max_queue, s->p.max_queue);
+        return SCHED_EINVAL;
+    }
     if (s->n_waiting + n > s->p.max_queue) {
         s->st.rejected_full_total++;
         publish_stats(s);

@@ -133,8 +133,22 @@ bool json_oom_take(void)
 cJSON *json_parse_body(const char *body, size_t len, const char **end, bool *oom)
 {
     json_oom_take();
-    cJSON *j = cJSON_ParseWithLengthOpts(body, len, end, false);
+    const char *stop = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, &stop, false);
     *oom = !j && json_oom_take();
+    /* RFC 8259: a JSON text is one value with optional whitespace around
+     * it; bytes after the value (a second document, a smuggled tail) make
+     * the body malformed, at the first of them */
+    if (j && stop) {
+        while (stop < body + len && (*stop == ' ' || *stop == '\t' || *stop == '\r' || *stop == '\n'))
+            stop++;
+        if (stop < body + len) {
+            cJSON_Delete(j);
+            j = NULL;
+        }
+    }
+    if (end)
+        *end = stop;
     return j;
 }
 

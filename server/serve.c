@@ -134,13 +134,24 @@ static void fmt_limits(const server *srv, int threads, char *buf, size_t n)
  * server may stop. */
 static const char *sig_name(int sig)
 {
-    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal";
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP"
+         : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "signal";
+}
+
+/* SIGHUP, SIGUSR1 and SIGUSR2 would end the process without a drain by
+ * default; the server has no reload, so they are logged and ignored. */
+static bool sig_ignored(int sig)
+{
+    if (sig != SIGHUP && sig != SIGUSR1 && sig != SIGUSR2)
+        return false;
+    log_msg(LOG_INFO, "hyserve: %s received: ignored (SIGTERM or SIGINT drains and stops)\n", sig_name(sig));
+    return true;
 }
 
 static void wait_and_drain(server *srv, const sigset_t *set)
 {
     int sig = 0;
-    while (sigwait(set, &sig) != 0) {
+    while (sigwait(set, &sig) != 0 || sig_ignored(sig)) {
     }
     log_msg(LOG_INFO, "hyserve: %s received: draining (up to %.0f s); send it again to exit at once\n",
             sig_name(sig), srv->cfg->drain_timeout);
@@ -168,7 +179,7 @@ static void wait_and_drain(server *srv, const sigset_t *set)
             break;
         struct timespec ts = {0, 20 * 1000000L};
         int s2 = sigtimedwait(set, NULL, &ts);
-        if (s2 > 0) {
+        if (s2 > 0 && !sig_ignored(s2)) {
             /* an operator insisting: no cleanup, exit now */
             log_msg(LOG_WARN, "hyserve: second %s: exiting at once\n", sig_name(s2));
             _exit(128 + s2);
@@ -261,6 +272,9 @@ int serve_main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 

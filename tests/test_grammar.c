@@ -1130,3 +1130,66 @@ TEST(test_grammar_qwen3_vocab_shared_masks_equal_a_fresh_matchers)
     gram_vocab_free(v);
     tok_free(tk);
 }
+
+/* issue 43 item 4: hostile constraints are refused at compile time naming
+ * the limit, and ".{0,100000}" (which ECMA-262 test() meets on any string,
+ * the empty match always being there) compiles small and accepts long and
+ * newline-holding strings instead of running the matcher out of
+ * configurations after a few dozen bytes. */
+static char *hostile_text(int kind)
+{
+    size_t cap = 1 << 20, n = 0;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    if (kind == 0)
+        n += (size_t)snprintf(s, cap, "root ::= ((\"x\"{0,100}){0,100}){0,100}");
+    else if (kind == 1) {
+        n += (size_t)snprintf(s, cap, "root ::= \"a\"");
+        for (int i = 1; i < 4100; i++)
+            n += (size_t)snprintf(s + n, cap - n, " | \"a\"");
+    } else if (kind == 2) {
+        n += (size_t)snprintf(s, cap, "{\"enum\":[\"v0\"");
+        for (int i = 1; i < 20000; i++)
+            n += (size_t)snprintf(s + n, cap - n, ",\"v%d\"", i);
+        n += (size_t)snprintf(s + n, cap - n, "]}");
+    } else {
+        n += (size_t)snprintf(s, cap, "{\"anyOf\":[{\"const\":\"a\"}");
+        for (int i = 1; i < 5000; i++)
+            n += (size_t)snprintf(s + n, cap - n, ",{\"const\":\"%.*s\"}", i % 50 + 1,
+                                  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+        n += (size_t)snprintf(s + n, cap - n, "]}");
+    }
+    return s;
+}
+
+TEST(test_grammar_hostile_constraints_are_refused_naming_the_limit)
+{
+    for (int k = 0; k < 4; k++) {
+        char err[256] = "";
+        char *src = hostile_text(k);
+        CHECK(src);
+        grammar *g = k < 2 ? grammar_compile_gbnf(src, strlen(src), err, sizeof err)
+                           : grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err);
+        CHECK_MSG(!g, "hostile case %d accepted", k);
+        CHECK_MSG(strstr(err, "4096 parser configurations"), "case %d: '%s' does not name the limit", k, err);
+        free(src);
+    }
+    const char *pat = "{\"type\":\"string\",\"pattern\":\".{0,100000}\"}";
+    char err[256] = "";
+    grammar *g = grammar_compile_json_schema(pat, strlen(pat), NULL, err, sizeof err);
+    CHECK_MSG(g, "%s", err);
+    int n_rules = 0, n_el = 0;
+    grammar_size(g, &n_rules, &n_el);
+    CHECK_MSG(n_el < 10000, "%d elements for .{0,100000}", n_el);
+    char *s = malloc(5003);
+    CHECK(s);
+    s[0] = '"';
+    memset(s + 1, 'a', 5000);
+    s[5001] = '"';
+    CHECK(grammar_accepts(g, s, 5002));
+    CHECK(grammar_accepts(g, "\"a\\nb\"", 6));
+    CHECK(!grammar_accepts(g, "\"a", 2));
+    free(s);
+    grammar_free(g);
+}
