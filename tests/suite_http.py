@@ -708,6 +708,23 @@ def test_props(srv, model):
           st == 405 and b"error" in b, f"{st} {b[:200]}")
 
 
+def test_many_messages(srv):
+    """40,000 chat messages (1.4 MB, under --max-body) are parsed in linear time: the server spends well
+    under 2 s of CPU on the request (a walk by index from the list's head each time took ~5 s of CPU)
+    and answers the context-length 400."""
+    def cpu():
+        with open(f"/proc/{srv.proc.pid}/stat") as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(40000)]
+    c0 = cpu()
+    st, _, j, b = srv.jreq("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 1})
+    used = cpu() - c0
+    check("40,000 chat messages: the context-length 400, parsed in %.2f s of server CPU (< 2 s)" % used,
+          st == 400 and (j or {}).get("error", {}).get("code") == "context_length_exceeded" and used < 2.0,
+          f"{st} {b[:200]}")
+
+
 def test_sampling_params(srv, model):
     """logit_bias, ignore_eos, frequency/presence penalties, typical_p and min_p over HTTP
     (their distributions against the formulas are in tests/test_sampler.c)."""
@@ -3656,6 +3673,7 @@ def main(argv=None):
                ("test_seeds_and_cli", lambda: test_seeds_and_cli(srv, model)),
                ("test_seed_64bit", lambda: test_seed_64bit(srv)),
                ("test_props", lambda: test_props(srv, model)),
+               ("test_many_messages", lambda: test_many_messages(srv)),
                ("test_sampling_params", lambda: test_sampling_params(srv, model)),
                ("test_completion_prompt_forms", lambda: test_completion_prompt_forms(srv)),
                ("test_n_best_of", lambda: test_n_best_of(srv)),
