@@ -109,9 +109,22 @@ void log_vmsg(int level, const char *prefix, const char *fmt, va_list ap)
         emit_json(level, o);
         return;
     }
-    char line[2200], ts[40];
+    /* one record, one line: a control character (a percent-encoded newline
+     * in a URL, a header's tab) is written as \xNN, so text from a client
+     * can never start a forged line or move the terminal's cursor */
+    char safe[2048 * 4 + 1];
+    size_t k = 0;
+    for (size_t i = 0; i < ml && k + 5 < sizeof safe; i++) {
+        const unsigned char c = (unsigned char)msg[i];
+        if (c < 0x20 || c == 0x7f)
+            k += (size_t)snprintf(safe + k, sizeof safe - k, "\\x%02x", c);
+        else
+            safe[k++] = (char)c;
+    }
+    safe[k] = '\0';
+    char line[sizeof safe + 64], ts[40];
     now_rfc3339(ts, sizeof ts);
-    int n = snprintf(line, sizeof line, "%s %-5s %s\n", ts, LEVELS[level], msg);
+    int n = snprintf(line, sizeof line, "%s %-5s %s\n", ts, LEVELS[level], safe);
     if (n > 0)
         emit(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }

@@ -1181,6 +1181,24 @@ def test_cors(srv, model):
         s3.stop()
 
 
+def test_log_injection(srv):
+    """Text from a client cannot forge a log line: a percent-encoded newline (and other control
+    characters) in the URL is written as \\xNN inside the one line of its request."""
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    try:
+        c.request("GET", "/nothing%0a2026-01-01T00:00:00.000Z%20ERROR%20forged%0d%1b[2Jline")
+        c.getresponse().read()
+    finally:
+        c.close()
+    time.sleep(0.2)
+    lines = open(srv.log_path, "rb").read().decode("utf-8", "replace").splitlines()
+    forged = [l for l in lines if l.startswith("2026-01-01T00:00:00.000Z") or "\r" in l or "\x1b" in l]
+    ours = [l for l in lines if "forged" in l]
+    check("a percent-encoded newline in the URL stays inside its request's log line, escaped as \\x0a",
+          not forged and len(ours) == 1 and "\\x0a2026-01-01T00:00:00.000Z ERROR forged\\x0d\\x1b[2Jline" in ours[0],
+          f"{forged} {ours}")
+
+
 def test_logs(srv, model):
     """Probes are not logged by default (but counted); --log-format json writes one object a line with
     ts, level and the request's fields; --log-probes logs probes; keys and prompts never appear."""
@@ -3686,6 +3704,7 @@ def main(argv=None):
                ("test_detokenize_and_version", lambda: test_detokenize_and_version(srv)),
                ("test_cors", lambda: test_cors(srv, model)),
                ("test_logs", lambda: test_logs(srv, model)),
+               ("test_log_injection", lambda: test_log_injection(srv)),
                ("test_stats_totals", lambda: test_stats_totals(srv)),
                ("test_names_consistent", lambda: test_names_consistent(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
