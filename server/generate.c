@@ -916,7 +916,7 @@ static int answer_body(gen_job *j, sched_req *r)
     } else {
         body = oai_response(j->srv, hr, &j->g, &res, j->toks, j->n_prompt, sr.cached_tokens);
     }
-    char h_prompt[24], h_gen[24], h_queue[32], h_inf[32], h_tpt[32], h_total[32], h_cache[32];
+    char h_prompt[24], h_gen[24], h_queue[32], h_inf[32], h_tpt[32], h_total[32], h_cache[32], h_cached[24];
     double total_ms = sr.total_ms, inf_ms = total_ms - sr.queue_ms;
     snprintf(h_prompt, sizeof(h_prompt), "%d", j->n_prompt);
     snprintf(h_gen, sizeof(h_gen), "%d", sr.n_generated);
@@ -925,9 +925,10 @@ static int answer_body(gen_job *j, sched_req *r)
     snprintf(h_tpt, sizeof(h_tpt), "%.0f", sr.n_generated > 0 ? inf_ms / sr.n_generated : 0.0);
     snprintf(h_total, sizeof(h_total), "%.0f", total_ms);
     snprintf(h_cache, sizeof(h_cache), "%llu", (unsigned long long)sr.peak_cache_bytes);
+    snprintf(h_cached, sizeof(h_cached), "%d", sr.cached_tokens);     /* the prefix cache's, as usage says */
     const char *hdrs[] = {"x-prompt-tokens", h_prompt, "x-generated-tokens", h_gen, "x-queue-time", h_queue,
                           "x-inference-time", h_inf, "x-time-per-token", h_tpt, "x-total-time", h_total,
-                          "x-cached-tokens", "0", "x-cache-bytes", h_cache, NULL};
+                          "x-cached-tokens", h_cached, "x-cache-bytes", h_cache, NULL};
     rc = http_send_json(hr, 200, body, hdrs);
     gen_result_free(&res);
     return rc;

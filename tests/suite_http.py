@@ -1181,6 +1181,21 @@ def test_cors(srv, model):
         s3.stop()
 
 
+def test_cached_tokens_header(srv):
+    """x-cached-tokens is the prefix cache's count, as usage.prompt_tokens_details.cached_tokens says: 0 on
+    a cold prompt, the restored tokens (> 0) when the same prompt comes again."""
+    body = {"prompt": "The header counts what the prefix cache gave back " + "again " * 40, "max_tokens": 2,
+            "temperature": 0}
+    got = []
+    for _ in range(2):
+        st, h, j, b = srv.jreq("POST", "/v1/completions", body)
+        cached = ((j or {}).get("usage") or {}).get("prompt_tokens_details", {}).get("cached_tokens")
+        got.append((st, h.get("x-cached-tokens"), cached))
+    (st0, h0, c0), (st1, h1, c1) = got
+    check("x-cached-tokens: 0 cold, then the prefix cache's restored tokens, equal to usage's cached_tokens",
+          st0 == 200 and st1 == 200 and h0 == "0" and c0 == 0 and c1 and c1 > 0 and h1 == str(c1), f"{got}")
+
+
 def test_log_injection(srv):
     """Text from a client cannot forge a log line: a percent-encoded newline (and other control
     characters) in the URL is written as \\xNN inside the one line of its request."""
@@ -3705,6 +3720,7 @@ def main(argv=None):
                ("test_cors", lambda: test_cors(srv, model)),
                ("test_logs", lambda: test_logs(srv, model)),
                ("test_log_injection", lambda: test_log_injection(srv)),
+               ("test_cached_tokens_header", lambda: test_cached_tokens_header(srv)),
                ("test_stats_totals", lambda: test_stats_totals(srv)),
                ("test_names_consistent", lambda: test_names_consistent(srv)),
                ("test_concurrency", lambda: test_concurrency(srv)),
