@@ -458,6 +458,7 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
             sched_req_stats *q = &a[k++];
             snprintf(q->id, sizeof(q->id), "%s", r->id);
             snprintf(q->tags, sizeof(q->tags), "%s", r->tags);
+            q->owner = r->owner;
             q->state = r->state == RS_DECODE ? "decoding" : "prefill";
             q->age_ms = (now - r->t_submit) * 1e3;
             q->prompt_tokens = r->n_prompt;
@@ -475,6 +476,7 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
             sched_req_stats *q = &a[k++];
             snprintf(q->id, sizeof(q->id), "%s", r->id);
             snprintf(q->tags, sizeof(q->tags), "%s", r->tags);
+            q->owner = r->owner;
             q->state = "queued";
             q->age_ms = (now - r->t_submit) * 1e3;
             q->prompt_tokens = r->n_prompt;

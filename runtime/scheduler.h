@@ -225,6 +225,7 @@ int sched_retry_after_s(sched *s);
 typedef struct sched_req_stats {
     char id[80];
     char tags[SCHED_TAGS_MAX];  /* sched_req_params.tags, "" without */
+    int owner;                  /* sched_req_params.owner (the server: the API key that sent it) */
     const char *state;          /* "queued" | "prefill" | "decoding" */
     double age_ms;
     int prompt_tokens, prefilled_tokens, generated_tokens, max_new_tokens;

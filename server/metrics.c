@@ -674,7 +674,7 @@ static void mem_info(uint64_t *total, uint64_t *avail)
     fclose(f);
 }
 
-cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_requests)
+cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_requests, int viewer)
 {
     sched_stats st;
     sched_req_stats *reqs = NULL;
@@ -891,7 +891,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
 
     cJSON *arr = with_requests ? cJSON_AddArrayToObject(o, "requests") : NULL;
     for (int i = 0; i < n_reqs; i++) {
-        if (arr && (!request_id || !strcmp(request_id, reqs[i].id)))
+        if (arr && (!viewer || reqs[i].owner == viewer) && (!request_id || !strcmp(request_id, reqs[i].id)))
             json_push(arr, request_json(&reqs[i], in));
     }
     /* disjoint parts only, so they add up to all_requests_bytes (no

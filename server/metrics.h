@@ -37,7 +37,8 @@ void metrics_observe_itl(metrics *m, double gap_s);
 /* Prometheus exposition text (malloc'd, NUL-terminated), or NULL on OOM. */
 char *metrics_prometheus(server *srv);
 /* The /stats document. request_id: only that request (NULL: all);
- * with_requests false omits the list. NULL on OOM. */
-cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_requests);
+ * with_requests false omits the list; viewer (an API key's id, 0: any)
+ * lists only the live requests that key sent. NULL on OOM. */
+cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_requests, int viewer);
 
 #endif

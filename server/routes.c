@@ -425,7 +425,9 @@ static int h_stats(http_req *hr)
     const char *rid = http_query(hr, "request_id");
     const char *reqs = http_query(hr, "requests");
     bool with = !(reqs && !strcmp(reqs, "0"));
-    return http_send_json(hr, 200, metrics_stats_json(hr->srv, rid, with), NULL);
+    /* a key sees its own live requests (their ids, tags, sizes); the totals
+     * stay the server's. Without keys, or open by --metrics-public, all. */
+    return http_send_json(hr, 200, metrics_stats_json(hr->srv, rid, with, hr->key_id), NULL);
 }
 
 static int h_metrics(http_req *hr)

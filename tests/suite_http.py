@@ -2790,6 +2790,37 @@ def test_fault_every_allocation(model):
           srv.proc.returncode == 0, f"{srv.proc.returncode}; see {srv.log_path}")
 
 
+def test_stats_per_key(model):
+    """With API keys, /stats lists a key's own live requests only (another key's ids, tags and sizes are not
+    its business); the server-wide totals stay; DELETE of another key's request is a 404."""
+    srv = Server("statskeys", model, "-t", "1", "--api-key", "key-alpha-1", "--api-key", "key-beta-22")
+    ha = {"Authorization": "Bearer key-alpha-1"}
+    hb = {"Authorization": "Bearer key-beta-22"}
+    try:
+        c = srv.conn(30)
+        c.request("POST", "/generate_stream", body=json.dumps({"inputs": "Long", "parameters": {
+                  "max_new_tokens": 3000, "ignore_eos": True}}).encode(),
+                  headers=dict(ha, **{"X-Request-Id": "alpha-long", "Content-Type": "application/json"}))
+        it = sse_events(c.getresponse())
+        next(it)
+        _, _, ja, _ = srv.jreq("GET", "/stats", headers=ha)
+        _, _, jb, _ = srv.jreq("GET", "/stats", headers=hb)
+        st_b, _, _, _ = srv.jreq("DELETE", "/requests/alpha-long", headers=hb)
+        st_a, _, _, _ = srv.jreq("DELETE", "/requests/alpha-long", headers=ha)
+        rest = list(it)
+        c.close()
+        ids_a = [r["id"] for r in (ja or {}).get("requests", [])]
+        ids_b = [r["id"] for r in (jb or {}).get("requests", [])]
+        check("/stats with keys: a key sees its own live request, another key none of it (totals still the server's)",
+              ids_a == ["alpha-long"] and ids_b == [] and (jb or {}).get("scheduler", {}).get("running") == 1,
+              f"{ids_a} {ids_b} {(jb or {}).get('scheduler')}")
+        check("DELETE of another key's request is a 404; its own key's is a 204 that ends the stream",
+              st_b == 404 and st_a == 204 and rest and json.loads(rest[-1][1]).get("error_type") == "cancelled",
+              f"{st_b} {st_a} {rest[-1:]}")
+    finally:
+        srv.stop()
+
+
 def test_auth_every_route(model):
     """Issue 23's auth list, route by route: with a key set, every route of
     the table (the ones test_api_keys does not name too: /detokenize,
@@ -3751,6 +3782,7 @@ def main(argv=None):
             ("test_fault_injection", lambda: test_fault_injection(model)),
             ("test_fault_every_allocation", lambda: test_fault_every_allocation(model)),
             ("test_auth_every_route", lambda: test_auth_every_route(model)),
+            ("test_stats_per_key", lambda: test_stats_per_key(model)),
             ("test_overload_recovers", lambda: test_overload_recovers(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
             ("test_request_limits", lambda: test_request_limits(model)),
