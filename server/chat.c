@@ -144,7 +144,7 @@ static int py_newline(prompt_buf *p, int indent, int depth)
  * empty containers as {} and []. */
 static int py_json_at(prompt_buf *p, const cJSON *v, int indent, int depth)
 {
-    if (depth > 64)
+    if (depth > CHAT_TOOL_MAX_DEPTH)
         return -1;
     if (cJSON_IsString(v))
         return py_string(p, v->valuestring);

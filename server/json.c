@@ -1125,6 +1125,17 @@ static int get_template_kwargs(gen_request *g, const cJSON *root, perr *pe)
     return 0;
 }
 
+/* How deep v's values go below it (v: 0), stopping once past cap. */
+static int json_depth(const cJSON *v, int d, int cap)
+{
+    int m = d;
+    for (const cJSON *c = v->child; c && m <= cap; c = c->next) {
+        const int x = json_depth(c, d + 1, cap);
+        m = x > m ? x : m;
+    }
+    return m;
+}
+
 static int get_tools(gen_request *g, const cJSON *root, perr *pe)
 {
     const cJSON *tools = field(root, "tools");
@@ -1147,6 +1158,11 @@ static int get_tools(gen_request *g, const cJSON *root, perr *pe)
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(fn) ||
             !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
             return fail(pe, "tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
+        /* the chat template writes each tool out as Python's json.dumps
+         * would, to CHAT_TOOL_MAX_DEPTH levels */
+        if (json_depth(t, 0, CHAT_TOOL_MAX_DEPTH) > CHAT_TOOL_MAX_DEPTH)
+            return fail(pe, "tools", "a tool nests deeper than %d levels (the limit of a tool's JSON, parameters "
+                                     "included)", CHAT_TOOL_MAX_DEPTH);
     }
     g->tools = cJSON_PrintUnformatted(tools);
     if (!g->tools)

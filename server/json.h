@@ -23,6 +23,10 @@
 #define JSON_MAX_BATCH 32
 /* Largest n / best_of the parser accepts; --max-n is json_check_gen's. */
 #define JSON_MAX_N 1000000
+/* How deep one tool's JSON may nest (the tool object's values at depth 1):
+ * a deeper one is a 400; the chat template writes each tool out as Python's
+ * json.dumps would, and stops there. */
+#define CHAT_TOOL_MAX_DEPTH 64
 
 enum api_kind {
     API_TGI = 0,                /* /generate, /generate_stream, POST / */

@@ -424,6 +424,21 @@ def test_errors(srv):
                        "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {
                            "type": "string", "pattern": ".{0,100000}"}}}})
     check("a pattern .{0,100000} generates to the end (no 'no token')", st == 200, f"{st} {b[:200]}")
+    # a tool nested 60 levels deep is a 400 naming the depth limit (it was a 500 "out of memory")
+    def nested(d):
+        p = {"type": "string"}
+        for _ in range(d):
+            p = {"type": "object", "properties": {"a": p}}
+        return p
+    res = {}
+    for d in (30, 60):
+        st, _, b = srv.req("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                           "max_tokens": 2, "tools": [{"type": "function", "function": {"name": "f",
+                                                                                       "parameters": nested(d)}}]})
+        res[d] = (st, b)
+    check("a tool whose parameters nest 60 levels deep is a 400 naming the 64-level limit; 30 levels are served",
+          res[60][0] == 400 and b"deeper than 64 levels" in res[60][1] and res[30][0] == 200,
+          f"{res[60][0]} {res[60][1][:200]} / {res[30][0]} {res[30][1][:200]}")
     # SIGHUP / SIGUSR1 / SIGUSR2 are logged and ignored, not a drainless death (issue 43 item 6)
     for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         srv.proc.send_signal(sig)
