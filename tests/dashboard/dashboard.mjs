@@ -209,10 +209,13 @@ async function main() {
       });
       const segs = [...document.querySelectorAll('#bar .seg')].map((s) => ({
         kind: s.dataset.kind, bytes: Number(s.dataset.bytes), px: s.getBoundingClientRect().width }));
+      const kindRows = [...document.querySelectorAll('#kinds-body tr')].map((tr) => ({
+        hidden: tr.hidden, bytes: Number(tr.children[1].dataset.bytes), text: tr.children[1].textContent }));
+      const header = document.getElementById('budget-total').textContent;
       const bar = document.getElementById('bar').getBoundingClientRect().width - 2;   // inside the border
       const strip = [...document.querySelectorAll('#strip li')].map((li) => li.dataset.kind);
       const nameEl = document.getElementById('model-name');
-      return { rows, segs, bar, strip, name: nameEl.textContent, nameChildren: nameEl.children.length,
+      return { rows, segs, kindRows, header, bar, strip, name: nameEl.textContent, nameChildren: nameEl.children.length,
                running: document.getElementById('k-running').textContent,
                waiting: document.getElementById('k-waiting').textContent,
                ttft: document.getElementById('k-ttft').textContent,
@@ -281,6 +284,15 @@ async function main() {
           `${pcBytes} ${JSON.stringify(byKind)}`);
     check('budget bar segments but free sum to the reserved bytes in the header',
           reservedSum === snap.pools.reserved_bytes, `${reservedSum} vs ${snap.pools.reserved_bytes}`);
+    // the table under the bar: a row per kind, its rows but free adding up to the header's reserved
+    // figure, which the header prints as fmtBytes of /stats' reserved_bytes (and the budget beside it)
+    const shownRows = dom.kindRows.filter((r) => !r.hidden);
+    const rowsReserved = shownRows.slice(0, -1).reduce((a, r) => a + r.bytes, 0);
+    const hdrWant = (await fmt(budget)) + ' \u00b7 ' + (await fmt(snap.pools.reserved_bytes)) + ' reserved';
+    check('the budget table has a row per kind; its rows but free add up to the header\'s reserved bytes',
+          dom.kindRows.length === dom.segs.length && rowsReserved === snap.pools.reserved_bytes
+          && shownRows[shownRows.length - 1].bytes === snap.pools.free_bytes && dom.header === hdrWant,
+          `${rowsReserved} vs ${snap.pools.reserved_bytes}; header ${dom.header} vs ${hdrWant}`);
 
     const want = [...PATTERN].map((c) => ({ A: 'gqa', M: 'mla', L: 'dnet' })[c]);
     check('layer strip: one cell per layer', dom.strip.length === snap.model.n_layer && dom.strip.length === 8,
