@@ -110,6 +110,11 @@ void gram_matcher_free(gram_matcher *m);
 int gram_matcher_mask(gram_matcher *m, float *logits);
 /* Same decision as a bitset (bit t of words[t / 64]; n_vocab bits). */
 int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words);
+/* Compute the current state's mask and remember it, so that the next
+ * gram_matcher_mask finds it made: the first mask's trie walks on the
+ * thread that builds the matcher, not the engine's. Returns what
+ * gram_matcher_mask would (the vocabulary size while not constraining). */
+int gram_matcher_prime(gram_matcher *m);
 /* Advance over a sampled token. Returns 0, or -1 when the token cannot
  * come next (the state is then unchanged). EOG tokens: 0 iff accepting. */
 int gram_matcher_accept_token(gram_matcher *m, int32_t tok);

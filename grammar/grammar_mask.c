@@ -504,6 +504,15 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
     return n;
 }
 
+int gram_matcher_prime(gram_matcher *m)
+{
+    if (!m || !m->v)
+        return -1;
+    if (m->waiting || m->dead)
+        return m->v->n_vocab;
+    return gram_matcher_fill_mask(m, m->mask);
+}
+
 int gram_matcher_mask(gram_matcher *m, float *logits)
 {
     if (!m || !m->v)

@@ -132,6 +132,19 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
         snprintf(err, errlen, "the tool-call trigger could not be set");
         return SCHED_EINVAL;
     }
+    /* the first mask (the start state's trie walks) here, on the submitting
+     * thread: the engine's first step finds it made and no other request
+     * waits on it; a constraint no first token can start is refused now */
+    const int n_first = gram_matcher_prime(r->gm);
+    if (n_first < 0 && gram_matcher_out_of_memory(r->gm)) {
+        snprintf(err, errlen, "out of memory while computing the constraint's first token mask");
+        return SCHED_ENOMEM;
+    }
+    if (n_first <= 0) {
+        snprintf(err, errlen, n_first < 0 ? "the constraint's first token mask passed the matcher's limits"
+                                          : "no token of this model's vocabulary can start text the constraint admits");
+        return SCHED_EINVAL;
+    }
     return 0;
 }
 

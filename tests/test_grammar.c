@@ -335,6 +335,35 @@ TEST(test_grammar_masked_logits_leave_only_valid_tokens_and_eog_at_the_end)
     gram_vocab_free(v);
 }
 
+/* gram_matcher_prime does the first mask's work ahead (the submitting
+ * thread's): the same count as the mask, and the mask that follows, with
+ * no trie walk of its own, the same tokens as an unprimed matcher's */
+TEST(test_grammar_primed_first_mask_is_the_mask_and_walks_nothing_after)
+{
+    static const char *const pieces[] = {"<eos>", "true", "false", "t", "rue", "fa", "lse", " ", "x", "<|x|>"};
+    toy_vocab tv = {pieces, 10};
+    char err[256];
+    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    CHECK(v);
+    const char *src = "{\"type\":\"boolean\"}";
+    gram_matcher *a = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
+    gram_matcher *b = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
+    CHECK(a && b);
+    CHECK(gram_matcher_prime(a) == 4);
+    const int walks = gram_matcher_walks(a);
+    CHECK(walks > 0);
+    float la[10], lb[10];
+    for (int i = 0; i < 10; i++)
+        la[i] = lb[i] = 1.0f;
+    CHECK(gram_matcher_mask(a, la) == 4 && gram_matcher_mask(b, lb) == 4);
+    CHECK(gram_matcher_walks(a) == walks);
+    for (int i = 0; i < 10; i++)
+        CHECK(isinf(la[i]) == isinf(lb[i]));
+    gram_matcher_free(a);
+    gram_matcher_free(b);
+    gram_vocab_free(v);
+}
+
 /* ---- the real Qwen3 vocabulary (tests/tmp/qwen3-tokenizer.gguf) ---- */
 
 #include <time.h>
