@@ -1,7 +1,9 @@
 /* http.h - libmicrohttpd glue.
  *
  * Owns: the daemon (one thread per connection, so a handler may block while
- * its request generates), body collection with the size limit, request
+ * its request generates), body collection with the size limit, the
+ * body framing checks of RFC 9112 6.3 on the head (400/501 and close),
+ * the headers-only checks before a body is read (http_hooks.head), request
  * ids, the per-request state and its completion (one log line and the
  * metrics record per request), response helpers that always add
  * X-Request-Id and X-Hyserve-Replica (and Connection: close while
