@@ -37,7 +37,8 @@ static const err_map ERRS[] = {
      * request was malformed. The body names the cancellation. */
     {ERR_CANCELLED, 499, "cancelled", "cancelled"},
     {ERR_MODEL, 404, "not_found", "invalid_request_error"},
-    {ERR_INTERNAL, 500, "internal", "server_error"},
+    {ERR_NOT_IMPLEMENTED, 501, "not_implemented", "invalid_request_error"},
+    {ERR_INTERNAL, 500, "internal", "server_error"},   /* last: the kind of an unknown kind */
 };
 
 static bool is_openai(const http_req *hr)
@@ -74,7 +75,7 @@ int errors_send(http_req *hr, int kind, const char *msg, const err_extra *x)
     if (!hr->failure) {
         switch (kind) {
         case ERR_BAD_JSON: case ERR_VALIDATION: case ERR_CONTEXT: case ERR_TEMPLATE: case ERR_TOO_LARGE:
-        case ERR_HEAD_TOO_LARGE:
+        case ERR_HEAD_TOO_LARGE: case ERR_NOT_IMPLEMENTED:
             hr->failure = "validation";
             break;
         case ERR_OVERLOADED: hr->failure = "overloaded"; break;

@@ -31,6 +31,7 @@ enum route_err {
     ERR_CANCELLED,          /* 499: cancelled by DELETE /requests/{id}; not retried by clients */
     ERR_MODEL,              /* 404, OpenAI code model_not_found: a model this server does not serve */
     ERR_INTERNAL,           /* 500 */
+    ERR_NOT_IMPLEMENTED,    /* 501: a transfer coding other than chunked */
 };
 
 /* Extra facts some errors carry. */

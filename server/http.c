@@ -111,7 +111,7 @@ void http_add_common_headers(http_req *hr, struct MHD_Response *resp)
         hooks.add_headers(hr, resp);
     if (hr->srv->replica[0])
         MHD_add_response_header(resp, "X-Hyserve-Replica", hr->srv->replica);
-    if (atomic_load(&hr->srv->state) == SERVER_DRAINING)
+    if (hr->close_conn || hr->body_unread || atomic_load(&hr->srv->state) == SERVER_DRAINING)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
@@ -401,6 +401,65 @@ static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, cons
     return MHD_YES;
 }
 
+/* The body framing headers of a request head, every value of each
+ * (MHD_lookup_connection_value sees only the first). */
+typedef struct framing_scan {
+    int n_cl, n_te;
+    bool cl_differ;
+    bool te_chunked;            /* the one Transfer-Encoding value is exactly "chunked" */
+    const char *cl;             /* the first Content-Length value */
+    size_t cl_len;
+} framing_scan;
+
+/* value without the blanks around it, as [*len] */
+static const char *trim_blanks(const char *v, size_t *len)
+{
+    while (*v == ' ' || *v == '\t')
+        v++;
+    size_t n = strlen(v);
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    *len = n;
+    return v;
+}
+
+static enum MHD_Result scan_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    framing_scan *f = cls;
+    size_t n;
+    const char *v = trim_blanks(value ? value : "", &n);
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->n_cl++ == 0) {
+            f->cl = v;
+            f->cl_len = n;
+        } else if (n != f->cl_len || memcmp(v, f->cl, n)) {
+            f->cl_differ = true;
+        }
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->te_chunked = f->n_te++ == 0 && n == 7 && !strncasecmp(v, "chunked", 7);
+    }
+    return MHD_YES;
+}
+
+/* RFC 9112 6.3 on the head: the same Content-Length repeated is one (9110
+ * 8.6 allows it), different ones are a 400; Transfer-Encoding with
+ * Content-Length is refused with a 400 (6.3 item 3 lets a server reject
+ * it), and any transfer coding but a lone "chunked" is a 501 (6.1; what
+ * nginx answers). *has_body: the head announces a body. */
+static int check_framing(struct MHD_Connection *conn, bool *has_body)
+{
+    framing_scan f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_framing, &f);
+    *has_body = f.n_te > 0 || (f.n_cl > 0 && !(f.cl_len == 1 && f.cl[0] == '0'));
+    if (f.cl_differ)
+        return HTTP_FRAMING_CL_DIFFER;
+    if (f.n_te && f.n_cl)
+        return HTTP_FRAMING_TE_CL;
+    if (f.n_te && !f.te_chunked)
+        return HTTP_FRAMING_TE_CODING;
+    return HTTP_FRAMING_OK;
+}
+
 /* Test builds with HYSERVE_FAULT_LIVE=1 (fault.h): X-Hyserve-Fault-Nth: n
  * fails the n-th allocation from the start of this request on; GET
  * /debug/fault disarms before it allocates anything, and answers what the
@@ -478,6 +537,23 @@ static enum MHD_Result on_any_request(server *srv, bool metrics_port, struct MHD
             hr->head_too_large = true;
             return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;
         }
+        bool has_body;
+        hr->framing = check_framing(conn, &has_body);
+        if (hr->framing) {
+            /* answered with Connection: close, so libmicrohttpd reads
+             * nothing more of this connection: a smuggled request after
+             * the ambiguous body is never parsed */
+            hr->close_conn = true;
+            return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;
+        }
+        hr->body_unread = has_body;
+        if (has_body && hooks.head) {
+            /* refused on its headers (no key): the body is not read, and
+             * no 100 Continue invites it */
+            int h = hooks.head(hr);
+            if (h != 1)
+                return h == 0 ? MHD_YES : MHD_NO;
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
             char *end;
@@ -528,6 +604,7 @@ static enum MHD_Result on_any_request(server *srv, bool metrics_port, struct MHD
         return MHD_YES;
     }
     hr->body_done = true;
+    hr->body_unread = false;
     if (srv->guard)
         guard_busy(srv->guard, hr->gconn);
     return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;

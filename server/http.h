@@ -1,7 +1,9 @@
 /* http.h - libmicrohttpd glue.
  *
  * Owns: the daemon (one thread per connection, so a handler may block while
- * its request generates), body collection with the size limit, request
+ * its request generates), body collection with the size limit, the
+ * body framing checks of RFC 9112 6.3 on the head (400/501 and close),
+ * the headers-only checks before a body is read (http_hooks.head), request
  * ids, the per-request state and its completion (one log line and the
  * metrics record per request), response helpers that always add
  * X-Request-Id and X-Hyserve-Replica (and Connection: close while
@@ -63,6 +65,9 @@ typedef struct http_req {
     bool head_too_large;        /* request line + headers past --max-header-bytes: 431 */
     bool body_oom;              /* no memory for the body: the rest is read and dropped, then a 500 */
     bool body_done;
+    bool body_unread;           /* the head announced a body not read yet (an answer now closes) */
+    int framing;                /* HTTP_FRAMING_*: the head's body framing is ambiguous or unsupported */
+    bool close_conn;            /* answer with Connection: close (libmicrohttpd then closes) */
     int status;                 /* status sent, 0 before */
     bool inflight;              /* counted in srv->n_inflight */
     /* for the log line and metrics, filled by handlers */
@@ -76,13 +81,28 @@ typedef struct http_req {
     http_xlate *xlate;          /* NULL, or the answer's translation (heap, freed with the request) */
 } http_req;
 
+/* Body framing faults of a request head (RFC 9112 6.3), found before the
+ * body is read; each is answered and the connection closed, so nothing
+ * after it on the connection is parsed as a request. */
+enum {
+    HTTP_FRAMING_OK = 0,
+    HTTP_FRAMING_CL_DIFFER,     /* Content-Length repeated with different values: 400 */
+    HTTP_FRAMING_TE_CL,         /* Transfer-Encoding and Content-Length together: 400 */
+    HTTP_FRAMING_TE_CODING,     /* a Transfer-Encoding other than exactly "chunked": 501 */
+};
+
 /* What the daemon calls, given by serve.c (http.c calls no layer above
  * it). handle: a complete request (body collected, or refused early:
- * head_too_large, body_too_large, body_oom); queue a response and return
- * 0, or -1 to close the connection. add_headers: NULL, or more headers on
- * every response (CORS), after X-Request-Id. */
+ * head_too_large, body_too_large, body_oom, framing); queue a response and
+ * return 0, or -1 to close the connection. head: NULL, or the checks on
+ * the headers of a request that announced a body, before any of it is
+ * read (the API key): 1 to go on reading it, else what handle returns
+ * (a response queued: the body is never read nor 100 Continue sent).
+ * add_headers: NULL, or more headers on every response (CORS), after
+ * X-Request-Id. */
 typedef struct http_hooks {
     int (*handle)(http_req *hr);
+    int (*head)(http_req *hr);
     void (*add_headers)(http_req *hr, struct MHD_Response *resp);
 } http_hooks;
 

@@ -658,9 +658,42 @@ static int metrics_port_dispatch(http_req *hr)
     return errors_reply(hr, ERR_NOT_FOUND, msg);
 }
 
+/* The key of a request on a keyed route: 1 when valid (hr->key_id set),
+ * else what sending the 401 gave. */
+static int check_key(http_req *hr)
+{
+    /* Authorization: Bearer KEY, or Anthropic's x-api-key: KEY */
+    const auth_keys *keys = &hr->srv->keys;
+    const char *bearer = http_header(hr, "Authorization");
+    hr->key_id = bearer ? auth_check(keys, bearer) : auth_check_key(keys, http_header(hr, "x-api-key"));
+    return hr->key_id ? 1 : send_unauthorized(hr);
+}
+
+int routes_head(http_req *hr)
+{
+    const auth_keys *keys = &hr->srv->keys;
+    if (hr->metrics_port || !keys->n || auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public))
+        return 1;
+    if (!strcmp(hr->method, "OPTIONS") && cors_enabled(hr->srv))
+        return 1;   /* perhaps a preflight, answered without a key once read (routes_dispatch) */
+    return check_key(hr);
+}
+
 int routes_dispatch(http_req *hr)
 {
     const auth_keys *keys = &hr->srv->keys;
+    if (hr->framing) {
+        static const char *const why[] = {
+            [HTTP_FRAMING_CL_DIFFER] = "Content-Length is repeated with different values: the body's length is "
+                                       "ambiguous (RFC 9112 6.3); the connection is closed",
+            [HTTP_FRAMING_TE_CL] = "Transfer-Encoding and Content-Length together: the body's length is ambiguous "
+                                   "(RFC 9112 6.3); the connection is closed",
+            [HTTP_FRAMING_TE_CODING] = "the only transfer coding implemented is a lone Transfer-Encoding: chunked; "
+                                       "the connection is closed",
+        };
+        return errors_reply(hr, hr->framing == HTTP_FRAMING_TE_CODING ? ERR_NOT_IMPLEMENTED : ERR_BAD_JSON,
+                            why[hr->framing]);
+    }
     if (hr->metrics_port && !hr->body_oom && !hr->head_too_large)
         return metrics_port_dispatch(hr);
     if (hr->body_oom)
@@ -675,11 +708,9 @@ int routes_dispatch(http_req *hr)
     if (pf <= 0)
         return pf;
     if (keys->n && !auth_open_path(hr->method, hr->path, hr->srv->cfg->metrics_public)) {
-        /* Authorization: Bearer KEY, or Anthropic's x-api-key: KEY */
-        const char *bearer = http_header(hr, "Authorization");
-        hr->key_id = bearer ? auth_check(keys, bearer) : auth_check_key(keys, http_header(hr, "x-api-key"));
-        if (!hr->key_id)
-            return send_unauthorized(hr);
+        int k = check_key(hr);
+        if (k != 1)
+            return k;
     }
     const char *method = !strcmp(hr->method, "HEAD") ? "GET" : hr->method;
     char allow[64] = "";

@@ -311,7 +311,7 @@ int serve_main(int argc, char **argv)
     }
 
     /* HTTP first, so /health and /ready answer while the model loads */
-    const http_hooks hooks = {.handle = routes_dispatch, .add_headers = cors_add_headers};
+    const http_hooks hooks = {.handle = routes_dispatch, .head = routes_head, .add_headers = cors_add_headers};
     if (http_start(&srv, &hooks, err, sizeof(err))) {
         log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         goto out_metrics;

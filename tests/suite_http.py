@@ -3064,6 +3064,180 @@ def test_slow_clients(model):
         srv.stop()
 
 
+def raw_exchange(port, data, wait=3.0):
+    """Sends data on one fresh connection and reads until the server closes
+    it (or wait s pass): (every byte answered, closed by the server)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        s.sendall(data)
+        got, closed, t0 = b"", False, time.time()
+        while time.time() - t0 < wait:
+            s.settimeout(max(0.05, wait - (time.time() - t0)))
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                closed = True
+                break
+            if not b:
+                closed = True
+                break
+            got += b
+        return got, closed
+    finally:
+        s.close()
+
+
+def http_responses(data):
+    """The (status, headers, body) of each HTTP/1.1 response in data, parsed
+    by the status line, header block and Content-Length (RFC 9112)."""
+    out = []
+    while data:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if not sep:
+            break
+        lines = head.decode("latin-1").split("\r\n")
+        hdrs = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            hdrs[k.strip().lower()] = v.strip()
+        n = int(hdrs.get("content-length", "0"))
+        out.append((int(lines[0].split()[1]), hdrs, rest[:n]))
+        data = rest[n:]
+    return out
+
+
+def test_http_framing(model):
+    """RFC 9112 6.3 framing, tried as a smuggler would, on raw sockets: each
+    ambiguous or unsupported framing gets its status with a JSON message,
+    the connection is closed, and a request pipelined after the body (a
+    GET /info) is never answered. A well-framed pair on one connection is
+    answered twice (the control: pipelining itself works)."""
+    srv = Server("framing", model, "-t", "1")
+    try:
+        body = b'{"inputs":"Hi","parameters":{"max_new_tokens":1}}'
+        smuggled = b"GET /info HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        ok, closed = raw_exchange(srv.port, head + b"Content-Length: %d\r\n\r\n%s" % (len(body), body) + smuggled)
+        r = http_responses(ok)
+        check("control: a well-framed POST and a pipelined GET /info on one connection are both answered",
+              [x[0] for x in r] == [200, 200] and not closed, f"{[x[0] for x in r]} closed={closed}")
+        ok, _ = raw_exchange(srv.port, head + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n%s" %
+                             (len(body), len(body), body) + smuggled)
+        r = http_responses(ok)
+        check("the same Content-Length twice is one length (RFC 9110 8.6): answered, then the pipelined request",
+              [x[0] for x in r] == [200, 200], f"{[x[0] for x in r]}")
+        cases = [
+            ("two different Content-Length headers", 400,
+             head + b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n%s" % (len(body), body) + smuggled),
+            ("the same, shorter one first", 400,
+             head + b"Content-Length: 5\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body) + smuggled),
+            ("Transfer-Encoding: chunked with Content-Length (TE.CL)", 400,
+             head + b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n" + chunked + smuggled),
+            ("Content-Length then Transfer-Encoding: chunked (CL.TE)", 400,
+             head + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(chunked) + chunked + smuggled),
+            ("Transfer-Encoding: gzip", 501,
+             head + b"Transfer-Encoding: gzip\r\n\r\n" + chunked + smuggled),
+            ("Transfer-Encoding: chunked, gzip", 501,
+             head + b"Transfer-Encoding: chunked, gzip\r\n\r\n" + chunked + smuggled),
+            ("Transfer-Encoding: identity", 501,
+             head + b"Transfer-Encoding: identity\r\n\r\n" + chunked + smuggled),
+            ("two Transfer-Encoding headers (chunked, then gzip)", 501,
+             head + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n" + chunked + smuggled),
+        ]
+        for name, want, data in cases:
+            got, closed = raw_exchange(srv.port, data)
+            r = http_responses(got)
+            st = r[0][0] if r else None
+            try:
+                msg = json.loads(r[0][2]).get("error", "") if r else ""
+            except ValueError:
+                msg = None
+            check(f"{name}: {want} with a JSON message, Connection: close, the connection closed, "
+                  f"the pipelined GET /info not answered",
+                  st == want and isinstance(msg, str) and msg and len(r) == 1 and closed
+                  and r[0][1].get("connection", "").lower() == "close",
+                  f"statuses {[x[0] for x in r]} closed={closed} msg={msg!r} hdrs={r[0][1] if r else None}")
+        got, _ = raw_exchange(srv.port, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked + smuggled)
+        r = http_responses(got)
+        check("a lone Transfer-Encoding: chunked body is read (and the pipelined request then answered)",
+              [x[0] for x in r] == [200, 200], f"{[x[0] for x in r]}")
+        st, _, _ = srv.req("GET", "/health")
+        check("the server serves on after the framing probes", st == 200, f"{st}")
+    finally:
+        srv.stop()
+
+
+def test_auth_before_body(model):
+    """With --api-key, a keyless request is refused on its headers: a 2 MB
+    body announced with Expect: 100-continue gets the 401 and never a 100
+    Continue, and 50 such requests sending their whole bodies at once do
+    not grow the server's peak RSS (VmHWM, /proc) by 20 MB; the open paths
+    and a keyed body still work."""
+    key = "k-" + "x" * 30
+    srv = Server("auth-head", model, "-t", "1", "--api-key", key, "--max-body", "8M")
+    try:
+        def vm_kb(field):
+            with open(f"/proc/{srv.proc.pid}/status") as f:
+                for ln in f:
+                    if ln.startswith(field + ":"):
+                        return int(ln.split()[1])
+            return 0
+        size = 2 * 1024 * 1024
+        head = (b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n" % size)
+        got, closed = raw_exchange(srv.port, head, wait=3)
+        r = http_responses(got)
+        check("a keyless 2 MB body with Expect: 100-continue: a 401 and no 100 Continue, before any body byte",
+              [x[0] for x in r] == [401] and b"100 Continue" not in got and closed,
+              f"{got[:200]!r} closed={closed}")
+        # 50 connections at once, each sending its whole 2 MB: read first, they
+        # would be 100 MB held together; the peak RSS (VmHWM) says if they were
+        hwm0 = vm_kb("VmHWM")
+        payload = b"{" + b" " * (size - 2) + b"}"
+        statuses = [None] * 50
+
+        def one(i):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            try:
+                s.sendall(head.replace(b"Expect: 100-continue\r\n", b""))
+                try:
+                    s.sendall(payload)   # the server may close before taking it all
+                except OSError:
+                    pass
+                data = b""
+                try:
+                    while True:
+                        b = s.recv(65536)
+                        if not b:
+                            break
+                        data += b
+                except OSError:
+                    pass
+                r = http_responses(data)
+                statuses[i] = r[0][0] if r else None
+            finally:
+                s.close()
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(50)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        grown = (vm_kb("VmHWM") - hwm0) / 1024
+        check("50 keyless 2 MB bodies at once: every one a 401, peak RSS grew < 20 MB",
+              statuses == [401] * 50 and grown < 20, f"statuses {set(statuses)} peak grew {grown:.1f} MB")
+        st, _, _ = srv.req("GET", "/health")
+        st2, _, _ = srv.req("POST", "/generate", {"inputs": "Hi", "parameters": {"max_new_tokens": 1}},
+                            {"Authorization": f"Bearer {key}"})
+        st3, _, _ = srv.req("POST", "/generate", {"inputs": "Hi"})
+        check("with a key the body is read (200); /health stays open; a keyless small body is a 401",
+              (st, st2, st3) == (200, 200, 401), f"{st} {st2} {st3}")
+    finally:
+        srv.stop()
+
+
 def test_structured_output(srv):
     """Constrained decoding: every output of 41 JSON Schemas sampled at
     temperature 1 with 5 seeds validates under ajv (tests/grammar), ajv
@@ -3800,6 +3974,8 @@ def main(argv=None):
             ("test_stats_per_key", lambda: test_stats_per_key(model)),
             ("test_overload_recovers", lambda: test_overload_recovers(model)),
             ("test_slow_clients", lambda: test_slow_clients(model)),
+            ("test_http_framing", lambda: test_http_framing(model)),
+            ("test_auth_before_body", lambda: test_auth_before_body(model)),
             ("test_request_limits", lambda: test_request_limits(model)),
             ("test_llama31_tools", test_llama31_tools),
             ("test_anthropic_api", lambda: test_anthropic_api(model)),
