@@ -46,7 +46,7 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpoi
            -Wformat=2 -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(CHECKFLAGS) $(WARN) -fopenmp -pthread -MMD -MP $(INC) $(BLAS_INC) $(SANFLAGS)
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
-LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lm
+LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lzmq -lm
 
 # the library every binary links: the engine and the rooms beside it (the
 # grammar library, the batching runtime, the planner; docs/architecture.md 2)
