@@ -32,7 +32,7 @@
 
 #include "fault.h"
 #include "msgpack.h"
-#include "prefix.h"
+#include "scheduler.h"    /* prefix.h's events, by the one runtime header server/ includes */
 
 enum { MAX_BATCH = 256, DEFAULT_QUEUE = 4096 };
 #define MAX_QUEUED_BYTES ((size_t)64 << 20)     /* the queue's hashes and token ids at most */

@@ -10,7 +10,7 @@
  * (topic, 8-byte big-endian sequence number, msgpack payload); the payload
  * is the msgspec array_like form of KVEventBatch, [ts, [events], dp_rank],
  * each event an array whose first item is its tag ("BlockStored", ...).
- * ref: docs/serving.md 7.3 (KV events).
+ * ref: docs/serving.md 16.1 (KV events).
  */
 #ifndef HYSERVE_KVEVENTS_H
 #define HYSERVE_KVEVENTS_H
@@ -47,7 +47,7 @@ void kvev_free(kvev *k);
  * Never blocks: a full queue drops. Scheduler thread only. */
 void kvev_sink(void *ctx, int event, const char *salt, int owner, const int32_t *tokens, int n_tokens);
 void kvev_get_stats(kvev *k, kvev_stats *st);
-/* The chained hash of a block (docs/serving.md 7.3): FNV-1a 64 over the
+/* The chained hash of a block (docs/serving.md 16.1): FNV-1a 64 over the
  * parent's 8 bytes, then each token id's 4 bytes, little-endian; the first
  * block's parent is kvev_seed(salt, owner). 0 is taken as 1. */
 uint64_t kvev_block_hash(uint64_t parent, const int32_t *tokens, int n);
