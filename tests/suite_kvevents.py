@@ -289,9 +289,45 @@ def test_reset(srv, sub):
           first is not None and first[2] is None and first[3][:BLOCK] == ids[:BLOCK], first and first[:3])
 
 
+def test_connect_and_bad_endpoint():
+    """--kv-events tcp://HOST:PORT connects (to a collector that binds), as vLLM's publisher does;
+    an endpoint ZMQ cannot use stops the server at start with a message, not later."""
+    zport = hs.free_port()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.SUB)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.bind(f"tcp://127.0.0.1:{zport}")
+    srv = None
+    try:
+        srv = hs.Server("kvevents-connect", MODEL, "--kv-events", f"tcp://127.0.0.1:{zport}", "--prefix-cache", "on",
+                        "-t", "2")
+        time.sleep(0.5)
+        ids = tokenize(srv, CONVERSATIONS[2][0])
+        complete(srv, ids, 4)
+        got = None
+        if sock.poll(5000):
+            got = sock.recv_multipart()
+        ev = msgpack.unpackb(got[2], raw=False)[1][0] if got and len(got) == 3 else None
+        check("connected to a binding subscriber, the first message is sequence 0 with the prompt's first block",
+              ev is not None and int.from_bytes(got[1], "big") == 0 and ev[0] == "BlockStored" and ev[2] is None
+              and ev[3][:ev[4]] == ids[:ev[4]], got and got[:2])
+    finally:
+        if srv:
+            srv.stop()
+            hs.check_server_logs([srv])
+        sock.close(0)
+        ctx.term()
+    r = hs.run([hs.HYSERVE, "serve", "--config", "/dev/null", "-m", MODEL, "--host", "127.0.0.1", "--port",
+                str(hs.free_port()), "--kv-events", "nonsense://x"])
+    out = (r.stdout + r.stderr).decode("utf-8", "replace")
+    check("a bad --kv-events endpoint: the server exits non-zero at start, naming it",
+          r.returncode != 0 and "--kv-events nonsense://x" in out, (r.returncode, out[-300:]))
+
+
 def main():
     os.makedirs(TMP, exist_ok=True)
-    names = ["test_conversations", "test_repeat_stores_nothing", "test_counts", "test_reset"]
+    names = ["test_conversations", "test_repeat_stores_nothing", "test_counts", "test_reset",
+             "test_connect_and_bad_endpoint"]
     chosen = hs.select(sys.argv[1:], names, "kvevents")
     if zmq is None:
         print(f"skip - kvevents: python3-zmq or python3-msgpack is missing ({MISSING})")
@@ -306,7 +342,7 @@ def main():
         sub = Subscriber(f"tcp://127.0.0.1:{zport}")
         time.sleep(0.5)     # the subscription reaches the publisher before the first event
         for n in names:
-            if n not in chosen:
+            if n not in chosen or n == "test_connect_and_bad_endpoint":
                 continue
             try:
                 globals()[n](srv, sub)
@@ -321,6 +357,11 @@ def main():
         if srv:
             srv.stop()
             hs.check_server_logs([srv])
+    if "test_connect_and_bad_endpoint" in chosen:
+        try:
+            test_connect_and_bad_endpoint()
+        except Exception as e:   # noqa: BLE001
+            check("test_connect_and_bad_endpoint ran without an exception", False, repr(e))
     print(f"kvevents: {hs.passed} passed, {hs.failed} failed, 0 skipped")
     return 1 if hs.failed else 0
 
