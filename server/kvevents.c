@@ -34,8 +34,9 @@
 #include "msgpack.h"
 #include "scheduler.h"    /* prefix.h's events, by the one runtime header server/ includes */
 
-enum { MAX_BATCH = 256, DEFAULT_QUEUE = 4096 };
+enum { MAX_BATCH = 256, DEFAULT_QUEUE = 4096, DEFAULT_REPLAY = 1000 };
 #define MAX_QUEUED_BYTES ((size_t)64 << 20)     /* the queue's hashes and token ids at most */
+#define MAX_KEPT_BYTES ((size_t)64 << 20)       /* the replay buffer's payloads at most */
 #define MEDIUM "CPU"                            /* vLLM's MEDIUM_CPU: the cache lives in host memory */
 
 /* One queued event, in one allocation: hashes and tokens follow it. */
@@ -50,6 +51,13 @@ typedef struct kv_item {
     size_t bytes;               /* of the allocation */
 } kv_item;
 
+/* A message kept for the replay socket: its sequence number and payload. */
+typedef struct replay_msg {
+    uint64_t seq;
+    uint8_t *data;              /* [len] */
+    size_t len;
+} replay_msg;
+
 /* Which blocks the store holds: hash -> entries holding it, open
  * addressing with linear probing, key 0 empty (no hash is 0). Owned by the
  * scheduler thread (kvev_sink). */
@@ -63,6 +71,10 @@ struct kvev {
     kvev_params p;
     char *endpoint, *topic, *kind;  /* copies of p's strings */
     void *ctx, *sock;           /* the ZMQ context and the PUB socket: the publisher thread's */
+    void *replay;               /* the ROUTER socket of --kv-events-replay, NULL without; the publisher thread's */
+    replay_msg *kept;           /* [p.replay_batches] the last messages sent, oldest at kept_head */
+    int kept_head, n_kept;
+    size_t kept_bytes;
     pthread_t thread;
     pthread_mutex_t mu;         /* guards the queue and stop */
     pthread_cond_t cv;
@@ -386,16 +398,90 @@ static void encode_event(mp_buf *b, const kvev *k, const kv_item *it)
     }
 }
 
+static void put_be64(uint8_t be[8], uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        be[i] = (uint8_t)(v >> (8 * (7 - i)));
+}
+
 /* Send one message of frames topic, seq, payload; 0 when sent. */
 static int send_batch(kvev *k, uint64_t seq, const mp_buf *b)
 {
     uint8_t be[8];
-    for (int i = 0; i < 8; i++)
-        be[i] = (uint8_t)(seq >> (8 * (7 - i)));
+    put_be64(be, seq);
     if (zmq_send(k->sock, k->topic, strlen(k->topic), ZMQ_SNDMORE) < 0 ||
         zmq_send(k->sock, be, sizeof be, ZMQ_SNDMORE) < 0 || zmq_send(k->sock, b->data, b->len, 0) < 0)
         return -1;
     return 0;
+}
+
+/* Keep a sent message for the replay socket, the oldest going past the count or the bytes. */
+static void keep_sent(kvev *k, uint64_t seq, const mp_buf *b)
+{
+    const int cap = k->p.replay_batches;
+    while (k->n_kept > 0 && (k->n_kept == cap || k->kept_bytes + b->len > MAX_KEPT_BYTES)) {
+        replay_msg *o = &k->kept[k->kept_head];
+        k->kept_bytes -= o->len;
+        free(o->data);
+        o->data = NULL;
+        k->kept_head = (k->kept_head + 1) % cap;
+        k->n_kept--;
+    }
+    uint8_t *d = FAULT_OR(malloc(b->len ? b->len : 1));
+    if (!d || b->len > MAX_KEPT_BYTES) {
+        free(d);
+        return;                         /* not replayable; the live message went out */
+    }
+    memcpy(d, b->data, b->len);
+    k->kept[(k->kept_head + k->n_kept) % cap] = (replay_msg){ .seq = seq, .data = d, .len = b->len };
+    k->n_kept++;
+    k->kept_bytes += b->len;
+}
+
+/* Answer the replay requests waiting: a request is [identity, "", start_seq as 8 bytes big-endian];
+ * the answer one message [identity, "", seq, payload] per kept message from start_seq on, then
+ * [identity, "", -1 as 8 bytes, ""] (vLLM's ZmqEventPublisher). Other requests are ignored. */
+static void serve_replay(kvev *k)
+{
+    for (;;) {
+        uint8_t id[256], delim[8], start[16];
+        const int n_id = zmq_recv(k->replay, id, sizeof id, ZMQ_DONTWAIT);
+        if (n_id < 0)
+            return;
+        int more = 0, parts = 1, n_delim = -1, n_start = -1;
+        size_t ml = sizeof more;
+        zmq_getsockopt(k->replay, ZMQ_RCVMORE, &more, &ml);
+        while (more) {                  /* read the request whole, whatever its shape */
+            uint8_t junk[16];
+            const int n = zmq_recv(k->replay, parts == 1 ? delim : parts == 2 ? start : junk,
+                                   parts == 1 ? sizeof delim : parts == 2 ? sizeof start : sizeof junk, 0);
+            if (parts == 1)
+                n_delim = n;
+            else if (parts == 2)
+                n_start = n;
+            parts++;
+            zmq_getsockopt(k->replay, ZMQ_RCVMORE, &more, &ml);
+        }
+        if (parts != 3 || n_delim != 0 || n_start != 8 || n_id > (int)sizeof id)
+            continue;
+        uint64_t from = 0;
+        for (int i = 0; i < 8; i++)
+            from = from << 8 | start[i];
+        uint8_t be[8];
+        for (int i = 0; i < k->n_kept; i++) {
+            const replay_msg *m = &k->kept[(k->kept_head + i) % k->p.replay_batches];
+            if (m->seq < from)
+                continue;
+            put_be64(be, m->seq);
+            if (zmq_send(k->replay, id, (size_t)n_id, ZMQ_SNDMORE) < 0 || zmq_send(k->replay, "", 0, ZMQ_SNDMORE) < 0 ||
+                zmq_send(k->replay, be, sizeof be, ZMQ_SNDMORE) < 0 || zmq_send(k->replay, m->data, m->len, 0) < 0)
+                break;
+        }
+        put_be64(be, UINT64_MAX);       /* -1 as a signed 64-bit number */
+        if (zmq_send(k->replay, id, (size_t)n_id, ZMQ_SNDMORE) >= 0 && zmq_send(k->replay, "", 0, ZMQ_SNDMORE) >= 0 &&
+            zmq_send(k->replay, be, sizeof be, ZMQ_SNDMORE) >= 0)
+            zmq_send(k->replay, "", 0, 0);
+    }
 }
 
 static void *publisher_main(void *arg)
@@ -406,8 +492,18 @@ static void *publisher_main(void *arg)
     mp_init(&b);
     for (;;) {
         pthread_mutex_lock(&k->mu);
-        while (k->count == 0 && !k->stop)
-            pthread_cond_wait(&k->cv, &k->mu);
+        while (k->count == 0 && !k->stop) {
+            if (!k->replay) {
+                pthread_cond_wait(&k->cv, &k->mu);
+                continue;
+            }
+            /* with a replay socket, look at it every 20 ms while idle */
+            pthread_mutex_unlock(&k->mu);
+            zmq_pollitem_t pi = { .socket = k->replay, .events = ZMQ_POLLIN };
+            if (zmq_poll(&pi, 1, 20) > 0)
+                serve_replay(k);
+            pthread_mutex_lock(&k->mu);
+        }
         if (k->count == 0 && k->stop) {
             pthread_mutex_unlock(&k->mu);
             break;
@@ -433,6 +529,8 @@ static void *publisher_main(void *arg)
         mp_nil(&b);                     /* data_parallel_rank: one engine */
         const uint64_t seq = atomic_load(&k->batches);
         if (!b.failed && send_batch(k, seq, &b) == 0) {
+            if (k->replay)
+                keep_sent(k, seq, &b);
             atomic_store(&k->batches, seq + 1);
             atomic_fetch_add(&k->published, (uint64_t)n);
         } else {
@@ -440,6 +538,8 @@ static void *publisher_main(void *arg)
         }
         for (int i = 0; i < n; i++)
             free(batch[i]);
+        if (k->replay)
+            serve_replay(k);            /* under a steady stream too */
     }
     mp_deinit(&b);
     return NULL;
@@ -490,6 +590,22 @@ kvev *kvev_new(const kvev_params *p, char *err, size_t errlen)
                  zmq_strerror(zmq_errno()));
         goto out_free;
     }
+    if (p->replay_endpoint && p->replay_endpoint[0]) {
+        if (k->p.replay_batches <= 0)
+            k->p.replay_batches = DEFAULT_REPLAY;
+        k->kept = FAULT_OR(calloc((size_t)k->p.replay_batches, sizeof *k->kept));
+        k->replay = k->kept ? zmq_socket(k->ctx, ZMQ_ROUTER) : NULL;
+        if (!k->replay) {
+            snprintf(err, errlen, "--kv-events-replay: %s", k->kept ? zmq_strerror(zmq_errno()) : "out of memory");
+            goto out_free;
+        }
+        zmq_setsockopt(k->replay, ZMQ_LINGER, &linger, sizeof linger);
+        if (zmq_bind(k->replay, p->replay_endpoint) != 0) {
+            snprintf(err, errlen, "--kv-events-replay %s: cannot bind: %s", p->replay_endpoint,
+                     zmq_strerror(zmq_errno()));
+            goto out_free;
+        }
+    }
     if (pthread_create(&k->thread, NULL, publisher_main, k) != 0) {
         snprintf(err, errlen, "cannot start the KV event thread");
         goto out_free;
@@ -497,6 +613,9 @@ kvev *kvev_new(const kvev_params *p, char *err, size_t errlen)
     return k;
 
 out_free:
+    if (k->replay)
+        zmq_close(k->replay);
+    free(k->kept);
     if (k->sock)
         zmq_close(k->sock);
     if (k->ctx)
@@ -520,6 +639,11 @@ void kvev_free(kvev *k)
     pthread_cond_signal(&k->cv);
     pthread_mutex_unlock(&k->mu);
     pthread_join(k->thread, NULL);      /* it sends what was queued first */
+    if (k->replay)
+        zmq_close(k->replay);
+    for (int i = 0; i < k->n_kept; i++)
+        free(k->kept[(k->kept_head + i) % k->p.replay_batches].data);
+    free(k->kept);
     zmq_close(k->sock);
     zmq_ctx_term(k->ctx);
     pthread_cond_destroy(&k->cv);

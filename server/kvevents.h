@@ -1,7 +1,8 @@
 /* kvevents.h - the prefix store's blocks published as vLLM's KV events.
  *
- * Owns: the ZMQ PUB socket of --kv-events and the thread that alone uses
- * it; the bounded queue between the prefix store's sink (scheduler thread)
+ * Owns: the ZMQ PUB socket of --kv-events (and the ROUTER socket of
+ * --kv-events-replay, with the last messages sent) and the thread that alone uses
+ * them; the bounded queue between the prefix store's sink (scheduler thread)
  * and that thread; the chained block hashes and which blocks the store
  * holds (a count per hash), so BlockStored and BlockRemoved describe
  * blocks, not entries; the counters behind /metrics and /stats.
@@ -26,6 +27,8 @@ typedef struct kvev_params {
     int block_tokens;           /* tokens per block: the KV page size */
     const char *kind;           /* kv_cache_spec_kind of group 0: "full_attention" or "mla_attention" */
     int max_queue;              /* events waiting at most (<= 0: 4096); more are dropped and counted */
+    const char *replay_endpoint; /* a ROUTER socket bound here answers replay requests; NULL or "": none */
+    int replay_batches;         /* the last messages it keeps (<= 0: 1000; at most 64 MiB of them) */
 } kvev_params;
 
 /* Counters, read from any thread. */

@@ -215,13 +215,15 @@ static int start_kv_events(server *srv, const server_config *cfg, sched_params *
         .topic = topic,
         .block_tokens = in->page_tokens,
         .kind = in->n_attn_layers > 0 ? "full_attention" : in->n_mla_layers > 0 ? "mla_attention" : "mamba",
+        .replay_endpoint = cfg->kv_events_replay,
     };
     srv->kv_events = kvev_new(&kp, err, errlen);
     if (!srv->kv_events)
         return -1;
     sp->prefix_sink = (prefix_sink){ .fn = kvev_sink, .ctx = srv->kv_events };
-    log_msg(LOG_INFO, "hyserve: KV events on %s, topic %s, blocks of %d tokens%s\n", cfg->kv_events, topic,
-            in->page_tokens, sp->prefix_cache ? "" : " (none will come: --prefix-cache off)");
+    log_msg(LOG_INFO, "hyserve: KV events on %s%s%s, topic %s, blocks of %d tokens%s\n", cfg->kv_events,
+            cfg->kv_events_replay[0] ? ", replay on " : "", cfg->kv_events_replay, topic, in->page_tokens,
+            sp->prefix_cache ? "" : " (none will come: --prefix-cache off)");
     return 0;
 }
 
@@ -429,6 +431,11 @@ int serve_main(int argc, char **argv)
     sp.prefix_budget_bytes = cfg.prefix_cache_mem;
     sp.prefix_snap_interval = cfg.prefix_snap_interval;
     sp.grammar_cache_bytes = (size_t)cfg.grammar_cache_mem;
+    if (cfg.kv_events_replay[0] && !cfg.kv_events[0]) {
+        atomic_store(&srv.state, SERVER_FAILED);
+        log_msg(LOG_ERROR, "hyserve: serve: --kv-events-replay needs --kv-events\n");
+        goto out_engine;
+    }
     if (cfg.kv_events[0] && start_kv_events(&srv, &cfg, &sp, err, sizeof err) != 0) {
         atomic_store(&srv.state, SERVER_FAILED);
         log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);

