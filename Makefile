@@ -46,7 +46,7 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpoi
            -Wformat=2 -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(CHECKFLAGS) $(WARN) -fopenmp -pthread -MMD -MP $(INC) $(BLAS_INC) $(SANFLAGS)
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
-LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lm
+LDLIBS  += -lopenblas -lmicrohttpd -lcjson -lzmq -lm
 
 # the library every binary links: the engine and the rooms beside it (the
 # grammar library, the batching runtime, the planner; docs/architecture.md 2)
@@ -80,7 +80,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -172,6 +172,9 @@ test-memory: all ## cache memory tests on a live server; K=PATTERN picks by name
 
 test-gateway: all ## the inference gateway protocol: metrics listener, scrapes under load, render routes (tests/suite_gateway.py)
 	@$(TESTENV) sh tests/suite_gateway.sh $(if $(K),-k '$(K)')
+
+test-kvevents: all ## KV events over ZMQ decoded by an independent subscriber (tests/suite_kvevents.py); K=PATTERN
+	@$(TESTENV) sh tests/suite_kvevents.sh $(if $(K),-k '$(K)')
 
 test-families: all ## every hybrid family served (tests/suite_families.py); K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_families.sh $(if $(K),-k '$(K)')

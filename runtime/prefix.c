@@ -304,9 +304,17 @@ static int lru_index(const prefix_store *ps, const prefix_entry *keep)
     return v;
 }
 
+/* Tell the sink of x (PREFIX_EV_STORED or PREFIX_EV_REMOVED). */
+static void entry_notify(const prefix_store *ps, int event, const prefix_entry *x)
+{
+    if (ps->p.sink.fn)
+        ps->p.sink.fn(ps->p.sink.ctx, event, x->salt, x->owner, x->tokens, x->n_tokens);
+}
+
 static void evict_at(prefix_store *ps, int i)
 {
     prefix_entry *x = entry_unlink(ps, i);
+    entry_notify(ps, PREFIX_EV_REMOVED, x);
     const int k = x->n_tokens < HEAD_TOKENS ? x->n_tokens : HEAD_TOKENS;
     ps->evicted[ps->n_evicted] = (evicted_mark){ head_hash(x->salt, x->owner, x->tokens, k), k };
     ps->n_evicted = (ps->n_evicted + 1) % N_EVICTED;
@@ -330,6 +338,8 @@ prefix_cleared prefix_clear(prefix_store *ps)
     engine_get_pool_usage(ps->e, &before);
     while (ps->n > 0)
         entry_free(ps, entry_unlink(ps, ps->n - 1));
+    if (ps->p.sink.fn)
+        ps->p.sink.fn(ps->p.sink.ctx, PREFIX_EV_CLEARED, NULL, 0, NULL, 0);
     engine_get_pool_usage(ps->e, &after);
     c.pool_freed_bytes = before.reserved_bytes - after.reserved_bytes;
     return c;
@@ -388,6 +398,8 @@ void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t 
     }
     n_snaps = 0;
     x->last_used = ++ps->clock;
+    /* told before the merge, so blocks the merged entries share stay held throughout */
+    entry_notify(ps, PREFIX_EV_STORED, x);
     /* merge with entries of the same salt that one of the two extends */
     for (int i = ps->n - 1; i >= 0; i--) {
         prefix_entry *y = ps->entries[i];
@@ -398,9 +410,11 @@ void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t 
             continue;
         if (y->n_tokens >= x->n_tokens) {       /* x adds nothing but snapshots: keep y */
             y = entry_unlink(ps, i);
+            entry_notify(ps, PREFIX_EV_REMOVED, x);
             entry_merge(ps, y, x);
             x = y;
         } else {
+            entry_notify(ps, PREFIX_EV_REMOVED, y);
             entry_merge(ps, x, entry_unlink(ps, i));
         }
         break;      /* entries of one salt never extend one another, so one merge at most */
@@ -408,6 +422,7 @@ void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t 
     prefix_entry **a = fault_grow(ps->entries, ps->n, &ps->cap, sizeof *a, 16);
     if (!a) {
         seq = -1;
+        entry_notify(ps, PREFIX_EV_REMOVED, x);    /* x: the kept entry, whichever it is */
         goto out_drop;
     }
     ps->entries = a;

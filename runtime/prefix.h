@@ -39,9 +39,26 @@ enum prefix_reason {
     PREFIX_N_REASONS
 };
 
+/* What the store tells its listener (the server's KV event publisher,
+ * server/kvevents.c) as entries come and go. */
+enum prefix_event {
+    PREFIX_EV_STORED = 0,       /* an entry of these tokens is kept (before it merges with one it extends) */
+    PREFIX_EV_REMOVED = 1,      /* an entry of these tokens is gone (evicted, merged into a longer one, dropped) */
+    PREFIX_EV_CLEARED = 2,      /* every entry is gone (prefix_clear); tokens NULL */
+};
+
+/* The listener: called on the scheduler thread, inside the store's calls,
+ * so it must neither block nor call the store. tokens are the entry's
+ * whole sequence, valid during the call only. NULL fn: none. */
+typedef struct prefix_sink {
+    void (*fn)(void *ctx, int event, const char *salt, int owner, const int32_t *tokens, int n_tokens);
+    void *ctx;
+} prefix_sink;
+
 typedef struct prefix_params {
     uint64_t budget_bytes;      /* the store's bytes at most (entries' KV pages, slots, snapshots) */
     int snap_interval;          /* a DeltaNet snapshot every this many prompt tokens; 0: none */
+    prefix_sink sink;           /* told of every entry stored and removed */
 } prefix_params;
 
 /* What a lookup found. */

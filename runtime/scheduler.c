@@ -180,6 +180,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->p.prefix_cache = p->prefix_cache;
         s->p.prefix_budget_bytes = p->prefix_budget_bytes;
         s->p.prefix_snap_interval = p->prefix_snap_interval > 0 ? p->prefix_snap_interval : 0;
+        s->p.prefix_sink = p->prefix_sink;
         s->p.max_unread_bytes = p->max_unread_bytes;
         s->p.grammar_cache_bytes = p->grammar_cache_bytes;
     }
@@ -214,7 +215,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     if (s->p.prefix_cache) {
         const uint64_t budget = s->info->cache_budget_bytes;
         prefix_params pp = { .budget_bytes = s->p.prefix_budget_bytes ? s->p.prefix_budget_bytes : budget / 4,
-                             .snap_interval = s->p.prefix_snap_interval };
+                             .snap_interval = s->p.prefix_snap_interval, .sink = s->p.prefix_sink };
         if (pp.budget_bytes > budget)
             pp.budget_bytes = budget;
         s->prefix = prefix_new(e, &pp);

@@ -110,6 +110,14 @@ static const opt_def OPTS[] = {
      "such as the inference gateway's endpoint picker (every other path 404 there; default 0: no such listener)"},
     {"metrics-host", 0, "HYSERVE_METRICS_HOST", OPT_STR, OFF(metrics_host), SZ(metrics_host), "ADDR",
      "address the --metrics-port listener binds (default: --host's)"},
+    {"kv-events", 0, "HYSERVE_KV_EVENTS", OPT_STR, OFF(kv_events), SZ(kv_events), "ENDPOINT",
+     "publish the prefix cache's blocks as vLLM's KV events (BlockStored, BlockRemoved, AllBlocksCleared) on "
+     "a ZMQ PUB socket, for a cache-aware router such as llm-d's precise prefix scorer: tcp://*:5557 binds, "
+     "tcp://HOST:PORT connects; topic kv@<POD_IP or --host>:<--port>@<model> (default off)"},
+    {"kv-events-replay", 0, "HYSERVE_KV_EVENTS_REPLAY", OPT_STR, OFF(kv_events_replay), SZ(kv_events_replay),
+     "ENDPOINT", "with --kv-events, bind a ZMQ ROUTER socket here (tcp://*:5558) that sends a subscriber who "
+     "missed messages the last 1000 again from the sequence number it asks for, as vLLM's replay socket "
+     "(default off)"},
     {"huge-pages", 0, "HYSERVE_HUGE_PAGES", OPT_BOOL, OFF(huge_weights), 0, NULL,
      "read the weights into 2 MiB transparent huge pages instead of serving them from the file "
      "mapping (default off)"},

@@ -54,6 +54,8 @@ typedef struct server_config {
     bool metrics_public;        /* /metrics and /stats answer without a key */
     int metrics_port;           /* a second listener for /metrics, /health, /live, /ready without a key; 0: none */
     char metrics_host[256];     /* its bind address, "": --host's */
+    char kv_events[256];        /* ZMQ endpoint of the KV events (kvevents.h), "": off */
+    char kv_events_replay[256]; /* ZMQ endpoint of their replay socket, "": none */
     double idle_timeout;        /* seconds a connection may take to send a whole request head (or idle between requests) */
     double request_timeout;     /* seconds a request body may take to arrive after its head */
     int max_conn_per_client;    /* open connections from one address, 0: no limit */

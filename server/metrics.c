@@ -15,6 +15,7 @@
 
 #include "fault.h"
 #include "chat.h"
+#include "kvevents.h"
 #include "metrics.h"
 #include "serve.h"
 
@@ -467,6 +468,13 @@ char *metrics_prometheus(server *srv)
     prom_counter(&s, "hyserve_cached_tokens_total", "prompt tokens served from a prefix cache",
                  (double)st.prefix.reused_tokens);
     prom_prefix_cache(&s, &st);
+    kvev_stats kvs;
+    kvev_get_stats(have ? srv->kv_events : NULL, &kvs);    /* zeros without --kv-events */
+    prom_counter(&s, "hyserve_kv_events_published_total", "KV events (BlockStored, BlockRemoved, AllBlocksCleared) "
+                 "sent on the --kv-events socket", (double)kvs.published);
+    prom_counter(&s, "hyserve_kv_events_dropped_total", "KV events dropped: the publisher's queue was full (or out "
+                 "of memory)", (double)kvs.dropped);
+    prom_gauge(&s, "hyserve_kv_events_queued", "KV events waiting for the publisher thread", kvs.queued);
     prom_grammar_cache(&s, &st.grammar);
     prom_counter(&s, "hyserve_preemptions_total", "requests preempted", 0);
     sb_printf(&s, "# HELP hyserve_rejected_total requests refused before admission\n"
@@ -852,6 +860,17 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(sp, "recurrent_blocks_taken_total", (double)st.pool.spare_blocks_taken);
     cJSON_AddNumberToObject(sp, "attn_kv_regions_taken_total", (double)st.pool.spare_regions_taken);
     prefix_cache_json(cJSON_AddObjectToObject(pools, "prefix_cache"), &st, in);
+    cJSON *kvo = cJSON_AddObjectToObject(o, "kv_events");
+    if (kvo) {
+        kvev_stats kvs;
+        kvev_get_stats(srv->kv_events, &kvs);
+        cJSON_AddBoolToObject(kvo, "enabled", srv->kv_events != NULL);
+        cJSON_AddNumberToObject(kvo, "published", (double)kvs.published);
+        cJSON_AddNumberToObject(kvo, "dropped", (double)kvs.dropped);
+        cJSON_AddNumberToObject(kvo, "next_sequence", (double)kvs.batches);
+        cJSON_AddNumberToObject(kvo, "queued", kvs.queued);
+        cJSON_AddNumberToObject(kvo, "blocks_held", (double)kvs.blocks_held);
+    }
 
     cJSON *gc = cJSON_AddObjectToObject(o, "grammar_cache");
     cJSON_AddNumberToObject(gc, "budget_bytes", (double)st.grammar.max_bytes);

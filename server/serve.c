@@ -25,6 +25,7 @@
 #include "config.h"
 #include "cors.h"
 #include "http.h"
+#include "kvevents.h"
 #include "log.h"
 #include "metrics.h"
 #include "presets.h"
@@ -190,6 +191,42 @@ static void wait_and_drain(server *srv, const sigset_t *set)
 /* The served names: the --served-model-name values (one per line, at
  * most SERVER_MAX_NAMES), else the model file's name without ".gguf"
  * (--synth: the preset's name, or its layout file's without ".json"). */
+/* --kv-events: the publisher, told of the prefix store's entries through
+ * sp's sink. Its topic names the pod as the gateway knows it: POD_IP (the
+ * Kubernetes downward API's usual name) or else --host, unless that is a
+ * wildcard (then the host name), with --port, and the served model name:
+ * kv@10.0.0.7:8080@default. 0, or -1 and err. */
+static int start_kv_events(server *srv, const server_config *cfg, sched_params *sp, char *err, size_t errlen)
+{
+    const char *pod = getenv("POD_IP");
+    char host[256];
+    if (pod && *pod)
+        snprintf(host, sizeof host, "%s", pod);
+    else if (cfg->host[0] && strcmp(cfg->host, "0.0.0.0") && strcmp(cfg->host, "::") && strcmp(cfg->host, "[::]"))
+        snprintf(host, sizeof host, "%s", cfg->host);
+    else if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    char topic[600];
+    snprintf(topic, sizeof topic, "kv@%s:%d@%s", host, cfg->port, server_model_name(srv));
+    const engine_info *in = srv->info;
+    const kvev_params kp = {
+        .endpoint = cfg->kv_events,
+        .topic = topic,
+        .block_tokens = in->page_tokens,
+        .kind = in->n_attn_layers > 0 ? "full_attention" : in->n_mla_layers > 0 ? "mla_attention" : "mamba",
+        .replay_endpoint = cfg->kv_events_replay,
+    };
+    srv->kv_events = kvev_new(&kp, err, errlen);
+    if (!srv->kv_events)
+        return -1;
+    sp->prefix_sink = (prefix_sink){ .fn = kvev_sink, .ctx = srv->kv_events };
+    log_msg(LOG_INFO, "hyserve: KV events on %s%s%s, topic %s, blocks of %d tokens%s\n", cfg->kv_events,
+            cfg->kv_events_replay[0] ? ", replay on " : "", cfg->kv_events_replay, topic, in->page_tokens,
+            sp->prefix_cache ? "" : " (none will come: --prefix-cache off)");
+    return 0;
+}
+
 static void set_model_names(server *srv, const server_config *cfg)
 {
     srv->n_model_names = 0;
@@ -394,6 +431,16 @@ int serve_main(int argc, char **argv)
     sp.prefix_budget_bytes = cfg.prefix_cache_mem;
     sp.prefix_snap_interval = cfg.prefix_snap_interval;
     sp.grammar_cache_bytes = (size_t)cfg.grammar_cache_mem;
+    if (cfg.kv_events_replay[0] && !cfg.kv_events[0]) {
+        atomic_store(&srv.state, SERVER_FAILED);
+        log_msg(LOG_ERROR, "hyserve: serve: --kv-events-replay needs --kv-events\n");
+        goto out_engine;
+    }
+    if (cfg.kv_events[0] && start_kv_events(&srv, &cfg, &sp, err, sizeof err) != 0) {
+        atomic_store(&srv.state, SERVER_FAILED);
+        log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
+        goto out_engine;
+    }
     srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
     if (!srv.sched || sched_start(srv.sched)) {
         atomic_store(&srv.state, SERVER_FAILED);
@@ -427,6 +474,8 @@ int serve_main(int argc, char **argv)
 out_engine:
     sched_free(srv.sched);
     srv.sched = NULL;
+    kvev_free(srv.kv_events);   /* after the store, whose last clear it publishes */
+    srv.kv_events = NULL;
     if (rc != 0)
         http_stop(&srv);
     engine_close(srv.eng);

@@ -25,6 +25,7 @@ enum server_state {
 
 typedef struct metrics metrics;
 typedef struct guard guard;
+typedef struct kvev kvev;
 struct MHD_Daemon;
 
 /* What the container's limits made of the defaults (serve.c), for /info
@@ -56,6 +57,7 @@ typedef struct server {
     struct MHD_Daemon *daemon;
     struct MHD_Daemon *metrics_daemon;  /* --metrics-port: /metrics and the probes, no key; NULL without */
     metrics *m;
+    kvev *kv_events;            /* --kv-events publisher, NULL without; written before SERVER_READY */
     double t_start;             /* monotonic seconds at start */
     time_t started_at;          /* wall clock at start */
     char replica[256];          /* --replica or the host name: X-Hyserve-Replica, /info */

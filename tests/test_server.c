@@ -2,7 +2,8 @@
  *
  * Config precedence and size parsing, container limits from fake cgroup
  * v1 and v2 trees, request validation, UTF-8 repair, the ChatML and
- * Llama 3 renderers. The scheduler under them has its own
+ * Llama 3 renderers, the MessagePack encoder's forms and the KV events'
+ * count of held blocks. The scheduler under them has its own
  * tests/test_scheduler.c; the HTTP surface itself is tested black-box by
  * tests/suite_http.sh.
  */
@@ -18,6 +19,9 @@
 #include "config.h"
 #include "engine.h"
 #include "json.h"
+#include "kvevents.h"
+#include "msgpack.h"
+#include "scheduler.h"
 #include "test.h"
 
 /* ---------------------------------------------------------------------- */
@@ -481,4 +485,111 @@ TEST(test_llama3_templates_render_headers_trimmed_content_and_the_cutoff_system_
     CHECK(strstr(out, "Today Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user") != NULL);
     free(out);
     free(data);
+}
+
+/* ---------------------------------------------------------------------- */
+/* msgpack and KV events                                                  */
+/* ---------------------------------------------------------------------- */
+
+static bool mp_is(const mp_buf *b, const char *hex)
+{
+    char got[256] = "";
+    for (size_t i = 0; i < b->len && 2 * i + 2 < sizeof got; i++)
+        snprintf(got + 2 * i, 3, "%02x", b->data[i]);
+    return !b->failed && !strcmp(got, hex);
+}
+
+/* The bytes are the MessagePack specification's forms, written out by hand. */
+TEST(test_msgpack_writes_the_smallest_form_the_spec_gives_each_value)
+{
+    mp_buf b;
+    mp_init(&b);
+    mp_nil(&b); mp_bool(&b, true); mp_bool(&b, false);
+    CHECK(mp_is(&b, "c0c3c2"));
+    mp_reset(&b);
+    mp_uint(&b, 0); mp_uint(&b, 127); mp_uint(&b, 128); mp_uint(&b, 255); mp_uint(&b, 256);
+    CHECK(mp_is(&b, "007fcc80ccffcd0100"));
+    mp_reset(&b);
+    mp_uint(&b, 65536); mp_uint(&b, 0xffffffffu); mp_uint(&b, 0x100000000ull);
+    CHECK(mp_is(&b, "ce00010000ceffffffffcf0000000100000000"));
+    mp_reset(&b);
+    mp_int(&b, -1); mp_int(&b, -32); mp_int(&b, -33); mp_int(&b, -129); mp_int(&b, -32769); mp_int(&b, INT64_MIN);
+    CHECK(mp_is(&b, "ffe0d0dfd1ff7fd2ffff7fffd38000000000000000"));
+    mp_reset(&b);
+    mp_f64(&b, 1.5);
+    CHECK(mp_is(&b, "cb3ff8000000000000"));
+    mp_reset(&b);
+    mp_cstr(&b, "BlockStored");
+    CHECK(mp_is(&b, "ab426c6f636b53746f726564"));
+    mp_reset(&b);
+    char s32[33];
+    memset(s32, 'a', 32);
+    s32[32] = 0;
+    mp_cstr(&b, s32);               /* past fixstr: str 8 */
+    CHECK(b.len == 34 && b.data[0] == 0xd9 && b.data[1] == 32);
+    mp_reset(&b);
+    mp_array(&b, 15); mp_array(&b, 16); mp_array(&b, 65536); mp_bin(&b, "\x01", 1);
+    CHECK(mp_is(&b, "9fdc0010dd00010000c40101"));
+    mp_deinit(&b);
+}
+
+/* Entries of random conversations stored and removed through the sink:
+ * /stats' blocks_held must be the distinct full blocks of the entries
+ * left, counted here by brute force over the chained hashes (enough
+ * blocks that the held map grows and deletes shift runs back). */
+TEST(test_kv_events_hold_a_block_while_any_entry_has_it)
+{
+    char err[256];
+    const kvev_params p = { .endpoint = "inproc://test-kvev", .topic = "kv@t:1@m", .block_tokens = 4,
+                            .kind = "full_attention", .max_queue = 1 << 16 };
+    kvev *k = kvev_new(&p, err, sizeof err);
+    CHECK_MSG(k != NULL, "%s", err);
+    enum { N_ENTRIES = 300, MAX_TOK = 64 };
+    static int32_t tok[N_ENTRIES][MAX_TOK];
+    int n_tok[N_ENTRIES];
+    bool live[N_ENTRIES] = { false };
+    uint64_t rng = 12345;
+    for (int e = 0; e < N_ENTRIES; e++) {
+        /* entries share prefixes: copy a random earlier one's head, then diverge */
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        const int from = e ? (int)((rng >> 33) % (uint64_t)e) : 0, keep = (int)((rng >> 20) % 40);
+        n_tok[e] = 8 + (int)((rng >> 40) % (MAX_TOK - 8));
+        for (int i = 0; i < n_tok[e]; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            tok[e][i] = e && i < keep && i < n_tok[from] ? tok[from][i] : (int32_t)(rng >> 50);
+        }
+    }
+    for (int step = 0; step < 3 * N_ENTRIES; step++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        const int e = (int)((rng >> 33) % N_ENTRIES);
+        kvev_sink(k, live[e] ? PREFIX_EV_REMOVED : PREFIX_EV_STORED, "", 0, tok[e], n_tok[e]);
+        live[e] = !live[e];
+        if (step % 50 != 49)
+            continue;
+        /* the distinct blocks of the live entries */
+        static uint64_t seen[N_ENTRIES * MAX_TOK / 4];
+        int n_seen = 0;
+        for (int x = 0; x < N_ENTRIES; x++) {
+            if (!live[x])
+                continue;
+            uint64_t h = kvev_seed("", 0);
+            for (int b = 0; b + 4 <= n_tok[x]; b += 4) {
+                h = kvev_block_hash(h, tok[x] + b, 4);
+                bool dup = false;
+                for (int j = 0; j < n_seen && !dup; j++)
+                    dup = seen[j] == h;
+                if (!dup)
+                    seen[n_seen++] = h;
+            }
+        }
+        kvev_stats st;
+        kvev_get_stats(k, &st);
+        CHECK_MSG(st.blocks_held == (uint64_t)n_seen, "step %d: %llu held, %d distinct", step,
+                  (unsigned long long)st.blocks_held, n_seen);
+    }
+    kvev_sink(k, PREFIX_EV_CLEARED, NULL, 0, NULL, 0);
+    kvev_stats st;
+    kvev_get_stats(k, &st);
+    CHECK(st.blocks_held == 0 && st.dropped == 0);
+    kvev_free(k);
 }

@@ -8,8 +8,8 @@
 #   all    that, and what the test suites need (default; `make` and `make test`;
 #          clang with its libFuzzer runtime and libomp build tests/fuzz/)
 set -e
-BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libopenblas-openmp-dev python3-minimal"
-TEST_PKGS="python3-numpy python3-yaml python3-prometheus-client curl nodejs npm unicode-data prometheus clang libclang-rt-dev libomp-dev"
+BUILD_PKGS="gcc make pkg-config libmicrohttpd-dev libcjson-dev libzmq3-dev libopenblas-openmp-dev python3-minimal"
+TEST_PKGS="python3-numpy python3-yaml python3-prometheus-client python3-zmq python3-msgpack curl nodejs npm unicode-data prometheus clang libclang-rt-dev libomp-dev"
 case "${1:-all}" in
 build) PKGS=$BUILD_PKGS ;;
 all) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
