@@ -42,6 +42,7 @@
 
 void sched_params_default(sched_params *p)
 {
+    *p = (sched_params){0};     /* every field not named below: off (the prefix sink among them) */
     p->max_queue = 64;
     p->queue_timeout_s = 30.0;
     p->prefill_chunk = 512;
