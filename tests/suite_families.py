@@ -388,7 +388,7 @@ def test_cache_bytes(f):
     prompt = text_of(30, f"bytes {tag}")
     n_prompt = f.n_tokens(prompt)
     rid = f"fam-bytes-{tag}"
-    c, r, it = open_stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {"max_new_tokens": LONG_NEW}}, rid)
+    c, r, it = open_stream(srv, "/generate_stream", {"inputs": prompt, "parameters": {"max_new_tokens": LONG_NEW, "ignore_eos": True}}, rid)
     live, metrics, still = None, "", False
     try:
         first = next(it, None)
