@@ -307,15 +307,23 @@ TEST(test_grammar_cached_mask_equals_the_byte_check_on_every_step)
     gram_vocab_free(v);
 }
 
+/* The toy vocabulary of the boolean tests and a matcher of {"type":"boolean"} over it */
+static const char *const BOOL_PIECES[] = {"<eos>", "true", "false", "t", "rue", "fa", "lse", " ", "x", "<|x|>"};
+static const toy_vocab BOOL_VOCAB = {BOOL_PIECES, 10};
+
+static gram_matcher *bool_matcher(gram_vocab *v)
+{
+    char err[256];
+    const char *src = "{\"type\":\"boolean\"}";
+    return gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
+}
+
 TEST(test_grammar_masked_logits_leave_only_valid_tokens_and_eog_at_the_end)
 {
-    static const char *const pieces[] = {"<eos>", "true", "false", "t", "rue", "fa", "lse", " ", "x", "<|x|>"};
-    toy_vocab tv = {pieces, 10};
     char err[256];
-    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    gram_vocab *v = gram_vocab_new(BOOL_VOCAB.n, toy_piece, &BOOL_VOCAB, err, sizeof err);
     CHECK(v);
-    const char *src = "{\"type\":\"boolean\"}";
-    gram_matcher *m = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
+    gram_matcher *m = bool_matcher(v);
     CHECK(m);
     float logits[10];
     for (int i = 0; i < 10; i++)
@@ -340,14 +348,10 @@ TEST(test_grammar_masked_logits_leave_only_valid_tokens_and_eog_at_the_end)
  * no trie walk of its own, the same tokens as an unprimed matcher's */
 TEST(test_grammar_primed_first_mask_is_the_mask_and_walks_nothing_after)
 {
-    static const char *const pieces[] = {"<eos>", "true", "false", "t", "rue", "fa", "lse", " ", "x", "<|x|>"};
-    toy_vocab tv = {pieces, 10};
     char err[256];
-    gram_vocab *v = gram_vocab_new(tv.n, toy_piece, &tv, err, sizeof err);
+    gram_vocab *v = gram_vocab_new(BOOL_VOCAB.n, toy_piece, &BOOL_VOCAB, err, sizeof err);
     CHECK(v);
-    const char *src = "{\"type\":\"boolean\"}";
-    gram_matcher *a = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
-    gram_matcher *b = gram_matcher_new(grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err), v);
+    gram_matcher *a = bool_matcher(v), *b = bool_matcher(v);
     CHECK(a && b);
     CHECK(gram_matcher_prime(a) == 4);
     const int walks = gram_matcher_walks(a);
