@@ -71,7 +71,8 @@ static const opt_def OPTS[] = {
     {"default-max-tokens", 0, "HYSERVE_DEFAULT_MAX_TOKENS", OPT_INT, OFF(default_max_tokens), 0, "N",
      "max_new_tokens when a request gives none (default 256; /v1/completions: 16)"},
     {"max-connections", 0, "HYSERVE_MAX_CONNECTIONS", OPT_INT, OFF(max_connections), 0, "N",
-     "concurrent HTTP connections (default 256)"},
+     "concurrent HTTP connections; each costs a socket and a small buffer, no thread (default and 0: the "
+     "open-file limit, raised to its hard limit at start, less 64, at most 10000)"},
     {"synth", 0, "HYSERVE_SYNTH", OPT_STR, OFF(synth), SZ(synth), "PRESET|FILE.json",
      "serve a synthesized model with this preset's (or layout file's) cache layout instead of -m"},
     {"kv-dtype", 0, "HYSERVE_KV_DTYPE", OPT_STR, OFF(kv_dtype), SZ(kv_dtype), "T",
@@ -220,7 +221,7 @@ void config_defaults(server_config *c)
     c->max_stop = 4;
     c->max_n = 8;
     c->default_max_tokens = 256;
-    c->max_connections = 256;
+    c->max_connections = 0;     /* from the fd limit at start (http.c) */
     c->idle_timeout = 60.0;
     c->request_timeout = 30.0;
     c->max_conn_per_client = 64;
@@ -599,7 +600,9 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
         c->max_queue = 1;
     if (c->prefill_chunk < 1)
         c->prefill_chunk = 1;
-    if (c->max_connections < 4)
+    if (c->max_connections < 0)
+        c->max_connections = 0;
+    else if (c->max_connections > 0 && c->max_connections < 4)
         c->max_connections = 4;
     if (c->default_max_tokens < 1)
         c->default_max_tokens = 1;

@@ -1,8 +1,10 @@
 /* http.c - libmicrohttpd daemon, per-request state, request log.
  *
- * Owns: starting/stopping the daemon (thread per connection: a handler
- * blocks while its request is generated, a streaming content reader
- * blocks waiting for the next event), collecting request bodies up to
+ * Owns: starting/stopping the daemon (event driven: a small pool of
+ * threads, each an epoll loop over its connections; a handler that waits
+ * for the engine runs on a coroutine and suspends its connection, a
+ * streaming content reader with nothing to send suspends it too, and the
+ * resumer (park.h) resumes them), raising the fd limit, collecting request bodies up to
  * --max-body, request ids, response helpers, the one-line-per-request log
  * and the metrics record when a request is done.
  * Does not own: what each route does (routes.c, called through the
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,6 +33,7 @@
 #include "json.h"
 #include "metrics.h"
 #include "log.h"
+#include "park.h"
 
 _Static_assert(HTTP_STREAM_END == MHD_CONTENT_READER_END_OF_STREAM &&
                HTTP_STREAM_ERROR == MHD_CONTENT_READER_END_WITH_ERROR, "http.h and libmicrohttpd agree");
@@ -37,6 +41,9 @@ _Static_assert(HTTP_STREAM_END == MHD_CONTENT_READER_END_OF_STREAM &&
 /* The request handler and the extra headers (serve.c), set once before
  * the daemon starts. */
 static http_hooks hooks;
+
+/* The main listener's resumer (park.h), while the daemon runs. */
+static parker *resumer;
 
 /* ---------------------------------------------------------------------- */
 /* Request ids                                                            */
@@ -188,6 +195,8 @@ int http_socket(http_req *hr)
 
 bool http_peer_gone(http_req *hr)
 {
+    if (hr->closing)
+        return true;
     int fd = http_socket(hr);
     if (fd < 0)
         return false;
@@ -195,6 +204,33 @@ bool http_peer_gone(http_req *hr)
     if (poll(&p, 1, 0) <= 0)
         return false;
     return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+void http_wait(http_req *hr, const int *fds, int n, double deadline)
+{
+    if (hr->closing)
+        return;
+    int sock = http_socket(hr);
+    if (!hr->metrics_port && park_co_inside() &&
+        parker_park(resumer, hr->conn, fds, n, sock, deadline) == 0) {
+        park_co_yield();
+        return;
+    }
+    struct pollfd p[PARK_MAX_FDS + 1];
+    int np = 0;
+    for (int i = 0; i < n && i < PARK_MAX_FDS; i++)
+        p[np++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+    if (sock >= 0)
+        p[np++] = (struct pollfd){.fd = sock, .events = POLLRDHUP};
+    double left_ms = deadline > 0 ? (deadline - engine_now_s()) * 1e3 : 1000;
+    (void)poll(p, (nfds_t)np, left_ms > 0 ? (int)left_ms + 1 : 0);
+}
+
+int http_park(http_req *hr, const int *fds, int n, double deadline)
+{
+    if (hr->metrics_port || hr->closing)
+        return -1;
+    return parker_park(resumer, hr->conn, fds, n, http_socket(hr), deadline);
 }
 
 void http_inflight_begin(http_req *hr)
@@ -354,6 +390,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     if (!hr || hr == &oom_req)
         return;
+    if (hr->co) {   /* closed while its handler waits (the daemon stopping): it ends as if the client left */
+        hr->closing = true;
+        int rc;
+        if (park_co_resume(hr->co, &rc))
+            hr->co = NULL;
+    }
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !hr->failure && hr->generation && !hr->finish)
         hr->failure = "cancelled";
     /* the connection waits for its next request, under --idle-timeout */
@@ -493,6 +535,11 @@ static enum MHD_Result answer_oom(struct MHD_Connection *conn, void **con_cls)
     return ok;
 }
 
+static int run_handler(void *arg)
+{
+    return hooks.handle(arg);
+}
+
 /* Both listeners' access handler: metrics_port marks a request of the
  * --metrics-port listener (routes.c answers only the scrape and the
  * probes there, without a key). */
@@ -502,6 +549,13 @@ static enum MHD_Result on_any_request(server *srv, bool metrics_port, struct MHD
 {
     http_req *hr = *con_cls;
 
+    if (hr && hr != &oom_req && hr->co) {     /* resumed after a wait: its handler goes on */
+        int rc;
+        if (park_co_resume(hr->co, &rc) == 0)
+            return MHD_YES;
+        hr->co = NULL;
+        return rc == 0 ? MHD_YES : MHD_NO;
+    }
     if (hr == &oom_req) {   /* answered 500 below: discard the body */
         *upload_data_size = 0;
         return MHD_YES;
@@ -607,7 +661,14 @@ static enum MHD_Result on_any_request(server *srv, bool metrics_port, struct MHD
     hr->body_unread = false;
     if (srv->guard)
         guard_busy(srv->guard, hr->gconn);
-    return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;
+    if (metrics_port)
+        return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;
+    /* on its own stack: a wait inside parks the connection (http_wait) */
+    int rc;
+    int done = park_co_start(&hr->co, run_handler, hr, &rc);
+    if (done < 0)
+        return hooks.handle(hr) == 0 ? MHD_YES : MHD_NO;    /* no coroutine: blocks this thread */
+    return done == 0 || rc == 0 ? MHD_YES : MHD_NO;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -645,7 +706,7 @@ static int bind_errno(const struct addrinfo *ai)
 static int start_metrics_listener(server *srv, char *err, size_t errlen);
 
 /* The address to listen on (host "" for all) and the daemon flags for it
- * (one thread per connection; IPv6 for an IPv6 address). NULL with a
+ * (a thread pool of epoll loops; IPv6 for an IPv6 address). NULL with a
  * message naming opt when it does not resolve; else freeaddrinfo it. */
 static struct addrinfo *resolve_listen(const char *host, int port_no, const char *opt, unsigned *flags, char *err,
                                        size_t errlen)
@@ -661,11 +722,31 @@ static struct addrinfo *resolve_listen(const char *host, int port_no, const char
         snprintf(err, errlen, "cannot resolve %s '%s': %s", opt, host, gai_strerror(grc));
         return NULL;
     }
-    *flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+    *flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
              MHD_USE_ITC;
     if (ai->ai_family == AF_INET6)
         *flags |= MHD_USE_IPv6;
     return ai;
+}
+
+unsigned http_raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max == RLIM_INFINITY ? 1048576 : rl.rlim_max;
+        struct rlimit up = {.rlim_cur = want, .rlim_max = rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl.rlim_cur = want;
+    }
+    return rl.rlim_cur > 1u << 30 ? 1u << 30 : (unsigned)rl.rlim_cur;
+}
+
+unsigned http_default_connections(unsigned fd_limit)
+{
+    unsigned n = fd_limit > HTTP_FD_RESERVE + 64 ? fd_limit - HTTP_FD_RESERVE : 64;
+    return n > HTTP_MAX_CONNECTIONS_DEFAULT ? HTTP_MAX_CONNECTIONS_DEFAULT : n;
 }
 
 int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
@@ -673,11 +754,19 @@ int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
     const server_config *c = srv->cfg;
     hooks = *h;
     unsigned flags;
+    unsigned fd_limit = http_raise_fd_limit();
+    unsigned max_conn = c->max_connections > 0 ? (unsigned)c->max_connections : http_default_connections(fd_limit);
+    if (max_conn + HTTP_FD_RESERVE / 2 > fd_limit)
+        log_msg(LOG_WARN, "hyserve: --max-connections %u is near the open-file limit %u: connections past it are "
+                "refused by the kernel, not by the server", max_conn, fd_limit);
     struct addrinfo *ai = resolve_listen(c->host, c->port, "--host", &flags, err, errlen);
     if (!ai)
         return -1;
     srv->guard = guard_new(c->idle_timeout, c->request_timeout);
-    if (!srv->guard) {
+    resumer = srv->guard ? parker_new() : NULL;
+    if (!srv->guard || !resumer) {
+        guard_free(srv->guard);
+        srv->guard = NULL;
         freeaddrinfo(ai);
         snprintf(err, errlen, "out of memory (or no thread) for the connection guard");
         return -1;
@@ -685,7 +774,8 @@ int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
     srv->daemon = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, srv,
                                    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, or MHD logs before it */
                                    MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+                                   MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                                   MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_POOL_THREADS,
                                    MHD_OPTION_CONNECTION_TIMEOUT,
                                    (unsigned)(c->idle_timeout >= 1 ? c->idle_timeout + 0.5 : 120),
                                    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)c->max_conn_per_client,
@@ -699,6 +789,8 @@ int http_start(server *srv, const http_hooks *h, char *err, size_t errlen)
     if (!srv->daemon) {
         guard_free(srv->guard);
         srv->guard = NULL;
+        parker_free(resumer);
+        resumer = NULL;
         const int why = bind_errno(ai);
         if (why == EADDRINUSE)
             snprintf(err, errlen, "cannot listen on %s:%d: the port is in use (`ss -ltnp 'sport = :%d'` shows by "
@@ -754,9 +846,14 @@ void http_stop(server *srv)
     if (srv->metrics_daemon)
         MHD_stop_daemon(srv->metrics_daemon);
     srv->metrics_daemon = NULL;
+    /* every suspended connection resumed first: libmicrohttpd must not
+     * stop with one (and parking fails from now on) */
+    parker_shutdown(resumer);
     if (srv->daemon)
         MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
+    parker_free(resumer);
+    resumer = NULL;
     guard_free(srv->guard);     /* after the daemon: no connection is left to report */
     srv->guard = NULL;
 }

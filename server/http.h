@@ -79,6 +79,8 @@ typedef struct http_req {
     const char *failure;        /* static string or NULL */
     char *log_prompt;           /* prompt text when --log-prompts; heap */
     http_xlate *xlate;          /* NULL, or the answer's translation (heap, freed with the request) */
+    struct park_co *co;         /* the handler's coroutine while it waits (park.h), or NULL */
+    bool closing;               /* the connection closed under a waiting handler: it ends as if the client left */
 } http_req;
 
 /* Body framing faults of a request head (RFC 9112 6.3), found before the
@@ -105,6 +107,22 @@ typedef struct http_hooks {
     int (*head)(http_req *hr);
     void (*add_headers)(http_req *hr, struct MHD_Response *resp);
 } http_hooks;
+
+/* The HTTP threads: each an epoll loop over its share of the
+ * connections (none is held by a connection or a stream). */
+#define HTTP_POOL_THREADS 4
+/* File descriptors kept for everything but client connections (model
+ * file, logs, eventfds of queued requests, the listeners). */
+#define HTTP_FD_RESERVE 64u
+/* --max-connections when not given: the fd limit less the reserve, at
+ * most this. */
+#define HTTP_MAX_CONNECTIONS_DEFAULT 10000u
+
+/* Raise RLIMIT_NOFILE's soft limit to its hard limit; returns the soft
+ * limit then in force. */
+unsigned http_raise_fd_limit(void);
+/* --max-connections' default for an fd limit. */
+unsigned http_default_connections(unsigned fd_limit);
 
 int http_start(server *srv, const http_hooks *hooks, char *err, size_t errlen);
 /* Stop the daemon: closes every connection and joins its threads. */
@@ -150,6 +168,19 @@ const char *http_query(http_req *hr, const char *name);
 int http_socket(http_req *hr);
 /* True when the peer has closed or reset the connection. */
 bool http_peer_gone(http_req *hr);
+
+/* Wait until one of fds[0..n) is readable, the client hangs up or
+ * deadline (engine_now_s()) passes, whichever is first; it may also
+ * return early (look again). In a handler of the main listener this
+ * suspends the connection and gives the HTTP thread back (park.h);
+ * elsewhere it blocks in poll. */
+void http_wait(http_req *hr, const int *fds, int n, double deadline);
+
+/* From a content reader with nothing to send: suspend the connection
+ * until one of fds[0..n) is readable, the client hangs up or deadline
+ * passes, then the reader is called again. Returns 0 (return 0 from the
+ * reader), or -1 when it could not be suspended (wait with http_wait). */
+int http_park(http_req *hr, const int *fds, int n, double deadline);
 
 /* Mark the request as in-flight generation work (drain waits for these). */
 void http_inflight_begin(http_req *hr);

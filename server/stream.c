@@ -1,18 +1,18 @@
 /* stream.c - scheduler events -> HTTP, with disconnect detection and SSE.
  *
- * Owns: stream_next_event (poll on the request's eventfd and the client
- * socket together, so a closed socket is noticed while waiting), the
+ * Owns: stream_next_event (the request's eventfd and the client socket
+ * watched together, so a closed socket is noticed while waiting; in a
+ * handler the connection is suspended meanwhile), the
  * non-streaming collector, the SSE content reader (one frame per event,
- * handed to libmicrohttpd as soon as it exists, ": ping" after
+ * handed to libmicrohttpd as soon as it exists, the connection suspended
+ * while there is none (no thread waits on a stream), ": ping" after
  * --keepalive seconds of silence, an error event on mid-stream failure),
  * and the per-API frame shapes.
  * Does not own: admission or validation (done before the stream starts).
  * ref: docs/serving.md 2.3 (TGI events), 3.2 (OpenAI chunks),
  * 2.4 (headers, pings, disconnect).
  */
-#include <errno.h>
 #include <math.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,18 +31,9 @@
 int stream_next_event(http_req *hr, sched_req *r, sched_event *ev, int timeout_ms)
 {
     double deadline = engine_now_s() + timeout_ms / 1e3;
-    int sock = http_socket(hr);
     for (;;) {
         int have = sched_req_next(r, ev, 0);
-        double left_ms = have ? 0 : (deadline - engine_now_s()) * 1e3;
-        struct pollfd p[2] = {
-            {.fd = sched_req_event_fd(r), .events = POLLIN},
-            {.fd = sock, .events = POLLRDHUP},
-        };
-        int n = poll(p, sock >= 0 ? 2 : 1, left_ms > 0 ? (int)left_ms + 1 : 0);
-        if (n < 0 && errno != EINTR)
-            n = 0;
-        if (sock >= 0 && n > 0 && (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        if (http_peer_gone(hr)) {
             if (have)
                 sched_event_clear(ev);
             sched_req_cancel(r);
@@ -50,8 +41,11 @@ int stream_next_event(http_req *hr, sched_req *r, sched_event *ev, int timeout_m
         }
         if (have)
             return 1;
-        if (n == 0 && engine_now_s() >= deadline)
+        if (engine_now_s() >= deadline)
             return 0;
+        /* in a handler: the connection is suspended meanwhile (http.h) */
+        int fd = sched_req_event_fd(r);
+        http_wait(hr, &fd, 1, deadline);
     }
 }
 
@@ -156,6 +150,7 @@ typedef struct stream {
     int finish;
     const char *stop_reason;    /* the stop string that ended it (vLLM's stop_reason), or NULL */
     int keepalive_ms;
+    double ping_at;             /* engine_now_s() of the next ": ping" unless an event comes first */
     char oai_id[128];
     long long created;
     const char *model;
@@ -656,14 +651,26 @@ static int on_event(stream *st, sched_event *ev)
     return st->g.api == API_TGI ? on_event_tgi(st, ev) : on_event_oai(st, ev);
 }
 
-/* n > 1: wait for an event of any unfinished choice (or the client
- * leaving), turn it into that choice's frames and move them to st's out.
- * Returns 1 with frames, 0 on timeout, -1 when the client went away or out
- * of memory (every choice is then cancelled). */
+/* Nothing to send before st->ping_at unless one of fds[0..n) becomes
+ * readable: suspend the connection (true: the reader returns 0 and is
+ * called again on a wake-up), or, when it cannot be, wait here. */
+static bool park_stream(stream *st, const int *fds, int n)
+{
+    if (http_park(st->hr, fds, n, st->ping_at) == 0)
+        return true;
+    http_wait(st->hr, fds, n, st->ping_at);
+    return false;
+}
+
+/* n > 1: take an event of any unfinished choice, turn it into that
+ * choice's frames and move them to st's out. Returns 1 with frames (or
+ * none: look again), 2 when the connection was suspended until one may
+ * come, 0 when a ping is due, -1 when the client went away or out of
+ * memory (every choice is then cancelled). */
 static int multi_next(stream *st)
 {
-    struct pollfd p[JSON_MAX_BATCH + 1];
-    int np = 0, sock = http_socket(st->hr);
+    int p[JSON_MAX_BATCH];
+    int np = 0;
     bool ended = true;
     for (int k = 0; k < st->n_kids; k++) {
         stream *c = &st->kids[k];
@@ -684,7 +691,7 @@ static int multi_next(stream *st)
             return rc ? -1 : 1;
         }
         if (np < JSON_MAX_BATCH)
-            p[np++] = (struct pollfd){.fd = sched_req_event_fd(c->r), .events = POLLIN};
+            p[np++] = sched_req_event_fd(c->r);
     }
     if (ended) {
         int n_gen = 0;
@@ -694,14 +701,13 @@ static int multi_next(stream *st)
         st->finish = st->kids[0].finish;
         return oai_end(st, n_gen, st->kids[0].r) ? -1 : 1;
     }
-    if (sock >= 0)
-        p[np++] = (struct pollfd){.fd = sock, .events = POLLRDHUP};
-    int n = poll(p, (nfds_t)np, st->keepalive_ms);
-    if (sock >= 0 && n > 0 && (p[np - 1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+    if (http_peer_gone(st->hr)) {
         st->gone = true;
         return -1;
     }
-    return n > 0 ? 1 : 0;
+    if (engine_now_s() >= st->ping_at)
+        return 0;
+    return park_stream(st, p, np) ? 2 : 1;
 }
 
 static void multi_cancel(stream *st)
@@ -734,24 +740,37 @@ static ssize_t read_frames(stream *st, char *buf, size_t max)
             multi_cancel(st);
             return HTTP_STREAM_ERROR;
         }
+        if (rc == 2)
+            return 0;       /* suspended: called again on a wake-up */
         if (rc == 0 && frame_raw(st, ": ping\n\n"))
             return HTTP_STREAM_ERROR;
+        if (rc == 0 || st->n_out)
+            st->ping_at = engine_now_s() + st->keepalive_ms / 1e3;
     }
     while (st->off_out == st->n_out) {
         if (st->done)
             return HTTP_STREAM_END;
         st->n_out = st->off_out = 0;
         sched_event ev;
-        int rc = stream_next_event(st->hr, st->r, &ev, st->keepalive_ms);
+        int rc = stream_next_event(st->hr, st->r, &ev, 0);
         if (rc < 0) {
             st->gone = true;
             return HTTP_STREAM_ERROR;
         }
-        if (rc == 0) {
+        double now = engine_now_s();
+        if (rc == 0 && now >= st->ping_at) {
+            st->ping_at = now + st->keepalive_ms / 1e3;
             if (frame_raw(st, ": ping\n\n"))
                 return HTTP_STREAM_ERROR;
             continue;
         }
+        if (rc == 0) {
+            int fd = sched_req_event_fd(st->r);
+            if (park_stream(st, &fd, 1))
+                return 0;   /* suspended: called again on a wake-up */
+            continue;
+        }
+        st->ping_at = now + st->keepalive_ms / 1e3;
         rc = on_event(st, &ev);
         sched_event_clear(&ev);
         if (rc) {
@@ -855,6 +874,7 @@ static int stream_setup(stream *st, http_req *hr, sched_req *r, const gen_reques
     st->keepalive_ms = ka > 0 ? (int)(ka * 1e3) : 15000;
     if (st->keepalive_ms < 10)
         st->keepalive_ms = 10;
+    st->ping_at = engine_now_s() + st->keepalive_ms / 1e3;
     st->created = (long long)time(NULL);
     st->model = st->g.model[0] ? st->g.model : server_model_name(hr->srv);
     snprintf(st->oai_id, sizeof(st->oai_id), "%s-%s", st->g.api == API_OAI_CHAT ? "chatcmpl" : "cmpl", hr->id);
