@@ -170,6 +170,7 @@ typedef struct stream {
     bool kid;                   /* one choice of a multi-choice stream: g is the parent's, no [DONE] */
     struct stream *kids;        /* [n_kids] OpenAI n > 1: the choices, interleaved into this one's out */
     int n_kids;
+    int next_kid;               /* n > 1: the choice looked at first for the next event (round robin) */
     const char *tail;           /* out of memory: the static last frame sent instead of out, from off_tail */
     size_t n_tail, off_tail;
 } stream;
@@ -672,13 +673,18 @@ static int multi_next(stream *st)
     int p[JSON_MAX_BATCH];
     int np = 0;
     bool ended = true;
-    for (int k = 0; k < st->n_kids; k++) {
+    for (int i = 0; i < st->n_kids; i++) {
+        /* round robin from the choice after the last one served, so a
+         * reader that comes back to many queued events still interleaves
+         * them (the first choice would otherwise be drained first) */
+        const int k = (st->next_kid + i) % st->n_kids;
         stream *c = &st->kids[k];
         if (c->done)
             continue;
         ended = false;
         sched_event ev;
         if (sched_req_next(c->r, &ev, 0)) {
+            st->next_kid = (k + 1) % st->n_kids;
             int rc = on_event(c, &ev);
             sched_event_clear(&ev);
             if (rc == 0 && c->error) {         /* a choice failed: the stream ends with its error */
