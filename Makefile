@@ -80,7 +80,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-connections test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -175,6 +175,9 @@ test-gateway: all ## the inference gateway protocol: metrics listener, scrapes u
 
 test-kvevents: all ## KV events over ZMQ decoded by an independent subscriber (tests/suite_kvevents.py); K=PATTERN
 	@$(TESTENV) sh tests/suite_kvevents.sh $(if $(K),-k '$(K)')
+
+test-connections: all ## connections at the issue's scale: 10,000 idle, 1,000 tricklers, 1,000 streams (tests/suite_connections.py)
+	@$(TESTENV) CONN_SCALE=full sh tests/suite_connections.sh
 
 test-families: all ## every hybrid family served (tests/suite_families.py); K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_families.sh $(if $(K),-k '$(K)')

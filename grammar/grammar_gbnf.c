@@ -44,7 +44,45 @@ typedef struct gparse {
     gname *names;
     int n_names, cap_names;
     int depth;
+    /* [n_rep] by rule id: the copies of one part its nested bounded
+     * repetitions ask for (GRAMMAR_MAX_NESTED_REPEAT); 0 is 1 */
+    long *rep;
+    int n_rep;
 } gparse;
+
+/* The copies of one part x asks for through its nested repetitions. */
+static long rep_of(const gparse *g, gsym x)
+{
+    return x >= 0 && x < g->n_rep && g->rep[x] > 1 ? g->rep[x] : 1;
+}
+
+/* Records that the symbol x asks for rep copies of one part. */
+static void rep_set(gparse *g, gsym x, long rep)
+{
+    if (x < 0 || rep <= 1 || g->b->failed)
+        return;
+    if (x >= g->n_rep) {
+        int n = x + 1 > 2 * g->n_rep ? x + 1 : 2 * g->n_rep;
+        long *p = realloc(g->rep, (size_t)n * sizeof *p);
+        if (!p) {
+            gb_fail(g->b, "out of memory");
+            return;
+        }
+        memset(p + g->n_rep, 0, (size_t)(n - g->n_rep) * sizeof *p);
+        g->rep = p;
+        g->n_rep = n;
+    }
+    g->rep[x] = rep;
+}
+
+/* The most copies any of v[0..n) asks for. */
+static long rep_max(const gparse *g, const gsym *v, int n)
+{
+    long m = 1;
+    for (int i = 0; i < n; i++)
+        m = rep_of(g, v[i]) > m ? rep_of(g, v[i]) : m;
+    return m;
+}
 
 /* The first error, at the parser's position. */
 static void syntax(gparse *g, const char *what)
@@ -348,6 +386,7 @@ static gsym sequence(gparse *g, bool nested)
                 break;
             }
             gsym *last = &items.v[items.n - 1];
+            const long inner = rep_of(g, *last);
             g->p++;
             if (c == '*') {
                 *last = gb_rep(g->b, *last, 0, -1);
@@ -355,6 +394,9 @@ static gsym sequence(gparse *g, bool nested)
                 *last = gb_rep(g->b, *last, 1, -1);
             } else if (c == '?') {
                 *last = gb_opt(g->b, *last);
+            }
+            if (c != '{') {
+                rep_set(g, *last, inner);
             } else {
                 space(g, false);
                 long lo = count(g), hi;
@@ -372,7 +414,15 @@ static gsym sequence(gparse *g, bool nested)
                     break;
                 }
                 g->p++;
+                /* nested bounds multiply: refused before anything is built */
+                const long times = hi >= 0 ? hi : lo > 1 ? lo : 1;
+                if (times > 1 && inner > 1 && inner * times > GRAMMAR_MAX_NESTED_REPEAT) {
+                    gb_fail(g->b, "nested repetitions ask for %ld copies of one part (the product of their bounds); "
+                            "the limit is %d", inner * times, GRAMMAR_MAX_NESTED_REPEAT);
+                    break;
+                }
                 *last = gb_rep(g->b, *last, lo < 0 ? 0 : lo, hi);
+                rep_set(g, *last, inner * times);
             }
         } else if (c == '<' || c == '!') {
             syntax(g, "token references (<[id]>, !) are not supported");
@@ -385,6 +435,7 @@ static gsym sequence(gparse *g, bool nested)
         space(g, nested);
     }
     gsym r = gb_seq(g->b, items.v, items.n);
+    rep_set(g, r, rep_max(g, items.v, items.n));
     free(items.v);
     return r;
 }
@@ -397,6 +448,11 @@ static gsym alternates(gparse *g, bool nested)
     }
     gvec alts = {0};
     for (;;) {
+        if (alts.n == GRAMMAR_MAX_ALTS) {
+            gb_fail(g->b, "a rule or group has more than %d alternatives; the limit is %d", GRAMMAR_MAX_ALTS,
+                    GRAMMAR_MAX_ALTS);
+            break;
+        }
         if (gvec_push(&alts, sequence(g, nested)))
             gb_fail(g->b, "out of memory");
         if (g->b->failed || g->p >= g->end || *g->p != '|')
@@ -405,6 +461,7 @@ static gsym alternates(gparse *g, bool nested)
         space(g, true);
     }
     gsym r = gb_or(g->b, alts.v, alts.n);
+    rep_set(g, r, rep_max(g, alts.v, alts.n));
     free(alts.v);
     g->depth--;
     return r;
@@ -450,6 +507,7 @@ grammar *grammar_compile_gbnf(const char *text, size_t len, char *err, size_t er
         }
         g.names[k].defined = true;
         gb_add_alt(&b, g.names[k].rule, &body, 1);
+        rep_set(&g, g.names[k].rule, rep_of(&g, body));   /* for the rules after it that use it */
         space(&g, true);
     }
     int root = -1;
@@ -470,6 +528,7 @@ grammar *grammar_compile_gbnf(const char *text, size_t len, char *err, size_t er
     if (!out)
         snprintf(err, errlen, "%s", b.err);
     free(g.names);
+    free(g.rep);
     gb_deinit(&b);
     return out;
 }

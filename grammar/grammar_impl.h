@@ -22,6 +22,15 @@ typedef int32_t gsym;
 /* Most symbols a grammar may hold (rules' elements summed): bounds memory
  * and compile time for hostile schemas (maxLength 10^9 and friends). */
 #define GRAMMAR_MAX_ELEMS (1 << 20)
+/* Most alternatives of one choice: a GBNF rule or group, a regex
+ * alternation, a JSON Schema enum, anyOf or oneOf. Checked before the
+ * choice is built: every alternative is a parser configuration of the
+ * state that enters it, and GRAM_MAX_CONFIGS bounds those. */
+#define GRAMMAR_MAX_ALTS 2048
+/* Most copies of one part that nested bounded repetitions may ask for
+ * (the product of their bounds: ((x{0,100}){0,100}){0,100} asks for
+ * 10^6), checked before the repetition is built. */
+#define GRAMMAR_MAX_NESTED_REPEAT 10000
 
 typedef struct gvec {
     int32_t *v;

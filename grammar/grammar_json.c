@@ -977,6 +977,10 @@ static gsym s_choice(jctx *c, const cJSON *list, const char *kw)
         gb_fail(c->b, "\"%s\" must be a non-empty array", kw);
         return -1;
     }
+    if (cJSON_GetArraySize(list) > GRAMMAR_MAX_ALTS) {
+        gb_fail(c->b, "\"%s\" has %d schemas; the limit is %d", kw, cJSON_GetArraySize(list), GRAMMAR_MAX_ALTS);
+        return -1;
+    }
     gvec alts = {0};
     for (const cJSON *e = list->child; e; e = e->next)
         if (gvec_push(&alts, schema(c, e)))
@@ -1016,6 +1020,10 @@ static gsym schema_body(jctx *c, const cJSON *s)
     if (en) {
         if (!cJSON_IsArray(en) || cJSON_GetArraySize(en) == 0) {
             gb_fail(b, "\"enum\" must be a non-empty array");
+            return -1;
+        }
+        if (cJSON_GetArraySize(en) > GRAMMAR_MAX_ALTS) {
+            gb_fail(b, "\"enum\" has %d values; the limit is %d", cJSON_GetArraySize(en), GRAMMAR_MAX_ALTS);
             return -1;
         }
         gvec alts = {0};

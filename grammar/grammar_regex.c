@@ -560,6 +560,11 @@ static gsym re_alt(re_parser *p)
     gvec alts = {0};
     gsym r = -1;
     for (;;) {
+        if (alts.n == GRAMMAR_MAX_ALTS) {
+            gb_fail(p->b, "an alternation has more than %d alternatives; the limit is %d", GRAMMAR_MAX_ALTS,
+                    GRAMMAR_MAX_ALTS);
+            break;
+        }
         if (gvec_push(&alts, re_concat(p)))
             gb_fail(p->b, "out of memory");
         if (p->b->failed || p->i >= p->n || p->s[p->i] != '|')

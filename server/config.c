@@ -72,7 +72,7 @@ static const opt_def OPTS[] = {
      "max_new_tokens when a request gives none (default 256; /v1/completions: 16)"},
     {"max-connections", 0, "HYSERVE_MAX_CONNECTIONS", OPT_INT, OFF(max_connections), 0, "N",
      "concurrent HTTP connections; each costs a socket and a small buffer, no thread (default and 0: the "
-     "open-file limit, raised to its hard limit at start, less 64, at most 10000)"},
+     "open-file limit, raised to its hard limit at start, less 64, at most 16384)"},
     {"synth", 0, "HYSERVE_SYNTH", OPT_STR, OFF(synth), SZ(synth), "PRESET|FILE.json",
      "serve a synthesized model with this preset's (or layout file's) cache layout instead of -m"},
     {"kv-dtype", 0, "HYSERVE_KV_DTYPE", OPT_STR, OFF(kv_dtype), SZ(kv_dtype), "T",

@@ -116,7 +116,7 @@ typedef struct http_hooks {
 #define HTTP_FD_RESERVE 64u
 /* --max-connections when not given: the fd limit less the reserve, at
  * most this. */
-#define HTTP_MAX_CONNECTIONS_DEFAULT 10000u
+#define HTTP_MAX_CONNECTIONS_DEFAULT 16384u
 
 /* Raise RLIMIT_NOFILE's soft limit to its hard limit; returns the soft
  * limit then in force. */

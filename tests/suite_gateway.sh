@@ -6,17 +6,4 @@
 # /stats (tests/suite_gateway.py says how each is checked). The last line
 # is "gateway: N passed, N failed, N skipped". GATEWAY_LOAD_SECONDS sets the
 # length of the load (default 4).
-set -u
-: "${HYSERVE:=build/hyserve}" "${PYTHON:=/usr/bin/python3}" "${TEST_TMPDIR:=tests/tmp}"
-export HYSERVE TEST_TMPDIR
-if [ ! -x "$HYSERVE" ]; then
-    echo "suite_gateway: $HYSERVE is not built"
-    echo "gateway: 0 passed, 1 failed"
-    exit 1
-fi
-cd "$(dirname "$0")/.." || exit 1
-OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-export OMP_WAIT_POLICY
-ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
-export ASAN_OPTIONS
-exec "$PYTHON" tests/suite_gateway.py "$@"
+exec sh "$(dirname "$0")/python_suite.sh" gateway "$@"

@@ -5,15 +5,4 @@
 # The last line is "memory: N passed, N failed"; non-zero exit on failure.
 # Arguments go to the Python suite: -k PATTERN runs only the test functions
 # whose name contains PATTERN (e.g. -k admission), --list names them.
-set -u
-: "${HYSERVE:=build/hyserve}" "${PYTHON:=/usr/bin/python3}" "${TEST_TMPDIR:=tests/tmp}"
-export HYSERVE TEST_TMPDIR
-if [ ! -x "$HYSERVE" ]; then
-    echo "suite_memory: $HYSERVE is not built"
-    echo "memory: 0 passed, 1 failed"
-    exit 1
-fi
-cd "$(dirname "$0")/.." || exit 1
-OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-export OMP_WAIT_POLICY
-exec "$PYTHON" tests/suite_memory.py "$@"
+exec sh "$(dirname "$0")/python_suite.sh" memory "$@"

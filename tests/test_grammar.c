@@ -1164,8 +1164,9 @@ TEST(test_grammar_qwen3_vocab_shared_masks_equal_a_fresh_matchers)
     tok_free(tk);
 }
 
-/* issue 43 item 4: hostile constraints are refused at compile time naming
- * the limit, and ".{0,100000}" (which ECMA-262 test() meets on any string,
+/* issue 43 item 4: hostile constraints are refused at compile time, each
+ * naming its own limit (nested repetition bounds, alternatives, enum and
+ * anyOf sizes, and the start state's parser configurations), and ".{0,100000}" (which ECMA-262 test() meets on any string,
  * the empty match always being there) compiles small and accepts long and
  * newline-holding strings instead of running the matcher out of
  * configurations after a few dozen bytes. */
@@ -1181,6 +1182,10 @@ static char *hostile_text(int kind)
         n += (size_t)snprintf(s, cap, "root ::= \"a\"");
         for (int i = 1; i < 4100; i++)
             n += (size_t)snprintf(s + n, cap - n, " | \"a\"");
+    } else if (kind == 4) {
+        n += (size_t)snprintf(s, cap, "root ::=");
+        for (int i = 0; i < 5000; i++)
+            n += (size_t)snprintf(s + n, cap - n, " \"a\"?");
     } else if (kind == 2) {
         n += (size_t)snprintf(s, cap, "{\"enum\":[\"v0\"");
         for (int i = 1; i < 20000; i++)
@@ -1198,14 +1203,19 @@ static char *hostile_text(int kind)
 
 TEST(test_grammar_hostile_constraints_are_refused_naming_the_limit)
 {
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         char err[256] = "";
         char *src = hostile_text(k);
         CHECK(src);
-        grammar *g = k < 2 ? grammar_compile_gbnf(src, strlen(src), err, sizeof err)
+        grammar *g = k < 2 || k == 4 ? grammar_compile_gbnf(src, strlen(src), err, sizeof err)
                            : grammar_compile_json_schema(src, strlen(src), NULL, err, sizeof err);
         CHECK_MSG(!g, "hostile case %d accepted", k);
-        CHECK_MSG(strstr(err, "4096 parser configurations"), "case %d: '%s' does not name the limit", k, err);
+        static const char *const limit[5] = {"1000000 copies of one part (the product of their bounds); the limit "
+                                             "is 10000", "more than 2048 alternatives; the limit is 2048",
+                                             "\"enum\" has 20000 values; the limit is 2048",
+                                             "\"anyOf\" has 5000 schemas; the limit is 2048",
+                                             "4096 parser configurations"};
+        CHECK_MSG(strstr(err, limit[k]), "case %d: '%s' does not name the limit", k, err);
         free(src);
     }
     const char *pat = "{\"type\":\"string\",\"pattern\":\".{0,100000}\"}";
