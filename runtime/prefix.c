@@ -29,6 +29,7 @@ typedef struct prefix_entry {
     int n_snaps;
     uint64_t kv_bytes, state_bytes, conv_bytes;  /* its share of prefix_stats */
     uint64_t last_used;         /* the store's clock at the last hit or insert */
+    bool told;                  /* the sink was told of it (PREFIX_EV_STORED): its states are told too */
 } prefix_entry;
 
 /* What an evicted entry was, to tell "evicted" from "no entry" on a miss:
@@ -89,10 +90,22 @@ prefix_store *prefix_new(engine *e, const prefix_params *p)
     return ps;
 }
 
+/* Tell the sink that x's recurrent state after its first n tokens is kept
+ * or gone (PREFIX_EV_STATE_STORED / _REMOVED). */
+static void state_notify(const prefix_store *ps, int event, const prefix_entry *x, int n)
+{
+    if (ps->p.sink.fn && ps->needs_snaps && x->told)
+        ps->p.sink.fn(ps->p.sink.ctx, event, x->salt, x->owner, x->tokens, n);
+}
+
 static void entry_free(prefix_store *ps, prefix_entry *x)
 {
     if (!x)
         return;
+    for (int i = 0; i < x->n_snaps; i++)
+        state_notify(ps, PREFIX_EV_STATE_REMOVED, x, engine_snap_tokens(x->snaps[i]));
+    if (x->seq >= 0)
+        state_notify(ps, PREFIX_EV_STATE_REMOVED, x, x->n_tokens);
     engine_seq_free(ps->e, x->seq);
     for (int i = 0; i < x->n_snaps; i++)
         engine_snap_free(ps->e, x->snaps[i]);
@@ -274,14 +287,20 @@ static void entry_add_snap(prefix_store *ps, prefix_entry *x, engine_snap *snap)
     a[at] = snap;
     x->snaps = a;
     x->n_snaps++;
+    state_notify(ps, PREFIX_EV_STATE_STORED, x, t);
 }
 
 /* Move the snapshots of `from`, and its own end state, into `into`
- * (whose tokens extend from's), then free `from`. */
+ * (whose tokens extend from's), then free `from`. Each state moved is
+ * told kept by into before gone from from, so a listener's count of its
+ * holders never passes through zero. */
 static void entry_merge(prefix_store *ps, prefix_entry *into, prefix_entry *from)
 {
-    for (int i = 0; i < from->n_snaps; i++)
+    for (int i = 0; i < from->n_snaps; i++) {
+        const int t = engine_snap_tokens(from->snaps[i]);
         entry_add_snap(ps, into, from->snaps[i]);
+        state_notify(ps, PREFIX_EV_STATE_REMOVED, from, t);
+    }
     from->n_snaps = 0;
     if (ps->needs_snaps && from->n_tokens < into->n_tokens) {
         /* from's sequence is going: its state block becomes the snapshot */
@@ -289,6 +308,7 @@ static void entry_merge(prefix_store *ps, prefix_entry *into, prefix_entry *from
         if (end) {
             from->seq = -1;
             entry_add_snap(ps, into, end);
+            state_notify(ps, PREFIX_EV_STATE_REMOVED, from, from->n_tokens);
         }
     }
     into->last_used = from->last_used > into->last_used ? from->last_used : into->last_used;
@@ -336,8 +356,11 @@ prefix_cleared prefix_clear(prefix_store *ps)
     prefix_cleared c = { .entries = ps->n, .snapshots = ps->st.n_snapshots, .bytes = ps->st.bytes };
     engine_pool_usage before, after;
     engine_get_pool_usage(ps->e, &before);
-    while (ps->n > 0)
-        entry_free(ps, entry_unlink(ps, ps->n - 1));
+    while (ps->n > 0) {
+        prefix_entry *x = entry_unlink(ps, ps->n - 1);
+        x->told = false;        /* PREFIX_EV_CLEARED below says it of every state at once */
+        entry_free(ps, x);
+    }
     if (ps->p.sink.fn)
         ps->p.sink.fn(ps->p.sink.ctx, PREFIX_EV_CLEARED, NULL, 0, NULL, 0);
     engine_get_pool_usage(ps->e, &after);
@@ -389,6 +412,12 @@ void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t 
         goto out_drop;
     memcpy(x->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
     seq = -1;                           /* x holds it now */
+    x->last_used = ++ps->clock;
+    /* told before the merge, so blocks the merged entries share stay held
+     * throughout; its end state, then its snapshots as they join it */
+    entry_notify(ps, PREFIX_EV_STORED, x);
+    x->told = true;
+    state_notify(ps, PREFIX_EV_STATE_STORED, x, x->n_tokens);
     for (int i = 0; i < n_snaps; i++) {
         if (ps->needs_snaps)
             entry_add_snap(ps, x, snaps[i]);
@@ -397,9 +426,6 @@ void prefix_insert(prefix_store *ps, const char *salt, int owner, const int32_t 
         snaps[i] = NULL;
     }
     n_snaps = 0;
-    x->last_used = ++ps->clock;
-    /* told before the merge, so blocks the merged entries share stay held throughout */
-    entry_notify(ps, PREFIX_EV_STORED, x);
     /* merge with entries of the same salt that one of the two extends */
     for (int i = ps->n - 1; i >= 0; i--) {
         prefix_entry *y = ps->entries[i];

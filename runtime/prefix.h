@@ -45,6 +45,12 @@ enum prefix_event {
     PREFIX_EV_STORED = 0,       /* an entry of these tokens is kept (before it merges with one it extends) */
     PREFIX_EV_REMOVED = 1,      /* an entry of these tokens is gone (evicted, merged into a longer one, dropped) */
     PREFIX_EV_CLEARED = 2,      /* every entry is gone (prefix_clear); tokens NULL */
+    /* A recurrent state after tokens[0..n_tokens) is kept / is gone: an
+     * entry's snapshot or its own end state (models with recurrent layers
+     * only). Each state an entry holds is told once kept and once gone:
+     * when it moves to the entry that merged it, kept there first. */
+    PREFIX_EV_STATE_STORED = 3,
+    PREFIX_EV_STATE_REMOVED = 4,
 };
 
 /* The listener: called on the scheduler thread, inside the store's calls,

@@ -129,9 +129,11 @@ int admit_seq_from_store(sched *s, sched_req *r, int total)
             opt[j - 1] = t;
         }
     int i = 0, j = 0, prev = from;
+    const int align = s->p.prefix_snap_align > 1 ? s->p.prefix_snap_align : 1;
     while (i < n_req || j < n_opt) {    /* writes snap_at[k] with k <= i + j < OPT + i: never unread req */
         const bool take_req = j == n_opt || (i < n_req && req[i] <= opt[j]);
-        const int t = take_req ? req[i++] : opt[j++];
+        int t = take_req ? req[i++] : opt[j++];
+        t -= t % align;                 /* KV events: at a block's end (sched_params.prefix_snap_align) */
         if ((take_req || t - prev >= PREFIX_MIN_SNAP_GAP) && t > prev) {
             r->snap_at[r->n_snap_at++] = t;
             prev = t;

@@ -182,6 +182,7 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->p.prefix_budget_bytes = p->prefix_budget_bytes;
         s->p.prefix_snap_interval = p->prefix_snap_interval > 0 ? p->prefix_snap_interval : 0;
         s->p.prefix_sink = p->prefix_sink;
+        s->p.prefix_snap_align = p->prefix_snap_align > 1 ? p->prefix_snap_align : 0;
         s->p.max_unread_bytes = p->max_unread_bytes;
         s->p.grammar_cache_bytes = p->grammar_cache_bytes;
     }

@@ -61,6 +61,9 @@ typedef struct sched_params {
     uint64_t prefix_budget_bytes; /* the prefix store's bytes at most; 0: a quarter of the cache budget */
     int prefix_snap_interval;   /* with DeltaNet layers: a snapshot every this many prompt tokens; 0: none */
     prefix_sink prefix_sink;    /* told of the prefix store's entries as they come and go (the KV events) */
+    int prefix_snap_align;      /* > 1: every snapshot length a prompt takes is rounded down to a multiple of
+                                   this (the KV events' block: a state at a block's end has a block hash a
+                                   router can match); a restore then recomputes up to this many - 1 more */
     size_t max_unread_bytes;    /* bytes of events (records + text) a request may hold unread; past it
                                  * the request is cancelled and its sequence freed (a client that reads
                                  * nothing cannot make the server buffer without bound); 0: no limit */

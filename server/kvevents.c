@@ -35,13 +35,19 @@
 #include "scheduler.h"    /* prefix.h's events, by the one runtime header server/ includes */
 
 enum { MAX_BATCH = 256, DEFAULT_QUEUE = 4096, DEFAULT_REPLAY = 1000 };
+/* The KV cache groups, as vLLM numbers a hybrid's: the attention pages,
+ * and the recurrent states at block ends (kind "mamba", whatever the
+ * recurrent layer: its spec kind is the state's, not the layer's). */
+enum { GROUP_ATTENTION = 0, GROUP_STATE = 1 };
+#define STATE_KIND "mamba"
 #define MAX_QUEUED_BYTES ((size_t)64 << 20)     /* the queue's hashes and token ids at most */
 #define MAX_KEPT_BYTES ((size_t)64 << 20)       /* the replay buffer's payloads at most */
 #define MEDIUM "CPU"                            /* vLLM's MEDIUM_CPU: the cache lives in host memory */
 
 /* One queued event, in one allocation: hashes and tokens follow it. */
 typedef struct kv_item {
-    int type;                   /* enum prefix_event */
+    int type;                   /* enum prefix_event: STORED, REMOVED or CLEARED */
+    int group;                  /* group_idx: GROUP_ATTENTION or GROUP_STATE */
     bool has_parent;
     uint64_t parent;            /* parent_block_hash, when has_parent */
     int n_hashes;
@@ -83,9 +89,10 @@ struct kvev {
     size_t queued_bytes;
     bool stop;
     held_map held;              /* the scheduler thread's */
+    held_map held_state;        /* block hashes at whose end some entry holds the recurrent state; the same */
     uint64_t *scratch;          /* [n_scratch] block hashes of one entry, the scheduler thread's */
     int n_scratch;
-    _Atomic uint64_t published, dropped, batches, blocks_held;
+    _Atomic uint64_t published, dropped, batches, blocks_held, state_blocks_held;
 };
 
 /* ---- hashes ---------------------------------------------------------- */
@@ -332,10 +339,53 @@ static void sink_removed(kvev *k, const char *salt, int owner, const int32_t *to
     push(k, it);
 }
 
+/* A recurrent state after tokens[0..n_tokens) kept or gone. Only a state
+ * at a block's end has a block hash: the scheduler aligns the snapshots it
+ * takes to blocks when KV events are on (sched_params.snap_align), so
+ * only an entry's own end state is left unaligned, and unpublished. */
+static void sink_state(kvev *k, bool stored, const char *salt, int owner, const int32_t *tokens, int n_tokens)
+{
+    const int B = k->p.block_tokens, n = n_tokens / B;
+    if (n <= 0 || n_tokens % B != 0)
+        return;
+    if (hash_blocks(k, salt, owner, tokens, n) != 0) {
+        atomic_fetch_add(&k->dropped, 1);
+        return;
+    }
+    const uint64_t h = k->scratch[n - 1];
+    bool changed;
+    if (stored) {
+        changed = held_count(&k->held_state, h) == 0;
+        if (held_add(&k->held_state, h) != 0) {
+            atomic_fetch_add(&k->dropped, 1);
+            return;
+        }
+    } else {
+        changed = held_drop(&k->held_state, h);
+    }
+    atomic_store(&k->state_blocks_held, (uint64_t)k->held_state.n);
+    if (!changed)
+        return;
+    kv_item *it = item_new(stored ? PREFIX_EV_STORED : PREFIX_EV_REMOVED, 1, stored ? B : 0);
+    if (it) {
+        it->group = GROUP_STATE;
+        it->hashes[0] = h;
+        it->has_parent = n > 1;
+        it->parent = n > 1 ? k->scratch[n - 2] : 0;
+        if (stored)
+            memcpy(it->tokens, tokens + (size_t)(n - 1) * B, (size_t)B * sizeof *it->tokens);
+    }
+    push(k, it);
+}
+
 void kvev_sink(void *ctx, int event, const char *salt, int owner, const int32_t *tokens, int n_tokens)
 {
     kvev *k = ctx;
     switch (event) {
+    case PREFIX_EV_STATE_STORED:
+    case PREFIX_EV_STATE_REMOVED:
+        sink_state(k, event == PREFIX_EV_STATE_STORED, salt, owner, tokens, n_tokens);
+        break;
     case PREFIX_EV_STORED:
         sink_stored(k, salt, owner, tokens, n_tokens);
         break;
@@ -344,7 +394,9 @@ void kvev_sink(void *ctx, int event, const char *salt, int owner, const int32_t 
         break;
     case PREFIX_EV_CLEARED:
         held_clear(&k->held);
+        held_clear(&k->held_state);
         atomic_store(&k->blocks_held, 0);
+        atomic_store(&k->state_blocks_held, 0);
         push(k, item_new(PREFIX_EV_CLEARED, 0, 0));
         break;
     default:
@@ -381,15 +433,15 @@ static void encode_event(mp_buf *b, const kvev *k, const kv_item *it)
         mp_cstr(b, MEDIUM);
         mp_nil(b);                      /* lora_name */
         mp_nil(b);                      /* extra_keys */
-        mp_int(b, 0);                   /* group_idx: the attention pages */
-        mp_cstr(b, k->kind);            /* kv_cache_spec_kind */
+        mp_int(b, it->group);           /* group_idx */
+        mp_cstr(b, it->group == GROUP_STATE ? STATE_KIND : k->kind);    /* kv_cache_spec_kind */
         break;
     case PREFIX_EV_REMOVED:
         mp_array(b, 4);
         mp_cstr(b, "BlockRemoved");
         put_hashes(b, it);
         mp_cstr(b, MEDIUM);
-        mp_int(b, 0);                   /* group_idx */
+        mp_int(b, it->group);           /* group_idx */
         break;
     default:
         mp_array(b, 1);
@@ -651,6 +703,8 @@ void kvev_free(kvev *k)
     free(k->ring);
     free(k->held.keys);
     free(k->held.counts);
+    free(k->held_state.keys);
+    free(k->held_state.counts);
     free(k->scratch);
     free(k->kind);
     free(k->topic);
@@ -667,6 +721,7 @@ void kvev_get_stats(kvev *k, kvev_stats *st)
     st->dropped = atomic_load(&k->dropped);
     st->batches = atomic_load(&k->batches);
     st->blocks_held = atomic_load(&k->blocks_held);
+    st->state_blocks_held = atomic_load(&k->state_blocks_held);
     pthread_mutex_lock(&k->mu);
     st->queued = k->count;
     pthread_mutex_unlock(&k->mu);

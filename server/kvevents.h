@@ -36,7 +36,8 @@ typedef struct kvev_stats {
     uint64_t published;         /* events sent */
     uint64_t dropped;           /* events dropped: the queue was full, or out of memory */
     uint64_t batches;           /* messages sent: the next sequence number */
-    uint64_t blocks_held;       /* distinct blocks the store holds, as the events told */
+    uint64_t blocks_held;       /* distinct blocks the store holds, as the events told (group 0) */
+    uint64_t state_blocks_held; /* distinct blocks at whose end it holds the recurrent state (group 1) */
     int queued;                 /* events waiting now */
 } kvev_stats;
 
@@ -46,7 +47,9 @@ kvev *kvev_new(const kvev_params *p, char *err, size_t errlen);
 void kvev_free(kvev *k);
 /* The prefix store's sink (prefix_sink.fn; ctx is the kvev): hashes the
  * entry's full blocks and queues BlockStored for the ones no entry held,
- * BlockRemoved for the ones no entry holds any more, AllBlocksCleared.
+ * BlockRemoved for the ones no entry holds any more, AllBlocksCleared;
+ * the same, as group 1 of kind "mamba", for the recurrent states kept at
+ * block ends (one block an event: they are sparse).
  * Never blocks: a full queue drops. Scheduler thread only. */
 void kvev_sink(void *ctx, int event, const char *salt, int owner, const int32_t *tokens, int n_tokens);
 void kvev_get_stats(kvev *k, kvev_stats *st);

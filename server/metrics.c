@@ -870,6 +870,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         cJSON_AddNumberToObject(kvo, "next_sequence", (double)kvs.batches);
         cJSON_AddNumberToObject(kvo, "queued", kvs.queued);
         cJSON_AddNumberToObject(kvo, "blocks_held", (double)kvs.blocks_held);
+        cJSON_AddNumberToObject(kvo, "state_blocks_held", (double)kvs.state_blocks_held);
     }
 
     cJSON *gc = cJSON_AddObjectToObject(o, "grammar_cache");

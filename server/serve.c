@@ -221,6 +221,7 @@ static int start_kv_events(server *srv, const server_config *cfg, sched_params *
     if (!srv->kv_events)
         return -1;
     sp->prefix_sink = (prefix_sink){ .fn = kvev_sink, .ctx = srv->kv_events };
+    sp->prefix_snap_align = in->page_tokens;    /* recurrent states at block ends: group 1 of the events */
     log_msg(LOG_INFO, "hyserve: KV events on %s%s%s, topic %s, blocks of %d tokens%s\n", cfg->kv_events,
             cfg->kv_events_replay[0] ? ", replay on " : "", cfg->kv_events_replay, topic, in->page_tokens,
             sp->prefix_cache ? "" : " (none will come: --prefix-cache off)");

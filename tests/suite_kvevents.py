@@ -16,6 +16,10 @@ that entries are evicted, then POST /reset_prefix_cache. Checked:
   - after each turn every full block of the prompt's /tokenize ids is held, with exactly those
     token ids; a block is removed only once stored, never twice; the held set stays closed
     under "parent" (an evicted prefix takes its extensions with it);
+  - the recurrent states at block ends are group 1, kind "mamba": one hash an event, the chain's,
+    its attention block held, their count /stats kv_events.state_blocks_held; and each is a real
+    hit: a prompt of the tokens to a state block's end and one more restores exactly that far
+    (x-cached-tokens);
   - a second identical request stores nothing new (equal prefixes, equal hashes);
   - AllBlocksCleared after /reset_prefix_cache, and nothing held;
   - the replay socket (--kv-events-replay, ROUTER) sends the kept messages again, byte for
@@ -76,6 +80,8 @@ class Subscriber:
         self.sock.connect(endpoint)
         self.seqs, self.topics, self.bad = [], set(), []
         self.held, self.ever_stored, self.removed_once = {}, set(), set()
+        self.held_state = {}        # group 1: {hash: (parent, the block's token ids)} of states at block ends
+        self.n_state_stored = self.n_state_removed = 0
         self.n_stored_events = self.n_removed_events = self.n_cleared = self.n_events = 0
         self.events = []
         self.payloads = {}
@@ -127,8 +133,11 @@ class Subscriber:
                 self.bad.append(f"BlockStored sizes: block_size {bsize}, {len(tokens)} tokens, {len(hashes)} hashes")
                 return
             if lora_id is not None or lora_name is not None or extra is not None or medium != "CPU" \
-                    or group != 0 or kind != "full_attention":
+                    or (group, kind) not in ((0, "full_attention"), (1, "mamba")):
                 self.bad.append(f"BlockStored optional fields {opt!r}")
+            if group == 1:
+                self.apply_state_stored(hashes, parent, tokens)
+                return
             if parent is not None and parent not in self.held:
                 self.bad.append(f"BlockStored parent {parent} is not held")
             prev = FNV_BASIS if parent is None else parent
@@ -143,11 +152,19 @@ class Subscriber:
                 self.ever_stored.add(h)
                 prev = h
         elif tag == "BlockRemoved":
-            self.n_removed_events += 1
             hashes = ev[1] if len(ev) > 1 else None
-            if not hashes or (len(ev) > 2 and ev[2] != "CPU") or (len(ev) > 3 and ev[3] != 0):
+            group = ev[3] if len(ev) > 3 else 0
+            if not hashes or (len(ev) > 2 and ev[2] != "CPU") or group not in (0, 1):
                 self.bad.append(f"BlockRemoved {ev!r:.200}")
                 return
+            if group == 1:
+                self.n_state_removed += 1
+                for h in hashes:
+                    if h not in self.held_state:
+                        self.bad.append(f"state block {h} removed, which is not held")
+                    self.held_state.pop(h, None)
+                return
+            self.n_removed_events += 1
             for h in hashes:
                 if h not in self.held:
                     self.bad.append(f"removed {h}, which is not held (stored before: {h in self.ever_stored})")
@@ -157,8 +174,39 @@ class Subscriber:
             if len(ev) != 1:
                 self.bad.append(f"AllBlocksCleared {ev!r}")
             self.held.clear()
+            self.held_state.clear()
         else:
             self.bad.append(f"unknown tag {tag!r}")
+
+    def apply_state_stored(self, hashes, parent, tokens):
+        """Group 1 (kind "mamba"): one block a event, the block at whose end a recurrent state is kept;
+        its hash is the chain's, the same as the attention group's hash of that block."""
+        self.n_state_stored += 1
+        if len(hashes) != 1:
+            self.bad.append(f"a state BlockStored of {len(hashes)} blocks")
+            return
+        h = hashes[0]
+        want = block_hash(FNV_BASIS if parent is None else parent, tokens)
+        if h != want:
+            self.bad.append(f"state block hash {h} is not the chain's {want}")
+        if h in self.held_state:
+            self.bad.append(f"state block {h} stored while held")
+        self.held_state[h] = (parent, tokens)
+
+    def state_outside_pages(self):
+        """State blocks whose attention block is not held (a state needs its prefix's pages)."""
+        return [h for h in self.held_state if h not in self.held]
+
+    def prefix_of(self, h):
+        """The token ids from the start to the end of held block h, following parents; None when broken."""
+        out = []
+        while h is not None:
+            if h not in self.held:
+                return None
+            p, blk = self.held[h]
+            out[:0] = blk
+            h = p
+        return out
 
     def closed_under_parent(self):
         return [h for h, (p, _) in self.held.items() if p is not None and p not in self.held]
@@ -239,6 +287,9 @@ def test_conversations(srv, sub):
             check("the held set agrees with /stats kv_events.blocks_held and is closed under parent",
                   len(sub.held) == st["kv_events"]["blocks_held"] and not sub.closed_under_parent(),
                   (len(sub.held), st["kv_events"], sub.closed_under_parent()[:3]))
+            check("the state group (1) agrees with /stats kv_events.state_blocks_held, each state block's "
+                  "attention block held", len(sub.held_state) == st["kv_events"]["state_blocks_held"]
+                  and not sub.state_outside_pages(), (len(sub.held_state), st["kv_events"]))
             pcs = st["pools"]["prefix_cache"]
             if VERBOSE:
                 print(f"  turn: {len(ids)} tokens, store {pcs['entries']} entries {pcs['bytes']} bytes, "
@@ -248,6 +299,30 @@ def test_conversations(srv, sub):
         topic_ok = topic_ok and t == f"kv@127.0.0.1:{srv.port}@default"
     check("every message's topic is kv@<host:port>@<model>", sub.topics and topic_ok, sub.topics)
     return n_turn_checks
+
+
+def test_state_blocks_are_hits(srv, sub):
+    """What the state group tells a router is true: for each held state block (up to 6), a prompt of
+    the tokens up to that block's end and one more restores exactly that far (x-cached-tokens), so
+    a router that counts attention blocks and state blocks apart can tell a full hit of a hybrid
+    from an attention-only one."""
+    settle(srv, sub)
+    check("the conversations left recurrent states at block ends (group 1, kind mamba)",
+          sub.n_state_stored > 0 and sub.held_state, (sub.n_state_stored, len(sub.held_state)))
+    tried = []
+    for h in list(sub.held_state)[:6]:
+        if h not in sub.held_state:     # a request before evicted it
+            continue
+        ids = sub.prefix_of(h)
+        if ids is None:
+            continue
+        st, hd, j, b = srv.jreq("POST", "/v1/completions", {"prompt": ids + [ids[-1]], "max_tokens": 1,
+                                                            "temperature": 0})
+        tried.append((len(ids), hd.get("x-cached-tokens")))
+        settle(srv, sub)
+    print(f"  state blocks tried: (tokens to the block end, x-cached-tokens) {tried}")
+    check("a prompt through a state block's end restores exactly there (x-cached-tokens)",
+          tried and all(c == str(n) for n, c in tried), tried)
 
 
 def test_repeat_stores_nothing(srv, sub):
@@ -283,12 +358,13 @@ def test_reset(srv, sub):
     settle(srv, sub)
     last = sub.events[-1] if sub.events else None
     check("AllBlocksCleared follows the reset and nothing is held",
-          last == ["AllBlocksCleared"] and not sub.held and kv_stats(srv)["blocks_held"] == 0, (last, len(sub.held)))
+          last == ["AllBlocksCleared"] and not sub.held and not sub.held_state and kv_stats(srv)["blocks_held"] == 0
+          and kv_stats(srv)["state_blocks_held"] == 0, (last, len(sub.held)))
     # after the clear the next turn stores its blocks from the start again
     ids = tokenize(srv, CONVERSATIONS[0][0])
     complete(srv, ids, 4)
     settle(srv, sub)
-    first = next((e for e in reversed(sub.events) if e[0] == "BlockStored"), None)
+    first = next((e for e in reversed(sub.events) if e[0] == "BlockStored" and e[9] == 0), None)
     check("after the clear, a prompt's blocks are stored again from the first (parent None)",
           first is not None and first[2] is None and first[3][:BLOCK] == ids[:BLOCK], first and first[:3])
 
@@ -373,7 +449,7 @@ def test_connect_and_bad_endpoint():
 
 def main():
     os.makedirs(TMP, exist_ok=True)
-    names = ["test_conversations", "test_repeat_stores_nothing", "test_counts", "test_reset", "test_replay",
+    names = ["test_conversations", "test_state_blocks_are_hits", "test_repeat_stores_nothing", "test_counts", "test_reset", "test_replay",
              "test_connect_and_bad_endpoint"]
     chosen = hs.select(sys.argv[1:], names, "kvevents")
     if zmq is None:

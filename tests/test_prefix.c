@@ -151,12 +151,65 @@ TEST(test_prefix_attention_only_restores_at_any_token)
 /* Random prompts from three stems: look up, fork (or start cold), run
  * the rest, insert; sometimes evict. The store stays within its budget,
  * the engine's pool within its own, and everything returns at the end. */
+/* A listener that keeps what the store told of its recurrent states: a
+ * count per (salt, tokens[0..n)) key, which must never go below zero. */
+typedef struct state_log {
+    uint64_t keys[1024];
+    int counts[1024];
+    int n_keys, held, bad, cleared;
+} state_log;
+
+static uint64_t state_key(const char *salt, const int32_t *t, int n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = salt; *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint32_t)t[i]) * 1099511628211ull;
+    return h;
+}
+
+static void state_sink(void *ctx, int event, const char *salt, int owner, const int32_t *tokens, int n_tokens)
+{
+    (void)owner;
+    state_log *l = ctx;
+    if (event == PREFIX_EV_CLEARED) {
+        l->n_keys = l->held = 0;
+        l->cleared++;
+        return;
+    }
+    if (event != PREFIX_EV_STATE_STORED && event != PREFIX_EV_STATE_REMOVED)
+        return;
+    const uint64_t k = state_key(salt, tokens, n_tokens);
+    int i = 0;
+    while (i < l->n_keys && l->keys[i] != k)
+        i++;
+    if (i == l->n_keys) {
+        if (i == 1024 || event == PREFIX_EV_STATE_REMOVED) {
+            l->bad++;           /* gone without having been kept */
+            return;
+        }
+        l->keys[l->n_keys] = k;
+        l->counts[l->n_keys++] = 0;
+    }
+    const int d = event == PREFIX_EV_STATE_STORED ? 1 : -1;
+    l->counts[i] += d;
+    l->held += d;
+    if (l->counts[i] < 0)
+        l->bad++;
+}
+
 TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
 {
     engine *e = open_synth("rand", "LLAL", 24u << 20);
     CHECK(e);
     const uint64_t budget = 4u << 20;
-    prefix_params pp = { .budget_bytes = budget, .snap_interval = 0 };
+    /* the listener (the KV events' group of recurrent states) hears of
+     * every state kept and gone, merges and evictions included: what it
+     * holds is always the store's snapshots and entries' end states */
+    state_log slog = {0};
+    prefix_params pp = { .budget_bytes = budget, .snap_interval = 0,
+                         .sink = { .fn = state_sink, .ctx = &slog } };
     prefix_store *ps = prefix_new(e, &pp);
     CHECK(ps);
     int32_t stems[3][100];
@@ -165,13 +218,24 @@ TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
     uint32_t r = 99;
     char err[256];
     uint64_t hits = 0;
+    int32_t last[120];
+    int n_last = 0;
+    const char *last_salt = "x";
     for (int it = 0; it < 60; it++) {
         r = r * 1664525u + 1013904223u;
         int32_t p[120];
-        const int stem = (int)(r >> 8) % 3, keep = 1 + (int)((r >> 12) % 90), n = keep + 1 + (int)((r >> 20) % 20);
+        const int stem = (int)(r >> 8) % 3;
+        int keep = 1 + (int)((r >> 12) % 90), n = keep + 1 + (int)((r >> 20) % 20);
         memcpy(p, stems[stem], (size_t)keep * sizeof *p);
-        tokens(p + keep, n - keep, r);
         const char *salt = (r >> 28) & 1 ? "x" : "y";
+        if ((r >> 24) % 3 == 0 && n_last > 0 && n_last + 10 <= 120) {
+            /* a conversation's next turn: the last sequence kept and more (its entry merges into this one) */
+            keep = n_last;
+            n = n_last + 1 + (int)((r >> 20) % 9);
+            memcpy(p, last, (size_t)keep * sizeof *p);
+            salt = last_salt;
+        }
+        tokens(p + keep, n - keep, r);
         prefix_match m;
         const prefix_query q = { .salt = salt, .owner = 0, .prompt = p, .n_prompt = n };
         const int seq = prefix_acquire(ps, &q, n, &m);
@@ -196,6 +260,9 @@ TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
                 n_snap++;
         }
         prefix_insert(ps, salt, 0, p, n, seq, snap, n_snap);
+        memcpy(last, p, (size_t)n * sizeof *p);
+        n_last = n;
+        last_salt = salt;
         prefix_stats st;
         prefix_get_stats(ps, &st);
         engine_pool_usage pu;
@@ -205,6 +272,10 @@ TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
         CHECK(pu.reserved_bytes <= pu.budget_bytes && pu.n_seqs == st.n_entries);
         if (it % 17 == 16)
             prefix_evict_one(ps);
+        prefix_get_stats(ps, &st);
+        CHECK_MSG(slog.bad == 0 && slog.held == st.n_snapshots + st.n_entries,
+                  "step %d: the listener holds %d states (%d bad events), the store %d snapshots and %d entries", it,
+                  slog.held, slog.bad, st.n_snapshots, st.n_entries);
     }
     prefix_stats st;
     prefix_get_stats(ps, &st);
@@ -221,6 +292,8 @@ TEST(test_prefix_randomized_inserts_and_evictions_stay_within_the_budget)
     CHECK(c.pool_freed_bytes == held);  /* nothing else held pages */
     engine_get_pool_usage(e, &pu);
     CHECK(pu.reserved_bytes == 0 && pu.n_seqs == 0 && pu.n_snaps == 0 && pu.n_pages_used == 0);
+    CHECK_MSG(slog.cleared == 1 && slog.held == 0 && slog.bad == 0, "after the clear: %d cleared, %d held, %d bad",
+              slog.cleared, slog.held, slog.bad);
     prefix_free(ps);
     engine_close(e);
 }
