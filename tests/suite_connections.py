@@ -304,16 +304,10 @@ def fds_needed(k):
     return k["IDLE"] + k["TRICKLE"] + k["STREAMS"] + k["PLAIN"] + k["STALLED"] + k["READERS"] + 256
 
 
-def sanitizer_build(path):
-    """True for an AddressSanitizer build, whose quarantine and shadow memory make RSS no measure."""
-    with open(path, "rb") as f:
-        return b"__asan_init" in f.read()
-
-
 def main():
     global SCALE
     os.makedirs(TMP, exist_ok=True)
-    measure_rss = not sanitizer_build(hs.HYSERVE)
+    measure_rss = not hs.sanitizer_build()
     if not SCALE:       # a sanitizer build runs short: at full scale it takes five minutes
         SCALE = "full" if measure_rss and raise_fd_limit(fds_needed(SCALES["full"])) is None else "short"
     k = SCALES[SCALE]
