@@ -13,7 +13,7 @@ that entries are evicted, then POST /reset_prefix_cache. Checked:
   - the hashes are the documented chain (FNV-1a 64 over the parent's 8 bytes and the block's
     token ids, 4 bytes each, little-endian; seed the FNV offset basis), recomputed here; the
     parent of a BlockStored is the block before its first (held), None only at the start;
-  - after each turn every full block of the prompt's /tokenize ids is held, with exactly those
+  - after each turn every full block of the prompt's ids from /v1/completions/render (equal to /tokenize's) is held, with exactly those
     token ids; a block is removed only once stored, never twice; the held set stays closed
     under "parent" (an evicted prefix takes its extensions with it);
   - the recurrent states at block ends are group 1, kind "mamba": one hash an event, the chain's,
@@ -232,8 +232,13 @@ def settle(srv, sub):
 
 
 def tokenize(srv, text):
-    st, _, j, _ = srv.jreq("POST", "/tokenize", {"inputs": text})
-    return [t["id"] for t in j] if st == 200 else None
+    """The ids the router's tokenizer gets from the render route (POST /v1/completions/render, as
+    llm-d's precise prefix scorer calls it); they must be /tokenize's too."""
+    st, _, j, _ = srv.jreq("POST", "/v1/completions/render", {"prompt": text})
+    ids = j[0]["token_ids"] if st == 200 and isinstance(j, list) and j else None
+    st2, _, j2, _ = srv.jreq("POST", "/tokenize", {"inputs": text})
+    check("/v1/completions/render's ids are /tokenize's", st2 == 200 and ids == [t["id"] for t in j2], (st, st2))
+    return ids
 
 
 def complete(srv, ids, max_tokens=12):
@@ -283,7 +288,7 @@ def test_conversations(srv, sub):
                 prev = h
             n_turn_checks += 1
             check(f"after a turn ({len(ids)} prompt tokens) each of its {n_full} full blocks is held with the "
-                  "prompt's /tokenize ids", not missing, f"missing blocks {missing}")
+                  "prompt's ids from /v1/completions/render", not missing, f"missing blocks {missing}")
             check("the held set agrees with /stats kv_events.blocks_held and is closed under parent",
                   len(sub.held) == st["kv_events"]["blocks_held"] and not sub.closed_under_parent(),
                   (len(sub.held), st["kv_events"], sub.closed_under_parent()[:3]))
