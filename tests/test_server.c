@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "auth.h"
@@ -531,6 +532,44 @@ TEST(test_msgpack_writes_the_smallest_form_the_spec_gives_each_value)
     mp_array(&b, 15); mp_array(&b, 16); mp_array(&b, 65536); mp_bin(&b, "\x01", 1);
     CHECK(mp_is(&b, "9fdc0010dd00010000c40101"));
     mp_deinit(&b);
+}
+
+/* The drop path: an event the queue cannot take (here one past the
+ * queue's 64 MiB bound: a 16M-token entry's hashes and ids) is dropped and
+ * counted, never blocks the caller, and the events after it are sent. */
+TEST(test_kv_events_an_event_past_the_queue_bound_is_dropped_and_counted)
+{
+    char err[256];
+    const kvev_params p = { .endpoint = "inproc://test-kvev-drop", .topic = "kv@t:1@m", .block_tokens = 16,
+                            .kind = "full_attention", .max_queue = 16 };
+    kvev *k = kvev_new(&p, err, sizeof err);
+    CHECK_MSG(k != NULL, "%s", err);
+    const int n_big = 16 << 20;
+    int32_t *big = malloc((size_t)n_big * sizeof *big);
+    CHECK(big);
+    for (int i = 0; i < n_big; i++)
+        big[i] = i;
+    int32_t small[32];
+    for (int i = 0; i < 32; i++)
+        small[i] = -1 - i;
+    kvev_sink(k, PREFIX_EV_STORED, "", 0, big, n_big);
+    kvev_sink(k, PREFIX_EV_STORED, "", 0, small, 32);
+    kvev_stats st;
+    for (int i = 0; i < 500; i++) {     /* the publisher sends the small one */
+        kvev_get_stats(k, &st);
+        if (st.queued == 0 && st.published == 1)
+            break;
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    CHECK_MSG(st.dropped == 1 && st.published == 1 && st.batches == 1,
+              "%llu dropped, %llu published in %llu messages", (unsigned long long)st.dropped,
+              (unsigned long long)st.published, (unsigned long long)st.batches);
+    /* the dropped entry's blocks still count as held: a router that missed them resynchronises at
+     * the next AllBlocksCleared (docs/serving.md 16.1) */
+    CHECK(st.blocks_held == (uint64_t)(n_big / 16 + 2));
+    free(big);
+    kvev_free(k);
 }
 
 /* Entries of random conversations stored and removed through the sink:
