@@ -91,7 +91,9 @@ int spec_init(sched *s, char *err, size_t errlen)
 int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, size_t errlen)
 {
     sched_spec *sp = &r->spec;
-    *sp = (sched_spec){ .pred_pos = 0, .k = 4 };
+    /* the first draft: the whole --spec-draft-n-max from a prediction (the
+     * client says it is the output), 4 tokens from the n-gram lookup */
+    *sp = (sched_spec){ .pred_pos = 0, .k = p->n_prediction > 0 ? s->p.spec_n_max : 4 };
     if (sp->k > s->p.spec_n_max)
         sp->k = s->p.spec_n_max;
     if (sp->k < s->p.spec_n_min)
@@ -179,13 +181,15 @@ static int pred_find(const sched_spec *sp, const int32_t *o, int g, int from)
  * SPEC_NGRAM_MIN tokens) found in the prediction, first from where it was
  * lost on, then anywhere, finds it again (an edit in the middle of a
  * predicted file: the output rejoins the prediction after it). */
-static void pred_align(sched_req *r)
+static void pred_align(sched *s, sched_req *r)
 {
     sched_spec *sp = &r->spec;
     const int32_t *o = r->tokens + r->n_prompt;
     for (; sp->n_aligned < r->n_gen; sp->n_aligned++) {
         if (sp->pred_pos >= 0 && sp->pred_pos < sp->n_pred && sp->pred[sp->pred_pos] == o[sp->n_aligned]) {
             sp->pred_pos++;
+            sp->n.pred_accepted++;
+            s->spec_step.pred_accepted++;
         } else if (sp->pred_pos >= 0) {
             sp->pred_lo = sp->pred_pos;
             sp->pred_pos = -1;
@@ -230,14 +234,14 @@ static int draft_cut(sched *s, sched_req *r, const int32_t *d, int n)
     return n;
 }
 
-void spec_propose(sched *s, sched_req *r)
+void spec_propose(sched *s, sched_req *r, int rc)
 {
     sched_spec *sp = &r->spec;
     sp->n_draft = 0;
-    if (!sp->on || (s->spec_rec && !sp->snap))
+    if (sp->on && sp->n_pred > 0 && rc >= 0)
+        pred_align(s, r);   /* also after the last token: it counts the prediction's tokens in the output */
+    if (!sp->on || rc != 0 || (s->spec_rec && !sp->snap))
         return;
-    if (sp->n_pred > 0)
-        pred_align(r);
     if (sp->cool > 0) {
         sp->cool--;
         return;
@@ -355,15 +359,12 @@ int spec_after(sched *s, sched_req *r, engine_batch_item *it)
     sp->n.drafted += (uint64_t)k;
     sp->n.accepted += (uint64_t)m;
     sp->n.rollbacks += m < k;
-    if (sp->draft_pred) {
-        sp->n.pred_accepted += (uint64_t)m;
+    if (sp->draft_pred)
         sp->n.pred_rejected += (uint64_t)(k - m);
-    }
     s->spec_step.drafts++;
     s->spec_step.drafted += (uint64_t)k;
     s->spec_step.accepted += (uint64_t)m;
     s->spec_step.rollbacks += m < k;
-    s->spec_step.pred_accepted += sp->draft_pred ? (uint64_t)m : 0;
     s->spec_step.pred_rejected += sp->draft_pred ? (uint64_t)(k - m) : 0;
     adapt(s, sp, k, m);
     if (trc != 0 || r->n_fed != keep) {

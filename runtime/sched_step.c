@@ -177,8 +177,7 @@ static void group_fork(sched *s, sched_req *r, const float *logits)
             memcpy(slot, logits, nv * sizeof(float));
             f->n_fed = r->n_fed;
             f->fork_rc = sample_emit(s, f, slot, NULL);
-            if (f->fork_rc == 0)
-                spec_propose(s, f);
+            spec_propose(s, f, f->fork_rc);
         }
         s->forked[s->n_forked++] = f;
     }
@@ -192,8 +191,7 @@ static int after_item(sched *s, sched_req *r, engine_batch_item *it)
     float *logits = it->out;
     if (r->state == RS_DECODE) {
         int rc = spec_after(s, r, it);
-        if (rc == 0)
-            spec_propose(s, r);
+        spec_propose(s, r, rc);
         return rc;
     }
     r->n_fed += it->n_tokens;
@@ -209,8 +207,7 @@ static int after_item(sched *s, sched_req *r, engine_batch_item *it)
     if (r->n_fol > 0)
         group_fork(s, r, logits);
     int rc = sample_emit(s, r, logits, NULL);
-    if (rc == 0)
-        spec_propose(s, r);
+    spec_propose(s, r, rc);
     return rc;
 }
 

@@ -85,8 +85,12 @@ typedef struct sched_spec_counts {
     uint64_t drafts;            /* verify steps that carried drafts */
     uint64_t drafted;           /* draft tokens verified */
     uint64_t accepted;          /* of them, accepted (emitted as the target's own tokens) */
-    uint64_t pred_accepted;     /* of drafted and accepted, those from the request's prediction */
-    uint64_t pred_rejected;     /* prediction tokens drafted and rejected */
+    uint64_t pred_accepted;     /* output tokens the prediction held at that place (OpenAI's
+                                 * accepted_prediction_tokens: the prediction's tokens that appeared in
+                                 * the completion, followed in order, the first token and the verifier's
+                                 * own tokens included) */
+    uint64_t pred_rejected;     /* prediction tokens drafted and rejected by the verifier (the work they
+                                 * cost; OpenAI's rejected_prediction_tokens) */
     uint64_t rollbacks;         /* verify steps that rolled the sequence back (a draft rejected) */
 } sched_spec_counts;
 

@@ -270,14 +270,15 @@ int sample_emit(sched *s, sched_req *r, float *logits, int32_t *tok);
  * spec_item shapes a decoding request's item (the accepted tokens not fed
  * yet and the drafts: every verify item is built there), taking rows of
  * s->spec_logits from *rows_left; spec_after verifies and emits after the
- * step (0, 1 finished, or an error, as after_item); spec_propose drafts
- * for the next step; spec_release gives the snapshot back (s->mu held);
+ * step (0, 1 finished, or an error, as after_item); spec_propose, told
+ * that result, follows the output through the prediction and drafts for
+ * the next step when the request goes on; spec_release gives the snapshot back (s->mu held);
  * spec_publish adds the step's counts to s->st (s->mu held). */
 int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, size_t errlen);
 void spec_admit(sched *s, sched_req *r);
 void spec_item(sched *s, sched_req *r, engine_batch_item *it, int *rows_left, int *row_off);
 int spec_after(sched *s, sched_req *r, engine_batch_item *it);
-void spec_propose(sched *s, sched_req *r);
+void spec_propose(sched *s, sched_req *r, int rc);
 void spec_release(sched *s, sched_req *r);
 void spec_publish(sched *s);
 int spec_init(sched *s, char *err, size_t errlen);
