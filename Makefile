@@ -13,6 +13,7 @@
 #   make test-http K=PATTERN  HTTP tests (functions of tests/suite_http.py)
 #   make test-memory K=PATTERN  cache memory tests (tests/suite_memory.py)
 #   make test-families K=PATTERN  the hybrid families served (tests/suite_families.py)
+#   make test-spec K=PATTERN  speculative decoding served (tests/suite_spec.py)
 
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
@@ -80,7 +81,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-spec test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -178,6 +179,9 @@ test-kvevents: all ## KV events over ZMQ decoded by an independent subscriber (t
 
 test-families: all ## every hybrid family served (tests/suite_families.py); K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_families.sh $(if $(K),-k '$(K)')
+
+test-spec: all ## speculative decoding served: predictions, n-gram, rollback per family (tests/suite_spec.py); K=PATTERN
+	@$(TESTENV) sh tests/suite_spec.sh $(if $(K),-k '$(K)')
 
 test-dashboard: all ## the dashboard (GET /) in headless Chromium; screenshots in tests/tmp/dashboard/
 	@$(TESTENV) sh tests/suite_dashboard.sh
