@@ -81,7 +81,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-spec test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-spec test-dashboard test-deploy bench bench-prefix bench-spec bench-int8 bench-split clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -207,6 +207,9 @@ $(BUILD)/bench/hyserve-bench: bench/bench.c $(ENGINE_OBJ)
 
 bench-families: all $(BUILD)/bench/hyserve-bench ## each hybrid family: prompt, decode vs the triad, MoE grouping (bench/results/families-latest.md)
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) BENCH_BIN=$(BUILD)/bench/hyserve-bench sh bench/families.sh
+
+bench-spec: all ## speculative decoding vs none: predictions, n-gram (bench/results/spec-latest.md)
+	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/spec.sh
 
 bench-prefix: all ## the prefix cache on vs off: multi-turn TTFT, a shared system prompt (bench/results/prefix-latest.md)
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/prefix.sh
