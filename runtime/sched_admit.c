@@ -50,11 +50,13 @@ static int group_size(const sched_req *r)
  * follower's placeholder. */
 static uint64_t group_need_bytes(const sched *s, const sched_req *r)
 {
+    /* not a speculating request's rollback snapshot: it is taken at
+     * admission where the pool has room (spec_admit) and the request
+     * decodes without drafts where it has none, so speculation never makes
+     * a request wait or refuses it (its drafts fit its reservation: they
+     * never pass max_new_tokens) */
     const uint64_t own = engine_bytes_for_tokens(s->e, r->n_prompt + r->max_new);
-    /* a speculating request also holds its rollback snapshot (its drafts
-     * fit its reservation: they never pass max_new_tokens) */
-    const uint64_t spec = r->spec.on ? engine_snap_bytes(s->e) : 0;
-    return own + spec + (uint64_t)(group_size(r) - 1) * (engine_bytes_for_tokens(s->e, fork_own_tokens(s, r)) + spec);
+    return own + (uint64_t)(group_size(r) - 1) * engine_bytes_for_tokens(s->e, fork_own_tokens(s, r));
 }
 
 /* Give back the placeholders of r's followers. Caller holds s->mu. */
