@@ -13,6 +13,7 @@
 #   make test-http K=PATTERN  HTTP tests (functions of tests/suite_http.py)
 #   make test-memory K=PATTERN  cache memory tests (tests/suite_memory.py)
 #   make test-families K=PATTERN  the hybrid families served (tests/suite_families.py)
+#   make test-spec K=PATTERN  speculative decoding served (tests/suite_spec.py)
 
 CC      ?= cc
 PYTHON  ?= /usr/bin/python3
@@ -80,7 +81,7 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fu
 FUZZ_OBJ     := $(ENGINE_SRC:%.c=$(FUZZ_BUILD)/%.o) $(SERVER_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/web_assets.o
 FUZZ_BINS    := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 
-.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-connections test-dashboard test-deploy bench bench-prefix bench-int8 bench-split clean help deps
+.PHONY: FORCE all fuzz-build fuzz soak run test test-unit test-ref test-http test-memory test-gateway test-kvevents test-connections test-spec test-dashboard test-deploy bench bench-prefix bench-spec bench-int8 bench-split clean help deps
 
 all: deps $(HYSERVE) $(TESTBIN) ## build the hyserve binary and the unit-test runner
 
@@ -182,6 +183,9 @@ test-connections: all ## connections at the issue's scale: 10,000 idle, 1,000 tr
 test-families: all ## every hybrid family served (tests/suite_families.py); K=PATTERN picks by name
 	@$(TESTENV) sh tests/suite_families.sh $(if $(K),-k '$(K)')
 
+test-spec: all ## speculative decoding served: predictions, n-gram, rollback per family (tests/suite_spec.py); K=PATTERN
+	@$(TESTENV) sh tests/suite_spec.sh $(if $(K),-k '$(K)')
+
 test-dashboard: all ## the dashboard (GET /) in headless Chromium; screenshots in tests/tmp/dashboard/
 	@$(TESTENV) sh tests/suite_dashboard.sh
 
@@ -206,6 +210,9 @@ $(BUILD)/bench/hyserve-bench: bench/bench.c $(ENGINE_OBJ)
 
 bench-families: all $(BUILD)/bench/hyserve-bench ## each hybrid family: prompt, decode vs the triad, MoE grouping (bench/results/families-latest.md)
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) BENCH_BIN=$(BUILD)/bench/hyserve-bench sh bench/families.sh
+
+bench-spec: all ## speculative decoding vs none: predictions, n-gram (bench/results/spec-latest.md)
+	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/spec.sh
 
 bench-prefix: all ## the prefix cache on vs off: multi-turn TTFT, a shared system prompt (bench/results/prefix-latest.md)
 	@HYSERVE=$(HYSERVE) PYTHON=$(PYTHON) sh bench/prefix.sh

@@ -8,7 +8,7 @@
 #                      q4_k q5_k q6_k q4_k_m q5_k_m; also q4_0; the _m types are
 #                      llama-quantize's Q4_K_M / Q5_K_M mixes, `hyserve synth --dtype`)
 #   BENCH_SKIP="server dnet-model"   sections to leave out (prefix: bench/prefix.sh,
-#                      families: bench/families.sh)
+#                      families: bench/families.sh, spec: bench/spec.sh)
 #   BENCH_NOTE="text"  a line for the report (what was special about this run)
 #   BENCH_GRAMMAR_THREADS=1  threads of the 248K constrained-decode server (default 2;
 #                      on a loaded machine a 2-thread step waits on the scheduler)
@@ -251,6 +251,12 @@ fi
 if ! skip prefix; then
     log "prefix ..."
     HYSERVE=$HYSERVE PYTHON=$PYTHON sh bench/prefix.sh >&2 || log "prefix FAILED"
+fi
+
+# ---- speculative decoding vs none (its own report: bench/results/spec-latest.md) ----
+if ! skip spec; then
+    log "spec ..."
+    HYSERVE=$HYSERVE PYTHON=$PYTHON BENCH_QUICK=$QUICK sh bench/spec.sh >&2 || log "spec FAILED"
 fi
 
 # ---- merge ----

@@ -50,6 +50,11 @@ static int group_size(const sched_req *r)
  * follower's placeholder. */
 static uint64_t group_need_bytes(const sched *s, const sched_req *r)
 {
+    /* not a speculating request's rollback snapshot: it is taken at
+     * admission where the pool has room (spec_admit) and the request
+     * decodes without drafts where it has none, so speculation never makes
+     * a request wait or refuses it (its drafts fit its reservation: they
+     * never pass max_new_tokens) */
     const uint64_t own = engine_bytes_for_tokens(s->e, r->n_prompt + r->max_new);
     return own + (uint64_t)(group_size(r) - 1) * engine_bytes_for_tokens(s->e, fork_own_tokens(s, r));
 }
@@ -155,6 +160,7 @@ static void run_remove(sched *s, sched_req *r)
         engine_seq_free(s->e, r->seq);
     r->seq = -1;
     drop_snaps(s, r);
+    spec_release(s, r);
     if (r->slot >= 0)
         s->free_slots[s->n_free_slots++] = r->slot;
     r->slot = -1;
@@ -270,6 +276,7 @@ static void admit_one(sched *s, sched_req *r, int seq)
     if (r->usage.total_reserved_bytes > r->peak_bytes)
         r->peak_bytes = r->usage.total_reserved_bytes;
     s->running[s->n_running++] = r;
+    spec_admit(s, r);
     s->st.admitted_total++;
     sched_event ev = {0};
     ev.kind = SCHED_EV_ADMITTED;

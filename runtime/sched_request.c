@@ -37,6 +37,7 @@ static void req_free(sched_req *r)
     free(r->snap_at);
     free(r->snaps);             /* empty: run_remove gave the snapshots back on the scheduler thread */
     free(r->fol);
+    free(r->spec.pred);         /* its snapshot went back in run_remove */
     sched_event_clear(&r->final_ev);
     free(r->tokens);
     sampler_free(r->smp);
@@ -187,6 +188,7 @@ void sched_req_result(sched_req *r, sched_result *res)
     res->cached_tokens = r->pm.n_cached;
     res->prefix_reason = r->pm.reason;
     res->prefix_diverged_at = r->pm.diverged_at;
+    res->spec = r->pub_spec;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -291,6 +293,8 @@ static int req_make(sched *s, const sched_req_params *p, sched_req **out, char *
         goto out_free;
     rc = sched_grammar_attach(s, r, p, err, errlen);
     if (rc)
+        goto out_free;
+    if ((rc = spec_attach(s, r, p, err, errlen)) != 0)
         goto out_free;
     rc = SCHED_ENOMEM;
     r->t_submit = engine_now_s();

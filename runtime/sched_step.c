@@ -85,13 +85,17 @@ static int prompt_lp_emit(sched *s, sched_req *r, const engine_batch_item *it, f
 }
 
 /* Fill s->items for this step. Returns the item count; *n_decode and
- * *n_prefill_tok count decoding sequences and prompt tokens. */
-static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
+ * *n_prefill_tok count decoding sequences and prompt tokens, *n_spec_tok
+ * the tokens decoding sequences feed beyond one each (drafts, and accepted
+ * tokens a rollback carries). */
+static int build_batch(sched *s, int *n_decode, int *n_prefill_tok, int *n_spec_tok)
 {
     int n = 0, budget = s->p.prefill_chunk;
+    int spec_rows = s->spec_rows, spec_off = 0;   /* verify logits rows left this step, the next free one */
     bool plp_used = false;      /* the prompt-logprob buffer is taken this step */
     *n_decode = 0;
     *n_prefill_tok = 0;
+    *n_spec_tok = 0;
     for (int i = 0; i < s->n_running; i++) {
         sched_req *r = s->running[i];
         engine_batch_item *it = &s->items[n];
@@ -103,9 +107,9 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
         it->tokens = r->tokens + r->n_fed;
         it->out = s->logits + (size_t)r->slot * (size_t)s->n_vocab;
         if (r->state == RS_DECODE) {
-            it->n_tokens = 1;
-            it->logits = ENGINE_LOGITS_LAST;
+            spec_item(s, r, it, &spec_rows, &spec_off);    /* the accepted tokens, and drafts */
             (*n_decode)++;
+            *n_spec_tok += it->n_tokens - 1;
         } else {
             int left = r->n_prompt - r->n_fed;
             int k = left < budget ? left : budget;
@@ -125,9 +129,10 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok)
     return n;
 }
 
-/* Sample r's next token from logits (scratch) and emit it. Caller does
- * not hold s->mu. Returns 0, 1 (finished) or a negative error. */
-static int sample_emit(sched *s, sched_req *r, float *logits)
+/* Sample r's next token from logits (scratch) and emit it (into *out
+ * when out is not NULL). Caller does not hold s->mu. Returns 0, 1
+ * (finished) or a negative error. */
+int sample_emit(sched *s, sched_req *r, float *logits, int32_t *out)
 {
     float lp = 0.0f;
     int grc = sched_grammar_mask(r, logits);
@@ -138,6 +143,8 @@ static int sample_emit(sched *s, sched_req *r, float *logits)
         return SCHED_EENGINE;
     if ((grc = sched_grammar_advance(r, tok)))
         return grc;
+    if (out)
+        *out = tok;
     sampler_top top;
     sampler_last_top(r->smp, logits, r->top_logprobs, &top);
     return on_token(s, r, tok, lp, &top);
@@ -169,7 +176,8 @@ static void group_fork(sched *s, sched_req *r, const float *logits)
             float *slot = s->logits + (size_t)f->slot * nv;
             memcpy(slot, logits, nv * sizeof(float));
             f->n_fed = r->n_fed;
-            f->fork_rc = sample_emit(s, f, slot);
+            f->fork_rc = sample_emit(s, f, slot, NULL);
+            spec_propose(s, f, f->fork_rc);
         }
         s->forked[s->n_forked++] = f;
     }
@@ -181,6 +189,11 @@ static void group_fork(sched *s, sched_req *r, const float *logits)
 static int after_item(sched *s, sched_req *r, engine_batch_item *it)
 {
     float *logits = it->out;
+    if (r->state == RS_DECODE) {
+        int rc = spec_after(s, r, it);
+        spec_propose(s, r, rc);
+        return rc;
+    }
     r->n_fed += it->n_tokens;
     snaps_due(s, r, it);
     if (it->logits == ENGINE_LOGITS_ALL) {
@@ -193,7 +206,21 @@ static int after_item(sched *s, sched_req *r, engine_batch_item *it)
     }
     if (r->n_fol > 0)
         group_fork(s, r, logits);
-    return sample_emit(s, r, logits);
+    int rc = sample_emit(s, r, logits, NULL);
+    spec_propose(s, r, rc);
+    return rc;
+}
+
+/* An item whose step failed: its prefix-store snapshot goes back; a
+ * verify item's snapshot is its request's own and stays. */
+static void item_snap_drop(sched *s, sched_req *r, engine_batch_item *it)
+{
+    if (it->snap && it->snap == r->spec.snap) {
+        it->snap = NULL;
+        r->spec.n_fed_draft = 0;
+        return;
+    }
+    step_snap_drop(s, it);
 }
 
 /* The tokens-per-step histogram (sched_stats.step_tokens): bucket k holds
@@ -210,7 +237,7 @@ static void step_tokens_observe(sched_stats *st, int n_tok)
 static void sched_step(sched *s)
 {
     char err[256];
-    int n_decode = 0, n_prefill_tok = 0;
+    int n_decode = 0, n_prefill_tok = 0, n_spec_tok = 0;
 
     pthread_mutex_lock(&s->mu);
     reap_cancelled(s);
@@ -218,7 +245,7 @@ static void sched_step(sched *s)
     /* publish the pool together with the admissions, so a /stats snapshot
      * never lists an admitted request's cache without it in the pool */
     publish_pool(s);
-    int n = build_batch(s, &n_decode, &n_prefill_tok);
+    int n = build_batch(s, &n_decode, &n_prefill_tok, &n_spec_tok);
     pthread_mutex_unlock(&s->mu);
     if (n == 0)
         return;
@@ -232,7 +259,7 @@ static void sched_step(sched *s)
             rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
     } else if (n == 1) {
         rcs[0] = SCHED_EENGINE;
-        step_snap_drop(s, &s->items[0]);
+        item_snap_drop(s, s->item_req[0], &s->items[0]);
     } else {
         /* find the culprit: run the items one at a time (no sequence was
          * modified by the failed call) */
@@ -241,7 +268,7 @@ static void sched_step(sched *s)
                 rcs[i] = after_item(s, s->item_req[i], &s->items[i]);
             } else {
                 rcs[i] = SCHED_EENGINE;
-                step_snap_drop(s, &s->items[i]);
+                item_snap_drop(s, s->item_req[i], &s->items[i]);
             }
         }
     }
@@ -257,8 +284,9 @@ static void sched_step(sched *s)
         s->st.batch_decode_max = n_decode;
     if (n_decode > 0 && n_prefill_tok > 0)
         s->st.mixed_steps_total++;
-    step_tokens_observe(&s->st, n_decode + n_prefill_tok);
-    if (frc == 0 && n_prefill_tok == 0) {
+    step_tokens_observe(&s->st, n_decode + n_prefill_tok + n_spec_tok);
+    spec_publish(s);
+    if (frc == 0 && n_prefill_tok == 0 && n_spec_tok == 0) {
         s->st.decode_steps_total++;
         s->st.decode_forward_seconds += fwd_s;
     }
@@ -268,6 +296,7 @@ static void sched_step(sched *s)
         const int rc = i < n ? rcs[i] : r->fork_rc;
         r->pub_n_fed = r->n_fed;
         r->pub_n_snaps = r->n_snaps;
+        r->pub_spec = r->spec.n;
         if (rc == 0 && (i >= n || s->items[i].logits != ENGINE_LOGITS_NONE) && r->n_fed >= r->n_prompt)
             r->state = RS_DECODE;
         if (rc == 0) {

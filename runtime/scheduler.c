@@ -52,6 +52,9 @@ void sched_params_default(sched_params *p)
     p->prefix_snap_interval = 0;
     p->max_unread_bytes = 0;
     p->grammar_cache_bytes = (size_t)64 << 20;
+    p->spec_type = SCHED_SPEC_NONE;
+    p->spec_n_max = 16;
+    p->spec_n_min = 0;
 }
 
 void sched_event_clear(sched_event *ev)
@@ -185,7 +188,14 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->p.prefix_snap_align = p->prefix_snap_align > 1 ? p->prefix_snap_align : 0;
         s->p.max_unread_bytes = p->max_unread_bytes;
         s->p.grammar_cache_bytes = p->grammar_cache_bytes;
+        s->p.spec_type = p->spec_type == SCHED_SPEC_NGRAM ? SCHED_SPEC_NGRAM : SCHED_SPEC_NONE;
+        if (p->spec_n_max >= 1)
+            s->p.spec_n_max = p->spec_n_max < SCHED_SPEC_MAX ? p->spec_n_max : SCHED_SPEC_MAX;
+        s->p.spec_n_min = p->spec_n_min < 0 ? 0 : p->spec_n_min > s->p.spec_n_max ? s->p.spec_n_max : p->spec_n_min;
     }
+    s->st.spec_type = s->p.spec_type;
+    s->st.spec_n_max = s->p.spec_n_max;
+    s->st.spec_n_min = s->p.spec_n_min;
     s->max_seqs = s->info->max_seqs > 0 ? s->info->max_seqs : 1;
     s->n_vocab = s->info->n_vocab;
     pthread_mutex_init(&s->mu, NULL);
@@ -208,6 +218,10 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
     if (!s->logits || !s->plp_logits || !s->free_slots || !s->items || !s->item_req || !s->running || !s->ended ||
         !s->ended_ev || !s->rcs || !s->check_marks || !s->forked || !s->eog) {
         snprintf(err, errlen, "out of memory for %d sequence slots of %d logits", s->max_seqs, s->n_vocab);
+        sched_free(s);
+        return NULL;
+    }
+    if (spec_init(s, err, errlen)) {
         sched_free(s);
         return NULL;
     }
@@ -282,6 +296,7 @@ void sched_free(sched *s)
     pthread_mutex_unlock(&s->mu);
     free(s->logits);
     free(s->plp_logits);
+    free(s->spec_logits);
     free(s->eog);
     free(s->free_slots);
     free(s->items);
@@ -399,6 +414,15 @@ int sched_retry_after_s(sched *s)
     return (int)t;
 }
 
+/* The running requests' rollback snapshots. Caller holds s->mu. */
+static void spec_count_snaps(const sched *s, sched_stats *st)
+{
+    st->spec_snapshots = 0;
+    for (int i = 0; i < s->n_running; i++)
+        st->spec_snapshots += s->running[i]->spec.snap != NULL;
+    st->spec_snapshot_bytes = (uint64_t)st->spec_snapshots * engine_snap_bytes(s->e);
+}
+
 void publish_stats(sched *s)
 {
     sched_live_totals t = {0};
@@ -411,6 +435,7 @@ void publish_stats(sched *s)
         t.tokens += (uint64_t)u->n_tokens;
         t.n_slots += u->rec_state_bytes + u->rec_conv_bytes > 0;
     }
+    spec_count_snaps(s, &s->st);
     pthread_mutex_lock(&s->pub_mu);
     s->pub = s->st;
     s->pub.running = s->n_running;
@@ -440,6 +465,7 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
     }
     pthread_mutex_lock(&s->mu);
     *st = s->st;
+    spec_count_snaps(s, st);
     st->running = s->n_running;
     st->waiting = s->n_waiting;
     st->draining = s->draining;
@@ -474,6 +500,9 @@ int sched_get_stats(sched *s, sched_stats *st, sched_req_stats **reqs, int *n_re
             q->prefix_diverged_at = r->pm.diverged_at;
             q->n_snapshots = r->pub_n_snaps;
             q->snapshot_bytes = (uint64_t)r->pub_n_snaps * engine_snap_bytes(s->e);
+            q->spec_on = r->spec.on;
+            q->spec_snapshot_bytes = r->spec.snap ? engine_snap_bytes(s->e) : 0;
+            q->spec = r->pub_spec;
         }
         for (const sched_req *r = s->wait_head; r; r = r->wait_next) {
             sched_req_stats *q = &a[k++];

@@ -69,9 +69,33 @@ typedef struct sched_params {
                                  * nothing cannot make the server buffer without bound); 0: no limit */
     size_t grammar_cache_bytes; /* compiled grammars and their token masks kept for later requests of the
                                  * same constraint, least recently used evicted (default 64 MiB); 0: none */
+    int spec_type;              /* enum sched_spec_type (default SCHED_SPEC_NONE) */
+    int spec_n_max;             /* draft tokens per verify step at most, 1..SCHED_SPEC_MAX (default 16) */
+    int spec_n_min;             /* a draft shorter than this is not verified, 0..spec_n_max (default 0) */
 } sched_params;
 
 void sched_params_default(sched_params *p);
+
+/* Speculative decoding's draft sources on the server's side
+ * (sched_params.spec_type); a request's own prediction needs none. */
+enum sched_spec_type {
+    SCHED_SPEC_NONE = 0,        /* only the drafts a request brings (its prediction) */
+    SCHED_SPEC_NGRAM = 1,       /* also n-gram / prompt lookup drafts (llama-server's ngram-simple) */
+};
+
+/* Speculation's counts: per request (sched_result, /stats) and in total (sched_stats). */
+typedef struct sched_spec_counts {
+    uint64_t drafts;            /* verify steps that carried drafts */
+    uint64_t drafted;           /* draft tokens verified */
+    uint64_t accepted;          /* of them, accepted (emitted as the target's own tokens) */
+    uint64_t pred_accepted;     /* output tokens the prediction held at that place (OpenAI's
+                                 * accepted_prediction_tokens: the prediction's tokens that appeared in
+                                 * the completion, followed in order, the first token and the verifier's
+                                 * own tokens included) */
+    uint64_t pred_rejected;     /* prediction tokens drafted and rejected by the verifier (the work they
+                                 * cost; OpenAI's rejected_prediction_tokens) */
+    uint64_t rollbacks;         /* verify steps that rolled the sequence back (a draft rejected) */
+} sched_spec_counts;
 
 enum { SCHED_MAX_SNAP_HINTS = 4 };  /* snapshot hints a request carries at most */
 
@@ -99,7 +123,13 @@ typedef struct sched_req_params {
     int constraint;             /* enum sched_constraint: what the output must match */
     const char *constraint_src; /* [constraint_len] the JSON Schema or regex text (borrowed) */
     size_t constraint_len;
+    int speculative;            /* 0: the server's spec_type; 1: n-gram drafts too; -1: no drafts at all */
+    const int32_t *prediction;  /* [n_prediction] the expected output as token ids (OpenAI Predicted
+                                 * Outputs): drafts copied from it where the output follows it; NULL */
+    int n_prediction;           /* 0..SCHED_MAX_PREDICTION; ids must be inside the vocabulary */
 } sched_req_params;
+
+enum { SCHED_MAX_PREDICTION = 1 << 20 };  /* prediction tokens a request may give */
 
 /* Structured output: sched_submit compiles the constraint (SCHED_EINVAL
  * with the compiler's message when it cannot) and every token sampled
@@ -160,6 +190,7 @@ typedef struct sched_result {
     int cached_tokens;          /* prompt tokens restored from the prefix cache, not prefilled */
     int prefix_reason;          /* enum prefix_reason: why no more were (PREFIX_HIT when all shared were) */
     int prefix_diverged_at;     /* prompt tokens shared with the best cached entry */
+    sched_spec_counts spec;     /* speculative decoding */
 } sched_result;
 
 sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen);
@@ -239,7 +270,13 @@ typedef struct sched_req_stats {
     int prefix_diverged_at;
     int n_snapshots;            /* DeltaNet snapshots it took for the prefix store, held until it ends */
     uint64_t snapshot_bytes;    /* their bytes (in the pool, not in usage) */
+    bool spec_on;               /* speculating */
+    uint64_t spec_snapshot_bytes; /* its rollback snapshot (in the pool, not in usage) */
+    sched_spec_counts spec;
 } sched_req_stats;
+
+/* Positions sched_stats counts accepted drafts at (SCHED_SPEC_MAX of scheduler_impl.h). */
+#define SCHED_SPEC_MAX_POS 64
 
 /* Buckets of the tokens-per-step histogram: upper bounds 2^0 .. 2^11. */
 #define SCHED_STEP_BUCKETS 12
@@ -280,6 +317,11 @@ typedef struct sched_stats {
     uint64_t step_tokens[SCHED_STEP_BUCKETS + 1];  /* engine steps by tokens fed: <= 1, <= 2, <= 4 ... <= 2048, more */
     uint64_t step_tokens_sum;       /* tokens fed over all steps */
     sched_grammar_stats grammar;    /* the grammar cache */
+    int spec_type, spec_n_max, spec_n_min; /* the options */
+    sched_spec_counts spec;         /* speculative decoding, over all requests */
+    uint64_t spec_accepted_per_pos[SCHED_SPEC_MAX_POS]; /* accepted drafts by position in their draft (0: first) */
+    int spec_snapshots;             /* rollback snapshots held by running requests */
+    uint64_t spec_snapshot_bytes;   /* their bytes */
 } sched_stats;
 
 /* Totals over the running requests, as /metrics shows them. */
@@ -319,6 +361,9 @@ typedef struct sched_prefix_freed {
  * progress to end; never cancels a request). Fills *out. 0, or
  * SCHED_EDRAINING when the scheduler has stopped. */
 int sched_prefix_reset(sched *s, sched_prefix_freed *out);
+
+/* "none" | "ngram-simple". */
+const char *sched_spec_type_name(int type);
 
 const char *sched_finish_name(int finish);   /* "length" | "eos_token" | "stop_sequence" */
 const char *sched_status_name(int status);

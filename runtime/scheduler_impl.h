@@ -18,6 +18,33 @@
  * the buffer is allocated once, whatever the queue holds). */
 #define SCHED_PLP_ROWS 8
 
+/* Speculative decoding (sched_spec.c): the most draft tokens one verify
+ * step takes per sequence (--spec-draft-n-max at most this). */
+#define SCHED_SPEC_MAX SCHED_SPEC_MAX_POS
+
+/* One request's speculation. Scheduler thread only (the counters are
+ * copied into sched_req.pub_spec under s->mu after every step). */
+typedef struct sched_spec {
+    bool on;                    /* drafts are proposed and verified for this request */
+    bool ngram;                 /* n-gram (prompt lookup) drafts from the prompt and the output */
+    int32_t *pred;              /* [n_pred] the client's prediction as token ids (heap), NULL: none */
+    int n_pred;
+    int pred_pos;               /* the prediction index the output should continue with; -1: lost */
+    int pred_lo;                /* where alignment was last lost: a re-alignment looks from here first */
+    int n_aligned;              /* output tokens the aligner has seen */
+    engine_snap *snap;          /* models with recurrent layers: the verify step's snapshot of the state
+                                 * after the accepted tokens it carries (the rollback point), held from
+                                 * admission to the end, counted in the pool */
+    int32_t draft[SCHED_SPEC_MAX]; /* [n_draft] proposed for the next step */
+    int n_draft;
+    bool draft_pred;            /* those came from the prediction (else the n-gram) */
+    int n_fed_draft;            /* drafts in this step's item (0: a plain decode step) */
+    int k;                      /* adaptive draft length, n_min..n_max */
+    int cool;                   /* steps left without drafts after verify steps accepted nothing */
+    int miss;                   /* verify steps in a row that accepted nothing */
+    sched_spec_counts n;        /* the counters */
+} sched_spec;
+
 enum req_state {
     RS_QUEUED = 0,
     RS_PREFILL = 1,
@@ -73,6 +100,7 @@ struct sched_req {
     int n_fol;
     bool await_fork;            /* a follower whose leader is still prefilling */
     int fork_rc;                /* the step the follower forked in: as after_item's result */
+    sched_spec spec;            /* speculative decoding (sched_spec.c) */
 
     /* under s->mu */
     sched_req *wait_next;       /* wait queue link */
@@ -82,6 +110,7 @@ struct sched_req {
     double t_admit, t_first, t_end;   /* 0 until reached */
     int pub_n_gen;              /* n_gen as of the last event */
     int pub_n_fed;
+    sched_spec_counts pub_spec; /* spec.n as of the last step */
     char cancel_msg[128];       /* why, when cancelled by the server */
     bool cancel_by_id;          /* set before cancel by sched_cancel_id: the error is SCHED_EDELETED */
 
@@ -141,6 +170,11 @@ struct sched {
     sched_req **forked;         /* [max_seqs] followers that forked this step (their fork_rc says how) */
     int n_forked;
     uint8_t *check_marks;       /* [max_seqs] sched_broken's scratch */
+    float *spec_logits;         /* [spec_rows][n_vocab] every position's logits of this step's verify items */
+    int spec_rows;              /* rows of spec_logits: verify items of one step take at most these */
+    bool spec_rec;              /* the model has recurrent layers: a rejected draft rolls back to a snapshot */
+    uint64_t spec_pos[SCHED_SPEC_MAX]; /* accepted drafts by position, not yet added to st (published per step) */
+    sched_spec_counts spec_step; /* this step's counts, the same */
 
     /* under mu */
     pthread_mutex_t mu;
@@ -229,5 +263,24 @@ void admit(sched *s);
 int on_token(sched *s, sched_req *r, int32_t tok, float logprob, const sampler_top *top);
 /* sched_step.c */
 void *sched_main(void *arg);
+int sample_emit(sched *s, sched_req *r, float *logits, int32_t *tok);
+/* sched_spec.c: speculative decoding. spec_attach sets up r's speculation
+ * from p at submission (0, SCHED_EINVAL with a message, or SCHED_ENOMEM);
+ * spec_admit takes its rollback snapshot at admission (s->mu held);
+ * spec_item shapes a decoding request's item (the accepted tokens not fed
+ * yet and the drafts: every verify item is built there), taking rows of
+ * s->spec_logits from *rows_left; spec_after verifies and emits after the
+ * step (0, 1 finished, or an error, as after_item); spec_propose, told
+ * that result, follows the output through the prediction and drafts for
+ * the next step when the request goes on; spec_release gives the snapshot back (s->mu held);
+ * spec_publish adds the step's counts to s->st (s->mu held). */
+int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, size_t errlen);
+void spec_admit(sched *s, sched_req *r);
+void spec_item(sched *s, sched_req *r, engine_batch_item *it, int *rows_left, int *row_off);
+int spec_after(sched *s, sched_req *r, engine_batch_item *it);
+void spec_propose(sched *s, sched_req *r, int rc);
+void spec_release(sched *s, sched_req *r);
+void spec_publish(sched *s);
+int spec_init(sched *s, char *err, size_t errlen);
 
 #endif

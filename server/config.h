@@ -74,6 +74,10 @@ typedef struct server_config {
     int max_stop_len;           /* bytes of one stop sequence */
     uint64_t max_stream_buffer; /* output bytes a stream may hold unread before it is cancelled */
     uint64_t grammar_cache_mem; /* compiled grammars and their masks kept for later requests; 0: none */
+    char spec_type[16];         /* "none" or "ngram-simple": speculative decoding's server-side drafts */
+    int spec_draft_n_max;       /* draft tokens per verify step at most, 1..64 */
+    int spec_draft_n_min;       /* shorter drafts are not verified */
+    char model_draft[1024];     /* --model-draft (refused: not built yet) */
 } server_config;
 
 void config_defaults(server_config *c);

@@ -148,6 +148,9 @@ static sched_req_params req_params(const http_req *hr, const gen_request *g, con
         .constraint_len = g->constraint_len,
         .snap_hints = hints,
         .n_snap_hints = n_hints,
+        .speculative = g->speculative,
+        .prediction = g->speculative >= 0 ? g->pred_ids : NULL,
+        .n_prediction = g->speculative >= 0 ? g->n_pred_ids : 0,
     };
 }
 
@@ -174,6 +177,13 @@ static void tgi_prefill(server *srv, cJSON *d, const gen_request *g, const gen_r
     }
 }
 
+/* Speculation's numbers of one answer (json_add_speculative). */
+static void add_speculative(cJSON *obj, const gen_request *g, const sched_result *sr)
+{
+    json_add_speculative(obj, g->has_prediction, sr->spec.pred_accepted, sr->spec.pred_rejected, sr->spec.drafts,
+                         sr->spec.drafted, sr->spec.accepted);
+}
+
 static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *res, const sched_result *sr,
                            const int32_t *toks, int n_prompt)
 {
@@ -193,6 +203,7 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         cJSON_AddNumberToObject(d, "generated_tokens", res->n_toks);
         cJSON_AddNumberToObject(d, "cached_tokens", sr->cached_tokens);     /* hyserve: prefix cache */
         cJSON_AddStringToObject(d, "prefix_cache", prefix_reason_name(sr->prefix_reason));
+        add_speculative(d, g, sr);
         if (g->sp.greedy)
             cJSON_AddNullToObject(d, "seed");
         else
@@ -221,6 +232,7 @@ static cJSON *tgi_response(server *srv, const gen_request *g, const gen_result *
         cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
         cJSON_AddNumberToObject(u, "completion_tokens", res->n_toks);
         cJSON_AddNumberToObject(u, "cached_tokens", sr->cached_tokens);
+        add_speculative(u, g, sr);
         cJSON *c = cJSON_AddObjectToObject(u, "cache");
         cJSON_AddNumberToObject(c, "attn_kv_bytes", (double)sr->kv_bytes);
         cJSON_AddNumberToObject(c, "recurrent_state_bytes", (double)sr->state_bytes);
@@ -271,7 +283,7 @@ static cJSON *oai_logprobs(server *srv, const gen_request *g, const gen_result *
 }
 
 static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, const gen_result *res,
-                           const int32_t *toks, int n_prompt, int cached_tokens)
+                           const int32_t *toks, int n_prompt, const sched_result *sr)
 {
     bool chat = g->api == API_OAI_CHAT;
     cJSON *o = cJSON_CreateObject();
@@ -348,7 +360,8 @@ static cJSON *oai_response(server *srv, http_req *hr, const gen_request *g, cons
     cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", res->n_toks);
     cJSON_AddNumberToObject(u, "total_tokens", n_prompt + res->n_toks);
-    json_add_cached_tokens(u, cached_tokens);
+    json_add_cached_tokens(u, sr->cached_tokens);
+    add_speculative(u, g, sr);
     return o;
 out_nomem:
     lp_list_free(&lp);
@@ -541,15 +554,21 @@ static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_ite
     /* one answer: the first sequence's, with every sequence's choice and the usage summed */
     cJSON *body = NULL, *choices = NULL;
     int n_gen = 0, n_cached = 0;
+    sched_result sum = {0};     /* the choices' speculation, summed */
     for (int k = 0; k < n_items; k++) {
         char *saved = g->prompt;
         sched_result sr;
         sched_req_result(it[k].r, &sr);
         if (k % n_per == 0)
             n_cached += sr.cached_tokens;
+        sum.spec.drafts += sr.spec.drafts;
+        sum.spec.drafted += sr.spec.drafted;
+        sum.spec.accepted += sr.spec.accepted;
+        sum.spec.pred_accepted += sr.spec.pred_accepted;
+        sum.spec.pred_rejected += sr.spec.pred_rejected;
         if (g->n_batch > 1)
             g->prompt = g->batch_prompt[it[k].prompt];     /* echo gives this prompt's text */
-        cJSON *one = oai_response(srv, hr, g, &it[k].res, it[k].toks, it[k].n_prompt, sr.cached_tokens);
+        cJSON *one = oai_response(srv, hr, g, &it[k].res, it[k].toks, it[k].n_prompt, &sr);
         g->prompt = saved;
         if (!one)
             continue;
@@ -571,6 +590,9 @@ static int run_sequences(http_req *hr, gen_request *g, batch_item *it, int n_ite
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details"),
                                                           "cached_tokens"),
                          n_cached);
+    cJSON_DeleteItemFromObjectCaseSensitive(u, "completion_tokens_details");
+    cJSON_DeleteItemFromObjectCaseSensitive(u, "speculative");
+    add_speculative(u, g, &sum);
     return http_send_json(hr, 200, body, NULL);
 }
 
@@ -768,6 +790,27 @@ static bool render_prompt(gen_job *j, int *rc)
     return false;
 }
 
+/* A prediction given as text: its tokens, as the output would hold them
+ * (no BOS, control-token markup not parsed: the text is data). */
+static bool prediction_tokens(gen_job *j, int *rc)
+{
+    gen_request *g = &j->g;
+    if (!g->pred_text)
+        return false;
+    const size_t len = strlen(g->pred_text);
+    const int cap = (int)(len < JSON_MAX_PREDICTION ? len : JSON_MAX_PREDICTION) + 1;
+    free(g->pred_ids);
+    g->n_pred_ids = 0;
+    g->pred_ids = fault_malloc((size_t)cap * sizeof *g->pred_ids);
+    int n = g->pred_ids ? engine_tokenize(j->srv->eng, g->pred_text, len, false, false, g->pred_ids, cap) : -1;
+    if (n < 0) {
+        *rc = errors_reply(j->hr, ERR_INTERNAL, "out of memory while tokenizing the prediction");
+        return true;
+    }
+    g->n_pred_ids = n < cap ? n : cap;     /* a longer prediction is drafted from its first tokens */
+    return false;
+}
+
 /* The prompt's tokens (token ids as given, no BOS added; else the text
  * tokenized), TGI's truncate, --max-prompt-tokens, and the snapshot hints. */
 static bool prompt_tokens(gen_job *j, int *rc)
@@ -806,6 +849,8 @@ static bool prompt_tokens(gen_job *j, int *rc)
         *rc = errors_send(j->hr, ERR_VALIDATION, "the prompt produced no tokens", &x);
         return true;
     }
+    if (prediction_tokens(j, rc))
+        return true;
     if (j->api == API_OAI_CHAT && g->truncate <= 0)
         j->n_hints = chat_snap_hints(j->srv, g->prompt, j->content, j->n_content, j->toks, j->n_prompt, j->hints);
     return false;
@@ -914,7 +959,7 @@ static int answer_body(gen_job *j, sched_req *r)
             body = arr;
         }
     } else {
-        body = oai_response(j->srv, hr, &j->g, &res, j->toks, j->n_prompt, sr.cached_tokens);
+        body = oai_response(j->srv, hr, &j->g, &res, j->toks, j->n_prompt, &sr);
     }
     char h_prompt[24], h_gen[24], h_queue[32], h_inf[32], h_tpt[32], h_total[32], h_cache[32], h_cached[24];
     double total_ms = sr.total_ms, inf_ms = total_ms - sr.queue_ms;

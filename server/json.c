@@ -412,6 +412,70 @@ static int get_str(const cJSON *obj, const char *name, const char **out, perr *p
     return 1;
 }
 
+/* "speculative": true | false, and "prediction" (OpenAI's Predicted
+ * Outputs): {"type": "content", "content": TEXT or [{"type": "text",
+ * "text": ...}]}, or hyserve's {"type": "tokens", "tokens": [ids]} (each
+ * id checked against the vocabulary by json_check_gen). */
+static int get_speculation(gen_request *g, const cJSON *obj, perr *pe)
+{
+    bool on = false;
+    int rc = get_bool(obj, "speculative", &on, pe);
+    if (rc < 0)
+        return -1;
+    if (rc)
+        g->speculative = on ? 1 : -1;
+    const cJSON *pr = field(obj, "prediction");
+    if (!pr)
+        return 0;
+    const char *type = NULL;
+    if (!cJSON_IsObject(pr) || get_str(pr, "type", &type, pe) <= 0)
+        return fail(pe, "prediction", "expected {\"type\": \"content\", \"content\": ...} or "
+                                      "{\"type\": \"tokens\", \"tokens\": [...]}");
+    g->has_prediction = true;
+    if (!strcmp(type, "tokens")) {
+        const cJSON *arr = field(pr, "tokens"), *t;
+        const int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+        if (n < 0 || n > JSON_MAX_PREDICTION)
+            return fail(pe, "prediction", "`tokens` must be an array of at most %d token ids", JSON_MAX_PREDICTION);
+        g->pred_ids = n ? fault_malloc((size_t)n * sizeof *g->pred_ids) : NULL;
+        if (n && !g->pred_ids)
+            return fail_oom(pe, "prediction");
+        cJSON_ArrayForEach(t, arr)
+        {
+            if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+                t->valuedouble > INT32_MAX)
+                return fail(pe, "prediction", "`tokens`: entry %d is not a token id (an integer >= 0)", g->n_pred_ids);
+            g->pred_ids[g->n_pred_ids++] = (int32_t)t->valuedouble;
+        }
+        return 0;
+    }
+    if (strcmp(type, "content"))
+        return fail(pe, "prediction", "`type` must be \"content\" or \"tokens\"");
+    const cJSON *c = field(pr, "content"), *part;
+    if (cJSON_IsString(c)) {
+        g->pred_text = fault_strdup(c->valuestring);
+        return g->pred_text ? 0 : fail_oom(pe, "prediction");
+    }
+    if (!cJSON_IsArray(c))
+        return fail(pe, "prediction", "`content` must be a string or an array of text parts");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    cJSON_ArrayForEach(part, c)
+    {
+        const cJSON *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(tx)) {
+            free(buf);
+            return fail(pe, "prediction", "`content`: each part must be {\"type\": \"text\", \"text\": ...}");
+        }
+        if (json_buf_append(&buf, &len, &cap, tx->valuestring, strlen(tx->valuestring))) {
+            free(buf);
+            return fail_oom(pe, "prediction");
+        }
+    }
+    g->pred_text = buf ? buf : fault_strdup("");
+    return g->pred_text ? 0 : fail_oom(pe, "prediction");
+}
+
 /* cache_salt (vLLM's field, OpenAI bodies and TGI parameters): requests
  * share prefix cache entries only under the same salt (and API key). */
 static int get_cache_salt(gen_request *g, const cJSON *obj, perr *pe)
@@ -926,7 +990,8 @@ static int parse_oai_sampling(gen_request *g, const cJSON *root, const char *bod
         g->seed_given = true;
     if (get_stop(g, root, true, max_stop, pe) < 0)
         return -1;
-    if (get_bool(root, "stream", &g->stream, pe) < 0 || get_cache_salt(g, root, pe) < 0)
+    if (get_bool(root, "stream", &g->stream, pe) < 0 || get_cache_salt(g, root, pe) < 0 ||
+        get_speculation(g, root, pe) < 0)
         return -1;
     const cJSON *so = field(root, "stream_options");
     if (so) {
@@ -1047,7 +1112,8 @@ static int parse_tgi(gen_request *g, const cJSON *root, const char *body, size_t
     if (get_stop(g, p, false, max_stop, pe) < 0)
         return -1;
     if (get_bool(p, "details", &g->details, pe) < 0 || get_bool(p, "return_full_text", &g->return_full_text, pe) < 0 ||
-        get_bool(p, "return_usage", &g->return_usage, pe) < 0 || get_cache_salt(g, p, pe) < 0)
+        get_bool(p, "return_usage", &g->return_usage, pe) < 0 || get_cache_salt(g, p, pe) < 0 ||
+        get_speculation(g, p, pe) < 0)
         return -1;
     if (get_tgi_grammar(g, p, pe) < 0)
         return -1;
@@ -1455,6 +1521,14 @@ int json_check_gen(gen_request *g, const gen_limits *lim, char *err, size_t errl
             goto fail;
         }
     }
+    for (int i = 0; i < g->n_pred_ids; i++) {
+        if (g->pred_ids[i] >= lim->n_vocab) {
+            field = "prediction";
+            snprintf(err, errlen, "`prediction`: token %d is not in the vocabulary (0..%d)", (int)g->pred_ids[i],
+                     lim->n_vocab - 1);
+            goto fail;
+        }
+    }
     param[0] = '\0';
     return JSON_OK;
 fail:
@@ -1482,11 +1556,32 @@ cJSON *json_add_cached_tokens(cJSON *usage, int cached_tokens)
     return usage;
 }
 
+cJSON *json_add_speculative(cJSON *obj, bool prediction, uint64_t pred_accepted, uint64_t pred_rejected,
+                            uint64_t verify_steps, uint64_t drafted, uint64_t accepted)
+{
+    if (!obj)
+        return NULL;
+    if (prediction) {
+        cJSON *d = cJSON_AddObjectToObject(obj, "completion_tokens_details");
+        cJSON_AddNumberToObject(d, "accepted_prediction_tokens", (double)pred_accepted);
+        cJSON_AddNumberToObject(d, "rejected_prediction_tokens", (double)pred_rejected);
+    }
+    if (drafted > 0) {
+        cJSON *sp = cJSON_AddObjectToObject(obj, "speculative");
+        cJSON_AddNumberToObject(sp, "verify_steps", (double)verify_steps);
+        cJSON_AddNumberToObject(sp, "draft_tokens", (double)drafted);
+        cJSON_AddNumberToObject(sp, "accepted_tokens", (double)accepted);
+    }
+    return obj;
+}
+
 void json_gen_free(gen_request *g)
 {
     if (!g)
         return;
     free(g->prompt);
+    free(g->pred_text);
+    free(g->pred_ids);
     for (int i = 0; i < g->n_msgs; i++) {
         free(g->msgs[i].role);
         free(g->msgs[i].content);

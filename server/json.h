@@ -115,7 +115,16 @@ typedef struct gen_request {
     bool tools_in_system;       /* chat_template_kwargs.tools_in_user_message == false (Llama 3.1) */
     int n;                      /* OpenAI n: choices per prompt (1..JSON_MAX_N; the route checks --max-n) */
     int best_of;                /* TGI best_of: sequences generated, the best answered (1..JSON_MAX_N) */
+    int speculative;            /* "speculative": 0 not given (the server's --spec-type), 1 true (n-gram
+                                 * drafts too), -1 false (no drafts, the prediction unused) */
+    bool has_prediction;        /* "prediction" given (usage then carries completion_tokens_details) */
+    char *pred_text;            /* prediction {"type": "content"}: its text (heap; the route tokenizes it) */
+    int32_t *pred_ids;          /* [n_pred_ids] prediction {"type": "tokens"} or the text's tokens (heap) */
+    int n_pred_ids;
 } gen_request;
+
+/* Token ids a "prediction" may hold. */
+#define JSON_MAX_PREDICTION (1 << 20)
 
 /* What the output must match (the values of the scheduler's
  * enum sched_constraint). */
@@ -190,6 +199,14 @@ cJSON *json_add_text(cJSON *obj, const char *name, const char *s, size_t len);
 /* usage.prompt_tokens_details.cached_tokens (OpenAI): prompt tokens the
  * prefix cache restored instead of prefilling. Returns usage. */
 cJSON *json_add_cached_tokens(cJSON *usage, int cached_tokens);
+
+/* Speculative decoding in an answer: OpenAI's
+ * usage.completion_tokens_details.{accepted,rejected}_prediction_tokens
+ * when the request gave a prediction, and hyserve's "speculative":
+ * {"verify_steps", "draft_tokens", "accepted_tokens"} when drafts were
+ * verified. Returns obj. */
+cJSON *json_add_speculative(cJSON *obj, bool prediction, uint64_t pred_accepted, uint64_t pred_rejected,
+                            uint64_t verify_steps, uint64_t drafted, uint64_t accepted);
 
 /* A 64-bit integer member written in full digits (a cJSON number is a
  * double, exact only to 2^53). Returns the item or NULL. */

@@ -286,6 +286,32 @@ static void prom_counter(sbuf *s, const char *name, const char *help, double v)
     prom_f64(s, name, "", v);
 }
 
+/* Speculative decoding (docs/serving.md 17): vLLM's counter names, the
+ * acceptance by position in the draft (position 0 the first draft token),
+ * and hyserve's rollbacks and held snapshots. */
+static void prom_spec(sbuf *s, const sched_stats *st)
+{
+    prom_counter(s, "vllm:spec_decode_num_drafts_total", "verify steps that carried draft tokens",
+                 (double)st->spec.drafts);
+    prom_counter(s, "vllm:spec_decode_num_draft_tokens_total", "draft tokens verified", (double)st->spec.drafted);
+    prom_counter(s, "vllm:spec_decode_num_accepted_tokens_total", "draft tokens accepted", (double)st->spec.accepted);
+    sb_printf(s, "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total draft tokens accepted, by position in "
+                 "their draft\n# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n");
+    for (int i = 0; i < st->spec_n_max && i < SCHED_SPEC_MAX_POS; i++) {
+        char lab[32];
+        snprintf(lab, sizeof lab, "position=\"%d\"", i);
+        prom_u64(s, "vllm:spec_decode_num_accepted_tokens_per_pos_total", lab, st->spec_accepted_per_pos[i]);
+    }
+    prom_counter(s, "hyserve_spec_prediction_accepted_tokens_total", "draft tokens from requests' predictions accepted",
+                 (double)st->spec.pred_accepted);
+    prom_counter(s, "hyserve_spec_prediction_rejected_tokens_total", "draft tokens from requests' predictions rejected",
+                 (double)st->spec.pred_rejected);
+    prom_counter(s, "hyserve_spec_rollbacks_total", "verify steps that rolled a sequence back past a rejected draft",
+                 (double)st->spec.rollbacks);
+    prom_gauge(s, "hyserve_spec_snapshot_bytes", "rollback snapshots held by speculating requests (in the cache pool)",
+               (double)st->spec_snapshot_bytes);
+}
+
 /* The prefix cache's counters (docs/serving.md 9). */
 static void prom_prefix_cache(sbuf *s, const sched_stats *st)
 {
@@ -476,6 +502,7 @@ char *metrics_prometheus(server *srv)
                  "of memory)", (double)kvs.dropped);
     prom_gauge(&s, "hyserve_kv_events_queued", "KV events waiting for the publisher thread", kvs.queued);
     prom_grammar_cache(&s, &st.grammar);
+    prom_spec(&s, &st);
     prom_counter(&s, "hyserve_preemptions_total", "requests preempted", 0);
     sb_printf(&s, "# HELP hyserve_rejected_total requests refused before admission\n"
                   "# TYPE hyserve_rejected_total counter\n");
@@ -630,7 +657,15 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
     cJSON_AddNumberToObject(rec, "conv_bytes", (double)u->rec_conv_bytes);
     cJSON_AddNumberToObject(rec, "bytes", (double)(u->rec_state_bytes + u->rec_conv_bytes));
     cJSON_AddNumberToObject(rec, "checkpoints", q->n_snapshots);      /* recurrent snapshots for the prefix cache */
-    cJSON_AddNumberToObject(rec, "checkpoint_bytes", (double)q->snapshot_bytes);
+    /* and a speculating request's rollback snapshot (its own "speculative" says how much of them) */
+    cJSON_AddNumberToObject(rec, "checkpoint_bytes", (double)(q->snapshot_bytes + q->spec_snapshot_bytes));
+    if (q->spec_on) {
+        cJSON *sp = cJSON_AddObjectToObject(o, "speculative");
+        cJSON_AddNumberToObject(sp, "rollback_snapshot_bytes", (double)q->spec_snapshot_bytes);
+        cJSON_AddNumberToObject(sp, "verify_steps", (double)q->spec.drafts);
+        cJSON_AddNumberToObject(sp, "draft_tokens", (double)q->spec.drafted);
+        cJSON_AddNumberToObject(sp, "accepted_tokens", (double)q->spec.accepted);
+    }
     /* the same bytes by layer kind, and what plain MHA would hold */
     cJSON *by = cJSON_AddObjectToObject(o, "cache_by_kind");
     cJSON *g = cJSON_AddObjectToObject(by, "gqa_kv");
@@ -816,7 +851,7 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         t_conv += u->rec_conv_bytes;
         t_all += u->total_reserved_bytes;
         t_tok += (uint64_t)u->n_tokens;
-        t_snap += reqs[i].snapshot_bytes;
+        t_snap += reqs[i].snapshot_bytes + reqs[i].spec_snapshot_bytes;
     }
     uint64_t mem_total, mem_avail;
     mem_info(&mem_total, &mem_avail);
@@ -908,6 +943,18 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(sc, "preemptions_total", 0);
     cJSON_AddNumberToObject(sc, "prompt_tokens_total", (double)st.prompt_tokens_total);
     cJSON_AddNumberToObject(sc, "generation_tokens_total", (double)st.generation_tokens_total);
+    cJSON *spec = cJSON_AddObjectToObject(o, "speculative");
+    cJSON_AddStringToObject(spec, "type", sched_spec_type_name(st.spec_type));
+    cJSON_AddNumberToObject(spec, "draft_n_max", st.spec_n_max);
+    cJSON_AddNumberToObject(spec, "draft_n_min", st.spec_n_min);
+    cJSON_AddNumberToObject(spec, "verify_steps_total", (double)st.spec.drafts);
+    cJSON_AddNumberToObject(spec, "draft_tokens_total", (double)st.spec.drafted);
+    cJSON_AddNumberToObject(spec, "accepted_tokens_total", (double)st.spec.accepted);
+    cJSON_AddNumberToObject(spec, "acceptance_rate",
+                            st.spec.drafted ? (double)st.spec.accepted / (double)st.spec.drafted : 0.0);
+    cJSON_AddNumberToObject(spec, "rollbacks_total", (double)st.spec.rollbacks);
+    cJSON_AddNumberToObject(spec, "rollback_snapshots", st.spec_snapshots);
+    cJSON_AddNumberToObject(spec, "rollback_snapshot_bytes", (double)st.spec_snapshot_bytes);
 
     cJSON *arr = with_requests ? cJSON_AddArrayToObject(o, "requests") : NULL;
     for (int i = 0; i < n_reqs; i++) {

@@ -432,6 +432,9 @@ int serve_main(int argc, char **argv)
     sp.prefix_budget_bytes = cfg.prefix_cache_mem;
     sp.prefix_snap_interval = cfg.prefix_snap_interval;
     sp.grammar_cache_bytes = (size_t)cfg.grammar_cache_mem;
+    sp.spec_type = strcmp(cfg.spec_type, "ngram-simple") ? SCHED_SPEC_NONE : SCHED_SPEC_NGRAM;
+    sp.spec_n_max = cfg.spec_draft_n_max;
+    sp.spec_n_min = cfg.spec_draft_n_min;
     if (cfg.kv_events_replay[0] && !cfg.kv_events[0]) {
         atomic_store(&srv.state, SERVER_FAILED);
         log_msg(LOG_ERROR, "hyserve: serve: --kv-events-replay needs --kv-events\n");

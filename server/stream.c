@@ -500,6 +500,8 @@ static int on_event_tgi(stream *st, const sched_event *ev)
         sched_result pr;
         sched_req_result(st->r, &pr);
         cJSON_AddNumberToObject(d, "cached_tokens", pr.cached_tokens);     /* hyserve: prefix cache */
+        json_add_speculative(d, st->g.has_prediction, pr.spec.pred_accepted, pr.spec.pred_rejected, pr.spec.drafts,
+                             pr.spec.drafted, pr.spec.accepted);
     } else {
         cJSON_AddNullToObject(o, "details");
     }
@@ -509,6 +511,8 @@ static int on_event_tgi(stream *st, const sched_event *ev)
         cJSON *u = usage_obj(st->n_prompt, st->n_gen);
         json_put(o, "usage", u);
         cJSON_AddNumberToObject(u, "cached_tokens", res.cached_tokens);
+        json_add_speculative(u, st->g.has_prediction, res.spec.pred_accepted, res.spec.pred_rejected, res.spec.drafts,
+                             res.spec.drafted, res.spec.accepted);
         cJSON *cache = cJSON_AddObjectToObject(u, "cache");
         cJSON_AddNumberToObject(cache, "attn_kv_bytes", (double)res.kv_bytes);
         cJSON_AddNumberToObject(cache, "recurrent_state_bytes", (double)res.state_bytes);
@@ -563,7 +567,10 @@ static int oai_end(stream *st, int n_gen, sched_req *r)
         cJSON_AddArrayToObject(o, "choices");
         sched_result res;
         sched_req_result(r, &res);
-        json_put(o, "usage", json_add_cached_tokens(usage_obj(st->n_prompt, n_gen), res.cached_tokens));
+        cJSON *u = json_add_cached_tokens(usage_obj(st->n_prompt, n_gen), res.cached_tokens);
+        json_add_speculative(u, st->g.has_prediction, res.spec.pred_accepted, res.spec.pred_rejected, res.spec.drafts,
+                             res.spec.drafted, res.spec.accepted);
+        json_put(o, "usage", u);
         if (frame(st, o, true))
             return -1;
     }

@@ -254,7 +254,7 @@
       { kind: 'mla', name: 'MLA latent', reserved: tot.mla_latent_bytes, used: mlaUsed },
       { kind: 'dnet', name: 'recurrent state', reserved: tot.recurrent_state_bytes, used: tot.recurrent_state_bytes },
       { kind: 'conv', name: 'conv windows', reserved: tot.recurrent_conv_bytes, used: tot.recurrent_conv_bytes },
-      { kind: 'snap', name: 'prefix-cache snapshots', reserved: tot.checkpoint_bytes || 0, used: tot.checkpoint_bytes || 0 },
+      { kind: 'snap', name: 'snapshots (prefix cache, draft rollback)', reserved: tot.checkpoint_bytes || 0, used: tot.checkpoint_bytes || 0 },
       /* what no request owns but the budget holds: the prefix cache's entries
        * (finished requests' KV and states, kept for reuse) and spare blocks */
       { kind: 'prefix', name: 'prefix cache (finished requests, reusable)', reserved: pc.bytes || 0, used: pc.bytes || 0 },
@@ -598,6 +598,10 @@
     setText('k-running', String(st.scheduler.running));
     setText('k-waiting', String(st.scheduler.waiting));
     setText('k-batch', String(st.scheduler.batch_size_last));
+    /* speculative decoding: accepted / verified draft tokens since start */
+    const sp = st.speculative;
+    setText('k-spec', sp && sp.draft_tokens_total
+      ? (100 * sp.acceptance_rate).toFixed(0) + '% of ' + sp.draft_tokens_total : '\u2013');
     let first = samples[0];
     for (const x of samples) if (now - x.t <= WINDOW_S / 2) { first = x; break; }
     const dt = now - first.t;

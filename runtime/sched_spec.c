@@ -1,0 +1,392 @@
+/* sched_spec.c - speculative decoding inside the scheduler: drafts,
+ * verification in one engine step, rollback.
+ *
+ * Owns: the draft sources (n-gram / prompt lookup over the prompt and the
+ * output, and the client's prediction aligned against the output), the
+ * adaptive draft length, the verify item of a decoding sequence (built in
+ * one place, spec_item), accepting or rejecting the drafts after the step,
+ * and rolling the sequence back to the last accepted token.
+ * Does not own: the engine step (the drafts ride in the sequence's item of
+ * the ordinary batched step: continuous batching stays continuous), the
+ * sampler, the grammar matcher.
+ *
+ * Verification. A decoding sequence has c >= 1 accepted tokens not fed yet
+ * (the last one sampled, and after a rejection the accepted drafts that
+ * were rolled back with it); its item feeds them and the k drafts
+ * d1..dk, with every position's logits. Row c - 1 + i is the target's
+ * distribution after d1..di. For i = 0, 1, ... the scheduler samples from
+ * row c - 1 + i exactly as a plain decode step would (grammar mask,
+ * penalties over the tokens so far, the request's sampler and seed) and
+ * emits the token; while it equals d(i+1) the next row is valid and it
+ * goes on, else it stops: m drafts accepted and one token of the target's
+ * own (the correction, or the bonus after all k). For a greedy request
+ * that is the argmax rule; for a sampled one it is the standard
+ * speculative-sampling rule with a point-mass draft: accept d with
+ * probability p(d), else draw from p with d's mass removed, renormalised.
+ * Drawing x ~ p and accepting iff x == d is that rule exactly (P(accept)
+ * = p(d); given a rejection x is distributed as p restricted to x != d),
+ * so the output distribution is the non-speculative one, token for token,
+ * and each emitted token's logprob is of the verifying distribution.
+ *
+ * Rollback. With m == k every fed token stays. Else a model of attention
+ * layers only truncates its KV to the accepted length; a model with
+ * recurrent layers (DeltaNet, Mamba, Mamba-2, KDA, short conv) cannot undo
+ * the rejected tokens' updates, so the verify step takes a snapshot of the
+ * state after the c carried tokens (always accepted) inside the step
+ * (engine_batch_item.snap at snap_at = c), the sequence is truncated back
+ * there, and d1..dm ride in the next step's item with the correction
+ * (no step is spent re-feeding them). The snapshot is held from
+ * admission, so a verify step allocates nothing.
+ * ref: Leviathan et al. 2023 (speculative sampling), llama.cpp's
+ * ngram-simple and vLLM's prompt lookup (the n-gram source), OpenAI's
+ * Predicted Outputs (the prediction), docs/serving.md 17.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault.h"
+#include "scheduler_impl.h"
+#include "tokenizer.h"
+
+/* n-gram lookup: the longest suffix of the context, of SPEC_NGRAM_MAX
+ * tokens down to SPEC_NGRAM_MIN, that occurred earlier; the draft is what
+ * followed its latest earlier occurrence. */
+enum { SPEC_NGRAM_MAX = 4, SPEC_NGRAM_MIN = 2 };
+/* prediction re-alignment: the longest output suffix of at most this many
+ * tokens (and at least SPEC_NGRAM_MIN) found in the prediction */
+enum { SPEC_ALIGN_MAX = 8 };
+/* bytes of a draft's text the grammar pre-check looks at */
+enum { SPEC_GRAMMAR_BYTES = 4096 };
+
+const char *sched_spec_type_name(int type)
+{
+    return type == SCHED_SPEC_NGRAM ? "ngram-simple" : "none";
+}
+
+/* The verify rows: enough for every sequence to verify a full draft plus
+ * the tokens a rollback carries, bounded to 128 MiB of logits (a 248K
+ * vocabulary gets 135 rows: a few sequences verify per step, the others
+ * decode plainly that step), and never fewer than one full verify item. */
+int spec_init(sched *s, char *err, size_t errlen)
+{
+    const size_t nv = (size_t)s->n_vocab;
+    const int one = 2 * s->p.spec_n_max + 1;
+    size_t rows = (size_t)s->max_seqs * (size_t)(s->p.spec_n_max + 2);
+    const size_t cap = ((size_t)128 << 20) / (nv * sizeof(float));
+    if (rows > cap)
+        rows = cap;
+    if (rows < (size_t)one)
+        rows = (size_t)one;
+    s->spec_rows = (int)rows;
+    s->spec_logits = malloc(rows * nv * sizeof(float));
+    s->spec_rec = engine_snap_bytes(s->e) > 0;
+    if (!s->spec_logits) {
+        snprintf(err, errlen, "out of memory for %zu rows of verify logits", rows);
+        return SCHED_ENOMEM;
+    }
+    return 0;
+}
+
+int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, size_t errlen)
+{
+    sched_spec *sp = &r->spec;
+    /* the first draft: the whole --spec-draft-n-max from a prediction (the
+     * client says it is the output), 4 tokens from the n-gram lookup */
+    *sp = (sched_spec){ .pred_pos = 0, .k = p->n_prediction > 0 ? s->p.spec_n_max : 4 };
+    if (sp->k > s->p.spec_n_max)
+        sp->k = s->p.spec_n_max;
+    if (sp->k < s->p.spec_n_min)
+        sp->k = s->p.spec_n_min;
+    if (p->speculative < 0)
+        return 0;
+    sp->ngram = p->speculative > 0 || s->p.spec_type == SCHED_SPEC_NGRAM;
+    if (p->n_prediction < 0 || p->n_prediction > SCHED_MAX_PREDICTION || (p->n_prediction > 0 && !p->prediction)) {
+        snprintf(err, errlen, "a prediction holds 0 to %d tokens", SCHED_MAX_PREDICTION);
+        return SCHED_EINVAL;
+    }
+    for (int i = 0; i < p->n_prediction; i++) {
+        if (p->prediction[i] < 0 || p->prediction[i] >= s->n_vocab) {
+            snprintf(err, errlen, "prediction token %d is %d, outside the vocabulary (0..%d)", i,
+                     (int)p->prediction[i], s->n_vocab - 1);
+            return SCHED_EINVAL;
+        }
+    }
+    if (p->n_prediction > 0) {
+        sp->pred = FAULT_OR(malloc((size_t)p->n_prediction * sizeof(int32_t)));
+        if (!sp->pred) {
+            snprintf(err, errlen, "out of memory while queueing the request");
+            return SCHED_ENOMEM;
+        }
+        memcpy(sp->pred, p->prediction, (size_t)p->n_prediction * sizeof(int32_t));
+        sp->n_pred = p->n_prediction;
+    }
+    sp->on = sp->ngram || sp->n_pred > 0;
+    return 0;
+}
+
+void spec_admit(sched *s, sched_req *r)
+{
+    if (!r->spec.on || !s->spec_rec || r->spec.snap)
+        return;
+    /* no room for the snapshot: the request decodes without drafts */
+    r->spec.snap = engine_snap_new(s->e);
+    if (!r->spec.snap)
+        r->spec.on = false;
+}
+
+void spec_release(sched *s, sched_req *r)
+{
+    engine_snap_free(s->e, r->spec.snap);
+    r->spec.snap = NULL;
+    r->spec.n_draft = 0;
+}
+
+/* ---- draft sources ---- */
+
+/* What followed the latest earlier occurrence of the longest suffix of
+ * t[0..n) (SPEC_NGRAM_MAX .. SPEC_NGRAM_MIN tokens): up to k tokens into
+ * out. Returns the count. */
+static int ngram_draft(const int32_t *t, int n, int k, int32_t *out)
+{
+    for (int g = SPEC_NGRAM_MAX; g >= SPEC_NGRAM_MIN; g--) {
+        if (n < g + 1)
+            continue;
+        const int32_t *suf = t + n - g;
+        for (int j = n - g - 1; j >= 0; j--) {
+            if (t[j] != suf[0] || memcmp(t + j, suf, (size_t)g * sizeof *t) != 0)
+                continue;
+            int m = n - (j + g);
+            m = m < k ? m : k;
+            memcpy(out, t + j + g, (size_t)m * sizeof *t);
+            return m;
+        }
+    }
+    return 0;
+}
+
+/* The first index at or after from where the g tokens at o occur in
+ * pred, else -1. */
+static int pred_find(const sched_spec *sp, const int32_t *o, int g, int from)
+{
+    for (int j = from < 0 ? 0 : from; j + g <= sp->n_pred; j++)
+        if (sp->pred[j] == o[0] && !memcmp(sp->pred + j, o, (size_t)g * sizeof *o))
+            return j;
+    return -1;
+}
+
+/* Follow the output through the prediction: each output token that is
+ * the next prediction token advances the position; one that is not loses
+ * it, and the output's longest recent suffix (SPEC_ALIGN_MAX ..
+ * SPEC_NGRAM_MIN tokens) found in the prediction, first from where it was
+ * lost on, then anywhere, finds it again (an edit in the middle of a
+ * predicted file: the output rejoins the prediction after it). */
+static void pred_align(sched *s, sched_req *r)
+{
+    sched_spec *sp = &r->spec;
+    const int32_t *o = r->tokens + r->n_prompt;
+    for (; sp->n_aligned < r->n_gen; sp->n_aligned++) {
+        if (sp->pred_pos >= 0 && sp->pred_pos < sp->n_pred && sp->pred[sp->pred_pos] == o[sp->n_aligned]) {
+            sp->pred_pos++;
+            sp->n.pred_accepted++;
+            s->spec_step.pred_accepted++;
+        } else if (sp->pred_pos >= 0) {
+            sp->pred_lo = sp->pred_pos;
+            sp->pred_pos = -1;
+        }
+    }
+    if (sp->pred_pos >= 0)
+        return;
+    for (int g = r->n_gen < SPEC_ALIGN_MAX ? r->n_gen : SPEC_ALIGN_MAX; g >= SPEC_NGRAM_MIN; g--) {
+        const int32_t *suf = o + r->n_gen - g;
+        int j = pred_find(sp, suf, g, sp->pred_lo - g);
+        if (j < 0)
+            j = pred_find(sp, suf, g, 0);
+        if (j >= 0) {
+            sp->pred_pos = j + g;
+            return;
+        }
+    }
+}
+
+/* The longest prefix of d[0..n) a constrained request can emit: its
+ * tokens' text must continue the output the grammar admits (checked on the
+ * matcher's current state, which stays unchanged), and no draft holds an
+ * end-of-generation token (the verifier emits one itself where the model
+ * ends). Returns the count kept. */
+static int draft_cut(sched *s, sched_req *r, const int32_t *d, int n)
+{
+    const tokenizer *tk = engine_tokenizer(s->e);
+    char buf[SPEC_GRAMMAR_BYTES];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        if (tok_is_eog(tk, d[i]))
+            return i;
+        if (!r->gm)
+            continue;
+        int l = tok_piece(tk, d[i], buf + len, sizeof buf - len);
+        if (l < 0 || (size_t)l > sizeof buf - len)
+            return i;
+        len += (size_t)l;
+        if (!gram_matcher_can_accept_bytes(r->gm, buf, len))
+            return i;
+    }
+    return n;
+}
+
+void spec_propose(sched *s, sched_req *r, int rc)
+{
+    sched_spec *sp = &r->spec;
+    sp->n_draft = 0;
+    if (sp->on && sp->n_pred > 0 && rc >= 0)
+        pred_align(s, r);   /* also after the last token: it counts the prediction's tokens in the output */
+    if (!sp->on || rc != 0 || (s->spec_rec && !sp->snap))
+        return;
+    if (sp->cool > 0) {
+        sp->cool--;
+        return;
+    }
+    /* never past max_new_tokens: the m accepted drafts and the target's
+     * own token are at most what is left */
+    const int left = r->max_new - r->n_gen - 1;
+    int k = sp->k < left ? sp->k : left;
+    if (k <= 0)
+        return;
+    int n = 0;
+    if (sp->n_pred > 0 && sp->pred_pos >= 0 && sp->pred_pos < sp->n_pred) {
+        n = sp->n_pred - sp->pred_pos < k ? sp->n_pred - sp->pred_pos : k;
+        memcpy(sp->draft, sp->pred + sp->pred_pos, (size_t)n * sizeof(int32_t));
+        sp->draft_pred = true;
+    }
+    if (n == 0 && sp->ngram) {
+        n = ngram_draft(r->tokens, r->n_prompt + r->n_gen, k, sp->draft);
+        sp->draft_pred = false;
+    }
+    n = draft_cut(s, r, sp->draft, n);
+    sp->n_draft = n >= s->p.spec_n_min ? n : 0;
+}
+
+/* ---- the verify item and what follows it ---- */
+
+/* The one place a decoding sequence's item is shaped: its accepted tokens
+ * not fed yet (c >= 1) and, when rows are left this step, its drafts
+ * (written after them in r->tokens, which has room up to max_new), every
+ * position's logits and the rollback snapshot after the c carried tokens.
+ * (Where the engine offers a per-item flag that makes a k-token step
+ * bit-identical to k one-token steps, it is set here on verify items.) */
+void spec_item(sched *s, sched_req *r, engine_batch_item *it, int *rows_left, int *row_off)
+{
+    sched_spec *sp = &r->spec;
+    const int c = r->n_prompt + r->n_gen - r->n_fed;
+    int k = sp->n_draft;
+    if (k > 0 && (c + k > *rows_left || (s->spec_rec && !sp->snap)))
+        k = 0;      /* the step's verify rows are taken: decode plainly, draft again next step */
+    it->n_tokens = c + k;
+    it->snap = NULL;
+    it->snap_at = 0;
+    sp->n_fed_draft = k;
+    if (k == 0) {
+        it->logits = ENGINE_LOGITS_LAST;
+        return;     /* it->out: r's logits slot (build_batch) */
+    }
+    memcpy(r->tokens + r->n_prompt + r->n_gen, sp->draft, (size_t)k * sizeof(int32_t));
+    it->logits = ENGINE_LOGITS_ALL;
+    it->out = s->spec_logits + (size_t)*row_off * (size_t)s->n_vocab;
+    *row_off += c + k;
+    *rows_left -= c + k;
+    if (s->spec_rec) {
+        it->snap = sp->snap;
+        it->snap_at = c;
+    }
+}
+
+/* The adaptive draft length: doubled after a draft accepted whole, cut to
+ * one more than the accepted part after a rejection, and after verify
+ * steps that accepted nothing, no drafts for 1, 2, 4 .. 16 steps (text
+ * the source does not predict costs little more than plain decoding). */
+static void adapt(sched *s, sched_spec *sp, int k, int m)
+{
+    if (m == k) {
+        sp->k = sp->k * 2 < s->p.spec_n_max ? sp->k * 2 : s->p.spec_n_max;
+        sp->miss = 0;
+        return;
+    }
+    sp->k = m + 1;
+    if (m == 0) {
+        sp->miss++;
+        sp->cool = sp->miss >= 5 ? 16 : 1 << (sp->miss - 1);
+    } else {
+        sp->miss = 0;
+    }
+    if (sp->k < s->p.spec_n_min)
+        sp->k = s->p.spec_n_min;
+    if (sp->k < 1)
+        sp->k = 1;
+}
+
+int spec_after(sched *s, sched_req *r, engine_batch_item *it)
+{
+    sched_spec *sp = &r->spec;
+    const int k = sp->n_fed_draft, c = it->n_tokens - k, base = r->n_fed;
+    sp->n_fed_draft = 0;
+    it->snap = NULL;        /* r's own, not the prefix store's */
+    if (k == 0) {
+        r->n_fed += c;
+        return sample_emit(s, r, it->out, NULL);
+    }
+    const size_t nv = (size_t)s->n_vocab;
+    int32_t d[SCHED_SPEC_MAX];
+    memcpy(d, sp->draft, (size_t)k * sizeof *d);   /* emitting overwrites them in r->tokens */
+    int m = 0, rc = 0;
+    for (int i = 0; i <= k; i++) {
+        int32_t tok = -1;
+        rc = sample_emit(s, r, it->out + (size_t)(c - 1 + i) * nv, &tok);
+        const bool hit = i < k && tok == d[i];
+        m += hit;
+        if (hit)
+            s->spec_pos[i]++;
+        if (rc != 0 || !hit)
+            break;
+    }
+    /* what the engine holds back to the accepted tokens */
+    int keep = base + c + k, trc = 0;
+    if (m < k) {
+        keep = s->spec_rec ? base + c : base + c + m;
+        trc = engine_seq_truncate(s->e, r->seq, keep, s->spec_rec ? sp->snap : NULL);
+    }
+    r->n_fed = engine_seq_len(s->e, r->seq);
+    sp->n.drafts++;
+    sp->n.drafted += (uint64_t)k;
+    sp->n.accepted += (uint64_t)m;
+    sp->n.rollbacks += m < k;
+    if (sp->draft_pred)
+        sp->n.pred_rejected += (uint64_t)(k - m);
+    s->spec_step.drafts++;
+    s->spec_step.drafted += (uint64_t)k;
+    s->spec_step.accepted += (uint64_t)m;
+    s->spec_step.rollbacks += m < k;
+    s->spec_step.pred_rejected += sp->draft_pred ? (uint64_t)(k - m) : 0;
+    adapt(s, sp, k, m);
+    if (trc != 0 || r->n_fed != keep) {
+        if (rc == 1)
+            sched_event_clear(&r->final_ev);
+        return SCHED_EENGINE;
+    }
+    return rc;
+}
+
+void spec_publish(sched *s)
+{
+    sched_spec_counts *t = &s->st.spec, *d = &s->spec_step;
+    t->drafts += d->drafts;
+    t->drafted += d->drafted;
+    t->accepted += d->accepted;
+    t->pred_accepted += d->pred_accepted;
+    t->pred_rejected += d->pred_rejected;
+    t->rollbacks += d->rollbacks;
+    *d = (sched_spec_counts){0};
+    for (int i = 0; i < SCHED_SPEC_MAX; i++) {
+        s->st.spec_accepted_per_pos[i] += s->spec_pos[i];
+        s->spec_pos[i] = 0;
+    }
+}
