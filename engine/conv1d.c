@@ -111,3 +111,27 @@ void rec_snapshot_state(float *S, uint8_t *snap, size_t at, int n, bool b16)
         memcpy((float *)(void *)snap + at, S, sizeof(float) * (size_t)n);
     }
 }
+
+void rec_head_rows(const fwd_item *it, size_t at, int n_state, bool b16, bool step1, float *work, rec_rows_fn run,
+                   void *ctx)
+{
+    uint16_t *S16 = (uint16_t *)it->s->state + at;
+    float *S = b16 ? work : (float *)it->s->state + at;
+    if (b16)
+        dequant_row_fast(GGML_BF16, S16, S, n_state);
+    for (int t0 = 0; t0 < it->n;) {
+        int t1 = step1 ? t0 + 1 : it->n;
+        if (it->snap && t0 < it->snap_at && t1 > it->snap_at)
+            t1 = it->snap_at;
+        if (it->snap && t0 == it->snap_at)
+            rec_snapshot_state(S, it->snap, at, n_state, b16);
+        run(ctx, t0, t1 - t0, S);
+        if (step1 && b16 && t1 < it->n) {   /* stored and loaded back, as between one-token steps */
+            quantize_row_fast(GGML_BF16, S, S16, n_state);
+            dequant_row_fast(GGML_BF16, S16, S, n_state);
+        }
+        t0 = t1;
+    }
+    if (b16)
+        quantize_row_fast(GGML_BF16, S, S16, n_state);
+}
