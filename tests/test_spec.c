@@ -26,47 +26,53 @@
 /* One small model per layer kind and weight type: the synth pattern's
  * letters (A attention, L DeltaNet, M MLA, S Mamba-2, C short conv, F MLP
  * only, H attention + Mamba-2, B Mamba-1, K KDA) in the families that carry
- * them; wide: the K-quants' 256-wide blocks. */
+ * them; shape: SHAPE_WIDE the K-quants' 256-wide blocks, SHAPE_ODD widths
+ * that are no multiple of 8 (the vector kernels' tails land inside a
+ * multi-row step's rows, and a channel share's edge inside a vector). */
+enum { SHAPE_SMALL, SHAPE_WIDE, SHAPE_ODD };
 typedef struct spec_case {
     const char *tag, *arch, *pattern;
     uint32_t dtype;
     int mix;                    /* SYNTH_MIX_* */
-    bool wide;
+    int shape;                  /* SHAPE_* */
     int state_dtype, kv_dtype, dnet_mode, mla_mode;
 } spec_case;
 
 static const spec_case cases[] = {
-    { "x_attn", "qwen35", "A", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_dnet", "qwen35", "LLLA", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_mla", "qwen35", "LAML", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_moe", "qwen35moe", "LLLA", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_q3next", "qwen3next", "LLLA", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_mamba2", "granitehybrid", "SSAS", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_nemo", "nemotron_h", "SFAS", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_falcon", "falcon-h1", "H", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_mamba1", "jamba", "BBAB", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_kda", "kimi-linear", "KKMK", GGML_F32, 0, false, 0, 0, 0, 0 },
-    { "x_sconv", "lfm2", "CCAC", GGML_F32, 0, false, 0, 0, 0, 0 },
+    { "x_attn", "qwen35", "A", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_dnet", "qwen35", "LLLA", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_mla", "qwen35", "LAML", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_moe", "qwen35moe", "LLLA", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_q3next", "qwen3next", "LLLA", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_mamba2", "granitehybrid", "SSAS", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_nemo", "nemotron_h", "SFAS", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_falcon", "falcon-h1", "H", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_mamba1", "jamba", "BBAB", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_kda", "kimi-linear", "KKMK", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_sconv", "lfm2", "CCAC", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, 0 },
     /* weight types */
-    { "x_dnet_f16", "qwen35", "LLLA", GGML_F16, 0, false, 0, 0, 0, 0 },
-    { "x_dnet_bf16", "qwen35", "LLLA", GGML_BF16, 0, false, 0, 0, 0, 0 },
-    { "x_dnet_q8", "qwen35", "LLLA", GGML_Q8_0, 0, false, 0, 0, 0, 0 },
-    { "x_mla_q8", "qwen35", "LAML", GGML_Q8_0, 0, false, 0, 0, 0, 0 },
-    { "x_mamba2_bf16", "granitehybrid", "SSAS", GGML_BF16, 0, false, 0, 0, 0, 0 },
-    { "x_kda_q8", "kimi-linear", "KKMK", GGML_Q8_0, 0, false, 0, 0, 0, 0 },
-    { "x_dnet_q4km", "qwen35", "LLLA", GGML_Q4_K, SYNTH_MIX_K_M, true, 0, 0, 0, 0 },
-    { "x_moe_q6k", "qwen35moe", "LLLA", GGML_Q6_K, 0, true, 0, 0, 0, 0 },
-    { "x_mamba1_q4k", "jamba", "BBAB", GGML_Q4_K, 0, true, 0, 0, 0, 0 },
+    { "x_dnet_f16", "qwen35", "LLLA", GGML_F16, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_dnet_bf16", "qwen35", "LLLA", GGML_BF16, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_dnet_q8", "qwen35", "LLLA", GGML_Q8_0, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_mla_q8", "qwen35", "LAML", GGML_Q8_0, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_mamba2_bf16", "granitehybrid", "SSAS", GGML_BF16, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_kda_q8", "kimi-linear", "KKMK", GGML_Q8_0, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_dnet_q4km", "qwen35", "LLLA", GGML_Q4_K, SYNTH_MIX_K_M, SHAPE_WIDE, 0, 0, 0, 0 },
+    { "x_moe_q6k", "qwen35moe", "LLLA", GGML_Q6_K, 0, SHAPE_WIDE, 0, 0, 0, 0 },
+    { "x_mamba1_q4k", "jamba", "BBAB", GGML_Q4_K, 0, SHAPE_WIDE, 0, 0, 0, 0 },
     /* cache types and forced forms */
     { "x_dnet_s16", "qwen35", "LLLA", GGML_F32, 0, false, ENGINE_STATE_BF16, ENGINE_KV_F16, 0, 0 },
     { "x_mamba2_s16", "granitehybrid", "SSAS", GGML_F32, 0, false, ENGINE_STATE_BF16, ENGINE_KV_BF16, 0, 0 },
     { "x_mamba1_s16", "jamba", "BBAB", GGML_F32, 0, false, ENGINE_STATE_BF16, 0, 0, 0 },
     { "x_kda_s16", "kimi-linear", "KKMK", GGML_F32, 0, false, ENGINE_STATE_BF16, 0, 0, 0 },
-    { "x_dnet_chunk", "qwen35", "LLLA", GGML_F32, 0, false, 0, 0, ENGINE_DNET_CHUNKED, 0 },
+    { "x_dnet_chunk", "qwen35", "LLLA", GGML_F32, 0, SHAPE_SMALL, 0, 0, ENGINE_DNET_CHUNKED, 0 },
     { "x_dnet_chunk16", "qwen35", "LLLA", GGML_F32, 0, false, ENGINE_STATE_BF16, 0, ENGINE_DNET_CHUNKED, 0 },
-    { "x_mamba2_chunk", "granitehybrid", "SSAS", GGML_F32, 0, false, 0, 0, ENGINE_DNET_CHUNKED, 0 },
-    { "x_mla_abs", "qwen35", "LAML", GGML_F32, 0, false, 0, 0, 0, ENGINE_MLA_ABSORBED },
-    { "x_mla_exp", "qwen35", "LAML", GGML_F32, 0, false, 0, 0, 0, ENGINE_MLA_EXPANDED },
+    { "x_mamba2_chunk", "granitehybrid", "SSAS", GGML_F32, 0, SHAPE_SMALL, 0, 0, ENGINE_DNET_CHUNKED, 0 },
+    { "x_mla_abs", "qwen35", "LAML", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, ENGINE_MLA_ABSORBED },
+    { "x_mla_exp", "qwen35", "LAML", GGML_F32, 0, SHAPE_SMALL, 0, 0, 0, ENGINE_MLA_EXPANDED },
+    { "x_dnet_odd", "qwen35", "LLLA", GGML_F32, 0, SHAPE_ODD, 0, 0, 0, 0 },
+    { "x_mamba2_odd", "granitehybrid", "SSAS", GGML_F32, 0, SHAPE_ODD, 0, 0, 0, 0 },
+    { "x_kda_odd", "kimi-linear", "KKMK", GGML_F32, 0, SHAPE_ODD, 0, 0, 0, 0 },
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
@@ -82,7 +88,18 @@ static engine *open_case(const spec_case *k, int max_seqs)
     c.seed = 21;
     c.dtype = k->dtype;
     c.mix = k->mix;
-    if (k->wide) {              /* every product width a multiple of 256 */
+    if (k->shape == SHAPE_ODD) {    /* conv channels 72 (two shares of 36), ff 100 */
+        c.n_embd = 60;
+        c.head_dim = 12;
+        c.n_ff = 100;
+        c.n_ff_exp = 36;
+        c.n_ff_shexp = 36;
+        c.dnet_d_k = 9;
+        c.dnet_d_v = 9;
+        c.m2_head_dim = 9;
+        c.m2_d_state = 12;
+    }
+    if (k->shape == SHAPE_WIDE) {   /* every product width a multiple of 256 */
         c.n_embd = 256;
         c.head_dim = 64;
         c.n_rot = 32;
