@@ -452,10 +452,10 @@ long matmul_scratch_floats(const weight *W, int n_tok)
  * matmul_set_exact). With AVX2 each thread takes an equal share of those
  * rows in chunks and then steals from the busiest (share.h: whole groups
  * of MV_GROUP rows of one weight), each chunk streamed as four sequential
- * streams (avx2_matvec) and then dotted with every other token while it
- * is in L2 (a chunk is SHARE_CHUNK_BYTES), so the weight is read from
- * memory once for all n_tok; a Q8_0 or K-quant X is quantized once per
- * token for all n. At most MV_MAX_TOK tokens (the scratch: one token's
+ * streams (avx2_matvec; for several tokens avx2_matvec_tokens, two tokens
+ * per load of the rows, the next pair reading the chunk from L2: a chunk
+ * is SHARE_CHUNK_BYTES), so the weight is read from memory once for all
+ * n_tok; a Q8_0 or K-quant X is quantized once per token for all n. At most MV_MAX_TOK tokens (the scratch: one token's
  * matmul_scratch_floats(W, 1) each). */
 #define MV_MAX_TOK 64
 
@@ -473,7 +473,12 @@ static void matvec_tokens(int n, float *const *Y, const weight *const *W, const 
         /* token k's int8 activations: Q8_0 xq [n_in] then xd [n_in / 32] at
          * k * q8s floats, K-quants act8_at(scratch, n_in, k) */
         const long q8s = n_in / 4 + n_in / 32 + 8;
+        const float *xs[MV_MAX_TOK], *xds[MV_MAX_TOK];
+        const int8_t *xqs[MV_MAX_TOK];
         for (int k = 0; k < n_tok; k++) {
+            xs[k] = X + (size_t)k * n_in;
+            xqs[k] = t == GGML_Q8_0 ? (const int8_t *)(scratch + k * q8s) : NULL;
+            xds[k] = t == GGML_Q8_0 ? scratch + k * q8s + n_in / 4 + 4 : NULL;
             if (kq)
                 act8_quantize(t, X + (size_t)k * n_in, n_in, act8_at(scratch, n_in, k));
             else if (t == GGML_Q8_0)
@@ -496,16 +501,15 @@ static void matvec_tokens(int n, float *const *Y, const weight *const *W, const 
                     if (share_part(ca, cb, off, nu, &pa, &pb)) {
                         const long a = pa * MV_GROUP, b = pb * MV_GROUP < n_out ? pb * MV_GROUP : n_out;
                         const char *rows = (const char *)W[i]->data + (size_t)a * W[i]->row_bytes;
-                        for (int k = 0; k < n_tok; k++) {
-                            float *y = Y[i] + (size_t)k * n_out + a;
-                            if (kq)
+                        if (kq)
+                            for (int k = 0; k < n_tok; k++)
                                 act8_rows(W[i]->type, rows, W[i]->row_bytes, (int)(b - a), act8_at(scratch, n_in, k),
-                                          n_in, y, 1);
-                            else
-                                avx2_matvec(t, rows, W[i]->row_bytes, (int)(b - a), X + (size_t)k * n_in,
-                                            t == GGML_Q8_0 ? (const int8_t *)(scratch + k * q8s) : NULL,
-                                            t == GGML_Q8_0 ? scratch + k * q8s + n_in / 4 + 4 : NULL, n_in, y);
-                        }
+                                          n_in, Y[i] + (size_t)k * n_out + a, 1);
+                        else if (n_tok == 1)
+                            avx2_matvec(t, rows, W[i]->row_bytes, (int)(b - a), X, xqs[0], xds[0], n_in, Y[i] + a);
+                        else
+                            avx2_matvec_tokens(t, rows, W[i]->row_bytes, (int)(b - a), xs, xqs, xds, n_tok, n_in,
+                                               Y[i] + a, (size_t)n_out);
                     }
                     off += nu;
                 }
@@ -532,9 +536,19 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
 
 /* An exact step (matmul_set_exact): n_tok tokens in calls of at most
  * MV_MAX_TOK, each token's dots the one-token product's. */
+static void matmul_q8_act(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch);
+
 static void matvec_exact(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
                          float *scratch)
 {
+    bool fused = simd_avx2();
+    for (int i = 0; i < n; i++)
+        fused = fused && kq_act(W[i]);
+    if (fused) {
+        for (int i = 0; i < n; i++)
+            matmul_q8_act(Y[i], W[i], X, n_tok, scratch);
+        return;
+    }
     float *Yt[MATMUL_MANY_MAX];
     for (int t0 = 0; t0 < n_tok; t0 += MV_MAX_TOK) {
         for (int i = 0; i < n; i++)
@@ -1048,7 +1062,8 @@ void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_t
         return;
     }
     if (exact) {
-        matvec_exact(1, &Y, &W, X, n_tok, scratch);
+        float *y = Y;
+        matvec_exact(1, &y, &W, X, n_tok, scratch);
         return;
     }
     if (n_tok == 1 || amx_takes(W, n_tok, decode)) {

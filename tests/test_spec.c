@@ -60,6 +60,9 @@ static const spec_case cases[] = {
     { "x_dnet_q4km", "qwen35", "LLLA", GGML_Q4_K, SYNTH_MIX_K_M, SHAPE_WIDE, 0, 0, 0, 0 },
     { "x_moe_q6k", "qwen35moe", "LLLA", GGML_Q6_K, 0, SHAPE_WIDE, 0, 0, 0, 0 },
     { "x_mamba1_q4k", "jamba", "BBAB", GGML_Q4_K, 0, SHAPE_WIDE, 0, 0, 0, 0 },
+    { "x_mla_q5km", "qwen35", "LAML", GGML_Q5_K, SYNTH_MIX_K_M, SHAPE_WIDE, 0, 0, 0, 0 },
+    { "x_dnet_q4_0", "qwen35", "LLLA", GGML_Q4_0, 0, SHAPE_SMALL, 0, 0, 0, 0 },
+    { "x_sconv_f16", "lfm2", "CCAC", GGML_F16, 0, SHAPE_SMALL, 0, 0, 0, 0 },
     /* cache types and forced forms */
     { "x_dnet_s16", "qwen35", "LLLA", GGML_F32, 0, false, ENGINE_STATE_BF16, ENGINE_KV_F16, 0, 0 },
     { "x_mamba2_s16", "granitehybrid", "SSAS", GGML_F32, 0, false, ENGINE_STATE_BF16, ENGINE_KV_BF16, 0, 0 },
@@ -88,7 +91,8 @@ static engine *open_case(const spec_case *k, int max_seqs)
     c.seed = 21;
     c.dtype = k->dtype;
     c.mix = k->mix;
-    if (k->shape == SHAPE_ODD) {    /* conv channels 72 (two shares of 36), ff 100 */
+    if (k->shape == SHAPE_ODD) {    /* conv channels 72 (two shares of 36), ff 100, LM head rows 4 k + 3 */
+        c.n_vocab = 259;
         c.n_embd = 60;
         c.head_dim = 12;
         c.n_ff = 100;
