@@ -308,12 +308,14 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
         const size_t at = L->rec_state + (size_t)h * DV * DK;                        /* [DV][DK] */
         const bool b16 = c->state_type == GGML_BF16;
         float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
-        if (b16 && !chunked && cpu_kern.dnet_step_bf16 && ((it->n == 1 && !it->snap) || it->exact)) {
+        if (b16 && !chunked && cpu_kern.dnet_step_bf16 && ((it->n == 1 && !it->snap && !it->ckpt) || it->exact)) {
             /* a decode step, or an exact item's tokens one by one: in place */
             uint16_t *S16 = (uint16_t *)it->s->state + at;
             for (int t = 0; t < it->n; t++) {
-                if (it->snap && t == it->snap_at)
-                    memcpy((uint16_t *)(void *)it->snap + at, S16, sizeof(uint16_t) * (size_t)DV * DK);
+                uint8_t *into[2] = { item_snap_at(it, t), item_ckpt_at(it, t) };
+                for (int j = 0; j < 2; j++)
+                    if (into[j])
+                        memcpy((uint16_t *)(void *)into[j] + at, S16, sizeof(uint16_t) * (size_t)DV * DK);
                 const size_t r = (size_t)t * CD;
                 if (cpu_kern.dnet_step_bf16_x16 && DK % 16 == 0 && DV % 4 == 0)
                     cpu_kern.dnet_step_bf16_x16(DK, DV, q + r, k + r, v + r, bt[t], gt[t], S16, o + (size_t)t * NV * DV);

@@ -385,6 +385,12 @@ typedef struct engine_batch_item {
                                    (a non-exact item in the same call takes another pass, a second read of
                                    the weights): set it on every item of a step, decode items too, for one
                                    read; a decode item marked exact gets its bits as if alone. */
+    engine_snap *const *snaps;  /* NULL, or n_tokens - 1 snapshots (engine_snap_new; entries may be NULL):
+                                   snaps[j] receives the DeltaNet (every recurrent kind's) state and conv
+                                   window after j + 1 rows, a checkpoint at every position inside the step,
+                                   so a rollback to any length needs no re-feed: engine_seq_truncate(seq,
+                                   len + j + 1, snaps[j]). Each costs a copy of the slot in the step
+                                   (engine_snap_bytes), and the recurrences run token by token */
 } engine_batch_item;
 
 /* One forward step over several sequences at once (each at most once per

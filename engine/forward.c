@@ -372,7 +372,7 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
  * its fwd_item (with the snapshot when it falls in these rows), tokens and
  * logit destinations. */
 static void pass_item(engine *e, const engine_batch_item *it, int off, int take, int T, fwd_item *fi,
-                      int32_t *toks, float **out_rows)
+                      int32_t *toks, float **out_rows, uint8_t **ckpt_rows)
 {
     const model *m = e->m;
     cache_seq *sq = cache_get(&e->kv, it->seq);
@@ -382,6 +382,19 @@ static void pass_item(engine *e, const engine_batch_item *it, int off, int take,
         fi->snap_at = it->snap_at - off;
         it->snap->n_tokens = sq->n_past + it->snap_at - off;
     }
+    /* checkpoints: the state after r rows of this part is the one after
+     * off + r rows of the item, snaps[off + r - 1] */
+    bool any = false;
+    for (int r = 0; it->snaps && r < take; r++) {
+        const int j = off + r - 1;
+        engine_snap *sn = j >= 0 && j < it->n_tokens - 1 ? it->snaps[j] : NULL;
+        ckpt_rows[T + r] = sn ? sn->slot : NULL;
+        if (sn) {
+            sn->n_tokens = sq->n_past + r;
+            any = true;
+        }
+    }
+    fi->ckpt = any ? ckpt_rows + T : NULL;
     for (int t = 0; t < take; t++) {
         const int ti = off + t;
         toks[T + t] = it->tokens[ti];
@@ -418,6 +431,7 @@ static void run_passes(engine *e, const engine_batch_item *items, int n_items, b
     fwd_item fi[ENGINE_UBATCH];
     int32_t toks[ENGINE_UBATCH];
     float *out_rows[ENGINE_UBATCH];
+    uint8_t *ckpt[ENGINE_UBATCH];
     for (;;) {
         int T = 0, n_fi = 0;
         while (T < ENGINE_UBATCH) {
@@ -429,7 +443,7 @@ static void run_passes(engine *e, const engine_batch_item *items, int n_items, b
             int take = it->n_tokens - off;
             if (take > ENGINE_UBATCH - T)
                 take = ENGINE_UBATCH - T;
-            pass_item(e, it, off, take, T, &fi[n_fi++], toks, out_rows);
+            pass_item(e, it, off, take, T, &fi[n_fi++], toks, out_rows, ckpt);
             T += take;
             off += take;
             if (off == it->n_tokens) {
@@ -460,6 +474,7 @@ static void run_token_rounds(engine *e, const engine_batch_item *items, int n_it
     fwd_item fi[ENGINE_UBATCH];
     int32_t toks[ENGINE_UBATCH];
     float *out_rows[ENGINE_UBATCH];
+    uint8_t *ckpt[ENGINE_UBATCH];
     int longest = 0;
     for (int i = 0; i < n_items; i++)
         if (items[i].exact && items[i].n_tokens > longest)
@@ -469,7 +484,7 @@ static void run_token_rounds(engine *e, const engine_batch_item *items, int n_it
         for (int i = 0; i < n_items; i++) {
             if (!items[i].exact || items[i].n_tokens <= q)
                 continue;
-            pass_item(e, &items[i], q, 1, T, &fi[T], toks, out_rows);
+            pass_item(e, &items[i], q, 1, T, &fi[T], toks, out_rows, ckpt);
             if (++T == ENGINE_UBATCH) {
                 run_pass(e, fi, T, toks, out_rows, T, true);
                 T = 0;

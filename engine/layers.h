@@ -26,7 +26,21 @@ typedef struct fwd_item {
     int snap_at;                /* 0 <= snap_at < n when snap is set */
     bool exact;                 /* the rows as n one-token steps compute them (engine_batch_item.exact); a
                                    pass holds exact items only or none (items_exact) */
+    uint8_t *const *ckpt;       /* NULL, or [n] recurrent slots: ckpt[r], where not NULL, receives every
+                                   recurrent layer's state and conv window after r rows (checkpoints,
+                                   engine_batch_item.snaps); the recurrences then run token by token */
 } fwd_item;
+
+/* The slots that receive the state after r rows of it: the snapshot and
+ * the checkpoint, each NULL when not wanted there. */
+static inline uint8_t *item_snap_at(const fwd_item *it, int r)
+{
+    return it->snap && it->snap_at == r ? it->snap : NULL;
+}
+static inline uint8_t *item_ckpt_at(const fwd_item *it, int r)
+{
+    return it->ckpt && r >= 0 && r < it->n ? it->ckpt[r] : NULL;
+}
 
 /* Whether the pass is an exact one: each row through the one-token
  * arithmetic (the recurrences token by token as one-token steps run them,

@@ -303,16 +303,22 @@ TEST(test_exact_items_batched_with_plain_items_keep_one_token_bits)
 /* The rollback fact. After a prompt of P tokens a verify step feeds
  * [t, d1 .. dK] exactly; the first `acc` drafts are accepted (the first
  * rejected is d(acc+1): position 0, the middle, the last; acc == K: none
- * rejected). Two ways back to the accepted length n = P + 1 + acc:
+ * rejected). Three ways back to the accepted length n = P + 1 + acc:
  *   in-step: the item's snapshot taken after 1 + acc rows, then
  *     engine_seq_truncate(n, snap) - no re-feed;
  *   re-feed: a snapshot taken before the step, engine_seq_truncate(P,
  *     snap), then the accepted tokens fed again in one exact step.
- * Either way the sequence's state must be bit for bit that of a sequence
+ *   checkpoints: the item's snaps[], a snapshot after every row, then
+ *     engine_seq_truncate(n, snaps[acc]) - no re-feed, any position.
+ * Each way the sequence's state must be bit for bit that of a sequence
  * that only ever saw the prompt and the accepted tokens (one-token steps),
  * and the next step's logits must be the same bits. */
-static void check_rollback(engine *e, const spec_case *k, int K, int acc, bool in_step)
+enum { BACK_REFEED, BACK_IN_STEP, BACK_CHECKPOINTS };
+static const char *back_name[] = { "re-feed", "in-step snapshot", "checkpoints" };
+
+static void check_rollback(engine *e, const spec_case *k, int K, int acc, int how)
 {
+    const bool in_step = how != BACK_REFEED;
     const int V = engine_get_info(e)->n_vocab, n = P + 1 + acc;
     const bool rec = engine_snap_bytes(e) > 0;
     int32_t t[P + KMAX + 2];
@@ -325,16 +331,23 @@ static void check_rollback(engine *e, const spec_case *k, int K, int acc, bool i
     CHECK(sv >= 0 && sr >= 0);
     /* the reference: the accepted tokens only, one-token steps */
     CHECK(feed_steps(e, sr, t + P, 1 + acc, NULL, V) == 0);
-    engine_snap *before = NULL, *inside = NULL;
-    if (rec && !in_step)
+    engine_snap *before = NULL, *inside = NULL, *ck[KMAX] = { 0 };
+    if (rec && how == BACK_REFEED)
         CHECK((before = engine_snap_take(e, sv)) != NULL);
-    if (rec && in_step && acc < K)
+    if (rec && how == BACK_IN_STEP && acc < K)
         CHECK((inside = engine_snap_new(e)) != NULL);
+    for (int j = 0; rec && how == BACK_CHECKPOINTS && j < K; j++)    /* after 1 .. K rows */
+        CHECK((ck[j] = engine_snap_new(e)) != NULL);
     engine_batch_item it = { .seq = sv, .tokens = t + P, .n_tokens = K + 1, .logits = ENGINE_LOGITS_ALL, .out = lg,
-                             .exact = 1, .snap = inside, .snap_at = inside ? 1 + acc : 0 };
+                             .exact = 1, .snap = inside, .snap_at = inside ? 1 + acc : 0,
+                             .snaps = how == BACK_CHECKPOINTS ? ck : NULL };
     CHECK(feed_item(e, &it) == 0);
+    for (int j = 0; ck[0] && j < K; j++)
+        CHECK(engine_snap_tokens(ck[j]) == P + 1 + j);
     if (acc < K) {
-        if (in_step) {
+        if (how == BACK_CHECKPOINTS) {
+            CHECK(engine_seq_truncate(e, sv, n, ck[acc]) == 0);
+        } else if (in_step) {
             CHECK(engine_seq_truncate(e, sv, n, inside) == 0);
         } else {
             CHECK(engine_seq_truncate(e, sv, P, before) == 0);
@@ -345,7 +358,7 @@ static void check_rollback(engine *e, const spec_case *k, int K, int acc, bool i
     CHECK_MSG(engine_seq_state_equal(e, sv, sr),
               "%s: K %d, %d accepted, %s: the rolled-back state differs from a sequence that never saw the rejected "
               "tokens (digests %016llx %016llx)",
-              k->tag, K, acc, in_step ? "in-step snapshot" : "re-feed", (unsigned long long)engine_seq_digest(e, sv),
+              k->tag, K, acc, back_name[how], (unsigned long long)engine_seq_digest(e, sv),
               (unsigned long long)engine_seq_digest(e, sr));
     /* and decoding goes on from it alike: the replacement token's logits */
     CHECK(feed(e, sv, &fix, 1, x, false) == 0 && feed(e, sr, &fix, 1, y, false) == 0);
@@ -356,6 +369,9 @@ static void check_rollback(engine *e, const spec_case *k, int K, int acc, bool i
         engine_snap_free(e, before);
     if (inside)
         engine_snap_free(e, inside);
+    for (int j = 0; j < K; j++)
+        if (ck[j])
+            engine_snap_free(e, ck[j]);
     engine_seq_free(e, sv);
     engine_seq_free(e, sr);
     free(lg);
@@ -371,8 +387,8 @@ TEST(test_rollback_after_an_exact_verify_step_leaves_the_state_of_a_run_without_
         engine *e = open_case(&cases[i], 4);
         CHECK(e);
         for (size_t a = 0; a < sizeof accs / sizeof accs[0]; a++)
-            for (int in_step = 0; in_step < 2; in_step++)
-                check_rollback(e, &cases[i], K, accs[a], in_step);
+            for (int how = BACK_REFEED; how <= BACK_CHECKPOINTS; how++)
+                check_rollback(e, &cases[i], K, accs[a], how);
         engine_close(e);
     }
 }
