@@ -2,7 +2,11 @@
  * k tokens with engine_batch_item.exact (every row the bits of a one-token
  * step, the weights read once), the same step without exact (the
  * multi-token kernels), k one-token steps, and one one-token step,
- * alternating in one process after a prompt, medians of the repetitions.
+ * alternating in one process after a prompt, medians of the repetitions;
+ * and the two rollbacks' costs: the exact step with a checkpoint after
+ * every row (engine_batch_item.snaps: paid on every step), and the
+ * re-feed a rejection half way costs (a snapshot before the step, then
+ * an exact step of the k/2 accepted tokens: paid per rejection).
  * Each measured step is rolled back (engine_seq_truncate to the prompt
  * with a snapshot taken there) so every repetition starts from the same
  * state; the truncation is outside the timing.
@@ -17,9 +21,9 @@
 #include "engine_run.h"
 #include "median.h"
 
-enum { FORM_EXACT, FORM_PLAIN, FORM_STEPS, FORM_ONE, N_FORMS };
-static const char *form_name[N_FORMS] = { "exact k-token step", "plain k-token step", "k one-token steps",
-                                          "one one-token step" };
+enum { FORM_EXACT, FORM_CKPT, FORM_REFEED, FORM_PLAIN, FORM_STEPS, FORM_ONE, N_FORMS };
+static const char *form_name[N_FORMS] = { "exact k-token step", "  + k-1 checkpoints", "re-feed k/2 (+ snap)",
+                                          "plain k-token step", "k one-token steps", "one one-token step" };
 
 int main(int argc, char **argv)
 {
@@ -35,8 +39,8 @@ int main(int argc, char **argv)
     int32_t *tok;
     float *warm;
     /* a context far past what the step uses: the budget (one full
-     * context) then has room for the snapshot at the prompt */
-    engine *e = engine_run_open(&a, n_prompt + k + 4096, n_prompt + k, &tok, &warm);
+     * context) then has room for the snapshots */
+    engine *e = engine_run_open(&a, n_prompt + k + 16384, n_prompt + k, &tok, &warm);
     if (!e)
         return 1;
     if (engine_run(e, tok, 16, 1, warm) < 0)       /* the kernels' first touch, untimed */
@@ -61,6 +65,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "no room for a snapshot\n");
         return 1;
     }
+    engine_snap *ck[64] = { 0 };
+    for (int j = 0; at_prompt && j < k - 1; j++)
+        if (!(ck[j] = engine_snap_new(e))) {
+            fprintf(stderr, "no room for %d checkpoints\n", k - 1);
+            return 1;
+        }
     for (int r = 0; r < reps + 1; r++)             /* the first round warms up, untimed */
         for (int f = 0; f < N_FORMS; f++) {
             const double t0 = engine_now_s();
@@ -71,9 +81,18 @@ int main(int argc, char **argv)
                                               .logits = ENGINE_LOGITS_LAST, .out = out + (size_t)q * info->n_vocab };
                     rc = engine_forward(e, &it, 1, err, sizeof err);
                 }
+            } else if (f == FORM_REFEED) {
+                engine_snap *sn = at_prompt ? engine_snap_take(e, seq) : NULL;
+                rc = at_prompt && !sn;
+                it = (engine_batch_item){ .seq = seq, .tokens = tok + n_prompt, .n_tokens = k / 2 > 0 ? k / 2 : 1,
+                                          .logits = ENGINE_LOGITS_ALL, .out = out, .exact = 1 };
+                rc = rc ? rc : engine_forward(e, &it, 1, err, sizeof err);
+                if (sn)
+                    engine_snap_free(e, sn);
             } else {
                 it = (engine_batch_item){ .seq = seq, .tokens = tok + n_prompt, .n_tokens = k,
-                                          .logits = ENGINE_LOGITS_ALL, .out = out, .exact = f == FORM_EXACT };
+                                          .logits = ENGINE_LOGITS_ALL, .out = out, .exact = f != FORM_PLAIN,
+                                          .snaps = f == FORM_CKPT && at_prompt ? ck : NULL };
                 rc = engine_forward(e, &it, 1, err, sizeof err);
             }
             const double dt = engine_now_s() - t0;
@@ -91,11 +110,13 @@ int main(int argc, char **argv)
     const double one = median(t[FORM_ONE], reps);
     for (int f = 0; f < N_FORMS; f++) {
         const double m = median(t[f], reps);
-        printf("  %-20s %8.2f ms  %5.2f x one token  %7.1f tok/s\n", form_name[f], 1e3 * m, m / one,
-               (f == FORM_ONE ? 1 : k) / m);
+        printf("  %-20s %8.2f ms  %5.2f x one token\n", form_name[f], 1e3 * m, m / one);
     }
     if (at_prompt)
         engine_snap_free(e, at_prompt);
+    for (int j = 0; j < k - 1; j++)
+        if (ck[j])
+            engine_snap_free(e, ck[j]);
     engine_seq_free(e, seq);
     for (int f = 0; f < N_FORMS; f++)
         free(t[f]);
