@@ -5,8 +5,11 @@
  * kind (the projections around each mixer), the SwiGLU MLP, the mixture of
  * experts and the LM head. Projections of all sequences in a pass share one
  * matrix product, so a weight is read once per pass whatever the batch
- * size. Does not own: the mixers (attention.c, mla.c, deltanet.c) or
- * qwen3next's order of its DeltaNet projections (qwen3next.c).
+ * size. Exact items (a speculative verify step) run in passes of their
+ * own, every product on the one-token arithmetic (matmul_set_exact) and
+ * each mixer told by fwd_item.exact (docs/architecture.md 7b). Does not
+ * own: the mixers (attention.c, mla.c, deltanet.c) or qwen3next's order
+ * of its DeltaNet projections (qwen3next.c).
  * ref: docs/models.md section 1.2 (block structure).
  */
 #include <omp.h>
