@@ -79,6 +79,14 @@ static const spec_case cases[] = {
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
+static const spec_case *case_of(const char *tag)
+{
+    for (int i = 0; i < N_CASES; i++)
+        if (!strcmp(cases[i].tag, tag))
+            return &cases[i];
+    return NULL;
+}
+
 static engine *open_case(const spec_case *k, int max_seqs)
 {
     synth_config c;
@@ -254,11 +262,12 @@ TEST(test_exact_verify_step_equals_one_token_steps_bit_for_bit_for_every_kind_an
  * exact item's logits and state those of its one-token steps alone. */
 TEST(test_exact_items_batched_with_plain_items_keep_one_token_bits)
 {
-    static const int which[] = { 1, 2, 5, 9, 13, 19 };  /* dnet, mla, mamba2, kda, dnet q8, moe q6k */
+    static const char *const which[] = { "x_dnet", "x_mla", "x_mamba2", "x_kda", "x_dnet_q8", "x_moe_q6k", "x_dnet_s16" };
     enum { NS = 3 };
     static const int klen[NS] = { 3, 9, 1 };             /* the last: a decode item marked exact */
     for (size_t w = 0; w < sizeof which / sizeof which[0]; w++) {
-        const spec_case *k = &cases[which[w]];
+        const spec_case *k = case_of(which[w]);
+        CHECK(k);
         engine *e = open_case(k, 2 * NS + 2);
         CHECK(e);
         const int V = engine_get_info(e)->n_vocab;
@@ -416,6 +425,35 @@ TEST(test_seq_state_equal_tells_states_apart)
         CHECK(!engine_seq_state_equal(e, a, c));        /* longer */
         if (engine_snap_bytes(e) == 0)                  /* attention only: truncation is the rollback */
             CHECK(engine_seq_truncate(e, c, P, NULL) == 0 && engine_seq_state_equal(e, a, c));
+        engine_close(e);
+    }
+}
+
+/* An exact item longer than one product call takes (64 tokens: matmul.c
+ * MV_MAX_TOK, Q8_ACT_MAX_TOK) and than attention's tiled threshold: 70
+ * tokens, still the bits of 70 one-token steps. */
+TEST(test_a_long_exact_step_keeps_one_token_bits)
+{
+    enum { LONG = 70 };
+    static const char *const which[] = { "x_dnet", "x_dnet_q8", "x_dnet_q4km", "x_dnet_s16" };
+    for (size_t w = 0; w < sizeof which / sizeof which[0]; w++) {
+        const spec_case *k = case_of(which[w]);
+        CHECK(k);
+        engine *e = open_case(k, 2);
+        CHECK(e);
+        const int V = engine_get_info(e)->n_vocab;
+        int32_t t[P + LONG];
+        tokens_of(t, P + LONG, V, 7070);
+        float *a = malloc(sizeof(float) * (size_t)LONG * V), *b = malloc(sizeof(float) * (size_t)LONG * V);
+        CHECK(a && b);
+        const int s1 = seq_with_prompt(e, t, P, P + LONG), s2 = seq_with_prompt(e, t, P, P + LONG);
+        CHECK(s1 >= 0 && s2 >= 0);
+        CHECK(feed(e, s1, t + P, LONG, a, true) == 0 && feed_steps(e, s2, t + P, LONG, b, V) == 0);
+        CHECK_MSG(memcmp(a, b, sizeof(float) * (size_t)LONG * V) == 0, "%s: a %d-token exact step differs (max abs %g)",
+                  k->tag, LONG, max_abs_diff(a, b, (size_t)LONG * V));
+        CHECK(engine_seq_state_equal(e, s1, s2));
+        free(a);
+        free(b);
         engine_close(e);
     }
 }
