@@ -240,6 +240,14 @@ $(BUILD)/bench/hyserve-split-ab: bench/split_ab.c $(ENGINE_OBJ)
 bench-split: $(BUILD)/bench/hyserve-split-ab ## MODEL=FILE: decode, threads stealing rows vs fixed shares (share.h)
 	@$< -m $(or $(MODEL),bench/models/q35-q4_k.gguf)
 
+# a speculative verify step: exact k tokens vs plain k tokens vs k one-token steps (bench/verify_ab.c)
+$(BUILD)/bench/hyserve-verify-ab: bench/verify_ab.c $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+bench-verify: $(BUILD)/bench/hyserve-verify-ab ## MODEL=FILE [K=8]: an exact verify step's cost against a plain one and one-token steps
+	@$< -m $(or $(MODEL),bench/models/q35-q8_0.gguf) -d $(or $(K),8)
+
 # this tree's engine against commit BASE's, alternating: prompt tokens/s per length, decode tokens/s
 bench-ab: all ## BASE=REV [TYPES="q8_0 q4_k"]: engine speed against another commit (bench/results/tree-ab-latest.md)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) sh bench/tree_ab.sh $(BASE) $(TYPES)

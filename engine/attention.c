@@ -72,7 +72,7 @@ void attn_forward(const model *m, const layer *L, const cache *c, const fwd_item
         aa[ii] = (attn_args){ .kv = cache_kv_pages(c, it->s, la), .n_head = NH, .n_kv = NKV, .head_dim = HD,
                               .Q = Q + (size_t)it->row0 * q_stride, .q_stride = q_stride, .q_head = q_head,
                               .out = out + (size_t)it->row0 * NH * HD, .out_stride = NH * HD,
-                              .n = it->n, .pos0 = it->pos0, .scale = m->attn_scale };
+                              .n = it->n, .pos0 = it->pos0, .scale = m->attn_scale, .decode_rows = it->exact };
     }
     attn_gqa_batch(aa, n_items, scores);
     /* 3. out *= sigmoid(gate) */

@@ -214,6 +214,25 @@ static void dnet_head_rows(bool chunked, int t0, int n, int DK, int DV, const fl
         dnet_recurrent_fast(n, DK, DV, q, CD, k, CD, v, CD, bt + t0, gt + t0, S, o, o_stride);
 }
 
+/* dnet_head_rows's arguments but the rows, for rec_head_rows */
+typedef struct dnet_rows_ctx {
+    bool chunked;
+    int DK, DV;
+    const float *q, *k, *v;
+    int CD;
+    const float *bt, *gt;
+    float *o;
+    int o_stride;
+    float *sc;
+} dnet_rows_ctx;
+
+static void dnet_rows(void *ctx, int t0, int n, float *S)
+{
+    const dnet_rows_ctx *r = ctx;
+    dnet_head_rows(r->chunked, t0, n, r->DK, r->DV, r->q, r->k, r->v, r->CD, r->bt, r->gt, S, r->o, r->o_stride,
+                   r->sc);
+}
+
 /* Which form runs a multi-token input in ENGINE_DNET_AUTO: the one that
  * is faster here. Measured (make bench, Qwen3.5-0.8B shape, f32, 2048-token
  * prompt, 2 threads; bench/results): in isolation the chunked form on
@@ -237,8 +256,9 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
     const int T = total_rows(items, n_items);
     const bool par = T >= DNET_PAR_MIN_ROWS;
 
-    /* (b) conv: each thread a share of the channels, for every item */
-    #pragma omp parallel if (par)
+    /* (b) conv: each thread a share of the channels, for every item (an
+     * exact pass: one thread, the channel blocks of a one-token step) */
+    #pragma omp parallel if (par && !items_exact(items, n_items))
     {
         const int nt = omp_get_num_threads(), th = omp_get_thread_num();
         const int c0 = (int)((long)CD * th / nt), c1 = (int)((long)CD * (th + 1) / nt);
@@ -264,12 +284,16 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
     }
 
     /* (e)-(g): per item and value head h; key head h % n_k in qwen35's
-     * tiled order, h / r in the grouped order of qwen3next and Hugging Face */
+     * tiled order, h / r in the grouped order of qwen3next and Hugging Face.
+     * An exact item takes its one-token steps' forms: recurrent unless
+     * forced chunked (then chunks of one token), a bf16 state stepped in
+     * place or rounded after each token. */
     #pragma omp parallel for schedule(dynamic, 1)
     for (int w = 0; w < n_items * NV; w++) {
         const fwd_item *it = &items[w / NV];
         const int h = w % NV;
-        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n > 1 && !cpu_kern.dnet_step);
+        const bool chunked = mode == ENGINE_DNET_CHUNKED ||
+                             (mode == ENGINE_DNET_AUTO && it->n > 1 && !it->exact && !cpu_kern.dnet_step);
         const int kh = m->dnet_grouped ? h / (NV / NK) : h % NK;
         float *sc = scratch + (size_t)omp_get_thread_num() * dnet_scratch_floats(m);
         const float *base = QKV + (size_t)it->row0 * CD;
@@ -284,30 +308,29 @@ void dnet_forward(const model *m, const layer *L, const cache *c, const fwd_item
         const size_t at = L->rec_state + (size_t)h * DV * DK;                        /* [DV][DK] */
         const bool b16 = c->state_type == GGML_BF16;
         float *o = O + (size_t)it->row0 * NV * DV + (size_t)h * DV;
-        if (b16 && it->n == 1 && !chunked && !it->snap && cpu_kern.dnet_step_bf16) {   /* a decode step: in place */
+        if (b16 && !chunked && cpu_kern.dnet_step_bf16 && ((it->n == 1 && !it->snap && !it->ckpt) || it->exact)) {
+            /* a decode step, or an exact item's tokens one by one: in place */
             uint16_t *S16 = (uint16_t *)it->s->state + at;
-            if (cpu_kern.dnet_step_bf16_x16 && DK % 16 == 0 && DV % 4 == 0)
-                cpu_kern.dnet_step_bf16_x16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
-            else
-                cpu_kern.dnet_step_bf16(DK, DV, q, k, v, bt[0], gt[0], S16, o);
+            for (int t = 0; t < it->n; t++) {
+                uint8_t *into[2] = { item_snap_at(it, t), item_ckpt_at(it, t) };
+                for (int j = 0; j < 2; j++)
+                    if (into[j])
+                        memcpy((uint16_t *)(void *)into[j] + at, S16, sizeof(uint16_t) * (size_t)DV * DK);
+                const size_t r = (size_t)t * CD;
+                if (cpu_kern.dnet_step_bf16_x16 && DK % 16 == 0 && DV % 4 == 0)
+                    cpu_kern.dnet_step_bf16_x16(DK, DV, q + r, k + r, v + r, bt[t], gt[t], S16, o + (size_t)t * NV * DV);
+                else
+                    cpu_kern.dnet_step_bf16(DK, DV, q + r, k + r, v + r, bt[t], gt[t], S16, o + (size_t)t * NV * DV);
+            }
             continue;
         }
-        /* else a bf16 state runs in f32 in scratch, rounded back at the end of the call */
-        float *S = b16 ? bt + 2 * ENGINE_UBATCH : (float *)it->s->state + at;
-        if (b16)
-            dequant_row_fast(GGML_BF16, (const uint16_t *)it->s->state + at, S, DV * DK);
-        /* rows [0, snap_at), the state copied into the snapshot, then the
-         * rest; without a snapshot, all rows at once. The recurrent form
-         * runs token by token either way (the same numbers as without the
-         * copy); the chunked form restarts its chunks at snap_at. */
-        const int cut = it->snap ? it->snap_at : it->n;
-        dnet_head_rows(chunked, 0, cut, DK, DV, q, k, v, CD, bt, gt, S, o, NV * DV, sc);
-        if (it->snap) {
-            rec_snapshot_state(S, it->snap, at, DV * DK, b16);
-            dnet_head_rows(chunked, cut, it->n - cut, DK, DV, q, k, v, CD, bt, gt, S, o, NV * DV, sc);
-        }
-        if (b16)
-            quantize_row_fast(GGML_BF16, S, (uint16_t *)it->s->state + at, DV * DK);
+        /* else a bf16 state runs in f32 in scratch, rounded back at the end
+         * of the call; rows [0, snap_at), the state copied into the
+         * snapshot, then the rest. The recurrent form runs token by token
+         * either way (the same numbers as without the copy); the chunked
+         * form restarts its chunks at snap_at. */
+        dnet_rows_ctx rc = { chunked, DK, DV, q, k, v, CD, bt, gt, o, NV * DV, sc };
+        rec_head_rows(it, at, DV * DK, b16, it->exact && (b16 || chunked), bt + 2 * ENGINE_UBATCH, dnet_rows, &rc);
     }
 
     /* (h): o_h = rmsnorm(o_h) * w * silu(z_h) */

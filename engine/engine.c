@@ -384,6 +384,70 @@ uint64_t engine_bytes_for_tokens(const engine *e, int n_tokens)
     return cache_bytes_for(&e->kv, n_tokens);
 }
 
+/* Chunk i of a sequence's cache state, in a fixed order: the recurrent
+ * states, the conv windows, then each cached position's K and V rows per
+ * attention layer and KV head, then its MLA latent rows; *n its bytes.
+ * NULL past the last (or for an empty part: *n 0). */
+static const void *seq_chunk(const cache *c, const cache_seq *s, long i, size_t *n)
+{
+    const long T = s->n_past, nkv = (long)c->n_attn * 2 * c->n_kv * T, nmla = (long)c->n_mla * T;
+    *n = 0;
+    if (i == 0) {
+        *n = c->n_rec > 0 ? c->state_bytes : 0;
+        return s->state;
+    }
+    if (i == 1) {
+        *n = c->n_rec > 0 ? c->conv_bytes : 0;
+        return s->conv;
+    }
+    i -= 2;
+    if (i < nkv) {                  /* (layer, K or V, head, position) */
+        const int t = (int)(i % T), h = (int)(i / T % c->n_kv), kv = (int)(i / T / c->n_kv % 2);
+        const int la = (int)(i / T / c->n_kv / 2);
+        *n = (size_t)c->head_dim * c->kv_es;
+        return cache_kv(c, s, la, kv, h, t);
+    }
+    i -= nkv;
+    if (i < nmla) {
+        *n = (size_t)c->mla_dim * c->kv_es;
+        return cache_mla(c, s, (int)(i / T), (int)(i % T));
+    }
+    return NULL;
+}
+
+bool engine_seq_state_equal(const engine *e, int a, int b)
+{
+    const cache_seq *sa = cache_get_const(&e->kv, a), *sb = cache_get_const(&e->kv, b);
+    if (!sa || !sb || sa->n_past != sb->n_past)
+        return false;
+    size_t na, nb;
+    const void *pa, *pb;
+    for (long i = 0; (pa = seq_chunk(&e->kv, sa, i, &na)) != NULL || i < 2; i++) {
+        pb = seq_chunk(&e->kv, sb, i, &nb);
+        if (na != nb || (na && memcmp(pa, pb, na)))
+            return false;
+    }
+    return true;
+}
+
+uint64_t engine_seq_digest(const engine *e, int seq)
+{
+    const cache_seq *s = cache_get_const(&e->kv, seq);
+    if (!s)
+        return 0;
+    uint64_t h = 14695981039346656037ull;          /* FNV-1a 64 */
+    const int32_t len = s->n_past;
+    const uint8_t *lp = (const uint8_t *)&len;
+    for (size_t j = 0; j < sizeof len; j++)
+        h = (h ^ lp[j]) * 1099511628211ull;
+    size_t n;
+    const uint8_t *p;
+    for (long i = 0; (p = seq_chunk(&e->kv, s, i, &n)) != NULL || i < 2; i++)
+        for (size_t j = 0; j < n; j++)
+            h = (h ^ p[j]) * 1099511628211ull;
+    return h;
+}
+
 int engine_seq_len(const engine *e, int seq)
 {
     const cache_seq *s = cache_get_const(&e->kv, seq);

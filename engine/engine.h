@@ -345,6 +345,17 @@ int engine_snap_tokens(const engine_snap *snap);
  * (the planner's dnet state + conv per sequence); 0 without DeltaNet layers. */
 uint64_t engine_snap_bytes(const engine *e);
 
+/* Whether sequences a and b hold bit-identical cache state: the same
+ * length, every recurrent layer's state and conv window byte for byte,
+ * and the K/V (and MLA latent) rows of every cached position (rows past
+ * the length are not state: the next step overwrites them). false when
+ * either is not live. For tests of rollback (engine_seq_truncate after a
+ * verify step) against a sequence that never saw the rejected tokens. */
+bool engine_seq_state_equal(const engine *e, int a, int b);
+/* A 64-bit FNV-1a digest of the same bytes (length first), for logs and
+ * for comparing a state across runs; 0 when seq is not live. */
+uint64_t engine_seq_digest(const engine *e, int seq);
+
 /* The loaded model's cache layout in the planner's terms (memplan.h): the
  * same numbers /v1/memory/estimate and `hyserve mem` compute. */
 void engine_get_memplan(const engine *e, memplan_layout *out);
@@ -367,6 +378,19 @@ typedef struct engine_batch_item {
                                    and conv window after the first snap_at tokens of this item, inside the
                                    step: the prefix store's snapshots cost no step of their own */
     int snap_at;                /* 0 < snap_at < n_tokens when snap is set */
+    int exact;                  /* 1: every row computed as n_tokens one-token steps would compute it, bit
+                                   for bit (speculative decoding's verify step: greedy output and every
+                                   state after a rollback exactly as without the draft), the weights
+                                   still read once for all rows. Exact items run in passes of their own
+                                   (a non-exact item in the same call takes another pass, a second read of
+                                   the weights): set it on every item of a step, decode items too, for one
+                                   read; a decode item marked exact gets its bits as if alone. */
+    engine_snap *const *snaps;  /* NULL, or n_tokens - 1 snapshots (engine_snap_new; entries may be NULL):
+                                   snaps[j] receives the DeltaNet (every recurrent kind's) state and conv
+                                   window after j + 1 rows, a checkpoint at every position inside the step,
+                                   so a rollback to any length needs no re-feed: engine_seq_truncate(seq,
+                                   len + j + 1, snaps[j]). Each costs a copy of the slot in the step
+                                   (engine_snap_bytes), and the recurrences run token by token */
 } engine_batch_item;
 
 /* One forward step over several sequences at once (each at most once per

@@ -5,8 +5,11 @@
  * kind (the projections around each mixer), the SwiGLU MLP, the mixture of
  * experts and the LM head. Projections of all sequences in a pass share one
  * matrix product, so a weight is read once per pass whatever the batch
- * size. Does not own: the mixers (attention.c, mla.c, deltanet.c) or
- * qwen3next's order of its DeltaNet projections (qwen3next.c).
+ * size. Exact items (a speculative verify step) run in passes of their
+ * own, every product on the one-token arithmetic (matmul_set_exact) and
+ * each mixer told by fwd_item.exact (docs/architecture.md 7b). Does not
+ * own: the mixers (attention.c, mla.c, deltanet.c) or qwen3next's order
+ * of its DeltaNet projections (qwen3next.c).
  * ref: docs/models.md section 1.2 (block structure).
  */
 #include <omp.h>
@@ -113,10 +116,24 @@ static void relu2_block(const model *m, const layer *L, fwd_scratch *s, int T, b
 }
 
 /* SwiGLU: y = W_down(silu(W_gate x) * W_up x) */
-static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode)
+/* silu(gate) * up over nr rows of ff, one call per row in an exact pass
+ * (a row's elements then meet the kernel's vector lanes and tail as one
+ * token's do) */
+static void silu_mul_rows(float *gate, const float *up, int nr, int ff, bool exact)
+{
+    for (int r = 0; r < (exact ? nr : 1); r++)
+        vec_silu_mul(gate + (size_t)r * ff, gate + (size_t)r * ff, up + (size_t)r * ff, exact ? ff : (long)nr * ff);
+}
+
+static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode, bool exact)
 {
     matmul_many(2, (float *[]){ s->ffn.gate, s->ffn.up }, (const weight *[]){ &L->ffn_gate, &L->ffn_up }, s->xn, T,
                 decode, s->mm);
+    if (exact) {
+        silu_mul_rows(s->ffn.gate, s->ffn.up, T, m->n_ff, true);
+        matmul(s->y, &L->ffn_down, s->ffn.gate, T, decode, s->mm);
+        return;
+    }
     const long nf = (long)T * m->n_ff;
     #pragma omp parallel if (T > 1)
     {   /* contiguous, 8-aligned shares: silu(gate) * up */
@@ -142,7 +159,7 @@ static void ffn_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
 /* One expert (routed or shared) on nr gathered rows: out = W_down f(in),
  * f SwiGLU (W_gate, W_up) or, with moe_relu2, relu(W_up in)^2. */
 static void expert_rows(const model *m, fwd_scratch *s, const weight *wg, const weight *wu, const weight *wd,
-                        int FF, const float *in, int nr, float *out, bool decode)
+                        int FF, const float *in, int nr, float *out, bool decode, bool exact)
 {
     float *gt = s->ffn.gate, *up = s->ffn.up;
     if (m->moe_relu2) {
@@ -157,11 +174,11 @@ static void expert_rows(const model *m, fwd_scratch *s, const weight *wg, const 
     }
     matmul(gt, wg, in, nr, decode, s->mm);
     matmul(up, wu, in, nr, decode, s->mm);
-    vec_silu_mul(gt, gt, up, (long)nr * FF);
+    silu_mul_rows(gt, up, nr, FF, exact);
     matmul(out, wd, gt, nr, decode, s->mm);
 }
 
-static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode, bool per_row)
+static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, bool decode, bool per_row, bool exact)
 {
     const int E = m->n_embd, NE = m->n_expert, K = m->n_expert_used, FF = m->n_ff_exp;
     matmul(s->moe.probs, &L->router, s->xn, T, decode, s->mm);
@@ -224,7 +241,7 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
         /* per_row: the benchmark's baseline, one product of one row at a time */
         for (int r0 = 0; r0 < cnt; r0 += per_row ? 1 : cnt)
             expert_rows(m, s, &wg, &wu, &wd, FF, s->moe.in + (size_t)r0 * XE, per_row ? 1 : cnt,
-                        s->moe.out + (size_t)r0 * XE, decode || per_row);
+                        s->moe.out + (size_t)r0 * XE, decode || per_row, exact);
         for (int i = 0; i < cnt; i++) {
             float *y = acc + (size_t)s->moe.rows[i] * XE;
             const float *o = s->moe.out + (size_t)i * XE;
@@ -238,7 +255,8 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
      * model has one (qwen3next, qwen35moe; Granite's is ungated) */
     if (m->n_ff_shexp <= 0)
         return;
-    expert_rows(m, s, &L->gate_shexp, &L->up_shexp, &L->down_shexp, m->n_ff_shexp, s->xn, T, s->moe.out, decode);
+    expert_rows(m, s, &L->gate_shexp, &L->up_shexp, &L->down_shexp, m->n_ff_shexp, s->xn, T, s->moe.out, decode,
+                exact);
     for (int row = 0; row < T; row++) {
         const float *x = s->xn + (size_t)row * E;
         float gs = 1.0f;
@@ -304,11 +322,11 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
         return;
     norm_rows(s->xn, s->x, L->ffn_norm, T, m);
     if (L->ffn == FFN_MOE)
-        moe_block(m, L, s, T, decode, e->params.moe_per_row);
+        moe_block(m, L, s, T, decode, e->params.moe_per_row, items_exact(items, n_items));
     else if (L->ffn == FFN_RELU2)
         relu2_block(m, L, s, T, decode);
     else
-        ffn_block(m, L, s, T, decode);
+        ffn_block(m, L, s, T, decode, items_exact(items, n_items));
     add_rows(s->x, s->y, n, m->residual_scale);
 }
 
@@ -350,6 +368,133 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
                 for (int v = 0; v < NV; v++)
                     z[v] /= m->logit_scale;
         }
+    }
+}
+
+/* Row slot T + t .. of a pass for tokens [off, off + take) of item it:
+ * its fwd_item (with the snapshot when it falls in these rows), tokens and
+ * logit destinations. */
+static void pass_item(engine *e, const engine_batch_item *it, int off, int take, int T, fwd_item *fi,
+                      int32_t *toks, float **out_rows, uint8_t **ckpt_rows)
+{
+    const model *m = e->m;
+    cache_seq *sq = cache_get(&e->kv, it->seq);
+    *fi = (fwd_item){ .s = sq, .row0 = T, .n = take, .pos0 = sq->n_past, .exact = it->exact != 0 };
+    if (it->snap && it->snap_at >= off && it->snap_at < off + take) {   /* in this pass */
+        fi->snap = it->snap->slot;
+        fi->snap_at = it->snap_at - off;
+        it->snap->n_tokens = sq->n_past + it->snap_at - off;
+    }
+    /* checkpoints: the state after r rows of this part is the one after
+     * off + r rows of the item, snaps[off + r - 1] */
+    bool any = false;
+    for (int r = 0; it->snaps && r < take; r++) {
+        const int j = off + r - 1;
+        engine_snap *sn = j >= 0 && j < it->n_tokens - 1 ? it->snaps[j] : NULL;
+        ckpt_rows[T + r] = sn ? sn->slot : NULL;
+        if (sn) {
+            sn->n_tokens = sq->n_past + r;
+            any = true;
+        }
+    }
+    fi->ckpt = any ? ckpt_rows + T : NULL;
+    for (int t = 0; t < take; t++) {
+        const int ti = off + t;
+        toks[T + t] = it->tokens[ti];
+        float *dst = NULL;
+        if (it->logits == ENGINE_LOGITS_ALL)
+            dst = it->out + (size_t)ti * m->n_vocab;
+        else if (it->logits == ENGINE_LOGITS_LAST && ti == it->n_tokens - 1)
+            dst = it->out;
+        out_rows[T + t] = dst;
+    }
+}
+
+/* One pass, its sequences' lengths advanced after it. An exact pass runs
+ * every product on the one-token arithmetic (matmul_set_exact) and is a
+ * decode step for the kernels' choices. */
+static void run_pass(engine *e, fwd_item *fi, int n_fi, const int32_t *toks, float *const *out_rows, int T,
+                     bool exact)
+{
+    bool decode = true;                 /* every sequence of the pass adds one token */
+    for (int i = 0; i < n_fi; i++)
+        decode = decode && fi[i].n == 1;
+    const bool was = matmul_set_exact(exact);
+    forward_pass(e, fi, n_fi, toks, out_rows, T, decode || exact);
+    matmul_set_exact(was);
+    for (int i = 0; i < n_fi; i++)
+        fi[i].s->n_past += fi[i].n;
+}
+
+/* The items whose exact flag is `exact`, in passes of at most
+ * ENGINE_UBATCH rows; an item may span passes. */
+static void run_passes(engine *e, const engine_batch_item *items, int n_items, bool exact)
+{
+    int item = 0, off = 0;
+    fwd_item fi[ENGINE_UBATCH];
+    int32_t toks[ENGINE_UBATCH];
+    float *out_rows[ENGINE_UBATCH];
+    uint8_t *ckpt[ENGINE_UBATCH];
+    for (;;) {
+        int T = 0, n_fi = 0;
+        while (T < ENGINE_UBATCH) {
+            while (item < n_items && (items[item].exact != 0) != exact)
+                item++;
+            if (item >= n_items)
+                break;
+            const engine_batch_item *it = &items[item];
+            int take = it->n_tokens - off;
+            if (take > ENGINE_UBATCH - T)
+                take = ENGINE_UBATCH - T;
+            pass_item(e, it, off, take, T, &fi[n_fi++], toks, out_rows, ckpt);
+            T += take;
+            off += take;
+            if (off == it->n_tokens) {
+                item++;
+                off = 0;
+            }
+        }
+        if (n_fi == 0)
+            return;
+        run_pass(e, fi, n_fi, toks, out_rows, T, exact);
+    }
+}
+
+/* Whether every layer of this model runs an exact pass natively (the rows
+ * of a multi-token item as one-token steps compute them). MLA's expanded
+ * form (ENGINE_MLA_EXPANDED) rebuilds K and V over the whole context in
+ * each step: no multi-row twin, so exact items there go one token per pass
+ * (run_token_rounds), exact by construction. */
+static bool exact_native(const engine *e)
+{
+    return !(e->m->n_mla > 0 && e->params.mla_mode == ENGINE_MLA_EXPANDED);
+}
+
+/* The exact items one token per pass each: pass q holds token q of every
+ * exact item that long (ENGINE_UBATCH items at most per pass). */
+static void run_token_rounds(engine *e, const engine_batch_item *items, int n_items)
+{
+    fwd_item fi[ENGINE_UBATCH];
+    int32_t toks[ENGINE_UBATCH];
+    float *out_rows[ENGINE_UBATCH];
+    uint8_t *ckpt[ENGINE_UBATCH];
+    int longest = 0;
+    for (int i = 0; i < n_items; i++)
+        if (items[i].exact && items[i].n_tokens > longest)
+            longest = items[i].n_tokens;
+    for (int q = 0; q < longest; q++) {
+        int T = 0;
+        for (int i = 0; i < n_items; i++) {
+            if (!items[i].exact || items[i].n_tokens <= q)
+                continue;
+            pass_item(e, &items[i], q, 1, T, &fi[T], toks, out_rows, ckpt);
+            if (++T == ENGINE_UBATCH) {
+                run_pass(e, fi, T, toks, out_rows, T, true);
+                T = 0;
+            }
+        }
+        if (T > 0)
+            run_pass(e, fi, T, toks, out_rows, T, true);
     }
 }
 
@@ -427,49 +572,19 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items, char 
         }
     }
 
-    /* passes of at most ENGINE_UBATCH rows; an item may span passes */
-    int item = 0, off = 0;
-    fwd_item fi[ENGINE_UBATCH];
-    int32_t toks[ENGINE_UBATCH];
-    float *out_rows[ENGINE_UBATCH];
-    while (item < n_items) {
-        int T = 0, n_fi = 0;
-        while (item < n_items && T < ENGINE_UBATCH) {
-            const engine_batch_item *it = &items[item];
-            cache_seq *sq = cache_get(c, it->seq);
-            int take = it->n_tokens - off;
-            if (take > ENGINE_UBATCH - T)
-                take = ENGINE_UBATCH - T;
-            fi[n_fi] = (fwd_item){ .s = sq, .row0 = T, .n = take, .pos0 = sq->n_past };
-            if (it->snap && it->snap_at >= off && it->snap_at < off + take) {   /* in this pass */
-                fi[n_fi].snap = it->snap->slot;
-                fi[n_fi].snap_at = it->snap_at - off;
-                it->snap->n_tokens = sq->n_past + it->snap_at - off;
-            }
-            n_fi++;
-            for (int t = 0; t < take; t++) {
-                int ti = off + t;
-                toks[T + t] = it->tokens[ti];
-                float *dst = NULL;
-                if (it->logits == ENGINE_LOGITS_ALL)
-                    dst = it->out + (size_t)ti * m->n_vocab;
-                else if (it->logits == ENGINE_LOGITS_LAST && ti == it->n_tokens - 1)
-                    dst = it->out;
-                out_rows[T + t] = dst;
-            }
-            T += take;
-            off += take;
-            if (off == it->n_tokens) {
-                item++;
-                off = 0;
-            }
-        }
-        bool decode = true;                 /* every sequence of the pass adds one token */
-        for (int i = 0; i < n_fi; i++)
-            decode = decode && fi[i].n == 1;
-        forward_pass(e, fi, n_fi, toks, out_rows, T, decode);
-        for (int i = 0; i < n_fi; i++)
-            fi[i].s->n_past += fi[i].n;
+    /* exact items (engine_batch_item.exact) run in passes of their own */
+    bool any_exact = false, any_plain = false;
+    for (int i = 0; i < n_items; i++) {
+        any_exact = any_exact || items[i].exact;
+        any_plain = any_plain || !items[i].exact;
     }
+    if (any_exact) {
+        if (exact_native(e))
+            run_passes(e, items, n_items, true);
+        else
+            run_token_rounds(e, items, n_items);
+    }
+    if (any_plain)
+        run_passes(e, items, n_items, false);
     return 0;
 }

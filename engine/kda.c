@@ -83,6 +83,21 @@ long kda_scratch_floats(const model *m)
     return (long)m->kda_head_dim * m->kda_head_dim;     /* one head's state in f32 (a bf16 cache) */
 }
 
+/* one head's rows from its first (q, k, v, g, o at stride W; beta at H), for rec_head_rows */
+typedef struct kda_rows_ctx {
+    int D, W, H;
+    const float *q, *k, *v, *g, *beta;
+    float *o;
+} kda_rows_ctx;
+
+static void kda_rows(void *ctx, int t0, int n, float *S)
+{
+    const kda_rows_ctx *r = ctx;
+    const size_t o2 = (size_t)t0 * r->W;
+    kda_head_fast(n, r->D, r->q + o2, r->k + o2, r->v + o2, r->W, r->g + o2, r->W, r->beta + (size_t)t0 * r->H, r->H,
+                  S, r->o + o2, r->W);
+}
+
 void kda_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
 {
     const model *m = e->m;
@@ -97,7 +112,7 @@ void kda_block(engine *e, const layer *L, const fwd_item *items, int n_items, in
     /* three convs, one ring each: q's, then k's, then v's in the layer's part of the slot */
     float *qkv[3] = { q, k, v };
     for (int p = 0; p < 3; p++) {
-        #pragma omp parallel if (par)
+        #pragma omp parallel if (par && !items_exact(items, n_items))   /* exact: a one-token step's blocks */
         {
             const int nt = omp_get_num_threads(), th = omp_get_thread_num();
             const int c0 = (int)((long)W * th / nt), c1 = (int)((long)W * (th + 1) / nt);
@@ -136,20 +151,9 @@ void kda_block(engine *e, const layer *L, const fwd_item *items, int n_items, in
         const fwd_item *it = &items[w / H];
         const int h = w % H;
         const size_t at = L->rec_state + (size_t)h * D * D, off = (size_t)it->row0 * W + (size_t)h * D;
-        float *S = b16 ? s->rec_work + (size_t)omp_get_thread_num() * s->rec_stride : (float *)it->s->state + at;
-        if (b16)
-            dequant_row_fast(GGML_BF16, (const uint16_t *)it->s->state + at, S, D * D);
-        const float *bh = beta + (size_t)it->row0 * H + h;
-        const int cut = it->snap ? it->snap_at : it->n;
-        kda_head_fast(cut, D, q + off, k + off, v + off, W, g + off, W, bh, H, S, O + off, W);
-        if (it->snap) {
-            rec_snapshot_state(S, it->snap, at, D * D, b16);
-            const size_t o2 = off + (size_t)cut * W;
-            kda_head_fast(it->n - cut, D, q + o2, k + o2, v + o2, W, g + o2, W, bh + (size_t)cut * H, H, S,
-                          O + o2, W);
-        }
-        if (b16)
-            quantize_row_fast(GGML_BF16, S, (uint16_t *)it->s->state + at, D * D);
+        kda_rows_ctx rc = { D, W, H, q + off, k + off, v + off, g + off, beta + (size_t)it->row0 * H + h, O + off };
+        rec_head_rows(it, at, D * D, b16, it->exact && b16,
+                      s->rec_work + (size_t)omp_get_thread_num() * s->rec_stride, kda_rows, &rc);
     }
     /* o_h = RMSNorm(o_h) * w * sigmoid(gate_h) */
     #pragma omp parallel for schedule(static) if (par)

@@ -24,7 +24,31 @@ typedef struct fwd_item {
     uint8_t *snap;              /* NULL, or a recurrent slot (cache_snap.slot) that receives every recurrent
                                    layer's state and conv window after the first snap_at rows */
     int snap_at;                /* 0 <= snap_at < n when snap is set */
+    bool exact;                 /* the rows as n one-token steps compute them (engine_batch_item.exact); a
+                                   pass holds exact items only or none (items_exact) */
+    uint8_t *const *ckpt;       /* NULL, or [n] recurrent slots: ckpt[r], where not NULL, receives every
+                                   recurrent layer's state and conv window after r rows (checkpoints,
+                                   engine_batch_item.snaps); the recurrences then run token by token */
 } fwd_item;
+
+/* The slots that receive the state after r rows of it: the snapshot and
+ * the checkpoint, each NULL when not wanted there. */
+static inline uint8_t *item_snap_at(const fwd_item *it, int r)
+{
+    return it->snap && it->snap_at == r ? it->snap : NULL;
+}
+static inline uint8_t *item_ckpt_at(const fwd_item *it, int r)
+{
+    return it->ckpt && r >= 0 && r < it->n ? it->ckpt[r] : NULL;
+}
+
+/* Whether the pass is an exact one: each row through the one-token
+ * arithmetic (the recurrences token by token as one-token steps run them,
+ * attention on the decode path, serial conv channel blocks). */
+static inline bool items_exact(const fwd_item *items, int n_items)
+{
+    return n_items > 0 && items[0].exact;
+}
 
 /* Causal depthwise conv over channels [c0, c1) of CD, in place in X (rows
  * ld floats apart; an item's rows as fwd_item says), with each sequence's
@@ -40,6 +64,18 @@ void conv1d_items(const fwd_item *items, int n_items, float *X, int ld, int CD, 
  * exactly the state a prefix-cache hit will restore (a hit then reads the
  * same as the cold request that made the snapshot). */
 void rec_snapshot_state(float *S, uint8_t *snap, size_t at, int n, bool b16);
+
+/* One head (or channel block) of a recurrent layer over an item's rows:
+ * run(ctx, t0, n, S) advances the state S (f32, n_state numbers) over rows
+ * [t0, t0 + n). rec_head_rows holds the state in f32 (a bf16 cache's in
+ * work, rounded back at the end), takes the item's snapshot after snap_at
+ * rows (rec_snapshot_state), and with step1 runs the rows one at a time,
+ * a bf16 state rounded after each as one-token steps round it at their
+ * store (an exact item whose kind's multi-row form, chunked or rounded
+ * once, is not its one-token form). at: the head's offset in numbers. */
+typedef void (*rec_rows_fn)(void *ctx, int t0, int n, float *S);
+void rec_head_rows(const fwd_item *it, size_t at, int n_state, bool b16, bool step1, float *work, rec_rows_fn run,
+                   void *ctx);
 
 /* Gated attention, after the q/k/v projections.
  * Q:   [T][n_head * 2 * head_dim] per head [q | gate]; q normed/roped in place

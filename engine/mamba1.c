@@ -62,6 +62,25 @@ long mamba1_scratch_floats(const model *m)
     return (long)M1_BLOCK * m->m1_d_state;
 }
 
+/* the scan's arguments but the rows, for rec_head_rows */
+typedef void (*m1_scan_fn)(int, int, int, int, int, const float *, const float *, int, const float *, int,
+                           const float *, int, float *, float *, int);
+typedef struct m1_rows_ctx {
+    m1_scan_fn scan;
+    int c0, c1, DS;
+    const float *A, *x;
+    int xs;
+    const float *dt, *bc;
+    int bcs;
+    float *y;
+} m1_rows_ctx;
+
+static void m1_rows(void *ctx, int t0, int n, float *S)
+{
+    const m1_rows_ctx *r = ctx;
+    r->scan(t0, t0 + n, r->c0, r->c1, r->DS, r->A, r->x, r->xs, r->dt, r->xs, r->bc, r->bcs, S, r->y, r->xs);
+}
+
 void mamba1_block(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
 {
     const model *m = e->m;
@@ -72,7 +91,7 @@ void mamba1_block(engine *e, const layer *L, const fwd_item *items, int n_items,
     const bool par = T >= 8;
 
     matmul(xz, &L->ssm_in, s->xn, T, decode, s->mm);                    /* [T][2 DI]: x | z */
-    #pragma omp parallel if (par)
+    #pragma omp parallel if (par && !items_exact(items, n_items))     /* exact: a one-token step's blocks */
     {
         const int nt = omp_get_num_threads(), th = omp_get_thread_num();
         const int c0 = (int)((long)DI * th / nt), c1 = (int)((long)DI * (th + 1) / nt);
@@ -96,29 +115,18 @@ void mamba1_block(engine *e, const layer *L, const fwd_item *items, int n_items,
     const int NB = (DI + M1_BLOCK - 1) / M1_BLOCK;
     const bool b16 = kv->state_type == GGML_BF16;
     /* the kernel table's scan (AVX2: the exponentials 8 wide) where the state size allows */
-    void (*scan)(int, int, int, int, int, const float *, const float *, int, const float *, int, const float *, int,
-                 float *, float *, int) = cpu_kern.mamba1_scan && DS % 8 == 0 ? cpu_kern.mamba1_scan : mamba1_scan;
+    m1_scan_fn scan = cpu_kern.mamba1_scan && DS % 8 == 0 ? cpu_kern.mamba1_scan : mamba1_scan;
     #pragma omp parallel for schedule(dynamic, 1)
     for (int w = 0; w < n_items * NB; w++) {
         const fwd_item *it = &items[w / NB];
         const int c0 = (w % NB) * M1_BLOCK, c1 = c0 + M1_BLOCK < DI ? c0 + M1_BLOCK : DI;
         const size_t at = L->rec_state + (size_t)c0 * DS;
-        const int n = (c1 - c0) * DS;
-        /* a bf16 state runs in f32 in this thread's scratch, rounded back at the end */
-        float *S = b16 ? s->rec_work + (size_t)omp_get_thread_num() * s->rec_stride : (float *)it->s->state + at;
-        if (b16)
-            dequant_row_fast(GGML_BF16, (const uint16_t *)it->s->state + at, S, n);
-        const float *xb = x + (size_t)it->row0 * DI, *dtb = dt + (size_t)it->row0 * DI;
-        const float *bcb = xdb + (size_t)it->row0 * XW + R;
-        float *yb = y + (size_t)it->row0 * DI;
-        const int cut = it->snap ? it->snap_at : it->n;
-        scan(0, cut, c0, c1, DS, L->ssm_a, xb, DI, dtb, DI, bcb, XW, S, yb, DI);
-        if (it->snap) {
-            rec_snapshot_state(S, it->snap, at, n, b16);
-            scan(cut, it->n, c0, c1, DS, L->ssm_a, xb, DI, dtb, DI, bcb, XW, S, yb, DI);
-        }
-        if (b16)
-            quantize_row_fast(GGML_BF16, S, (uint16_t *)it->s->state + at, n);
+        /* a bf16 state runs in f32 in this thread's scratch, rounded back
+         * at the end (an exact item: after every token) */
+        m1_rows_ctx rc = { scan, c0, c1, DS, L->ssm_a, x + (size_t)it->row0 * DI, DI, dt + (size_t)it->row0 * DI,
+                           xdb + (size_t)it->row0 * XW + R, XW, y + (size_t)it->row0 * DI };
+        rec_head_rows(it, at, (c1 - c0) * DS, b16, it->exact && b16,
+                      s->rec_work + (size_t)omp_get_thread_num() * s->rec_stride, m1_rows, &rc);
     }
     /* y += D x; y *= silu(z) */
     #pragma omp parallel for schedule(static) if (par)

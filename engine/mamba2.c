@@ -154,6 +154,25 @@ static void head_rows(bool chunked, int t0, int n, int hd, int ds, float A, cons
         recurrent_fast(n, hd, ds, A, x, ld, dt + t0, B, C, ld, S, y, ys);
 }
 
+/* head_rows's arguments but the rows, for rec_head_rows */
+typedef struct m2_rows_ctx {
+    bool chunked;
+    int hd, ds;
+    float A;
+    const float *x;
+    int ld;
+    const float *dt, *B, *C;
+    float *y;
+    int ys;
+    float *sc;
+} m2_rows_ctx;
+
+static void m2_rows(void *ctx, int t0, int n, float *S)
+{
+    const m2_rows_ctx *r = ctx;
+    head_rows(r->chunked, t0, n, r->hd, r->ds, r->A, r->x, r->ld, r->dt, r->B, r->C, S, r->y, r->ys, r->sc);
+}
+
 /* ZXD: [T][d_in_proj] the input projection per row, [z | x | B | C | dt];
  * conv'd in place; O: [T][d_inner] the gated, normed output. */
 void mamba2_forward(const model *m, const layer *L, const cache *c, const fwd_item *items, int n_items, float *ZXD,
@@ -165,8 +184,9 @@ void mamba2_forward(const model *m, const layer *L, const cache *c, const fwd_it
     const int T = last->row0 + last->n;
     const bool par = T >= M2_PAR_MIN_ROWS;
 
-    /* conv + SiLU over [x | B | C], each thread a share of the channels */
-    #pragma omp parallel if (par)
+    /* conv + SiLU over [x | B | C], each thread a share of the channels
+     * (an exact pass: one thread, a one-token step's channel blocks) */
+    #pragma omp parallel if (par && !items_exact(items, n_items))
     {
         const int nt = omp_get_num_threads(), th = omp_get_thread_num();
         const int c0 = (int)((long)CD * th / nt), c1 = (int)((long)CD * (th + 1) / nt);
@@ -183,7 +203,7 @@ void mamba2_forward(const model *m, const layer *L, const cache *c, const fwd_it
     for (int w = 0; w < n_items * NH; w++) {
         const fwd_item *it = &items[w / NH];
         const int h = w % NH, g = h / (NH / NG);
-        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n >= M2_CHUNK / 4);
+        const bool chunked = mode == ENGINE_DNET_CHUNKED || (mode == ENGINE_DNET_AUTO && it->n >= M2_CHUNK / 4 && !it->exact);
         float *sc = scratch + (size_t)omp_get_thread_num() * mamba2_scratch_floats(m);
         float *dt = sc + mamba2_chunk_scratch_floats(HD, DS);
         const float *base = ZXD + (size_t)it->row0 * LD;
@@ -193,19 +213,11 @@ void mamba2_forward(const model *m, const layer *L, const cache *c, const fwd_it
             dt[t] = base[(size_t)t * LD + DI + CD + h];
         const size_t at = L->rec_state + (size_t)h * HD * DS;                 /* [HD][DS] */
         const bool b16 = c->state_type == GGML_BF16;
-        float *S = b16 ? dt + ENGINE_UBATCH : (float *)it->s->state + at;
-        if (b16)
-            dequant_row_fast(GGML_BF16, (const uint16_t *)it->s->state + at, S, HD * DS);
-        float *y = O + (size_t)it->row0 * DI + (size_t)h * HD;
-        const float A = L->ssm_a[h];
-        const int cut = it->snap ? it->snap_at : it->n;
-        head_rows(chunked, 0, cut, HD, DS, A, x, LD, dt, B, C, S, y, DI, sc);
-        if (it->snap) {
-            rec_snapshot_state(S, it->snap, at, HD * DS, b16);
-            head_rows(chunked, cut, it->n - cut, HD, DS, A, x, LD, dt, B, C, S, y, DI, sc);
-        }
-        if (b16)
-            quantize_row_fast(GGML_BF16, S, (uint16_t *)it->s->state + at, HD * DS);
+        /* rows [0, snap_at), the snapshot, the rest; an exact item one
+         * token at a time where its one-token steps differ (chunks, bf16) */
+        m2_rows_ctx rc = { chunked, HD, DS, L->ssm_a[h], x, LD, dt, B, C, O + (size_t)it->row0 * DI + (size_t)h * HD,
+                           DI, sc };
+        rec_head_rows(it, at, HD * DS, b16, it->exact && (b16 || chunked), dt + ENGINE_UBATCH, m2_rows, &rc);
     }
 
     /* y += D x; y *= silu(z); RMSNorm per group of d_inner / n_group, times w */

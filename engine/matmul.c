@@ -445,13 +445,22 @@ long matmul_scratch_floats(const weight *W, int n_tok)
     return (long)omp_get_max_threads() * MM_TILE_ROWS * W->n_in;
 }
 
-/* Y[i][o] = W[i][o] . X for o < W[i]->n_out, i < n: n weights of the same
- * type and width read by one parallel region, their rows concatenated.
- * With AVX2 each thread takes an equal share of those rows in chunks and
- * then steals from the busiest (share.h: whole groups of MV_GROUP rows of
- * one weight), each chunk streamed as four sequential streams
- * (avx2_matvec); a Q8_0 X is quantized once for all n. */
-static void matvec(int n, float *const *Y, const weight *const *W, const float *restrict X, float *scratch)
+/* Y[i][t][o] = W[i][o] . X[t] for o < W[i]->n_out, i < n, t < n_tok: n
+ * weights of the same type and width read by one parallel region, their
+ * rows concatenated, each token's dots exactly as the one-token product
+ * computes them (n_tok 1: the decode step; more: an exact step, see
+ * matmul_set_exact). With AVX2 each thread takes an equal share of those
+ * rows in chunks and then steals from the busiest (share.h: whole groups
+ * of MV_GROUP rows of one weight), each chunk streamed as four sequential
+ * streams (avx2_matvec; for several tokens avx2_matvec_tokens, two tokens
+ * per load of the rows, the next pair reading the chunk from L2: a chunk
+ * is SHARE_CHUNK_BYTES), so the weight is read from memory once for all
+ * n_tok; a Q8_0 or K-quant X is quantized once per token for all n. At most MV_MAX_TOK tokens (the scratch: one token's
+ * matmul_scratch_floats(W, 1) each). */
+#define MV_MAX_TOK 64
+
+static void matvec_tokens(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+                          float *scratch)
 {
     const int n_in = W[0]->n_in;
     const uint32_t t = W[0]->type;
@@ -461,15 +470,20 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
     const bool par = bytes >= MV_PAR_BYTES;
     const bool kq = kq_act(W[0]);
     if (simd_avx2() && (t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || kq)) {
-        int8_t *xq = NULL;
-        float *xd = NULL;
-        const act8 a8 = act8_at(scratch, n_in, 0);
-        if (kq) {
-            act8_quantize(t, X, n_in, a8);
-        } else if (t == GGML_Q8_0) {
-            xq = (int8_t *)scratch;                         /* [n_in] */
-            xd = scratch + n_in / 4 + 4;                    /* [n_in / 32], past xq */
-            quantize_act_q8(X, n_in, xq, xd);
+        /* token k's int8 activations: Q8_0 xq [n_in] then xd [n_in / 32] at
+         * k * q8s floats, K-quants act8_at(scratch, n_in, k) */
+        const long q8s = n_in / 4 + n_in / 32 + 8;
+        const float *xs[MV_MAX_TOK], *xds[MV_MAX_TOK];
+        const int8_t *xqs[MV_MAX_TOK];
+        for (int k = 0; k < n_tok; k++) {
+            xs[k] = X + (size_t)k * n_in;
+            xqs[k] = t == GGML_Q8_0 ? (const int8_t *)(scratch + k * q8s) : NULL;
+            xds[k] = t == GGML_Q8_0 ? scratch + k * q8s + n_in / 4 + 4 : NULL;
+            if (kq)
+                act8_quantize(t, X + (size_t)k * n_in, n_in, act8_at(scratch, n_in, k));
+            else if (t == GGML_Q8_0)
+                quantize_act_q8(X + (size_t)k * n_in, n_in, (int8_t *)(scratch + k * q8s),
+                                scratch + k * q8s + n_in / 4 + 4);
         }
         long units = 0;
         for (int i = 0; i < n; i++)
@@ -482,15 +496,20 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
             while (share_take(&sh, omp_get_thread_num(), &ca, &cb)) {
                 long off = 0;
                 for (int i = 0; i < n; i++) {       /* the parts of the chunk in each weight */
-                    const long nu = (W[i]->n_out + MV_GROUP - 1) / MV_GROUP;
+                    const long nu = (W[i]->n_out + MV_GROUP - 1) / MV_GROUP, n_out = W[i]->n_out;
                     long pa, pb;
                     if (share_part(ca, cb, off, nu, &pa, &pb)) {
-                        const long a = pa * MV_GROUP, b = pb * MV_GROUP < W[i]->n_out ? pb * MV_GROUP : W[i]->n_out;
+                        const long a = pa * MV_GROUP, b = pb * MV_GROUP < n_out ? pb * MV_GROUP : n_out;
                         const char *rows = (const char *)W[i]->data + (size_t)a * W[i]->row_bytes;
                         if (kq)
-                            act8_rows(W[i]->type, rows, W[i]->row_bytes, (int)(b - a), a8, n_in, Y[i] + a, 1);
+                            for (int k = 0; k < n_tok; k++)
+                                act8_rows(W[i]->type, rows, W[i]->row_bytes, (int)(b - a), act8_at(scratch, n_in, k),
+                                          n_in, Y[i] + (size_t)k * n_out + a, 1);
+                        else if (n_tok == 1)
+                            avx2_matvec(t, rows, W[i]->row_bytes, (int)(b - a), X, xqs[0], xds[0], n_in, Y[i] + a);
                         else
-                            avx2_matvec(t, rows, W[i]->row_bytes, (int)(b - a), X, xq, xd, n_in, Y[i] + a);
+                            avx2_matvec_tokens(t, rows, W[i]->row_bytes, (int)(b - a), xs, xqs, xds, n_tok, n_in,
+                                               Y[i] + a, (size_t)n_out);
                     }
                     off += nu;
                 }
@@ -500,11 +519,52 @@ static void matvec(int n, float *const *Y, const weight *const *W, const float *
     }
     for (int i = 0; i < n; i++) {
         const weight *w = W[i];
-        float *y = Y[i];
+        const int n_out = w->n_out;
         #pragma omp parallel for schedule(static) if ((long)w->n_out * (long)w->row_bytes >= MV_PAR_BYTES)
-        for (int o = 0; o < w->n_out; o++)
-            y[o] = dot_row_fast(t, (const char *)w->data + (size_t)o * w->row_bytes, X, n_in);
+        for (int o = 0; o < n_out; o++)
+            for (int k = 0; k < n_tok; k++)
+                Y[i][(size_t)k * n_out + o] =
+                    dot_row_fast(t, (const char *)w->data + (size_t)o * w->row_bytes, X + (size_t)k * n_in, n_in);
     }
+}
+
+/* one token: the decode step's products */
+static void matvec(int n, float *const *Y, const weight *const *W, const float *restrict X, float *scratch)
+{
+    matvec_tokens(n, Y, W, X, 1, scratch);
+}
+
+/* An exact step (matmul_set_exact): n_tok tokens in calls of at most
+ * MV_MAX_TOK, each token's dots the one-token product's. */
+static void matmul_q8_act(float *restrict Y, const weight *W, const float *restrict X, int n_tok, float *scratch);
+
+static void matvec_exact(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+                         float *scratch)
+{
+    bool fused = simd_avx2();
+    for (int i = 0; i < n; i++)
+        fused = fused && kq_act(W[i]);
+    if (fused) {
+        for (int i = 0; i < n; i++)
+            matmul_q8_act(Y[i], W[i], X, n_tok, scratch);
+        return;
+    }
+    float *Yt[MATMUL_MANY_MAX];
+    for (int t0 = 0; t0 < n_tok; t0 += MV_MAX_TOK) {
+        for (int i = 0; i < n; i++)
+            Yt[i] = Y[i] + (size_t)t0 * W[i]->n_out;
+        matvec_tokens(n, Yt, W, X + (size_t)t0 * W[0]->n_in, n_tok - t0 < MV_MAX_TOK ? n_tok - t0 : MV_MAX_TOK,
+                      scratch);
+    }
+}
+
+static _Thread_local bool mm_exact;
+
+bool matmul_set_exact(bool on)
+{
+    const bool was = mm_exact;
+    mm_exact = on;
+    return was;
 }
 
 /* Rows decoded to f32 per tile on the AVX-512 small-batch path: a
@@ -947,6 +1007,9 @@ static int panels_path(const weight *W, int n_tok, bool decode)
 void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok, bool decode,
                  float *scratch)
 {
+    /* an exact step: the one-token choices below, every token through them */
+    const bool exact = mm_exact && n_tok > 1;
+    decode = decode || exact;
     /* packed weights of one type and width on the outer-product kernel
      * share one parallel region (their panels split between the threads);
      * the rest go on one by one (one region per weight measured a little
@@ -975,11 +1038,14 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
             return;
         }
     }
-    bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || amx_takes(W[0], n_tok, decode));
-    for (int i = 0; i < n && shared && n_tok > 1; i++)
+    bool shared = n >= 1 && n <= MATMUL_MANY_MAX && (n_tok == 1 || exact || amx_takes(W[0], n_tok, decode));
+    for (int i = 0; i < n && shared && n_tok > 1 && !exact; i++)
         shared = W[i]->type == W[0]->type && W[i]->n_in == W[0]->n_in && !W[i]->panels;
-    if (shared && (n_tok > 1 || matvec_shares(n, W))) {
-        matmul_shared(n, Y, W, X, n_tok, scratch);
+    if (shared && ((n_tok > 1 && !exact) || matvec_shares(n, W))) {
+        if (exact)
+            matvec_exact(n, Y, W, X, n_tok, scratch);
+        else
+            matmul_shared(n, Y, W, X, n_tok, scratch);
         return;
     }
     for (int i = 0; i < n; i++)
@@ -989,8 +1055,15 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
 void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool decode, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
+    const bool exact = mm_exact && n_tok > 1;
     if (W->panels) {        /* BF16/F16/Q8_0 in panels: the outer-product kernel, sgemm for prompts */
-        panels_matmul(Y, W, X, n_tok, panels_path(W, n_tok, decode), scratch);
+        /* (an exact step: the decode path, whose tokens get one token's bits, panels.h) */
+        panels_matmul(Y, W, X, n_tok, panels_path(W, n_tok, decode || exact), scratch);
+        return;
+    }
+    if (exact) {
+        float *y = Y;
+        matvec_exact(1, &y, &W, X, n_tok, scratch);
         return;
     }
     if (n_tok == 1 || amx_takes(W, n_tok, decode)) {

@@ -40,6 +40,16 @@ long matmul_scratch_floats(const weight *W, int n_tok);
 #define MATMUL_MANY_MAX 8
 void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok, bool decode,
                  float *scratch);
+/* Exact steps (speculative decoding's verify step, engine_batch_item.exact):
+ * while on, every product of n_tok > 1 tokens on this thread gives each
+ * token the bits of the one-token product (decode n_tok 1): the same
+ * kernel per weight type, level and row group as matvec picks for one
+ * token, each chunk of rows dotted with every token while it is in L2, so
+ * the weight is still read from memory once for the step. Packed weights
+ * take their decode path (every token one token's bits, panels.h).
+ * Returns the previous setting; the caller restores it. Per thread: the
+ * engine's owner thread sets it around an exact pass. */
+bool matmul_set_exact(bool on);
 /* Tuning and tests: batches of up to n_tok tokens (default 16) take the
  * small-batch kernel instead of sgemm; 1 turns it off. */
 void matmul_set_small_max(int n_tok);

@@ -79,7 +79,9 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
                     rope_norm(Q + (size_t)row * NH * QK + (size_t)h * QK + DN, DR, m->mla_inv_freq, pos);
         }
 
-        const bool absorbed = mode == ENGINE_MLA_ABSORBED || (mode == ENGINE_MLA_AUTO && it->n == 1);
+        /* an exact item: the absorbed form, as its one-token steps take
+         * (the expanded form's exact items come one token at a time) */
+        const bool absorbed = mode == ENGINE_MLA_ABSORBED || (mode == ENGINE_MLA_AUTO && (it->n == 1 || it->exact));
         const int n_ctx = it->pos0 + it->n;
         if (absorbed) {
             /* 2a. attend over the latent itself: MQA with a (R + DR)-dim key */
@@ -115,7 +117,11 @@ void mla_forward(const model *m, const layer *L, const cache *c, const fwd_item 
             float *lat = scratch, *kn = lat + (size_t)c->n_ctx * R;
             float *vv = kn + (size_t)c->n_ctx * NH * DN, *kb = vv + (size_t)c->n_ctx * NH * DV;
             float *vtmp = kb + (size_t)R * DN;
+            /* the expansion over the context is not a row of the step:
+             * it multiplies as a one-token step's does, off exact */
+            const bool was = matmul_set_exact(false);
             mla_expand(m, L, c, it->s, n_ctx, lat, kn, vv, kb, vtmp, decode, mm);
+            matmul_set_exact(was);
             #pragma omp parallel for collapse(2) schedule(dynamic, 1)
             for (int t = 0; t < it->n; t++) {
                 for (int h = 0; h < NH; h++) {

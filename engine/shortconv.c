@@ -26,7 +26,7 @@ void sconv_block(engine *e, const layer *L, const fwd_item *items, int n_items, 
         for (int d = 0; d < E; d++)
             r[2 * E + d] *= r[d];
     }
-    #pragma omp parallel if (T >= 8)
+    #pragma omp parallel if (T >= 8 && !items_exact(items, n_items))     /* exact: a one-token step's blocks */
     {
         const int nt = omp_get_num_threads(), th = omp_get_thread_num();
         const int c0 = (int)((long)E * th / nt), c1 = (int)((long)E * (th + 1) / nt);

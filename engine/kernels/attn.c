@@ -632,11 +632,17 @@ static void tiled_block(const attn_args *a, int kvh, int t0, int t1, float *scr)
 
 /* ------------------------------------------------------------------ */
 
+/* whether a call takes the tiled path (else a decode row per row and KV head) */
+static bool tiled(const attn_args *a)
+{
+    return a->n >= tiled_min_rows && !a->decode_rows;
+}
+
 void attn_gqa(const attn_args *a, float *scratch)
 {
     const int G = a->n_head / a->n_kv;
     const long per = attn_scratch_floats(a->head_dim, G, a->kv.page_tokens);
-    if (a->n >= tiled_min_rows) {
+    if (tiled(a)) {
         /* work items: KV head x query block, the longest (last) blocks first */
         const int nqb = (a->n + ATTN_BQ - 1) / ATTN_BQ, items = nqb * a->n_kv;
         #pragma omp parallel for schedule(dynamic, 1)
@@ -658,7 +664,7 @@ void attn_gqa_batch(attn_args *a, int n, float *scratch)
     int units = 0;
     long per = 0;
     for (int i = 0; i < n; i++) {
-        if (a[i].n >= tiled_min_rows) {
+        if (tiled(&a[i])) {
             attn_gqa(&a[i], scratch);
         } else {
             units += a[i].n * a[i].n_kv;
@@ -670,8 +676,8 @@ void attn_gqa_batch(attn_args *a, int n, float *scratch)
     #pragma omp parallel for schedule(dynamic, 1) if (units > 1)
     for (int u = 0; u < units; u++) {
         int i = 0, r = u;                           /* unit u: call i, row r / n_kv, KV head r % n_kv */
-        while (a[i].n >= tiled_min_rows || r >= a[i].n * a[i].n_kv) {
-            if (a[i].n < tiled_min_rows)
+        while (tiled(&a[i]) || r >= a[i].n * a[i].n_kv) {
+            if (!tiled(&a[i]))
                 r -= a[i].n * a[i].n_kv;
             i++;
         }

@@ -39,6 +39,8 @@ typedef struct attn_args {
     int out_stride;
     int n, pos0;
     float scale;                /* applied to q.k before the softmax */
+    bool decode_rows;           /* every row on the decode path whatever n: each row's bits those of a
+                                   one-token step at its position (an exact verify step) */
 } attn_args;
 
 /* Floats of scratch one thread needs (attn_gqa takes omp_get_max_threads()

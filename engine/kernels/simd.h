@@ -45,6 +45,12 @@ float avx2_dot_q8_0_act(const void *w, const int8_t *q, const float *d, int n);
  * dot_q8_0_act_ref(). */
 void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *x, const int8_t *xq,
                  const float *xd, int n, float *y);
+/* avx2_matvec for n_tok tokens (token t: x[t], or xq[t] and xd[t]; its
+ * results at y + t * ldy), each token's results avx2_matvec's bits for
+ * that token alone: tokens in pairs share each load of the weights (and
+ * Q8_0's per-block work on them). For exact steps (matmul_set_exact). */
+void avx2_matvec_tokens(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *const *x,
+                        const int8_t *const *xq, const float *const *xd, int n_tok, int n, float *y, size_t ldy);
 
 /* ---- row decoding for the prefill tiles ----
  * ref: dequant_row() in quant.c. */

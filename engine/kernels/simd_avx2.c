@@ -358,6 +358,34 @@ AVX2_VNNI static void rows4_q8_0_vnni(const void *const *w, const int8_t *q, con
     y[3] = hsum8(a3);
 }
 
+/* the four far-apart rows w of one group (avx2_matvec), one token */
+static void rows4_one(uint32_t type, const void *const *w, const float *x, const int8_t *xq, const float *xd, int n,
+                      float *r)
+{
+    switch (type) {
+    case GGML_F32: avx2_dot4_f32(w, x, n, r); break;
+    case GGML_F16: rows4_f16(w, x, n, r); break;
+    case GGML_BF16: rows4_bf16(w, x, n, r); break;
+    default:
+        if (cpu_kern.on.vnni)
+            rows4_q8_0_vnni(w, xq, xd, n, r);
+        else
+            rows4_q8_0_act(w, xq, xd, n, r);
+        break;
+    }
+}
+
+/* one row past the groups, one token */
+static float row_one(uint32_t type, const void *w, const float *x, const int8_t *xq, const float *xd, int n)
+{
+    switch (type) {
+    case GGML_F32: return avx2_dot_f32(w, x, n);
+    case GGML_F16: return avx2_dot_f16(w, x, n);
+    case GGML_BF16: return avx2_dot_bf16(w, x, n);
+    default: return avx2_dot_q8_0_act(w, xq, xd, n);
+    }
+}
+
 void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *x, const int8_t *xq,
                  const float *xd, int n, float *y)
 {
@@ -367,33 +395,161 @@ void avx2_matvec(uint32_t type, const void *W, size_t row_bytes, int n_rows, con
         const void *w[4] = { base + (size_t)o * row_bytes, base + (size_t)(o + q) * row_bytes,
                              base + (size_t)(o + 2 * q) * row_bytes, base + (size_t)(o + 3 * q) * row_bytes };
         float r[4];
-        switch (type) {
-        case GGML_F32: avx2_dot4_f32(w, x, n, r); break;
-        case GGML_F16: rows4_f16(w, x, n, r); break;
-        case GGML_BF16: rows4_bf16(w, x, n, r); break;
-        default:
-            if (cpu_kern.on.vnni)
-                rows4_q8_0_vnni(w, xq, xd, n, r);
-            else
-                rows4_q8_0_act(w, xq, xd, n, r);
-            break;
-        }
+        rows4_one(type, w, x, xq, xd, n, r);
         y[o] = r[0];
         y[o + q] = r[1];
         y[o + 2 * q] = r[2];
         y[o + 3 * q] = r[3];
     }
-    for (int o = 4 * q; o < n_rows; o++) {
-        const void *w = base + (size_t)o * row_bytes;
-        switch (type) {
-        case GGML_F32: y[o] = avx2_dot_f32(w, x, n); break;
-        case GGML_F16: y[o] = avx2_dot_f16(w, x, n); break;
-        case GGML_BF16: y[o] = avx2_dot_bf16(w, x, n); break;
-        default: y[o] = avx2_dot_q8_0_act(w, xq, xd, n); break;
+    for (int o = 4 * q; o < n_rows; o++)
+        y[o] = row_one(type, base + (size_t)o * row_bytes, x, xq, xd, n);
+}
+
+/* ---- the same four rows for two tokens: each weight vector loaded once
+ * for both, each (row, token) accumulated exactly as rows4_* accumulates
+ * it for one token (the same instructions on the same values in the same
+ * order), so each token's sums are rows4_*'s bits ---- */
+#define ROWS4_TOK2(name, wtype, LOAD, TAIL)                                                                    \
+    AVX2 static void name(const void *const *w, const float *x0, const float *x1, int n, float *y0, float *y1) \
+    {                                                                                                          \
+        const wtype *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];                                            \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;        \
+        const int n8 = n & ~7;                                                                                 \
+        for (int i = 0; i < n8; i += 8) {                                                                      \
+            const __m256 xa = _mm256_loadu_ps(x0 + i), xb = _mm256_loadu_ps(x1 + i);                           \
+            __m256 v = LOAD(w0 + i);                                                                           \
+            a0 = _mm256_fmadd_ps(v, xa, a0);                                                                   \
+            b0 = _mm256_fmadd_ps(v, xb, b0);                                                                   \
+            v = LOAD(w1 + i);                                                                                  \
+            a1 = _mm256_fmadd_ps(v, xa, a1);                                                                   \
+            b1 = _mm256_fmadd_ps(v, xb, b1);                                                                   \
+            v = LOAD(w2 + i);                                                                                  \
+            a2 = _mm256_fmadd_ps(v, xa, a2);                                                                   \
+            b2 = _mm256_fmadd_ps(v, xb, b2);                                                                   \
+            v = LOAD(w3 + i);                                                                                  \
+            a3 = _mm256_fmadd_ps(v, xa, a3);                                                                   \
+            b3 = _mm256_fmadd_ps(v, xb, b3);                                                                   \
+        }                                                                                                      \
+        y0[0] = hsum8(a0) + (n8 < n ? TAIL(w0 + n8, x0 + n8, n - n8) : 0.0f);                                  \
+        y0[1] = hsum8(a1) + (n8 < n ? TAIL(w1 + n8, x0 + n8, n - n8) : 0.0f);                                  \
+        y0[2] = hsum8(a2) + (n8 < n ? TAIL(w2 + n8, x0 + n8, n - n8) : 0.0f);                                  \
+        y0[3] = hsum8(a3) + (n8 < n ? TAIL(w3 + n8, x0 + n8, n - n8) : 0.0f);                                  \
+        y1[0] = hsum8(b0) + (n8 < n ? TAIL(w0 + n8, x1 + n8, n - n8) : 0.0f);                                  \
+        y1[1] = hsum8(b1) + (n8 < n ? TAIL(w1 + n8, x1 + n8, n - n8) : 0.0f);                                  \
+        y1[2] = hsum8(b2) + (n8 < n ? TAIL(w2 + n8, x1 + n8, n - n8) : 0.0f);                                  \
+        y1[3] = hsum8(b3) + (n8 < n ? TAIL(w3 + n8, x1 + n8, n - n8) : 0.0f);                                  \
+    }
+ROWS4_TOK2(rows4x2_f32, float, _mm256_loadu_ps, avx2_dot_f32)
+ROWS4_TOK2(rows4x2_f16, uint16_t, load_f16, avx2_dot_f16)
+ROWS4_TOK2(rows4x2_bf16, uint16_t, load_bf16, avx2_dot_bf16)
+#undef ROWS4_TOK2
+
+/* rows4_q8_0_act for two tokens: |w| once per block for both */
+AVX2 static void rows4x2_q8_0_act(const void *const *w, const int8_t *q0, const float *d0, const int8_t *q1,
+                                  const float *d1, int n, float *y0, float *y1)
+{
+    const blk_q8_0 *bl[4] = { w[0], w[1], w[2], w[3] };
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 a[4], b[4];
+    for (int r = 0; r < 4; r++)
+        a[r] = b[r] = _mm256_setzero_ps();
+    for (int i = 0; i < n / 32; i++) {
+        const __m256i xa = _mm256_loadu_si256((const __m256i *)(q0 + 32 * i));
+        const __m256i xb = _mm256_loadu_si256((const __m256i *)(q1 + 32 * i));
+        for (int r = 0; r < 4; r++) {       /* q8_block's sums, token by token */
+            const __m256i wr = _mm256_loadu_si256((const __m256i *)bl[r][i].qs), aw = _mm256_sign_epi8(wr, wr);
+            const float dw = f16_scalar(bl[r][i].d);
+            const __m256 pa = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xa, wr)), ones));
+            const __m256 pb = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xb, wr)), ones));
+            a[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d0[i]), pa, a[r]);
+            b[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * d1[i]), pb, b[r]);
         }
+    }
+    for (int r = 0; r < 4; r++) {
+        y0[r] = hsum8(a[r]);
+        y1[r] = hsum8(b[r]);
     }
 }
 
+/* rows4_q8_0_vnni for two tokens: the rows' unsigned bytes and scales once per block for both */
+AVX2_VNNI static void rows4x2_q8_0_vnni(const void *const *w, const int8_t *q0, const float *d0, const int8_t *q1,
+                                        const float *d1, int n, float *y0, float *y1)
+{
+    const blk_q8_0 *b0 = w[0], *b1 = w[1], *b2 = w[2], *b3 = w[3];
+    const __m256i m80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+    for (int i = 0; i < n / 32; i++) {
+        const __m256i xa = _mm256_loadu_si256((const __m256i *)(q0 + 32 * i));
+        const __m256i xb = _mm256_loadu_si256((const __m256i *)(q1 + 32 * i));
+        const __m256i sa = _mm256_dpbusd_avx_epi32(zero, m80, _mm256_sub_epi8(zero, xa));
+        const __m256i sb = _mm256_dpbusd_avx_epi32(zero, m80, _mm256_sub_epi8(zero, xb));
+        __m128i h = _mm_cvtsi32_si128(b0[i].d);
+        h = _mm_insert_epi16(h, b1[i].d, 1);
+        h = _mm_insert_epi16(h, b2[i].d, 2);
+        h = _mm_insert_epi16(h, b3[i].d, 3);
+        const __m128 hw = _mm_cvtph_ps(h);
+        const __m256 sca = _mm256_castps128_ps256(_mm_mul_ps(hw, _mm_set1_ps(d0[i])));
+        const __m256 scb = _mm256_castps128_ps256(_mm_mul_ps(hw, _mm_set1_ps(d1[i])));
+#define ROW2(b, a, c, k)                                                                                        \
+        {                                                                                                       \
+            const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b[i].qs), m80);               \
+            const __m256i idx = _mm256_set1_epi32(k);                                                           \
+            a = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(sca, idx), _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(sa, u, xa)), a); \
+            c = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(scb, idx), _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(sb, u, xb)), c); \
+        }
+        ROW2(b0, a0, c0, 0) ROW2(b1, a1, c1, 1) ROW2(b2, a2, c2, 2) ROW2(b3, a3, c3, 3)
+#undef ROW2
+    }
+    y0[0] = hsum8(a0);
+    y0[1] = hsum8(a1);
+    y0[2] = hsum8(a2);
+    y0[3] = hsum8(a3);
+    y1[0] = hsum8(c0);
+    y1[1] = hsum8(c1);
+    y1[2] = hsum8(c2);
+    y1[3] = hsum8(c3);
+}
+
+void avx2_matvec_tokens(uint32_t type, const void *W, size_t row_bytes, int n_rows, const float *const *x,
+                        const int8_t *const *xq, const float *const *xd, int n_tok, int n, float *y, size_t ldy)
+{
+    const char *base = W;
+    const int q = n_rows / 4;
+    const bool q8 = type != GGML_F32 && type != GGML_F16 && type != GGML_BF16;
+    for (int o = 0; o < q; o++) {
+        const void *w[4] = { base + (size_t)o * row_bytes, base + (size_t)(o + q) * row_bytes,
+                             base + (size_t)(o + 2 * q) * row_bytes, base + (size_t)(o + 3 * q) * row_bytes };
+        int t = 0;
+        for (; t + 2 <= n_tok; t += 2) {
+            float r0[4], r1[4];
+            switch (type) {
+            case GGML_F32: rows4x2_f32(w, x[t], x[t + 1], n, r0, r1); break;
+            case GGML_F16: rows4x2_f16(w, x[t], x[t + 1], n, r0, r1); break;
+            case GGML_BF16: rows4x2_bf16(w, x[t], x[t + 1], n, r0, r1); break;
+            default:
+                if (cpu_kern.on.vnni)
+                    rows4x2_q8_0_vnni(w, xq[t], xd[t], xq[t + 1], xd[t + 1], n, r0, r1);
+                else
+                    rows4x2_q8_0_act(w, xq[t], xd[t], xq[t + 1], xd[t + 1], n, r0, r1);
+                break;
+            }
+            for (int j = 0; j < 4; j++) {
+                y[(size_t)t * ldy + o + (size_t)j * q] = r0[j];
+                y[(size_t)(t + 1) * ldy + o + (size_t)j * q] = r1[j];
+            }
+        }
+        for (; t < n_tok; t++) {
+            float r[4];
+            rows4_one(type, w, x[t], q8 ? xq[t] : NULL, q8 ? xd[t] : NULL, n, r);
+            for (int j = 0; j < 4; j++)
+                y[(size_t)t * ldy + o + (size_t)j * q] = r[j];
+        }
+    }
+    for (int o = 4 * q; o < n_rows; o++)
+        for (int t = 0; t < n_tok; t++)
+            y[(size_t)t * ldy + o] = row_one(type, base + (size_t)o * row_bytes, x[t], q8 ? xq[t] : NULL,
+                                             q8 ? xd[t] : NULL, n);
+}
 
 /* ------------------------------------------------------------------ */
 /* row decoding                                                         */
