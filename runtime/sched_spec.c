@@ -284,6 +284,11 @@ void spec_item(sched *s, sched_req *r, engine_batch_item *it, int *rows_left, in
     it->n_tokens = c + k;
     it->snap = NULL;
     it->snap_at = 0;
+    /* rows bit for bit as one-token steps compute them (engine.h): carried
+     * tokens and drafts alike, so greedy output and every state after a
+     * rollback are those of plain decoding; build_batch marks the step's
+     * other decode items exact too (one read of the weights) */
+    it->exact = it->n_tokens > 1;
     sp->n_fed_draft = k;
     if (k == 0) {
         it->logits = ENGINE_LOGITS_LAST;

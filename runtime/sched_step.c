@@ -93,6 +93,7 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok, int *n_spec_
     int n = 0, budget = s->p.prefill_chunk;
     int spec_rows = s->spec_rows, spec_off = 0;   /* verify logits rows left this step, the next free one */
     bool plp_used = false;      /* the prompt-logprob buffer is taken this step */
+    bool any_exact = false;     /* a decode item feeds several tokens (speculation): exact rows */
     *n_decode = 0;
     *n_prefill_tok = 0;
     *n_spec_tok = 0;
@@ -104,6 +105,8 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok, int *n_spec_
         it->seq = r->seq;
         it->snap = NULL;
         it->snap_at = 0;
+        it->exact = 0;
+        it->snaps = NULL;
         it->tokens = r->tokens + r->n_fed;
         it->out = s->logits + (size_t)r->slot * (size_t)s->n_vocab;
         if (r->state == RS_DECODE) {
@@ -125,7 +128,15 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok, int *n_spec_
                 it->logits = k == left ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
         }
         s->item_req[n++] = r;
+        any_exact = any_exact || it->exact;
     }
+    /* an exact item runs in a pass of its own: the other decode items join
+     * it (a one-token item's exact bits are its plain decode bits alone),
+     * so the step reads the weights once; prompt chunks stay on their
+     * matrix kernels, a second pass */
+    for (int i = 0; any_exact && i < n; i++)
+        if (s->item_req[i]->state == RS_DECODE)
+            s->items[i].exact = 1;
     return n;
 }
 
