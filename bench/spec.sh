@@ -2,7 +2,7 @@
 # bench/spec.sh - speculative decoding's decode speed against none, side by
 # side in one run (`make bench-spec`, and a section of `make bench`):
 # bench/spec_bench.py alternates no speculation, a token prediction equal to
-# the greedy output, the same prediction shuffled, and n-gram drafts on
+# the greedy output, one wrong at every position, and n-gram drafts ("speculative": true; the server runs --spec-type none, so a prediction row drafts from the prediction alone) on
 #   (a) the Qwen3.5-0.8B-shaped Q8_0 bench model (random weights: its text
 #       copies nothing, so only the prediction rows say much there), 128
 #       tokens, a free-text prompt;
@@ -47,7 +47,7 @@ run_model() {   # tag, model, spec_bench arguments...
     tag=$1 m=$2
     shift 2
     port=$("$PYTHON" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-    "$HYSERVE" serve -m "$m" --port "$port" -t 2 --config /dev/null --spec-type ngram-simple \
+    "$HYSERVE" serve -m "$m" --port "$port" -t 2 --config /dev/null --spec-type none \
         > "$TMP/server-$tag.log" 2>&1 &
     SRV_PID=$!
     i=0

@@ -8,7 +8,9 @@ first token's arrival): the prompt's prefill is not in it. Modes:
   none        "speculative": false
   pred_exact  a token prediction equal to the greedy output (taken once
               from a none run of the same prompt)
-  pred_wrong  the same prediction shuffled
+  pred_wrong  a prediction wrong at every position: each greedy token moved
+              by 1..97 ids (a random-weight model's greedy text repeats a
+              few tokens, so a shuffle of it would still be right)
   ngram       "speculative": true (n-gram drafts)
 Prints one JSON object: per prompt and mode the median tok/s, the drafts and
 accepted tokens of the last run, and the ratios to none.
@@ -60,11 +62,15 @@ def main():
     out = {"max_new": a.max_new, "rounds": a.rounds, "prompts": {}}
     for name, text in prompts.items():
         greedy, _, _ = stream_once(a.port, text, a.max_new, {"speculative": False})
-        shuffled = list(greedy)
-        random.Random(1).shuffle(shuffled)
+        c = http.client.HTTPConnection("127.0.0.1", a.port, timeout=60)
+        c.request("GET", "/info")
+        n_vocab = json.loads(c.getresponse().read())["model"]["n_vocab"]
+        c.close()
+        rng = random.Random(1)
+        wrong = [(t + 1 + rng.randrange(97)) % n_vocab for t in greedy]
         extra = {"none": {"speculative": False},
                  "pred_exact": {"prediction": {"type": "tokens", "tokens": greedy}},
-                 "pred_wrong": {"prediction": {"type": "tokens", "tokens": shuffled}},
+                 "pred_wrong": {"prediction": {"type": "tokens", "tokens": wrong}},
                  "ngram": {"speculative": True}}
         rates = {m: [] for m in modes}
         last = {}
