@@ -141,6 +141,9 @@ bool gram_matcher_active(const gram_matcher *m);
 int gram_matcher_cache_entries(const gram_matcher *m);
 /* The matcher broke because an allocation failed (not on a limit). */
 bool gram_matcher_out_of_memory(const gram_matcher *m);
+/* Whether m stopped at a limit of its own (configurations a state, or the
+ * work of one token mask: GRAM_MAX_WORK) rather than out of memory. */
+bool gram_matcher_at_limit(const gram_matcher *m);
 /* Trie walks this matcher made (entries it computed itself). */
 int gram_matcher_walks(const gram_matcher *m);
 

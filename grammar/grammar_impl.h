@@ -99,6 +99,14 @@ void gb_push(gbuild *b, gvec *v, int32_t x);
 #define GRAM_MAX_DEPTH 4096     /* closure recursion */
 #define GRAM_MAX_NODES (1 << 23)
 #define GRAM_MAX_TOKEN_BYTES 1024
+/* Configuration visits (closure steps and set comparisons) one token mask
+ * may take: a grammar ambiguous in a way the limits above let through
+ * ("a"? repeated 1,500 times: every state holds ~1,500 configurations,
+ * each trie walk step compares them all) would otherwise hold the engine
+ * thread for seconds a token. Past it the mask fails (at_limit): refused
+ * at submission when it is the first mask. */
+#define GRAM_MAX_WORK (4ull << 20)
+#define GRAM_DD_CAP (4u * GRAM_MAX_CONFIGS)     /* a power of two, at least twice GRAM_MAX_CONFIGS */
 #define GRAM_MEMO 8             /* whole masks remembered per matcher, by state (direct-mapped) */
 
 /* A compiled grammar. Immutable; owned by whoever compiled it (a matcher
@@ -231,6 +239,15 @@ struct gram_matcher {
     gentry **own;               /* [n_own] entries this matcher made and keeps (not in a cache) */
     int n_own, cap_own;
     int n_walks;                /* trie walks made */
+    uint64_t work;              /* configuration visits of the mask being computed (GRAM_MAX_WORK) */
+    /* advance()'s duplicate check: the set it builds (dd_on) has its
+     * configurations in a hash of GRAM_DD_CAP slots stamped with the
+     * build's number (a stale stamp is an empty slot), so a state of n
+     * configurations costs n, not n^2; NULL dd_on: a linear scan */
+    const struct gset *dd_on;
+    uint64_t *dd_key;
+    uint32_t *dd_gen;
+    uint32_t dd_cur;
 
     gset cur;                   /* the state */
     gset scratch[2];

@@ -176,6 +176,10 @@ static void walk_trie(gram_matcher *m, int32_t pos, int32_t stk)
     bool oom = m->lvl[0] < 0;
     int i = 1;
     while (i < v->n_node && !m->broken && !oom) {
+        if (m->work > GRAM_MAX_WORK) {
+            m->broken = m->at_limit = true;
+            break;
+        }
         const gtrie_node *nd = &v->node[i];
         int d = nd->depth;
         bool before = m->lvl_pop[d - 1];
@@ -448,6 +452,7 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *words)
     memset(words, 0, (size_t)m->n_words * sizeof *words);
     bool accept = false;
     int n_cfg = m->cur.n;
+    m->work = 0;
     for (int i = 0; i < n_cfg; i++) {
         gcfg c = m->cur.c[i];
         if (c.pos < 0) {
@@ -552,6 +557,11 @@ int gram_matcher_cache_entries(const gram_matcher *m)
 bool gram_matcher_out_of_memory(const gram_matcher *m)
 {
     return m && m->broken && !m->at_limit;
+}
+
+bool gram_matcher_at_limit(const gram_matcher *m)
+{
+    return m && m->broken && m->at_limit;
 }
 
 int gram_matcher_walks(const gram_matcher *m)

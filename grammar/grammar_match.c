@@ -96,6 +96,27 @@ static int set_reserve(gset *s, int n)
 
 void set_add(gram_matcher *m, gset *s, int32_t pos, int32_t stk)
 {
+    if (m->dd_on == s) {
+        const uint64_t key = (uint64_t)(uint32_t)pos << 32 | (uint32_t)stk;
+        uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 40) & (GRAM_DD_CAP - 1);
+        m->work++;
+        while (m->dd_gen[h] == m->dd_cur) {
+            if (m->dd_key[h] == key)
+                return;
+            h = (h + 1) & (GRAM_DD_CAP - 1);
+            m->work++;
+        }
+        if (s->n >= GRAM_MAX_CONFIGS || set_reserve(s, s->n + 1)) {
+            m->at_limit |= s->n >= GRAM_MAX_CONFIGS;
+            m->broken = true;
+            return;
+        }
+        m->dd_gen[h] = m->dd_cur;
+        m->dd_key[h] = key;
+        s->c[s->n++] = (gcfg){pos, stk};
+        return;
+    }
+    m->work += (uint64_t)s->n + 1;
     for (int i = 0; i < s->n; i++)
         if (s->c[i].pos == pos && s->c[i].stk == stk)
             return;
@@ -144,10 +165,36 @@ static bool set_has_byte(const uint64_t set[4], uint8_t c)
 }
 
 /* out = the configurations after consuming byte c from in. */
+/* Start a hashed build of out (set_add's duplicate check in O(1)); false
+ * (and m broken) when the table cannot be allocated. */
+static bool dd_begin(gram_matcher *m, const gset *out)
+{
+    if (!m->dd_key) {
+        m->dd_key = fault_malloc(GRAM_DD_CAP * sizeof *m->dd_key);
+        m->dd_gen = fault_calloc(GRAM_DD_CAP, sizeof *m->dd_gen);
+        if (!m->dd_key || !m->dd_gen) {
+            free(m->dd_key);
+            free(m->dd_gen);
+            m->dd_key = NULL;
+            m->dd_gen = NULL;
+            m->broken = true;   /* out of memory: the matcher's usual clean failure */
+            return false;
+        }
+    }
+    if (++m->dd_cur == 0) {     /* the stamps wrapped: every slot empty again */
+        memset(m->dd_gen, 0, GRAM_DD_CAP * sizeof *m->dd_gen);
+        m->dd_cur = 1;
+    }
+    m->dd_on = out;
+    return true;
+}
+
 void advance(gram_matcher *m, const gset *in, uint8_t c, gset *out, bool *popped)
 {
     const grammar *g = m->g;
     out->n = 0;
+    /* out is built here alone (closure adds only to it), hashed */
+    const bool hashed = dd_begin(m, out);
     for (int i = 0; i < in->n; i++) {
         int32_t pos = in->c[i].pos;
         if (pos < 0)
@@ -155,6 +202,8 @@ void advance(gram_matcher *m, const gset *in, uint8_t c, gset *out, bool *popped
         if (set_has_byte(g->sets[-1 - g->el[pos]], c))
             closure(m, pos + 1, in->c[i].stk, out, popped);
     }
+    if (hashed)
+        m->dd_on = NULL;
 }
 
 gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v, bool *at_limit)
@@ -184,8 +233,11 @@ gram_matcher *matcher_new(grammar *g, bool owns, const gram_vocab *v, bool *at_l
             goto fail_m;
     }
     bool popped = false;
+    const bool hashed = dd_begin(m, &m->cur);
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
         closure(m, g->alt_start[a], NODE_EMPTY, &m->cur, &popped);
+    if (hashed)
+        m->dd_on = NULL;
     if (m->broken)
         goto fail_m;
     return m;
@@ -234,6 +286,8 @@ void gram_matcher_free(gram_matcher *m)
     free(m->cur.c);
     free(m->scratch[0].c);
     free(m->scratch[1].c);
+    free(m->dd_key);
+    free(m->dd_gen);
     free(m->lvl);
     free(m->lvl_pop);
     free(m->dpool);

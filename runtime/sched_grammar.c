@@ -141,7 +141,8 @@ int sched_grammar_attach(sched *s, sched_req *r, const sched_req_params *p, char
         return SCHED_ENOMEM;
     }
     if (n_first <= 0) {
-        snprintf(err, errlen, n_first < 0 ? "the constraint's first token mask passed the matcher's limits"
+        snprintf(err, errlen, n_first < 0 ? "the constraint's first token mask passed the matcher's limits (4096 "
+                                            "parser configurations a state, 4194304 configuration visits a mask)"
                                           : "no token of this model's vocabulary can start text the constraint admits");
         return SCHED_EINVAL;
     }
@@ -168,7 +169,9 @@ int sched_grammar_mask(sched_req *r, float *logits)
         return 0;
     if (gram_matcher_mask(r->gm, logits) > 0)
         return 0;
-    return gram_matcher_out_of_memory(r->gm) ? SCHED_ENOMEM : SCHED_EENGINE;
+    /* a mask past the matcher's work limit stops this request, not the engine */
+    return gram_matcher_out_of_memory(r->gm) ? SCHED_ENOMEM : gram_matcher_at_limit(r->gm) ? SCHED_EINVAL
+                                                                                         : SCHED_EENGINE;
 }
 
 int sched_grammar_advance(sched_req *r, int32_t tok)

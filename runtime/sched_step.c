@@ -320,6 +320,9 @@ static void sched_step(sched *s)
             char msg[256];
             if (rc == SCHED_EENGINE)
                 snprintf(msg, sizeof(msg), "generation failed: %.200s", frc && i < n ? err : "sampler returned no token");
+            else if (rc == SCHED_EINVAL)
+                snprintf(msg, sizeof(msg), "generation stopped: a token mask of the constraint passed the matcher's "
+                         "limits (4096 parser configurations a state, 4194304 configuration visits a mask)");
             else
                 snprintf(msg, sizeof(msg), "generation failed: out of memory");
             run_fail(s, r, rc, msg);
