@@ -362,7 +362,7 @@ def test_family(name, srv):
     check(f"{name}: then nothing held but the prefix store's entries", ok, json.dumps(s and s["pools"])[:300])
 
 
-def test_draft(name, srv, self_draft):
+def test_draft(name, srv, self_draft, model=None, draft=None):
     """Greedy with the draft model equal to no speculation, 1 and 16 sequences; the target as its own draft
     accepts every draft."""
     what = "the model itself as draft" if self_draft else "a 2-layer draft model"
@@ -409,7 +409,18 @@ def test_draft(name, srv, self_draft):
         r = c.getresponse()
         it = hs.sse_events(r)
         got = [e for _, e in zip(range(3), it)]
-        held = srv.stats()["speculative"].get("draft_model", {}).get("sequences", 0)
+        st = srv.stats()
+        held = st["speculative"].get("draft_model", {}).get("sequences", 0)
+        req = (st.get("requests") or [{}])[0]
+        r = hs.run([HYSERVE, "mem", "-m", model, "--model-draft", draft, "--context", "1024", "--batch", "16", "--json"])
+        plan = json.loads(r.stdout.decode() or "{}").get("speculative", {}) if r.returncode == 0 else {}
+        dm = st["speculative"].get("draft_model", {})
+        check(f"{name}, {what}: hyserve mem --model-draft plans what the server holds: the rollback snapshot "
+              f"({plan.get('rollback_snapshot_bytes_per_seq')} B per sequence) and the draft weights "
+              f"({plan.get('draft_weight_bytes')} B)",
+              plan.get("rollback_snapshot_bytes_per_seq") == req.get("speculative", {}).get("rollback_snapshot_bytes")
+              and plan.get("draft_weight_bytes") == dm.get("weight_bytes") and plan.get("draft_cache_bytes", 0) > 0,
+              f"{plan} {req.get('speculative')} {dm}")
         dst, _, _ = srv.req("DELETE", f"/requests/draft-cancel-{name}")
         rest = list(it)
         c.close()
@@ -501,7 +512,7 @@ def main(argv=None):
                 srv = hs.Server(f"spec-draft-{fam}{'-self' if self_draft else ''}", model, "--model-draft",
                                 model if self_draft else draft, "--max-seqs", "16", "-t", "2", "--prefix-cache", "on")
                 servers.append(srv)
-                test_draft(fam, srv, self_draft)
+                test_draft(fam, srv, self_draft, model, draft)
                 srv.stop()
         if "test_draft_refusals" in chosen:
             if not os.path.exists(os.path.join(TMP, "qwen35.gguf")):
