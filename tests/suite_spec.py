@@ -23,8 +23,19 @@ The evidence for every output is the same request run without speculation
    kimi-linear (KDA and MLA): greedy with an exact prediction, a
    wrong one (every rejection rolls the state back) and n-gram drafts, at 1
    and 16 concurrent sequences, equal to no speculation;
- - the options: draft-simple / draft-mtp refused as not built yet, the
-   draft length range-checked.
+ - the draft model (--spec-type draft-simple, --model-draft): llama (an
+   untied attention-only target), qwen35 (DeltaNet) and jamba (Mamba-1)
+   targets, each with a 2-layer synth draft of another layer mix (mostly
+   wrong: many rollbacks of both sequences) and with itself as draft (every
+   draft accepted), greedy at 1 and 16 concurrent sequences with the prefix
+   cache on equal to no speculation; /stats' draft_model and `hyserve mem
+   --model-draft` agree; cancel mid-stream frees both sequences; the default
+   model as its own draft (real text: logprobs, a JSON constraint, a sampled
+   seed, 16 sequences); a draft model of another vocabulary refused at start
+   in one line;
+ - the options: draft-mtp refused as not built yet, draft-simple without
+   --model-draft and --model-draft beside ngram-simple refused, the draft
+   length range-checked.
 Prints "spec: N passed, N failed, N skipped" last.
 
 Usage: suite_spec.py [-k PATTERN] [--list]
@@ -433,6 +444,56 @@ def test_draft(name, srv, self_draft, model=None, draft=None):
           ok, json.dumps(s and (s["pools"], s["speculative"]))[:400])
 
 
+def test_draft_default(srv):
+    """The trained default model as its own draft (--model-draft itself): real text, every draft accepted;
+    logprobs, a JSON constraint, sampling and 16 sequences as without speculation."""
+    prompt = "Once upon a time"
+    st, j0, b0 = completion(srv, prompt, 48, speculative=False, logprobs=2)
+    st1, j1, b1 = completion(srv, prompt, 48, logprobs=2)
+    sp = j1["usage"].get("speculative", {}) if st1 == 200 else {}
+    ok = st == 200 and st1 == 200 and j1["choices"][0]["text"] == j0["choices"][0]["text"]
+    check(f"default as its own draft: the same text, every draft accepted ({sp.get('accepted_tokens')} of "
+          f"{sp.get('draft_tokens')} in {sp.get('verify_steps')} verify steps)",
+          ok and sp.get("draft_tokens", 0) > 0 and sp.get("accepted_tokens") == sp.get("draft_tokens"),
+          f"{b0[:200]} {b1[:300]}")
+    if ok:
+        l0, l1 = j0["choices"][0]["logprobs"], j1["choices"][0]["logprobs"]
+        check("default as its own draft: logprobs of the accepted tokens equal those without speculation (1e-3)",
+              l0["tokens"] == l1["tokens"]
+              and all(abs(a - b) < 1e-3 for a, b in zip(l0["token_logprobs"], l1["token_logprobs"])),
+              f"{l0['token_logprobs'][:5]} {l1['token_logprobs'][:5]}")
+    body = {"messages": [{"role": "user", "content": "A JSON object about a dog."}], "max_tokens": 40,
+            "temperature": 0, "response_format": {"type": "json_object"}}
+    st, _, g0, b0 = srv.jreq("POST", "/v1/chat/completions", dict(body, speculative=False))
+    st1, _, g1, b1 = srv.jreq("POST", "/v1/chat/completions", body)
+    check("default as its own draft: a json_object constraint: the same content",
+          st == 200 and st1 == 200 and g0["choices"][0]["message"]["content"] == g1["choices"][0]["message"]["content"],
+          f"{b0[:200]} {b1[:200]}")
+    samp = {"temperature": 0.9, "seed": 123}
+    st, j0, b0 = completion(srv, prompt, 32, speculative=False, **samp)
+    st1, j1, b1 = completion(srv, prompt, 32, **samp)
+    check("default as its own draft: sampled (temperature 0.9, seed 123): the text of no speculation (the verify "
+          "rows are the bits of one-token steps, the draw the same)",
+          st == 200 and st1 == 200 and j0["choices"][0]["text"] == j1["choices"][0]["text"], f"{b0[:200]} {b1[:200]}")
+    prompts = [f"Story {i}: the little girl" for i in range(16)]
+    base = [gen_ids(srv, p, 32, speculative=False) for p in prompts]
+    out = [None] * 16
+
+    def one(i):
+        out[i] = gen_ids(srv, prompts[i], 32)
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    bad = [i for i in range(16) if not out[i] or out[i][2] != base[i][2]]
+    check("default as its own draft: 16 sequences at once, prefix cache on: each equal to no speculation",
+          not bad, f"differ: {bad}")
+    ok, s = quiet(srv)
+    check("default as its own draft: then no draft sequence held", ok, json.dumps(s and s["speculative"])[:300])
+
+
 def test_draft_refusals():
     fam = os.path.join(TMP, "qwen35.gguf")
     other = os.path.join(TMP, "vocab320.gguf")
@@ -471,7 +532,7 @@ DEFAULT_TESTS = ["test_prediction", "test_ngram_logprobs_grammar_stop", "test_st
 
 def main(argv=None):
     names = (DEFAULT_TESTS + [f"test_family[{f}]" for f in FAMILIES] + [f"test_draft[{f}]" for f in DRAFTS]
-             + ["test_draft_refusals", "test_options"])
+             + ["test_draft_default", "test_draft_refusals", "test_options"])
     chosen = hs.select(sys.argv[1:] if argv is None else argv, names, "spec")
     os.makedirs(TMP, exist_ok=True)
     servers = []
@@ -514,6 +575,15 @@ def main(argv=None):
                 servers.append(srv)
                 test_draft(fam, srv, self_draft, model, draft)
                 srv.stop()
+        if "test_draft_default" in chosen and not os.path.exists(DEFAULT):
+            print(f"  SKIP test_draft_default: {DEFAULT} is absent")
+            SKIPPED.append("test_draft_default")
+        elif "test_draft_default" in chosen:
+            srv = hs.Server("spec-draft-default", DEFAULT, "--model-draft", DEFAULT, "--max-seqs", "16", "-t", "2",
+                            "--prefix-cache", "on")
+            servers.append(srv)
+            test_draft_default(srv)
+            srv.stop()
         if "test_draft_refusals" in chosen:
             if not os.path.exists(os.path.join(TMP, "qwen35.gguf")):
                 hs.run([HYSERVE, "synth", "-o", os.path.join(TMP, "qwen35.gguf")] + FAMILIES["qwen35"] + COMMON)
