@@ -2,13 +2,19 @@
 # bench/spec.sh - speculative decoding's decode speed against none, side by
 # side in one run (`make bench-spec`, and a section of `make bench`):
 # bench/spec_bench.py alternates no speculation, a token prediction equal to
-# the greedy output, one wrong at every position, and n-gram drafts ("speculative": true; the server runs --spec-type none, so a prediction row drafts from the prediction alone) on
+# the greedy output, one wrong at every position, and n-gram drafts ("speculative": true; the server runs --spec-type none, so a prediction row drafts from the prediction alone), and
+# draft-model rows (a server of its own with --model-draft: "draft" against its own "none") on
 #   (a) the Qwen3.5-0.8B-shaped Q8_0 bench model (random weights: its text
 #       copies nothing, so only the prediction rows say much there), 128
 #       tokens, a free-text prompt;
 #   (b) the trained default model (models/default.gguf), a free-text prompt
 #       and a prompt-copying one ("repeat this list"), 128 tokens: real
-#       acceptance, on a 4.4M-parameter model that copies little.
+#       acceptance, on a 4.4M-parameter model that copies little;
+#   (c) draft models: the bench model as its own draft (every draft accepted:
+#       the upper bound, at the cost of a second full model per token) and
+#       a 2-layer synth draft of the bench shape (the real cost of a small
+#       draft; random weights, so it is rarely right), and the default model
+#       as its own draft on both prompts.
 # Writes bench/results/spec-latest.json and spec-latest.md.
 #   BENCH_SPEC_MODEL=FILE   (a) on another model (a smoke run: a small synth)
 #   BENCH_SPEC_ROUNDS=3     rounds per mode
@@ -47,7 +53,8 @@ run_model() {   # tag, model, spec_bench arguments...
     tag=$1 m=$2
     shift 2
     port=$("$PYTHON" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-    "$HYSERVE" serve -m "$m" --port "$port" -t 2 --config /dev/null --spec-type none \
+    # shellcheck disable=SC2086
+    "$HYSERVE" serve -m "$m" --port "$port" -t 2 --config /dev/null ${SRV_ARGS:---spec-type none} \
         > "$TMP/server-$tag.log" 2>&1 &
     SRV_PID=$!
     i=0
@@ -70,13 +77,33 @@ COPY="Repeat this list exactly: apples, pears, plums, cherries, grapes, lemons, 
 Repeat this list exactly: apples, pears, plums, cherries, grapes, lemons, limes, oranges, peaches, melons. \
 Repeat this list exactly: apples, pears,"
 run_model default models/default.gguf --prompt "free=Once upon a time" --prompt "copy=$COPY" || exit 1
+# (c) draft models: a server each, "draft" (its own drafts) against "none"
+DRAFT=${MODEL%.gguf}-draft2.gguf
+DSYNTH=$(echo "$SYNTH" | sed 's/--layers 24 --attn-every 4/--layers 2 --attn-every 2/')
+if [ ! -f "$DRAFT" ] || [ "$(cat "$DRAFT.args" 2>/dev/null)" != "$DSYNTH" ]; then
+    log "synthesizing the 2-layer draft $DRAFT"
+    # shellcheck disable=SC2086
+    "$HYSERVE" synth -o "$DRAFT" $DSYNTH >&2 || exit 1
+    echo "$DSYNTH" > "$DRAFT.args"
+fi
+SRV_ARGS="--model-draft $MODEL" run_model bself "$MODEL" --modes none,draft \
+    --prompt "free=The history of the city begins" || exit 1
+SRV_ARGS="--model-draft $DRAFT" run_model bdraft2 "$MODEL" --modes none,draft \
+    --prompt "free=The history of the city begins" || exit 1
+SRV_ARGS="--model-draft models/default.gguf" run_model dself models/default.gguf --modes none,draft \
+    --prompt "free=Once upon a time" --prompt "copy=$COPY" || exit 1
 "$PYTHON" - "$TMP/bench.json" "$TMP/default.json" "$OUT/spec-latest.json" "$OUT/spec-latest.md" "$LOAD0" \
-    "$(loadavg)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$MODEL" <<'PY'
+    "$(loadavg)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$MODEL" \
+    "$TMP/bself.json" "$TMP/bdraft2.json" "$TMP/dself.json" "$DRAFT" <<'PY'
 import json, sys, time
 bench, dflt = (json.load(open(p)) for p in sys.argv[1:3])
-res = {"schema": "hyserve-bench-spec/1", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git": sys.argv[7],
+bself, bdraft2, dself = (json.load(open(p)) for p in sys.argv[9:12])
+res = {"schema": "hyserve-bench-spec/2", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git": sys.argv[7],
        "threads": 2, "loadavg_start": sys.argv[5], "loadavg_end": sys.argv[6],
-       "models": {"bench": sys.argv[8], "default": "models/default.gguf"}, "bench": bench, "default": dflt}
+       "models": {"bench": sys.argv[8], "default": "models/default.gguf",
+                  "bself": f"{sys.argv[8]} (draft: itself)", "bdraft2": f"{sys.argv[8]} (draft: {sys.argv[12]})",
+                  "dself": "models/default.gguf (draft: itself)"},
+       "bench": bench, "default": dflt, "bself": bself, "bdraft2": bdraft2, "dself": dself}
 json.dump(res, open(sys.argv[3], "w"), indent=1)
 L = ["# Speculative decoding: decode tok/s against none, side by side", "",
      f"{res['date']}, git {res['git']}, 2 threads, load average {res['loadavg_start']} -> {res['loadavg_end']} "
@@ -84,7 +111,7 @@ L = ["# Speculative decoding: decode tok/s against none, side by side", "",
      f"over {bench['rounds']} alternating rounds, {bench['max_new']} tokens, ignore_eos.", "",
      "| model | prompt | mode | tok/s | x none | drafts accepted / verified (last run) | same tokens |",
      "|---|---|---|---|---|---|---|"]
-for key, r in (("bench", bench), ("default", dflt)):
+for key, r in (("bench", bench), ("default", dflt), ("bself", bself), ("bdraft2", bdraft2), ("dself", dself)):
     for name, p in r["prompts"].items():
         for m, v in p["tok_s"].items():
             ratio = p["ratio_to_none"][m]

@@ -11,7 +11,8 @@ first token's arrival): the prompt's prefill is not in it. Modes:
   pred_wrong  a prediction wrong at every position: each greedy token moved
               by 1..97 ids (a random-weight model's greedy text repeats a
               few tokens, so a shuffle of it would still be right)
-  ngram       "speculative": true (n-gram drafts)
+  ngram       "speculative": true (n-gram drafts on a --spec-type none server)
+  draft       the server's own drafts (on a --model-draft server: the draft model's)
 Prints one JSON object: per prompt and mode the median tok/s, the drafts and
 accepted tokens of the last run, and the ratios to none.
 Usage: spec_bench.py --port P --max-new N --rounds R [--prompt NAME=TEXT ...] [--modes a,b]
@@ -71,7 +72,8 @@ def main():
         extra = {"none": {"speculative": False},
                  "pred_exact": {"prediction": {"type": "tokens", "tokens": greedy}},
                  "pred_wrong": {"prediction": {"type": "tokens", "tokens": wrong}},
-                 "ngram": {"speculative": True}}
+                 "ngram": {"speculative": True},
+                 "draft": {}}
         rates = {m: [] for m in modes}
         last = {}
         same = True

@@ -28,7 +28,10 @@ static const char mem_help[] =
     "  --state-dtype T    f32 | bf16 for recurrent states (conv windows stay f32; default f32)\n"
     "  --page-tokens P    KV page size (default 16)\n"
     "  --budget SIZE      cache budget, e.g. 24G: also print the largest batch and context\n"
-    "  --json             print JSON (the /v1/memory/estimate response)\n";
+    "  --speculative      the sequences speculate: each holds a rollback snapshot of its recurrent state\n"
+    "  --model-draft FILE the draft model of --spec-type draft-simple: its weights and its own cache for\n"
+    "                     --batch draft sequences of --context tokens (implies --speculative)\n"
+    "  --json             print JSON (the /v1/memory/estimate response, and a \"speculative\" object)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b)
 {
@@ -90,16 +93,79 @@ static int list_presets(void)
     return 0;
 }
 
+/* A GGUF's layout (the weights mapped, not read) and its weight bytes. */
+static int mem_open_layout(const char *path, const char *kvd, memplan_layout *l, uint64_t *weights, char *err,
+                           size_t errlen)
+{
+    engine_params p;
+    engine_params_default(&p);
+    p.model_path = path;
+    p.n_threads = 1;
+    p.max_seqs = 1;
+    p.n_ctx = 16;
+    if (kvd && kv_dtype_bytes(kvd))
+        p.kv_dtype = !strcmp(kvd, "f16") ? ENGINE_KV_F16 : !strcmp(kvd, "bf16") ? ENGINE_KV_BF16 : ENGINE_KV_F32;
+    engine *e = engine_open(&p, err, errlen);
+    if (!e)
+        return -1;
+    engine_get_memplan(e, l);
+    const engine_info *in = engine_get_info(e);
+    /* the name the server serves the file under (docs/serving.md 3.4):
+     * its file name without .gguf, as /v1/memory/estimate says */
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t bl = strlen(base);
+    if (bl > 5 && !strcmp(base + bl - 5, ".gguf"))
+        bl -= 5;
+    snprintf(l->name, sizeof l->name, "%.*s", (int)bl, base);
+    l->max_context = in->n_ctx_train;
+    *weights = in->weight_bytes;
+    engine_close(e);
+    return 0;
+}
+
+/* Speculation's memory (docs/serving.md 17): each speculating sequence of a
+ * model with recurrent layers holds one rollback snapshot (its recurrent
+ * state and conv windows) in the model's budget beside its reservation; a
+ * draft model adds its weights and its own cache pool, one draft sequence
+ * (and, with recurrent layers, one snapshot) per speculating sequence. */
+typedef struct mem_spec {
+    uint64_t snap_per_seq;      /* the model's rollback snapshot */
+    uint64_t draft_per_seq;     /* a draft sequence of the context and its snapshot */
+    uint64_t draft_cache;       /* batch of them */
+    uint64_t draft_weights;
+    uint64_t total;             /* snapshots + draft cache + draft weights */
+    int64_t max_batch;          /* speculating sequences of the context the budget holds (snapshots in it) */
+} mem_spec;
+
+static void mem_spec_of(const memplan_layout *l, const memplan_layout *dl, uint64_t dweights, long context, long batch,
+                        uint64_t budget, mem_spec *o)
+{
+    memplan_costs c, dc;
+    memplan_costs_of(l, &c);
+    *o = (mem_spec){ .snap_per_seq = c.state_bytes_per_seq };
+    if (dl) {
+        memplan_costs_of(dl, &dc);
+        o->draft_per_seq = memplan_add(memplan_seq_reserved_bytes(dl, context), dc.state_bytes_per_seq);
+        o->draft_cache = memplan_mul(o->draft_per_seq, (uint64_t)batch);
+        o->draft_weights = dweights;
+    }
+    o->total = memplan_add(memplan_add(memplan_mul(o->snap_per_seq, (uint64_t)batch), o->draft_cache), o->draft_weights);
+    const uint64_t per = memplan_add(memplan_seq_reserved_bytes(l, context), o->snap_per_seq);
+    o->max_batch = per ? (int64_t)(budget / per) : 0;
+}
+
 int cli_mem(int argc, char **argv)
 {
-    const char *preset = NULL, *config = NULL, *model = NULL, *kvd = NULL, *sdt = NULL;
+    const char *preset = NULL, *config = NULL, *model = NULL, *kvd = NULL, *sdt = NULL, *draft = NULL;
+    bool spec = false;
     long context = 4096, batch = 1, page = 0;
     uint64_t budget = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = strcmp(a, "--json") && strcmp(a, "-h") && strcmp(a, "--help") && strcmp(a, "--list");
+        bool takes = strcmp(a, "--json") && strcmp(a, "-h") && strcmp(a, "--help") && strcmp(a, "--list") &&
+                     strcmp(a, "--speculative");
         if (takes && !v) {
             fprintf(stderr, "hyserve: option %s needs a value\n", a);
             return 2;
@@ -113,7 +179,11 @@ int cli_mem(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--list")) {
             return list_presets();
-        } else if (!strcmp(a, "--preset")) preset = v;
+        } else if (!strcmp(a, "--speculative")) {
+            spec = true;
+            continue;
+        } else if (!strcmp(a, "--model-draft")) draft = v;
+        else if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--kv-dtype")) kvd = v;
@@ -132,33 +202,22 @@ int cli_mem(int argc, char **argv)
         fprintf(stderr, "hyserve: mem: give exactly one of --preset NAME, --config FILE or -m MODEL\n");
         return 2;
     }
-    memplan_layout l;
+    memplan_layout l, dl;
     char err[512];
+    uint64_t draft_weights = 0;
+    if (draft) {
+        spec = true;
+        if (mem_open_layout(draft, kvd, &dl, &draft_weights, err, sizeof err) != 0) {
+            fprintf(stderr, "hyserve: mem: --model-draft: %s\n", err);
+            return 1;
+        }
+    }
     if (model) {
-        engine_params p;
-        engine_params_default(&p);
-        p.model_path = model;
-        p.n_threads = 1;
-        p.max_seqs = 1;
-        p.n_ctx = 16;
-        if (kvd && kv_dtype_bytes(kvd))
-            p.kv_dtype = !strcmp(kvd, "f16") ? ENGINE_KV_F16 : !strcmp(kvd, "bf16") ? ENGINE_KV_BF16 : ENGINE_KV_F32;
-        engine *e = engine_open(&p, err, sizeof err);
-        if (!e) {
+        uint64_t w;
+        if (mem_open_layout(model, kvd, &l, &w, err, sizeof err) != 0) {
             fprintf(stderr, "hyserve: %s\n", err);
             return 1;
         }
-        engine_get_memplan(e, &l);
-        const engine_info *in = engine_get_info(e);
-        /* the name the server serves the file under (docs/serving.md 3.4):
-         * its file name without .gguf, as /v1/memory/estimate says */
-        const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
-        size_t bl = strlen(base);
-        if (bl > 5 && !strcmp(base + bl - 5, ".gguf"))
-            bl -= 5;
-        snprintf(l.name, sizeof l.name, "%.*s", (int)bl, base);
-        l.max_context = in->n_ctx_train;
-        engine_close(e);
     } else if (preset_load(preset ? preset : config, &l, err, sizeof err) != 0) {
         fprintf(stderr, "hyserve: mem: %s\n", err);
         return 1;
@@ -180,6 +239,19 @@ int cli_mem(int argc, char **argv)
     if (page)
         l.page_tokens = (int)page;
     cJSON *r = memplan_estimate_json(&l, context, batch, budget);
+    mem_spec sp = {0};
+    if (spec)
+        mem_spec_of(&l, draft ? &dl : NULL, draft_weights, context, batch, budget, &sp);
+    if (spec && json) {
+        cJSON *o = cJSON_AddObjectToObject(r, "speculative");
+        cJSON_AddNumberToObject(o, "rollback_snapshot_bytes_per_seq", (double)sp.snap_per_seq);
+        cJSON_AddNumberToObject(o, "draft_cache_bytes_per_seq", (double)sp.draft_per_seq);
+        cJSON_AddNumberToObject(o, "draft_cache_bytes", (double)sp.draft_cache);
+        cJSON_AddNumberToObject(o, "draft_weight_bytes", (double)sp.draft_weights);
+        cJSON_AddNumberToObject(o, "total_bytes", (double)sp.total);
+        if (budget)
+            cJSON_AddNumberToObject(o, "max_batch", (double)sp.max_batch);
+    }
     if (json) {
         char *s = cJSON_PrintUnformatted(r);
         printf("%s\n", s);
@@ -253,6 +325,23 @@ int cli_mem(int argc, char **argv)
         if (budget)
             printf("; the budget holds %llu", (unsigned long long)(budget / c.state_bytes_per_seq));
         printf("\n");
+    }
+    if (spec) {
+        fmt_bytes(b1, sizeof b1, sp.snap_per_seq);
+        fmt_bytes(b2, sizeof b2, memplan_mul(sp.snap_per_seq, (uint64_t)batch));
+        printf("speculation:       rollback snapshot %s per speculating sequence, %s for %ld (in the budget)", b1, b2,
+               batch);
+        if (budget)
+            printf("; the budget holds %lld speculating sequences of %ld tokens", (long long)sp.max_batch, context);
+        printf("\n");
+        if (draft) {
+            fmt_bytes(b1, sizeof b1, sp.draft_weights);
+            fmt_bytes(b2, sizeof b2, sp.draft_cache);
+            fmt_bytes(b3, sizeof b3, sp.total);
+            printf("draft model:       %s, weights %s, its own cache %s for %ld draft sequences of %ld tokens "
+                   "(with their snapshots; beside the budget); speculation in all %s\n", dl.name, b1, b2, batch,
+                   context, b3);
+        }
     }
     return 0;
 }

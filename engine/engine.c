@@ -546,6 +546,13 @@ engine_snap *engine_snap_new(engine *e)
     return cache_snap_new(&e->kv);
 }
 
+int engine_snap_save(engine *e, int seq, engine_snap *snap)
+{
+    if (!snap || !cache_get_const(&e->kv, seq))
+        return -1;
+    return cache_snap_save(&e->kv, seq, snap);
+}
+
 engine_snap *engine_seq_into_snap(engine *e, int seq)
 {
     return cache_seq_into_snap(&e->kv, seq);

@@ -336,6 +336,11 @@ engine_snap *engine_snap_new(engine *e);
  * block moves into the snapshot (no copy; the pool's bytes do not change).
  * NULL (nothing changed) when seq is not live or out of memory. */
 engine_snap *engine_seq_into_snap(engine *e, int seq);
+/* Copy seq's recurrent state and conv windows into snap (from
+ * engine_snap_new or engine_snap_take; its length becomes seq's): a
+ * checkpoint refreshed in place, nothing allocated (the draft model's
+ * rollback point, runtime/sched_spec.c). 0 or -1 (seq not live). */
+int engine_snap_save(engine *e, int seq, engine_snap *snap);
 /* Put a snapshot back into seq, whose length must be the snapshot's. 0 or -1. */
 int engine_snap_restore(engine *e, int seq, const engine_snap *snap);
 void engine_snap_free(engine *e, engine_snap *snap);

@@ -235,7 +235,7 @@ static void select_top_sorted(samp_cand *c, size_t n, size_t m)
     }
 }
 
-static int32_t argmax(const float *x, int n)
+int32_t sampler_argmax(const float *x, int n)
 {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
@@ -373,7 +373,7 @@ static int32_t sample_chain(sampler *s, float *logits, const int32_t *history,
     s->last_greedy = p->greedy || !(p->temperature > 0.0f);
     s->last_n_c = 0;
     if (s->last_greedy) {
-        int32_t best = argmax(logits, n);
+        int32_t best = sampler_argmax(logits, n);
         if (logprob) {
             double m = logits[best], z = 0.0;
             for (int i = 0; i < n; i++)

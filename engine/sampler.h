@@ -53,6 +53,8 @@ void sampler_free(sampler *s);
  * z ^= z >> 30, z *= 0xbf58476d1ce4e5b9, z ^= z >> 27,
  * z *= 0x94d049bb133111eb, z ^= z >> 31 (mod 2^64). ref: docs/serving.md 3.1. */
 uint64_t sampler_choice_seed(uint64_t seed, int i);
+/* The index of x[0..n)'s largest value, the first of equals (greedy). */
+int32_t sampler_argmax(const float *x, int n);
 
 /* Picks the next token and counts it as drawn (the frequency and presence
  * penalties apply to the tokens this sampler returned, not the prompt). logits is scratch (modified). history: tokens the

@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "sampler.h"
 #include "scheduler_impl.h"
 #include "tokenizer.h"
 
@@ -61,13 +62,65 @@ enum { SPEC_GRAMMAR_BYTES = 4096 };
 
 const char *sched_spec_type_name(int type)
 {
-    return type == SCHED_SPEC_NGRAM ? "ngram-simple" : "none";
+    return type == SCHED_SPEC_NGRAM ? "ngram-simple" : type == SCHED_SPEC_DRAFT ? "draft-simple" : "none";
 }
 
 /* The verify rows: enough for every sequence to verify a full draft plus
  * the tokens a rollback carries, bounded to 128 MiB of logits (a 248K
  * vocabulary gets 135 rows: a few sequences verify per step, the others
  * decode plainly that step), and never fewer than one full verify item. */
+/* The draft engine's pool into s->st (s->mu held; this thread owns the
+ * engine, /stats and /metrics read the copy). */
+static void draft_stats(sched *s)
+{
+    if (!s->de)
+        return;
+    engine_pool_usage u;
+    const engine_info *di = engine_get_info(s->de);
+    engine_get_pool_usage(s->de, &u);
+    s->st.draft_weight_bytes = di->weight_bytes;
+    s->st.draft_budget_bytes = u.budget_bytes;
+    s->st.draft_reserved_bytes = u.reserved_bytes;
+    s->st.draft_seqs = u.n_seqs;
+    s->st.draft_snaps = u.n_snaps;
+    s->st.draft_n_layer = di->n_layer;
+}
+
+/* The draft model: its vocabulary must be the target's, id for id (the
+ * count and every token's text), or its tokens would mean other text. */
+static int draft_init(sched *s, char *err, size_t errlen)
+{
+    const tokenizer *ta = engine_tokenizer(s->e), *tb = engine_tokenizer(s->de);
+    const int nb = engine_get_info(s->de)->n_vocab;
+    if (nb != s->n_vocab || tok_n_vocab(tb) != tok_n_vocab(ta)) {
+        snprintf(err, errlen, "the draft model's vocabulary has %d tokens, the model's %d: a draft model needs the "
+                 "same vocabulary", nb, s->n_vocab);
+        return SCHED_EINVAL;
+    }
+    for (int32_t t = 0; t < s->n_vocab; t++) {
+        char a[256], b[256];
+        const int la = tok_piece(ta, t, a, sizeof a), lb = tok_piece(tb, t, b, sizeof b);
+        if (la != lb || tok_is_control(ta, t) != tok_is_control(tb, t) ||
+            (la > 0 && memcmp(a, b, (size_t)(la < (int)sizeof a ? la : (int)sizeof a)) != 0)) {
+            snprintf(err, errlen, "the draft model's token %d differs from the model's: a draft model needs the same "
+                     "vocabulary", (int)t);
+            return SCHED_EINVAL;
+        }
+    }
+    const size_t n = (size_t)s->max_seqs;
+    s->spec_drec = engine_snap_bytes(s->de) > 0;
+    s->dwant = calloc(n, sizeof *s->dwant);
+    s->dreq = calloc(2 * n, sizeof *s->dreq);   /* the drafting requests, then a round's */
+    s->ditems = calloc(n, sizeof *s->ditems);
+    s->dlogits = malloc(n * (size_t)s->n_vocab * sizeof(float));
+    if (!s->dwant || !s->dreq || !s->ditems || !s->dlogits) {
+        snprintf(err, errlen, "out of memory for the draft model's %zu rows of logits", n);
+        return SCHED_ENOMEM;
+    }
+    draft_stats(s);
+    return 0;
+}
+
 int spec_init(sched *s, char *err, size_t errlen)
 {
     const size_t nv = (size_t)s->n_vocab;
@@ -85,7 +138,7 @@ int spec_init(sched *s, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory for %zu rows of verify logits", rows);
         return SCHED_ENOMEM;
     }
-    return 0;
+    return s->de ? draft_init(s, err, errlen) : 0;
 }
 
 int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, size_t errlen)
@@ -93,14 +146,16 @@ int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, si
     sched_spec *sp = &r->spec;
     /* the first draft: the whole --spec-draft-n-max from a prediction (the
      * client says it is the output), 4 tokens from the n-gram lookup */
-    *sp = (sched_spec){ .pred_pos = 0, .k = p->n_prediction > 0 ? s->p.spec_n_max : 4 };
+    *sp = (sched_spec){ .pred_pos = 0, .k = p->n_prediction > 0 ? s->p.spec_n_max : 4, .dseq = -1 };
     if (sp->k > s->p.spec_n_max)
         sp->k = s->p.spec_n_max;
     if (sp->k < s->p.spec_n_min)
         sp->k = s->p.spec_n_min;
     if (p->speculative < 0)
         return 0;
-    sp->ngram = p->speculative > 0 || s->p.spec_type == SCHED_SPEC_NGRAM;
+    /* "speculative": true adds the server's model source, else n-gram drafts */
+    sp->dmodel = s->p.spec_type == SCHED_SPEC_DRAFT && s->de;
+    sp->ngram = (p->speculative > 0 && !sp->dmodel) || s->p.spec_type == SCHED_SPEC_NGRAM;
     if (p->n_prediction < 0 || p->n_prediction > SCHED_MAX_PREDICTION || (p->n_prediction > 0 && !p->prediction)) {
         snprintf(err, errlen, "a prediction holds 0 to %d tokens", SCHED_MAX_PREDICTION);
         return SCHED_EINVAL;
@@ -121,7 +176,7 @@ int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, si
         memcpy(sp->pred, p->prediction, (size_t)p->n_prediction * sizeof(int32_t));
         sp->n_pred = p->n_prediction;
     }
-    sp->on = sp->ngram || sp->n_pred > 0;
+    sp->on = sp->ngram || sp->dmodel || sp->n_pred > 0;
     return 0;
 }
 
@@ -140,6 +195,14 @@ void spec_release(sched *s, sched_req *r)
     engine_snap_free(s->e, r->spec.snap);
     r->spec.snap = NULL;
     r->spec.n_draft = 0;
+    if (s->de) {
+        engine_snap_free(s->de, r->spec.dsnap);
+        engine_seq_free(s->de, r->spec.dseq);
+    }
+    r->spec.dsnap = NULL;
+    r->spec.dseq = -1;
+    r->spec.dwant = false;
+    draft_stats(s);
 }
 
 /* ---- draft sources ---- */
@@ -258,9 +321,19 @@ void spec_propose(sched *s, sched_req *r, int rc)
         memcpy(sp->draft, sp->pred + sp->pred_pos, (size_t)n * sizeof(int32_t));
         sp->draft_pred = true;
     }
+    sp->draft_dm = false;
     if (n == 0 && sp->ngram) {
         n = ngram_draft(r->tokens, r->n_prompt + r->n_gen, k, sp->draft);
         sp->draft_pred = false;
+    }
+    if (n == 0 && sp->dmodel && s->n_dwant < s->max_seqs) {
+        /* the draft model's rounds run once every item of the step is
+         * done, batched across requests (spec_draft_model) */
+        sp->draft_pred = false;
+        sp->dwant = true;
+        sp->dwant_k = k;
+        s->dwant[s->n_dwant++] = r;
+        return;
     }
     n = draft_cut(s, r, sp->draft, n);
     sp->n_draft = n >= s->p.spec_n_min ? n : 0;
@@ -329,6 +402,30 @@ static void adapt(sched *s, sched_spec *sp, int k, int m)
         sp->k = 1;
 }
 
+/* The draft sequence back to its accepted tokens: it holds dbase tokens
+ * (all accepted) and the first dfed drafts, of which m were accepted. An
+ * attention-only draft model drops the rest; a recurrent one goes back to
+ * its snapshot at dbase and the accepted drafts are fed again with the
+ * next draft's catch-up (the draft model's own bits need not be exact:
+ * only the target's verification decides what is emitted). */
+static void draft_rollback(sched *s, sched_req *r, int m)
+{
+    sched_spec *sp = &r->spec;
+    if (sp->dseq < 0 || sp->dfed == 0)
+        return;
+    const int keep = sp->dbase + (m < sp->dfed ? m : sp->dfed);
+    int rc = 0;
+    if (keep < sp->dbase + sp->dfed)
+        rc = s->spec_drec ? engine_seq_truncate(s->de, sp->dseq, sp->dbase, sp->dsnap)
+                          : engine_seq_truncate(s->de, sp->dseq, keep, NULL);
+    sp->dfed = 0;
+    if (rc != 0) {      /* not expected: the draft model stops drafting for r, the target goes on */
+        engine_seq_free(s->de, sp->dseq);
+        sp->dseq = -1;
+        sp->dmodel = false;
+    }
+}
+
 int spec_after(sched *s, sched_req *r, engine_batch_item *it)
 {
     sched_spec *sp = &r->spec;
@@ -336,6 +433,7 @@ int spec_after(sched *s, sched_req *r, engine_batch_item *it)
     sp->n_fed_draft = 0;
     it->snap = NULL;        /* r's own, not the prefix store's */
     if (k == 0) {
+        draft_rollback(s, r, 0);
         r->n_fed += c;
         return sample_emit(s, r, it->out, NULL);
     }
@@ -360,6 +458,7 @@ int spec_after(sched *s, sched_req *r, engine_batch_item *it)
         trc = engine_seq_truncate(s->e, r->seq, keep, s->spec_rec ? sp->snap : NULL);
     }
     r->n_fed = engine_seq_len(s->e, r->seq);
+    draft_rollback(s, r, sp->draft_dm ? m : 0);
     sp->n.drafts++;
     sp->n.drafted += (uint64_t)k;
     sp->n.accepted += (uint64_t)m;
@@ -393,5 +492,133 @@ void spec_publish(sched *s)
     for (int i = 0; i < SCHED_SPEC_MAX; i++) {
         s->st.spec_accepted_per_pos[i] += s->spec_pos[i];
         s->spec_pos[i] = 0;
+    }
+    draft_stats(s);
+}
+
+/* ---- the draft model (--spec-type draft-simple) ---- */
+
+/* r's draft sequence, made and reserved for the request's whole length at
+ * its first draft; false (r drafts no more from the model) when the draft
+ * engine has no room. */
+static bool draft_seq_ready(sched *s, sched_req *r)
+{
+    sched_spec *sp = &r->spec;
+    if (sp->dseq >= 0)
+        return true;
+    sp->dseq = engine_seq_new(s->de);
+    if (sp->dseq >= 0 && engine_seq_reserve(s->de, sp->dseq, r->n_prompt + r->max_new) == 0 &&
+        (!s->spec_drec || (sp->dsnap = engine_snap_new(s->de)) != NULL))
+        return true;
+    engine_seq_free(s->de, sp->dseq);
+    sp->dseq = -1;
+    sp->dmodel = false;
+    return false;
+}
+
+/* One round: the items of s->ditems[0..n) (of reqs[0..n)) in one engine_forward of the
+ * draft engine; on failure the round's requests stop drafting from it. */
+static bool draft_round(sched *s, sched_req **reqs, int n)
+{
+    char err[256];
+    if (n == 0)
+        return true;
+    if (engine_forward(s->de, s->ditems, n, err, sizeof err) == 0)
+        return true;
+    for (int i = 0; i < n; i++) {
+        sched_spec *sp = &reqs[i]->spec;
+        engine_snap_free(s->de, sp->dsnap);
+        engine_seq_free(s->de, sp->dseq);
+        sp->dsnap = NULL;
+        sp->dseq = -1;
+        sp->dmodel = false;
+        sp->dwant = false;
+    }
+    return false;
+}
+
+/* The draft model drafts for every request queued this step: round 0
+ * feeds each draft sequence the accepted tokens it has not seen (the
+ * prompt at the first draft, at most prefill_chunk tokens a step; a
+ * request still behind drafts next step) and gives the first draft token;
+ * round j feeds draft j and gives draft j + 1, one engine_forward of the
+ * draft engine per position for all requests. Greedy (argmax) drafts:
+ * they are only guesses, the target's verification keeps its
+ * distribution. */
+void spec_draft_model(sched *s)
+{
+    const size_t nv = (size_t)s->n_vocab;
+    const tokenizer *tk = engine_tokenizer(s->e);
+    int n = 0;
+    for (int i = 0; i < s->n_dwant; i++) {
+        sched_req *r = s->dwant[i];
+        sched_spec *sp = &r->spec;
+        sp->dwant = false;
+        if (!sp->dmodel || !draft_seq_ready(s, r))
+            continue;
+        const int L = r->n_prompt + r->n_gen, have = engine_seq_len(s->de, sp->dseq);
+        int feed = L - have;
+        if (feed <= 0)
+            continue;       /* not expected: nothing to feed, no logits */
+        const bool last = feed <= s->p.prefill_chunk;
+        if (!last)
+            feed = s->p.prefill_chunk;
+        s->ditems[n] = (engine_batch_item){ .seq = sp->dseq, .tokens = r->tokens + have, .n_tokens = feed,
+                                            .logits = last ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE,
+                                            .out = s->dlogits + (size_t)n * nv };
+        s->dreq[n++] = r;
+    }
+    s->n_dwant = 0;
+    if (!draft_round(s, s->dreq, n))
+        return;
+    /* the requests that draft: their first token, and the rollback point */
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+        sched_req *r = s->dreq[i];
+        sched_spec *sp = &r->spec;
+        if (s->ditems[i].logits == ENGINE_LOGITS_NONE)
+            continue;
+        sp->dbase = engine_seq_len(s->de, sp->dseq);
+        sp->dfed = 0;
+        if (s->spec_drec && engine_snap_save(s->de, sp->dseq, sp->dsnap) != 0)
+            continue;
+        sp->draft[0] = sampler_argmax(s->dlogits + (size_t)i * nv, s->n_vocab);
+        sp->n_draft = 1;
+        sp->draft_dm = true;
+        s->dreq[nd] = r;
+        memmove(s->dlogits + (size_t)nd * nv, s->dlogits + (size_t)i * nv, nv * sizeof(float));
+        nd++;
+    }
+    for (;;) {
+        int m = 0;
+        for (int i = 0; i < nd; i++) {
+            sched_spec *sp = &s->dreq[i]->spec;
+            if (!sp->dmodel || sp->n_draft >= sp->dwant_k || tok_is_eog(tk, sp->draft[sp->n_draft - 1]))
+                continue;
+            s->ditems[m] = (engine_batch_item){ .seq = sp->dseq, .tokens = sp->draft + sp->n_draft - 1,
+                                                .n_tokens = 1, .logits = ENGINE_LOGITS_LAST,
+                                                .out = s->dlogits + (size_t)m * nv };
+            s->dreq[nd + m] = s->dreq[i];   /* [nd .. nd + m): this round's, in item order */
+            m++;
+        }
+        if (m == 0)
+            break;
+        sched_req **round = s->dreq + nd;
+        const bool ok = draft_round(s, round, m);
+        for (int i = 0; i < m && ok; i++) {
+            sched_spec *sp = &round[i]->spec;
+            sp->dfed++;
+            sp->draft[sp->n_draft++] = sampler_argmax(s->dlogits + (size_t)i * nv, s->n_vocab);
+        }
+    }
+    for (int i = 0; i < nd; i++) {
+        sched_req *r = s->dreq[i];
+        sched_spec *sp = &r->spec;
+        if (!sp->dmodel) {
+            sp->n_draft = 0;
+            continue;
+        }
+        const int kept = draft_cut(s, r, sp->draft, sp->n_draft);
+        sp->n_draft = kept >= s->p.spec_n_min ? kept : 0;
     }
 }

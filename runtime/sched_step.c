@@ -284,6 +284,8 @@ static void sched_step(sched *s)
         }
     }
 
+    if (s->n_dwant > 0)
+        spec_draft_model(s);    /* the draft model's rounds, batched over the requests that asked */
     pthread_mutex_lock(&s->mu);
     s->st.steps_total++;
     s->st.prompt_tokens_total += (uint64_t)n_prefill_tok;

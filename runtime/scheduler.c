@@ -188,7 +188,9 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->p.prefix_snap_align = p->prefix_snap_align > 1 ? p->prefix_snap_align : 0;
         s->p.max_unread_bytes = p->max_unread_bytes;
         s->p.grammar_cache_bytes = p->grammar_cache_bytes;
-        s->p.spec_type = p->spec_type == SCHED_SPEC_NGRAM ? SCHED_SPEC_NGRAM : SCHED_SPEC_NONE;
+        s->p.spec_type = p->spec_type == SCHED_SPEC_NGRAM ? SCHED_SPEC_NGRAM
+                         : p->spec_type == SCHED_SPEC_DRAFT && p->draft ? SCHED_SPEC_DRAFT : SCHED_SPEC_NONE;
+        s->de = s->p.spec_type == SCHED_SPEC_DRAFT ? p->draft : NULL;
         if (p->spec_n_max >= 1)
             s->p.spec_n_max = p->spec_n_max < SCHED_SPEC_MAX ? p->spec_n_max : SCHED_SPEC_MAX;
         s->p.spec_n_min = p->spec_n_min < 0 ? 0 : p->spec_n_min > s->p.spec_n_max ? s->p.spec_n_max : p->spec_n_min;
@@ -297,6 +299,10 @@ void sched_free(sched *s)
     free(s->logits);
     free(s->plp_logits);
     free(s->spec_logits);
+    free(s->dwant);
+    free(s->dreq);
+    free(s->ditems);
+    free(s->dlogits);
     free(s->eog);
     free(s->free_slots);
     free(s->items);

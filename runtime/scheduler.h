@@ -72,6 +72,9 @@ typedef struct sched_params {
     int spec_type;              /* enum sched_spec_type (default SCHED_SPEC_NONE) */
     int spec_n_max;             /* draft tokens per verify step at most, 1..SCHED_SPEC_MAX (default 16) */
     int spec_n_min;             /* a draft shorter than this is not verified, 0..spec_n_max (default 0) */
+    engine *draft;              /* SCHED_SPEC_DRAFT: the draft model's engine, opened and closed by the caller
+                                   (after sched_free), used only by the scheduler thread in between; the same
+                                   vocabulary as the target (sched_new refuses another); NULL: none */
 } sched_params;
 
 void sched_params_default(sched_params *p);
@@ -81,6 +84,7 @@ void sched_params_default(sched_params *p);
 enum sched_spec_type {
     SCHED_SPEC_NONE = 0,        /* only the drafts a request brings (its prediction) */
     SCHED_SPEC_NGRAM = 1,       /* also n-gram / prompt lookup drafts (llama-server's ngram-simple) */
+    SCHED_SPEC_DRAFT = 2,       /* also a draft model's greedy tokens (draft-simple; sched_params.draft) */
 };
 
 /* Speculation's counts: per request (sched_result, /stats) and in total (sched_stats). */
@@ -322,6 +326,13 @@ typedef struct sched_stats {
     uint64_t spec_accepted_per_pos[SCHED_SPEC_MAX_POS]; /* accepted drafts by position in their draft (0: first) */
     int spec_snapshots;             /* rollback snapshots held by running requests */
     uint64_t spec_snapshot_bytes;   /* their bytes */
+    /* the draft model's engine (SCHED_SPEC_DRAFT; zero without one), as of the last step */
+    uint64_t draft_weight_bytes;    /* its weights */
+    uint64_t draft_budget_bytes;    /* its own cache pool, beside the target's */
+    uint64_t draft_reserved_bytes;  /* held by draft sequences and their rollback snapshots */
+    int draft_seqs;                 /* draft sequences live (one per speculating request that drafted) */
+    int draft_snaps;                /* their rollback snapshots (a draft model with recurrent layers) */
+    int draft_n_layer;
 } sched_stats;
 
 /* Totals over the running requests, as /metrics shows them. */

@@ -43,6 +43,15 @@ typedef struct sched_spec {
     int cool;                   /* steps left without drafts after verify steps accepted nothing */
     int miss;                   /* verify steps in a row that accepted nothing */
     sched_spec_counts n;        /* the counters */
+    /* the draft model (SCHED_SPEC_DRAFT) */
+    bool dmodel;                /* drafts from the draft model where the prediction has none */
+    bool dwant;                 /* spec_propose queued r for this step's draft rounds (spec_draft_model) */
+    bool draft_dm;              /* the draft in draft[] came from the draft model */
+    int dwant_k;                /* the draft length it asked for */
+    int dseq;                   /* its sequence in the draft engine, -1: none yet (made at its first draft) */
+    engine_snap *dsnap;         /* a recurrent draft model: the draft sequence's state at dbase (in its pool) */
+    int dbase;                  /* the draft sequence's length before its draft tokens were fed */
+    int dfed;                   /* draft tokens fed to the draft sequence after dbase */
 } sched_spec;
 
 enum req_state {
@@ -175,6 +184,13 @@ struct sched {
     bool spec_rec;              /* the model has recurrent layers: a rejected draft rolls back to a snapshot */
     uint64_t spec_pos[SCHED_SPEC_MAX]; /* accepted drafts by position, not yet added to st (published per step) */
     sched_spec_counts spec_step; /* this step's counts, the same */
+    engine *de;                 /* the draft model's engine (sched_params.draft), NULL: none */
+    bool spec_drec;             /* it has recurrent layers: its rollback restores dsnap */
+    sched_req **dwant;          /* [max_seqs] requests whose draft the draft model makes after this step */
+    int n_dwant;
+    engine_batch_item *ditems;  /* [max_seqs] one draft round's items */
+    sched_req **dreq;           /* [2 * max_seqs] the drafting requests, then one round's in item order */
+    float *dlogits;             /* [max_seqs][n_vocab] the draft rounds' last-position logits */
 
     /* under mu */
     pthread_mutex_t mu;
@@ -281,6 +297,9 @@ int spec_after(sched *s, sched_req *r, engine_batch_item *it);
 void spec_propose(sched *s, sched_req *r, int rc);
 void spec_release(sched *s, sched_req *r);
 void spec_publish(sched *s);
+/* The draft model's rounds for the requests spec_propose queued this step
+ * (after every item's after_item; s->mu not held). */
+void spec_draft_model(sched *s);
 int spec_init(sched *s, char *err, size_t errlen);
 
 #endif

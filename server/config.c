@@ -134,18 +134,22 @@ static const opt_def OPTS[] = {
     {"prefix-snapshot-interval", 0, "HYSERVE_PREFIX_SNAPSHOT_INTERVAL", OPT_INT, OFF(prefix_snap_interval), 0,
      "N", "with DeltaNet layers, also snapshot the state every N prompt tokens (default 0: at the end of "
      "the prompt and of the output, and where a prompt left a cached one)"},
-    {"spec-type", 0, "HYSERVE_SPEC_TYPE", OPT_STR, OFF(spec_type), SZ(spec_type), "none|ngram-simple",
-     "speculative decoding's server-side drafts: none, or ngram-simple (prompt lookup: the tokens that followed "
-     "the latest earlier occurrence of the context's last 4..2 tokens), verified in the sequence's own step; a "
-     "request's prediction is drafted either way and \"speculative\" turns it off or n-gram on per request "
-     "(default none; draft-simple and draft-mtp are not built yet)"},
+    {"spec-type", 0, "HYSERVE_SPEC_TYPE", OPT_STR, OFF(spec_type), SZ(spec_type),
+     "none|ngram-simple|draft-simple",
+     "speculative decoding's server-side drafts: none, ngram-simple (prompt lookup: the tokens that followed "
+     "the latest earlier occurrence of the context's last 4..2 tokens) or draft-simple (a draft model's greedy "
+     "tokens, --model-draft), verified in the sequence's own step; a request's prediction is drafted either way "
+     "and \"speculative\" turns drafts off, or the server's source (n-gram on a none server) on, per request "
+     "(default none, draft-simple when --model-draft is given; draft-mtp is not built yet)"},
     {"spec-draft-n-max", 0, "HYSERVE_SPEC_DRAFT_N_MAX", OPT_INT, OFF(spec_draft_n_max), 0, "N",
      "draft tokens one verify step takes per sequence at most, 1..64; the length adapts below it per request "
      "(default 16)"},
     {"spec-draft-n-min", 0, "HYSERVE_SPEC_DRAFT_N_MIN", OPT_INT, OFF(spec_draft_n_min), 0, "N",
      "a draft shorter than this is not verified, 0..--spec-draft-n-max (default 0)"},
     {"model-draft", 0, "HYSERVE_MODEL_DRAFT", OPT_STR, OFF(model_draft), SZ(model_draft), "FILE",
-     "a draft model for --spec-type draft-simple (not built yet: refused)"},
+     "the draft model of --spec-type draft-simple: a small GGUF with the model's vocabulary (the same token "
+     "count and texts, else refused at start), opened as a second engine with its own cache for --max-seqs "
+     "draft sequences of the context (long option only: -md is not a short option here)"},
     {"served-model-name", 0, "HYSERVE_SERVED_MODEL_NAME", OPT_LIST, OFF(served_names), SZ(served_names), "NAME",
      "a name OpenAI requests may give as \"model\" (repeatable: aliases; the first is the one answers, /info "
      "and /metrics carry; default: the model file's name without .gguf)"},
@@ -611,16 +615,22 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
         snprintf(err, errlen, "--prefix-snapshot-interval %d must be 0 (none) or more", c->prefix_snap_interval);
         return -1;
     }
-    if (!strcmp(c->spec_type, "draft-simple") || !strcmp(c->spec_type, "draft-mtp")) {
-        snprintf(err, errlen, "--spec-type %s is not built yet: use none or ngram-simple", c->spec_type);
+    if (!strcmp(c->spec_type, "draft-mtp")) {
+        snprintf(err, errlen, "--spec-type draft-mtp is not built yet: use none, ngram-simple or draft-simple");
         return -1;
     }
-    if (strcmp(c->spec_type, "none") && strcmp(c->spec_type, "ngram-simple")) {
-        snprintf(err, errlen, "--spec-type must be none or ngram-simple, got '%s'", c->spec_type);
+    if (strcmp(c->spec_type, "none") && strcmp(c->spec_type, "ngram-simple") && strcmp(c->spec_type, "draft-simple")) {
+        snprintf(err, errlen, "--spec-type must be none, ngram-simple or draft-simple, got '%s'", c->spec_type);
         return -1;
     }
-    if (c->model_draft[0]) {
-        snprintf(err, errlen, "--model-draft: draft models are not built yet (--spec-type ngram-simple needs none)");
+    if (c->model_draft[0] && !strcmp(c->spec_type, "none"))
+        snprintf(c->spec_type, sizeof c->spec_type, "draft-simple");   /* llama-server: -md turns the draft model on */
+    if (!strcmp(c->spec_type, "draft-simple") && !c->model_draft[0]) {
+        snprintf(err, errlen, "--spec-type draft-simple needs --model-draft FILE");
+        return -1;
+    }
+    if (c->model_draft[0] && strcmp(c->spec_type, "draft-simple")) {
+        snprintf(err, errlen, "--model-draft is the draft model of --spec-type draft-simple, not %s", c->spec_type);
         return -1;
     }
     if (c->spec_draft_n_max < 1 || c->spec_draft_n_max > 64) {

@@ -310,6 +310,9 @@ static void prom_spec(sbuf *s, const sched_stats *st)
                  (double)st->spec.rollbacks);
     prom_gauge(s, "hyserve_spec_snapshot_bytes", "rollback snapshots held by speculating requests (in the cache pool)",
                (double)st->spec_snapshot_bytes);
+    if (st->spec_type == SCHED_SPEC_DRAFT)
+        prom_gauge(s, "hyserve_spec_draft_reserved_bytes", "the draft model's cache held by draft sequences and "
+                   "their snapshots (its own pool)", (double)st->draft_reserved_bytes);
 }
 
 /* The prefix cache's counters (docs/serving.md 9). */
@@ -955,6 +958,17 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(spec, "rollbacks_total", (double)st.spec.rollbacks);
     cJSON_AddNumberToObject(spec, "rollback_snapshots", st.spec_snapshots);
     cJSON_AddNumberToObject(spec, "rollback_snapshot_bytes", (double)st.spec_snapshot_bytes);
+    if (st.spec_type == SCHED_SPEC_DRAFT) {
+        /* the draft model's engine: its weights and its own cache pool,
+         * beside the model's budget (not inside pools above) */
+        cJSON *dm = cJSON_AddObjectToObject(spec, "draft_model");
+        cJSON_AddNumberToObject(dm, "n_layer", st.draft_n_layer);
+        cJSON_AddNumberToObject(dm, "weight_bytes", (double)st.draft_weight_bytes);
+        cJSON_AddNumberToObject(dm, "cache_budget_bytes", (double)st.draft_budget_bytes);
+        cJSON_AddNumberToObject(dm, "reserved_bytes", (double)st.draft_reserved_bytes);
+        cJSON_AddNumberToObject(dm, "sequences", st.draft_seqs);
+        cJSON_AddNumberToObject(dm, "snapshots", st.draft_snaps);
+    }
 
     cJSON *arr = with_requests ? cJSON_AddArrayToObject(o, "requests") : NULL;
     for (int i = 0; i < n_reqs; i++) {

@@ -196,6 +196,37 @@ static void wait_and_drain(server *srv, const sigset_t *set)
  * Kubernetes downward API's usual name) or else --host, unless that is a
  * wildcard (then the host name), with --port, and the served model name:
  * kv@10.0.0.7:8080@default. 0, or -1 and err. */
+/* --model-draft: the draft model as a second engine, opened like the
+ * model (its threads, KV type, context and sequence count: a draft
+ * sequence per speculating request) with a cache of its own, the engine's
+ * default for max_seqs full contexts (the draft's bytes are its own
+ * budget, beside --cache-mem: /stats speculative.draft_model shows both). The
+ * vocabulary check is sched_new's. 0, or -1 logged. */
+static int open_draft(server *srv, const server_config *cfg, const engine_params *ep, sched_params *sp)
+{
+    char err[512];
+    engine_params dp = *ep;
+    dp.model_path = cfg->model_draft;
+    dp.n_ctx = srv->info->n_ctx;
+    dp.max_seqs = srv->info->max_seqs;
+    dp.cache_bytes = 0;
+    dp.progress = NULL;
+    dp.progress_ctx = NULL;
+    sp->draft = engine_open(&dp, err, sizeof err);
+    if (!sp->draft) {
+        atomic_store(&srv->state, SERVER_FAILED);
+        log_msg(LOG_ERROR, "hyserve: serve: cannot load the draft model %s: %s\n", cfg->model_draft, err);
+        return -1;
+    }
+    const engine_info *di = engine_get_info(sp->draft);
+    char w[32], c[32];
+    fmt_bytes(di->weight_bytes, w, sizeof w);
+    fmt_bytes(di->cache_budget_bytes, c, sizeof c);
+    log_msg(LOG_INFO, "hyserve: draft model %s (%s, %d layers, weights %s, its cache %s)\n", cfg->model_draft,
+            di->arch, di->n_layer, w, c);
+    return 0;
+}
+
 static int start_kv_events(server *srv, const server_config *cfg, sched_params *sp, char *err, size_t errlen)
 {
     const char *pod = getenv("POD_IP");
@@ -400,6 +431,7 @@ int serve_main(int argc, char **argv)
     ep.prefault_weights = true;
     sched_params sp;
     sched_params_default(&sp);
+    sp.draft = NULL;
     apply_limits(&srv, &cfg, &ep, &sp);
     set_fingerprint(&srv, cfg.model);
     load_line ll;
@@ -432,7 +464,10 @@ int serve_main(int argc, char **argv)
     sp.prefix_budget_bytes = cfg.prefix_cache_mem;
     sp.prefix_snap_interval = cfg.prefix_snap_interval;
     sp.grammar_cache_bytes = (size_t)cfg.grammar_cache_mem;
-    sp.spec_type = strcmp(cfg.spec_type, "ngram-simple") ? SCHED_SPEC_NONE : SCHED_SPEC_NGRAM;
+    sp.spec_type = !strcmp(cfg.spec_type, "ngram-simple") ? SCHED_SPEC_NGRAM
+                   : !strcmp(cfg.spec_type, "draft-simple") ? SCHED_SPEC_DRAFT : SCHED_SPEC_NONE;
+    if (sp.spec_type == SCHED_SPEC_DRAFT && open_draft(&srv, &cfg, &ep, &sp) != 0)
+        goto out_engine;
     sp.spec_n_max = cfg.spec_draft_n_max;
     sp.spec_n_min = cfg.spec_draft_n_min;
     if (cfg.kv_events_replay[0] && !cfg.kv_events[0]) {
@@ -483,6 +518,7 @@ out_engine:
     if (rc != 0)
         http_stop(&srv);
     engine_close(srv.eng);
+    engine_close(sp.draft);     /* after the scheduler, its one user */
 out_http:
     http_stop(&srv);
 out_metrics:

@@ -23,8 +23,19 @@ The evidence for every output is the same request run without speculation
    kimi-linear (KDA and MLA): greedy with an exact prediction, a
    wrong one (every rejection rolls the state back) and n-gram drafts, at 1
    and 16 concurrent sequences, equal to no speculation;
- - the options: draft-simple / draft-mtp refused as not built yet, the
-   draft length range-checked.
+ - the draft model (--spec-type draft-simple, --model-draft): llama (an
+   untied attention-only target), qwen35 (DeltaNet) and jamba (Mamba-1)
+   targets, each with a 2-layer synth draft of another layer mix (mostly
+   wrong: many rollbacks of both sequences) and with itself as draft (every
+   draft accepted), greedy at 1 and 16 concurrent sequences with the prefix
+   cache on equal to no speculation; /stats' draft_model and `hyserve mem
+   --model-draft` agree; cancel mid-stream frees both sequences; the default
+   model as its own draft (real text: logprobs, a JSON constraint, a sampled
+   seed, 16 sequences); a draft model of another vocabulary refused at start
+   in one line;
+ - the options: draft-mtp refused as not built yet, draft-simple without
+   --model-draft and --model-draft beside ngram-simple refused, the draft
+   length range-checked.
 Prints "spec: N passed, N failed, N skipped" last.
 
 Usage: suite_spec.py [-k PATTERN] [--list]
@@ -46,7 +57,7 @@ check = hs.check
 DEFAULT = os.path.join(os.path.dirname(hs.HERE), "models", "default.gguf")
 
 FAMILIES = {
-    "llama": ["--arch", "llama", "--layers", "2", "--seed", "31"],
+    "llama": ["--arch", "qwen35", "--layers", "2", "--pattern", "LA", "--untied", "--seed", "40"],
     "qwen35": ["--arch", "qwen35", "--layers", "4", "--pattern", "LLLA", "--seed", "32"],
     "granitehybrid": ["--arch", "granitehybrid", "--experts", "0", "--layers", "4", "--pattern", "SSSA",
                       "--seed", "33"],
@@ -56,6 +67,16 @@ FAMILIES = {
     "falcon_h1": ["--arch", "falcon-h1", "--layers", "3", "--pattern", "HHH", "--untied", "--seed", "36"],
     "kimi_linear": ["--arch", "kimi-linear", "--layers", "4", "--pattern", "KKMK", "--experts", "8",
                     "--experts-used", "2", "--seed", "37"],
+}
+# the draft model (--spec-type draft-simple): per target family, a small synth draft of the same vocabulary
+# (hyserve synth writes the one tokenizer of a vocabulary size) of another layer mix, so drafts are often
+# wrong and every rejection rolls the draft sequence back (a recurrent draft: to its snapshot); the
+# attention-only target is untied (a tied random-weight llama repeats its last token, which any draft guesses)
+DRAFTS = {
+    "llama": (["--arch", "llama", "--layers", "2", "--untied", "--seed", "31"],
+              ["--arch", "qwen35", "--layers", "2", "--pattern", "LA", "--seed", "40"]),
+    "qwen35": (FAMILIES["qwen35"], ["--arch", "llama", "--layers", "2", "--seed", "41"]),
+    "jamba": (FAMILIES["jamba"], ["--arch", "qwen35", "--layers", "2", "--pattern", "LA", "--seed", "42"]),
 }
 SKIPPED = []
 COMMON = ["--vocab", "300", "--ctx", "1024", "--chat-template", "chatml"]
@@ -92,7 +113,9 @@ def quiet(srv, timeout=10.0):
         s = srv.stats()
         pc = s["pools"].get("prefix_cache", {})
         if (s["scheduler"]["running"] == 0 and s["scheduler"]["waiting"] == 0 and not s["requests"]
-                and s["pools"]["n_seqs"] == pc.get("entries", 0) and s["speculative"]["rollback_snapshots"] == 0):
+                and s["pools"]["n_seqs"] == pc.get("entries", 0) and s["speculative"]["rollback_snapshots"] == 0
+                and s["speculative"].get("draft_model", {}).get("sequences", 0) == 0
+                and s["speculative"].get("draft_model", {}).get("reserved_bytes", 0) == 0):
             return True, s
         time.sleep(0.05)
     return False, s
@@ -350,13 +373,152 @@ def test_family(name, srv):
     check(f"{name}: then nothing held but the prefix store's entries", ok, json.dumps(s and s["pools"])[:300])
 
 
+def test_draft(name, srv, self_draft, model=None, draft=None):
+    """Greedy with the draft model equal to no speculation, 1 and 16 sequences; the target as its own draft
+    accepts every draft."""
+    what = "the model itself as draft" if self_draft else "a 2-layer draft model"
+    prompts = [f"{name} draft {i}: " + "uvw xyz " * (1 + i % 4) + str(i) for i in range(16)]
+    base = [gen_ids(srv, p, 40, speculative=False) for p in prompts]
+    if not check(f"{name}, {what}: 16 greedy requests without speculation answer", all(b[0] == 200 for b in base),
+                 str([b[0] for b in base])):
+        return
+    r1 = gen_ids(srv, prompts[0], 40)
+    sp = (r1[3] or {}).get("speculative", {}) if r1[0] == 200 else {}
+    check(f"{name}, {what}: one sequence: the tokens of no speculation ({sp.get('accepted_tokens')} of "
+          f"{sp.get('draft_tokens')} drafts accepted)",
+          r1[2] == base[0][2] and sp.get("draft_tokens", 0) > 0
+          and (not self_draft or sp.get("accepted_tokens") == sp.get("draft_tokens")), f"{r1[2]} {base[0][2]} {sp}")
+    s0 = srv.stats()["speculative"]
+    out = [None] * 16
+
+    def one(i):
+        out[i] = gen_ids(srv, prompts[i], 40)
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    s1 = srv.stats()["speculative"]
+    bad = [i for i in range(16) if not out[i] or out[i][2] != base[i][2]]
+    drafted = s1["draft_tokens_total"] - s0["draft_tokens_total"]
+    acc = s1["accepted_tokens_total"] - s0["accepted_tokens_total"]
+    rb = s1["rollbacks_total"] - s0["rollbacks_total"]
+    check(f"{name}, {what}: 16 sequences at once, prefix cache on: each equal to no speculation ({acc} of {drafted} "
+          f"drafts accepted, {rb} rollbacks)",
+          not bad and drafted > 0 and (acc == drafted if self_draft else rb > 0), f"differ: {bad} {s1}")
+    dm = s1.get("draft_model", {})
+    check(f"{name}, {what}: /stats shows the draft model's engine (weights {dm.get('weight_bytes')} B, its own "
+          f"cache {dm.get('cache_budget_bytes')} B)", dm.get("weight_bytes", 0) > 0 and dm.get("cache_budget_bytes", 0) > 0,
+          json.dumps(s1))
+    if not self_draft:
+        # cancel mid-stream: both sequences (the model's and the draft model's) go back
+        c = srv.conn(30)
+        c.request("POST", "/generate_stream", body=json.dumps({"inputs": prompts[1], "parameters": {
+            "max_new_tokens": 900, "ignore_eos": True}}).encode(),
+            headers={"X-Request-Id": f"draft-cancel-{name}", "Content-Type": "application/json"})
+        r = c.getresponse()
+        it = hs.sse_events(r)
+        got = [e for _, e in zip(range(3), it)]
+        st = srv.stats()
+        held = st["speculative"].get("draft_model", {}).get("sequences", 0)
+        req = (st.get("requests") or [{}])[0]
+        r = hs.run([HYSERVE, "mem", "-m", model, "--model-draft", draft, "--context", "1024", "--batch", "16", "--json"])
+        plan = json.loads(r.stdout.decode() or "{}").get("speculative", {}) if r.returncode == 0 else {}
+        dm = st["speculative"].get("draft_model", {})
+        check(f"{name}, {what}: hyserve mem --model-draft plans what the server holds: the rollback snapshot "
+              f"({plan.get('rollback_snapshot_bytes_per_seq')} B per sequence) and the draft weights "
+              f"({plan.get('draft_weight_bytes')} B)",
+              plan.get("rollback_snapshot_bytes_per_seq") == req.get("speculative", {}).get("rollback_snapshot_bytes")
+              and plan.get("draft_weight_bytes") == dm.get("weight_bytes") and plan.get("draft_cache_bytes", 0) > 0,
+              f"{plan} {req.get('speculative')} {dm}")
+        dst, _, _ = srv.req("DELETE", f"/requests/draft-cancel-{name}")
+        rest = list(it)
+        c.close()
+        last = json.loads(rest[-1][1]) if rest else {}
+        check(f"{name}, {what}: DELETE ends a draft-model stream ({len(got) + len(rest)} events, {held} draft "
+              "sequence held while it ran)", dst == 204 and last.get("error_type") == "cancelled" and held == 1,
+              f"{dst} {held} {rest[-1:]}")
+    ok, s = quiet(srv)
+    check(f"{name}, {what}: then nothing held but the prefix store's entries, no draft sequence or snapshot",
+          ok, json.dumps(s and (s["pools"], s["speculative"]))[:400])
+
+
+def test_draft_default(srv):
+    """The trained default model as its own draft (--model-draft itself): real text, every draft accepted;
+    logprobs, a JSON constraint, sampling and 16 sequences as without speculation."""
+    prompt = "Once upon a time"
+    st, j0, b0 = completion(srv, prompt, 48, speculative=False, logprobs=2)
+    st1, j1, b1 = completion(srv, prompt, 48, logprobs=2)
+    sp = j1["usage"].get("speculative", {}) if st1 == 200 else {}
+    ok = st == 200 and st1 == 200 and j1["choices"][0]["text"] == j0["choices"][0]["text"]
+    check(f"default as its own draft: the same text, every draft accepted ({sp.get('accepted_tokens')} of "
+          f"{sp.get('draft_tokens')} in {sp.get('verify_steps')} verify steps)",
+          ok and sp.get("draft_tokens", 0) > 0 and sp.get("accepted_tokens") == sp.get("draft_tokens"),
+          f"{b0[:200]} {b1[:300]}")
+    if ok:
+        l0, l1 = j0["choices"][0]["logprobs"], j1["choices"][0]["logprobs"]
+        check("default as its own draft: logprobs of the accepted tokens equal those without speculation (1e-3)",
+              l0["tokens"] == l1["tokens"]
+              and all(abs(a - b) < 1e-3 for a, b in zip(l0["token_logprobs"], l1["token_logprobs"])),
+              f"{l0['token_logprobs'][:5]} {l1['token_logprobs'][:5]}")
+    body = {"messages": [{"role": "user", "content": "A JSON object about a dog."}], "max_tokens": 40,
+            "temperature": 0, "response_format": {"type": "json_object"}}
+    st, _, g0, b0 = srv.jreq("POST", "/v1/chat/completions", dict(body, speculative=False))
+    st1, _, g1, b1 = srv.jreq("POST", "/v1/chat/completions", body)
+    check("default as its own draft: a json_object constraint: the same content",
+          st == 200 and st1 == 200 and g0["choices"][0]["message"]["content"] == g1["choices"][0]["message"]["content"],
+          f"{b0[:200]} {b1[:200]}")
+    samp = {"temperature": 0.9, "seed": 123}
+    st, j0, b0 = completion(srv, prompt, 32, speculative=False, **samp)
+    st1, j1, b1 = completion(srv, prompt, 32, **samp)
+    check("default as its own draft: sampled (temperature 0.9, seed 123): the text of no speculation (the verify "
+          "rows are the bits of one-token steps, the draw the same)",
+          st == 200 and st1 == 200 and j0["choices"][0]["text"] == j1["choices"][0]["text"], f"{b0[:200]} {b1[:200]}")
+    prompts = [f"Story {i}: the little girl" for i in range(16)]
+    base = [gen_ids(srv, p, 32, speculative=False) for p in prompts]
+    out = [None] * 16
+
+    def one(i):
+        out[i] = gen_ids(srv, prompts[i], 32)
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    bad = [i for i in range(16) if not out[i] or out[i][2] != base[i][2]]
+    check("default as its own draft: 16 sequences at once, prefix cache on: each equal to no speculation",
+          not bad, f"differ: {bad}")
+    ok, s = quiet(srv)
+    check("default as its own draft: then no draft sequence held", ok, json.dumps(s and s["speculative"])[:300])
+
+
+def test_draft_refusals():
+    fam = os.path.join(TMP, "qwen35.gguf")
+    other = os.path.join(TMP, "vocab320.gguf")
+    r = hs.run([HYSERVE, "synth", "-o", other, "--arch", "llama", "--layers", "2", "--seed", "43", "--vocab", "320",
+                "--ctx", "1024", "--chat-template", "chatml"])
+    if not check("hyserve synth writes a model of another vocabulary", r.returncode == 0 and os.path.exists(fam),
+                 r.stderr.decode()[-300:]):
+        return
+    r = hs.run([HYSERVE, "serve", "-m", fam, "--model-draft", other, "--config", "/dev/null", "--port",
+                str(hs.free_port())])
+    err = (r.stderr.decode() + r.stdout.decode()).strip().splitlines()
+    last = err[-1] if err else ""
+    check("serve with a draft model of another vocabulary exits non-zero with one line saying so",
+          r.returncode != 0 and "vocabulary has 320 tokens, the model's 300" in last, last)
+
+
 def test_options():
-    for args, want in ((["--spec-type", "draft-mtp"], "not built yet"), (["--spec-type", "draft-simple"], "not built yet"),
-                       (["--spec-type", "bogus"], "must be none or ngram-simple"),
+    for args, want in ((["--spec-type", "draft-mtp"], "not built yet"),
+                       (["--spec-type", "draft-simple"], "needs --model-draft FILE"),
+                       (["--spec-type", "ngram-simple", "--model-draft", DEFAULT], "not ngram-simple"),
+                       (["--spec-type", "bogus"], "must be none, ngram-simple or draft-simple"),
                        (["--spec-draft-n-max", "0"], "out of range 1..64"),
                        (["--spec-draft-n-max", "65"], "out of range 1..64"),
                        (["--spec-draft-n-min", "20"], "out of range"),
-                       (["--model-draft", "/nonexistent.gguf"], "not built yet")):
+                       (["--model-draft", "/nonexistent.gguf"], "cannot load the draft model /nonexistent.gguf")):
         r = hs.run([HYSERVE, "serve", "-m", DEFAULT, "--config", "/dev/null", "--port", str(hs.free_port())] + args)
         err = r.stderr.decode() + r.stdout.decode()
         check(f"serve {' '.join(args)} exits non-zero saying {want!r}", r.returncode != 0 and want in err, err[-300:])
@@ -369,7 +531,8 @@ DEFAULT_TESTS = ["test_prediction", "test_ngram_logprobs_grammar_stop", "test_st
 
 
 def main(argv=None):
-    names = DEFAULT_TESTS + [f"test_family[{f}]" for f in FAMILIES] + ["test_options"]
+    names = (DEFAULT_TESTS + [f"test_family[{f}]" for f in FAMILIES] + [f"test_draft[{f}]" for f in DRAFTS]
+             + ["test_draft_default", "test_draft_refusals", "test_options"])
     chosen = hs.select(sys.argv[1:] if argv is None else argv, names, "spec")
     os.makedirs(TMP, exist_ok=True)
     servers = []
@@ -396,6 +559,35 @@ def main(argv=None):
             servers.append(srv)
             test_family(fam, srv)
             srv.stop()
+        for fam, (tsynth, dsynth) in DRAFTS.items():
+            if f"test_draft[{fam}]" not in chosen:
+                continue
+            model = os.path.join(TMP, fam + "-target.gguf")
+            draft = os.path.join(TMP, fam + "-draft.gguf")
+            r = hs.run([HYSERVE, "synth", "-o", model] + tsynth + COMMON)
+            r2 = hs.run([HYSERVE, "synth", "-o", draft] + dsynth + COMMON)
+            if not check(f"{fam}: hyserve synth writes the model and its draft", r.returncode == 0 and r2.returncode == 0,
+                         (r.stderr + r2.stderr).decode()[-300:]):
+                continue
+            for self_draft in (False, True):
+                srv = hs.Server(f"spec-draft-{fam}{'-self' if self_draft else ''}", model, "--model-draft",
+                                model if self_draft else draft, "--max-seqs", "16", "-t", "2", "--prefix-cache", "on")
+                servers.append(srv)
+                test_draft(fam, srv, self_draft, model, draft)
+                srv.stop()
+        if "test_draft_default" in chosen and not os.path.exists(DEFAULT):
+            print(f"  SKIP test_draft_default: {DEFAULT} is absent")
+            SKIPPED.append("test_draft_default")
+        elif "test_draft_default" in chosen:
+            srv = hs.Server("spec-draft-default", DEFAULT, "--model-draft", DEFAULT, "--max-seqs", "16", "-t", "2",
+                            "--prefix-cache", "on")
+            servers.append(srv)
+            test_draft_default(srv)
+            srv.stop()
+        if "test_draft_refusals" in chosen:
+            if not os.path.exists(os.path.join(TMP, "qwen35.gguf")):
+                hs.run([HYSERVE, "synth", "-o", os.path.join(TMP, "qwen35.gguf")] + FAMILIES["qwen35"] + COMMON)
+            test_draft_refusals()
         if "test_options" in chosen and os.path.exists(DEFAULT):
             test_options()
         elif "test_options" in chosen:

@@ -19,6 +19,11 @@
  *   - on every layer kind (attention, DeltaNet, MLA, Mamba-2, Mamba-1,
  *     short conv, attention beside Mamba-2, KDA), a rolled-back sequence
  *     continues bit for bit as another rolled back from other drafts.
+ *   - the draft model (SCHED_SPEC_DRAFT): greedy output equal to no
+ *     speculation with a 2-layer draft of another mix (rejections and
+ *     rollbacks of both sequences) and with the target as its own draft
+ *     (every draft accepted), the draft pool empty after; another
+ *     vocabulary refused by sched_new.
  * The verify steps are exact (engine_batch_item.exact): their rows are
  * the one-token steps' bits, so "the same tokens" and "the same logprobs"
  * are equalities, not tolerances. */
@@ -48,16 +53,18 @@ static engine *open_path(const char *path)
     return e;
 }
 
-static engine *open_arch(const char *tag, const char *arch, const char *pattern)
+/* A synth model of arch/pattern, seed and vocabulary of the caller's. */
+static engine *open_synth(const char *tag, const char *arch, const char *pattern, int n_layer, uint32_t seed,
+                          int n_vocab)
 {
     char path[512], err[256];
     synth_config c;
     synth_config_default(&c);
     if (arch)
         snprintf(c.arch, sizeof c.arch, "%s", arch);
-    c.seed = 7;
-    c.n_layer = 4;
-    c.n_vocab = 300;
+    c.seed = seed;
+    c.n_layer = n_layer;
+    c.n_vocab = n_vocab;
     snprintf(c.pattern, sizeof c.pattern, "%s", pattern);
     snprintf(path, sizeof path, "%s/spec_%s.gguf", test_tmpdir(), tag);
     if (synth_write(&c, path, err, sizeof err) != 0) {
@@ -65,6 +72,11 @@ static engine *open_arch(const char *tag, const char *arch, const char *pattern)
         return NULL;
     }
     return open_path(path);
+}
+
+static engine *open_arch(const char *tag, const char *arch, const char *pattern)
+{
+    return open_synth(tag, arch, pattern, 4, 7, 300);
 }
 
 static engine *open_mix(const char *tag, const char *pattern)
@@ -568,4 +580,73 @@ TEST(test_spec_rollback_leaves_no_trace_of_the_rejected_tokens)
         free(plain);
         engine_close(e);
     }
+}
+
+static sched *start_draft(engine *e, engine *d, char *err, size_t errlen)
+{
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.n_threads = 1;
+    sp.prefix_cache = true;
+    sp.spec_type = SCHED_SPEC_DRAFT;
+    sp.draft = d;
+    sched *s = sched_new(e, &sp, err, errlen);
+    if (s && sched_start(s) != 0) {
+        sched_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* --spec-type draft-simple: a DeltaNet target with a 2-layer draft of
+ * another mix (recurrent too: its rollbacks restore its snapshot) and with
+ * itself as draft; greedy output equal to no speculation, rejections
+ * happened (the other draft) or none (itself), the draft engine's pool
+ * empty again after the requests; a draft of another vocabulary refused. */
+TEST(test_spec_draft_model_keeps_greedy_output_and_gives_its_sequences_back)
+{
+    engine *e = open_synth("dm_target", NULL, "LLLA", 4, 7, 300);
+    engine *d = open_synth("dm_draft", NULL, "LA", 2, 11, 300);
+    engine *self = open_synth("dm_target", NULL, "LLLA", 4, 7, 300);
+    engine *other = open_synth("dm_vocab", NULL, "LA", 2, 11, 320);
+    CHECK(e && d && self && other);
+    char err[256];
+    sched *bad = start_draft(e, other, err, sizeof err);
+    CHECK(bad == NULL);
+    CHECK_MSG(strstr(err, "vocabulary has 320 tokens, the model's 300") != NULL, "%s", err);
+    engine *drafts[2] = { d, self };
+    for (int k = 0; k < 2; k++) {
+        sched *s = start_draft(e, drafts[k], err, sizeof err);
+        CHECK_MSG(s != NULL, "%s", err);
+        uint64_t drafted = 0, accepted = 0, rollbacks = 0;
+        for (uint32_t q = 0; q < 6; q++) {
+            int32_t prompt[10];
+            prompt_of(prompt, 10, 40 + q);
+            run_out base, spec;
+            sched_req_params rp = request(prompt, 10, 48);
+            rp.speculative = -1;
+            CHECK(run(s, &rp, &base) == 0 && base.n == 48);
+            rp.speculative = 0;
+            CHECK(run(s, &rp, &spec) == 0);
+            CHECK_MSG(same_tokens(&base, &spec), "draft %d prompt %u", k, q);
+            drafted += spec.res.spec.drafted;
+            accepted += spec.res.spec.accepted;
+            rollbacks += spec.res.spec.rollbacks;
+        }
+        CHECK(drafted > 0);
+        if (k == 1)
+            CHECK_MSG(accepted == drafted && rollbacks == 0, "itself: %llu of %llu", (unsigned long long)accepted,
+                      (unsigned long long)drafted);
+        else
+            CHECK_MSG(rollbacks > 0, "another draft: %llu of %llu accepted", (unsigned long long)accepted,
+                      (unsigned long long)drafted);
+        sched_free(s);
+        engine_pool_usage u;
+        engine_get_pool_usage(drafts[k], &u);
+        CHECK(u.n_seqs == 0 && u.n_snaps == 0 && u.reserved_bytes == 0);
+    }
+    engine_close(other);
+    engine_close(self);
+    engine_close(d);
+    engine_close(e);
 }
