@@ -31,6 +31,10 @@ else ifeq ($(CHECKS),1)
 BUILD   := build-checks
 SANFLAGS :=
 OPT     := -O2 -g
+else ifeq ($(MMPROF),1)
+BUILD   := build-prof
+SANFLAGS :=
+OPT     := -O2 -g
 else
 BUILD   := build
 SANFLAGS :=
@@ -38,6 +42,11 @@ OPT     := -O2 -g
 endif
 ifeq ($(CHECKS),1)
 CHECKFLAGS := -DHYSERVE_CHECKS
+endif
+# MMPROF=1: a build (build-prof/) whose matrix products time themselves and
+# print, at exit, wall time and GB/s per product shape (matmul.c, HYSERVE_MMPROF)
+ifeq ($(MMPROF),1)
+CHECKFLAGS += -DHYSERVE_MMPROF
 endif
 
 BLAS_INC := $(shell test -d /usr/include/x86_64-linux-gnu/openblas-openmp && echo -I/usr/include/x86_64-linux-gnu/openblas-openmp)
@@ -227,6 +236,20 @@ $(BUILD)/bench/hyserve-int8-ab: bench/int8_ab.c $(ENGINE_OBJ)
 $(BUILD)/bench/hyserve-kq-rows: bench/kq_rows.c $(ENGINE_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# the F32/F16/BF16/Q8_0 one-token kernels alone, one thread, against a one-thread triad (bench/mv_rows.c)
+$(BUILD)/bench/hyserve-mv-rows: bench/mv_rows.c $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# libgomp's regions, barriers and join waits per token (bench/gomp_prof.c, an LD_PRELOAD shim)
+$(BUILD)/bench/gomp_prof.so: bench/gomp_prof.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -Wextra -shared -fPIC $< -o $@ -ldl
+
+bench-profile: all $(BUILD)/bench/gomp_prof.so ## MODEL=FILE: where a decode token's time goes: regions, waits, each product's GB/s
+	@$(MAKE) --no-print-directory MMPROF=1 build-prof/hyserve >/dev/null
+	@sh bench/profile.sh $(MODEL)
 
 bench-int8: $(BUILD)/bench/hyserve-int8-ab ## int8 vs f32 prompt products per kernel level (matmul.c's int8 thresholds)
 	@for l in avx512-vnni avx512; do $< -l $$l; done

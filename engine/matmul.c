@@ -1004,6 +1004,93 @@ static int panels_path(const weight *W, int n_tok, bool decode)
     return n_tok <= (W->type == GGML_F16 ? matmul_f16_outer_max() : mm_small_max) ? PANELS_OUTER : PANELS_SGEMM;
 }
 
+#ifdef HYSERVE_MMPROF
+/* ---- HYSERVE_MMPROF (make MMPROF=1): each outermost product on the
+ * engine's thread timed, by shape (type, width, rows of all its weights,
+ * one token or more), printed at exit to stderr with its GB/s of weights.
+ * For the decode profile (docs/performance.md section 13); off in every
+ * other build. Products from several engine threads at once (a server)
+ * would race on the table: meant for `hyserve generate`. ---- */
+#define MMPROF_KEYS 64
+typedef struct mmprof_key {
+    uint32_t type;
+    int n_in, n_w;
+    long n_out, bytes;
+    bool one;
+    long calls;
+    double s;
+} mmprof_key;
+static mmprof_key mmprof_tab[MMPROF_KEYS];
+static int mmprof_n, mmprof_depth;
+
+static void mmprof_report(void)
+{
+    double tot = 0;
+    for (int i = 0; i < mmprof_n; i++)
+        tot += mmprof_tab[i].s;
+    fprintf(stderr, "mmprof: %.3f s in products\n", tot);
+    for (int i = 0; i < mmprof_n; i++) {
+        const mmprof_key *k = &mmprof_tab[i];
+        fprintf(stderr, "mmprof: %-5s x%d n_in %5d n_out %6ld %s calls %6ld  %8.3f s  %5.1f%%  %6.2f MB  %6.2f GB/s\n",
+                ggml_type_name(k->type), k->n_w, k->n_in, k->n_out, k->one ? "1 tok " : "n tok ", k->calls, k->s,
+                tot > 0 ? 100.0 * k->s / tot : 0.0, (double)k->bytes * 1e-6,
+                k->s > 0 ? (double)k->bytes * (double)k->calls / k->s * 1e-9 : 0.0);
+    }
+}
+
+static double mmprof_now(void)
+{
+    return omp_get_wtime();
+}
+
+static void mmprof_add(int n, const weight *const *W, int n_tok, double s)
+{
+    long n_out = 0, bytes = 0;
+    for (int i = 0; i < n; i++) {
+        n_out += W[i]->n_out;
+        bytes += (long)W[i]->n_out * (long)W[i]->row_bytes;
+    }
+    int k = 0;
+    while (k < mmprof_n && !(mmprof_tab[k].type == W[0]->type && mmprof_tab[k].n_in == W[0]->n_in &&
+                             mmprof_tab[k].n_out == n_out && mmprof_tab[k].n_w == n && mmprof_tab[k].one == (n_tok == 1)))
+        k++;
+    if (k == MMPROF_KEYS)
+        return;
+    if (k == mmprof_n) {
+        if (!mmprof_n)
+            atexit(mmprof_report);
+        mmprof_tab[mmprof_n++] = (mmprof_key){ .type = W[0]->type, .n_in = W[0]->n_in, .n_w = n, .n_out = n_out,
+                                               .bytes = bytes, .one = n_tok == 1 };
+    }
+    mmprof_tab[k].calls++;
+    mmprof_tab[k].s += s;
+}
+
+static void matmul_many_body(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok,
+                             bool decode, float *scratch);
+static void matmul_body(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool decode,
+                        float *scratch);
+
+void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok, bool decode,
+                 float *scratch)
+{
+    const double t0 = mmprof_depth++ ? 0 : mmprof_now();
+    matmul_many_body(n, Y, W, X, n_tok, decode, scratch);
+    if (--mmprof_depth == 0)
+        mmprof_add(n, W, n_tok, mmprof_now() - t0);
+}
+
+void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool decode, float *scratch)
+{
+    const double t0 = mmprof_depth++ ? 0 : mmprof_now();
+    matmul_body(Y, W, X, n_tok, decode, scratch);
+    if (--mmprof_depth == 0)
+        mmprof_add(1, &W, n_tok, mmprof_now() - t0);
+}
+#define matmul_many matmul_many_body
+#define matmul matmul_body
+#endif
+
 void matmul_many(int n, float *const *Y, const weight *const *W, const float *restrict X, int n_tok, bool decode,
                  float *scratch)
 {
@@ -1052,6 +1139,9 @@ void matmul_many(int n, float *const *Y, const weight *const *W, const float *re
         matmul(Y[i], W[i], X, n_tok, decode, scratch);
 }
 
+#ifdef HYSERVE_MMPROF
+static
+#endif
 void matmul(float *restrict Y, const weight *W, const float *restrict X, int n_tok, bool decode, float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;

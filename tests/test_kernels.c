@@ -233,12 +233,16 @@ TEST(test_kernel_q8_0_int8_dot_matches_reference_and_float_dot)
  * same float operations in the same order, so they must agree bit for bit.
  * Extreme bytes (-128 and +127 weights, +-127 activations) are planted so
  * the w + 128 offset and its correction are exercised at their limits;
- * 70 rows leave a partial group of four for the one-row tail. */
+ * 70 rows leave a partial group of four for the one-row tail. The
+ * one-token kernel takes the blocks' starting sums computed once per call
+ * (up to 512 blocks; 16416 elements, 513 blocks, computes them per group
+ * as the decode-step kernel always does): the decode-step kernel on the
+ * same single token must give the same bits too. */
 TEST(test_kernel_q8_0_vnni_matvec_equals_sign_trick_bit_for_bit)
 {
     if (!simd_vnni())
         SKIP("no AVX-VNNI on this CPU");
-    static const int lens[] = { 32, 256, 1024, 3584 };
+    static const int lens[] = { 32, 256, 1024, 3584, 16384, 16416 };
     rng_state = 11;
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         const int n = lens[li], rows = 70;
@@ -267,6 +271,13 @@ TEST(test_kernel_q8_0_vnni_matvec_equals_sign_trick_bit_for_bit)
         while (same == 0 && first < rows - 1 && y0[first] == y1[first])
             first++;
         CHECK_MSG(same, "n %d: row %d vnni %.9g vs sign trick %.9g", n, first, y1[first], y0[first]);
+        const float *xs[1] = { x }, *ds[1] = { d };
+        const int8_t *qv[1] = { q };
+        avx2_matvec_tokens(GGML_Q8_0, data, rb, rows, xs, qv, ds, 1, n, y0, (size_t)rows);
+        same = memcmp(y0, y1, sizeof(float) * rows) == 0;
+        for (first = 0; same == 0 && first < rows - 1 && y0[first] == y1[first]; first++)
+            ;
+        CHECK_MSG(same, "n %d: row %d one token %.9g vs decode-step kernel %.9g", n, first, y1[first], y0[first]);
         free(w); free(x); free(d); free(y0); free(y1); free(q); free(data);
     }
 }
