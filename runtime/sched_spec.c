@@ -360,8 +360,12 @@ void spec_item(sched *s, sched_req *r, engine_batch_item *it, int *rows_left, in
     /* rows bit for bit as one-token steps compute them (engine.h): carried
      * tokens and drafts alike, so greedy output and every state after a
      * rollback are those of plain decoding; build_batch marks the step's
-     * other decode items exact too (one read of the weights) */
-    it->exact = it->n_tokens > 1;
+     * other decode items exact too (one read of the weights). A
+     * speculating request's plain decode steps are exact as well: batched
+     * plain decode is not batch-invariant (a batch's kernels round
+     * otherwise than one sequence's), so only exact steps throughout give
+     * it the output it has alone without speculation, whatever runs beside */
+    it->exact = it->n_tokens > 1 || sp->on;
     sp->n_fed_draft = k;
     if (k == 0) {
         it->logits = ENGINE_LOGITS_LAST;

@@ -211,8 +211,11 @@ int parker_park(parker *p, struct MHD_Connection *conn, const int *fds, int n, i
     bool nearer = deadline > 0 && (p->sleep_until == 0 || deadline < p->sleep_until);
     if (nearer)
         p->sleep_until = deadline;
+    /* read before the unlock: once it is released the resumer may fire e
+     * (one of its fds is ready already) and free it */
+    const bool wake = nearer || e->fired;
     pthread_mutex_unlock(&p->mu);
-    if (nearer || e->fired)
+    if (wake)
         poke(p);
     return 0;
 }
