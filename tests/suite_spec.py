@@ -92,6 +92,22 @@ def gen_ids(srv, prompt, n, **extra):
     return st, j["generated_text"], [t["id"] for t in j["details"]["tokens"]], j["details"], j.get("usage")
 
 
+
+def concurrent_differ(srv, prompts, base, n, extra=lambda i: {}):
+    """Generate every prompt at once (a thread each, extra(i) the request's fields): the indices whose
+    ids differ from base[i]'s."""
+    out = [None] * len(prompts)
+
+    def one(i):
+        out[i] = gen_ids(srv, prompts[i], n, **extra(i))
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return [i for i in range(len(prompts)) if not out[i] or out[i][2] != base[i][2]]
+
 def completion(srv, prompt, n, **extra):
     body = {"prompt": prompt, "max_tokens": n, "temperature": 0}
     body.update(extra)
@@ -353,20 +369,9 @@ def test_family(name, srv):
           "no speculation",
           r_exact[2] == ids0 and r_wrong[2] == ids0 and r_ngram[2] == ids0 and rej > 0
           and sp.get("accepted_tokens") == sp.get("draft_tokens", -1) > 0, f"{r_exact[2]} {r_wrong[2]} {r_ngram[2]} {ids0}")
-    out = [None] * 16
-
-    def one(i):
-        ids = base[i][2]
-        extra = ({"prediction": {"type": "tokens", "tokens": ids}} if i % 3 == 0 else
-                 {"prediction": {"type": "tokens", "tokens": wrong(ids, 300)}} if i % 3 == 1 else {"speculative": True})
-        out[i] = gen_ids(srv, prompts[i], 40, **extra)
-
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    bad = [i for i in range(16) if not out[i] or out[i][2] != base[i][2]]
+    bad = concurrent_differ(srv, prompts, base, 40, lambda i: (
+        {"prediction": {"type": "tokens", "tokens": base[i][2]}} if i % 3 == 0 else
+        {"prediction": {"type": "tokens", "tokens": wrong(base[i][2], 300)}} if i % 3 == 1 else {"speculative": True}))
     check(f"{name}: 16 sequences at once, prefix cache on, exact / wrong / n-gram drafts: each equal to no "
           "speculation", not bad, f"differ: {bad}")
     ok, s = quiet(srv)
@@ -389,18 +394,8 @@ def test_draft(name, srv, self_draft, model=None, draft=None):
           r1[2] == base[0][2] and sp.get("draft_tokens", 0) > 0
           and (not self_draft or sp.get("accepted_tokens") == sp.get("draft_tokens")), f"{r1[2]} {base[0][2]} {sp}")
     s0 = srv.stats()["speculative"]
-    out = [None] * 16
-
-    def one(i):
-        out[i] = gen_ids(srv, prompts[i], 40)
-
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    bad = concurrent_differ(srv, prompts, base, 40)
     s1 = srv.stats()["speculative"]
-    bad = [i for i in range(16) if not out[i] or out[i][2] != base[i][2]]
     drafted = s1["draft_tokens_total"] - s0["draft_tokens_total"]
     acc = s1["accepted_tokens_total"] - s0["accepted_tokens_total"]
     rb = s1["rollbacks_total"] - s0["rollbacks_total"]
@@ -477,17 +472,7 @@ def test_draft_default(srv):
           st == 200 and st1 == 200 and j0["choices"][0]["text"] == j1["choices"][0]["text"], f"{b0[:200]} {b1[:200]}")
     prompts = [f"Story {i}: the little girl" for i in range(16)]
     base = [gen_ids(srv, p, 32, speculative=False) for p in prompts]
-    out = [None] * 16
-
-    def one(i):
-        out[i] = gen_ids(srv, prompts[i], 32)
-
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(16)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    bad = [i for i in range(16) if not out[i] or out[i][2] != base[i][2]]
+    bad = concurrent_differ(srv, prompts, base, 32)
     check("default as its own draft: 16 sequences at once, prefix cache on: each equal to no speculation",
           not bad, f"differ: {bad}")
     ok, s = quiet(srv)
