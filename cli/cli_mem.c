@@ -123,35 +123,11 @@ static int mem_open_layout(const char *path, const char *kvd, memplan_layout *l,
     return 0;
 }
 
-/* Speculation's memory (docs/serving.md 17): each speculating sequence of a
- * model with recurrent layers holds one rollback snapshot (its recurrent
- * state and conv windows) in the model's budget beside its reservation; a
- * draft model adds its weights and its own cache pool, one draft sequence
- * (and, with recurrent layers, one snapshot) per speculating sequence. */
-typedef struct mem_spec {
-    uint64_t snap_per_seq;      /* the model's rollback snapshot */
-    uint64_t draft_per_seq;     /* a draft sequence of the context and its snapshot */
-    uint64_t draft_cache;       /* batch of them */
-    uint64_t draft_weights;
-    uint64_t total;             /* snapshots + draft cache + draft weights */
-    int64_t max_batch;          /* speculating sequences of the context the budget holds (snapshots in it) */
-} mem_spec;
-
-static void mem_spec_of(const memplan_layout *l, const memplan_layout *dl, uint64_t dweights, long context, long batch,
-                        uint64_t budget, mem_spec *o)
+/* A byte count of the estimate's "speculative" object (0 when absent). */
+static uint64_t spec_num(const cJSON *o, const char *key)
 {
-    memplan_costs c, dc;
-    memplan_costs_of(l, &c);
-    *o = (mem_spec){ .snap_per_seq = c.state_bytes_per_seq };
-    if (dl) {
-        memplan_costs_of(dl, &dc);
-        o->draft_per_seq = memplan_add(memplan_seq_reserved_bytes(dl, context), dc.state_bytes_per_seq);
-        o->draft_cache = memplan_mul(o->draft_per_seq, (uint64_t)batch);
-        o->draft_weights = dweights;
-    }
-    o->total = memplan_add(memplan_add(memplan_mul(o->snap_per_seq, (uint64_t)batch), o->draft_cache), o->draft_weights);
-    const uint64_t per = memplan_add(memplan_seq_reserved_bytes(l, context), o->snap_per_seq);
-    o->max_batch = per ? (int64_t)(budget / per) : 0;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
 }
 
 int cli_mem(int argc, char **argv)
@@ -239,19 +215,8 @@ int cli_mem(int argc, char **argv)
     if (page)
         l.page_tokens = (int)page;
     cJSON *r = memplan_estimate_json(&l, context, batch, budget);
-    mem_spec sp = {0};
     if (spec)
-        mem_spec_of(&l, draft ? &dl : NULL, draft_weights, context, batch, budget, &sp);
-    if (spec && json) {
-        cJSON *o = cJSON_AddObjectToObject(r, "speculative");
-        cJSON_AddNumberToObject(o, "rollback_snapshot_bytes_per_seq", (double)sp.snap_per_seq);
-        cJSON_AddNumberToObject(o, "draft_cache_bytes_per_seq", (double)sp.draft_per_seq);
-        cJSON_AddNumberToObject(o, "draft_cache_bytes", (double)sp.draft_cache);
-        cJSON_AddNumberToObject(o, "draft_weight_bytes", (double)sp.draft_weights);
-        cJSON_AddNumberToObject(o, "total_bytes", (double)sp.total);
-        if (budget)
-            cJSON_AddNumberToObject(o, "max_batch", (double)sp.max_batch);
-    }
+        memplan_spec_add_json(r, &l, draft ? &dl : NULL, draft_weights, context, batch, budget);
     if (json) {
         char *s = cJSON_PrintUnformatted(r);
         printf("%s\n", s);
@@ -259,7 +224,6 @@ int cli_mem(int argc, char **argv)
         cJSON_Delete(r);
         return 0;
     }
-    cJSON_Delete(r);
     memplan_costs c;
     memplan_costs_of(&l, &c);
     char b1[64], b2[64], b3[64];
@@ -327,21 +291,26 @@ int cli_mem(int argc, char **argv)
         printf("\n");
     }
     if (spec) {
-        fmt_bytes(b1, sizeof b1, sp.snap_per_seq);
-        fmt_bytes(b2, sizeof b2, memplan_mul(sp.snap_per_seq, (uint64_t)batch));
+        /* the figures of the "speculative" object, as --json prints them */
+        const cJSON *so = cJSON_GetObjectItemCaseSensitive(r, "speculative");
+        const uint64_t snap = spec_num(so, "rollback_snapshot_bytes_per_seq");
+        fmt_bytes(b1, sizeof b1, snap);
+        fmt_bytes(b2, sizeof b2, memplan_mul(snap, (uint64_t)batch));
         printf("speculation:       rollback snapshot %s per speculating sequence, %s for %ld (in the budget)", b1, b2,
                batch);
         if (budget)
-            printf("; the budget holds %lld speculating sequences of %ld tokens", (long long)sp.max_batch, context);
+            printf("; the budget holds %llu speculating sequences of %ld tokens",
+                   (unsigned long long)spec_num(so, "max_batch"), context);
         printf("\n");
         if (draft) {
-            fmt_bytes(b1, sizeof b1, sp.draft_weights);
-            fmt_bytes(b2, sizeof b2, sp.draft_cache);
-            fmt_bytes(b3, sizeof b3, sp.total);
+            fmt_bytes(b1, sizeof b1, spec_num(so, "draft_weight_bytes"));
+            fmt_bytes(b2, sizeof b2, spec_num(so, "draft_cache_bytes"));
+            fmt_bytes(b3, sizeof b3, spec_num(so, "total_bytes"));
             printf("draft model:       %s, weights %s, its own cache %s for %ld draft sequences of %ld tokens "
                    "(with their snapshots; beside the budget); speculation in all %s\n", dl.name, b1, b2, batch,
                    context, b3);
         }
     }
+    cJSON_Delete(r);
     return 0;
 }

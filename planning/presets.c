@@ -448,3 +448,30 @@ int preset_synth_write(const char *name_or_path, const char *path, char *name_ou
         snprintf(name_out, name_cap, "%s", lay.name);
     return 0;
 }
+
+void memplan_spec_add_json(cJSON *r, const memplan_layout *l, const memplan_layout *draft,
+                           uint64_t draft_weight_bytes, int64_t context, int64_t batch, uint64_t budget)
+{
+    memplan_costs c;
+    memplan_costs_of(l, &c);
+    const uint64_t snap = c.state_bytes_per_seq;
+    uint64_t draft_per_seq = 0, draft_cache = 0, draft_weights = 0;
+    if (draft) {
+        memplan_costs dc;
+        memplan_costs_of(draft, &dc);
+        draft_per_seq = memplan_add(memplan_seq_reserved_bytes(draft, context), dc.state_bytes_per_seq);
+        draft_cache = memplan_mul(draft_per_seq, (uint64_t)batch);
+        draft_weights = draft_weight_bytes;
+    }
+    const uint64_t total = memplan_add(memplan_add(memplan_mul(snap, (uint64_t)batch), draft_cache), draft_weights);
+    cJSON *o = cJSON_AddObjectToObject(r, "speculative");
+    cJSON_AddNumberToObject(o, "rollback_snapshot_bytes_per_seq", (double)snap);
+    cJSON_AddNumberToObject(o, "draft_cache_bytes_per_seq", (double)draft_per_seq);
+    cJSON_AddNumberToObject(o, "draft_cache_bytes", (double)draft_cache);
+    cJSON_AddNumberToObject(o, "draft_weight_bytes", (double)draft_weights);
+    cJSON_AddNumberToObject(o, "total_bytes", (double)total);
+    if (budget) {
+        const uint64_t per = memplan_add(memplan_seq_reserved_bytes(l, context), snap);
+        cJSON_AddNumberToObject(o, "max_batch", per ? (double)(budget / per) : 0.0);
+    }
+}

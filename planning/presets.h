@@ -45,4 +45,15 @@ int preset_synth_write(const char *name_or_path, const char *path, char *name_ou
  * the largest batch and context that fit. Caller owns the result. */
 cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t batch, uint64_t budget);
 
+/* Speculation's memory (docs/serving.md 17), added to an estimate r as its
+ * "speculative" object: each speculating sequence of a model with recurrent
+ * layers holds one rollback snapshot (its recurrent state and conv windows)
+ * in the model's budget beside its reservation; a draft model (draft
+ * non-NULL, its weights draft_weight_bytes) adds its weights and its own
+ * cache pool, one draft sequence of the context and its snapshot per
+ * speculating sequence. With budget > 0, "max_batch": the speculating
+ * sequences of the context the budget holds, snapshots included. */
+void memplan_spec_add_json(cJSON *r, const memplan_layout *l, const memplan_layout *draft,
+                           uint64_t draft_weight_bytes, int64_t context, int64_t batch, uint64_t budget);
+
 #endif

@@ -80,6 +80,7 @@ int memest_parse(const char *body, size_t len, const memplan_layout *served, int
         }
     } else if (served) {
         *l = *served;
+        out->served = true;
     } else {
         snprintf(err, errlen, "the model is not loaded yet: name a \"preset\" or give a \"layout\"");
         goto out;
@@ -87,6 +88,7 @@ int memest_parse(const char *body, size_t len, const memplan_layout *served, int
     out->context = preset || layout ? (l->max_context > 0 && l->max_context < 4096 ? l->max_context : 4096)
                                     : served_ctx;
     out->batch = 1;
+    out->speculative = -1;
     int64_t page = 0;
     if (get_count(j, "context", 1, 1e9, "1 to 1e9", &out->context, err, errlen) < 0 ||
         get_count(j, "batch", 1, 1e6, "1 to 1e6", &out->batch, err, errlen) < 0 ||
@@ -116,6 +118,13 @@ int memest_parse(const char *body, size_t len, const memplan_layout *served, int
             snprintf(err, errlen, "\"budget\" must be a byte count or a size like \"24G\"");
             goto out;
         }
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "speculative"))) {
+        if (!cJSON_IsBool(v)) {
+            snprintf(err, errlen, "\"speculative\" must be true or false");
+            goto out;
+        }
+        out->speculative = cJSON_IsTrue(v);
     }
     rc = JSON_OK;
 out:

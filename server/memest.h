@@ -3,7 +3,7 @@
  *
  * Owns: the request's fields and their rules ("preset" or "layout" or the
  * served model, "context", "batch", "kv_dtype", "state_dtype",
- * "page_tokens", "budget"). Does not own: the arithmetic (memplan.c), the
+ * "page_tokens", "budget", "speculative"). Does not own: the arithmetic (memplan.c), the
  * answer's shape (memplan_estimate_json), HTTP (routes.c).
  * Kept apart from the route so tests/fuzz/fuzz_memest.c can drive it.
  * ref: docs/serving.md section 6 (memory planning), README route table.
@@ -11,6 +11,7 @@
 #ifndef HYSERVE_MEMEST_H
 #define HYSERVE_MEMEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,8 @@ typedef struct memest_req {
     int64_t context;            /* tokens per sequence, 1..1e9 */
     int64_t batch;              /* sequences, 1..1e6 */
     uint64_t budget;            /* bytes; 0: none given */
+    bool served;                /* l is the served model's (no "preset" or "layout") */
+    int speculative;            /* "speculative": 1 true, 0 false, -1 not given */
 } memest_req;
 
 /* Reads body[0..len) (len 0: an empty object). served is the loaded

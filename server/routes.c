@@ -400,7 +400,21 @@ static int h_memory_estimate(http_req *hr)
                            sizeof(err));
     if (jrc != JSON_OK)
         return errors_reply(hr, errors_of_json(jrc), err);
-    return http_send_json(hr, 200, memplan_estimate_json(&q.l, q.context, q.batch, q.budget), NULL);
+    cJSON *r = memplan_estimate_json(&q.l, q.context, q.batch, q.budget);
+    /* speculation's share: asked for, or by default when the served model
+     * is estimated and the server speculates; the draft model is the
+     * server's own, so only with the served model */
+    const bool spec = q.speculative >= 0 ? q.speculative == 1
+                                         : q.served && strcmp(srv->cfg->spec_type, "none") != 0;
+    if (r && spec) {
+        memplan_layout dl;
+        engine *draft = q.served ? srv->draft : NULL;
+        if (draft)
+            engine_get_memplan(draft, &dl);
+        memplan_spec_add_json(r, &q.l, draft ? &dl : NULL, draft ? engine_get_info(draft)->weight_bytes : 0,
+                              q.context, q.batch, q.budget);
+    }
+    return http_send_json(hr, 200, r, NULL);
 }
 
 /* GET /v1/memory/presets: the names POST /v1/memory/estimate takes as

@@ -480,6 +480,7 @@ int serve_main(int argc, char **argv)
         log_msg(LOG_ERROR, "hyserve: serve: %s\n", err);
         goto out_engine;
     }
+    srv.draft = sp.draft;
     srv.sched = sched_new(srv.eng, &sp, err, sizeof(err));
     if (!srv.sched || sched_start(srv.sched)) {
         atomic_store(&srv.state, SERVER_FAILED);

@@ -41,7 +41,7 @@ typedef struct server_limits {
 
 #define SERVER_MAX_NAMES 16
 
-/* Owned by serve_main. eng, info, sched and chat_kind are written once
+/* Owned by serve_main. eng, info, sched, draft and chat_kind are written once
  * before state becomes SERVER_READY (release store) and never after, so
  * HTTP threads read them freely once they have seen READY (acquire load). */
 typedef struct server {
@@ -49,6 +49,7 @@ typedef struct server {
     engine *eng;
     const engine_info *info;
     sched *sched;
+    engine *draft;              /* --model-draft's engine (the scheduler runs it), NULL without */
     int chat_kind;              /* enum chat_kind */
     atomic_int state;           /* enum server_state */
     atomic_int n_inflight;      /* generation requests not yet answered or streamed out */

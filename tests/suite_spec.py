@@ -427,6 +427,16 @@ def test_draft(name, srv, self_draft, model=None, draft=None):
               plan.get("rollback_snapshot_bytes_per_seq") == req.get("speculative", {}).get("rollback_snapshot_bytes")
               and plan.get("draft_weight_bytes") == dm.get("weight_bytes") and plan.get("draft_cache_bytes", 0) > 0,
               f"{plan} {req.get('speculative')} {dm}")
+        # the route plans it too: by default for the served model of a speculating server, not when asked not to
+        est = [srv.req("POST", "/v1/memory/estimate", {"context": 1024, "batch": 16, **extra})
+               for extra in ({}, {"speculative": False})]
+        e_sp = json.loads(est[0][2] or "{}").get("speculative", {}) if est[0][0] == 200 else {}
+        check(f"{name}, {what}: POST /v1/memory/estimate plans the same: the snapshot a speculating request holds "
+              f"({e_sp.get('rollback_snapshot_bytes_per_seq')} B), the draft's weights; none with \"speculative\": false",
+              e_sp.get("rollback_snapshot_bytes_per_seq") == req.get("speculative", {}).get("rollback_snapshot_bytes")
+              and e_sp.get("draft_weight_bytes") == dm.get("weight_bytes") and e_sp == plan
+              and est[1][0] == 200 and "speculative" not in json.loads(est[1][2] or "{}"),
+              f"{est[0][:2]} {e_sp} {plan} {est[1][:2]}")
         dst, _, _ = srv.req("DELETE", f"/requests/draft-cancel-{name}")
         rest = list(it)
         c.close()
