@@ -47,7 +47,7 @@ static double quant(double *x, int n, double q)
     return n ? x[(int)(q * (n - 1) + 0.5)] : 0.0;
 }
 
-static int piece_fn(void *ctx, int32_t id, char *buf, size_t cap, int *kind)
+static int piece_fn(const void *ctx, int32_t id, char *buf, size_t cap, int *kind)
 {
     const tokenizer *t = ctx;
     *kind = tok_is_eog(t, id) ? GRAM_TOK_EOG : tok_is_control(t, id) ? GRAM_TOK_OTHER : GRAM_TOK_TEXT;
