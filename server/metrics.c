@@ -310,6 +310,9 @@ static void prom_spec(sbuf *s, const sched_stats *st)
                  (double)st->spec.rollbacks);
     prom_gauge(s, "hyserve_spec_snapshot_bytes", "rollback snapshots held by speculating requests (in the cache pool)",
                (double)st->spec_snapshot_bytes);
+    if (st->spec_type == SCHED_SPEC_MTP)
+        prom_gauge(s, "hyserve_spec_mtp_reserved_bytes", "the MTP block's KV held by speculating requests (its own "
+                   "pool)", (double)st->mtp_reserved_bytes);
     if (st->spec_type == SCHED_SPEC_DRAFT)
         prom_gauge(s, "hyserve_spec_draft_reserved_bytes", "the draft model's cache held by draft sequences and "
                    "their snapshots (its own pool)", (double)st->draft_reserved_bytes);
@@ -968,6 +971,15 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         cJSON_AddNumberToObject(dm, "reserved_bytes", (double)st.draft_reserved_bytes);
         cJSON_AddNumberToObject(dm, "sequences", st.draft_seqs);
         cJSON_AddNumberToObject(dm, "snapshots", st.draft_snaps);
+    }
+    if (st.spec_type == SCHED_SPEC_MTP) {
+        /* the MTP block's KV: a pool of its own beside the model's budget,
+         * and the requests' buffers of trunk hidden rows (heap) */
+        cJSON *mt = cJSON_AddObjectToObject(spec, "mtp");
+        cJSON_AddNumberToObject(mt, "cache_budget_bytes", (double)st.mtp_budget_bytes);
+        cJSON_AddNumberToObject(mt, "reserved_bytes", (double)st.mtp_reserved_bytes);
+        cJSON_AddNumberToObject(mt, "sequences", st.mtp_seqs);
+        cJSON_AddNumberToObject(mt, "hidden_row_bytes", (double)st.mtp_hidden_bytes);
     }
 
     cJSON *arr = with_requests ? cJSON_AddArrayToObject(o, "requests") : NULL;
