@@ -739,6 +739,8 @@ static const char synth_help[] =
     "      --mla-vdim D       MLA value dims per head (default 16)\n"
     "      --mtp N            qwen35/qwen35moe: N MTP (nextn) blocks after the trunk, as llama.cpp's\n"
     "                         converter writes them (nextn_predict_layers N); default 0: none\n"
+    "      --mtp-copy         (tests) the MTP blocks draft a repeat of the last token: eh_proj passes the\n"
+    "                         normed embedding through, attention and FFN outputs are zero (qwen35)\n"
     "      --mtp-own-head     the MTP blocks carry nextn.embed_tokens and nextn.shared_head_head\n"
     "                         (default: absent, the trunk's embedding and LM head serve)\n"
     "      --chat-template chatml  add a ChatML template (needs vocab >= 259)\n"
@@ -793,6 +795,7 @@ int cli_synth(int argc, char **argv)
         INTOPT("--mla-vdim", mla_v, 1, 4096)
         INTOPT("--mtp", n_mtp, 0, 4)
         else if (IS("--mtp-own-head", NULL)) c.mtp_own_head = 1;
+        else if (IS("--mtp-copy", NULL)) c.mtp_copy = 1;
         else if (IS("--preset", NULL)) {
             /* a preset's (or layout JSON's) cache layout with small weights */
             memplan_layout l;

@@ -152,7 +152,7 @@ static uint32_t weight_type(sw *s, const char *name, uint32_t type)
     return t;
 }
 
-enum fill { FILL_PROJ, FILL_NORM, FILL_EMBD, FILL_CONV, FILL_A, FILL_DT };
+enum fill { FILL_PROJ, FILL_NORM, FILL_EMBD, FILL_CONV, FILL_A, FILL_DT, FILL_ZERO, FILL_EYE };
 
 /* Write a tensor of ne = {n0, n1} with values drawn per `how`. */
 static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t type)
@@ -182,6 +182,8 @@ static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t
         case FILL_CONV: v[i] = u * sqrtf(3.0f / (float)n0); break;
         case FILL_A: v[i] = -expf((u + 1.0f) * 0.5f * logf(16.0f)); break; /* -exp(A_log) */
         case FILL_DT: v[i] = -2.0f + u; break;
+        case FILL_ZERO: v[i] = 0.0f; break;
+        case FILL_EYE: v[i] = i % (size_t)n0 == i / (size_t)n0 ? 1.0f : 0.0f; break;  /* out r = in r */
         }
     }
     size_t row_bytes = (size_t)n0 / ggml_block_size(type) * ggml_type_size(type);
@@ -452,6 +454,8 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
         bad = "MTP blocks (--mtp) need --arch qwen35 or qwen35moe";
     else if (!bad && c->mtp_own_head && c->n_mtp == 0)
         bad = "--mtp-own-head needs --mtp N";
+    else if (!bad && c->mtp_copy && (c->n_mtp == 0 || moe_arch(c)))
+        bad = "--mtp-copy needs --mtp N and a dense FFN (--arch qwen35)";
     /* MLA's rows that are not whole blocks (k_b's nope, v_b's latent) fall back to F16 as llama-quantize's */
     if (bad) {
         snprintf(err, errlen, "synth: %s", bad);
@@ -837,6 +841,9 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     for (int il = 0; il < c->n_layer + n_mtp; il++) {
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
         const char kind = il < c->n_layer ? kind_of(c, il) : 'A';
+        /* --mtp-copy: the MTP block passes enorm(E[t]) through (eh_proj [I | 0], its attention and FFN
+         * outputs zero), so its head scores t itself highest: it drafts a repeat of the last token */
+        const bool copy = il >= c->n_layer && c->mtp_copy;
         put(&s, TN("attn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
         put(&s, hyb ? TN("post_attention_norm.weight") : TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
         if (kind == 'M') {
@@ -857,7 +864,7 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
             put(&s, TN("attn_q.weight"), E, c->n_head * (gated ? 2 : 1) * HD, FILL_PROJ, t);
             put(&s, TN("attn_k.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
             put(&s, TN("attn_v.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
-            put(&s, TN("attn_output.weight"), c->n_head * HD, E, FILL_PROJ, t);
+            put(&s, TN("attn_output.weight"), c->n_head * HD, E, copy ? FILL_ZERO : FILL_PROJ, t);
             if (qk_norm) {
                 put(&s, TN("attn_q_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
                 put(&s, TN("attn_k_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
@@ -889,10 +896,10 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
         } else {
             put(&s, TN("ffn_gate.weight"), E, c->n_ff, FILL_PROJ, t);
             put(&s, TN("ffn_up.weight"), E, c->n_ff, FILL_PROJ, t);
-            put(&s, TN("ffn_down.weight"), c->n_ff, E, FILL_PROJ, t);
+            put(&s, TN("ffn_down.weight"), c->n_ff, E, copy ? FILL_ZERO : FILL_PROJ, t);
         }
         if (il >= c->n_layer) {     /* eh_proj: [enorm(e) | hnorm(h)] (2 E) -> E */
-            put(&s, TN("nextn.eh_proj.weight"), 2 * E, E, FILL_PROJ, t);
+            put(&s, TN("nextn.eh_proj.weight"), 2 * E, E, copy ? FILL_EYE : FILL_PROJ, t);
             put(&s, TN("nextn.enorm.weight"), E, 1, FILL_NORM, GGML_F32);
             put(&s, TN("nextn.hnorm.weight"), E, 1, FILL_NORM, GGML_F32);
             put(&s, TN("nextn.shared_head_norm.weight"), E, 1, FILL_NORM, GGML_F32);
