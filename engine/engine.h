@@ -17,7 +17,8 @@
  * thread may read it.
  *
  * Memory: all cache memory (attention KV pages and DeltaNet state slots)
- * comes from one budget in bytes fixed at open. Sequences reserve their
+ * comes from one budget in bytes fixed at open (the MTP block's KV, made
+ * only with engine_params.mtp, has a budget of its own beside it). Sequences reserve their
  * cache up front (engine_seq_reserve) so that a forward step never runs out
  * of memory halfway.
  */
@@ -428,7 +429,7 @@ int engine_forward(engine *e, const engine_batch_item *items, int n_items,
  * it takes a trunk hidden row h (engine_batch_item.hidden, or the previous
  * row's out_hidden when chaining drafts) and the token t after h's
  * position, and gives the MTP's distribution for the token after t
- * (docs/models.md 1.9). The rows are the caller's to keep in step with the
+ * (docs/models.md 1.7). The rows are the caller's to keep in step with the
  * trunk; the MTP's positions are its own rows 0, 1, .. (RoPE sees only
  * their differences, so rows begun mid-sequence after a prefix-cache hit
  * attend as the same rows at their trunk positions would). */

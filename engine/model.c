@@ -554,7 +554,7 @@ static void bind_block(loader *ld, enum arch a, layer *L, int il, uint8_t kind)
  * full-attention block, the arch's FFN and the nextn.* tensors, every
  * shape checked against n_embd and n_vocab. N > 1 (no released file has
  * it): the first block only, said in one line on stderr; the drafts chain
- * it (docs/models.md 1.9). */
+ * it (docs/models.md 1.7). */
 static void bind_mtp(loader *ld, enum arch a)
 {
     model *m = ld->m;

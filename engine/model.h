@@ -108,7 +108,7 @@ enum ffn_kind {
 };
 
 /* The MTP (multi-token prediction, "nextn") block a qwen35 file may carry
- * after its trunk, blk.{n_layer} (docs/models.md 1.9): a full-attention
+ * after its trunk, blk.{n_layer} (docs/models.md 1.7): a full-attention
  * layer plus the model's FFN, run on x = eh_proj([enorm(E[t]) | hnorm(h)])
  * over a KV cache of its own (cache.h: the engine's mtp_kv), then
  * shared_head_norm and an LM head. Owned by the model; the weights stay in

@@ -10,7 +10,7 @@
  * Does not own: the trunk's hidden rows (forward.c writes them into
  * engine_batch_item.hidden), what the rows mean for speculation
  * (runtime/sched_spec.c), the weights (model.c binds them).
- * ref: docs/models.md 1.9; vLLM's qwen3_next_mtp.py (the order of the
+ * ref: docs/models.md 1.7; vLLM's qwen3_next_mtp.py (the order of the
  * concat: embedding half first; the chained rows take o as h).
  */
 #include <stdio.h>

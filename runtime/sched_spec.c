@@ -2,7 +2,8 @@
  * verification in one engine step, rollback.
  *
  * Owns: the draft sources (n-gram / prompt lookup over the prompt and the
- * output, and the client's prediction aligned against the output), the
+ * output, the client's prediction aligned against the output, the draft
+ * model's rounds, and the MTP head's rows and drafts: spec_mtp), the
  * adaptive draft length, the verify item of a decoding sequence (built in
  * one place, spec_item), accepting or rejecting the drafts after the step,
  * and rolling the sequence back to the last accepted token.
@@ -703,7 +704,7 @@ static void mtp_stop(sched *s, sched_req *r)
 }
 
 /* The MTP rows of this step's items, then the drafts. MTP row j takes the
- * trunk's hidden row h_j and token t_{j+1} (docs/models.md 1.9): of an
+ * trunk's hidden row h_j and token t_{j+1} (docs/models.md 1.7): of an
  * item's rows [hpos0, hpos0 + hrows) those are the accepted ones with a
  * known next token, j < tokens known - 1 (a verify step's rejected drafts
  * are past that; its accepted drafts are in, even where a recurrent
