@@ -449,6 +449,10 @@ typedef struct engine_mtp_item {
 int engine_mtp_step(engine *e, const engine_mtp_item *items, int n_items, bool exact, char *err, size_t errlen);
 /* MTP rows cached for seq (-1: not live or MTP not enabled). */
 int engine_mtp_len(const engine *e, int seq);
+/* Make sure seq's MTP KV can hold n_rows in total (its pages reserved
+ * now, as engine_seq_reserve for the trunk). 0, or -1 (MTP budget or n_ctx;
+ * nothing changes then). */
+int engine_mtp_reserve(engine *e, int seq, int n_rows);
 /* Drop seq's MTP rows from n_rows on (n_rows <= engine_mtp_len): the
  * rollback of rejected or chained rows. 0 or -1. */
 int engine_mtp_truncate(engine *e, int seq, int n_rows);

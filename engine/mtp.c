@@ -87,6 +87,13 @@ int engine_mtp_len(const engine *e, int seq)
     return s ? s->n_past : -1;
 }
 
+int engine_mtp_reserve(engine *e, int seq, int n_rows)
+{
+    if (!mtp_of(e, seq) || n_rows < 0)
+        return -1;
+    return cache_reserve(&e->mtp_kv, e->mtp_seq[seq], n_rows);
+}
+
 int engine_mtp_truncate(engine *e, int seq, int n_rows)
 {
     const cache_seq *s = mtp_of(e, seq);

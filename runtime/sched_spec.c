@@ -739,9 +739,17 @@ void spec_mtp(sched *s, int n_items)
             continue;
         }
         int j0 = sp->mbase + have;
-        if (j0 < hpos0 || j0 > hpos0 + hrows) {
+        if (j0 < hpos0 || j0 > hpos0 + hrows || have == 0) {
+            /* (re)starting: room for the request's whole length in the MTP pool, taken now as
+             * the draft model's sequence is (no room: r drafts from its other sources only);
+             * a rollback past whole pages releases them as the trunk's does, and
+             * engine_mtp_step takes them again */
             engine_mtp_truncate(s->e, r->seq, 0);
             sp->mbase = j0 = hpos0;
+            if (engine_mtp_reserve(s->e, r->seq, r->n_prompt + r->max_new - hpos0) != 0) {
+                mtp_stop(s, r);
+                continue;
+            }
         }
         const int j1 = hpos0 + hrows < known - 1 ? hpos0 + hrows : known - 1;
         if (j1 <= j0)
