@@ -525,6 +525,9 @@ int cli_info(int argc, char **argv)
     if (in->n_expert)
         printf("experts:       %d routed, %d per token\n", in->n_expert, in->n_expert_used);
     printf("mlp:           %d\n", in->n_ff);
+    if (in->n_nextn)
+        printf("mtp:           %d block%s after the trunk (nextn_predict_layers); the first drafts for "
+               "--spec-type draft-mtp\n", in->n_nextn, in->n_nextn > 1 ? "s" : "");
     printf("parameters:    %llu (%.2f M)\n", (unsigned long long)in->n_params, in->n_params / 1e6);
     printf("weights:       %llu bytes (%.2f MiB)\n", (unsigned long long)in->weight_bytes,
            in->weight_bytes / 1048576.0);

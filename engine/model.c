@@ -720,6 +720,27 @@ static void drop_file_pages(const weight *w)
         madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* A file's MTP blocks (blk.{n_layer}.. on) when the engine does not run
+ * them: the pages the prefault read are given back, so the process holds
+ * no more than for a file without them. */
+static void drop_mtp_pages(const model *m)
+{
+    char pre[32];
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        bool mtp = false;
+        for (int il = m->n_layer; il < m->n_layer + m->n_nextn && !mtp; il++) {
+            const int n = snprintf(pre, sizeof pre, "blk.%d.", il);
+            mtp = n > 0 && !strncmp(t->name, pre, (size_t)n);
+        }
+        const uintptr_t a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
+        const uintptr_t b = ((uintptr_t)t->data + t->n_bytes) & ~(pg - 1);
+        if (mtp && b > a)
+            madvise((void *)a, b - a, MADV_DONTNEED);
+    }
+}
+
 /* where weight i of ws starts in an arena that holds them in order, each
  * rounded up to 64 bytes; i = n: the bytes of all n */
 /* A phase of the load as engine_progress_fn hears of it: begun with its
@@ -966,6 +987,8 @@ model *model_load(const char *path, const engine_params *p, char *err, size_t er
     pg.read_phase = "reading the weights from the file";
     if (p && p->prefault_weights)
         gguf_prefault(m->gguf, file_read, &pg);
+    if (m->n_nextn > 0 && !m->gguf->data_copy && !(p && p->mtp))
+        drop_mtp_pages(m);
     const bool pack = panels_wanted(), copy = !m->gguf->data_copy && f32_copy_wanted();
     /* room for the list of weights either takes (PROJ_MAX, and the
      * embedding); if even that is short, the weights stay as stored */
