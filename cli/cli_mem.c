@@ -31,6 +31,8 @@ static const char mem_help[] =
     "  --speculative      the sequences speculate: each holds a rollback snapshot of its recurrent state\n"
     "  --model-draft FILE the draft model of --spec-type draft-simple: its weights and its own cache for\n"
     "                     --batch draft sequences of --context tokens (implies --speculative)\n"
+    "  --mtp              -m MODEL's MTP block drafts (--spec-type draft-mtp): its own KV pool, one\n"
+    "                     attention layer for --batch sequences of --context tokens (implies --speculative)\n"
     "  --json             print JSON (the /v1/memory/estimate response, and a \"speculative\" object)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b)
@@ -93,9 +95,10 @@ static int list_presets(void)
     return 0;
 }
 
-/* A GGUF's layout (the weights mapped, not read) and its weight bytes. */
-static int mem_open_layout(const char *path, const char *kvd, memplan_layout *l, uint64_t *weights, char *err,
-                           size_t errlen)
+/* A GGUF's layout (the weights mapped, not read), its weight bytes and
+ * its MTP blocks (nextn_predict_layers; NULL: not asked). */
+static int mem_open_layout(const char *path, const char *kvd, memplan_layout *l, uint64_t *weights, int *n_nextn,
+                           char *err, size_t errlen)
 {
     engine_params p;
     engine_params_default(&p);
@@ -119,6 +122,8 @@ static int mem_open_layout(const char *path, const char *kvd, memplan_layout *l,
     snprintf(l->name, sizeof l->name, "%.*s", (int)bl, base);
     l->max_context = in->n_ctx_train;
     *weights = in->weight_bytes;
+    if (n_nextn)
+        *n_nextn = in->has_mtp ? in->n_nextn : 0;
     engine_close(e);
     return 0;
 }
@@ -133,23 +138,33 @@ typedef struct mem_spec {
     uint64_t draft_per_seq;     /* a draft sequence of the context and its snapshot */
     uint64_t draft_cache;       /* batch of them */
     uint64_t draft_weights;
-    uint64_t total;             /* snapshots + draft cache + draft weights */
+    uint64_t mtp_per_seq;       /* the MTP block's KV of one sequence of the context (its own pool) */
+    uint64_t mtp_cache;         /* batch of them */
+    uint64_t total;             /* snapshots + draft cache + draft weights + MTP cache */
     int64_t max_batch;          /* speculating sequences of the context the budget holds (snapshots in it) */
 } mem_spec;
 
-static void mem_spec_of(const memplan_layout *l, const memplan_layout *dl, uint64_t dweights, long context, long batch,
-                        uint64_t budget, mem_spec *o)
+static void mem_spec_of(const memplan_layout *l, const memplan_layout *dl, uint64_t dweights, bool mtp, long context,
+                        long batch, uint64_t budget, mem_spec *o)
 {
     memplan_costs c, dc;
     memplan_costs_of(l, &c);
     *o = (mem_spec){ .snap_per_seq = c.state_bytes_per_seq };
+    if (mtp) {  /* one attention layer of the model's KV shape, nothing else (engine/mtp.c's cache) */
+        memplan_layout ml = { .n_layers = 1, .attn_layers = 1, .attn_heads = l->attn_heads,
+                              .attn_kv_heads = l->attn_kv_heads, .attn_head_dim = l->attn_head_dim,
+                              .kv_bytes = l->kv_bytes, .state_bytes = l->state_bytes, .page_tokens = l->page_tokens };
+        o->mtp_per_seq = memplan_seq_reserved_bytes(&ml, context);
+        o->mtp_cache = memplan_mul(o->mtp_per_seq, (uint64_t)batch);
+    }
     if (dl) {
         memplan_costs_of(dl, &dc);
         o->draft_per_seq = memplan_add(memplan_seq_reserved_bytes(dl, context), dc.state_bytes_per_seq);
         o->draft_cache = memplan_mul(o->draft_per_seq, (uint64_t)batch);
         o->draft_weights = dweights;
     }
-    o->total = memplan_add(memplan_add(memplan_mul(o->snap_per_seq, (uint64_t)batch), o->draft_cache), o->draft_weights);
+    o->total = memplan_add(memplan_add(memplan_add(memplan_mul(o->snap_per_seq, (uint64_t)batch), o->draft_cache),
+                                       o->draft_weights), o->mtp_cache);
     const uint64_t per = memplan_add(memplan_seq_reserved_bytes(l, context), o->snap_per_seq);
     o->max_batch = per ? (int64_t)(budget / per) : 0;
 }
@@ -157,7 +172,7 @@ static void mem_spec_of(const memplan_layout *l, const memplan_layout *dl, uint6
 int cli_mem(int argc, char **argv)
 {
     const char *preset = NULL, *config = NULL, *model = NULL, *kvd = NULL, *sdt = NULL, *draft = NULL;
-    bool spec = false;
+    bool spec = false, mtp = false;
     long context = 4096, batch = 1, page = 0;
     uint64_t budget = 0;
     int json = 0;
@@ -165,7 +180,7 @@ int cli_mem(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = strcmp(a, "--json") && strcmp(a, "-h") && strcmp(a, "--help") && strcmp(a, "--list") &&
-                     strcmp(a, "--speculative");
+                     strcmp(a, "--speculative") && strcmp(a, "--mtp");
         if (takes && !v) {
             fprintf(stderr, "hyserve: option %s needs a value\n", a);
             return 2;
@@ -181,6 +196,9 @@ int cli_mem(int argc, char **argv)
             return list_presets();
         } else if (!strcmp(a, "--speculative")) {
             spec = true;
+            continue;
+        } else if (!strcmp(a, "--mtp")) {
+            spec = mtp = true;
             continue;
         } else if (!strcmp(a, "--model-draft")) draft = v;
         else if (!strcmp(a, "--preset")) preset = v;
@@ -207,15 +225,24 @@ int cli_mem(int argc, char **argv)
     uint64_t draft_weights = 0;
     if (draft) {
         spec = true;
-        if (mem_open_layout(draft, kvd, &dl, &draft_weights, err, sizeof err) != 0) {
+        if (mem_open_layout(draft, kvd, &dl, &draft_weights, NULL, err, sizeof err) != 0) {
             fprintf(stderr, "hyserve: mem: --model-draft: %s\n", err);
             return 1;
         }
     }
+    if (mtp && !model) {
+        fprintf(stderr, "hyserve: mem: --mtp needs -m MODEL (a file with an MTP block)\n");
+        return 2;
+    }
     if (model) {
         uint64_t w;
-        if (mem_open_layout(model, kvd, &l, &w, err, sizeof err) != 0) {
+        int n_nextn = 0;
+        if (mem_open_layout(model, kvd, &l, &w, &n_nextn, err, sizeof err) != 0) {
             fprintf(stderr, "hyserve: %s\n", err);
+            return 1;
+        }
+        if (mtp && n_nextn == 0) {
+            fprintf(stderr, "hyserve: mem: --mtp: %s has no MTP block (nextn_predict_layers is 0)\n", model);
             return 1;
         }
     } else if (preset_load(preset ? preset : config, &l, err, sizeof err) != 0) {
@@ -241,13 +268,15 @@ int cli_mem(int argc, char **argv)
     cJSON *r = memplan_estimate_json(&l, context, batch, budget);
     mem_spec sp = {0};
     if (spec)
-        mem_spec_of(&l, draft ? &dl : NULL, draft_weights, context, batch, budget, &sp);
+        mem_spec_of(&l, draft ? &dl : NULL, draft_weights, mtp, context, batch, budget, &sp);
     if (spec && json) {
         cJSON *o = cJSON_AddObjectToObject(r, "speculative");
         cJSON_AddNumberToObject(o, "rollback_snapshot_bytes_per_seq", (double)sp.snap_per_seq);
         cJSON_AddNumberToObject(o, "draft_cache_bytes_per_seq", (double)sp.draft_per_seq);
         cJSON_AddNumberToObject(o, "draft_cache_bytes", (double)sp.draft_cache);
         cJSON_AddNumberToObject(o, "draft_weight_bytes", (double)sp.draft_weights);
+        cJSON_AddNumberToObject(o, "mtp_cache_bytes_per_seq", (double)sp.mtp_per_seq);
+        cJSON_AddNumberToObject(o, "mtp_cache_bytes", (double)sp.mtp_cache);
         cJSON_AddNumberToObject(o, "total_bytes", (double)sp.total);
         if (budget)
             cJSON_AddNumberToObject(o, "max_batch", (double)sp.max_batch);
@@ -341,6 +370,13 @@ int cli_mem(int argc, char **argv)
             printf("draft model:       %s, weights %s, its own cache %s for %ld draft sequences of %ld tokens "
                    "(with their snapshots; beside the budget); speculation in all %s\n", dl.name, b1, b2, batch,
                    context, b3);
+        }
+        if (mtp) {
+            fmt_bytes(b1, sizeof b1, sp.mtp_per_seq);
+            fmt_bytes(b2, sizeof b2, sp.mtp_cache);
+            fmt_bytes(b3, sizeof b3, sp.total);
+            printf("MTP drafts:        the MTP block's KV %s per sequence, %s for %ld (its own pool, beside the "
+                   "budget); speculation in all %s\n", b1, b2, batch, b3);
         }
     }
     return 0;

@@ -39,7 +39,8 @@ The evidence for every output is the same request run without speculation
    (drafted > 0, random weights: nearly all rejected, each a rollback), and a tied qwen35 whose MTP drafts
    a repeat of the last token (--mtp-copy), as its trunk tends to do: drafts accepted; logprobs and a JSON constraint
    as without, "speculative": false drafts nothing, /stats' speculative.mtp pool holds rows while a
-   stream runs and none after it is cancelled, /metrics' hyserve_spec_mtp_reserved_bytes;
+   stream runs and none after it is cancelled, /metrics' hyserve_spec_mtp_reserved_bytes, and `hyserve
+   mem --mtp` plans that pool;
  - the options: draft-mtp refused on a model without an MTP block, draft-simple without
    --model-draft and --model-draft beside ngram-simple refused, the draft
    length range-checked.
@@ -520,6 +521,11 @@ def test_mtp(name, srv):
           f"of {mt.get('cache_budget_bytes')} B, {mt.get('sequences')} sequence) and /metrics the gauge",
           mt.get("reserved_bytes", 0) > 0 and mt.get("cache_budget_bytes", 0) > 0 and mt.get("sequences") == 1
           and "hyserve_spec_mtp_reserved_bytes" in prom, json.dumps(mt))
+    r = hs.run([HYSERVE, "mem", "-m", srv.model, "--mtp", "--context", "1024", "--batch", "16", "--json"])
+    plan = json.loads(r.stdout.decode() or "{}").get("speculative", {}) if r.returncode == 0 else {}
+    check(f"{name} mtp: hyserve mem --mtp plans the server's MTP pool ({plan.get('mtp_cache_bytes')} B for 16 "
+          f"sequences of 1024 tokens)", plan.get("mtp_cache_bytes") == mt.get("cache_budget_bytes") > 0,
+          f"{plan} {mt} {r.stderr.decode()[-200:]}")
     check(f"{name} mtp: DELETE ends an MTP-drafted stream ({len(got) + len(rest)} events)",
           dst == 204 and last.get("error_type") == "cancelled", f"{dst} {rest[-1:]}")
     ok, s = quiet(srv)
