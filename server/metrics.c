@@ -671,6 +671,10 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
         cJSON_AddNumberToObject(sp, "verify_steps", (double)q->spec.drafts);
         cJSON_AddNumberToObject(sp, "draft_tokens", (double)q->spec.drafted);
         cJSON_AddNumberToObject(sp, "accepted_tokens", (double)q->spec.accepted);
+        if (in && in->mtp_enabled) {    /* its MTP rows: the MTP pool's, not in the bytes above */
+            cJSON_AddNumberToObject(sp, "mtp_rows", u->mtp_tokens);
+            cJSON_AddNumberToObject(sp, "mtp_reserved_bytes", (double)u->mtp_reserved_bytes);
+        }
     }
     /* the same bytes by layer kind, and what plain MHA would hold */
     cJSON *by = cJSON_AddObjectToObject(o, "cache_by_kind");

@@ -511,7 +511,9 @@ def test_mtp(name, srv):
           f"{b0[:200]} {b1[:200]}")
     # cancel mid-stream: the MTP rows go back with the sequence
     c, it, got = long_stream(srv, prompts[1], f"mtp-cancel-{name}", 30)
-    mt = srv.stats()["speculative"].get("mtp", {})
+    st_run = srv.stats()
+    mt = st_run["speculative"].get("mtp", {})
+    rq = ((st_run.get("requests") or [{}])[0]).get("speculative", {})
     prom = srv.req("GET", "/metrics")[2].decode()
     dst, _, _ = srv.req("DELETE", f"/requests/mtp-cancel-{name}")
     rest = list(it)
@@ -520,7 +522,8 @@ def test_mtp(name, srv):
     check(f"{name} mtp: while a stream runs /stats shows its MTP rows in their own pool ({mt.get('reserved_bytes')} "
           f"of {mt.get('cache_budget_bytes')} B, {mt.get('sequences')} sequence) and /metrics the gauge",
           mt.get("reserved_bytes", 0) > 0 and mt.get("cache_budget_bytes", 0) > 0 and mt.get("sequences") == 1
-          and "hyserve_spec_mtp_reserved_bytes" in prom, json.dumps(mt))
+          and "hyserve_spec_mtp_reserved_bytes" in prom and rq.get("mtp_rows", 0) > 0
+          and rq.get("mtp_reserved_bytes") == mt.get("reserved_bytes"), f"{mt} {rq}")
     r = hs.run([HYSERVE, "mem", "-m", srv.model, "--mtp", "--context", "1024", "--batch", "16", "--json"])
     plan = json.loads(r.stdout.decode() or "{}").get("speculative", {}) if r.returncode == 0 else {}
     check(f"{name} mtp: hyserve mem --mtp plans the server's MTP pool ({plan.get('mtp_cache_bytes')} B for 16 "
