@@ -114,6 +114,9 @@ static bool parse_mla_mode(const char *v, int *out)
     return true;
 }
 
+static bool opt_mtp;            /* logits --mtp: open with the MTP block's cache */
+static bool opt_no_mtp_block;   /* set when the open failed for want of an MTP block */
+
 static engine *open_engine(const char *model, int threads, int ctx, int dnet_mode)
 {
     if (!model) {
@@ -131,10 +134,12 @@ static engine *open_engine(const char *model, int threads, int ctx, int dnet_mod
     p.kv_dtype = opt_kv_dtype;
     p.state_dtype = opt_state_dtype;
     p.huge_weights = opt_huge_weights;
+    p.mtp = opt_mtp;
     char err[512];
     engine *e = engine_open(&p, err, sizeof err);
+    opt_no_mtp_block = !e && opt_mtp && strstr(err, "has no MTP block");
     if (!e)
-        fprintf(stderr, "hyserve: %s\n", err);
+        fprintf(stderr, "hyserve: %s%s\n", opt_no_mtp_block ? "logits: " : "", err);
     else if (engine_get_info(e)->weights_note[0])
         fprintf(stderr, "hyserve: warning: --huge-pages: %s\n", engine_get_info(e)->weights_note);
     return e;
@@ -310,7 +315,7 @@ out:
 /* logits                                                              */
 
 static const char logits_help[] =
-    "usage: hyserve logits -m MODEL --tokens 1,2,3 [--all]\n"
+    "usage: hyserve logits -m MODEL --tokens 1,2,3 [--all] [--mtp]\n"
     "  -m, --model FILE     GGUF model\n"
     "      --tokens LIST    comma-separated token ids\n"
     "  -p, --prompt TEXT    or: tokenize this text\n"
@@ -321,6 +326,9 @@ static const char logits_help[] =
     "      --state-dtype T  f32 | bf16 DeltaNet state between steps (default f32)\n"
     "      --huge-pages     read the weights into 2 MiB pages (default: the file mapping)\n"
     "      --split N        feed the tokens in pieces of N (exercises decode steps)\n"
+    "      --mtp            the MTP block's logits instead (the file must have one): row i from the\n"
+    "                       trunk's normed hidden state at i and token i+1, the MTP's distribution\n"
+    "                       for token i+2; n-1 rows with --all, else the last (needs 2+ tokens)\n"
     "  -t, --threads N      threads\n"
     "Prints {\"tokens\": [...], \"logits\": [[...], ...]} with one row per position.\n";
 
@@ -337,6 +345,7 @@ int cli_logits(int argc, char **argv)
         else if (IS("--tokens", NULL)) { if (!(list = NEXT())) return 2; }
         else if (IS("-p", "--prompt")) { if (!(prompt = NEXT())) return 2; }
         else if (IS("--all", NULL)) all = true;
+        else if (IS("--mtp", NULL)) opt_mtp = true;
         else if (IS("--dnet-mode", NULL)) { if (!(v = NEXT()) || !parse_dnet_mode(v, &mode)) return 2; }
         else if (IS("--mla-mode", NULL)) { if (!(v = NEXT()) || !parse_mla_mode(v, &opt_mla_mode)) return 2; }
         else if (IS("--kv-dtype", NULL)) { if (!(v = NEXT()) || !parse_kv_dtype(v, &opt_kv_dtype)) return 2; }
@@ -352,11 +361,11 @@ int cli_logits(int argc, char **argv)
     }
     engine *e = open_engine(model, (int)threads, 0, mode);
     if (!e)
-        return 1;
+        return opt_no_mtp_block ? 2 : 1;
     const engine_info *info = engine_get_info(e);
     int rc = 1, n = 0, seq = -1;
     int32_t *toks = malloc((size_t)info->n_ctx * sizeof *toks);
-    float *out = NULL;
+    float *out = NULL, *hid = NULL;
     if (!toks)
         goto out;
     if (list) {
@@ -394,9 +403,15 @@ int cli_logits(int argc, char **argv)
         fprintf(stderr, "hyserve: logits: no tokens\n");
         goto out;
     }
+    if (opt_mtp && n < 2) {
+        fprintf(stderr, "hyserve: logits: --mtp needs at least 2 tokens (row i takes tokens i and i+1)\n");
+        rc = 2;
+        goto out;
+    }
     out = malloc((size_t)(all ? n : 1) * (size_t)info->n_vocab * sizeof(float));
+    hid = opt_mtp ? malloc((size_t)n * (size_t)info->n_embd * sizeof(float)) : NULL;
     seq = engine_seq_new(e);
-    if (!out || seq < 0) {
+    if (!out || seq < 0 || (opt_mtp && !hid)) {
         fprintf(stderr, "hyserve: logits: out of memory\n");
         goto out;
     }
@@ -406,18 +421,36 @@ int cli_logits(int argc, char **argv)
         int cnt = n - s0 < step ? n - s0 : step;
         bool last = s0 + cnt == n;
         engine_batch_item it = { .seq = seq, .tokens = toks + s0, .n_tokens = cnt,
-                                 .logits = all ? ENGINE_LOGITS_ALL : last ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE,
-                                 .out = all ? out + (size_t)s0 * info->n_vocab : out };
+                                 .logits = opt_mtp ? ENGINE_LOGITS_NONE
+                                         : all ? ENGINE_LOGITS_ALL : last ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE,
+                                 .out = all ? out + (size_t)s0 * info->n_vocab : out,
+                                 .hidden = hid ? hid + (size_t)s0 * info->n_embd : NULL };
         if (engine_forward(e, &it, 1, err, sizeof err) != 0) {
             fprintf(stderr, "hyserve: logits: %s\n", err);
             goto out;
+        }
+    }
+    if (opt_mtp) {
+        /* MTP row i = (h_i, t_{i+1}), i = 0..n-2: with --all one row per
+         * step (each row's logits), else in pieces of --split, the last
+         * row's logits */
+        const int mstep = all ? 1 : split > 0 ? (int)split : n - 1;
+        for (int s0 = 0; s0 < n - 1; s0 += mstep) {
+            const int cnt = n - 1 - s0 < mstep ? n - 1 - s0 : mstep;
+            const bool last = s0 + cnt == n - 1;
+            engine_mtp_item mi = { .seq = seq, .hidden = hid + (size_t)s0 * info->n_embd, .tokens = toks + s0 + 1,
+                                   .n = cnt, .logits = all ? out + (size_t)s0 * info->n_vocab : last ? out : NULL };
+            if (engine_mtp_step(e, &mi, 1, false, err, sizeof err) != 0) {
+                fprintf(stderr, "hyserve: logits: %s\n", err);
+                goto out;
+            }
         }
     }
     printf("{\"tokens\": [");
     for (int i = 0; i < n; i++)
         printf("%s%d", i ? ", " : "", toks[i]);
     printf("], \"logits\": [");
-    int rows = all ? n : 1;
+    int rows = all ? n - (opt_mtp ? 1 : 0) : 1;
     for (int r = 0; r < rows; r++) {
         printf("%s[", r ? ", " : "");
         const float *row = out + (size_t)r * info->n_vocab;
@@ -432,6 +465,7 @@ out:
     engine_close(e);
     free(toks);
     free(out);
+    free(hid);
     return rc;
 }
 
@@ -491,6 +525,9 @@ int cli_info(int argc, char **argv)
     if (in->n_expert)
         printf("experts:       %d routed, %d per token\n", in->n_expert, in->n_expert_used);
     printf("mlp:           %d\n", in->n_ff);
+    if (in->n_nextn)
+        printf("mtp:           %d block%s after the trunk (nextn_predict_layers); the first drafts for "
+               "--spec-type draft-mtp\n", in->n_nextn, in->n_nextn > 1 ? "s" : "");
     printf("parameters:    %llu (%.2f M)\n", (unsigned long long)in->n_params, in->n_params / 1e6);
     printf("weights:       %llu bytes (%.2f MiB)\n", (unsigned long long)in->weight_bytes,
            in->weight_bytes / 1048576.0);
@@ -703,6 +740,12 @@ static const char synth_help[] =
     "      --mla-nope D       MLA no-RoPE key dims per head (default 16)\n"
     "      --mla-rope D       MLA decoupled RoPE dims (default 8)\n"
     "      --mla-vdim D       MLA value dims per head (default 16)\n"
+    "      --mtp N            qwen35/qwen35moe: N MTP (nextn) blocks after the trunk, as llama.cpp's\n"
+    "                         converter writes them (nextn_predict_layers N); default 0: none\n"
+    "      --mtp-copy         (tests) the MTP blocks draft a repeat of the last token: eh_proj passes the\n"
+    "                         normed embedding through, attention and FFN outputs are zero (qwen35)\n"
+    "      --mtp-own-head     the MTP blocks carry nextn.embed_tokens and nextn.shared_head_head\n"
+    "                         (default: absent, the trunk's embedding and LM head serve)\n"
     "      --chat-template chatml  add a ChatML template (needs vocab >= 259)\n"
     "      --name NAME        general.name\n";
 
@@ -753,6 +796,9 @@ int cli_synth(int argc, char **argv)
         INTOPT("--mla-nope", mla_nope, 1, 4096)
         INTOPT("--mla-rope", mla_rope, 2, 4096)
         INTOPT("--mla-vdim", mla_v, 1, 4096)
+        INTOPT("--mtp", n_mtp, 0, 4)
+        else if (IS("--mtp-own-head", NULL)) c.mtp_own_head = 1;
+        else if (IS("--mtp-copy", NULL)) c.mtp_copy = 1;
         else if (IS("--preset", NULL)) {
             /* a preset's (or layout JSON's) cache layout with small weights */
             memplan_layout l;

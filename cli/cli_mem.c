@@ -31,6 +31,8 @@ static const char mem_help[] =
     "  --speculative      the sequences speculate: each holds a rollback snapshot of its recurrent state\n"
     "  --model-draft FILE the draft model of --spec-type draft-simple: its weights and its own cache for\n"
     "                     --batch draft sequences of --context tokens (implies --speculative)\n"
+    "  --mtp              -m MODEL's MTP block drafts (--spec-type draft-mtp): its own KV pool, one\n"
+    "                     attention layer for --batch sequences of --context tokens (implies --speculative)\n"
     "  --json             print JSON (the /v1/memory/estimate response, and a \"speculative\" object)\n";
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b)
@@ -93,9 +95,10 @@ static int list_presets(void)
     return 0;
 }
 
-/* A GGUF's layout (the weights mapped, not read) and its weight bytes. */
-static int mem_open_layout(const char *path, const char *kvd, memplan_layout *l, uint64_t *weights, char *err,
-                           size_t errlen)
+/* A GGUF's layout (the weights mapped, not read), its weight bytes and
+ * its MTP blocks (nextn_predict_layers; NULL: not asked). */
+static int mem_open_layout(const char *path, const char *kvd, memplan_layout *l, uint64_t *weights, int *n_nextn,
+                           char *err, size_t errlen)
 {
     engine_params p;
     engine_params_default(&p);
@@ -119,6 +122,8 @@ static int mem_open_layout(const char *path, const char *kvd, memplan_layout *l,
     snprintf(l->name, sizeof l->name, "%.*s", (int)bl, base);
     l->max_context = in->n_ctx_train;
     *weights = in->weight_bytes;
+    if (n_nextn)
+        *n_nextn = in->has_mtp ? in->n_nextn : 0;
     engine_close(e);
     return 0;
 }
@@ -133,7 +138,7 @@ static uint64_t spec_num(const cJSON *o, const char *key)
 int cli_mem(int argc, char **argv)
 {
     const char *preset = NULL, *config = NULL, *model = NULL, *kvd = NULL, *sdt = NULL, *draft = NULL;
-    bool spec = false;
+    bool spec = false, mtp = false;
     long context = 4096, batch = 1, page = 0;
     uint64_t budget = 0;
     int json = 0;
@@ -141,7 +146,7 @@ int cli_mem(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = strcmp(a, "--json") && strcmp(a, "-h") && strcmp(a, "--help") && strcmp(a, "--list") &&
-                     strcmp(a, "--speculative");
+                     strcmp(a, "--speculative") && strcmp(a, "--mtp");
         if (takes && !v) {
             fprintf(stderr, "hyserve: option %s needs a value\n", a);
             return 2;
@@ -157,6 +162,9 @@ int cli_mem(int argc, char **argv)
             return list_presets();
         } else if (!strcmp(a, "--speculative")) {
             spec = true;
+            continue;
+        } else if (!strcmp(a, "--mtp")) {
+            spec = mtp = true;
             continue;
         } else if (!strcmp(a, "--model-draft")) draft = v;
         else if (!strcmp(a, "--preset")) preset = v;
@@ -183,15 +191,24 @@ int cli_mem(int argc, char **argv)
     uint64_t draft_weights = 0;
     if (draft) {
         spec = true;
-        if (mem_open_layout(draft, kvd, &dl, &draft_weights, err, sizeof err) != 0) {
+        if (mem_open_layout(draft, kvd, &dl, &draft_weights, NULL, err, sizeof err) != 0) {
             fprintf(stderr, "hyserve: mem: --model-draft: %s\n", err);
             return 1;
         }
     }
+    if (mtp && !model) {
+        fprintf(stderr, "hyserve: mem: --mtp needs -m MODEL (a file with an MTP block)\n");
+        return 2;
+    }
     if (model) {
         uint64_t w;
-        if (mem_open_layout(model, kvd, &l, &w, err, sizeof err) != 0) {
+        int n_nextn = 0;
+        if (mem_open_layout(model, kvd, &l, &w, &n_nextn, err, sizeof err) != 0) {
             fprintf(stderr, "hyserve: %s\n", err);
+            return 1;
+        }
+        if (mtp && n_nextn == 0) {
+            fprintf(stderr, "hyserve: mem: --mtp: %s has no MTP block (nextn_predict_layers is 0)\n", model);
             return 1;
         }
     } else if (preset_load(preset ? preset : config, &l, err, sizeof err) != 0) {
@@ -216,7 +233,7 @@ int cli_mem(int argc, char **argv)
         l.page_tokens = (int)page;
     cJSON *r = memplan_estimate_json(&l, context, batch, budget);
     if (spec)
-        memplan_spec_add_json(r, &l, draft ? &dl : NULL, draft_weights, context, batch, budget);
+        memplan_spec_add_json(r, &l, draft ? &dl : NULL, draft_weights, mtp, context, batch, budget);
     if (json) {
         char *s = cJSON_PrintUnformatted(r);
         printf("%s\n", s);
@@ -309,6 +326,13 @@ int cli_mem(int argc, char **argv)
             printf("draft model:       %s, weights %s, its own cache %s for %ld draft sequences of %ld tokens "
                    "(with their snapshots; beside the budget); speculation in all %s\n", dl.name, b1, b2, batch,
                    context, b3);
+        }
+        if (mtp) {
+            fmt_bytes(b1, sizeof b1, spec_num(so, "mtp_cache_bytes_per_seq"));
+            fmt_bytes(b2, sizeof b2, spec_num(so, "mtp_cache_bytes"));
+            fmt_bytes(b3, sizeof b3, spec_num(so, "total_bytes"));
+            printf("MTP drafts:        the MTP block's KV %s per sequence, %s for %ld (its own pool, beside the "
+                   "budget); speculation in all %s\n", b1, b2, batch, b3);
         }
     }
     cJSON_Delete(r);

@@ -54,6 +54,8 @@ static int scratch_init(engine *e)
     const int m2_inner = m->m2_heads * m->m2_head_dim, m1 = imax(m->m1_inner, m->kda_heads * m->kda_head_dim);
     int max_in = imax(imax(imax(imax(m->n_embd, m->moe_latent), ff), imax(m->n_head * m->head_dim, vd)),
                       imax(imax(m->mla_q_lora, m->mla_kv_lora), imax(imax(mla_o, m2_inner), m1)));
+    if (e->params.mtp)
+        max_in = imax(max_in, 2 * m->n_embd);      /* the MTP's eh_proj reads [enorm(e) | hnorm(h)] */
     s->x = alloc_f(UB * m->n_embd);
     s->xn = alloc_f(UB * m->n_embd);
     s->y = alloc_f(UB * m->n_embd);
@@ -236,6 +238,11 @@ static void fill_info(engine *e)
     in->kv_dtype = e->kv.kv_type == GGML_F16 ? "f16" : e->kv.kv_type == GGML_BF16 ? "bf16" : "f32";
     in->kv_dtype_bytes = (int)e->kv.kv_es;
     in->state_dtype = e->kv.state_type == GGML_BF16 ? "bf16" : "f32";
+    in->n_nextn = m->n_nextn;
+    in->has_mtp = m->has_mtp;
+    in->mtp_enabled = e->mtp_on;
+    in->mtp_bytes_per_token = e->mtp_on ? e->mtp_kv.kv_bytes_per_token : 0;
+    in->mtp_budget_bytes = e->mtp_on ? e->mtp_kv.budget_bytes : 0;
 }
 
 engine *engine_open(const engine_params *p, char *err, size_t errlen)
@@ -263,6 +270,10 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
         goto out_fail;
     }
     const model *m = e->m;
+    if (p->mtp && !m->has_mtp) {
+        snprintf(err, errlen, "%s has no MTP block (nextn_predict_layers is 0)", p->model_path);
+        goto out_fail;
+    }
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
     cache_layout cl = {
         .n_layers = m->n_layer - m->n_mlp, .n_head = m->n_head,   /* mixer layers: what the counterfactuals count */
@@ -297,6 +308,8 @@ engine *engine_open(const engine_params *p, char *err, size_t errlen)
                  (unsigned long long)(m->rec_conv_floats * sizeof(float)));
         goto out_fail;
     }
+    if (p->mtp && mtp_open(e, err, errlen) != 0)
+        goto out_fail;
     fill_info(e);
     /* Release this thread's OpenMP pool (the load's parallel regions made
      * one). The passes may run on another thread (the server's scheduler),
@@ -320,6 +333,7 @@ void engine_close(engine *e)
     if (!e)
         return;
     scratch_deinit(&e->sc);
+    mtp_close(e);
     cache_deinit(&e->kv);       /* also a half-made or never-made cache */
     tok_free(e->tok);
     model_free(e->m);
@@ -366,11 +380,15 @@ const tokenizer *engine_tokenizer(const engine *e)
 
 int engine_seq_new(engine *e)
 {
-    return cache_seq_new(&e->kv);
+    const int seq = cache_seq_new(&e->kv);
+    mtp_seq_new(e, seq);
+    return seq;
 }
 
 void engine_seq_free(engine *e, int seq)
 {
+    if (cache_get_const(&e->kv, seq))
+        mtp_seq_free(e, seq);
     cache_seq_free(&e->kv, seq);
 }
 
@@ -473,6 +491,11 @@ int engine_seq_get_usage(const engine *e, int seq, engine_seq_usage *u)
                               u->rec_conv_bytes;
     u->n_shared_pages = cache_seq_shared_pages(c, seq);
     u->shared_bytes = (uint64_t)u->n_shared_pages * c->page_bytes;
+    if (e->mtp_on && e->mtp_seq[seq] >= 0) {
+        const cache_seq *ms = cache_get_const(&e->mtp_kv, e->mtp_seq[seq]);
+        u->mtp_tokens = ms ? ms->n_past : 0;
+        u->mtp_reserved_bytes = ms ? (uint64_t)ms->n_pages * e->mtp_kv.page_bytes : 0;
+    }
     return 0;
 }
 
@@ -488,6 +511,12 @@ void engine_get_pool_usage(const engine *e, engine_pool_usage *u)
     u->n_snaps = c->n_snaps;
     u->snap_state_bytes = (uint64_t)c->n_snaps * c->state_bytes;
     u->snap_conv_bytes = (uint64_t)c->n_snaps * c->conv_bytes;
+    u->mtp_budget_bytes = e->mtp_on ? e->mtp_kv.budget_bytes : 0;
+    u->mtp_reserved_bytes = e->mtp_on ? e->mtp_kv.reserved_bytes : 0;
+    u->mtp_pages_used = e->mtp_on ? e->mtp_kv.n_pages_used : 0;
+    u->mtp_seqs = 0;
+    for (int i = 0; e->mtp_on && i < e->mtp_kv.max_seqs; i++)
+        u->mtp_seqs += e->mtp_kv.seqs[i].live && e->mtp_kv.seqs[i].n_past > 0;
     engine_get_spares(e, u);
 }
 
@@ -514,7 +543,9 @@ void engine_spare_refill(engine *e)
 
 int engine_seq_fork(engine *e, int src, int n_tokens)
 {
-    return cache_seq_fork(&e->kv, src, n_tokens);
+    const int seq = cache_seq_fork(&e->kv, src, n_tokens);
+    mtp_seq_new(e, seq);        /* an empty MTP KV: the fork's rows begin where it goes on */
+    return seq;
 }
 
 int engine_seq_truncate(engine *e, int seq, int n_tokens, const engine_snap *snap)
@@ -555,7 +586,10 @@ int engine_snap_save(engine *e, int seq, engine_snap *snap)
 
 engine_snap *engine_seq_into_snap(engine *e, int seq)
 {
-    return cache_seq_into_snap(&e->kv, seq);
+    engine_snap *sn = cache_seq_into_snap(&e->kv, seq);
+    if (sn)
+        mtp_seq_free(e, seq);
+    return sn;
 }
 
 int engine_snap_restore(engine *e, int seq, const engine_snap *snap)

@@ -17,7 +17,8 @@
  * thread may read it.
  *
  * Memory: all cache memory (attention KV pages and DeltaNet state slots)
- * comes from one budget in bytes fixed at open. Sequences reserve their
+ * comes from one budget in bytes fixed at open (the MTP block's KV, made
+ * only with engine_params.mtp, has a budget of its own beside it). Sequences reserve their
  * cache up front (engine_seq_reserve) so that a forward step never runs out
  * of memory halfway.
  */
@@ -160,6 +161,9 @@ typedef struct engine_params {
                                    products of one row, not the rows routed to an expert gathered into one */
     bool prefault_weights;      /* read the mapped weights' pages at load (the server: the first request
                                    does not wait on the disk, /ready means ready); off: on first use */
+    bool mtp;                   /* run the file's MTP block (engine_mtp_step): its KV cache is made at open;
+                                   the model must have one (else engine_open fails). Off: a file with an MTP
+                                   block costs nothing more than one without (its weights stay unread) */
     engine_progress_fn progress;        /* NULL, or told how the load goes (below) */
     void *progress_ctx;
 } engine_params;
@@ -218,6 +222,11 @@ typedef struct engine_info {
     const char *kv_dtype;               /* "f32", "f16" or "bf16" */
     int kv_dtype_bytes;                 /* bytes per cached number */
     const char *state_dtype;            /* DeltaNet recurrent state: "f32" or "bf16" */
+    int n_nextn;                        /* the file's MTP blocks (nextn_predict_layers; only the first runs) */
+    bool has_mtp;                       /* an MTP block is loaded: engine_params.mtp may be set */
+    bool mtp_enabled;                   /* opened with engine_params.mtp: engine_mtp_step works */
+    uint64_t mtp_bytes_per_token;       /* the MTP's KV, K and V of its one attention layer (0 unless enabled) */
+    uint64_t mtp_budget_bytes;          /* its own cache budget (beside cache_budget_bytes; 0 unless enabled) */
 } engine_info;
 
 /* Cache held by one sequence, in bytes. reserved counts whole pages,
@@ -231,6 +240,8 @@ typedef struct engine_seq_usage {
     uint64_t total_reserved_bytes;      /* everything this sequence holds */
     int n_shared_pages;                 /* of its pages, those another sequence also holds (prefix cache) */
     uint64_t shared_bytes;              /* their bytes: counted once in the pool, not owned by this sequence */
+    int mtp_tokens;                     /* rows in its MTP KV (engine_mtp_step) */
+    uint64_t mtp_reserved_bytes;        /* the MTP KV's pages (its own pool, not in total_reserved_bytes) */
 } engine_seq_usage;
 
 typedef struct engine_pool_usage {
@@ -246,6 +257,9 @@ typedef struct engine_pool_usage {
     int n_spare_regions;                /* KV page regions the same (engine_spares_start) */
     uint64_t spare_bytes;               /* their mapped bytes */
     uint64_t spare_blocks_taken, spare_regions_taken;   /* spares taken since open */
+    /* the MTP's KV (engine_mtp_step), a cache of its own: 0 unless enabled */
+    uint64_t mtp_budget_bytes, mtp_reserved_bytes;
+    int mtp_pages_used, mtp_seqs;       /* its pages held; sequences holding MTP rows */
 } engine_pool_usage;
 
 engine *engine_open(const engine_params *p, char *err, size_t errlen);
@@ -390,6 +404,9 @@ typedef struct engine_batch_item {
                                    (a non-exact item in the same call takes another pass, a second read of
                                    the weights): set it on every item of a step, decode items too, for one
                                    read; a decode item marked exact gets its bits as if alone. */
+    float *hidden;              /* NULL, or caller-owned [n_tokens][n_embd]: every row's trunk hidden state after
+                                   the final norm (output_norm), the vector the LM head multiplies: what an MTP
+                                   row takes (engine_mtp_step), whatever the logits mode */
     engine_snap *const *snaps;  /* NULL, or n_tokens - 1 snapshots (engine_snap_new; entries may be NULL):
                                    snaps[j] receives the DeltaNet (every recurrent kind's) state and conv
                                    window after j + 1 rows, a checkpoint at every position inside the step,
@@ -404,5 +421,40 @@ typedef struct engine_batch_item {
  * reservation); on error no sequence is modified. */
 int engine_forward(engine *e, const engine_batch_item *items, int n_items,
                    char *err, size_t errlen);
+
+/* ---- MTP: the file's multi-token-prediction block (engine/mtp.c) ----
+ * With engine_params.mtp, every sequence has an MTP KV of its own (one
+ * attention layer's pages, a pool beside the trunk's, empty at
+ * engine_seq_new and engine_seq_fork, freed with the sequence). Row j of
+ * it takes a trunk hidden row h (engine_batch_item.hidden, or the previous
+ * row's out_hidden when chaining drafts) and the token t after h's
+ * position, and gives the MTP's distribution for the token after t
+ * (docs/models.md 1.7). The rows are the caller's to keep in step with the
+ * trunk; the MTP's positions are its own rows 0, 1, .. (RoPE sees only
+ * their differences, so rows begun mid-sequence after a prefix-cache hit
+ * attend as the same rows at their trunk positions would). */
+typedef struct engine_mtp_item {
+    int seq;
+    const float *hidden;        /* [n][n_embd] the h of each row */
+    const int32_t *tokens;      /* [n] each row's next token t */
+    int n;                      /* >= 1 rows appended after the MTP rows cached */
+    float *logits;              /* NULL, or [n_vocab]: the last row's MTP logits */
+    float *out_hidden;          /* NULL, or [n_embd]: the last row's normed output o (the h of a chained row) */
+} engine_mtp_item;
+/* Feed every item's rows (each sequence at most once) in one pass of the
+ * MTP block per ENGINE_UBATCH rows; exact: the rows as one-row steps
+ * compute them (as engine_batch_item.exact). The trunk's state is not
+ * touched. 0, or -1 with a message (MTP not enabled, bad sequence or
+ * token, context or MTP budget full); on error no MTP KV changed. */
+int engine_mtp_step(engine *e, const engine_mtp_item *items, int n_items, bool exact, char *err, size_t errlen);
+/* MTP rows cached for seq (-1: not live or MTP not enabled). */
+int engine_mtp_len(const engine *e, int seq);
+/* Make sure seq's MTP KV can hold n_rows in total (its pages reserved
+ * now, as engine_seq_reserve for the trunk). 0, or -1 (MTP budget or n_ctx;
+ * nothing changes then). */
+int engine_mtp_reserve(engine *e, int seq, int n_rows);
+/* Drop seq's MTP rows from n_rows on (n_rows <= engine_mtp_len): the
+ * rollback of rejected or chained rows. 0 or -1. */
+int engine_mtp_truncate(engine *e, int seq, int n_rows);
 
 #endif

@@ -96,7 +96,29 @@ struct engine {
     fwd_scratch sc;
     int n_threads;          /* threads of the next forward (engine_set_threads) */
     int n_threads_max;      /* threads at open: the scratch is sized for these */
+    /* the MTP block's KV, with engine_params.mtp (mtp.c): one attention
+     * layer, max_seqs sequences, pages from a budget of its own */
+    bool mtp_on;
+    cache mtp_kv;
+    int *mtp_seq;           /* [max_seqs] the MTP sequence of each trunk sequence, -1 none */
+    float *mtp_in;          /* [UB][2 n_embd] [enorm(e) | hnorm(h)] rows of a pass */
 };
+
+/* The cache an attention layer's K/V live in: the MTP block's own, or the trunk's. */
+static inline const cache *layer_kv(const engine *e, const layer *L)
+{
+    return L == &e->m->mtp.blk ? &e->mtp_kv : &e->kv;
+}
+
+/* One layer over the rows of a pass (forward.c's layer loop body): the
+ * trunk's layers and the MTP block. */
+void fwd_layer(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode);
+
+/* mtp.c: the MTP KV's lifecycle beside the trunk's sequences */
+int mtp_open(engine *e, char *err, size_t errlen);
+void mtp_close(engine *e);
+void mtp_seq_new(engine *e, int seq);
+void mtp_seq_free(engine *e, int seq);
 
 /* The blocks of the recurrent kinds that live in files of their own: the
  * layer's normed input s->xn [T][n_embd] to its output s->y, as forward.c's

@@ -56,7 +56,7 @@ static void attn_block(engine *e, const layer *L, const fwd_item *items, int n_i
     /* [T][n_head*2*hd], [T][n_kv*hd], [T][n_kv*hd] */
     matmul_many(3, (float *[]){ s->attn.q, s->attn.k, s->attn.v }, (const weight *[]){ &L->wq, &L->wk, &L->wv },
                 s->xn, T, decode, s->mm);
-    attn_forward(e->m, L, &e->kv, items, n_items, s->attn.q, s->attn.k, s->attn.v, s->mix, s->scores);
+    attn_forward(e->m, L, layer_kv(e, L), items, n_items, s->attn.q, s->attn.k, s->attn.v, s->mix, s->scores);
     matmul(s->y, &L->wo, s->mix, T, decode, s->mm);
 }
 
@@ -276,7 +276,7 @@ static void moe_block(const model *m, const layer *L, fwd_scratch *s, int T, boo
 /* One layer, as the block diagram:
  *   x = x + Mixer(RMSNorm_in(x))      Mixer by kind: attention, MLA, DeltaNet
  *   x = x + FFN(RMSNorm_post(x))      FFN: SwiGLU, or the mixture of experts */
-static void layer_forward(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
+void fwd_layer(engine *e, const layer *L, const fwd_item *items, int n_items, int T, bool decode)
 {
     const model *m = e->m;
     fwd_scratch *s = &e->sc;
@@ -333,7 +333,7 @@ static void layer_forward(engine *e, const layer *L, const fwd_item *items, int 
 /* One pass over T rows; out_rows[r] receives row r's logits when not NULL.
  * decode: every item adds one token (matmul.h). */
 static void forward_pass(engine *e, const fwd_item *items, int n_items, const int32_t *tokens,
-                         float *const *out_rows, int T, bool decode)
+                         float *const *out_rows, float *const *hid_rows, int T, bool decode)
 {
     const model *m = e->m;
     fwd_scratch *s = &e->sc;
@@ -347,8 +347,12 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
                 x[d] *= m->embd_scale;
     }
     for (int il = 0; il < m->n_layer; il++)
-        layer_forward(e, &m->layers[il], items, n_items, T, decode);
+        fwd_layer(e, &m->layers[il], items, n_items, T, decode);
 
+    /* h = RMSNorm_final(x) for the rows asked for it (an MTP's input) */
+    for (int r = 0; r < T; r++)
+        if (hid_rows[r])
+            rmsnorm(hid_rows[r], s->x + (size_t)r * E, m->output_norm, E, m->eps);
     /* logits = LMHead(RMSNorm_final(x)) for the requested rows, in groups */
     int r = 0;
     while (r < T) {
@@ -375,7 +379,7 @@ static void forward_pass(engine *e, const fwd_item *items, int n_items, const in
  * its fwd_item (with the snapshot when it falls in these rows), tokens and
  * logit destinations. */
 static void pass_item(engine *e, const engine_batch_item *it, int off, int take, int T, fwd_item *fi,
-                      int32_t *toks, float **out_rows, uint8_t **ckpt_rows)
+                      int32_t *toks, float **out_rows, float **hid_rows, uint8_t **ckpt_rows)
 {
     const model *m = e->m;
     cache_seq *sq = cache_get(&e->kv, it->seq);
@@ -407,20 +411,21 @@ static void pass_item(engine *e, const engine_batch_item *it, int off, int take,
         else if (it->logits == ENGINE_LOGITS_LAST && ti == it->n_tokens - 1)
             dst = it->out;
         out_rows[T + t] = dst;
+        hid_rows[T + t] = it->hidden ? it->hidden + (size_t)ti * m->n_embd : NULL;
     }
 }
 
 /* One pass, its sequences' lengths advanced after it. An exact pass runs
  * every product on the one-token arithmetic (matmul_set_exact) and is a
  * decode step for the kernels' choices. */
-static void run_pass(engine *e, fwd_item *fi, int n_fi, const int32_t *toks, float *const *out_rows, int T,
-                     bool exact)
+static void run_pass(engine *e, fwd_item *fi, int n_fi, const int32_t *toks, float *const *out_rows,
+                     float *const *hid_rows, int T, bool exact)
 {
     bool decode = true;                 /* every sequence of the pass adds one token */
     for (int i = 0; i < n_fi; i++)
         decode = decode && fi[i].n == 1;
     const bool was = matmul_set_exact(exact);
-    forward_pass(e, fi, n_fi, toks, out_rows, T, decode || exact);
+    forward_pass(e, fi, n_fi, toks, out_rows, hid_rows, T, decode || exact);
     matmul_set_exact(was);
     for (int i = 0; i < n_fi; i++)
         fi[i].s->n_past += fi[i].n;
@@ -433,7 +438,7 @@ static void run_passes(engine *e, const engine_batch_item *items, int n_items, b
     int item = 0, off = 0;
     fwd_item fi[ENGINE_UBATCH];
     int32_t toks[ENGINE_UBATCH];
-    float *out_rows[ENGINE_UBATCH];
+    float *out_rows[ENGINE_UBATCH], *hid_rows[ENGINE_UBATCH];
     uint8_t *ckpt[ENGINE_UBATCH];
     for (;;) {
         int T = 0, n_fi = 0;
@@ -446,7 +451,7 @@ static void run_passes(engine *e, const engine_batch_item *items, int n_items, b
             int take = it->n_tokens - off;
             if (take > ENGINE_UBATCH - T)
                 take = ENGINE_UBATCH - T;
-            pass_item(e, it, off, take, T, &fi[n_fi++], toks, out_rows, ckpt);
+            pass_item(e, it, off, take, T, &fi[n_fi++], toks, out_rows, hid_rows, ckpt);
             T += take;
             off += take;
             if (off == it->n_tokens) {
@@ -456,7 +461,7 @@ static void run_passes(engine *e, const engine_batch_item *items, int n_items, b
         }
         if (n_fi == 0)
             return;
-        run_pass(e, fi, n_fi, toks, out_rows, T, exact);
+        run_pass(e, fi, n_fi, toks, out_rows, hid_rows, T, exact);
     }
 }
 
@@ -476,7 +481,7 @@ static void run_token_rounds(engine *e, const engine_batch_item *items, int n_it
 {
     fwd_item fi[ENGINE_UBATCH];
     int32_t toks[ENGINE_UBATCH];
-    float *out_rows[ENGINE_UBATCH];
+    float *out_rows[ENGINE_UBATCH], *hid_rows[ENGINE_UBATCH];
     uint8_t *ckpt[ENGINE_UBATCH];
     int longest = 0;
     for (int i = 0; i < n_items; i++)
@@ -487,14 +492,14 @@ static void run_token_rounds(engine *e, const engine_batch_item *items, int n_it
         for (int i = 0; i < n_items; i++) {
             if (!items[i].exact || items[i].n_tokens <= q)
                 continue;
-            pass_item(e, &items[i], q, 1, T, &fi[T], toks, out_rows, ckpt);
+            pass_item(e, &items[i], q, 1, T, &fi[T], toks, out_rows, hid_rows, ckpt);
             if (++T == ENGINE_UBATCH) {
-                run_pass(e, fi, T, toks, out_rows, T, true);
+                run_pass(e, fi, T, toks, out_rows, hid_rows, T, true);
                 T = 0;
             }
         }
         if (T > 0)
-            run_pass(e, fi, T, toks, out_rows, T, true);
+            run_pass(e, fi, T, toks, out_rows, hid_rows, T, true);
     }
 }
 

@@ -365,6 +365,12 @@ static void load_hparams(loader *ld, enum arch a)
     hp_f32(ld, "rope.freq_base", &m->rope_theta, a == ARCH_LLAMA ? 10000.0f : 1000000.0f);
     hp_f32(ld, "attention.scale", &m->attn_scale, 0.0f);
 
+    if (n_nextn < 0 || n_nextn >= n_block) {
+        ld_fail(ld, "metadata %s.nextn_predict_layers = %d must be below block_count %d", m->arch, n_nextn,
+                n_block);
+        return;
+    }
+    m->n_nextn = n_nextn;
     m->n_layer = n_block - n_nextn;
     if (m->n_layer <= 0 || m->n_head_kv <= 0 || m->head_dim <= 0 || m->n_ff < 0) {
         ld_fail(ld, "hyperparameters out of range (layers %d, heads %d/%d, head_dim %d, ff %d)",
@@ -467,6 +473,118 @@ void bind_mla(loader *ld, layer *L, int il)
 #undef TN
 }
 
+/* Block il's tensors (blk.{il}.*) as a layer of the given kind: its mixer
+ * and its FFN, the arch's kinds. The trunk's blocks and the MTP block. */
+static void bind_block(loader *ld, enum arch a, layer *L, int il, uint8_t kind)
+{
+    model *m = ld->m;
+    const bool hybrid = a == ARCH_QWEN35 || a == ARCH_QWEN35MOE || a == ARCH_QWEN3NEXT;
+    const int E = m->n_embd, HD = m->head_dim, NV = m->ssm_n_v, DV = m->ssm_d_v;
+    const int NK = m->ssm_n_k, DK = m->ssm_d_k;
+    const char *post_norm_name = hybrid ? "post_attention_norm.weight" : "ffn_norm.weight";
+    char nm[96];
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    L->kind = kind;
+    L->attn_norm = bind_vec(ld, TN("attn_norm.weight"), E);
+    snprintf(nm, sizeof nm, "blk.%d.%s", il, post_norm_name);
+    L->post_norm = bind_vec(ld, nm, E);
+    if (L->kind == ENGINE_LAYER_ATTN) {
+        L->kind_idx = m->n_attn++;
+        bind_w(ld, &L->wq, TN("attn_q.weight"), E, m->n_head * (m->attn_gated ? 2 : 1) * HD);
+        bind_w(ld, &L->wk, TN("attn_k.weight"), E, m->n_head_kv * HD);
+        bind_w(ld, &L->wv, TN("attn_v.weight"), E, m->n_head_kv * HD);
+        bind_w(ld, &L->wo, TN("attn_output.weight"), m->n_head * HD, E);
+        if (m->qk_norm) {
+            L->q_norm = bind_vec(ld, TN("attn_q_norm.weight"), HD);
+            L->k_norm = bind_vec(ld, TN("attn_k_norm.weight"), HD);
+        }
+    } else if (L->kind == ENGINE_LAYER_MLA) {
+        L->kind_idx = m->n_mla++;
+        bind_mla(ld, L, il);
+    } else {
+        L->kind_idx = m->n_dnet++;
+        if (a == ARCH_QWEN3NEXT) {
+            if (gguf_find_tensor(ld->g, TN("attn_qkv.weight")) || !gguf_find_tensor(ld->g, TN("ssm_in.weight"))) {
+                bind_w(ld, &L->wqkv, TN("attn_qkv.weight"), E, m->conv_dim);
+                bind_w(ld, &L->wz, TN("attn_gate.weight"), E, NV * DV);
+            } else {
+                L->legacy_ssm_in = true;
+                bind_w(ld, &L->ssm_in, TN("ssm_in.weight"), E, 2 * NK * DK + 2 * NV * DV);
+            }
+            bind_w(ld, &L->ssm_ba, TN("ssm_ba.weight"), E, 2 * NV);
+        } else {
+            bind_w(ld, &L->wqkv, TN("attn_qkv.weight"), E, m->conv_dim);
+            bind_w(ld, &L->wz, TN("attn_gate.weight"), E, NV * DV);
+            bind_w(ld, &L->wb, TN("ssm_beta.weight"), E, NV);
+            bind_w(ld, &L->wa, TN("ssm_alpha.weight"), E, NV);
+        }
+        L->conv1d_t = bind_vec2(ld, TN("ssm_conv1d.weight"), m->ssm_k, m->conv_dim);
+        transpose_taps(ld, &L->conv1d_t, m->ssm_k, m->conv_dim);
+        L->dt_bias = bind_vec(ld, TN("ssm_dt.bias"), NV);
+        L->ssm_a = bind_vec(ld, TN("ssm_a"), NV);
+        L->ssm_norm = bind_vec(ld, TN("ssm_norm.weight"), DV);
+        bind_w(ld, &L->wout, TN("ssm_out.weight"), NV * DV, E);
+    }
+    L->ffn_norm = L->post_norm;
+    if (arch_moe(a)) {
+        L->ffn = FFN_MOE;
+        bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
+        bind_slabs(ld, &L->gate_exps, &L->up_gate_stride, TN("ffn_gate_exps.weight"), E, m->n_ff_exp, m->n_expert);
+        size_t up_stride = 0;
+        bind_slabs(ld, &L->up_exps, &up_stride, TN("ffn_up_exps.weight"), E, m->n_ff_exp, m->n_expert);
+        bind_slabs(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, E, m->n_expert);
+        if (!ld->failed && up_stride != L->up_gate_stride) {
+            ld_fail(ld, "layer %d: ffn_gate_exps and ffn_up_exps have different types", il);
+            return;
+        }
+        L->shexp_gate = bind_vec(ld, TN("ffn_gate_inp_shexp.weight"), E);
+        bind_w(ld, &L->gate_shexp, TN("ffn_gate_shexp.weight"), E, m->n_ff_shexp);
+        bind_w(ld, &L->up_shexp, TN("ffn_up_shexp.weight"), E, m->n_ff_shexp);
+        bind_w(ld, &L->down_shexp, TN("ffn_down_shexp.weight"), m->n_ff_shexp, E);
+    } else {
+        L->ffn = FFN_SWIGLU;
+        bind_w(ld, &L->ffn_gate, TN("ffn_gate.weight"), E, m->n_ff);
+        bind_w(ld, &L->ffn_up, TN("ffn_up.weight"), E, m->n_ff);
+        bind_w(ld, &L->ffn_down, TN("ffn_down.weight"), m->n_ff, E);
+    }
+#undef TN
+}
+
+/* The MTP block blk.{n_layer} (nextn_predict_layers N > 0): a
+ * full-attention block, the arch's FFN and the nextn.* tensors, every
+ * shape checked against n_embd and n_vocab. N > 1 (no released file has
+ * it): the first block only, said in one line on stderr; the drafts chain
+ * it (docs/models.md 1.7). */
+static void bind_mtp(loader *ld, enum arch a)
+{
+    model *m = ld->m;
+    mtp_block *p = &m->mtp;
+    const int il = m->n_layer, E = m->n_embd;
+    char nm[96];
+#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+    if (m->n_nextn > 1)
+        fprintf(stderr, "hyserve: %s: %s.nextn_predict_layers is %d; using the first MTP block (blk.%d) only\n",
+                ld->path, m->arch, m->n_nextn, il);
+    const int n_attn = m->n_attn, n_dnet = m->n_dnet, n_mla = m->n_mla;
+    bind_block(ld, a, &p->blk, il, ENGINE_LAYER_ATTN);
+    /* the MTP's attention is the only layer of its own cache, not one of the trunk's */
+    m->n_attn = n_attn;
+    m->n_dnet = n_dnet;
+    m->n_mla = n_mla;
+    p->blk.kind_idx = 0;
+    bind_w(ld, &p->eh_proj, TN("nextn.eh_proj.weight"), 2 * E, E);
+    p->enorm = bind_vec(ld, TN("nextn.enorm.weight"), E);
+    p->hnorm = bind_vec(ld, TN("nextn.hnorm.weight"), E);
+    p->head_norm = bind_vec(ld, TN("nextn.shared_head_norm.weight"), E);
+    if (!ld->failed && gguf_find_tensor(ld->g, TN("nextn.embed_tokens.weight")))
+        bind_w(ld, &p->embed, nm, E, m->n_vocab);
+    if (!ld->failed && gguf_find_tensor(ld->g, TN("nextn.shared_head_head.weight")))
+        bind_w(ld, &p->head, nm, E, m->n_vocab);
+#undef TN
+    p->blk.ffn_norm = p->blk.post_norm;
+    m->has_mtp = !ld->failed;
+}
+
 static void bind_tensors(loader *ld, enum arch a)
 {
     model *m = ld->m;
@@ -509,78 +627,10 @@ static void bind_tensors(loader *ld, enum arch a)
     else
         m->output = m->tok_embd;   /* tied */
 
-    const int E = m->n_embd, HD = m->head_dim, NV = m->ssm_n_v, DV = m->ssm_d_v;
-    const int NK = m->ssm_n_k, DK = m->ssm_d_k;
-    const char *post_norm_name = hybrid ? "post_attention_norm.weight" : "ffn_norm.weight";
-    char nm[96];
-#define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
-    for (int il = 0; il < m->n_layer && !ld->failed; il++) {
-        layer *L = &m->layers[il];
-        L->kind = m->kinds[il];
-        L->attn_norm = bind_vec(ld, TN("attn_norm.weight"), E);
-        snprintf(nm, sizeof nm, "blk.%d.%s", il, post_norm_name);
-        L->post_norm = bind_vec(ld, nm, E);
-        if (L->kind == ENGINE_LAYER_ATTN) {
-            L->kind_idx = m->n_attn++;
-            bind_w(ld, &L->wq, TN("attn_q.weight"), E, m->n_head * (m->attn_gated ? 2 : 1) * HD);
-            bind_w(ld, &L->wk, TN("attn_k.weight"), E, m->n_head_kv * HD);
-            bind_w(ld, &L->wv, TN("attn_v.weight"), E, m->n_head_kv * HD);
-            bind_w(ld, &L->wo, TN("attn_output.weight"), m->n_head * HD, E);
-            if (m->qk_norm) {
-                L->q_norm = bind_vec(ld, TN("attn_q_norm.weight"), HD);
-                L->k_norm = bind_vec(ld, TN("attn_k_norm.weight"), HD);
-            }
-        } else if (L->kind == ENGINE_LAYER_MLA) {
-            L->kind_idx = m->n_mla++;
-            bind_mla(ld, L, il);
-        } else {
-            L->kind_idx = m->n_dnet++;
-            if (a == ARCH_QWEN3NEXT) {
-                if (gguf_find_tensor(ld->g, TN("attn_qkv.weight")) || !gguf_find_tensor(ld->g, TN("ssm_in.weight"))) {
-                    bind_w(ld, &L->wqkv, TN("attn_qkv.weight"), E, m->conv_dim);
-                    bind_w(ld, &L->wz, TN("attn_gate.weight"), E, NV * DV);
-                } else {
-                    L->legacy_ssm_in = true;
-                    bind_w(ld, &L->ssm_in, TN("ssm_in.weight"), E, 2 * NK * DK + 2 * NV * DV);
-                }
-                bind_w(ld, &L->ssm_ba, TN("ssm_ba.weight"), E, 2 * NV);
-            } else {
-                bind_w(ld, &L->wqkv, TN("attn_qkv.weight"), E, m->conv_dim);
-                bind_w(ld, &L->wz, TN("attn_gate.weight"), E, NV * DV);
-                bind_w(ld, &L->wb, TN("ssm_beta.weight"), E, NV);
-                bind_w(ld, &L->wa, TN("ssm_alpha.weight"), E, NV);
-            }
-            L->conv1d_t = bind_vec2(ld, TN("ssm_conv1d.weight"), m->ssm_k, m->conv_dim);
-            transpose_taps(ld, &L->conv1d_t, m->ssm_k, m->conv_dim);
-            L->dt_bias = bind_vec(ld, TN("ssm_dt.bias"), NV);
-            L->ssm_a = bind_vec(ld, TN("ssm_a"), NV);
-            L->ssm_norm = bind_vec(ld, TN("ssm_norm.weight"), DV);
-            bind_w(ld, &L->wout, TN("ssm_out.weight"), NV * DV, E);
-        }
-        L->ffn_norm = L->post_norm;
-        if (arch_moe(a)) {
-            L->ffn = FFN_MOE;
-            bind_w(ld, &L->router, TN("ffn_gate_inp.weight"), E, m->n_expert);
-            bind_slabs(ld, &L->gate_exps, &L->up_gate_stride, TN("ffn_gate_exps.weight"), E, m->n_ff_exp, m->n_expert);
-            size_t up_stride = 0;
-            bind_slabs(ld, &L->up_exps, &up_stride, TN("ffn_up_exps.weight"), E, m->n_ff_exp, m->n_expert);
-            bind_slabs(ld, &L->down_exps, &L->down_stride, TN("ffn_down_exps.weight"), m->n_ff_exp, E, m->n_expert);
-            if (!ld->failed && up_stride != L->up_gate_stride) {
-                ld_fail(ld, "layer %d: ffn_gate_exps and ffn_up_exps have different types", il);
-                break;
-            }
-            L->shexp_gate = bind_vec(ld, TN("ffn_gate_inp_shexp.weight"), E);
-            bind_w(ld, &L->gate_shexp, TN("ffn_gate_shexp.weight"), E, m->n_ff_shexp);
-            bind_w(ld, &L->up_shexp, TN("ffn_up_shexp.weight"), E, m->n_ff_shexp);
-            bind_w(ld, &L->down_shexp, TN("ffn_down_shexp.weight"), m->n_ff_shexp, E);
-        } else {
-            L->ffn = FFN_SWIGLU;
-            bind_w(ld, &L->ffn_gate, TN("ffn_gate.weight"), E, m->n_ff);
-            bind_w(ld, &L->ffn_up, TN("ffn_up.weight"), E, m->n_ff);
-            bind_w(ld, &L->ffn_down, TN("ffn_down.weight"), m->n_ff, E);
-        }
-    }
-#undef TN
+    for (int il = 0; il < m->n_layer && !ld->failed; il++)
+        bind_block(ld, a, &m->layers[il], il, m->kinds[il]);
+    if (!ld->failed && m->n_nextn > 0)
+        bind_mtp(ld, a);
     if (ld->failed)
         return;
     model_assign_slots(m);
@@ -668,6 +718,27 @@ static void drop_file_pages(const weight *w)
     const uintptr_t b = ((uintptr_t)w->data + (size_t)w->n_out * w->row_bytes) & ~(pg - 1);
     if (b > a)
         madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* A file's MTP blocks (blk.{n_layer}.. on) when the engine does not run
+ * them: the pages the prefault read are given back, so the process holds
+ * no more than for a file without them. */
+static void drop_mtp_pages(const model *m)
+{
+    char pre[32];
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+        const gguf_tensor *t = &m->gguf->tensors[i];
+        bool mtp = false;
+        for (int il = m->n_layer; il < m->n_layer + m->n_nextn && !mtp; il++) {
+            const int n = snprintf(pre, sizeof pre, "blk.%d.", il);
+            mtp = n > 0 && !strncmp(t->name, pre, (size_t)n);
+        }
+        const uintptr_t a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
+        const uintptr_t b = ((uintptr_t)t->data + t->n_bytes) & ~(pg - 1);
+        if (mtp && b > a)
+            madvise((void *)a, b - a, MADV_DONTNEED);
+    }
 }
 
 /* where weight i of ws starts in an arena that holds them in order, each
@@ -916,6 +987,8 @@ model *model_load(const char *path, const engine_params *p, char *err, size_t er
     pg.read_phase = "reading the weights from the file";
     if (p && p->prefault_weights)
         gguf_prefault(m->gguf, file_read, &pg);
+    if (m->n_nextn > 0 && !m->gguf->data_copy && !(p && p->mtp))
+        drop_mtp_pages(m);
     const bool pack = panels_wanted(), copy = !m->gguf->data_copy && f32_copy_wanted();
     /* room for the list of weights either takes (PROJ_MAX, and the
      * embedding); if even that is short, the weights stay as stored */
@@ -941,8 +1014,8 @@ void model_free(model *m)
     if (m->f32_arena)
         munmap(m->f32_arena, m->f32_arena_bytes);
     if (m->layers) {
-        for (int il = 0; il < m->n_layer; il++) {
-            layer *L = &m->layers[il];
+        for (int il = 0; il <= m->n_layer; il++) {
+            layer *L = il < m->n_layer ? &m->layers[il] : &m->mtp.blk;   /* the MTP block last (zero if none) */
             free(L->attn_norm);
             free(L->post_norm);
             free(L->q_norm);
@@ -962,6 +1035,9 @@ void model_free(model *m)
             free(L->kv_a_norm);
         }
     }
+    free(m->mtp.enorm);
+    free(m->mtp.hnorm);
+    free(m->mtp.head_norm);
     free(m->layers);
     free(m->kinds);
     free(m->output_norm);

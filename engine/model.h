@@ -107,6 +107,22 @@ enum ffn_kind {
     FFN_RELU2,                  /* W_down(relu(W_up x)^2) (Nemotron-H) */
 };
 
+/* The MTP (multi-token prediction, "nextn") block a qwen35 file may carry
+ * after its trunk, blk.{n_layer} (docs/models.md 1.7): a full-attention
+ * layer plus the model's FFN, run on x = eh_proj([enorm(E[t]) | hnorm(h)])
+ * over a KV cache of its own (cache.h: the engine's mtp_kv), then
+ * shared_head_norm and an LM head. Owned by the model; the weights stay in
+ * the file mapping as stored (never packed or copied: a file with MTP that
+ * is not asked to use it costs nothing at run time). */
+typedef struct mtp_block {
+    layer blk;                  /* kind ENGINE_LAYER_ATTN, kind_idx 0 (the only layer of mtp_kv) */
+    weight eh_proj;             /* 2 n_embd -> n_embd, input [enorm(e) | hnorm(h)] */
+    float *enorm, *hnorm;       /* [n_embd] pre_fc_norm_embedding, pre_fc_norm_hidden */
+    float *head_norm;           /* [n_embd] shared_head_norm (the MTP's final norm) */
+    weight embed;               /* nextn.embed_tokens, n_vocab rows of n_embd; data NULL: tok_embd */
+    weight head;                /* nextn.shared_head_head n_embd -> n_vocab; data NULL: the trunk's output */
+} mtp_block;
+
 typedef struct model {
     gguf_ctx *gguf;
     char arch[32];
@@ -151,6 +167,9 @@ typedef struct model {
     size_t rec_conv_floats;     /* and its conv windows, in floats */
     uint8_t *kinds;             /* [n_layer] */
     layer *layers;              /* [n_layer] */
+    int n_nextn;                /* the file's nextn_predict_layers (MTP blocks past the trunk; 0 none) */
+    bool has_mtp;               /* mtp is bound (the first block when n_nextn > 1) */
+    mtp_block mtp;
     weight tok_embd;            /* n_vocab rows of n_embd */
     weight output;              /* LM head (== tok_embd when tied) */
     float *output_norm;         /* [n_embd] */

@@ -450,7 +450,7 @@ int preset_synth_write(const char *name_or_path, const char *path, char *name_ou
 }
 
 void memplan_spec_add_json(cJSON *r, const memplan_layout *l, const memplan_layout *draft,
-                           uint64_t draft_weight_bytes, int64_t context, int64_t batch, uint64_t budget)
+                           uint64_t draft_weight_bytes, bool mtp, int64_t context, int64_t batch, uint64_t budget)
 {
     memplan_costs c;
     memplan_costs_of(l, &c);
@@ -463,12 +463,24 @@ void memplan_spec_add_json(cJSON *r, const memplan_layout *l, const memplan_layo
         draft_cache = memplan_mul(draft_per_seq, (uint64_t)batch);
         draft_weights = draft_weight_bytes;
     }
-    const uint64_t total = memplan_add(memplan_add(memplan_mul(snap, (uint64_t)batch), draft_cache), draft_weights);
+    uint64_t mtp_per_seq = 0, mtp_cache = 0;
+    if (mtp) {  /* one attention layer of the model's KV shape, nothing else (engine/mtp.c's cache) */
+        const memplan_layout ml = { .n_layers = 1, .attn_layers = 1, .attn_heads = l->attn_heads,
+                                    .attn_kv_heads = l->attn_kv_heads, .attn_head_dim = l->attn_head_dim,
+                                    .kv_bytes = l->kv_bytes, .state_bytes = l->state_bytes,
+                                    .page_tokens = l->page_tokens };
+        mtp_per_seq = memplan_seq_reserved_bytes(&ml, context);
+        mtp_cache = memplan_mul(mtp_per_seq, (uint64_t)batch);
+    }
+    const uint64_t total = memplan_add(memplan_add(memplan_add(memplan_mul(snap, (uint64_t)batch), draft_cache),
+                                                   draft_weights), mtp_cache);
     cJSON *o = cJSON_AddObjectToObject(r, "speculative");
     cJSON_AddNumberToObject(o, "rollback_snapshot_bytes_per_seq", (double)snap);
     cJSON_AddNumberToObject(o, "draft_cache_bytes_per_seq", (double)draft_per_seq);
     cJSON_AddNumberToObject(o, "draft_cache_bytes", (double)draft_cache);
     cJSON_AddNumberToObject(o, "draft_weight_bytes", (double)draft_weights);
+    cJSON_AddNumberToObject(o, "mtp_cache_bytes_per_seq", (double)mtp_per_seq);
+    cJSON_AddNumberToObject(o, "mtp_cache_bytes", (double)mtp_cache);
     cJSON_AddNumberToObject(o, "total_bytes", (double)total);
     if (budget) {
         const uint64_t per = memplan_add(memplan_seq_reserved_bytes(l, context), snap);

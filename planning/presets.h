@@ -4,6 +4,7 @@
 #define HYSERVE_PRESETS_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,9 +52,11 @@ cJSON *memplan_estimate_json(const memplan_layout *l, int64_t context, int64_t b
  * in the model's budget beside its reservation; a draft model (draft
  * non-NULL, its weights draft_weight_bytes) adds its weights and its own
  * cache pool, one draft sequence of the context and its snapshot per
- * speculating sequence. With budget > 0, "max_batch": the speculating
- * sequences of the context the budget holds, snapshots included. */
+ * speculating sequence; mtp (--spec-type draft-mtp) the MTP block's KV pool,
+ * one attention layer of the model's KV shape per sequence of the context
+ * (engine/mtp.c). With budget > 0, "max_batch": the speculating sequences of
+ * the context the budget holds, snapshots included. */
 void memplan_spec_add_json(cJSON *r, const memplan_layout *l, const memplan_layout *draft,
-                           uint64_t draft_weight_bytes, int64_t context, int64_t batch, uint64_t budget);
+                           uint64_t draft_weight_bytes, bool mtp, int64_t context, int64_t batch, uint64_t budget);
 
 #endif

@@ -152,7 +152,7 @@ static uint32_t weight_type(sw *s, const char *name, uint32_t type)
     return t;
 }
 
-enum fill { FILL_PROJ, FILL_NORM, FILL_EMBD, FILL_CONV, FILL_A, FILL_DT };
+enum fill { FILL_PROJ, FILL_NORM, FILL_EMBD, FILL_CONV, FILL_A, FILL_DT, FILL_ZERO, FILL_EYE };
 
 /* Write a tensor of ne = {n0, n1} with values drawn per `how`. */
 static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t type)
@@ -182,6 +182,8 @@ static void put(sw *s, const char *name, int n0, int n1, enum fill how, uint32_t
         case FILL_CONV: v[i] = u * sqrtf(3.0f / (float)n0); break;
         case FILL_A: v[i] = -expf((u + 1.0f) * 0.5f * logf(16.0f)); break; /* -exp(A_log) */
         case FILL_DT: v[i] = -2.0f + u; break;
+        case FILL_ZERO: v[i] = 0.0f; break;
+        case FILL_EYE: v[i] = i % (size_t)n0 == i / (size_t)n0 ? 1.0f : 0.0f; break;  /* out r = in r */
         }
     }
     size_t row_bytes = (size_t)n0 / ggml_block_size(type) * ggml_type_size(type);
@@ -446,6 +448,14 @@ static int check_config(const synth_config *c, char *err, size_t errlen)
     if (!bad && (c->mla_kv_lora < 1 || c->mla_nope < 1 || c->mla_rope < 2 || c->mla_rope % 2 ||
                  c->mla_v < 1 || c->mla_q_lora < 0))
         bad = "MLA dims must be positive and the MLA rope dim even";
+    if (!bad && (c->n_mtp < 0 || c->n_mtp > 4 || c->mtp_own_head < 0 || c->mtp_own_head > 1))
+        bad = "mtp blocks must be 0..4";
+    else if (!bad && c->n_mtp > 0 && strcmp(c->arch, "qwen35") && strcmp(c->arch, "qwen35moe"))
+        bad = "MTP blocks (--mtp) need --arch qwen35 or qwen35moe";
+    else if (!bad && c->mtp_own_head && c->n_mtp == 0)
+        bad = "--mtp-own-head needs --mtp N";
+    else if (!bad && c->mtp_copy && (c->n_mtp == 0 || moe_arch(c)))
+        bad = "--mtp-copy needs --mtp N and a dense FFN (--arch qwen35)";
     /* MLA's rows that are not whole blocks (k_b's nope, v_b's latent) fall back to F16 as llama-quantize's */
     if (bad) {
         snprintf(err, errlen, "synth: %s", bad);
@@ -490,7 +500,10 @@ static int ssm_write(sw *s, const char *path, char *err, size_t errlen)
     gguf_w_u32(w, "general.file_type", t == GGML_F32 ? 0 : t == GGML_F16 ? 1 : t == GGML_BF16 ? 32 :
                                        t == GGML_Q8_0 ? 7 : t == GGML_Q4_0 ? 2 : t == GGML_Q4_K ? 15 :
                                        t == GGML_Q5_K ? 17 : 18);
-    gguf_w_u32(w, K("block_count"), (uint32_t)c->n_layer);
+    const int n_mtp = c->n_mtp;         /* 0 unless asked: the file is then as before, byte for byte */
+    gguf_w_u32(w, K("block_count"), (uint32_t)(c->n_layer + n_mtp));
+    if (n_mtp > 0)
+        gguf_w_u32(w, K("nextn_predict_layers"), (uint32_t)n_mtp);
     gguf_w_u32(w, K("context_length"), (uint32_t)c->n_ctx);
     gguf_w_u32(w, K("embedding_length"), (uint32_t)E);
     if (nemo)
@@ -749,7 +762,10 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     gguf_w_u32(w, "general.file_type", t == GGML_F32 ? 0 : t == GGML_F16 ? 1 : t == GGML_BF16 ? 32 :
                                        t == GGML_Q8_0 ? 7 : t == GGML_Q4_0 ? 2 : t == GGML_Q4_K ? 15 :
                                        t == GGML_Q5_K ? 17 : 18);   /* Q4_K_M 15, Q5_K_M 17 */
-    gguf_w_u32(w, K("block_count"), (uint32_t)c->n_layer);
+    const int n_mtp = c->n_mtp;         /* 0 unless asked: the file is then as before, byte for byte */
+    gguf_w_u32(w, K("block_count"), (uint32_t)(c->n_layer + n_mtp));
+    if (n_mtp > 0)
+        gguf_w_u32(w, K("nextn_predict_layers"), (uint32_t)n_mtp);
     gguf_w_u32(w, K("context_length"), (uint32_t)c->n_ctx);
     gguf_w_u32(w, K("embedding_length"), (uint32_t)E);
     gguf_w_u32(w, K("feed_forward_length"), (uint32_t)c->n_ff);
@@ -785,17 +801,19 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
         gguf_w_u32(w, K("ssm.time_step_rank"), (uint32_t)NV);
         gguf_w_u32(w, K("ssm.inner_size"), (uint32_t)(NV * DV));
         if (c->pattern[0]) {
-            uint8_t *rec = malloc((size_t)c->n_layer);
+            /* one entry per block, the MTP blocks' too (attention: 0) */
+            const int n_blk = c->n_layer + n_mtp;
+            uint8_t *rec = malloc((size_t)n_blk);
             if (!rec)
                 goto out;
-            for (int il = 0; il < c->n_layer; il++) {
-                char k = kind_of(c, il);
+            for (int il = 0; il < n_blk; il++) {
+                char k = il < c->n_layer ? kind_of(c, il) : 'A';
                 rec[il] = mla ? (uint8_t)(k == 'A' ? 0 : k == 'L' ? 1 : 2) : (uint8_t)(k == 'L');
             }
             if (mla)    /* our extension key: llama.cpp has no hybrid with MLA and DeltaNet */
-                gguf_w_arr(w, "hyserve.layer_kinds", GGUF_T_U8, rec, (uint64_t)c->n_layer);
+                gguf_w_arr(w, "hyserve.layer_kinds", GGUF_T_U8, rec, (uint64_t)n_blk);
             else
-                gguf_w_arr(w, K("attention.recurrent_layers"), GGUF_T_BOOL, rec, (uint64_t)c->n_layer);
+                gguf_w_arr(w, K("attention.recurrent_layers"), GGUF_T_BOOL, rec, (uint64_t)n_blk);
             free(rec);
         } else {
             gguf_w_u32(w, K("full_attention_interval"), (uint32_t)c->attn_every);
@@ -818,11 +836,17 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
     if (!c->tied)
         put(&s, "output.weight", E, c->n_vocab, FILL_PROJ, t);
     char nm[96];
-    for (int il = 0; il < c->n_layer; il++) {
+    /* the trunk's blocks, then the MTP blocks: each a full-attention block
+     * with the arch's FFN, plus its nextn.* tensors (docs/models.md, MTP) */
+    for (int il = 0; il < c->n_layer + n_mtp; il++) {
 #define TN(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, il), nm)
+        const char kind = il < c->n_layer ? kind_of(c, il) : 'A';
+        /* --mtp-copy: the MTP block passes enorm(E[t]) through (eh_proj [I | 0], its attention and FFN
+         * outputs zero), so its head scores t itself highest: it drafts a repeat of the last token */
+        const bool copy = il >= c->n_layer && c->mtp_copy;
         put(&s, TN("attn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
         put(&s, hyb ? TN("post_attention_norm.weight") : TN("ffn_norm.weight"), E, 1, FILL_NORM, GGML_F32);
-        if (kind_of(c, il) == 'M') {
+        if (kind == 'M') {
             if (c->mla_q_lora) {
                 put(&s, TN("attn_q_a.weight"), E, c->mla_q_lora, FILL_PROJ, t);
                 put(&s, TN("attn_q_a_norm.weight"), c->mla_q_lora, 1, FILL_NORM, GGML_F32);
@@ -836,11 +860,11 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
             put3s(&s, TN("attn_k_b.weight"), c->mla_nope, R, c->n_head, t, sqrtf(3.0f / (float)R));
             put3(&s, TN("attn_v_b.weight"), R, c->mla_v, c->n_head, t);
             put(&s, TN("attn_output.weight"), c->n_head * c->mla_v, E, FILL_PROJ, t);
-        } else if (kind_of(c, il) == 'A') {
+        } else if (kind == 'A') {
             put(&s, TN("attn_q.weight"), E, c->n_head * (gated ? 2 : 1) * HD, FILL_PROJ, t);
             put(&s, TN("attn_k.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
             put(&s, TN("attn_v.weight"), E, c->n_head_kv * HD, FILL_PROJ, t);
-            put(&s, TN("attn_output.weight"), c->n_head * HD, E, FILL_PROJ, t);
+            put(&s, TN("attn_output.weight"), c->n_head * HD, E, copy ? FILL_ZERO : FILL_PROJ, t);
             if (qk_norm) {
                 put(&s, TN("attn_q_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
                 put(&s, TN("attn_k_norm.weight"), HD, 1, FILL_NORM, GGML_F32);
@@ -872,7 +896,17 @@ int synth_write(const synth_config *c, const char *path, char *err, size_t errle
         } else {
             put(&s, TN("ffn_gate.weight"), E, c->n_ff, FILL_PROJ, t);
             put(&s, TN("ffn_up.weight"), E, c->n_ff, FILL_PROJ, t);
-            put(&s, TN("ffn_down.weight"), c->n_ff, E, FILL_PROJ, t);
+            put(&s, TN("ffn_down.weight"), c->n_ff, E, copy ? FILL_ZERO : FILL_PROJ, t);
+        }
+        if (il >= c->n_layer) {     /* eh_proj: [enorm(e) | hnorm(h)] (2 E) -> E */
+            put(&s, TN("nextn.eh_proj.weight"), 2 * E, E, copy ? FILL_EYE : FILL_PROJ, t);
+            put(&s, TN("nextn.enorm.weight"), E, 1, FILL_NORM, GGML_F32);
+            put(&s, TN("nextn.hnorm.weight"), E, 1, FILL_NORM, GGML_F32);
+            put(&s, TN("nextn.shared_head_norm.weight"), E, 1, FILL_NORM, GGML_F32);
+            if (c->mtp_own_head) {
+                put(&s, TN("nextn.embed_tokens.weight"), E, c->n_vocab, FILL_EMBD, t);
+                put(&s, TN("nextn.shared_head_head.weight"), E, c->n_vocab, FILL_PROJ, t);
+            }
         }
 #undef TN
     }

@@ -33,6 +33,12 @@ typedef struct synth_config {
     int mix;                    /* SYNTH_MIX_*: llama-quantize's per-tensor choice on top of dtype */
     float rope_theta;
     int chat_template;          /* 1: write a ChatML template and its special tokens */
+    int n_mtp;                  /* qwen35/qwen35moe: MTP blocks after the trunk (nextn_predict_layers, blk.{n_layer}..:
+                                   an attention layer, the arch's FFN and the nextn.* tensors); 0: none */
+    int mtp_copy;               /* 1 (tests): the MTP blocks draft a repeat of the last token (eh_proj [I | 0],
+                                   attention and FFN outputs zero; dense FFN only) */
+    int mtp_own_head;           /* 1: the MTP blocks carry nextn.embed_tokens and nextn.shared_head_head of
+                                   their own; 0 (as released Qwen3.5 files): absent, the trunk's are used */
     char name[64];
 } synth_config;
 

@@ -272,6 +272,7 @@ void keep_in_store(sched *s, sched_req *r)
 {
     if (!s->prefix || r->seq < 0)
         return;
+    engine_mtp_truncate(s->e, r->seq, 0);      /* the MTP rows are the request's, not the store's */
     prefix_insert(s->prefix, r->salt, r->owner, r->tokens, r->n_fed, r->seq, r->snaps, r->n_snaps);
     r->seq = -1;
     r->n_snaps = 0;

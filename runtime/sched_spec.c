@@ -2,7 +2,8 @@
  * verification in one engine step, rollback.
  *
  * Owns: the draft sources (n-gram / prompt lookup over the prompt and the
- * output, and the client's prediction aligned against the output), the
+ * output, the client's prediction aligned against the output, the draft
+ * model's rounds, and the MTP head's rows and drafts: spec_mtp), the
  * adaptive draft length, the verify item of a decoding sequence (built in
  * one place, spec_item), accepting or rejecting the drafts after the step,
  * and rolling the sequence back to the last accepted token.
@@ -62,7 +63,8 @@ enum { SPEC_GRAMMAR_BYTES = 4096 };
 
 const char *sched_spec_type_name(int type)
 {
-    return type == SCHED_SPEC_NGRAM ? "ngram-simple" : type == SCHED_SPEC_DRAFT ? "draft-simple" : "none";
+    return type == SCHED_SPEC_NGRAM ? "ngram-simple" : type == SCHED_SPEC_DRAFT ? "draft-simple"
+         : type == SCHED_SPEC_MTP ? "draft-mtp" : "none";
 }
 
 /* The verify rows: enough for every sequence to verify a full draft plus
@@ -84,6 +86,22 @@ static void draft_stats(sched *s)
     s->st.draft_seqs = u.n_seqs;
     s->st.draft_snaps = u.n_snaps;
     s->st.draft_n_layer = di->n_layer;
+}
+
+/* The MTP KV's pool into s->st (s->mu held), as draft_stats. */
+static void mtp_stats(sched *s)
+{
+    if (!s->mitems)
+        return;
+    engine_pool_usage u;
+    engine_get_pool_usage(s->e, &u);
+    s->st.mtp_budget_bytes = u.mtp_budget_bytes;
+    s->st.mtp_reserved_bytes = u.mtp_reserved_bytes;
+    s->st.mtp_seqs = u.mtp_seqs;
+    uint64_t hb = 0;
+    for (int i = 0; i < s->n_running; i++)
+        hb += s->running[i]->spec.mhid ? (uint64_t)s->mtp_rows * (uint64_t)engine_get_info(s->e)->n_embd * 4u : 0;
+    s->st.mtp_hidden_bytes = hb;
 }
 
 /* The draft model: its vocabulary must be the target's, id for id (the
@@ -121,6 +139,30 @@ static int draft_init(sched *s, char *err, size_t errlen)
     return 0;
 }
 
+/* The MTP source's buffers: a round's items, logits and chained rows'
+ * hidden states; each request's hidden rows come at admission. */
+static int mtp_init(sched *s, char *err, size_t errlen)
+{
+    const engine_info *in = engine_get_info(s->e);
+    if (!in->mtp_enabled) {
+        snprintf(err, errlen, "--spec-type draft-mtp: %s", in->has_mtp ? "the engine was opened without its MTP block"
+                 : "the model has no MTP block (nextn_predict_layers is 0): use a file with one, or another --spec-type");
+        return -1;
+    }
+    const size_t n = (size_t)s->max_seqs;
+    const int verify = 2 * s->p.spec_n_max + 2;
+    s->mtp_rows = s->p.prefill_chunk > verify ? s->p.prefill_chunk : verify;
+    s->mitems = calloc(n, sizeof *s->mitems);
+    s->mreq = calloc(2 * n, sizeof *s->mreq);
+    s->mlogits = malloc(n * (size_t)s->n_vocab * sizeof(float));
+    s->mout = malloc(n * (size_t)in->n_embd * sizeof(float));
+    if (!s->mitems || !s->mreq || !s->mlogits || !s->mout) {
+        snprintf(err, errlen, "out of memory for the MTP drafts' %zu rows of logits", n);
+        return -1;
+    }
+    return 0;
+}
+
 int spec_init(sched *s, char *err, size_t errlen)
 {
     const size_t nv = (size_t)s->n_vocab;
@@ -138,6 +180,8 @@ int spec_init(sched *s, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory for %zu rows of verify logits", rows);
         return SCHED_ENOMEM;
     }
+    if (s->p.spec_type == SCHED_SPEC_MTP && mtp_init(s, err, errlen) != 0)
+        return SCHED_EINVAL;
     return s->de ? draft_init(s, err, errlen) : 0;
 }
 
@@ -155,7 +199,8 @@ int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, si
         return 0;
     /* "speculative": true adds the server's model source, else n-gram drafts */
     sp->dmodel = s->p.spec_type == SCHED_SPEC_DRAFT && s->de;
-    sp->ngram = (p->speculative > 0 && !sp->dmodel) || s->p.spec_type == SCHED_SPEC_NGRAM;
+    sp->mtp = s->p.spec_type == SCHED_SPEC_MTP && s->mitems;
+    sp->ngram = (p->speculative > 0 && !sp->dmodel && !sp->mtp) || s->p.spec_type == SCHED_SPEC_NGRAM;
     if (p->n_prediction < 0 || p->n_prediction > SCHED_MAX_PREDICTION || (p->n_prediction > 0 && !p->prediction)) {
         snprintf(err, errlen, "a prediction holds 0 to %d tokens", SCHED_MAX_PREDICTION);
         return SCHED_EINVAL;
@@ -176,12 +221,20 @@ int spec_attach(sched *s, sched_req *r, const sched_req_params *p, char *err, si
         memcpy(sp->pred, p->prediction, (size_t)p->n_prediction * sizeof(int32_t));
         sp->n_pred = p->n_prediction;
     }
-    sp->on = sp->ngram || sp->dmodel || sp->n_pred > 0;
+    sp->on = sp->ngram || sp->dmodel || sp->mtp || sp->n_pred > 0;
     return 0;
 }
 
 void spec_admit(sched *s, sched_req *r)
 {
+    sched_spec *sp = &r->spec;
+    if (sp->on && sp->mtp && !sp->mhid) {
+        /* no room for the hidden rows: the request drafts from no MTP */
+        sp->mhid = FAULT_OR(malloc((size_t)s->mtp_rows * (size_t)engine_get_info(s->e)->n_embd * sizeof(float)));
+        sp->mtp = sp->mhid != NULL;
+        sp->mbase = 0;
+        sp->hrows = 0;
+    }
     if (!r->spec.on || !s->spec_rec || r->spec.snap)
         return;
     /* no room for the snapshot: the request decodes without drafts */
@@ -202,7 +255,12 @@ void spec_release(sched *s, sched_req *r)
     r->spec.dsnap = NULL;
     r->spec.dseq = -1;
     r->spec.dwant = false;
+    free(r->spec.mhid);
+    r->spec.mhid = NULL;
+    r->spec.mwant = false;
+    r->spec.hrows = 0;
     draft_stats(s);
+    mtp_stats(s);
 }
 
 /* ---- draft sources ---- */
@@ -333,6 +391,13 @@ void spec_propose(sched *s, sched_req *r, int rc)
         sp->dwant = true;
         sp->dwant_k = k;
         s->dwant[s->n_dwant++] = r;
+        return;
+    }
+    if (n == 0 && sp->mtp) {
+        /* the MTP drafts once its rows have caught up with this step (spec_mtp) */
+        sp->draft_pred = false;
+        sp->mwant = true;
+        sp->mwant_k = k;
         return;
     }
     n = draft_cut(s, r, sp->draft, n);
@@ -498,6 +563,7 @@ void spec_publish(sched *s)
         s->spec_pos[i] = 0;
     }
     draft_stats(s);
+    mtp_stats(s);
 }
 
 /* ---- the draft model (--spec-type draft-simple) ---- */
@@ -625,4 +691,129 @@ void spec_draft_model(sched *s)
         const int kept = draft_cut(s, r, sp->draft, sp->n_draft);
         sp->n_draft = kept >= s->p.spec_n_min ? kept : 0;
     }
+}
+
+/* ---- the MTP block (--spec-type draft-mtp) ---- */
+
+/* r drafts from the MTP no more (its rows released); the trunk goes on. */
+static void mtp_stop(sched *s, sched_req *r)
+{
+    engine_mtp_truncate(s->e, r->seq, 0);
+    r->spec.mtp = false;
+    r->spec.mwant = false;
+}
+
+/* The MTP rows of this step's items, then the drafts. MTP row j takes the
+ * trunk's hidden row h_j and token t_{j+1} (docs/models.md 1.7): of an
+ * item's rows [hpos0, hpos0 + hrows) those are the accepted ones with a
+ * known next token, j < tokens known - 1 (a verify step's rejected drafts
+ * are past that; its accepted drafts are in, even where a recurrent
+ * rollback feeds them again next step: their rows were exact). When the
+ * MTP's rows do not reach this step's (a prefix-cache hit or a fork left
+ * the trunk rows before it uncomputed here), the MTP begins again at this
+ * step's rows: its positions are its own, and RoPE sees only differences.
+ * A request that asked (spec_propose: mwant) and whose MTP now holds every
+ * row up to the last sampled token's gets draft 1 from the last row's
+ * logits, then drafts 2.. from chained rows (h := the previous row's
+ * normed output o, the token just drafted), one engine_mtp_step per
+ * position for all requests at once; the chained rows go back after.
+ * Greedy (argmax) drafts, as the draft model's. */
+void spec_mtp(sched *s, int n_items)
+{
+    if (!s->mitems)
+        return;
+    const size_t nv = (size_t)s->n_vocab, E = (size_t)engine_get_info(s->e)->n_embd;
+    const tokenizer *tk = engine_tokenizer(s->e);
+    char err[256];
+    int n = 0;
+    for (int i = 0; i < n_items; i++) {
+        sched_req *r = s->item_req[i];
+        sched_spec *sp = &r->spec;
+        const int hpos0 = sp->hpos0, hrows = sp->hrows;
+        sp->hrows = 0;
+        if (!sp->mtp || s->rcs[i] != 0 || hrows <= 0 || r->seq < 0)
+            continue;
+        const int known = r->n_prompt + r->n_gen, have = engine_mtp_len(s->e, r->seq);
+        if (have < 0) {
+            sp->mtp = false;
+            continue;
+        }
+        int j0 = sp->mbase + have;
+        if (j0 < hpos0 || j0 > hpos0 + hrows || have == 0) {
+            /* (re)starting: room for the request's whole length in the MTP pool, taken now as
+             * the draft model's sequence is (no room: r drafts from its other sources only);
+             * a rollback past whole pages releases them as the trunk's does, and
+             * engine_mtp_step takes them again */
+            engine_mtp_truncate(s->e, r->seq, 0);
+            sp->mbase = j0 = hpos0;
+            if (engine_mtp_reserve(s->e, r->seq, r->n_prompt + r->max_new - hpos0) != 0) {
+                mtp_stop(s, r);
+                continue;
+            }
+        }
+        const int j1 = hpos0 + hrows < known - 1 ? hpos0 + hrows : known - 1;
+        if (j1 <= j0)
+            continue;
+        const bool want = sp->mwant && j1 == known - 1;
+        s->mitems[n] = (engine_mtp_item){ .seq = r->seq, .hidden = sp->mhid + (size_t)(j0 - hpos0) * E,
+                                          .tokens = r->tokens + j0 + 1, .n = j1 - j0,
+                                          .logits = want ? s->mlogits + (size_t)n * nv : NULL,
+                                          .out_hidden = want ? s->mout + (size_t)n * E : NULL };
+        sp->mkeep = j1 - sp->mbase;
+        s->mreq[n++] = r;
+    }
+    if (n > 0 && engine_mtp_step(s->e, s->mitems, n, false, err, sizeof err) != 0)
+        for (int i = 0; i < n; i++)
+            mtp_stop(s, s->mreq[i]);
+    /* the requests that draft: draft 1 from the last row */
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+        sched_req *r = s->mreq[i];
+        sched_spec *sp = &r->spec;
+        if (!sp->mtp || !s->mitems[i].logits)
+            continue;
+        sp->draft[0] = sampler_argmax(s->mitems[i].logits, s->n_vocab);
+        sp->n_draft = 1;
+        sp->draft_dm = false;
+        memmove(s->mout + (size_t)nd * E, s->mitems[i].out_hidden, E * sizeof(float));
+        s->mreq[nd++] = r;
+    }
+    for (;;) {
+        int m = 0;
+        for (int i = 0; i < nd; i++) {
+            sched_spec *sp = &s->mreq[i]->spec;
+            if (!sp->mtp || sp->n_draft >= sp->mwant_k || tok_is_eog(tk, sp->draft[sp->n_draft - 1]))
+                continue;
+            float *h = s->mout + (size_t)i * E;     /* read before it is written: in place */
+            s->mitems[m] = (engine_mtp_item){ .seq = s->mreq[i]->seq, .hidden = h,
+                                              .tokens = sp->draft + sp->n_draft - 1, .n = 1,
+                                              .logits = s->mlogits + (size_t)m * nv, .out_hidden = h };
+            s->mreq[nd + m] = s->mreq[i];
+            m++;
+        }
+        if (m == 0)
+            break;
+        if (engine_mtp_step(s->e, s->mitems, m, false, err, sizeof err) != 0) {
+            for (int i = 0; i < m; i++)
+                mtp_stop(s, s->mreq[nd + i]);
+            break;
+        }
+        for (int i = 0; i < m; i++) {
+            sched_spec *sp = &s->mreq[nd + i]->spec;
+            sp->draft[sp->n_draft++] = sampler_argmax(s->mlogits + (size_t)i * nv, s->n_vocab);
+        }
+    }
+    for (int i = 0; i < nd; i++) {
+        sched_req *r = s->mreq[i];
+        sched_spec *sp = &r->spec;
+        if (!sp->mtp) {
+            sp->n_draft = 0;
+            continue;
+        }
+        engine_mtp_truncate(s->e, r->seq, sp->mkeep);    /* the chained rows were guesses' */
+        const int kept = draft_cut(s, r, sp->draft, sp->n_draft);
+        sp->n_draft = kept >= s->p.spec_n_min ? kept : 0;
+    }
+    for (int i = 0; i < s->n_running; i++)
+        s->running[i]->spec.mwant = false;      /* asked but not caught up (a fork's first step): next step */
 }

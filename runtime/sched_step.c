@@ -109,6 +109,7 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok, int *n_spec_
         it->snaps = NULL;
         it->tokens = r->tokens + r->n_fed;
         it->out = s->logits + (size_t)r->slot * (size_t)s->n_vocab;
+        it->hidden = NULL;
         if (r->state == RS_DECODE) {
             spec_item(s, r, it, &spec_rows, &spec_off);    /* the accepted tokens, and drafts */
             (*n_decode)++;
@@ -127,6 +128,10 @@ static int build_batch(sched *s, int *n_decode, int *n_prefill_tok, int *n_spec_
             if (!r->prompt_lp)
                 it->logits = k == left ? ENGINE_LOGITS_LAST : ENGINE_LOGITS_NONE;
         }
+        /* the MTP source takes the trunk's hidden rows of every item (spec_mtp) */
+        r->spec.hpos0 = r->n_fed;
+        r->spec.hrows = r->spec.mhid && it->n_tokens <= s->mtp_rows ? it->n_tokens : 0;
+        it->hidden = r->spec.hrows > 0 ? r->spec.mhid : NULL;
         s->item_req[n++] = r;
         any_exact = any_exact || it->exact;
     }
@@ -286,6 +291,7 @@ static void sched_step(sched *s)
 
     if (s->n_dwant > 0)
         spec_draft_model(s);    /* the draft model's rounds, batched over the requests that asked */
+    spec_mtp(s, n);             /* the MTP's rows of this step, and its drafts */
     pthread_mutex_lock(&s->mu);
     s->st.steps_total++;
     s->st.prompt_tokens_total += (uint64_t)n_prefill_tok;

@@ -189,7 +189,8 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         s->p.max_unread_bytes = p->max_unread_bytes;
         s->p.grammar_cache_bytes = p->grammar_cache_bytes;
         s->p.spec_type = p->spec_type == SCHED_SPEC_NGRAM ? SCHED_SPEC_NGRAM
-                         : p->spec_type == SCHED_SPEC_DRAFT && p->draft ? SCHED_SPEC_DRAFT : SCHED_SPEC_NONE;
+                         : p->spec_type == SCHED_SPEC_DRAFT && p->draft ? SCHED_SPEC_DRAFT
+                         : p->spec_type == SCHED_SPEC_MTP ? SCHED_SPEC_MTP : SCHED_SPEC_NONE;
         s->de = s->p.spec_type == SCHED_SPEC_DRAFT ? p->draft : NULL;
         if (p->spec_n_max >= 1)
             s->p.spec_n_max = p->spec_n_max < SCHED_SPEC_MAX ? p->spec_n_max : SCHED_SPEC_MAX;
@@ -303,6 +304,10 @@ void sched_free(sched *s)
     free(s->dreq);
     free(s->ditems);
     free(s->dlogits);
+    free(s->mitems);
+    free(s->mreq);
+    free(s->mlogits);
+    free(s->mout);
     free(s->eog);
     free(s->free_slots);
     free(s->items);

@@ -85,6 +85,8 @@ enum sched_spec_type {
     SCHED_SPEC_NONE = 0,        /* only the drafts a request brings (its prediction) */
     SCHED_SPEC_NGRAM = 1,       /* also n-gram / prompt lookup drafts (llama-server's ngram-simple) */
     SCHED_SPEC_DRAFT = 2,       /* also a draft model's greedy tokens (draft-simple; sched_params.draft) */
+    SCHED_SPEC_MTP = 3,         /* also the model's MTP block's greedy tokens (draft-mtp; the engine opened
+                                   with engine_params.mtp) */
 };
 
 /* Speculation's counts: per request (sched_result, /stats) and in total (sched_stats). */
@@ -333,6 +335,11 @@ typedef struct sched_stats {
     int draft_seqs;                 /* draft sequences live (one per speculating request that drafted) */
     int draft_snaps;                /* their rollback snapshots (a draft model with recurrent layers) */
     int draft_n_layer;
+    /* the MTP block's KV (SCHED_SPEC_MTP; zero without it), its own pool, as of the last step */
+    uint64_t mtp_budget_bytes;      /* the pool's budget */
+    uint64_t mtp_reserved_bytes;    /* pages held by speculating requests' MTP rows */
+    int mtp_seqs;                   /* requests holding MTP rows */
+    uint64_t mtp_hidden_bytes;      /* the running requests' buffers of trunk hidden rows (heap) */
 } sched_stats;
 
 /* Totals over the running requests, as /metrics shows them. */

@@ -52,6 +52,15 @@ typedef struct sched_spec {
     engine_snap *dsnap;         /* a recurrent draft model: the draft sequence's state at dbase (in its pool) */
     int dbase;                  /* the draft sequence's length before its draft tokens were fed */
     int dfed;                   /* draft tokens fed to the draft sequence after dbase */
+    /* the MTP block (SCHED_SPEC_MTP): the MTP KV holds rows for trunk
+     * positions [mbase, mbase + engine_mtp_len) */
+    bool mtp;                   /* drafts from the MTP block where the prediction has none */
+    bool mwant;                 /* spec_propose asked for an MTP draft of mwant_k tokens after this step */
+    int mwant_k;
+    float *mhid;                /* [s->mtp_rows][n_embd] this step's trunk hidden rows (heap, from admission) */
+    int hpos0, hrows;           /* the trunk positions those rows are of: [hpos0, hpos0 + hrows) */
+    int mbase;                  /* the trunk position of the MTP KV's row 0 */
+    int mkeep;                  /* its rows of accepted tokens while drafting (chained rows past it go back) */
 } sched_spec;
 
 enum req_state {
@@ -191,6 +200,11 @@ struct sched {
     engine_batch_item *ditems;  /* [max_seqs] one draft round's items */
     sched_req **dreq;           /* [2 * max_seqs] the drafting requests, then one round's in item order */
     float *dlogits;             /* [max_seqs][n_vocab] the draft rounds' last-position logits */
+    int mtp_rows;               /* SCHED_SPEC_MTP: rows of a request's mhid (its largest item) */
+    engine_mtp_item *mitems;    /* [max_seqs] one MTP round's items */
+    sched_req **mreq;           /* [2 * max_seqs] the MTP's requests this step, then one round's */
+    float *mlogits;             /* [max_seqs][n_vocab] an MTP round's logits */
+    float *mout;                /* [max_seqs][n_embd] each drafting request's last MTP output (a chained row's h) */
 
     /* under mu */
     pthread_mutex_t mu;
@@ -300,6 +314,9 @@ void spec_publish(sched *s);
 /* The draft model's rounds for the requests spec_propose queued this step
  * (after every item's after_item; s->mu not held). */
 void spec_draft_model(sched *s);
+/* After every step (SCHED_SPEC_MTP): the MTP rows of the step's accepted
+ * trunk rows, then the MTP drafts of the requests that asked (sched_spec.c). */
+void spec_mtp(sched *s, int n_items);
 int spec_init(sched *s, char *err, size_t errlen);
 
 #endif

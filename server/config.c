@@ -135,12 +135,14 @@ static const opt_def OPTS[] = {
      "N", "with DeltaNet layers, also snapshot the state every N prompt tokens (default 0: at the end of "
      "the prompt and of the output, and where a prompt left a cached one)"},
     {"spec-type", 0, "HYSERVE_SPEC_TYPE", OPT_STR, OFF(spec_type), SZ(spec_type),
-     "none|ngram-simple|draft-simple",
+"none|ngram-simple|draft-simple|draft-mtp",
      "speculative decoding's server-side drafts: none, ngram-simple (prompt lookup: the tokens that followed "
-     "the latest earlier occurrence of the context's last 4..2 tokens) or draft-simple (a draft model's greedy "
-     "tokens, --model-draft), verified in the sequence's own step; a request's prediction is drafted either way "
+     "the latest earlier occurrence of the context's last 4..2 tokens), draft-simple (a draft model's greedy "
+     "tokens, --model-draft) or draft-mtp (the greedy tokens of the model's own MTP block, the nextn layer "
+     "Qwen3.5 files carry: refused at start for a model without one; its KV is a pool of its own), verified "
+     "in the sequence's own step; a request's prediction is drafted either way "
      "and \"speculative\" turns drafts off, or the server's source (n-gram on a none server) on, per request "
-     "(default none, draft-simple when --model-draft is given; draft-mtp is not built yet)"},
+     "(default none, draft-simple when --model-draft is given)"},
     {"spec-draft-n-max", 0, "HYSERVE_SPEC_DRAFT_N_MAX", OPT_INT, OFF(spec_draft_n_max), 0, "N",
      "draft tokens one verify step takes per sequence at most, 1..64; the length adapts below it per request "
      "(default 16)"},
@@ -615,12 +617,10 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
         snprintf(err, errlen, "--prefix-snapshot-interval %d must be 0 (none) or more", c->prefix_snap_interval);
         return -1;
     }
-    if (!strcmp(c->spec_type, "draft-mtp")) {
-        snprintf(err, errlen, "--spec-type draft-mtp is not built yet: use none, ngram-simple or draft-simple");
-        return -1;
-    }
-    if (strcmp(c->spec_type, "none") && strcmp(c->spec_type, "ngram-simple") && strcmp(c->spec_type, "draft-simple")) {
-        snprintf(err, errlen, "--spec-type must be none, ngram-simple or draft-simple, got '%s'", c->spec_type);
+    if (strcmp(c->spec_type, "none") && strcmp(c->spec_type, "ngram-simple") && strcmp(c->spec_type, "draft-simple") &&
+        strcmp(c->spec_type, "draft-mtp")) {
+        snprintf(err, errlen, "--spec-type must be none, ngram-simple, draft-simple or draft-mtp, got '%s'",
+                 c->spec_type);
         return -1;
     }
     if (c->model_draft[0] && !strcmp(c->spec_type, "none"))

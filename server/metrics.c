@@ -310,6 +310,9 @@ static void prom_spec(sbuf *s, const sched_stats *st)
                  (double)st->spec.rollbacks);
     prom_gauge(s, "hyserve_spec_snapshot_bytes", "rollback snapshots held by speculating requests (in the cache pool)",
                (double)st->spec_snapshot_bytes);
+    if (st->spec_type == SCHED_SPEC_MTP)
+        prom_gauge(s, "hyserve_spec_mtp_reserved_bytes", "the MTP block's KV held by speculating requests (its own "
+                   "pool)", (double)st->mtp_reserved_bytes);
     if (st->spec_type == SCHED_SPEC_DRAFT)
         prom_gauge(s, "hyserve_spec_draft_reserved_bytes", "the draft model's cache held by draft sequences and "
                    "their snapshots (its own pool)", (double)st->draft_reserved_bytes);
@@ -668,6 +671,10 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
         cJSON_AddNumberToObject(sp, "verify_steps", (double)q->spec.drafts);
         cJSON_AddNumberToObject(sp, "draft_tokens", (double)q->spec.drafted);
         cJSON_AddNumberToObject(sp, "accepted_tokens", (double)q->spec.accepted);
+        if (in && in->mtp_enabled) {    /* its MTP rows: the MTP pool's, not in the bytes above */
+            cJSON_AddNumberToObject(sp, "mtp_rows", u->mtp_tokens);
+            cJSON_AddNumberToObject(sp, "mtp_reserved_bytes", (double)u->mtp_reserved_bytes);
+        }
     }
     /* the same bytes by layer kind, and what plain MHA would hold */
     cJSON *by = cJSON_AddObjectToObject(o, "cache_by_kind");
@@ -968,6 +975,15 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
         cJSON_AddNumberToObject(dm, "reserved_bytes", (double)st.draft_reserved_bytes);
         cJSON_AddNumberToObject(dm, "sequences", st.draft_seqs);
         cJSON_AddNumberToObject(dm, "snapshots", st.draft_snaps);
+    }
+    if (st.spec_type == SCHED_SPEC_MTP) {
+        /* the MTP block's KV: a pool of its own beside the model's budget,
+         * and the requests' buffers of trunk hidden rows (heap) */
+        cJSON *mt = cJSON_AddObjectToObject(spec, "mtp");
+        cJSON_AddNumberToObject(mt, "cache_budget_bytes", (double)st.mtp_budget_bytes);
+        cJSON_AddNumberToObject(mt, "reserved_bytes", (double)st.mtp_reserved_bytes);
+        cJSON_AddNumberToObject(mt, "sequences", st.mtp_seqs);
+        cJSON_AddNumberToObject(mt, "hidden_row_bytes", (double)st.mtp_hidden_bytes);
     }
 
     cJSON *arr = with_requests ? cJSON_AddArrayToObject(o, "requests") : NULL;

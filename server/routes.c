@@ -412,7 +412,7 @@ static int h_memory_estimate(http_req *hr)
         if (draft)
             engine_get_memplan(draft, &dl);
         memplan_spec_add_json(r, &q.l, draft ? &dl : NULL, draft ? engine_get_info(draft)->weight_bytes : 0,
-                              q.context, q.batch, q.budget);
+                              q.served && !strcmp(srv->cfg->spec_type, "draft-mtp"), q.context, q.batch, q.budget);
     }
     return http_send_json(hr, 200, r, NULL);
 }

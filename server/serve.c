@@ -429,6 +429,7 @@ int serve_main(int argc, char **argv)
     ep.cache_bytes = cfg.cache_mem;
     ep.huge_weights = cfg.huge_weights;
     ep.prefault_weights = true;
+    ep.mtp = !strcmp(cfg.spec_type, "draft-mtp");   /* the MTP block's KV, made only for its drafts */
     sched_params sp;
     sched_params_default(&sp);
     sp.draft = NULL;
@@ -446,7 +447,8 @@ int serve_main(int argc, char **argv)
         unlink(synth_path);     /* the mapping keeps the data */
     if (!srv.eng) {
         atomic_store(&srv.state, SERVER_FAILED);
-        log_msg(LOG_ERROR, "hyserve: serve: cannot load %s: %s\n", cfg.model, err);
+        log_msg(LOG_ERROR, "hyserve: serve: %s%s: %s\n", ep.mtp && strstr(err, "has no MTP block") ?
+                "--spec-type draft-mtp needs a model with an MTP block; cannot use " : "cannot load ", cfg.model, err);
         goto out_http;
     }
     srv.info = engine_get_info(srv.eng);
@@ -465,7 +467,8 @@ int serve_main(int argc, char **argv)
     sp.prefix_snap_interval = cfg.prefix_snap_interval;
     sp.grammar_cache_bytes = (size_t)cfg.grammar_cache_mem;
     sp.spec_type = !strcmp(cfg.spec_type, "ngram-simple") ? SCHED_SPEC_NGRAM
-                   : !strcmp(cfg.spec_type, "draft-simple") ? SCHED_SPEC_DRAFT : SCHED_SPEC_NONE;
+                   : !strcmp(cfg.spec_type, "draft-simple") ? SCHED_SPEC_DRAFT
+                   : !strcmp(cfg.spec_type, "draft-mtp") ? SCHED_SPEC_MTP : SCHED_SPEC_NONE;
     if (sp.spec_type == SCHED_SPEC_DRAFT && open_draft(&srv, &cfg, &ep, &sp) != 0)
         goto out_engine;
     sp.spec_n_max = cfg.spec_draft_n_max;

@@ -33,7 +33,15 @@ The evidence for every output is the same request run without speculation
    model as its own draft (real text: logprobs, a JSON constraint, a sampled
    seed, 16 sequences); a draft model of another vocabulary refused at start
    in one line;
- - the options: draft-mtp refused as not built yet, draft-simple without
+ - the MTP head (--spec-type draft-mtp): qwen35 (dense FFN, the trunk's LM head) and qwen35moe (experts,
+   an MTP embedding and head of its own) synthesized with one MTP block (hyserve synth --mtp 1), greedy at
+   1 and 16 concurrent sequences with the prefix cache on equal to no speculation with drafts made
+   (drafted > 0, random weights: nearly all rejected, each a rollback), and a tied qwen35 whose MTP drafts
+   a repeat of the last token (--mtp-copy), as its trunk tends to do: drafts accepted; logprobs and a JSON constraint
+   as without, "speculative": false drafts nothing, /stats' speculative.mtp pool holds rows while a
+   stream runs and none after it is cancelled, /metrics' hyserve_spec_mtp_reserved_bytes, and `hyserve
+   mem --mtp` plans that pool;
+ - the options: draft-mtp refused on a model without an MTP block, draft-simple without
    --model-draft and --model-draft beside ngram-simple refused, the draft
    length range-checked.
 Prints "spec: N passed, N failed, N skipped" last.
@@ -77,6 +85,16 @@ DRAFTS = {
               ["--arch", "qwen35", "--layers", "2", "--pattern", "LA", "--seed", "40"]),
     "qwen35": (FAMILIES["qwen35"], ["--arch", "llama", "--layers", "2", "--seed", "41"]),
     "jamba": (FAMILIES["jamba"], ["--arch", "qwen35", "--layers", "2", "--pattern", "LA", "--seed", "42"]),
+}
+# the MTP head (--spec-type draft-mtp): hybrids with one MTP block after the trunk
+MTPS = {
+    "qwen35": ["--arch", "qwen35", "--layers", "4", "--pattern", "LLLA", "--untied", "--seed", "44", "--mtp", "1"],
+    "qwen35moe": ["--arch", "qwen35moe", "--layers", "4", "--pattern", "LLLA", "--experts", "4", "--experts-used",
+                  "2", "--untied", "--seed", "45", "--mtp", "1", "--mtp-own-head"],
+    # tied, so the trunk repeats its last token, and an MTP that drafts a repeat (--mtp-copy): drafts are
+    # accepted, whole and in part (the accepted rows' MTP feed, rollbacks that carry accepted drafts)
+    "qwen35_copy": ["--arch", "qwen35", "--layers", "4", "--pattern", "LLLA", "--seed", "46", "--mtp", "1",
+                    "--mtp-copy"],
 }
 SKIPPED = []
 COMMON = ["--vocab", "300", "--ctx", "1024", "--chat-template", "chatml"]
@@ -131,7 +149,9 @@ def quiet(srv, timeout=10.0):
         if (s["scheduler"]["running"] == 0 and s["scheduler"]["waiting"] == 0 and not s["requests"]
                 and s["pools"]["n_seqs"] == pc.get("entries", 0) and s["speculative"]["rollback_snapshots"] == 0
                 and s["speculative"].get("draft_model", {}).get("sequences", 0) == 0
-                and s["speculative"].get("draft_model", {}).get("reserved_bytes", 0) == 0):
+                and s["speculative"].get("draft_model", {}).get("reserved_bytes", 0) == 0
+                and s["speculative"].get("mtp", {}).get("reserved_bytes", 0) == 0
+                and s["speculative"].get("mtp", {}).get("sequences", 0) == 0):
             return True, s
         time.sleep(0.05)
     return False, s
@@ -378,27 +398,47 @@ def test_family(name, srv):
     check(f"{name}: then nothing held but the prefix store's entries", ok, json.dumps(s and s["pools"])[:300])
 
 
+def long_stream(srv, prompt, rid, n_events):
+    """Start a 900-token stream with id rid and read n_events of it: (connection, event iterator, events read)."""
+    c = srv.conn(30)
+    c.request("POST", "/generate_stream", body=json.dumps({"inputs": prompt, "parameters": {
+        "max_new_tokens": 900, "ignore_eos": True}}).encode(),
+        headers={"X-Request-Id": rid, "Content-Type": "application/json"})
+    it = hs.sse_events(c.getresponse())
+    return c, it, [e for _, e in zip(range(n_events), it)]
+
+
+def source_runs(srv, label, prompts):
+    """The runs a server-side draft source is judged by: the prompts greedy without speculation (None when
+    they fail, said), the first alone with the server's drafts, then all at once; (base, alone, its
+    speculative details, the indices differing at once, drafted, accepted, rollbacks, /stats speculative)."""
+    base = [gen_ids(srv, p, 40, speculative=False) for p in prompts]
+    if not check(f"{label}: 16 greedy requests without speculation answer", all(b[0] == 200 for b in base),
+                 str([b[0] for b in base])):
+        return None
+    r1 = gen_ids(srv, prompts[0], 40)
+    sp = (r1[3] or {}).get("speculative", {}) if r1[0] == 200 else {}
+    s0 = srv.stats()["speculative"]
+    bad = concurrent_differ(srv, prompts, base, 40)
+    s1 = srv.stats()["speculative"]
+    return (base, r1, sp, bad, s1["draft_tokens_total"] - s0["draft_tokens_total"],
+            s1["accepted_tokens_total"] - s0["accepted_tokens_total"], s1["rollbacks_total"] - s0["rollbacks_total"],
+            s1)
+
+
 def test_draft(name, srv, self_draft, model=None, draft=None):
     """Greedy with the draft model equal to no speculation, 1 and 16 sequences; the target as its own draft
     accepts every draft."""
     what = "the model itself as draft" if self_draft else "a 2-layer draft model"
     prompts = [f"{name} draft {i}: " + "uvw xyz " * (1 + i % 4) + str(i) for i in range(16)]
-    base = [gen_ids(srv, p, 40, speculative=False) for p in prompts]
-    if not check(f"{name}, {what}: 16 greedy requests without speculation answer", all(b[0] == 200 for b in base),
-                 str([b[0] for b in base])):
+    runs = source_runs(srv, f"{name}, {what}", prompts)
+    if not runs:
         return
-    r1 = gen_ids(srv, prompts[0], 40)
-    sp = (r1[3] or {}).get("speculative", {}) if r1[0] == 200 else {}
+    base, r1, sp, bad, drafted, acc, rb, s1 = runs
     check(f"{name}, {what}: one sequence: the tokens of no speculation ({sp.get('accepted_tokens')} of "
           f"{sp.get('draft_tokens')} drafts accepted)",
           r1[2] == base[0][2] and sp.get("draft_tokens", 0) > 0
           and (not self_draft or sp.get("accepted_tokens") == sp.get("draft_tokens")), f"{r1[2]} {base[0][2]} {sp}")
-    s0 = srv.stats()["speculative"]
-    bad = concurrent_differ(srv, prompts, base, 40)
-    s1 = srv.stats()["speculative"]
-    drafted = s1["draft_tokens_total"] - s0["draft_tokens_total"]
-    acc = s1["accepted_tokens_total"] - s0["accepted_tokens_total"]
-    rb = s1["rollbacks_total"] - s0["rollbacks_total"]
     check(f"{name}, {what}: 16 sequences at once, prefix cache on: each equal to no speculation ({acc} of {drafted} "
           f"drafts accepted, {rb} rollbacks)",
           not bad and drafted > 0 and (acc == drafted if self_draft else rb > 0), f"differ: {bad} {s1}")
@@ -408,13 +448,7 @@ def test_draft(name, srv, self_draft, model=None, draft=None):
           json.dumps(s1))
     if not self_draft:
         # cancel mid-stream: both sequences (the model's and the draft model's) go back
-        c = srv.conn(30)
-        c.request("POST", "/generate_stream", body=json.dumps({"inputs": prompts[1], "parameters": {
-            "max_new_tokens": 900, "ignore_eos": True}}).encode(),
-            headers={"X-Request-Id": f"draft-cancel-{name}", "Content-Type": "application/json"})
-        r = c.getresponse()
-        it = hs.sse_events(r)
-        got = [e for _, e in zip(range(3), it)]
+        c, it, got = long_stream(srv, prompts[1], f"draft-cancel-{name}", 3)
         st = srv.stats()
         held = st["speculative"].get("draft_model", {}).get("sequences", 0)
         req = (st.get("requests") or [{}])[0]
@@ -446,6 +480,69 @@ def test_draft(name, srv, self_draft, model=None, draft=None):
               f"{dst} {held} {rest[-1:]}")
     ok, s = quiet(srv)
     check(f"{name}, {what}: then nothing held but the prefix store's entries, no draft sequence or snapshot",
+          ok, json.dumps(s and (s["pools"], s["speculative"]))[:400])
+
+
+def test_mtp(name, srv):
+    """--spec-type draft-mtp: greedy equal to no speculation at 1 and 16 sequences with drafts made; logprobs,
+    a JSON constraint, "speculative": false and a cancel; the MTP pool in /stats and /metrics."""
+    prompts = [f"{name} mtp {i}: " + "pqr stu " * (1 + i % 4) + str(i) for i in range(16)]
+    runs = source_runs(srv, f"{name} mtp", prompts)
+    if not runs:
+        return
+    base, r1, sp, bad, drafted, acc, rb, s1 = runs
+    check(f"{name} mtp: speculative false reports no drafts", "speculative" not in (base[0][3] or {}),
+          json.dumps(base[0][3])[:300])
+    check(f"{name} mtp: one sequence: the tokens of no speculation ({sp.get('accepted_tokens')} of "
+          f"{sp.get('draft_tokens')} MTP drafts accepted in {sp.get('verify_steps')} verify steps)",
+          r1[2] == base[0][2] and sp.get("draft_tokens", 0) > 0, f"{r1[2]} {base[0][2]} {sp}")
+    check(f"{name} mtp: 16 sequences at once, prefix cache on: each equal to no speculation ({acc} of {drafted} "
+          f"drafts accepted, {rb} rollbacks)", not bad and drafted > 0 and s1["type"] == "draft-mtp"
+          and (acc > 0 if name.endswith("_copy") else True),
+          f"differ: {bad} {s1}")
+    # logprobs of the accepted tokens, from the verifying distribution
+    st, j0, b0 = completion(srv, prompts[3], 32, speculative=False, logprobs=3)
+    st1, j1, b1 = completion(srv, prompts[3], 32, logprobs=3)
+    u1 = j1["usage"].get("speculative", {}) if st1 == 200 else {}
+    ok = st == 200 and st1 == 200 and j1["choices"][0]["text"] == j0["choices"][0]["text"]
+    if ok:
+        l0, l1 = j0["choices"][0]["logprobs"], j1["choices"][0]["logprobs"]
+        ok = (l0["tokens"] == l1["tokens"]
+              and all(abs(a - b) < 1e-3 for a, b in zip(l0["token_logprobs"], l1["token_logprobs"]))
+              and [sorted(d) for d in l0["top_logprobs"]] == [sorted(d) for d in l1["top_logprobs"]])
+    check(f"{name} mtp: logprobs (and top 3) under MTP drafts equal those without ({u1.get('draft_tokens')} drafts)",
+          ok and u1.get("draft_tokens", 0) > 0, f"{b0[:200]} {b1[:300]}")
+    body = {"messages": [{"role": "user", "content": "A JSON object."}], "max_tokens": 40, "temperature": 0,
+            "response_format": {"type": "json_object"}}
+    st, _, g0, b0 = srv.jreq("POST", "/v1/chat/completions", dict(body, speculative=False))
+    st1, _, g1, b1 = srv.jreq("POST", "/v1/chat/completions", body)
+    check(f"{name} mtp: a json_object constraint (drafts checked against the grammar first): the same content",
+          st == 200 and st1 == 200 and g0["choices"][0]["message"]["content"] == g1["choices"][0]["message"]["content"],
+          f"{b0[:200]} {b1[:200]}")
+    # cancel mid-stream: the MTP rows go back with the sequence
+    c, it, got = long_stream(srv, prompts[1], f"mtp-cancel-{name}", 30)
+    st_run = srv.stats()
+    mt = st_run["speculative"].get("mtp", {})
+    rq = ((st_run.get("requests") or [{}])[0]).get("speculative", {})
+    prom = srv.req("GET", "/metrics")[2].decode()
+    dst, _, _ = srv.req("DELETE", f"/requests/mtp-cancel-{name}")
+    rest = list(it)
+    c.close()
+    last = json.loads(rest[-1][1]) if rest else {}
+    check(f"{name} mtp: while a stream runs /stats shows its MTP rows in their own pool ({mt.get('reserved_bytes')} "
+          f"of {mt.get('cache_budget_bytes')} B, {mt.get('sequences')} sequence) and /metrics the gauge",
+          mt.get("reserved_bytes", 0) > 0 and mt.get("cache_budget_bytes", 0) > 0 and mt.get("sequences") == 1
+          and "hyserve_spec_mtp_reserved_bytes" in prom and rq.get("mtp_rows", 0) > 0
+          and rq.get("mtp_reserved_bytes") == mt.get("reserved_bytes"), f"{mt} {rq}")
+    r = hs.run([HYSERVE, "mem", "-m", srv.model, "--mtp", "--context", "1024", "--batch", "16", "--json"])
+    plan = json.loads(r.stdout.decode() or "{}").get("speculative", {}) if r.returncode == 0 else {}
+    check(f"{name} mtp: hyserve mem --mtp plans the server's MTP pool ({plan.get('mtp_cache_bytes')} B for 16 "
+          f"sequences of 1024 tokens)", plan.get("mtp_cache_bytes") == mt.get("cache_budget_bytes") > 0,
+          f"{plan} {mt} {r.stderr.decode()[-200:]}")
+    check(f"{name} mtp: DELETE ends an MTP-drafted stream ({len(got) + len(rest)} events)",
+          dst == 204 and last.get("error_type") == "cancelled", f"{dst} {rest[-1:]}")
+    ok, s = quiet(srv)
+    check(f"{name} mtp: then nothing held but the prefix store's entries, no MTP rows",
           ok, json.dumps(s and (s["pools"], s["speculative"]))[:400])
 
 
@@ -506,10 +603,10 @@ def test_draft_refusals():
 
 
 def test_options():
-    for args, want in ((["--spec-type", "draft-mtp"], "not built yet"),
+    for args, want in ((["--spec-type", "draft-mtp"], "has no MTP block (nextn_predict_layers is 0)"),
                        (["--spec-type", "draft-simple"], "needs --model-draft FILE"),
                        (["--spec-type", "ngram-simple", "--model-draft", DEFAULT], "not ngram-simple"),
-                       (["--spec-type", "bogus"], "must be none, ngram-simple or draft-simple"),
+                       (["--spec-type", "bogus"], "must be none, ngram-simple, draft-simple or draft-mtp"),
                        (["--spec-draft-n-max", "0"], "out of range 1..64"),
                        (["--spec-draft-n-max", "65"], "out of range 1..64"),
                        (["--spec-draft-n-min", "20"], "out of range"),
@@ -527,7 +624,7 @@ DEFAULT_TESTS = ["test_prediction", "test_ngram_logprobs_grammar_stop", "test_st
 
 def main(argv=None):
     names = (DEFAULT_TESTS + [f"test_family[{f}]" for f in FAMILIES] + [f"test_draft[{f}]" for f in DRAFTS]
-             + ["test_draft_default", "test_draft_refusals", "test_options"])
+             + [f"test_mtp[{f}]" for f in MTPS] + ["test_draft_default", "test_draft_refusals", "test_options"])
     chosen = hs.select(sys.argv[1:] if argv is None else argv, names, "spec")
     os.makedirs(TMP, exist_ok=True)
     servers = []
@@ -543,17 +640,22 @@ def main(argv=None):
             for n in todo:
                 globals()[n](srv)
             srv.stop()
-        for fam, synth in FAMILIES.items():
-            if f"test_family[{fam}]" not in chosen:
-                continue
-            model = os.path.join(TMP, fam + ".gguf")
-            r = hs.run([HYSERVE, "synth", "-o", model] + synth + COMMON)
-            if not check(f"{fam}: hyserve synth writes the model", r.returncode == 0, r.stderr.decode()[-300:]):
-                continue
-            srv = hs.Server("spec-" + fam, model, "--max-seqs", "16", "-t", "2", "--prefix-cache", "on")
-            servers.append(srv)
-            test_family(fam, srv)
-            srv.stop()
+        # one server a synthesized model: the families (the server's defaults), the MTP files (draft-mtp)
+        for test, group, suffix, args in (("test_family", FAMILIES, "", []),
+                                          ("test_mtp", MTPS, "-mtp", ["--spec-type", "draft-mtp"])):
+            for fam, synth in group.items():
+                if f"{test}[{fam}]" not in chosen:
+                    continue
+                model = os.path.join(TMP, fam + suffix + ".gguf")
+                r = hs.run([HYSERVE, "synth", "-o", model] + synth + COMMON)
+                if not check(f"{fam}{suffix}: hyserve synth writes the model", r.returncode == 0,
+                             r.stderr.decode()[-300:]):
+                    continue
+                srv = hs.Server("spec-" + fam + suffix, model, *args, "--max-seqs", "16", "-t", "2",
+                                "--prefix-cache", "on")
+                servers.append(srv)
+                globals()[test](fam, srv)
+                srv.stop()
         for fam, (tsynth, dsynth) in DRAFTS.items():
             if f"test_draft[{fam}]" not in chosen:
                 continue

@@ -24,6 +24,9 @@
  *     rollbacks of both sequences) and with the target as its own draft
  *     (every draft accepted), the draft pool empty after; another
  *     vocabulary refused by sched_new.
+ *   - the MTP head (SCHED_SPEC_MTP): greedy output equal to no speculation
+ *     with a random MTP block (rollbacks) and one that drafts a repeat
+ *     (accepted), the MTP pool empty after; an engine without it refused.
  * The verify steps are exact (engine_batch_item.exact): their rows are
  * the one-token steps' bits, so "the same tokens" and "the same logprobs"
  * are equalities, not tolerances. */
@@ -37,8 +40,9 @@
 #include "synth.h"
 #include "test.h"
 
-/* An engine on path for these tests: one thread, 6 sequences of 512. */
-static engine *open_path(const char *path)
+/* An engine on path for these tests: one thread, 6 sequences of 512;
+ * mtp: with the MTP block's cache. */
+static engine *open_path_mtp(const char *path, bool mtp)
 {
     char err[256];
     engine_params p;
@@ -47,10 +51,16 @@ static engine *open_path(const char *path)
     p.n_threads = 1;
     p.max_seqs = 6;
     p.n_ctx = 512;
+    p.mtp = mtp;
     engine *e = engine_open(&p, err, sizeof err);
     if (!e)
         fprintf(stderr, "    engine_open: %s\n", err);
     return e;
+}
+
+static engine *open_path(const char *path)
+{
+    return open_path_mtp(path, false);
 }
 
 /* A synth model of arch/pattern, seed and vocabulary of the caller's. */
@@ -582,6 +592,31 @@ TEST(test_spec_rollback_leaves_no_trace_of_the_rejected_tokens)
     }
 }
 
+/* Six greedy 48-token requests (prompts from seed0 on), each run without
+ * speculation and then with the server's drafts: false when a pair
+ * differs or a run fails; the speculative runs' counts add into *sum. */
+static bool six_runs_equal(sched *s, uint32_t seed0, sched_spec_counts *sum)
+{
+    for (uint32_t q = 0; q < 6; q++) {
+        int32_t prompt[10];
+        prompt_of(prompt, 10, seed0 + q);
+        run_out base, spec;
+        sched_req_params rp = request(prompt, 10, 48);
+        rp.speculative = -1;
+        if (run(s, &rp, &base) != 0 || base.n != 48 || base.res.spec.drafted != 0)
+            return false;
+        rp.speculative = 0;
+        if (run(s, &rp, &spec) != 0 || !same_tokens(&base, &spec)) {
+            fprintf(stderr, "    prompt %u differs with speculation\n", seed0 + q);
+            return false;
+        }
+        sum->drafted += spec.res.spec.drafted;
+        sum->accepted += spec.res.spec.accepted;
+        sum->rollbacks += spec.res.spec.rollbacks;
+    }
+    return true;
+}
+
 static sched *start_draft(engine *e, engine *d, char *err, size_t errlen)
 {
     sched_params sp;
@@ -618,21 +653,9 @@ TEST(test_spec_draft_model_keeps_greedy_output_and_gives_its_sequences_back)
     for (int k = 0; k < 2; k++) {
         sched *s = start_draft(e, drafts[k], err, sizeof err);
         CHECK_MSG(s != NULL, "%s", err);
-        uint64_t drafted = 0, accepted = 0, rollbacks = 0;
-        for (uint32_t q = 0; q < 6; q++) {
-            int32_t prompt[10];
-            prompt_of(prompt, 10, 40 + q);
-            run_out base, spec;
-            sched_req_params rp = request(prompt, 10, 48);
-            rp.speculative = -1;
-            CHECK(run(s, &rp, &base) == 0 && base.n == 48);
-            rp.speculative = 0;
-            CHECK(run(s, &rp, &spec) == 0);
-            CHECK_MSG(same_tokens(&base, &spec), "draft %d prompt %u", k, q);
-            drafted += spec.res.spec.drafted;
-            accepted += spec.res.spec.accepted;
-            rollbacks += spec.res.spec.rollbacks;
-        }
+        sched_spec_counts n = {0};
+        CHECK_MSG(six_runs_equal(s, 40, &n), "draft %d", k);
+        const uint64_t drafted = n.drafted, accepted = n.accepted, rollbacks = n.rollbacks;
         CHECK(drafted > 0);
         if (k == 1)
             CHECK_MSG(accepted == drafted && rollbacks == 0, "itself: %llu of %llu", (unsigned long long)accepted,
@@ -649,4 +672,53 @@ TEST(test_spec_draft_model_keeps_greedy_output_and_gives_its_sequences_back)
     engine_close(self);
     engine_close(d);
     engine_close(e);
+}
+
+/* The MTP head (SCHED_SPEC_MTP): a qwen35 file with an MTP block of random
+ * weights (its drafts nearly all rejected: rollbacks) and a tied one whose
+ * block drafts a repeat of the last token as the trunk tends to
+ * (synth --mtp-copy: drafts accepted, whole and in part), greedy output
+ * equal to no speculation with the prefix cache on, the MTP pool empty
+ * after; an engine opened without the block's cache refused by sched_new. */
+TEST(test_spec_mtp_keeps_greedy_output_and_gives_its_rows_back)
+{
+    char err[256];
+    engine *plain = open_synth("mtp_plain", NULL, "LLLA", 4, 7, 300);
+    CHECK(plain);
+    sched_params sp;
+    sched_params_default(&sp);
+    sp.spec_type = SCHED_SPEC_MTP;
+    CHECK(sched_new(plain, &sp, err, sizeof err) == NULL);
+    CHECK_MSG(strstr(err, "no MTP block (nextn_predict_layers is 0)") != NULL, "%s", err);
+    engine_close(plain);
+    for (int copy = 0; copy <= 1; copy++) {
+        char path[512];
+        synth_config c;
+        synth_config_default(&c);
+        c.seed = 50 + (uint64_t)copy;
+        c.n_layer = 4;
+        c.n_vocab = 300;
+        snprintf(c.pattern, sizeof c.pattern, "LLLA");
+        c.n_mtp = 1;
+        c.mtp_copy = copy;
+        c.tied = copy;          /* a tied random model repeats its last token: the copy block's drafts are right */
+        snprintf(path, sizeof path, "%s/spec_mtp%d.gguf", test_tmpdir(), copy);
+        CHECK_MSG(synth_write(&c, path, err, sizeof err) == 0, "%s", err);
+        engine *e = open_path_mtp(path, true);
+        CHECK(e);
+        sched *s = start(e, true, SCHED_SPEC_MTP);
+        CHECK(s);
+        sched_spec_counts n = {0};
+        CHECK_MSG(six_runs_equal(s, 60, &n), "mtp copy %d", copy);
+        const uint64_t drafted = n.drafted, accepted = n.accepted, rollbacks = n.rollbacks;
+        CHECK(drafted > 0 && rollbacks > 0);
+        if (copy)
+            CHECK_MSG(accepted * 2 > drafted, "copy: %llu of %llu accepted", (unsigned long long)accepted,
+                      (unsigned long long)drafted);
+        sched_free(s);
+        engine_pool_usage u;
+        engine_get_pool_usage(e, &u);
+        CHECK(u.mtp_budget_bytes > 0 && u.mtp_reserved_bytes == 0 && u.mtp_seqs == 0 && u.mtp_pages_used == 0);
+        engine_close(e);
+    }
 }
