@@ -4,11 +4,13 @@
 
 Owns: the MTP cases of the reference suite (notes/mtp-contract.md is the contract):
   - files with one MTP block (make_model.py --nextn 1 for qwen35, make_hybrid_model.py
-    --arch qwen35moe --nextn 1), F32 weights: the block's head falling back to the trunk's
-    (untied output.weight, tied token_embd) and its own nextn.embed_tokens /
+    --arch qwen35moe --nextn 1), F32 weights (and one F16 file): the block's head falling back
+    to the trunk's (untied output.weight, tied token_embd) and its own nextn.embed_tokens /
     nextn.shared_head_head; every one of the n-1 rows of `--mtp --all` on a 64-token prompt
         max_i  max|c_i - ref_i| / max|ref_i|  <=  1e-4   (suite_reference.TOL)
-    and the one row printed without --all (row n-2);
+    and the one row printed without --all (row n-2); the first file also on 2, 3 and 150
+    tokens; and, before any of that, each file's trunk logits (`--all` without --mtp) within
+    1e-4 of Qwen35Ref.forward (the block must not change them);
   - the contract's CLI errors: a file without an MTP block, and fewer than 2 tokens, each one
     line on stderr and exit 2 (after checking that this build accepts --mtp at all, so that an
     unknown option cannot pass for either);
@@ -51,7 +53,8 @@ import qwen35_ref  # noqa: E402
 TOL = tr.TOL
 SELF_TOL = 1e-10
 PROMPT_BASE = 5000
-QWEN35 = ["--layers", "4", "--interval", "4", "--nk", "2", "--nv", "4", "--dtype", "f32", "--nextn", "1"]
+TRUNK = ["--layers", "4", "--interval", "4", "--nk", "2", "--nv", "4"]      # LLLA, tiled value heads
+QWEN35 = TRUNK + ["--dtype", "f32", "--nextn", "1"]
 
 # name, generator ("qwen35": make_model.py, "qwen35moe": make_hybrid_model.py), seed, flags,
 # (own nextn.embed_tokens, own nextn.shared_head_head)
@@ -60,6 +63,9 @@ MODELS = [
     ("mtp_qwen35_tied_f32_trunk_head", "qwen35", 52, QWEN35 + ["--tied"], (False, False)),
     ("mtp_qwen35_untied_f32_own_embed_own_head", "qwen35", 53,
      QWEN35 + ["--untied", "--nextn-embed", "--nextn-head"], (True, True)),
+    # F16 storage (exact in the reference; the C prompt path multiplies it on f32 activations)
+    ("mtp_qwen35_untied_f16_own_head", "qwen35", 56,
+     TRUNK + ["--dtype", "f16", "--nextn", "1", "--untied", "--nextn-head"], (False, True)),
     ("mtp_qwen35moe_f32_trunk_head", "qwen35moe", 54,
      ["--arch", "qwen35moe", "--layers", "4", "--interval", "4", "--nk", "2", "--nv", "4", "--experts", "8",
       "--experts-used", "2", "--expert-ff", "32", "--shared-ff", "64", "--nextn", "1"], (False, False)),
@@ -119,13 +125,19 @@ def mtp_golden(ctx, name, gen, seed, flags, own):
         raise CaseFailure("file's MTP block has own embed/head %s, the spec asks %s" % (
             (M["own_embed"], M["own_head"]), own))
     tokens = prompt(seed)
+    # the trunk first: `--all` without --mtp must still ignore the block
+    need_hyserve(ctx)
+    trunk_err = compare(harness.c_logits(ctx, path, tokens)[0], m.forward(tokens))[0]
+    if trunk_err > TOL:
+        raise CaseFailure("the trunk's logits (--all without --mtp) are %.3e from the reference (tol %.0e): "
+                          "the MTP block must not change them" % (trunk_err, TOL))
     ref = m.mtp_logits(tokens)
     c = c_mtp(ctx, path, tokens)
     err, worst, rows = compare(c, ref)
     floor = f32_floor(m, tokens, ref, lambda mm, t: mm.mtp_logits(t))
     head = "own head" if M["own_head"] else ("tied token_embd head" if m.output is m.tok_embd else "output.weight head")
-    msg = "max_rel_err %.3e (tol %.0e) over %d rows, worst row %d, f32 floor %.1e, %s%s" % (
-        err, TOL, len(rows), worst, floor, head, ", own embed" if M["own_embed"] else "")
+    msg = "max_rel_err %.3e (tol %.0e) over %d rows, worst row %d, f32 floor %.1e, %s%s, trunk %.1e" % (
+        err, TOL, len(rows), worst, floor, head, ", own embed" if M["own_embed"] else "", trunk_err)
     gap = getattr(m, "min_route_gap", None)
     if gap is not None and np.isfinite(gap):
         msg += ", min router gap %.1e" % gap
@@ -139,6 +151,22 @@ def mtp_golden(ctx, name, gen, seed, flags, own):
     if err1 > TOL:
         raise CaseFailure("without --all: the one row is %.3e from reference row n-2 (tol %.0e)" % (err1, TOL))
     return msg + ", without --all row n-2 %.1e" % err1
+
+
+def t_mtp_qwen35_prompt_lengths(ctx):
+    """The first file on 2 and 3 tokens (the block's attention over 1 and 2 rows) and on 150
+    (the trunk's and the block's rows over more than two 64-token chunks)."""
+    name, gen, seed, flags, _ = MODELS[0]
+    path, m = model(ctx, name, gen, seed, flags)
+    long_prompt = prompt(seed) + harness.prompt(seed + 1, 256, PROMPT_BASE) + prompt(seed + 2, 22)
+    parts = []
+    for tokens in (prompt(seed, 2), prompt(seed, 3), long_prompt):
+        ref = m.mtp_logits(tokens)
+        err, worst, _ = compare(c_mtp(ctx, path, tokens), ref)
+        parts.append("%d tokens %.2e (worst row %d)" % (len(tokens), err, worst))
+        if err > TOL:
+            raise CaseFailure("max_rel_err over tol %.0e: %s" % (TOL, ", ".join(parts)))
+    return "max_rel_err " + ", ".join(parts)
 
 
 def check_accepts_mtp(ctx):
@@ -252,7 +280,8 @@ def all_tests():
     for name, gen, seed, flags, own in MODELS:
         tests.append((name, (lambda n, g, s, f, o: lambda ctx: mtp_golden(ctx, n, g, s, f, o))(
             name, gen, seed, flags, own)))
-    tests += [("mtp_cli_file_without_mtp_block_exits_2", t_mtp_cli_file_without_mtp_block_exits_2),
+    tests += [("mtp_qwen35_untied_f32_prompts_of_2_3_150_tokens", t_mtp_qwen35_prompt_lengths),
+              ("mtp_cli_file_without_mtp_block_exits_2", t_mtp_cli_file_without_mtp_block_exits_2),
               ("mtp_cli_fewer_than_2_tokens_exits_2", t_mtp_cli_fewer_than_2_tokens_exits_2)]
     return tests
 
