@@ -8,7 +8,9 @@ Owns: the reference suite. Each case builds a tiny qwen35 GGUF (with the C
 Also runs the reference's own self-checks (chunked vs recurrent DeltaNet, GGUF
 round trip), which need no C binary, and then the issue-5 cases of
 tests/suite_reference_arch.py (dequantization bit-exactness, qwen3next / qwen3 /
-llama, quantized models).
+llama, quantized models), the hybrid families (suite_reference_hybrid.py), the
+recorded llama.cpp logits (suite_reference_llamacpp.py) and the MTP draft head,
+`hyserve logits --mtp` (suite_reference_mtp.py).
 Does not: test tokenization, sampling or the HTTP server.
 
 Env: HYSERVE (default build/hyserve), TEST_TMPDIR (default: a fresh temp dir).
@@ -457,6 +459,9 @@ def all_tests():
     # hyserve's synthesized files against llama.cpp's logits, recorded (tests/data/llamacpp/)
     import suite_reference_llamacpp
     tests += suite_reference_llamacpp.all_tests()
+    # the MTP draft head (`hyserve logits --mtp`) against Qwen35Ref.mtp_logits
+    import suite_reference_mtp
+    tests += suite_reference_mtp.all_tests()
     return tests
 
 

@@ -141,24 +141,34 @@ def compare(c, ref):
     return float(rows.max()), int(rows.argmax()), rows
 
 
-def f32_floor(m, tokens, ref):
+def f32_floor(m, tokens, ref, fn=None):
     """Conditioning of the model on this prompt: the logits change (same metric as compare)
     when every weight gets a random relative perturbation of f32 rounding size (2^-24).
     An f32 engine cannot be expected to do much better than this; a failure with a
     floor near the tolerance points at the model, not the engine. m is a reference model
-    with layers (dicts of arrays), tok_embd, output, output_norm and forward(tokens)."""
+    with layers (dicts of arrays), tok_embd, output, output_norm and forward(tokens);
+    fn(m, tokens): the logits to perturb instead of m.forward's (e.g. the MTP head's rows:
+    a loaded MTP block, m.mtp, is perturbed too, after the rest)."""
     rng = np.random.default_rng(0)
 
     def jig(a):
         return a * (1.0 + 2.0 ** -24 * rng.standard_normal(a.shape))
 
+    def jig_layer(L):
+        return {k: (jig(v) if isinstance(v, np.ndarray) else v) for k, v in L.items()}
+
     saved = (m.layers, m.tok_embd, m.output, m.output_norm)
-    m.layers = [{k: (jig(v) if isinstance(v, np.ndarray) else v) for k, v in L.items()} for L in saved[0]]
+    mtp = getattr(m, "mtp", None)
+    m.layers = [jig_layer(L) for L in saved[0]]
     m.tok_embd, m.output, m.output_norm = jig(saved[1]), jig(saved[2]), jig(saved[3])
+    if mtp is not None:
+        m.mtp = jig_layer(mtp)
     try:
-        return compare(m.forward(tokens), ref)[0]
+        return compare((fn or (lambda mm, t: mm.forward(t)))(m, tokens), ref)[0]
     finally:
         m.layers, m.tok_embd, m.output, m.output_norm = saved
+        if mtp is not None:
+            m.mtp = mtp
 
 
 def main(argv, tests, summary):

@@ -69,7 +69,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_io import GGUFReader  # noqa: E402
 import models_ref  # noqa: E402
 from models_ref import causal_attention, rope_norm, softmax  # noqa: E402
-from qwen35_ref import (Qwen35Ref, linear, rmsnorm, rope_neox, sigmoid, silu,  # noqa: E402
+from qwen35_ref import (Qwen35Ref, gated_attention_tensors, linear, rmsnorm, rope_neox, sigmoid, silu,  # noqa: E402
                         softplus)
 
 ARCHS = ("qwen35moe", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2moe", "falcon-h1", "jamba",
@@ -571,6 +571,7 @@ class Qwen35MoeRef(Qwen35Ref):
     arch = "qwen35moe"
     route = models_ref.Qwen3NextRef.route
     ffn = models_ref.Qwen3NextRef.ffn
+    ffn_tensors = models_ref.Qwen3NextRef.ffn_tensors   # the trunk's and the MTP block's
 
     def __init__(self, path):
         r = GGUFReader(path)
@@ -581,23 +582,14 @@ class Qwen35MoeRef(Qwen35Ref):
         models_ref._globals(self, r, D)
         key_dim, value_dim = hp.n_k * hp.d_k, hp.n_v * hp.d_v
         conv_dim = 2 * key_dim + value_dim
-        hd, E, Fe, Fs = hp.head_dim, hp.n_expert, hp.n_ff_exp, hp.n_ff_shexp
         self.min_route_gap = np.inf
         self.layers = []
         for il in range(hp.n_layer):
             p = "blk.%d." % il
             L = {"recurrent": hp.recurrent[il], "kind": "L" if hp.recurrent[il] else "A",
                  "attn_norm": t(p + "attn_norm.weight", (D,)),
-                 "post_norm": t(p + "post_attention_norm.weight", (D,)),
-                 "gate_inp": t(p + "ffn_gate_inp.weight", (E, D)),
-                 "gate_exps": t(p + "ffn_gate_exps.weight", (E, Fe, D)),
-                 "up_exps": t(p + "ffn_up_exps.weight", (E, Fe, D)),
-                 "down_exps": t(p + "ffn_down_exps.weight", (E, D, Fe))}
-            if Fs:
-                L.update({"gate_inp_shexp": t(p + "ffn_gate_inp_shexp.weight", (D,)),
-                          "gate_shexp": t(p + "ffn_gate_shexp.weight", (Fs, D)),
-                          "up_shexp": t(p + "ffn_up_shexp.weight", (Fs, D)),
-                          "down_shexp": t(p + "ffn_down_shexp.weight", (D, Fs))})
+                 "post_norm": t(p + "post_attention_norm.weight", (D,))}
+            L.update(self.ffn_tensors(t, p))
             if hp.recurrent[il]:
                 L.update({"qkv": t(p + "attn_qkv.weight", (conv_dim, D)),
                           "gate": t(p + "attn_gate.weight", (value_dim, D)),
@@ -609,12 +601,7 @@ class Qwen35MoeRef(Qwen35Ref):
                           "norm": t(p + "ssm_norm.weight", (hp.d_v,)),
                           "out": t(p + "ssm_out.weight", (D, value_dim))})
             else:
-                L.update({"wq": t(p + "attn_q.weight", (2 * hp.n_head * hd, D)),
-                          "wk": t(p + "attn_k.weight", (hp.n_head_kv * hd, D)),
-                          "wv": t(p + "attn_v.weight", (hp.n_head_kv * hd, D)),
-                          "wo": t(p + "attn_output.weight", (D, hp.n_head * hd)),
-                          "q_norm": t(p + "attn_q_norm.weight", (hd,)),
-                          "k_norm": t(p + "attn_k_norm.weight", (hd,))})
+                L.update(gated_attention_tensors(t, p, hp))
             self.layers.append(L)
 
     def kinds(self):

@@ -53,7 +53,10 @@ non-attention layers; nemotron_h / nemotron_h_moe that array plus feed_forward_l
 INT32 array (non-zero only on the MLP layers: nemotron_h_moe's converter writes the expert size
 there), which is how llama.cpp tells the three kinds apart.
 Does not: produce meaningful weights (random, scaled so the activations stay O(1)), write
-biases other than the ones the converters always write, or write MTP blocks.
+biases other than the ones the converters always write, or MTP blocks other than qwen35moe's
+(--nextn N: N blocks after the trunk, each a gated attention layer with the MoE FFN plus
+nextn.eh_proj / enorm / hnorm / shared_head_norm and, with --nextn-embed / --nextn-head, its own
+nextn.embed_tokens / shared_head_head; block_count = layers + N, nextn_predict_layers = N).
 
 Weight types: as make_model.py: 2-D/3-D projections and the embedding in --dtype (f32 default;
 f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k through quants.py; a tensor whose ne[0] is not a multiple
@@ -198,6 +201,11 @@ def parse_args(argv=None):
                     help="lfm2moe: expert_gating_func (2 sigmoid, the converter's; 1 softmax)")
     ap.add_argument("--no-ssm-norm", action="store_true",
                     help="falcon-h1: no ssm_norm (HF mamba_rms_norm = false; the gate alone)")
+    # MTP blocks (qwen35moe)
+    ap.add_argument("--nextn", type=int, default=0,
+                    help="qwen35moe: append N MTP blocks (the trunk ignores them), nextn_predict_layers = N")
+    ap.add_argument("--nextn-embed", action="store_true", help="with --nextn: own nextn.embed_tokens.weight")
+    ap.add_argument("--nextn-head", action="store_true", help="with --nextn: own nextn.shared_head_head.weight")
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--context", type=int, default=4096)
     tied = ap.add_mutually_exclusive_group()
@@ -292,6 +300,10 @@ def parse_args(argv=None):
         a.d_inner = 2 * a.embd
     if a.arch == "qwen35moe" and a.nv % a.nk:
         ap.error("qwen35moe: need nv %% nk == 0")
+    if a.nextn and a.arch != "qwen35moe":
+        ap.error("--nextn only applies to qwen35moe")
+    if a.nextn < 0 or ((a.nextn_embed or a.nextn_head) and not a.nextn):
+        ap.error("need --nextn >= 0, and --nextn for --nextn-embed / --nextn-head")
     if a.experts and not 0 < a.experts_used <= a.experts:
         ap.error("need 0 < --experts-used <= --experts")
     if a.arch == "nemotron_h_moe" and a.experts and not a.shared_ff:
@@ -358,7 +370,9 @@ def build(a):
     w.add_u32("general.file_type", FILE_TYPE[a.dtype])
     if a.dtype in QUANT_DTYPES:
         w.add_u32("general.quantization_version", 2)
-    w.add_u32(key("block_count"), a.layers)
+    w.add_u32(key("block_count"), a.layers + a.nextn)
+    if a.nextn:
+        w.add_u32(key("nextn_predict_layers"), a.nextn)
     w.add_u32(key("context_length"), a.context)
     w.add_u32(key("embedding_length"), D)
     kinds = a.kinds
@@ -384,7 +398,7 @@ def build(a):
         elif interval_ok:
             w.add_u32(key("full_attention_interval"), 4)
         else:
-            w.add_array(key("attention.recurrent_layers"), T_BOOL, [k == "L" for k in kinds])
+            w.add_array(key("attention.recurrent_layers"), T_BOOL, [k == "L" for k in kinds] + [False] * a.nextn)
         w.add_u32(key("expert_count"), a.experts)
         w.add_u32(key("expert_used_count"), a.experts_used)
         w.add_u32(key("expert_feed_forward_length"), a.expert_ff)
@@ -604,7 +618,9 @@ def build(a):
         W(p + "attn_v_b.weight", rng.standard_normal((H, dv, R)) / np.sqrt(R))  # ne {R, dv, H}
         W(p + "attn_output.weight", mat(D, H * dv))
 
-    for il, kind in enumerate(kinds):
+    # qwen35moe MTP blocks (--nextn) follow the trunk: a gated attention layer with the MoE FFN and
+    # the nextn tensors (make_model.nextn_core / nextn_extras, the same order of draws as qwen35)
+    for il, kind in enumerate(kinds + ["mtp"] * a.nextn):
         p = "blk.%d." % il
         S(p + "attn_norm.weight", norm(D))
         if ARCH == "qwen35moe":
@@ -612,11 +628,15 @@ def build(a):
                 deltanet(p)
             else:
                 attention(p, qk_norm=True, gated=True)
+            if kind == "mtp":
+                make_model.nextn_core(p, W, S, mat, norm, D)
             S(p + "post_attention_norm.weight", norm(D))
             experts(p, a.experts, a.expert_ff)
             if a.shared_ff:
                 S(p + "ffn_gate_inp_shexp.weight", rng.standard_normal(D) / np.sqrt(D))   # ne {D}
                 swiglu(p, a.shared_ff, "_shexp")
+            if kind == "mtp":
+                make_model.nextn_extras(p, W, rng, mat, D, V, a.nextn_embed, a.nextn_head)
         elif ARCH == "granitehybrid":
             if kind == "M":
                 mamba2(p)

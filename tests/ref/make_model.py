@@ -8,6 +8,13 @@ hyperparameter keys of section 2.2, and GPT-2 byte-level tokenizer metadata
 (section 6; token id = byte value); for qwen3next the MoE tensors and either the
 current (attn_qkv + attn_gate + ssm_ba) or the legacy (ssm_in + ssm_ba) DeltaNet
 inputs; for qwen3 / llama the plain GQA layout (attn_q/k/v/output, ffn_norm).
+qwen35 --nextn N appends N MTP blocks blk.{layers}..: a gated full-attention layer and a dense
+FFN like the trunk's attention layers, plus nextn.eh_proj / enorm / hnorm / shared_head_norm,
+and with --nextn-embed / --nextn-head the optional nextn.embed_tokens / shared_head_head
+(their own random weights); block_count = layers + N, nextn_predict_layers = N (the MoE
+version: make_hybrid_model.py --arch qwen35moe --nextn). A file without --nextn is the same,
+byte for byte, as before MTP blocks existed; one with --nextn but neither option the same as
+when the block was only written to be ignored.
 Does not: produce meaningful weights; values are random but scaled so the
 activations stay O(1) (matrices ~ N(0, 1/fan_in), norms near 1, ssm_a < 0).
 
@@ -34,6 +41,7 @@ and its --dtype f32 twin of the same seed hold the same model up to quantization
 Examples:
   /usr/bin/python3 tests/ref/make_model.py -o /tmp/m.gguf --layers 8 --interval 4 --dtype bf16
   /usr/bin/python3 tests/ref/make_model.py -o /tmp/m.gguf --pattern LLAL --nk 2 --nv 4
+  /usr/bin/python3 tests/ref/make_model.py -o /tmp/t.gguf --layers 4 --nextn 1 [--nextn-embed] [--nextn-head]
   /usr/bin/python3 tests/ref/make_model.py -o /tmp/n.gguf --arch qwen3next --nk 2 --nv 4 \
       --experts 8 --experts-used 2 --expert-ff 64 --shared-ff 64 [--legacy-ssm-in]
   /usr/bin/python3 tests/ref/make_model.py -o /tmp/l.gguf --arch llama --embd 256 --heads 4 \
@@ -124,7 +132,11 @@ def parse_args(argv=None):
     ap.add_argument("--eps", type=float, default=1e-6)
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--nextn", type=int, default=0,
-                    help="qwen35: append N extra MTP-like blocks (ignored by the trunk) and write nextn_predict_layers")
+                    help="qwen35: append N MTP blocks (the trunk ignores them) and write nextn_predict_layers")
+    ap.add_argument("--nextn-embed", action="store_true",
+                    help="with --nextn: each MTP block also gets its own nextn.embed_tokens.weight")
+    ap.add_argument("--nextn-head", action="store_true",
+                    help="with --nextn: each MTP block also gets its own nextn.shared_head_head.weight")
     tied = ap.add_mutually_exclusive_group()
     tied.add_argument("--tied", dest="tied", action="store_true", default=True)
     tied.add_argument("--untied", dest="tied", action="store_false")
@@ -150,6 +162,10 @@ def parse_args(argv=None):
         ap.error("--pattern / --interval only apply to qwen35 / qwen3next")
     if a.nextn and a.arch != "qwen35":
         ap.error("--nextn only applies to qwen35")
+    if a.nextn < 0:
+        ap.error("--nextn must be >= 0")
+    if (a.nextn_embed or a.nextn_head) and not a.nextn:
+        ap.error("--nextn-embed / --nextn-head need --nextn")
     if a.legacy_ssm_in and a.arch != "qwen3next":
         ap.error("--legacy-ssm-in only applies to qwen3next")
     if a.rope_freqs and a.arch != "llama":
@@ -369,11 +385,8 @@ def build(a):
             deltanet_common(p, il)
         else:
             attention_block(p, il, gated=hybrid)
-        if il >= a.layers:  # MTP-like extras: present in the file, never used by the trunk
-            W(p + "nextn.eh_proj.weight", mat(D, 2 * D))
-            w.add_tensor(p + "nextn.enorm.weight", norm(D), small)
-            w.add_tensor(p + "nextn.hnorm.weight", norm(D), small)
-            w.add_tensor(p + "nextn.shared_head_norm.weight", norm(D), small)
+        if il >= a.layers:  # MTP block: its own tensors (the trunk never reads this block)
+            nextn_core(p, lambda n, x: W(n, x), lambda n, x: w.add_tensor(n, x, small), mat, norm, D)
         w.add_tensor(p + ("post_attention_norm.weight" if hybrid else "ffn_norm.weight"), norm(D), small)
         if ARCH == "qwen3next":
             moe(p, il)
@@ -381,7 +394,28 @@ def build(a):
             W(p + "ffn_gate.weight", mat(F, D), il)                          # ne {D, F}
             W(p + "ffn_up.weight", mat(F, D), il)
             W(p + "ffn_down.weight", mat(D, F), il)                          # ne {F, D}
+        if il >= a.layers:
+            nextn_extras(p, lambda n, x: W(n, x), rng, mat, D, V, a.nextn_embed, a.nextn_head)
     return w
+
+
+def nextn_core(p, put, put_small, mat, norm, D):
+    """An MTP block's own projection and norms (docs/models.md 2.4; the converter's names):
+    eh_proj ne {2*D, D} (input: [enorm(embedding) | hnorm(hidden)]), enorm, hnorm, and
+    shared_head_norm (the block's final norm), in this order of random draws."""
+    put(p + "nextn.eh_proj.weight", mat(D, 2 * D))                           # ne {2D, D}
+    put_small(p + "nextn.enorm.weight", norm(D))
+    put_small(p + "nextn.hnorm.weight", norm(D))
+    put_small(p + "nextn.shared_head_norm.weight", norm(D))
+
+
+def nextn_extras(p, put, rng, mat, D, V, embed, head):
+    """The optional per-block embedding and LM head (absent: the trunk's token_embd / output),
+    drawn after the whole block so that a file without them holds the same other weights."""
+    if embed:
+        put(p + "nextn.embed_tokens.weight", rng.standard_normal((V, D)))    # ne {D, V}
+    if head:
+        put(p + "nextn.shared_head_head.weight", mat(V, D))                  # ne {D, V}
 
 
 def main(argv=None):

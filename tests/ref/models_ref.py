@@ -13,7 +13,8 @@ Owns:
              x[2i], x[2i+1]); optional Llama-3 `rope_freqs.weight` frequency factors.
   load_model(path) picks the class from general.architecture (qwen35 -> qwen35_ref.Qwen35Ref)
   and the CLI (same as qwen35_ref.py) runs any of them.
-Does not: tokenize, sample, or run MTP blocks (ignored as in qwen35_ref.py), Mixtral-style
+Does not: tokenize, sample, or run qwen3next MTP blocks (the trunk ignores them; qwen35's and
+qwen35moe's MTP head is Qwen35Ref.mtp_logits), Mixtral-style
 llama MoE, biases, or RoPE scaling keys other than rope_freqs.
 
 All classes subclass qwen35_ref.Qwen35Ref and reuse its forward loop (norm -> mixer ->
@@ -36,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_io import GGUFReader  # noqa: E402
-from qwen35_ref import (Hparams, Qwen35Ref, linear, rmsnorm, rope_neox, sigmoid,  # noqa: E402
-                        silu)
+from qwen35_ref import (Hparams, Qwen35Ref, gated_attention_tensors, linear, rmsnorm,  # noqa: E402
+                        rope_neox, sigmoid, silu, tensor_loader)
 
 SUPPORTED = ("qwen35", "qwen3next", "qwen3", "llama")
 
@@ -109,15 +110,7 @@ def causal_attention(q, k, v, scale, cache=None):
     return out
 
 
-def _tensor_loader(r):
-    def t(name, shape):
-        if name not in r.tensors:
-            raise KeyError("missing tensor %s" % name)
-        a = r.tensor(name)
-        if a.shape != tuple(shape):
-            raise ValueError("tensor %s: numpy shape %s, expected %s (ne reversed)" % (name, a.shape, tuple(shape)))
-        return a
-    return t
+_tensor_loader = tensor_loader  # qwen35_ref's: t(name, numpy shape) -> array, or an error naming it
 
 
 def _globals(m, r, D):
@@ -163,24 +156,14 @@ class Qwen3NextRef(Qwen35Ref):
         _globals(self, r, D)
         key_dim, value_dim = hp.n_k * hp.d_k, hp.n_v * hp.d_v
         conv_dim = 2 * key_dim + value_dim
-        hd, E, Fe, Fs = hp.head_dim, hp.n_expert, hp.n_ff_exp, hp.n_ff_shexp
         self.min_route_gap = np.inf  # smallest router-logit gap between the k-th and (k+1)-th expert seen
         self.layers = []
         for il in range(hp.n_layer):
             p = "blk.%d." % il
             L = {"recurrent": hp.recurrent[il],
                  "attn_norm": t(p + "attn_norm.weight", (D,)),
-                 "post_norm": t(p + "post_attention_norm.weight", (D,)),
-                 # MoE (ne {n_embd, n_expert} -> numpy [E, D]; 3-D ne {in, out, E} -> [E, out, in])
-                 "gate_inp": t(p + "ffn_gate_inp.weight", (E, D)),
-                 "gate_exps": t(p + "ffn_gate_exps.weight", (E, Fe, D)),
-                 "up_exps": t(p + "ffn_up_exps.weight", (E, Fe, D)),
-                 "down_exps": t(p + "ffn_down_exps.weight", (E, D, Fe))}
-            if Fs:
-                L.update({"gate_inp_shexp": t(p + "ffn_gate_inp_shexp.weight", (D,)),
-                          "gate_shexp": t(p + "ffn_gate_shexp.weight", (Fs, D)),
-                          "up_shexp": t(p + "ffn_up_shexp.weight", (Fs, D)),
-                          "down_shexp": t(p + "ffn_down_shexp.weight", (D, Fs))})
+                 "post_norm": t(p + "post_attention_norm.weight", (D,))}
+            L.update(self.ffn_tensors(t, p))
             if hp.recurrent[il]:
                 L.update({
                     "ba": t(p + "ssm_ba.weight", (2 * hp.n_v, D)),
@@ -198,15 +181,24 @@ class Qwen3NextRef(Qwen35Ref):
                 else:
                     raise KeyError("layer %d: neither attn_qkv/attn_gate nor legacy ssm_in present" % il)
             else:
-                L.update({
-                    "wq": t(p + "attn_q.weight", (2 * hp.n_head * hd, D)),
-                    "wk": t(p + "attn_k.weight", (hp.n_head_kv * hd, D)),
-                    "wv": t(p + "attn_v.weight", (hp.n_head_kv * hd, D)),
-                    "wo": t(p + "attn_output.weight", (D, hp.n_head * hd)),
-                    "q_norm": t(p + "attn_q_norm.weight", (hd,)),
-                    "k_norm": t(p + "attn_k_norm.weight", (hd,)),
-                })
+                L.update(gated_attention_tensors(t, p, hp))
             self.layers.append(L)
+
+    def ffn_tensors(self, t, p):
+        """The MoE FFN tensors of block prefix p (ne {n_embd, n_expert} -> numpy [E, D]; 3-D
+        ne {in, out, E} -> [E, out, in]); also qwen35moe's (hybrid_ref), trunk and MTP block."""
+        hp = self.hp
+        D, E, Fe, Fs = hp.n_embd, hp.n_expert, hp.n_ff_exp, hp.n_ff_shexp
+        L = {"gate_inp": t(p + "ffn_gate_inp.weight", (E, D)),
+             "gate_exps": t(p + "ffn_gate_exps.weight", (E, Fe, D)),
+             "up_exps": t(p + "ffn_up_exps.weight", (E, Fe, D)),
+             "down_exps": t(p + "ffn_down_exps.weight", (E, D, Fe))}
+        if Fs:
+            L.update({"gate_inp_shexp": t(p + "ffn_gate_inp_shexp.weight", (D,)),
+                      "gate_shexp": t(p + "ffn_gate_shexp.weight", (Fs, D)),
+                      "up_shexp": t(p + "ffn_up_shexp.weight", (Fs, D)),
+                      "down_shexp": t(p + "ffn_down_shexp.weight", (D, Fs))})
+        return L
 
     # attention(): inherited unchanged (gated, q/k norm, NeoX partial RoPE)
 

@@ -14,12 +14,28 @@ Qwen35Ref; the CLI below runs any of them.
 Written from the math notes (now docs/models.md) only; it is the golden reference the
 C engine is tested against, so it favours obviousness over speed.
 
+MTP draft head (Qwen35Ref.mtp_logits / mtp_chain; qwen35, and qwen35moe through
+hybrid_ref.Qwen35MoeRef): the block blk.{n_layer} of a file with nextn_predict_layers >= 1, as
+notes/mtp-contract.md defines it from vLLM's qwen3_next_mtp.py: row i = head(shared_head_norm(
+block(eh_proj([enorm(E[t_{i+1}]) | hnorm(h_i)])))), h_i the trunk's hidden after output_norm,
+the block's own causal attention over rows 0..i at RoPE position i, E / head the block's
+nextn.embed_tokens / nextn.shared_head_head when present, else token_embd / the trunk's LM head.
+mtp_chain adds chained greedy drafts (h := the previous row's normed output). Covers N = 1
+(only blk.{n_layer} is read; files with more MTP blocks run the first one), float weights or
+whatever gguf_io dequantizes. Does not: sample, verify drafts, or take the int8 / bf16
+activation modes into account for the MTP block. self_test_mtp checks it without a C binary.
+
 CLI:
   /usr/bin/python3 tests/ref/qwen35_ref.py MODEL.gguf --tokens 1,2,3 [--all] [--chunked] [--int8-act]
       [--bf16-act]
+  /usr/bin/python3 tests/ref/qwen35_ref.py MODEL.gguf --tokens 1,2,3 --mtp [--all] [--mtp-variant V]
+  /usr/bin/python3 tests/ref/qwen35_ref.py MODEL.gguf --tokens 1,2,...,32 --mtp-self-test
   /usr/bin/python3 tests/ref/qwen35_ref.py --self-test
 prints one JSON object {"tokens": [...], "logits": [[...], ...]} (one row of
-n_vocab floats per position with --all, else only the last position's row).
+n_vocab floats per position with --all, else only the last position's row; with --mtp
+the n-1 MTP rows, row i the distribution of token i+2, else only row n-2). --mtp on a
+file without an MTP block, or on fewer than 2 tokens: one line on stderr, exit 2
+(the contract's `hyserve logits --mtp` errors).
 """
 
 import argparse
@@ -219,6 +235,18 @@ def delta_rule_chunked(q, k, v, g, beta, state=None, chunk=64):
 # --------------------------------------------------------------------------
 # model
 
+def gated_attention_tensors(t, p, hp):
+    """The gated full-attention tensors of block prefix p (q and gate interleaved per head in
+    attn_q), as the trunk's attention layers and the MTP block carry them."""
+    D, hd = hp.n_embd, hp.head_dim
+    return {"wq": t(p + "attn_q.weight", (2 * hp.n_head * hd, D)),
+            "wk": t(p + "attn_k.weight", (hp.n_head_kv * hd, D)),
+            "wv": t(p + "attn_v.weight", (hp.n_head_kv * hd, D)),
+            "wo": t(p + "attn_output.weight", (D, hp.n_head * hd)),
+            "q_norm": t(p + "attn_q_norm.weight", (hd,)),
+            "k_norm": t(p + "attn_k_norm.weight", (hd,))}
+
+
 class Hparams:
     def __init__(self, r, arch=ARCH):
         """arch: the expected general.architecture (qwen3next shares these keys, models_ref.py)."""
@@ -273,21 +301,28 @@ class Hparams:
             raise ValueError("bad rope.dimension_count %d" % self.n_rot)
 
 
+def tensor_loader(r):
+    """t(name, numpy shape) -> the float64 array of tensor `name` of reader r, or KeyError /
+    ValueError naming it (numpy shape = ne reversed)."""
+    def t(name, shape):
+        if name not in r.tensors:
+            raise KeyError("missing tensor %s" % name)
+        a = r.tensor(name)
+        if a.shape != tuple(shape):
+            raise ValueError("tensor %s: numpy shape %s, expected %s (ne reversed)" % (name, a.shape, tuple(shape)))
+        return a
+    return t
+
+
 class Qwen35Ref:
-    """Loads a qwen35 GGUF into float64 arrays and runs the full-sequence forward."""
+    """Loads a qwen35 GGUF into float64 arrays and runs the full-sequence forward (and, with
+    mtp_logits / mtp_chain, the MTP draft head of block n_layer)."""
 
     def __init__(self, path):
         r = GGUFReader(path)
         self.hp = hp = Hparams(r)
         self.reader = r
-
-        def t(name, shape):
-            if name not in r.tensors:
-                raise KeyError("missing tensor %s" % name)
-            a = r.tensor(name)
-            if a.shape != tuple(shape):
-                raise ValueError("tensor %s: numpy shape %s, expected %s (ne reversed)" % (name, a.shape, tuple(shape)))
-            return a
+        t = tensor_loader(r)
 
         D, V = hp.n_embd, None
         self.tok_embd = r.tensor("token_embd.weight")  # [n_vocab, n_embd]
@@ -301,16 +336,13 @@ class Qwen35Ref:
         key_dim = hp.n_k * hp.d_k
         value_dim = hp.n_v * hp.d_v
         conv_dim = 2 * key_dim + value_dim
-        hd = hp.head_dim
         self.layers = []
         for il in range(hp.n_layer):
             p = "blk.%d." % il
             L = {"recurrent": hp.recurrent[il],
                  "attn_norm": t(p + "attn_norm.weight", (D,)),
-                 "post_norm": t(p + "post_attention_norm.weight", (D,)),
-                 "ffn_gate": t(p + "ffn_gate.weight", (hp.n_ff, D)),
-                 "ffn_up": t(p + "ffn_up.weight", (hp.n_ff, D)),
-                 "ffn_down": t(p + "ffn_down.weight", (D, hp.n_ff))}
+                 "post_norm": t(p + "post_attention_norm.weight", (D,))}
+            L.update(self.ffn_tensors(t, p))
             if hp.recurrent[il]:
                 L.update({
                     "qkv": t(p + "attn_qkv.weight", (conv_dim, D)),
@@ -324,15 +356,16 @@ class Qwen35Ref:
                     "out": t(p + "ssm_out.weight", (D, value_dim)),
                 })
             else:
-                L.update({
-                    "wq": t(p + "attn_q.weight", (2 * hp.n_head * hd, D)),
-                    "wk": t(p + "attn_k.weight", (hp.n_head_kv * hd, D)),
-                    "wv": t(p + "attn_v.weight", (hp.n_head_kv * hd, D)),
-                    "wo": t(p + "attn_output.weight", (D, hp.n_head * hd)),
-                    "q_norm": t(p + "attn_q_norm.weight", (hd,)),
-                    "k_norm": t(p + "attn_k_norm.weight", (hd,)),
-                })
+                L.update(gated_attention_tensors(t, p, hp))
             self.layers.append(L)
+
+    def ffn_tensors(self, t, p):
+        """The FFN tensors of block prefix p (dense SwiGLU here; MoE in qwen35moe's subclass)."""
+        hp = self.hp
+        D = hp.n_embd
+        return {"ffn_gate": t(p + "ffn_gate.weight", (hp.n_ff, D)),
+                "ffn_up": t(p + "ffn_up.weight", (hp.n_ff, D)),
+                "ffn_down": t(p + "ffn_down.weight", (D, hp.n_ff))}
 
     # ---- mixers -------------------------------------------------------------
 
@@ -446,6 +479,12 @@ class Qwen35Ref:
         """tokens: list of ids at positions pos0 .. pos0+T-1. Returns logits [T, n_vocab] (float64).
         caches: None (a fresh sequence) or the list from new_caches(), carried across calls
         (then pos0 must be the number of tokens already processed)."""
+        return linear(self.final_hidden(tokens, chunked, chunk, caches, pos0), self.output)
+
+    def final_hidden(self, tokens, chunked=False, chunk=64, caches=None, pos0=0, normed=True):
+        """The trunk's hidden states [T, n_embd] after the final norm (output_norm): what the LM
+        head multiplies, and the MTP head's h. Arguments as forward(); normed=False: before
+        output_norm (only to show the MTP test tells the two apart)."""
         hp = self.hp
         toks = np.asarray(tokens, dtype=np.int64)
         if toks.ndim != 1 or len(toks) == 0:
@@ -463,8 +502,7 @@ class Qwen35Ref:
                 x = x + self.attention(L, xn, pos, cache)
             xn = rmsnorm(x, L["post_norm"], hp.eps)
             x = x + self.ffn(L, xn)
-        x = rmsnorm(x, self.output_norm, hp.eps)
-        return linear(x, self.output)
+        return rmsnorm(x, self.output_norm, hp.eps) if normed else x
 
     def forward_segments(self, tokens, sizes, chunked=False, chunk=64, state_dtype="f64"):
         """Same logits as forward(tokens), computed in segments of the given sizes with the
@@ -480,6 +518,111 @@ class Qwen35Ref:
         if i < len(tokens):
             rows.append(self.forward(tokens[i:], chunked, chunk, caches, pos0=i))
         return np.concatenate(rows)
+
+    # ---- MTP draft head ------------------------------------------------------
+    # The block blk.{n_layer} of a file with nextn_predict_layers >= 1, per the MTP contract
+    # (notes/mtp-contract.md; vLLM qwen3_next_mtp.py): row i from the trunk's normed hidden h_i
+    # and the embedding of t_{i+1}:
+    #   x = eh_proj([enorm(E[t_{i+1}]) | hnorm(h_i)]);  a = x + attn(attn_norm(x)) at RoPE position i,
+    #   causal over the block's own rows 0..i;  y = a + ffn(post_attention_norm(a));
+    #   o = shared_head_norm(y);  logits = head(o)  (the distribution of t_{i+2}).
+    # E = nextn.embed_tokens if present else token_embd; head = nextn.shared_head_head if present
+    # else the trunk's LM head (output.weight, or token_embd when tied).
+
+    # readings of the contract the MTP test must tell apart from it (mtp_logits(variant=...)):
+    # the halves of eh_proj's input swapped, the embedding of t_i instead of t_{i+1}, h before
+    # output_norm, the trunk's table / head instead of the block's own, each row attending to
+    # itself only (no KV history), and RoPE positions i+1 (which cannot be told apart: RoPE
+    # attention sees only position differences)
+    MTP_VARIANTS = ("hidden_first", "same_token", "prenorm_hidden", "trunk_embed", "trunk_head", "self_only",
+                    "pos_plus1")
+
+    def load_mtp(self):
+        """The MTP block's tensors (a layer dict like the trunk's attention layers, plus eh_proj,
+        enorm, hnorm, head_norm, embed, head, own_embed, own_head), loaded once; ValueError when
+        the file has none."""
+        if getattr(self, "mtp", None) is not None:
+            return self.mtp
+        hp = self.hp
+        if hp.n_nextn < 1:
+            raise ValueError("no MTP block (nextn_predict_layers is 0)")
+        r = self.reader
+        t = tensor_loader(r)
+        D, V = hp.n_embd, self.n_vocab
+        p = "blk.%d." % hp.n_layer
+        M = {"recurrent": False,
+             "attn_norm": t(p + "attn_norm.weight", (D,)),
+             "post_norm": t(p + "post_attention_norm.weight", (D,)),
+             "eh_proj": t(p + "nextn.eh_proj.weight", (D, 2 * D)),        # ne {2D, D}
+             "enorm": t(p + "nextn.enorm.weight", (D,)),
+             "hnorm": t(p + "nextn.hnorm.weight", (D,)),
+             "head_norm": t(p + "nextn.shared_head_norm.weight", (D,))}
+        M.update(gated_attention_tensors(t, p, hp))
+        M.update(self.ffn_tensors(t, p))
+        M["own_embed"] = p + "nextn.embed_tokens.weight" in r.tensors
+        M["own_head"] = p + "nextn.shared_head_head.weight" in r.tensors
+        M["embed"] = t(p + "nextn.embed_tokens.weight", (V, D)) if M["own_embed"] else self.tok_embd
+        M["head"] = t(p + "nextn.shared_head_head.weight", (V, D)) if M["own_head"] else self.output
+        self.mtp = M
+        return M
+
+    def mtp_rows(self, h, next_tokens, pos, cache=None, variant=None):
+        """MTP rows for hidden rows h [T, D], the tokens whose embeddings pair with them [T] and
+        RoPE positions pos [T]; cache: None, or a dict (the block's own KV cache, extended in
+        place, as attention() keeps it). Returns (logits [T, n_vocab], o [T, D] = the normed
+        block output, the h of a chained next row)."""
+        hp = self.hp
+        M = self.load_mtp()
+        E = self.tok_embd if variant == "trunk_embed" else M["embed"]
+        e = rmsnorm(E[np.asarray(next_tokens, dtype=np.int64)], M["enorm"], hp.eps)
+        hn = rmsnorm(h, M["hnorm"], hp.eps)
+        x = linear(np.concatenate([hn, e] if variant == "hidden_first" else [e, hn], axis=1), M["eh_proj"])
+        a = x + self.attention(M, rmsnorm(x, M["attn_norm"], hp.eps), np.asarray(pos, dtype=np.int64), cache)
+        y = a + self.ffn(M, rmsnorm(a, M["post_norm"], hp.eps))
+        o = rmsnorm(y, M["head_norm"], hp.eps)
+        return linear(o, self.output if variant == "trunk_head" else M["head"]), o
+
+    def mtp_logits(self, tokens, chunked=False, chunk=64, variant=None):
+        """The MTP's first-depth rows on t_0..t_{n-1}: [n-1, n_vocab], row i from h_i and t_{i+1}
+        (what `hyserve logits --mtp --all` prints). variant: None (the contract) or one of
+        MTP_VARIANTS."""
+        if variant is not None and variant not in self.MTP_VARIANTS:
+            raise ValueError("unknown MTP variant %r" % variant)
+        toks = np.asarray(tokens, dtype=np.int64)
+        if toks.ndim != 1 or len(toks) < 2:
+            raise ValueError("the MTP needs at least 2 tokens")
+        self.load_mtp()
+        h = self.final_hidden(toks, chunked, chunk, normed=variant != "prenorm_hidden")[:-1]
+        nxt = toks[:-1] if variant == "same_token" else toks[1:]
+        pos = np.arange(len(toks) - 1) + (1 if variant == "pos_plus1" else 0)
+        if variant == "self_only":
+            return np.concatenate([self.mtp_rows(h[i:i + 1], nxt[i:i + 1], pos[i:i + 1])[0] for i in range(len(pos))])
+        return self.mtp_rows(h, nxt, pos, None, variant)[0]
+
+    def mtp_chain(self, tokens, k):
+        """k chained greedy drafts after t_0..t_{n-1} (one MTP layer reused, as vLLM does): row 0
+        is first-depth row n-2 (from h_{n-2} and t_{n-1}, position n-2); row j > 0 uses h = o of
+        row j-1, the token drafted from row j-1 (argmax, lowest id on ties) and position n-2+j,
+        attending over the block's cache of every earlier row. Returns (logits [k, n_vocab],
+        drafted ids [k], the inputs (h [n-2+k, D], tokens, positions) of every row in order)."""
+        toks = np.asarray(tokens, dtype=np.int64)
+        if toks.ndim != 1 or len(toks) < 2 or k < 1:
+            raise ValueError("mtp_chain needs at least 2 tokens and k >= 1")
+        n = len(toks)
+        h = self.final_hidden(toks)[:-1]
+        cache = {}
+        lg, o = self.mtp_rows(h, toks[1:], np.arange(n - 1), cache)
+        rows, drafts = [lg[-1]], [int(np.argmax(lg[-1]))]
+        hs, ts, ps = [h], list(toks[1:]), list(range(n - 1))
+        for j in range(1, k):
+            h1 = o[-1:]
+            lg, o = self.mtp_rows(h1, [drafts[-1]], [n - 2 + j], cache)
+            hs.append(h1)
+            ts.append(drafts[-1])
+            ps.append(n - 2 + j)
+            rows.append(lg[0])
+            drafts.append(int(np.argmax(lg[0])))
+        return np.array(rows), drafts, (np.concatenate(hs), ts, ps)
 
 
 # --------------------------------------------------------------------------
@@ -508,6 +651,47 @@ def self_test_delta_rule(verbose=False):
     return worst
 
 
+def rel_rows(a, b):
+    """max over rows of max|a_t - b_t| / max|b_t| (the suites' compare() metric)."""
+    return float((np.abs(a - b).max(axis=1) / np.abs(b).max(axis=1)).max())
+
+
+def self_test_mtp(m, tokens, verbose=False):
+    """Checks of the MTP reference that need no C binary, on a model m with an MTP block:
+    prefix   the rows of every prefix tokens[:j] (j = 2, 3, 5, n/2, n-1) equal the first j-1
+             rows of the whole (the block's attention is causal; rel err, must be ~0),
+    chain    the rows of a 4-draft chain, each step on the block's KV cache, equal the same
+             rows recomputed in one cache-less call over all the chain's inputs (~0),
+    variants the distance (same metric) of each wrong reading in MTP_VARIANTS from the
+             contract's rows: the ones a test must catch have to be far above its 1e-4
+             tolerance; pos_plus1 must be ~0 (RoPE attention sees position differences only,
+             so the rows cannot show the position offset of the block).
+    Returns {"prefix": err, "chain": err, "variants": {name: distance}} (variants that equal
+    the contract on this file, trunk_embed / trunk_head without the block's own, left out)."""
+    full = m.mtp_logits(tokens)
+    n = len(tokens)
+    prefix = 0.0
+    for j in sorted({2, 3, 5, n // 2, n - 1}):
+        if 2 <= j < n:
+            prefix = max(prefix, rel_rows(m.mtp_logits(tokens[:j]), full[:j - 1]))
+    k = 4
+    rows, drafts, (H, ts, ps) = m.mtp_chain(tokens, k)
+    again = m.mtp_rows(H, ts, ps)[0][n - 2:]
+    chain = rel_rows(rows, again)
+    if rel_rows(rows[:1], full[-1:]) > 1e-12:
+        chain = max(chain, rel_rows(rows[:1], full[-1:]))
+    M = m.load_mtp()
+    variants = {}
+    for v in m.MTP_VARIANTS:
+        if (v == "trunk_embed" and not M["own_embed"]) or (v == "trunk_head" and not M["own_head"]):
+            continue
+        variants[v] = rel_rows(m.mtp_logits(tokens, variant=v), full)
+    if verbose:
+        print("  prefix %.3e, chain (drafts %s) %.3e, variants %s" % (
+            prefix, drafts, chain, ", ".join("%s %.2e" % kv for kv in variants.items())))
+    return {"prefix": prefix, "chain": chain, "variants": variants}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="qwen35 float64 reference forward")
     ap.add_argument("model", nargs="?")
@@ -516,6 +700,12 @@ def main(argv=None):
     ap.add_argument("--chunked", action="store_true", help="use the chunked DeltaNet form")
     ap.add_argument("--chunk", type=int, default=64)
     ap.add_argument("--self-test", action="store_true", help="check chunked vs recurrent delta rule")
+    ap.add_argument("--mtp", action="store_true",
+                    help="the MTP head's rows instead (n-1 rows with --all; row i predicts token i+2)")
+    ap.add_argument("--mtp-variant", choices=Qwen35Ref.MTP_VARIANTS, default=None,
+                    help="with --mtp: a WRONG reading of the contract (to show a test tells it apart)")
+    ap.add_argument("--mtp-self-test", action="store_true",
+                    help="MODEL with an MTP block: run self_test_mtp on --tokens and print its figures")
     ap.add_argument("--int8-act", action="store_true",
                     help="quantize the activations of Q8_0 / Q4_0 / K-quant products (HYSERVE_INT8_PROMPT=1)")
     ap.add_argument("--bf16-act", action="store_true",
@@ -531,9 +721,36 @@ def main(argv=None):
     if not args.model or args.tokens is None:
         ap.error("MODEL and --tokens are required")
     tokens = [int(s) for s in args.tokens.split(",") if s.strip()]
+    if args.mtp or args.mtp_self_test:
+        return main_mtp(args, tokens)
     from models_ref import load_model  # other architectures (qwen3next, qwen3, llama)
     m = load_model(args.model)
     logits = m.forward(tokens, chunked=args.chunked, chunk=args.chunk)
+    rows = logits if args.all else logits[-1:]
+    json.dump({"tokens": tokens, "logits": [[float(v) for v in row] for row in rows]}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+def main_mtp(args, tokens):
+    """--mtp / --mtp-self-test: qwen35 or qwen35moe (hybrid_ref) files; the errors of the MTP
+    contract's CLI (one line, exit 2) for a file without an MTP block and for n < 2 tokens."""
+    from hybrid_ref import load_model  # qwen35moe, else models_ref's architectures
+    m = load_model(args.model)
+    if not hasattr(m, "mtp_logits") or getattr(m.hp, "n_nextn", 0) < 1:
+        sys.stderr.write("qwen35_ref.py: %s has no MTP block (nextn_predict_layers is 0)\n" % args.model)
+        return 2
+    if len(tokens) < 2:
+        sys.stderr.write("qwen35_ref.py: --mtp needs at least 2 tokens, got %d\n" % len(tokens))
+        return 2
+    if args.mtp_self_test:
+        r = self_test_mtp(m, tokens)
+        print("mtp prefix invariance: max rel err %.3e" % r["prefix"])
+        print("mtp chain cached vs batched: max rel err %.3e" % r["chain"])
+        for v, d in r["variants"].items():
+            print("mtp variant %-15s distance %.3e" % (v, d))
+        return 0
+    logits = m.mtp_logits(tokens, chunked=args.chunked, chunk=args.chunk, variant=args.mtp_variant)
     rows = logits if args.all else logits[-1:]
     json.dump({"tokens": tokens, "logits": [[float(v) for v in row] for row in rows]}, sys.stdout)
     sys.stdout.write("\n")
