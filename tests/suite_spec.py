@@ -539,6 +539,11 @@ def test_mtp(name, srv):
     check(f"{name} mtp: hyserve mem --mtp plans the server's MTP pool ({plan.get('mtp_cache_bytes')} B for 16 "
           f"sequences of 1024 tokens)", plan.get("mtp_cache_bytes") == mt.get("cache_budget_bytes") > 0,
           f"{plan} {mt} {r.stderr.decode()[-200:]}")
+    est = srv.req("POST", "/v1/memory/estimate", {"context": 1024, "batch": 16})
+    e_sp = json.loads(est[2] or "{}").get("speculative", {}) if est[0] == 200 else {}
+    check(f"{name} mtp: POST /v1/memory/estimate plans the MTP pool of the served model by default "
+          f"({e_sp.get('mtp_cache_bytes')} B)", e_sp.get("mtp_cache_bytes") == mt.get("cache_budget_bytes") > 0,
+          f"{est[:2]} {e_sp} {mt}")
     check(f"{name} mtp: DELETE ends an MTP-drafted stream ({len(got) + len(rest)} events)",
           dst == 204 and last.get("error_type") == "cancelled", f"{dst} {rest[-1:]}")
     ok, s = quiet(srv)
