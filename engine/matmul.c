@@ -201,6 +201,10 @@ static void act8_quantize_share(uint32_t type, const float *X, int n_in, int n_t
 /* y[r] = row r . x on the activations a, rows rb bytes apart */
 static void act8_rows(uint32_t type, const char *W, size_t rb, int n_rows, act8 a, int n_in, float *y, long ldy)
 {
+    if (type != GGML_Q4_0 && cpu_kern.dot_kq_act_rows) {
+        cpu_kern.dot_kq_act_rows(type, W, rb, n_rows, a.q, a.d, a.bs, n_in, y, ldy);
+        return;
+    }
     for (int r = 0; r < n_rows; r++)
         y[r * ldy] = type == GGML_Q4_0 ? dot_q4_0_act(W + (size_t)r * rb, a.q, a.d, n_in)
                                        : dot_kq_act(type, W + (size_t)r * rb, a.q, a.d, a.bs, n_in);
