@@ -1,7 +1,8 @@
 /* simd_kquant.c - the K-quant and Q4_0 int8 dot products of simd_kquant.h.
  *
  * Owns: one row of Q4_K, Q5_K, Q6_K or Q4_0 blocks against activations
- * quantized to int8 (quant.h), on AVX2 and AVX-512, and the AVX2 quantizer
+ * quantized to int8 (quant.h), on AVX2 and AVX-512 (AVX2 also a run of
+ * rows per call, AVX-512 several tokens per row), and the AVX2 quantizer
  * of the K-quants' activations. Does not own: the block layouts and the
  * references (quant.c), the choice of kernel (cpu.c), the row loops
  * (matmul.c).
