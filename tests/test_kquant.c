@@ -209,7 +209,7 @@ TEST(test_kquant_avx2_rows_equal_each_row_alone)
         SKIP("no AVX2 on this CPU (or HYSERVE_SIMD=0)");
     enum { NR = 7, N = 768 };
     static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
-    static uint8_t rows[NR * (N / 256) * 210 + 64];
+    static uint8_t rows[NR * (N / 256 * 210 + 16)];        /* rb up to a Q6_K row + 16 */
     float x[N], y[2 * NR];
     int8_t q[N];
     float d[N / 32];
