@@ -290,57 +290,42 @@ INLINE2 void kq2_fin(const kq2_sb *u, const __m256i *sum, const int16_t *bs, flo
     *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(d * u->dm), *accm);
 }
 
-/* KQ2_ROWS rows (1 or 2) against one token, the activations' loads shared */
-INLINE2 void kq2_rowsk(uint32_t type, int nr, const char *W, size_t rb, const int8_t *q, const float *d,
-                       const int16_t *bs, int n, float *y, long ldy)
+/* one row against one token */
+INLINE2 float kq2_row(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bs, int n)
 {
-    __m256 acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() }, accm[2] = { acc[0], acc[1] };
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
     for (int i = 0; i < n / 256; i++) {
-        kq2_sb u[2];
-        __m256i sum[2][2];
+        kq2_sb u;
+        __m256i sum[2] = { _mm256_setzero_si256(), _mm256_setzero_si256() };
+        kq2_pre(type, row, i, &u);
         KQ2_UNROLL
-        for (int r = 0; r < nr; r++) {
-            kq2_pre(type, W + (size_t)r * rb, i, &u[r]);
-            sum[r][0] = sum[r][1] = _mm256_setzero_si256();
-        }
-        KQ2_UNROLL
-        for (int s = 0; s < 8; s++) {
-            KQ2_UNROLL
-            for (int r = 0; r < nr; r++)
-                kq2_acc(kq2_w(type, &u[r], s), kq2_sc(type, &u[r], s), q + 256 * i, s, sum[r]);
-        }
-        KQ2_UNROLL
-        for (int r = 0; r < nr; r++)
-            kq2_fin(&u[r], sum[r], bs + 16 * i, d[i], &acc[r], &accm[r]);
+        for (int s = 0; s < 8; s++)
+            kq2_acc(kq2_w(type, &u, s), kq2_sc(type, &u, s), q + 256 * i, s, sum);
+        kq2_fin(&u, sum, bs + 16 * i, d[i], &acc, &accm);
     }
-    KQ2_UNROLL
-    for (int r = 0; r < nr; r++)
-        y[r * ldy] = hsum8_ps(_mm256_sub_ps(acc[r], accm[r]));
+    return hsum8_ps(_mm256_sub_ps(acc, accm));
 }
 
+/* one row at a time: two rows per pass sharing the activations' loads measured slower
+ * (hyserve-kq-rows, L2 Q4_K 15.2 against 16.1 GB/s, Q6_K 17.7 against 20.6; from memory 2.6-6.5
+ * against 10.6-14.3: two interleaved streams defeat the prefetcher) */
 INLINE2 void kq2_rows(uint32_t type, const char *W, size_t rb, int n_rows, const int8_t *q, const float *d,
                       const int16_t *bs, int n, float *y, long ldy)
 {
-    /* one row at a time: two rows sharing the activations' loads measured slower (hyserve-kq-rows, L2
-     * Q4_K 15.2 against 16.1 GB/s, Q6_K 17.7 against 20.6; from memory 2.6-6.5 against 10.6-14.3) */
     for (int r = 0; r < n_rows; r++)
-        kq2_rowsk(type, 1, W + (size_t)r * rb, rb, q, d, bs, n, y + r * ldy, ldy);
+        y[r * ldy] = kq2_row(type, W + (size_t)r * rb, q, d, bs, n);
 }
 
 AVX2 float avx2_dot_kq_act(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums, int n)
 {
-    float y;
     switch (type) {
     case GGML_Q6_K:
-        kq2_rowsk(GGML_Q6_K, 1, row, 0, q, d, bsums, n, &y, 0);
-        break;
+        return kq2_row(GGML_Q6_K, row, q, d, bsums, n);
     case GGML_Q5_K:
-        kq2_rowsk(GGML_Q5_K, 1, row, 0, q, d, bsums, n, &y, 0);
-        break;
+        return kq2_row(GGML_Q5_K, row, q, d, bsums, n);
     default:
-        kq2_rowsk(GGML_Q4_K, 1, row, 0, q, d, bsums, n, &y, 0);
+        return kq2_row(GGML_Q4_K, row, q, d, bsums, n);
     }
-    return y;
 }
 
 AVX2 void avx2_dot_kq_act_rows(uint32_t type, const void *W, size_t rb, int n_rows, const int8_t *q, const float *d,
