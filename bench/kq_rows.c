@@ -1,6 +1,8 @@
 /* kq_rows.c - the K-quant decode kernels alone, one thread: GB/s of
  * weights through cpu_kern.dot_kq_act (one token) and
- * cpu_kern.dot_kq_act_tokens (decode steps), rows in L2 and from memory.
+ * cpu_kern.dot_kq_act_tokens (decode steps), and (where the level has it)
+ * cpu_kern.dot_kq_act_rows, runs of 64 rows a call as the engine's row
+ * loop calls it ("rows 64"), rows in L2 and from memory.
  *
  * Owns: timing the kernel in use (the CPU's best level) over rows of
  * random valid blocks against one quantized activation vector, medians of
@@ -8,7 +10,8 @@
  * kernels (engine/kernels/simd_kquant.c), the row split (matmul.c), the
  * whole-engine figures (bench.c, engine_ab.c).
  *
- *   hyserve-kq-rows [-r REPS] [-T "1 4 8 16"] [TYPE...]    (q4_k q5_k q6_k)
+ *   hyserve-kq-rows [-c] [-r REPS] [-T "1 4 8 16"] [TYPE...]    (q4_k q5_k q6_k)
+ * -c times the thread's CPU time instead of wall time (on a shared machine).
  * Meant for A/B: build it on two trees and alternate the two binaries
  * pinned to one CPU (taskset -c 1), as bench/README.md shows; the figure
  * is weight bytes per second of wall time, so a busy machine lowers both.
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/ggml_type.h"
 #include "engine.h"
@@ -29,6 +33,7 @@
 #define KR_N 1024               /* elements per row */
 #define KR_MAX_REPS 63
 #define KR_MAX_TOK 16
+#define KR_RUN 64               /* rows per call of the rows kernel (a 64 KiB chunk of the engine's is 78-113 rows) */
 
 static uint32_t kr_rng = 2463534242u;
 
@@ -59,13 +64,33 @@ static void fill_rows(uint32_t t, uint8_t *p, size_t n_bytes)
 }
 
 static volatile float kr_sink;
+static int kr_cpu;              /* -c: the thread's CPU time, not wall time (a shared machine's other processes drop out) */
+
+static double kr_now(void)
+{
+    if (!kr_cpu)
+        return engine_now_s();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* seconds for one pass of n_tok tokens over n_rows rows, reps times */
 static double pass(uint32_t t, const uint8_t *rows, size_t rb, int n_rows, int n_tok, const int8_t *const *q,
                    const float *const *d, const int16_t *const *bs, int reps)
 {
     float y[KR_MAX_TOK];
-    const double t0 = engine_now_s();
+    const double t0 = kr_now();
+    if (n_tok == 0) {           /* the engine's one-token path: a run of rows per call (cpu_kern.dot_kq_act_rows) */
+        static float ys[1 << 17];
+        for (int k = 0; k < reps; k++)
+            for (int r = 0; r < n_rows; r += KR_RUN) {
+                const int nr = n_rows - r < KR_RUN ? n_rows - r : KR_RUN;
+                cpu_kern.dot_kq_act_rows(t, rows + (size_t)r * rb, rb, nr, q[0], d[0], bs[0], KR_N, ys, 1);
+                kr_sink = ys[0];
+            }
+        return kr_now() - t0;
+    }
     for (int k = 0; k < reps; k++)
         for (int r = 0; r < n_rows; r++) {
             const uint8_t *row = rows + (size_t)r * rb;
@@ -75,14 +100,16 @@ static double pass(uint32_t t, const uint8_t *rows, size_t rb, int n_rows, int n
                 cpu_kern.dot_kq_act_tokens(t, row, KR_N, q, d, bs, n_tok, y, 1);
             kr_sink = y[0];
         }
-    return engine_now_s() - t0;
+    return kr_now() - t0;
 }
 
 int main(int argc, char **argv)
 {
-    int reps = 15, toks[8] = { 1, 4, 8, 16 }, n_toks = 4, a = 1;
+    int reps = 15, toks[9] = { 1, 4, 8, 16 }, n_toks = 4, a = 1;
     for (; a < argc && argv[a][0] == '-'; a++) {
-        if (!strcmp(argv[a], "-r") && a + 1 < argc) {
+        if (!strcmp(argv[a], "-c")) {
+            kr_cpu = 1;
+        } else if (!strcmp(argv[a], "-r") && a + 1 < argc) {
             reps = atoi(argv[++a]);
             if (reps < 1 || reps > KR_MAX_REPS)
                 reps = 15;
@@ -93,7 +120,7 @@ int main(int argc, char **argv)
                 if (v >= 1 && v <= KR_MAX_TOK)
                     toks[n_toks++] = (int)v;
         } else {
-            fprintf(stderr, "usage: %s [-r REPS] [-T \"1 4 8 16\"] [q4_k|q5_k|q6_k ...]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-c] [-r REPS] [-T \"1 4 8 16\"] [q4_k|q5_k|q6_k ...]\n", argv[0]);
             return 2;
         }
     }
@@ -102,6 +129,16 @@ int main(int argc, char **argv)
     static const size_t blk[] = { 144, 176, 210 };
     if (!cpu_kern.dot_kq_act_tokens)
         fprintf(stderr, "note: no decode-step kernel at this level; steps are skipped\n");
+    if (cpu_kern.dot_kq_act_rows && n_toks < 9) {      /* "tokens 0": the rows kernel, after the one-row calls */
+        int i = 0;
+        while (i < n_toks && toks[i] != 1)
+            i++;
+        if (i < n_toks) {
+            memmove(toks + i + 2, toks + i + 1, sizeof(int) * (size_t)(n_toks - i - 1));
+            toks[i + 1] = 0;
+            n_toks++;
+        }
+    }
 
     /* KR_MAX_TOK tokens' activations */
     int8_t *q[KR_MAX_TOK];
@@ -125,7 +162,8 @@ int main(int argc, char **argv)
     double ld[3] = { 0 };
     if (getloadavg(ld, 3) < 0)
         ld[0] = -1;
-    printf("# kq_rows: one thread, %d elements per row, medians of %d, load %.2f\n", KR_N, reps, ld[0]);
+    printf("# kq_rows: one thread, %d elements per row, medians of %d, %s time, load %.2f\n", KR_N, reps,
+           kr_cpu ? "CPU" : "wall", ld[0]);
     for (int ai = a == argc ? 0 : a; ai < (a == argc ? 3 : argc); ai++) {
         int k = ai;
         if (a != argc)
@@ -154,8 +192,12 @@ int main(int argc, char **argv)
             }
             const double gl2 = 64.0 * l2_rows * (double)rb / median(tl2, reps) * 1e-9;
             const double gmem = (double)mem_rows * (double)rb / median(tmem, reps) * 1e-9;
-            printf("%s tokens %2d: L2 %6.2f GB/s  memory %6.2f GB/s  (weights; x%d tokens of work)\n", names[k], nt,
-                   gl2, gmem, nt);
+            if (nt == 0)
+                printf("%s rows %4d: L2 %6.2f GB/s  memory %6.2f GB/s  (weights; one token, %d rows a call)\n",
+                       names[k], KR_RUN, gl2, gmem, KR_RUN);
+            else
+                printf("%s tokens %2d: L2 %6.2f GB/s  memory %6.2f GB/s  (weights; x%d tokens of work)\n", names[k],
+                       nt, gl2, gmem, nt);
         }
     }
     for (int t = 0; t < KR_MAX_TOK; t++) {

@@ -201,6 +201,10 @@ static void act8_quantize_share(uint32_t type, const float *X, int n_in, int n_t
 /* y[r] = row r . x on the activations a, rows rb bytes apart */
 static void act8_rows(uint32_t type, const char *W, size_t rb, int n_rows, act8 a, int n_in, float *y, long ldy)
 {
+    if (type != GGML_Q4_0 && cpu_kern.dot_kq_act_rows) {
+        cpu_kern.dot_kq_act_rows(type, W, rb, n_rows, a.q, a.d, a.bs, n_in, y, ldy);
+        return;
+    }
     for (int r = 0; r < n_rows; r++)
         y[r * ldy] = type == GGML_Q4_0 ? dot_q4_0_act(W + (size_t)r * rb, a.q, a.d, n_in)
                                        : dot_kq_act(type, W + (size_t)r * rb, a.q, a.d, a.bs, n_in);
@@ -815,8 +819,11 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
  * thread quantizes a share of the tokens, then takes its share of the
  * rows and steals from the busiest (share.h). With AVX-512 each K-quant
  * row's super-blocks are unpacked once per 8 tokens
- * (cpu_kern.dot_kq_act_tokens); otherwise each row is dotted
- * with every token while it is in L1 by the one-token kernel. Either way a
+ * (cpu_kern.dot_kq_act_tokens); with AVX2 a group of rows filling
+ * KQ_STEP_L1_BYTES (half a 32 KiB L1d) meets every token in turn through
+ * the one-token rows kernel (cpu_kern.dot_kq_act_rows: no call per row),
+ * read from memory once; otherwise each row is dotted with every token
+ * while it is in L1 by the one-token kernel. Either way a
  * token gets the one-token product's bits. At most Q8_ACT_MAX_TOK tokens
  * per call (act8_bytes each, about 1.2 n_in: within the small-batch
  * scratch). Measured (one thread, CPU time, 14336 x 1024 Q4_K, medians of
@@ -827,11 +834,17 @@ static void matmul_q8_act_chunk(float *restrict Y, const weight *W, const float 
  * (Q6_K 1.22 / 3.38, 1.80 / 3.76, 7.49 / 6.66). Past ~8 tokens the f32
  * tile would be faster, but a sequence's bits would then depend on its
  * batch (docs/performance.md section 2). */
+#define KQ_STEP_L1_BYTES 16384
+
 static void matmul_kq_act_chunk(float *restrict Y, const weight *W, const float *restrict X, int n_tok,
                                 float *scratch)
 {
     const int n_in = W->n_in, n_out = W->n_out;
     const bool tokens = W->type != GGML_Q4_0 && cpu_kern.dot_kq_act_tokens;
+    const bool rows = !tokens && W->type != GGML_Q4_0 && cpu_kern.dot_kq_act_rows;
+    /* rows of a group, with rows: KQ_STEP_L1_BYTES of them (half of a 32 KiB L1d) */
+    const long rows_l1 = rows ? (KQ_STEP_L1_BYTES / (long)W->row_bytes > 1 ? KQ_STEP_L1_BYTES / (long)W->row_bytes : 1)
+                              : 1;
     const int8_t *q[Q8_ACT_MAX_TOK];
     const float *d[Q8_ACT_MAX_TOK];
     const int16_t *bs[Q8_ACT_MAX_TOK];
@@ -843,9 +856,14 @@ static void matmul_kq_act_chunk(float *restrict Y, const weight *W, const float 
         act8_quantize_share(W->type, X, n_in, n_tok, scratch);
         long r0, r1;
         while (share_take(&sh, omp_get_thread_num(), &r0, &r1))
-            for (long o = r0; o < r1; o++) {
+            for (long o = r0; o < r1; o += rows_l1) {
                 const char *row = (const char *)W->data + (size_t)o * W->row_bytes;
-                if (tokens)
+                if (rows) {         /* a group of rows in L1, every token's one-token products over it */
+                    const int nr = (int)(r1 - o < rows_l1 ? r1 - o : rows_l1);
+                    for (int t = 0; t < n_tok; t++)
+                        cpu_kern.dot_kq_act_rows(W->type, row, W->row_bytes, nr, q[t], d[t], bs[t], n_in,
+                                                 Y + (size_t)t * n_out + o, 1);
+                } else if (tokens)
                     cpu_kern.dot_kq_act_tokens(W->type, row, n_in, q, d, bs, n_tok, Y + o, n_out);
                 else
                     for (int t = 0; t < n_tok; t++)

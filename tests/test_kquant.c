@@ -200,6 +200,41 @@ TEST(test_kquant_every_simd_family_matches_the_reference)
         fprintf(stderr, "  (skipped: no AVX2 on this CPU, the scalar table only)\n");
 }
 
+/* The AVX2 rows entry (avx2_dot_kq_act_rows, the one-token row loop of
+ * matmul.c) gives each row the one-row kernel's bits, rows rb bytes apart
+ * and results ldy apart, and each within the reference's bound. */
+TEST(test_kquant_avx2_rows_equal_each_row_alone)
+{
+    if (!simd_avx2())
+        SKIP("no AVX2 on this CPU (or HYSERVE_SIMD=0)");
+    enum { NR = 7, N = 768 };
+    static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+    static uint8_t rows[NR * (N / 256 * 210 + 16)];        /* rb up to a Q6_K row + 16 */
+    float x[N], y[2 * NR];
+    int8_t q[N];
+    float d[N / 32];
+    int16_t bs[N / 16];
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti];
+        const size_t rb = ggml_type_size(t) * N / 256 + 8 * ti;     /* rows apart by more than a row, too */
+        for (int r = 0; r < NR; r++)
+            kqb_random_row(t, rows + (size_t)r * rb, N, 70 + r);
+        kqb_rng = 77u + (uint32_t)ti;
+        kq_random_x(x, N, 3 + (int)ti);
+        kqb_quantize(t, x, N, q, d, bs);
+        avx2_dot_kq_act_rows(t, rows, rb, NR, q, d, bs, N, y, 2);
+        for (int r = 0; r < NR; r++) {
+            const void *row = rows + (size_t)r * rb;
+            const float one = avx2_dot_kq_act(t, row, q, d, bs, N);
+            CHECK_MSG(!memcmp(&one, &y[2 * r], sizeof one), "type %u row %d: %.9g in a run, %.9g alone", t, r,
+                      y[2 * r], one);
+            const double ref = kqb_ref(t, row, q, d, bs, N), tol = 4.0 * kq_gamma(N) * kq_terms(t, row, q, d, N);
+            CHECK_MSG(fabs(y[2 * r] - ref) <= tol, "type %u row %d: %.9g, reference %.9g (tol %.3g)", t, r,
+                      y[2 * r], ref, tol);
+        }
+    }
+}
+
 /* matmul on a K-quant weight: one token, decode steps of any size and
  * prompts on the decode-step kernels (MATMUL_INT8_STEP; auto takes them
  * for short prompts, matmul.h) give the one-token kernel's results bit for

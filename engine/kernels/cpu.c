@@ -104,6 +104,7 @@ static void cpu_select(void)
         k.dot_q8_0_act = avx2_dot_q8_0_act;
         k.quantize_act_q8k = avx2_quantize_act_q8k;
         k.dot_kq_act = avx2_dot_kq_act;
+        k.dot_kq_act_rows = avx2_dot_kq_act_rows;
         k.dot_q4_0_act = avx2_dot_q4_0_act;
         k.exp_block = attn_exp_block_avx2;
         k.dnet_step = avx2_dnet_step;
@@ -116,6 +117,7 @@ static void cpu_select(void)
         k.dequant_row = dequant_row_avx512;
         k.dnet_step_bf16_x16 = avx512_dnet_step_bf16;
         k.dot_kq_act = f.avx512_vnni ? avx512_dot_kq_act_vnni : avx512_dot_kq_act;
+        k.dot_kq_act_rows = NULL;       /* the AVX-512 one-token kernel row by row */
         k.dot_kq_act_tokens = f.avx512_vnni ? avx512_dot_kq_act_tokens_vnni : avx512_dot_kq_act_tokens;
         k.dot_q4_0_act = f.avx512_vnni ? avx512_dot_q4_0_act_vnni : avx512_dot_q4_0_act;
     }

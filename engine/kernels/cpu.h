@@ -24,6 +24,7 @@
 #define HYSERVE_CPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The features the kernels use now: the CPU's, less what HYSERVE_SIMD and
@@ -65,6 +66,10 @@ typedef struct cpu_kernels {
     float (*dot_kq_act)(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums,
                         int n);                                                 /* dot_kq_act_ref */
     float (*dot_q4_0_act)(const void *row, const int8_t *q, const float *d, int n);   /* dot_q4_0_act_ref */
+    /* y[r ldy] = dot_kq_act(type, W + r rb, ..) for r < n_rows, bit for bit (a K-quant type); NULL: call
+     * dot_kq_act per row */
+    void (*dot_kq_act_rows)(uint32_t type, const void *W, size_t rb, int n_rows, const int8_t *q, const float *d,
+                            const int16_t *bsums, int n, float *y, long ldy);
     /* one K-quant row against n_tok tokens' activations, y[t ldy] = dot_kq_act(.., token t), bit for bit
      * (simd_kquant.h); NULL: call dot_kq_act per token */
     void (*dot_kq_act_tokens)(uint32_t type, const void *row, int n, const int8_t *const *q, const float *const *d,

@@ -1,7 +1,8 @@
 /* simd_kquant.c - the K-quant and Q4_0 int8 dot products of simd_kquant.h.
  *
  * Owns: one row of Q4_K, Q5_K, Q6_K or Q4_0 blocks against activations
- * quantized to int8 (quant.h), on AVX2 and AVX-512, and the AVX2 quantizer
+ * quantized to int8 (quant.h), on AVX2 and AVX-512 (AVX2 also a run of
+ * rows per call, AVX-512 several tokens per row), and the AVX2 quantizer
  * of the K-quants' activations. Does not own: the block layouts and the
  * references (quant.c), the choice of kernel (cpu.c), the row loops
  * (matmul.c).
@@ -70,15 +71,6 @@ AVX2 static inline float hsum8_ps(__m256 v)
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-/* the sum of 8 int32 lanes (exact: the callers' sums are far from overflow) */
-AVX2 static inline int32_t avx2_hsum8_epi32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
 }
 
 /* d = max|x| / 127 and q = round(x / d) as quantize_act_q8k_ref: the same
@@ -167,80 +159,188 @@ AVX2 static inline __m256i avx2_q6k_w32(const blk_q6_k *b, int n, int k)
     return _mm256_or_si256(nib, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2), 4));
 }
 
-/* sum_s sc_s sum_l w q and sum_s mn_s bsum_s of one Q4_K/Q5_K super-block;
- * qh NULL for Q4_K. Sub-block 2j is the low nibbles of qs[32j..32j+32),
- * 2j+1 the high ones; Q5_K's bit 4 of sub-block s is bit s of qh[l]. */
-AVX2 static inline __m256i avx2_kq45_block(const uint8_t *qs, const uint8_t *qh, const uint8_t sm[16],
-                                           const int8_t *q)
+/* ---- the one-token dots on AVX2 ----
+ * Per super-block the weights of 32 elements at a time meet the int8
+ * activations in vpmaddubsw, the int16 pairs are scaled by their
+ * sub-block's scale in vpmaddwd and summed into one int32 vector sumi; the
+ * offsets' part (Q4_K/Q5_K: the mins against the bsums, Q6_K: 32 sc
+ * against them) is a second int32 vector m from one vpmaddwd. Both are
+ * converted and scaled in float into two accumulators, acc += dd sumi and
+ * accm += dm m, with no horizontal sum until the row's end: hsum(acc -
+ * accm). The scales reach their int16 lanes by one vpshufb each from the
+ * super-block's unpacked scale bytes (no scalar byte read, no broadcast
+ * from a general register: the kernel this replaced spent 3 operations a
+ * scale on it and a horizontal sum per super-block). The type is a
+ * constant of each inlined copy.
+ * Every row runs the same operations in the same order, so a row's result
+ * is the same bits alone (avx2_dot_kq_act) and in a run of rows
+ * (avx2_dot_kq_act_rows, the engine's row loop: no call per row). */
+#define INLINE2 AVX2 static inline __attribute__((always_inline))
+/* the loops over sub-blocks unrolled, so the sub-block index is a constant (-O2 does not) */
+#define KQ2_UNROLL _Pragma("GCC unroll 8")
+
+/* vpshufb controls picking int16 lanes out of 16 bytes broadcast to both
+ * halves. kq45: the unpacked [sc0..sc7 | mn0..mn7]: sub-block s's scale as
+ * 16 words (byte s, zero), and the mins paired [mn0 mn0 .. mn3 mn3 | mn4
+ * mn4 .. mn7 mn7] against the 16 bsums. q6: 8 int16 scales (one half of
+ * a super-block): word 2k in the low half, word 2k + 1 in the high one. */
+#define KQ_W(s) (char)(s), (char)0x80
+#define KQ_W8(s) KQ_W(s), KQ_W(s), KQ_W(s), KQ_W(s), KQ_W(s), KQ_W(s), KQ_W(s), KQ_W(s)
+#define KQ_P(a, b) (char)(a), (char)(b)
+#define KQ_P8(w) KQ_P(2 * (w), 2 * (w) + 1), KQ_P(2 * (w), 2 * (w) + 1), KQ_P(2 * (w), 2 * (w) + 1), \
+                 KQ_P(2 * (w), 2 * (w) + 1), KQ_P(2 * (w), 2 * (w) + 1), KQ_P(2 * (w), 2 * (w) + 1), \
+                 KQ_P(2 * (w), 2 * (w) + 1), KQ_P(2 * (w), 2 * (w) + 1)
+static const char kq2_sci[8][32] __attribute__((aligned(32))) = {
+    { KQ_W8(0), KQ_W8(0) }, { KQ_W8(1), KQ_W8(1) }, { KQ_W8(2), KQ_W8(2) }, { KQ_W8(3), KQ_W8(3) },
+    { KQ_W8(4), KQ_W8(4) }, { KQ_W8(5), KQ_W8(5) }, { KQ_W8(6), KQ_W8(6) }, { KQ_W8(7), KQ_W8(7) },
+};
+static const char kq2_mn[32] __attribute__((aligned(32))) = {
+    KQ_W(8), KQ_W(8), KQ_W(9), KQ_W(9), KQ_W(10), KQ_W(10), KQ_W(11), KQ_W(11),
+    KQ_W(12), KQ_W(12), KQ_W(13), KQ_W(13), KQ_W(14), KQ_W(14), KQ_W(15), KQ_W(15),
+};
+static const char kq2_q6[4][32] __attribute__((aligned(32))) = {
+    { KQ_P8(0), KQ_P8(1) }, { KQ_P8(2), KQ_P8(3) }, { KQ_P8(4), KQ_P8(5) }, { KQ_P8(6), KQ_P8(7) },
+};
+
+INLINE2 __m256i kq2_ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* what a super-block's sub-blocks are taken from (kq2_pre): its weights
+ * stay in memory (each 32-byte load is one vpmaddubsw's, or two for the
+ * two nibbles of Q4_K/Q5_K's qs); its scales are unpacked once:
+ * Q4_K/Q5_K vb = [sc0..sc7 | mn0..mn7] in both halves, Q6_K vb / vb2 the
+ * int16 scales of halves 0 / 1 in both halves; mv the int16 vector
+ * against the 16 bsums; dd, dm the block's factors before the
+ * activations' d */
+typedef struct {
+    const uint8_t *qs, *qh;     /* Q4_K/Q5_K qs (Q6_K ql), Q5_K/Q6_K qh */
+    __m256i vb, vb2, mv;
+    float dd, dm;
+} kq2_sb;
+
+INLINE2 void kq2_pre(uint32_t type, const void *row, int i, kq2_sb *u)
 {
-    const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-    __m256i sumi = _mm256_setzero_si256();
-    for (int j = 0; j < 4; j++) {
-        __m256i lo, hi;
-        avx2_kq45_w32(qs, qh ? &h : NULL, j, &lo, &hi);
-        const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q + 64 * j)));
-        const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 64 * j + 32)));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sm[2 * j])));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sm[2 * j + 1])));
+    if (type == GGML_Q6_K) {
+        const blk_q6_k *b = (const blk_q6_k *)row + i;
+        u->qs = b->ql;
+        u->qh = b->qh;
+        const __m128i s = _mm_loadu_si128((const __m128i *)b->scales);
+        u->mv = _mm256_cvtepi8_epi16(s);
+        u->vb = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(u->mv));
+        u->vb2 = _mm256_permute2x128_si256(u->mv, u->mv, 0x11);
+        u->dd = H2F(b->d);
+        u->dm = 32.0f * u->dd;
+        return;
     }
-    return sumi;
+    const bool five = type == GGML_Q5_K;
+    const blk_q4_k *b4 = (const blk_q4_k *)row + i;
+    const blk_q5_k *b5 = (const blk_q5_k *)row + i;
+    u->qs = five ? b5->qs : b4->qs;
+    u->qh = five ? b5->qh : NULL;
+    u->vb = _mm256_broadcastsi128_si256(kq_scales_v(five ? b5->scales : b4->scales));
+    u->vb2 = u->vb;
+    u->mv = _mm256_shuffle_epi8(u->vb, kq2_ld(kq2_mn));
+    u->dd = H2F(five ? b5->d : b4->d);
+    u->dm = H2F(five ? b5->dmin : b4->dmin);
 }
 
-/* Q6_K super-block: 32 elements per step k of each half, weights
- * (ql nibble | 2 bits of qh << 4) in 0..63, two 16-element scales per
- * step; the -32 offset is left to the caller (bsums) */
-AVX2 static inline __m256i avx2_q6k_block(const blk_q6_k *b, const int8_t *q)
+/* the unsigned weights of elements 32s + [0, 32) (s a constant once unrolled):
+ * Q4_K/Q5_K: sub-block s is the low (s even) or high nibbles of qs[32 (s / 2) ..]; Q5_K's bit 4
+ * is bit s of qh[l], moved there by one 16-bit shift (a bit crossing into the next byte falls
+ * outside the 0x10 mask). Q6_K: elements 128n + 32k + l are the low (k < 2) or high nibbles of
+ * ql[64n + 32 (k & 1) + l] | bits 2k, 2k+1 of qh[32n + l] << 4. */
+INLINE2 __m256i kq2_w(uint32_t type, const kq2_sb *u, int s)
 {
-    __m256i sumi = _mm256_setzero_si256();
-    for (int n = 0; n < 2; n++)
-        for (int k = 0; k < 4; k++) {
-            const int g = 8 * n + 2 * k;                    /* the scales of elements 128n + 32k + [0, 16), [16, 32) */
-            const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]), _mm_set1_epi16(b->scales[g]));
-            const __m256i p = _mm256_maddubs_epi16(avx2_q6k_w32(b, n, k),
-                                                   _mm256_loadu_si256((const __m256i *)(q + 128 * n + 32 * k)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
-        }
-    return sumi;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    if (type == GGML_Q6_K) {
+        const int n = s / 4, k = s % 4;
+        const __m256i l = kq2_ld(u->qs + 64 * n + 32 * (k & 1)), h = kq2_ld(u->qh + 32 * n);
+        const __m256i nib = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+        const __m256i hb = k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2)
+                         : k == 2 ? h : _mm256_srli_epi16(h, 2);
+        return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+    }
+    const __m256i w = kq2_ld(u->qs + 32 * (s / 2));
+    const __m256i nib = s % 2 ? _mm256_and_si256(_mm256_srli_epi16(w, 4), m4) : _mm256_and_si256(w, m4);
+    if (type != GGML_Q5_K)
+        return nib;
+    const __m256i h = kq2_ld(u->qh);
+    const __m256i hb = s < 4 ? _mm256_slli_epi16(h, 4 - s) : s == 4 ? h : _mm256_srli_epi16(h, s - 4);
+    return _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(16)));
+}
+
+/* the int16 scale of each product pair of kq2_w(.., s) */
+INLINE2 __m256i kq2_sc(uint32_t type, const kq2_sb *u, int s)
+{
+    if (type == GGML_Q6_K)
+        return _mm256_shuffle_epi8(s < 4 ? u->vb : u->vb2, kq2_ld(kq2_q6[s % 4]));
+    return _mm256_shuffle_epi8(u->vb, kq2_ld(kq2_sci[s]));
+}
+
+/* a token's products with sub-block s added to its two int32 sums */
+INLINE2 void kq2_acc(__m256i w, __m256i sc, const int8_t *q, int s, __m256i *sum)
+{
+    sum[s % 2] = _mm256_add_epi32(sum[s % 2], _mm256_madd_epi16(_mm256_maddubs_epi16(w, kq2_ld(q + 32 * s)), sc));
+}
+
+/* a super-block's end for one token: acc += d dd sumi, accm += d dm m */
+INLINE2 void kq2_fin(const kq2_sb *u, const __m256i *sum, const int16_t *bs, float d, __m256 *acc, __m256 *accm)
+{
+    const __m256i m = _mm256_madd_epi16(u->mv, kq2_ld(bs));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(sum[0], sum[1])), _mm256_set1_ps(d * u->dd), *acc);
+    *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(d * u->dm), *accm);
+}
+
+/* one row against one token */
+INLINE2 float kq2_row(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bs, int n)
+{
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int i = 0; i < n / 256; i++) {
+        kq2_sb u;
+        __m256i sum[2] = { _mm256_setzero_si256(), _mm256_setzero_si256() };
+        kq2_pre(type, row, i, &u);
+        KQ2_UNROLL
+        for (int s = 0; s < 8; s++)
+            kq2_acc(kq2_w(type, &u, s), kq2_sc(type, &u, s), q + 256 * i, s, sum);
+        kq2_fin(&u, sum, bs + 16 * i, d[i], &acc, &accm);
+    }
+    return hsum8_ps(_mm256_sub_ps(acc, accm));
+}
+
+/* one row at a time: two rows per pass sharing the activations' loads measured slower
+ * (hyserve-kq-rows, L2 Q4_K 15.2 against 16.1 GB/s, Q6_K 17.7 against 20.6; from memory 2.6-6.5
+ * against 10.6-14.3: two interleaved streams defeat the prefetcher) */
+INLINE2 void kq2_rows(uint32_t type, const char *W, size_t rb, int n_rows, const int8_t *q, const float *d,
+                      const int16_t *bs, int n, float *y, long ldy)
+{
+    for (int r = 0; r < n_rows; r++)
+        y[r * ldy] = kq2_row(type, W + (size_t)r * rb, q, d, bs, n);
 }
 
 AVX2 float avx2_dot_kq_act(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums, int n)
 {
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0.0f;               /* the offsets' part: mins (Q4_K/Q5_K) or 32 sum sc bsum (Q6_K) */
-    for (int i = 0; i < n / 256; i++) {
-        const int8_t *qb = q + 256 * i;
-        const int16_t *bs = bsums + 16 * i;
-        __m256i sumi;
-        float dd, dm;
-        int32_t m = 0;
-        if (type == GGML_Q6_K) {
-            const blk_q6_k *b = (const blk_q6_k *)row + i;
-            sumi = avx2_q6k_block(b, qb);
-            /* m = sum_g sc_g bsum_g in one vpmaddwd, exact in int32 (|.| <= 2 * 128 * 2032 per lane) */
-            m = avx2_hsum8_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)),
-                                                   _mm256_loadu_si256((const __m256i *)bs)));
-            dd = d[i] * H2F(b->d);
-            dm = 32.0f * dd;
-        } else {
-            const bool five = type == GGML_Q5_K;
-            const blk_q4_k *b4 = (const blk_q4_k *)row + i;
-            const blk_q5_k *b5 = (const blk_q5_k *)row + i;
-            uint8_t sm[16];
-            const __m128i v = kq_scales_v(five ? b5->scales : b4->scales);
-            _mm_storeu_si128((__m128i *)sm, v);   /* one vector store: the byte reads below forward from it */
-            sumi = avx2_kq45_block(five ? b5->qs : b4->qs, five ? b5->qh : NULL, sm, qb);
-            /* m = sum_s mn_s (bs[2s] + bs[2s + 1]): the mins paired [mn0 mn0 mn1 mn1 ..] against the
-             * 16 bsums in one vpmaddwd, exact in int32 (|.| <= 2 * 63 * 2032 per lane) */
-            const __m128i mn = _mm_unpackhi_epi8(v, _mm_setzero_si128());            /* mn0..mn7 as int16 */
-            const __m256i mm2 = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
-            m = avx2_hsum8_epi32(_mm256_madd_epi16(mm2, _mm256_loadu_si256((const __m256i *)bs)));
-            dd = d[i] * H2F(five ? b5->d : b4->d);
-            dm = d[i] * H2F(five ? b5->dmin : b4->dmin);
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(dd), acc);
-        off += dm * (float)m;
+    switch (type) {
+    case GGML_Q6_K:
+        return kq2_row(GGML_Q6_K, row, q, d, bsums, n);
+    case GGML_Q5_K:
+        return kq2_row(GGML_Q5_K, row, q, d, bsums, n);
+    default:
+        return kq2_row(GGML_Q4_K, row, q, d, bsums, n);
     }
-    return hsum8_ps(acc) - off;
+}
+
+AVX2 void avx2_dot_kq_act_rows(uint32_t type, const void *W, size_t rb, int n_rows, const int8_t *q, const float *d,
+                               const int16_t *bsums, int n, float *y, long ldy)
+{
+    switch (type) {
+    case GGML_Q6_K:
+        kq2_rows(GGML_Q6_K, W, rb, n_rows, q, d, bsums, n, y, ldy);
+        break;
+    case GGML_Q5_K:
+        kq2_rows(GGML_Q5_K, W, rb, n_rows, q, d, bsums, n, y, ldy);
+        break;
+    default:
+        kq2_rows(GGML_Q4_K, W, rb, n_rows, q, d, bsums, n, y, ldy);
+    }
 }
 
 /* one Q4_0 block: [low nibbles | high nibbles] are elements [0, 16) and

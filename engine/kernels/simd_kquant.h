@@ -12,12 +12,16 @@
 #ifndef HYSERVE_SIMD_KQUANT_H
 #define HYSERVE_SIMD_KQUANT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* ref: quantize_act_q8k_ref, bit for bit */
 void avx2_quantize_act_q8k(const float *x, int n, int8_t *q, float *d, int16_t *bsums);
 /* ref: dot_kq_act_ref (type Q4_K, Q5_K or Q6_K) */
 float avx2_dot_kq_act(uint32_t type, const void *row, const int8_t *q, const float *d, const int16_t *bsums, int n);
+/* y[r ldy] = avx2_dot_kq_act(type, W + r rb, ...) for r < n_rows, the same bits */
+void avx2_dot_kq_act_rows(uint32_t type, const void *W, size_t rb, int n_rows, const int8_t *q, const float *d,
+                          const int16_t *bsums, int n, float *y, long ldy);
 /* ref: dot_q4_0_act_ref */
 float avx2_dot_q4_0_act(const void *row, const int8_t *q, const float *d, int n);
 
