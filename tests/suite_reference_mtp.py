@@ -2,7 +2,7 @@
 """suite_reference_mtp.py - golden cases of the MTP (multi-token prediction) draft head:
 `hyserve logits --mtp --all` against the float64 reference, qwen35_ref.Qwen35Ref.mtp_logits.
 
-Owns: the MTP cases of the reference suite (notes/mtp-contract.md is the contract):
+Owns: the MTP cases of the reference suite (docs/models.md 1.7 is the layout and the math):
   - files with one MTP block (make_model.py --nextn 1 for qwen35, make_hybrid_model.py
     --arch qwen35moe --nextn 1), F32 weights (and one F16 file): the block's head falling back
     to the trunk's (untied output.weight, tied token_embd) and its own nextn.embed_tokens /

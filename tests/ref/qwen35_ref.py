@@ -16,7 +16,7 @@ C engine is tested against, so it favours obviousness over speed.
 
 MTP draft head (Qwen35Ref.mtp_logits / mtp_chain; qwen35, and qwen35moe through
 hybrid_ref.Qwen35MoeRef): the block blk.{n_layer} of a file with nextn_predict_layers >= 1, as
-notes/mtp-contract.md defines it from vLLM's qwen3_next_mtp.py: row i = head(shared_head_norm(
+docs/models.md 1.7 defines it from vLLM's qwen3_next_mtp.py: row i = head(shared_head_norm(
 block(eh_proj([enorm(E[t_{i+1}]) | hnorm(h_i)])))), h_i the trunk's hidden after output_norm,
 the block's own causal attention over rows 0..i at RoPE position i, E / head the block's
 nextn.embed_tokens / nextn.shared_head_head when present, else token_embd / the trunk's LM head.
@@ -521,7 +521,7 @@ class Qwen35Ref:
 
     # ---- MTP draft head ------------------------------------------------------
     # The block blk.{n_layer} of a file with nextn_predict_layers >= 1, per the MTP contract
-    # (notes/mtp-contract.md; vLLM qwen3_next_mtp.py): row i from the trunk's normed hidden h_i
+    # (docs/models.md 1.7; vLLM qwen3_next_mtp.py): row i from the trunk's normed hidden h_i
     # and the embedding of t_{i+1}:
     #   x = eh_proj([enorm(E[t_{i+1}]) | hnorm(h_i)]);  a = x + attn(attn_norm(x)) at RoPE position i,
     #   causal over the block's own rows 0..i;  y = a + ffn(post_attention_norm(a));
