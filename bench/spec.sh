@@ -75,7 +75,7 @@ run_model() {   # tag, model, spec_bench arguments...
     wait "$SRV_PID" 2>/dev/null
     SRV_PID=
 }
-# a bench-shape file of another type or with an MTP block, synthesized once: var name, synth arguments
+# a bench-shape file (another type, an MTP block, a draft), synthesized once: path, synth arguments
 synth_once() {
     if [ ! -f "$1" ] || [ "$(cat "$1.args" 2>/dev/null)" != "$2" ]; then
         log "synthesizing $1"
@@ -103,12 +103,7 @@ run_model default models/default.gguf --prompt "free=Once upon a time" --prompt 
 # (c) draft models: a server each, "draft" (its own drafts) against "none"
 DRAFT=${MODEL%.gguf}-draft2.gguf
 DSYNTH=$(echo "$SYNTH" | sed 's/--layers 24 --attn-every 4/--layers 2 --attn-every 2/')
-if [ ! -f "$DRAFT" ] || [ "$(cat "$DRAFT.args" 2>/dev/null)" != "$DSYNTH" ]; then
-    log "synthesizing the 2-layer draft $DRAFT"
-    # shellcheck disable=SC2086
-    "$HYSERVE" synth -o "$DRAFT" $DSYNTH >&2 || exit 1
-    echo "$DSYNTH" > "$DRAFT.args"
-fi
+synth_once "$DRAFT" "$DSYNTH" || exit 1
 SRV_ARGS="--model-draft $MODEL" run_model bself "$MODEL" --modes none,draft \
     --prompt "free=The history of the city begins" || exit 1
 SRV_ARGS="--model-draft $DRAFT" run_model bdraft2 "$MODEL" --modes none,draft \
