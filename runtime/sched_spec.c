@@ -355,6 +355,14 @@ static int draft_cut(sched *s, sched_req *r, const int32_t *d, int n)
     return n;
 }
 
+/* r's draft becomes its first n tokens that draft_cut keeps, or none when
+ * fewer than --spec-draft-n-min are left (every source ends its draft so). */
+static void draft_keep(sched *s, sched_req *r, int n)
+{
+    const int kept = draft_cut(s, r, r->spec.draft, n);
+    r->spec.n_draft = kept >= s->p.spec_n_min ? kept : 0;
+}
+
 void spec_propose(sched *s, sched_req *r, int rc)
 {
     sched_spec *sp = &r->spec;
@@ -400,8 +408,7 @@ void spec_propose(sched *s, sched_req *r, int rc)
         sp->mwant_k = k;
         return;
     }
-    n = draft_cut(s, r, sp->draft, n);
-    sp->n_draft = n >= s->p.spec_n_min ? n : 0;
+    draft_keep(s, r, n);
 }
 
 /* ---- the verify item and what follows it ---- */
@@ -688,8 +695,7 @@ void spec_draft_model(sched *s)
             sp->n_draft = 0;
             continue;
         }
-        const int kept = draft_cut(s, r, sp->draft, sp->n_draft);
-        sp->n_draft = kept >= s->p.spec_n_min ? kept : 0;
+        draft_keep(s, r, sp->n_draft);
     }
 }
 
@@ -811,8 +817,7 @@ void spec_mtp(sched *s, int n_items)
             continue;
         }
         engine_mtp_truncate(s->e, r->seq, sp->mkeep);    /* the chained rows were guesses' */
-        const int kept = draft_cut(s, r, sp->draft, sp->n_draft);
-        sp->n_draft = kept >= s->p.spec_n_min ? kept : 0;
+        draft_keep(s, r, sp->n_draft);
     }
     for (int i = 0; i < s->n_running; i++)
         s->running[i]->spec.mwant = false;      /* asked but not caught up (a fork's first step): next step */
