@@ -363,6 +363,29 @@ static void draft_keep(sched *s, sched_req *r, int n)
     r->spec.n_draft = kept >= s->p.spec_n_min ? kept : 0;
 }
 
+/* The cost gate (spec_cost.h): of the lengths up to k, the one whose
+ * expected accepted drafts best pay for the rows they add to the step, at
+ * r's acceptance rate so far and the step times measured by rows; 0 when
+ * no draft pays. Every SPEC_PROBE-th proposal in a row it would decline
+ * drafts k anyway, so that a rate that has risen (a passage the source
+ * predicts) and a step time that has changed are measured again. */
+enum { SPEC_PROBE = 16 };
+static int cost_gate(sched *s, sched_spec *sp, int k)
+{
+    if (!s->p.spec_cost || k <= 0)
+        return k;
+    const double a = (sp->hits + 0.5) / (sp->trials + 1.0);
+    const int n = s->cost_seqs > 0 ? s->cost_seqs : 1;
+    const int best = spec_cost_best_k(&s->cost, n, n, a, k);
+    if (best > 0 || ++sp->declined >= SPEC_PROBE) {
+        sp->declined = 0;
+        return best > 0 ? best : k;
+    }
+    sp->n.declined++;
+    s->spec_step.declined++;
+    return 0;
+}
+
 void spec_propose(sched *s, sched_req *r, int rc)
 {
     sched_spec *sp = &r->spec;
@@ -378,7 +401,7 @@ void spec_propose(sched *s, sched_req *r, int rc)
     /* never past max_new_tokens: the m accepted drafts and the target's
      * own token are at most what is left */
     const int left = r->max_new - r->n_gen - 1;
-    int k = sp->k < left ? sp->k : left;
+    int k = cost_gate(s, sp, sp->k < left ? sp->k : left);
     if (k <= 0)
         return;
     int n = 0;
@@ -453,6 +476,9 @@ void spec_item(sched *s, sched_req *r, engine_batch_item *it, int *rows_left, in
         it->snap_at = c;
     }
 }
+
+/* the weight of the verify steps before the last in a request's acceptance rate */
+#define SPEC_DECAY 0.75
 
 /* The adaptive draft length: doubled after a draft accepted whole, cut to
  * one more than the accepted part after a rejection, and after verify
@@ -547,6 +573,10 @@ int spec_after(sched *s, sched_req *r, engine_batch_item *it)
     s->spec_step.rollbacks += m < k;
     s->spec_step.pred_rejected += sp->draft_pred ? (uint64_t)(k - m) : 0;
     adapt(s, sp, k, m);
+    /* the gate's acceptance rate: m accepted positions, and the rejected one
+     * (positions after it were not tried), decayed so the rate follows the text */
+    sp->hits = SPEC_DECAY * sp->hits + (double)m;
+    sp->trials = SPEC_DECAY * sp->trials + (double)(m + (m < k));
     if (trc != 0 || r->n_fed != keep) {
         if (rc == 1)
             sched_event_clear(&r->final_ev);
@@ -564,7 +594,12 @@ void spec_publish(sched *s)
     t->pred_accepted += d->pred_accepted;
     t->pred_rejected += d->pred_rejected;
     t->rollbacks += d->rollbacks;
+    t->declined += d->declined;
     *d = (sched_spec_counts){0};
+    for (int r = 1; r <= s->p.spec_n_max + 1; r++) {
+        const double sec = spec_cost_seconds(&s->cost, r);
+        s->st.spec_step_seconds[r] = sec > 0.0 ? sec : 0.0;
+    }
     for (int i = 0; i < SCHED_SPEC_MAX; i++) {
         s->st.spec_accepted_per_pos[i] += s->spec_pos[i];
         s->spec_pos[i] = 0;

@@ -250,6 +250,23 @@ static void step_tokens_observe(sched_stats *st, int n_tok)
     st->step_tokens_sum += (uint64_t)n_tok;
 }
 
+/* The cost gate's measurement (spec_cost.h): an exact decode-only step's
+ * seconds, forward, sampling and the next drafts included, by the rows it
+ * fed (plain batched decode takes other kernels than the exact steps of
+ * speculating requests: those steps are not what a draft would cost). */
+static void cost_observe(sched *s, int n, int frc, int n_decode, int n_prefill_tok, int n_spec_tok, double sec)
+{
+    if (n_decode > 0)
+        s->cost_seqs = n_decode;
+    if (s->cost_fixed || frc != 0 || n_prefill_tok > 0 || n_decode == 0)
+        return;
+    bool exact = false;
+    for (int i = 0; i < n && !exact; i++)
+        exact = s->items[i].exact;
+    if (exact)
+        spec_cost_observe(&s->cost, n_decode + n_spec_tok, sec);
+}
+
 static void sched_step(sched *s)
 {
     char err[256];
@@ -292,6 +309,7 @@ static void sched_step(sched *s)
     if (s->n_dwant > 0)
         spec_draft_model(s);    /* the draft model's rounds, batched over the requests that asked */
     spec_mtp(s, n);             /* the MTP's rows of this step, and its drafts */
+    cost_observe(s, n, frc, n_decode, n_prefill_tok, n_spec_tok, engine_now_s() - t_fwd);
     pthread_mutex_lock(&s->mu);
     s->st.steps_total++;
     s->st.prompt_tokens_total += (uint64_t)n_prefill_tok;

@@ -55,6 +55,7 @@ void sched_params_default(sched_params *p)
     p->spec_type = SCHED_SPEC_NONE;
     p->spec_n_max = 16;
     p->spec_n_min = 0;
+    p->spec_cost = true;
 }
 
 void sched_event_clear(sched_event *ev)
@@ -195,7 +196,17 @@ sched *sched_new(engine *e, const sched_params *p, char *err, size_t errlen)
         if (p->spec_n_max >= 1)
             s->p.spec_n_max = p->spec_n_max < SCHED_SPEC_MAX ? p->spec_n_max : SCHED_SPEC_MAX;
         s->p.spec_n_min = p->spec_n_min < 0 ? 0 : p->spec_n_min > s->p.spec_n_max ? s->p.spec_n_max : p->spec_n_min;
+        s->p.spec_cost = p->spec_cost;
+        /* a fixed table (tests) stands for the measurements: nothing is observed */
+        for (int r = 1; p->spec_step_seconds && r < p->spec_step_seconds_n && r <= SPEC_COST_ROWS; r++) {
+            if (p->spec_step_seconds[r] > 0.0) {
+                s->cost.t[r] = p->spec_step_seconds[r];
+                s->cost.n[r] = 1;
+            }
+        }
+        s->cost_fixed = p->spec_step_seconds != NULL;
     }
+    s->st.spec_cost = s->p.spec_cost;
     s->st.spec_type = s->p.spec_type;
     s->st.spec_n_max = s->p.spec_n_max;
     s->st.spec_n_min = s->p.spec_n_min;

@@ -75,6 +75,12 @@ typedef struct sched_params {
     engine *draft;              /* SCHED_SPEC_DRAFT: the draft model's engine, opened and closed by the caller
                                    (after sched_free), used only by the scheduler thread in between; the same
                                    vocabulary as the target (sched_new refuses another); NULL: none */
+    bool spec_cost;             /* the draft length also weighs the measured step time by rows, so a draft that
+                                   costs more time than its expected accepted tokens save is not made (spec_cost.h;
+                                   default true); false: acceptance alone */
+    const double *spec_step_seconds; /* [spec_step_seconds_n] tests: fixed step seconds by rows (index 0 unused)
+                                   instead of the measured ones; NULL: measured */
+    int spec_step_seconds_n;
 } sched_params;
 
 void sched_params_default(sched_params *p);
@@ -101,6 +107,7 @@ typedef struct sched_spec_counts {
     uint64_t pred_rejected;     /* prediction tokens drafted and rejected by the verifier (the work they
                                  * cost; OpenAI's rejected_prediction_tokens) */
     uint64_t rollbacks;         /* verify steps that rolled the sequence back (a draft rejected) */
+    uint64_t declined;          /* decode steps whose draft the cost gate declined (sched_params.spec_cost) */
 } sched_spec_counts;
 
 enum { SCHED_MAX_SNAP_HINTS = 4 };  /* snapshot hints a request carries at most */
@@ -326,6 +333,9 @@ typedef struct sched_stats {
     int spec_type, spec_n_max, spec_n_min; /* the options */
     sched_spec_counts spec;         /* speculative decoding, over all requests */
     uint64_t spec_accepted_per_pos[SCHED_SPEC_MAX_POS]; /* accepted drafts by position in their draft (0: first) */
+    bool spec_cost;                 /* the cost gate is on */
+    double spec_step_seconds[SCHED_SPEC_MAX_POS + 2]; /* its estimate of a decode step's seconds by rows
+                                     * 1..spec_n_max + 1 (0: not known yet), as of the last step */
     int spec_snapshots;             /* rollback snapshots held by running requests */
     uint64_t spec_snapshot_bytes;   /* their bytes */
     /* the draft model's engine (SCHED_SPEC_DRAFT; zero without one), as of the last step */

@@ -11,6 +11,7 @@
 
 #include "grammar.h"
 #include "scheduler.h"
+#include "spec_cost.h"
 
 /* Prompt tokens per step of a request that asked for prompt logprobs:
  * their logits come back for every position, SCHED_PLP_ROWS rows at a time,
@@ -42,6 +43,9 @@ typedef struct sched_spec {
     int k;                      /* adaptive draft length, n_min..n_max */
     int cool;                   /* steps left without drafts after verify steps accepted nothing */
     int miss;                   /* verify steps in a row that accepted nothing */
+    double hits, trials;        /* acceptance per draft position, decayed sums: accepted drafts, and those
+                                 * plus the rejected one (the cost gate's rate a = (hits + 1/2) / (trials + 1)) */
+    int declined;               /* proposals in a row the cost gate declined (every SPEC_PROBE-th drafts anyway) */
     sched_spec_counts n;        /* the counters */
     /* the draft model (SCHED_SPEC_DRAFT) */
     bool dmodel;                /* drafts from the draft model where the prediction has none */
@@ -193,6 +197,9 @@ struct sched {
     bool spec_rec;              /* the model has recurrent layers: a rejected draft rolls back to a snapshot */
     uint64_t spec_pos[SCHED_SPEC_MAX]; /* accepted drafts by position, not yet added to st (published per step) */
     sched_spec_counts spec_step; /* this step's counts, the same */
+    spec_cost cost;             /* decode-only steps' seconds by rows (the cost gate; sched_params.spec_cost) */
+    int cost_seqs;              /* decoding sequences in the last step: the gate's N and R */
+    bool cost_fixed;            /* cost holds sched_params.spec_step_seconds: no step is observed */
     engine *de;                 /* the draft model's engine (sched_params.draft), NULL: none */
     bool spec_drec;             /* it has recurrent layers: its rollback restores dsnap */
     sched_req **dwant;          /* [max_seqs] requests whose draft the draft model makes after this step */

@@ -148,6 +148,10 @@ static const opt_def OPTS[] = {
      "(default 16)"},
     {"spec-draft-n-min", 0, "HYSERVE_SPEC_DRAFT_N_MIN", OPT_INT, OFF(spec_draft_n_min), 0, "N",
      "a draft shorter than this is not verified, 0..--spec-draft-n-max (default 0)"},
+    {"spec-cost", 0, "HYSERVE_SPEC_COST", OPT_STR, OFF(spec_cost), SZ(spec_cost), "on|off",
+     "weigh each draft's rows against the decode step times measured by row count, and draft only the length "
+     "whose expected accepted tokens save more time than its rows cost (none where verify rows are "
+     "compute-bound); off: the length follows acceptance alone (default on)"},
     {"model-draft", 0, "HYSERVE_MODEL_DRAFT", OPT_STR, OFF(model_draft), SZ(model_draft), "FILE",
      "the draft model of --spec-type draft-simple: a small GGUF with the model's vocabulary (the same token "
      "count and texts, else refused at start), opened as a second engine with its own cache for --max-seqs "
@@ -247,6 +251,7 @@ void config_defaults(server_config *c)
     snprintf(c->spec_type, sizeof(c->spec_type), "none");
     c->spec_draft_n_max = 16;
     c->spec_draft_n_min = 0;
+    snprintf(c->spec_cost, sizeof(c->spec_cost), "on");
     c->max_header_bytes = 16384;
     c->max_prompt_tokens = 0;
     c->max_stop_len = 256;
@@ -635,6 +640,10 @@ int config_load(server_config *c, int argc, char **argv, char *err, size_t errle
     }
     if (c->spec_draft_n_max < 1 || c->spec_draft_n_max > 64) {
         snprintf(err, errlen, "--spec-draft-n-max %d is out of range 1..64", c->spec_draft_n_max);
+        return -1;
+    }
+    if (strcmp(c->spec_cost, "on") && strcmp(c->spec_cost, "off")) {
+        snprintf(err, errlen, "--spec-cost must be on or off, got '%s'", c->spec_cost);
         return -1;
     }
     if (c->spec_draft_n_min < 0 || c->spec_draft_n_min > c->spec_draft_n_max) {

@@ -77,6 +77,7 @@ typedef struct server_config {
     char spec_type[16];         /* "none" or "ngram-simple": speculative decoding's server-side drafts */
     int spec_draft_n_max;       /* draft tokens per verify step at most, 1..64 */
     int spec_draft_n_min;       /* shorter drafts are not verified */
+    char spec_cost[8];          /* "on" (default): the draft length weighs the measured step times; "off" */
     char model_draft[1024];     /* --model-draft: the draft model of --spec-type draft-simple */
 } server_config;
 

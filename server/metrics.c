@@ -308,6 +308,8 @@ static void prom_spec(sbuf *s, const sched_stats *st)
                  (double)st->spec.pred_rejected);
     prom_counter(s, "hyserve_spec_rollbacks_total", "verify steps that rolled a sequence back past a rejected draft",
                  (double)st->spec.rollbacks);
+    prom_counter(s, "hyserve_spec_declined_total", "decode steps whose draft the cost gate declined (its rows "
+                 "would cost more time than their expected accepted tokens save)", (double)st->spec.declined);
     prom_gauge(s, "hyserve_spec_snapshot_bytes", "rollback snapshots held by speculating requests (in the cache pool)",
                (double)st->spec_snapshot_bytes);
     if (st->spec_type == SCHED_SPEC_MTP)
@@ -671,6 +673,7 @@ static cJSON *request_json(const sched_req_stats *q, const engine_info *in)
         cJSON_AddNumberToObject(sp, "verify_steps", (double)q->spec.drafts);
         cJSON_AddNumberToObject(sp, "draft_tokens", (double)q->spec.drafted);
         cJSON_AddNumberToObject(sp, "accepted_tokens", (double)q->spec.accepted);
+        cJSON_AddNumberToObject(sp, "declined_steps", (double)q->spec.declined);
         if (in && in->mtp_enabled) {    /* its MTP rows: the MTP pool's, not in the bytes above */
             cJSON_AddNumberToObject(sp, "mtp_rows", u->mtp_tokens);
             cJSON_AddNumberToObject(sp, "mtp_reserved_bytes", (double)u->mtp_reserved_bytes);
@@ -963,6 +966,13 @@ cJSON *metrics_stats_json(server *srv, const char *request_id, bool with_request
     cJSON_AddNumberToObject(spec, "acceptance_rate",
                             st.spec.drafted ? (double)st.spec.accepted / (double)st.spec.drafted : 0.0);
     cJSON_AddNumberToObject(spec, "rollbacks_total", (double)st.spec.rollbacks);
+    /* the cost gate: decode steps whose draft it declined, and the step
+     * times by rows it weighs (docs/serving.md 17, "Length") */
+    cJSON_AddBoolToObject(spec, "cost_aware", st.spec_cost);
+    cJSON_AddNumberToObject(spec, "declined_steps_total", (double)st.spec.declined);
+    cJSON *secs = cJSON_AddArrayToObject(spec, "step_seconds_by_rows");
+    for (int r = 1; r <= st.spec_n_max + 1 && r < SCHED_SPEC_MAX_POS + 2; r++)
+        json_push(secs, cJSON_CreateNumber(st.spec_step_seconds[r]));
     cJSON_AddNumberToObject(spec, "rollback_snapshots", st.spec_snapshots);
     cJSON_AddNumberToObject(spec, "rollback_snapshot_bytes", (double)st.spec_snapshot_bytes);
     if (st.spec_type == SCHED_SPEC_DRAFT) {

@@ -473,6 +473,7 @@ int serve_main(int argc, char **argv)
         goto out_engine;
     sp.spec_n_max = cfg.spec_draft_n_max;
     sp.spec_n_min = cfg.spec_draft_n_min;
+    sp.spec_cost = strcmp(cfg.spec_cost, "off") != 0;
     if (cfg.kv_events_replay[0] && !cfg.kv_events[0]) {
         atomic_store(&srv.state, SERVER_FAILED);
         log_msg(LOG_ERROR, "hyserve: serve: --kv-events-replay needs --kv-events\n");

@@ -334,6 +334,7 @@ def main():
         ref_n = (ref.get("details") or {}).get("generated_tokens") if st == 200 else None
         check("the reference greedy answer", st == 200 and ref_n, f"{st} {ref}")
         t_base, rss_base = hs.proc_threads(pid), hs.proc_rss_kib(pid)
+        fds_base = len(os.listdir(f"/proc/{pid}/fd"))
 
         # 1. idle keep-alive connections
         t0 = time.time()
@@ -353,6 +354,12 @@ def main():
         # closed, their memory goes back; opened again, they cost the same (nothing kept per connection)
         for s in idle:
             s.close()
+        # the server closes its ends as it sees them go: wait for that (its
+        # open descriptors back near their count before), up to 20 s, so
+        # that opening them again is not refused by --max-connections
+        t_wait = time.time()
+        while len(os.listdir(f"/proc/{pid}/fd")) > fds_base + 32 and time.time() - t_wait < 20:
+            time.sleep(0.2)
         time.sleep(1.5)
         rss_closed = hs.proc_rss_kib(pid)
         back_bound = 8 * 1024 + len(idle)     # KiB: 8 MiB and 1 KiB a connection
@@ -366,6 +373,7 @@ def main():
                                                          if measure_rss else ""),
               sum(b.startswith(b"HTTP/1.1 200") for b in bufs) == len(idle)
               and (not measure_rss or rss_again - rss_closed < 1.05 * (rss_idle - rss_base)),
+              f"{sum(b.startswith(b'HTTP/1.1 200') for b in bufs)} of {len(idle)} answered; "
               f"{rss_idle - rss_base} then {rss_again - rss_closed} KiB")
         print(f"  idle: closed, RSS {rss_base / 1024:.1f} -> {rss_closed / 1024:.1f} MiB; opened again "
               f"+{(rss_again - rss_closed) / 1024:.1f} MiB")

@@ -252,6 +252,71 @@ TEST(test_spec_greedy_prediction_equal_to_output_is_accepted_whole_and_changes_n
     }
 }
 
+/* The cost gate (runtime/spec_cost.h) with fixed step times by rows. Where
+ * a verify row costs as much as a step of its own (t(r) = r), no draft at
+ * an acceptance rate below 1 pays, so only the gate's probes (every 16th
+ * proposal) verify; where rows are nearly free, every step drafts, as
+ * without the gate. The output is the same either way. */
+TEST(test_spec_cost_gate_declines_drafts_whose_rows_cost_more_than_they_save)
+{
+    for (size_t m = 0; m < sizeof mixes / sizeof mixes[0]; m++) {
+        engine *e = open_mix(mixes[m].tag, mixes[m].pattern);
+        CHECK(e != NULL);
+        double dear[SCHED_SPEC_MAX_POS + 2], cheap[SCHED_SPEC_MAX_POS + 2];
+        for (int r = 0; r < SCHED_SPEC_MAX_POS + 2; r++) {
+            dear[r] = (double)r;
+            cheap[r] = 1.0 + 0.01 * (double)(r - 1);
+        }
+        int32_t prompt[12];
+        prompt_of(prompt, 12, 7 + (uint32_t)m);
+        const int n_new = 64;
+        run_out base, gated, open;
+        for (int pass = 0; pass < 2; pass++) {
+            sched_params sp;
+            sched_params_default(&sp);
+            sp.n_threads = 1;
+            sp.prefix_cache = false;
+            sp.spec_step_seconds = pass == 0 ? dear : cheap;
+            sp.spec_step_seconds_n = SCHED_SPEC_MAX_POS + 2;
+            char err[256];
+            sched *s = sched_new(e, &sp, err, sizeof err);
+            CHECK(s != NULL && sched_start(s) == 0);
+            sched_req_params rp = request(prompt, 12, n_new);
+            rp.speculative = -1;
+            if (pass == 0)
+                CHECK(run(s, &rp, &base) == 0 && base.n == n_new);
+            /* a prediction equal to the greedy output, cut short so the
+             * acceptance rate stays below 1 (the last drafts are wrong) */
+            int32_t pred[256];
+            memcpy(pred, base.tok, sizeof base.tok);
+            for (int i = 40; i < n_new; i++)
+                pred[i] = (base.tok[i] + 1) % 290;
+            rp.speculative = 0;
+            rp.prediction = pred;
+            rp.n_prediction = n_new;
+            run_out *o = pass == 0 ? &gated : &open;
+            CHECK(run(s, &rp, o) == 0);
+            CHECK(same_tokens(&base, o));
+            sched_stats st;
+            CHECK(sched_get_stats(s, &st, NULL, NULL) == 0);
+            CHECK(st.spec_cost && st.spec.declined == o->res.spec.declined);
+            CHECK_NEAR(st.spec_step_seconds[3], sp.spec_step_seconds[3], 1e-12);
+            sched_free(s);
+        }
+        fprintf(stderr, "    %s: rows as dear as steps: %llu drafts verified, %llu declined; nearly free: %llu "
+                "verified, %llu declined\n", mixes[m].tag, (unsigned long long)gated.res.spec.drafts,
+                (unsigned long long)gated.res.spec.declined, (unsigned long long)open.res.spec.drafts,
+                (unsigned long long)open.res.spec.declined);
+        /* the first proposal is made before any acceptance is seen (a = 1/2),
+         * and it is declined there; then one probe in every 16 proposals */
+        CHECK(gated.res.spec.declined >= 15 && gated.res.spec.drafts >= 1);
+        CHECK(gated.res.spec.drafts * 15 <= gated.res.spec.declined + 15);
+        CHECK(open.res.spec.declined == 0 && open.res.spec.drafts >= 2);
+        CHECK(open.res.spec.accepted >= 39 - open.res.spec.drafts);
+        engine_close(e);
+    }
+}
+
 TEST(test_spec_trained_model_shuffled_prediction_and_copying_prompt)
 {
     engine *e = open_default();
