@@ -401,7 +401,7 @@ void spec_propose(sched *s, sched_req *r, int rc)
     /* never past max_new_tokens: the m accepted drafts and the target's
      * own token are at most what is left */
     const int left = r->max_new - r->n_gen - 1;
-    int k = cost_gate(s, sp, sp->k < left ? sp->k : left);
+    int k = sp->k < left ? sp->k : left;
     if (k <= 0)
         return;
     int n = 0;
@@ -415,7 +415,16 @@ void spec_propose(sched *s, sched_req *r, int rc)
         n = ngram_draft(r->tokens, r->n_prompt + r->n_gen, k, sp->draft);
         sp->draft_pred = false;
     }
-    if (n == 0 && sp->dmodel && s->n_dwant < s->max_seqs) {
+    if (n > 0) {        /* the prediction's or the lookup's: the gate weighs the draft there is */
+        draft_keep(s, r, cost_gate(s, sp, n));
+        return;
+    }
+    /* a model drafts at a cost of its own: the gate decides before it runs */
+    if ((sp->dmodel && s->n_dwant < s->max_seqs) || sp->mtp)
+        k = cost_gate(s, sp, k);
+    if (k <= 0)
+        return;
+    if (sp->dmodel && s->n_dwant < s->max_seqs) {
         /* the draft model's rounds run once every item of the step is
          * done, batched across requests (spec_draft_model) */
         sp->draft_pred = false;
@@ -424,14 +433,12 @@ void spec_propose(sched *s, sched_req *r, int rc)
         s->dwant[s->n_dwant++] = r;
         return;
     }
-    if (n == 0 && sp->mtp) {
+    if (sp->mtp) {
         /* the MTP drafts once its rows have caught up with this step (spec_mtp) */
         sp->draft_pred = false;
         sp->mwant = true;
         sp->mwant_k = k;
-        return;
     }
-    draft_keep(s, r, n);
 }
 
 /* ---- the verify item and what follows it ---- */
